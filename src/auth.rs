@@ -1,0 +1,236 @@
+//! The connection phase: greeting, the client's response and the auth exchange.
+//!
+//! The proxy never needs passwords: it forwards the backend's greeting (nonce included) and relays
+//! the client's answers, only clearing capability bits it does not support in both directions so
+//! the two ends agree (DESIGN.md §1). Packets are read whole here — they are small and capped — and
+//! whatever follows the final OK stays buffered for the command relay.
+
+use std::time::Duration;
+
+use bytes::BytesMut;
+use thiserror::Error;
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
+use tracing::debug;
+
+use crate::protocol::caps::Negotiated;
+use crate::protocol::handshake::{
+    negotiate, parse_client_first, patch_client_first, patch_greeting, ClientFirst, Greeting,
+    HandshakeError,
+};
+use crate::stream::{read_packet, PacketReadError};
+
+/// Why the connection phase failed, and on which side.
+#[derive(Debug, Error)]
+pub enum AuthError {
+    #[error("backend greeting: {0}")]
+    BackendGreetingRead(PacketReadError),
+    #[error("backend greeting: {0}")]
+    BackendGreeting(HandshakeError),
+    #[error("backend refused the connection with error {code}: {message}")]
+    BackendRefused { code: u16, message: String },
+    #[error("backend during authentication: {0}")]
+    BackendRead(PacketReadError),
+    #[error("client during handshake: {0}")]
+    ClientRead(PacketReadError),
+    #[error("client sent a bad handshake response: {0}")]
+    ClientHandshake(HandshakeError),
+    #[error("client sent its handshake response with sequence id {0}, expected 1")]
+    ClientSequence(u8),
+    #[error("client asked for TLS, which mysql-lb does not offer yet")]
+    ClientWantsTls,
+    #[error("authentication failed with error {code}: {message}")]
+    Denied { code: u16, message: String },
+    #[error("client write: {0}")]
+    ClientWrite(std::io::Error),
+    #[error("backend write: {0}")]
+    BackendWrite(std::io::Error),
+}
+
+/// What the command relay needs from a finished connection phase.
+#[derive(Debug)]
+pub struct Authenticated {
+    pub negotiated: Negotiated,
+    pub user: String,
+    /// Bytes the client sent after its last auth packet (a pipelined first command).
+    pub client_pending: BytesMut,
+    /// Bytes the backend sent after its OK.
+    pub backend_pending: BytesMut,
+}
+
+/// A greeting read from a backend, patched and ready to forward.
+#[derive(Debug)]
+pub struct PatchedGreeting {
+    pub packet: BytesMut,
+    pub greeting: Greeting,
+    /// Bytes read past the greeting (none from a well-behaved server).
+    pub rest: BytesMut,
+}
+
+/// Reads and patches a backend's greeting. An ERR in its place (the server's own "too many
+/// connections", "host blocked", ...) is reported with the server's code and message.
+pub async fn read_greeting<B: AsyncRead + Unpin>(
+    backend: &mut B,
+    max: usize,
+) -> Result<PatchedGreeting, AuthError> {
+    let mut rest = BytesMut::with_capacity(256);
+    let mut packet = read_packet(backend, &mut rest, max)
+        .await
+        .map_err(AuthError::BackendGreetingRead)?;
+    if packet.get(4) == Some(&0xFF) {
+        let (code, message) = err_fields(&packet[4..]);
+        return Err(AuthError::BackendRefused { code, message });
+    }
+    let greeting = patch_greeting(&mut packet[4..]).map_err(AuthError::BackendGreeting)?;
+    Ok(PatchedGreeting {
+        packet,
+        greeting,
+        rest,
+    })
+}
+
+/// Relays the connection phase after the greeting was chosen: forwards the greeting, the client's
+/// response (patched) and then every auth packet both ways until the backend's OK or ERR.
+pub async fn relay_connection_phase<C, B>(
+    client: &mut C,
+    backend: &mut B,
+    greeting: PatchedGreeting,
+    max: usize,
+    timeout: Duration,
+    next_seq: &mut u8,
+) -> Result<Authenticated, AuthError>
+where
+    C: AsyncRead + AsyncWrite + Unpin,
+    B: AsyncRead + AsyncWrite + Unpin,
+{
+    let run = async {
+        client
+            .write_all(&greeting.packet)
+            .await
+            .map_err(AuthError::ClientWrite)?;
+        let mut client_buf = BytesMut::with_capacity(512);
+        let mut response = read_packet(client, &mut client_buf, max)
+            .await
+            .map_err(AuthError::ClientRead)?;
+        if response[3] != 1 {
+            return Err(AuthError::ClientSequence(response[3]));
+        }
+        *next_seq = 2;
+        let parsed = match parse_client_first(&response[4..]) {
+            Ok(ClientFirst::Response(r)) => r,
+            Ok(ClientFirst::SslRequest { .. }) => return Err(AuthError::ClientWantsTls),
+            Err(e) => return Err(AuthError::ClientHandshake(e)),
+        };
+        patch_client_first(&mut response[4..]).map_err(AuthError::ClientHandshake)?;
+        let negotiated = negotiate(&greeting.greeting, &{
+            let mut forwarded = parsed.clone();
+            forwarded.capabilities &= !crate::protocol::caps::UNSUPPORTED;
+            forwarded.mariadb_capabilities &= !crate::protocol::caps::MARIADB_UNSUPPORTED;
+            forwarded
+        });
+        debug!(
+            user = %parsed.user,
+            database = parsed.database.as_deref().unwrap_or(""),
+            plugin = parsed.auth_plugin.as_deref().unwrap_or(""),
+            client_caps = format_args!("{:#010x}", parsed.capabilities),
+            negotiated_caps = format_args!("{:#010x}", negotiated.capabilities),
+            mariadb_caps = format_args!("{:#010x}", negotiated.mariadb_capabilities),
+            attributes = ?parsed.attributes,
+            "client handshake response"
+        );
+        backend
+            .write_all(&response)
+            .await
+            .map_err(AuthError::BackendWrite)?;
+        let mut backend_buf = greeting.rest;
+        exchange(client, backend, &mut client_buf, &mut backend_buf, max, next_seq).await?;
+        Ok(Authenticated {
+            negotiated,
+            user: parsed.user,
+            client_pending: client_buf,
+            backend_pending: backend_buf,
+        })
+    };
+    match tokio::time::timeout(timeout, run).await {
+        Ok(r) => r,
+        Err(_) => Err(AuthError::ClientRead(PacketReadError::Io(
+            std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!(
+                    "handshake not finished within {}",
+                    humantime::format_duration(timeout)
+                ),
+            ),
+        ))),
+    }
+}
+
+/// Relays auth packets both ways until the backend sends OK (0x00) or ERR (0xFF). Either side may
+/// speak next depending on the plugin (auth switch, ed25519, caching_sha2 more-data, PAM dialog),
+/// so both are read at once rather than guessing whose turn it is. `next_seq` follows the exchange
+/// so an error of our own can be sent in sequence.
+async fn exchange<C, B>(
+    client: &mut C,
+    backend: &mut B,
+    client_buf: &mut BytesMut,
+    backend_buf: &mut BytesMut,
+    max: usize,
+    next_seq: &mut u8,
+) -> Result<(), AuthError>
+where
+    C: AsyncRead + AsyncWrite + Unpin,
+    B: AsyncRead + AsyncWrite + Unpin,
+{
+    loop {
+        // Both futures only read into their own buffers, and `read_packet` keeps partial data in
+        // them, so dropping the one that loses the race loses nothing.
+        tokio::select! {
+            packet = read_packet(backend, backend_buf, max) => {
+                let packet = packet.map_err(AuthError::BackendRead)?;
+                client.write_all(&packet).await.map_err(AuthError::ClientWrite)?;
+                *next_seq = packet[3].wrapping_add(1);
+                match packet.get(4) {
+                    Some(0x00) => return Ok(()),
+                    Some(0xFF) => {
+                        let (code, message) = err_fields(&packet[4..]);
+                        return Err(AuthError::Denied { code, message });
+                    }
+                    _ => {}
+                }
+            }
+            packet = read_packet(client, client_buf, max) => {
+                let packet = packet.map_err(AuthError::ClientRead)?;
+                backend.write_all(&packet).await.map_err(AuthError::BackendWrite)?;
+                *next_seq = packet[3].wrapping_add(1);
+            }
+        }
+    }
+}
+
+/// Code and message of an ERR payload (SQLSTATE marker skipped), for logs.
+pub fn err_fields(payload: &[u8]) -> (u16, String) {
+    let code = match payload.get(1..3) {
+        Some(c) => u16::from_le_bytes([c[0], c[1]]),
+        None => 0,
+    };
+    let mut msg = payload.get(3..).unwrap_or_default();
+    if msg.first() == Some(&b'#') {
+        msg = msg.get(6..).unwrap_or_default();
+    }
+    (code, String::from_utf8_lossy(msg).into_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn err_fields_with_and_without_sqlstate() {
+        let mut p = vec![0xFF, 0x15, 0x04];
+        p.extend_from_slice(b"#28000Access denied");
+        assert_eq!(err_fields(&p), (1045, "Access denied".into()));
+        let mut p = vec![0xFF, 0x10, 0x04];
+        p.extend_from_slice(b"Too many connections");
+        assert_eq!(err_fields(&p), (1040, "Too many connections".into()));
+        assert_eq!(err_fields(&[0xFF]), (0, String::new()));
+    }
+}

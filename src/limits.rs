@@ -1,0 +1,216 @@
+//! RLIMIT_NOFILE sizing. Each proxied connection holds two descriptors (client and backend), plus a
+//! reserve for listeners, health checks, logs and the admin endpoint. The soft limit is raised toward
+//! what that needs at start-up; when the hard limit (or an explicit `max_open_files`) cannot cover it,
+//! max_connections is lowered to fit, so the proxy refuses extra clients with ERR 1040 instead of
+//! failing `accept()` with EMFILE under load. The arithmetic is a pure function so it can be tested
+//! without touching the process.
+
+use rlimit::Resource;
+use tracing::{info, warn};
+
+/// Descriptors kept free for listeners, backend health checks, logs, admin HTTP, etc.
+pub const FD_RESERVE: u64 = 64;
+const FDS_PER_CONNECTION: u64 = 2;
+
+/// What `raise_fd_limit` found and did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FdPlan {
+    pub soft_before: u64,
+    pub hard: u64,
+    pub soft_after: u64,
+    /// The descriptor budget asked for: `max_open_files`, or 2 x max_connections + reserve.
+    pub wanted: u64,
+    /// Effective max_connections, to use instead of the configured one.
+    pub max_connections: usize,
+    pub lowered: bool,
+}
+
+/// Messages include the OS error; it is not repeated through `source()`.
+#[derive(Debug, thiserror::Error)]
+pub enum LimitsError {
+    #[error("cannot read RLIMIT_NOFILE: {error}")]
+    Read { error: std::io::Error },
+    #[error("cannot raise the RLIMIT_NOFILE soft limit from {from} to {to}: {error}")]
+    Raise {
+        from: u64,
+        to: u64,
+        error: std::io::Error,
+    },
+}
+
+/// Descriptors needed to run `max_connections` at full load.
+fn needed_fds(max_connections: usize) -> u64 {
+    u64::try_from(max_connections)
+        .unwrap_or(u64::MAX)
+        .saturating_mul(FDS_PER_CONNECTION)
+        .saturating_add(FD_RESERVE)
+}
+
+fn wanted_fds(max_connections: usize, max_open_files: Option<u64>) -> u64 {
+    max_open_files.unwrap_or_else(|| needed_fds(max_connections))
+}
+
+/// Connections that fit in `soft` descriptors, also honouring an explicit, smaller budget (`wanted`).
+fn effective_connections(configured: usize, wanted: u64, soft: u64) -> usize {
+    let budget = soft.min(wanted);
+    let fit = budget.saturating_sub(FD_RESERVE) / FDS_PER_CONNECTION;
+    configured
+        .min(usize::try_from(fit).unwrap_or(usize::MAX))
+        .max(1)
+}
+
+/// Returns (target soft limit, effective max_connections) for the current `soft`/`hard` limits. The
+/// target is `wanted` capped at `hard`, and never below `soft`. With an explicit `max_open_files`
+/// smaller than 2 x max_connections + reserve, max_connections is lowered to fit it even when the
+/// soft limit is higher, since that is the budget the operator asked for.
+pub fn plan(
+    max_connections: usize,
+    max_open_files: Option<u64>,
+    soft: u64,
+    hard: u64,
+) -> (u64, usize) {
+    let wanted = wanted_fds(max_connections, max_open_files);
+    let target = soft.max(wanted.min(hard));
+    (
+        target,
+        effective_connections(max_connections, wanted, target),
+    )
+}
+
+/// Raises the soft RLIMIT_NOFILE toward `max_open_files` (default 2 x max_connections + reserve), never
+/// lowering it, and works out how many connections the result allows.
+pub fn raise_fd_limit(
+    max_connections: usize,
+    max_open_files: Option<u64>,
+) -> Result<FdPlan, LimitsError> {
+    let read = || {
+        Resource::NOFILE
+            .get()
+            .map_err(|error| LimitsError::Read { error })
+    };
+    let (soft_before, hard) = read()?;
+    let wanted = wanted_fds(max_connections, max_open_files);
+    let (target, _) = plan(max_connections, max_open_files, soft_before, hard);
+    info!(
+        soft = soft_before,
+        hard, wanted, "RLIMIT_NOFILE at start-up"
+    );
+    let soft_after = if target > soft_before {
+        rlimit::increase_nofile_limit(target).map_err(|error| LimitsError::Raise {
+            from: soft_before,
+            to: target,
+            error,
+        })?;
+        // Re-read: the platform may cap below what was asked.
+        read()?.0
+    } else {
+        soft_before
+    };
+    let effective = effective_connections(max_connections, wanted, soft_after);
+    let lowered = effective < max_connections;
+    info!(
+        soft = soft_after,
+        hard,
+        max_connections = effective,
+        "RLIMIT_NOFILE soft limit {}",
+        if soft_after > soft_before {
+            "raised"
+        } else {
+            "unchanged"
+        }
+    );
+    if lowered {
+        let needed = needed_fds(max_connections);
+        let fix = if wanted < needed {
+            format!("raise max_open_files (--max-open-files) to at least {needed}")
+        } else {
+            format!(
+                "raise the hard limit to at least {needed} (ulimit -Hn {needed}, or LimitNOFILE={needed} in the systemd unit)"
+            )
+        };
+        warn!(
+            configured = max_connections,
+            effective,
+            soft = soft_after,
+            hard,
+            "max_connections lowered from {max_connections} to {effective}: {} file descriptors allow \
+             {effective} proxied connections (2 each, {FD_RESERVE} reserved); {fix}",
+            soft_after.min(wanted),
+        );
+    }
+    Ok(FdPlan {
+        soft_before,
+        hard,
+        soft_after,
+        wanted,
+        max_connections: effective,
+        lowered,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fits_when_hard_limit_allows_the_wanted_budget() {
+        // 2 x 1000 + 64 = 2064 wanted; soft 1024 rises to it.
+        assert_eq!(plan(1000, None, 1024, 1 << 20), (2064, 1000));
+    }
+
+    #[test]
+    fn hard_limit_too_low_lowers_max_connections() {
+        // Soft can only reach 4096: (4096 - 64) / 2 = 2016 connections.
+        assert_eq!(plan(10_000, None, 1024, 4096), (4096, 2016));
+    }
+
+    #[test]
+    fn explicit_max_open_files_smaller_than_needed_lowers_max_connections() {
+        // Even though the soft limit (20000) is higher, the operator's budget of 1064 holds 500.
+        assert_eq!(plan(10_000, Some(1064), 20_000, 20_000), (20_000, 500));
+        // And with a low soft limit, the soft limit is raised to that budget.
+        assert_eq!(plan(10_000, Some(1064), 256, 20_000), (1064, 500));
+    }
+
+    #[test]
+    fn explicit_max_open_files_larger_than_needed_is_granted() {
+        assert_eq!(plan(100, Some(50_000), 1024, 1 << 20), (50_000, 100));
+    }
+
+    #[test]
+    fn never_lowers_the_soft_limit_below_current() {
+        assert_eq!(plan(10, None, 65_536, 65_536), (65_536, 10));
+        assert_eq!(plan(10, Some(100), 65_536, 65_536).0, 65_536);
+        // A soft limit already above a lower hard limit cannot happen, but stays put anyway.
+        assert_eq!(plan(10, None, 4096, 1024).0, 4096);
+    }
+
+    #[test]
+    fn tiny_limits_still_allow_one_connection() {
+        assert_eq!(plan(100, None, 10, 10), (10, 1));
+    }
+
+    #[test]
+    fn huge_values_do_not_overflow() {
+        let (target, effective) = plan(usize::MAX, None, 1024, u64::MAX);
+        assert_eq!(target, u64::MAX);
+        assert!(effective > 0);
+        assert_eq!(
+            plan(usize::MAX, Some(u64::MAX), u64::MAX, u64::MAX).0,
+            u64::MAX
+        );
+        // RLIM_INFINITY for both limits: the wanted budget decides.
+        assert_eq!(plan(10, None, u64::MAX, u64::MAX), (u64::MAX, 10));
+    }
+
+    #[test]
+    fn raise_fd_limit_never_lowers_the_soft_limit() {
+        let p = raise_fd_limit(10, None).unwrap();
+        assert!(p.soft_after >= p.soft_before, "{p:?}");
+        assert!(p.soft_after <= p.hard, "{p:?}");
+        assert_eq!(p.wanted, 2 * 10 + FD_RESERVE);
+        assert_eq!(p.lowered, p.max_connections < 10);
+        let (soft, _) = Resource::NOFILE.get().unwrap();
+        assert!(soft >= p.soft_after);
+    }
+}

@@ -1,0 +1,87 @@
+//! The `mysql-lb` binary: flags → logging → configuration → descriptor limit → [`mysql_lb::Proxy`].
+
+use std::process::ExitCode;
+
+use anyhow::Context;
+use clap::Parser;
+use tokio_util::sync::CancellationToken;
+use tracing_subscriber::EnvFilter;
+
+use mysql_lb::config::{Cli, Config, LogFormat};
+use mysql_lb::limits::raise_fd_limit;
+use mysql_lb::Proxy;
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let mut config = match Config::load(&cli) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("mysql-lb: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    if cli.check_config {
+        println!(
+            "configuration OK: {} listener(s), {} backend(s)",
+            config.listen.len(),
+            config.backends.len()
+        );
+        return ExitCode::SUCCESS;
+    }
+    init_logging(&config);
+    match run(&mut config) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            tracing::error!("{e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn init_logging(config: &Config) {
+    // The level was validated with the config; fall back to "info" rather than logging nothing.
+    let filter = EnvFilter::try_new(&config.log_level).unwrap_or_else(|_| EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter);
+    match config.log_format {
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder.json().init(),
+    }
+}
+
+fn run(config: &mut Config) -> anyhow::Result<()> {
+    let plan = raise_fd_limit(config.max_connections, config.max_open_files)
+        .context("raising the open-files limit")?;
+    config.max_connections = plan.max_connections;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the runtime")?;
+    runtime.block_on(async {
+        let proxy = Proxy::bind(config).await?;
+        let shutdown = CancellationToken::new();
+        let signal = shutdown.clone();
+        tokio::spawn(async move {
+            wait_for_signal().await;
+            signal.cancel();
+        });
+        proxy.run(shutdown).await;
+        Ok(())
+    })
+}
+
+async fn wait_for_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    match signal(SignalKind::terminate()) {
+        Ok(mut term) => {
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = tokio::signal::ctrl_c() => {}
+            }
+        }
+        Err(e) => {
+            tracing::warn!("cannot listen for SIGTERM ({e}); only Ctrl-C stops the proxy");
+            let _ = tokio::signal::ctrl_c().await;
+        }
+    }
+    tracing::info!("signal received, shutting down");
+}

@@ -1,0 +1,386 @@
+//! Packet framing for a relay: finds logical packets in a byte stream without copying it.
+//!
+//! The relay forwards every read as it came, so it cannot own a decoded packet; instead it feeds each
+//! read through a [`PacketScanner`] that keeps the few bytes of state a packet boundary needs across
+//! reads (a split header, the first bytes of the payload for classification, the chunks of a packet
+//! of 16 MiB or more) and reports each logical packet once it has been seen whole. Nothing here
+//! allocates, and sizes are checked from the header before any payload is accepted.
+
+use thiserror::Error;
+
+/// A chunk of this size says "the logical packet continues in the next chunk".
+pub const MAX_CHUNK: usize = 0xFF_FFFF;
+/// How many leading payload bytes are kept for classification: enough for an OK packet's two
+/// length-encoded integers and its status flags, a STMT_OK header, or a column count.
+pub const PREFIX_LEN: usize = 32;
+
+/// One logical packet, reported when its last byte has been scanned.
+#[derive(Debug, Clone, Copy)]
+pub struct Packet<'a> {
+    /// Sequence id of the first chunk.
+    pub first_seq: u8,
+    /// Sequence id of the last chunk (equal to `first_seq` unless the packet was ≥ 16 MiB).
+    pub last_seq: u8,
+    /// Length of the first chunk: `MAX_CHUNK` marks a packet of 16 MiB or more.
+    pub first_chunk_len: usize,
+    /// Length of the whole logical payload.
+    pub len: u64,
+    /// The first `min(len, PREFIX_LEN)` payload bytes.
+    pub prefix: &'a [u8],
+    /// Offset of the packet's header in the buffer being scanned, when it started in that buffer.
+    pub start: Option<usize>,
+    /// Offset just past the packet's last byte in the buffer being scanned.
+    pub end: usize,
+}
+
+impl Packet<'_> {
+    /// The first payload byte (the packet type for most server packets), if any.
+    pub fn first_byte(&self) -> Option<u8> {
+        self.prefix.first().copied()
+    }
+}
+
+/// Framing errors: the stream can no longer be followed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Error)]
+pub enum FrameError {
+    #[error("packet of {len} bytes exceeds the limit of {max} bytes")]
+    TooLarge {
+        len: u64,
+        max: u64,
+        start: Option<usize>,
+    },
+    #[error("packet chunk out of order: expected sequence id {expected}, got {got}")]
+    ChunkOutOfOrder {
+        expected: u8,
+        got: u8,
+        start: Option<usize>,
+    },
+}
+
+/// Incremental scanner over one direction of a connection.
+#[derive(Debug, Clone)]
+pub struct PacketScanner {
+    max_len: u64,
+    header: [u8; 4],
+    header_len: usize,
+    /// Payload bytes left in the current chunk; meaningful while `in_payload`.
+    remaining: usize,
+    in_payload: bool,
+    chunk_len: usize,
+    /// The current chunk continues a logical packet whose earlier chunk was `MAX_CHUNK` long.
+    continuation: bool,
+    first_seq: u8,
+    last_seq: u8,
+    first_chunk_len: usize,
+    total: u64,
+    prefix: [u8; PREFIX_LEN],
+    prefix_len: usize,
+    start: Option<usize>,
+}
+
+impl PacketScanner {
+    pub fn new(max_len: u64) -> Self {
+        Self {
+            max_len,
+            header: [0; 4],
+            header_len: 0,
+            remaining: 0,
+            in_payload: false,
+            chunk_len: 0,
+            continuation: false,
+            first_seq: 0,
+            last_seq: 0,
+            first_chunk_len: 0,
+            total: 0,
+            prefix: [0; PREFIX_LEN],
+            prefix_len: 0,
+            start: None,
+        }
+    }
+
+    /// True between packets: nothing of a packet has been seen without its end.
+    pub fn at_boundary(&self) -> bool {
+        self.header_len == 0 && !self.in_payload && !self.continuation
+    }
+
+    /// Scans `buf`, calling `on_packet` for every logical packet that ends in it.
+    pub fn scan<E: From<FrameError>>(
+        &mut self,
+        buf: &[u8],
+        mut on_packet: impl FnMut(Packet<'_>) -> Result<(), E>,
+    ) -> Result<(), E> {
+        let mut pos = 0;
+        loop {
+            if !self.in_payload {
+                if pos == buf.len() {
+                    return Ok(());
+                }
+                let take = (4 - self.header_len).min(buf.len() - pos);
+                self.header[self.header_len..self.header_len + take]
+                    .copy_from_slice(&buf[pos..pos + take]);
+                let whole_header_here = self.header_len == 0 && take == 4;
+                self.header_len += take;
+                pos += take;
+                if self.header_len < 4 {
+                    return Ok(());
+                }
+                self.header_len = 0;
+                self.begin_chunk(whole_header_here.then(|| pos - 4))?;
+            }
+            let take = self.remaining.min(buf.len() - pos);
+            if self.prefix_len < PREFIX_LEN {
+                let keep = (PREFIX_LEN - self.prefix_len).min(take);
+                self.prefix[self.prefix_len..self.prefix_len + keep]
+                    .copy_from_slice(&buf[pos..pos + keep]);
+                self.prefix_len += keep;
+            }
+            self.remaining -= take;
+            pos += take;
+            if self.remaining > 0 {
+                return Ok(());
+            }
+            self.in_payload = false;
+            if self.chunk_len == MAX_CHUNK {
+                self.continuation = true;
+                continue;
+            }
+            self.continuation = false;
+            on_packet(Packet {
+                first_seq: self.first_seq,
+                last_seq: self.last_seq,
+                first_chunk_len: self.first_chunk_len,
+                len: self.total,
+                prefix: &self.prefix[..self.prefix_len],
+                start: self.start,
+                end: pos,
+            })?;
+        }
+    }
+
+    fn begin_chunk(&mut self, start: Option<usize>) -> Result<(), FrameError> {
+        let len = u32::from_le_bytes([self.header[0], self.header[1], self.header[2], 0]) as usize;
+        let seq = self.header[3];
+        if self.continuation {
+            let expected = self.last_seq.wrapping_add(1);
+            if seq != expected {
+                return Err(FrameError::ChunkOutOfOrder {
+                    expected,
+                    got: seq,
+                    start,
+                });
+            }
+            self.total += len as u64;
+        } else {
+            self.first_seq = seq;
+            self.first_chunk_len = len;
+            self.total = len as u64;
+            self.prefix_len = 0;
+            self.start = start;
+        }
+        if self.total > self.max_len {
+            return Err(FrameError::TooLarge {
+                len: self.total,
+                max: self.max_len,
+                start,
+            });
+        }
+        self.last_seq = seq;
+        self.chunk_len = len;
+        self.remaining = len;
+        self.in_payload = true;
+        Ok(())
+    }
+}
+
+/// Reads a length-encoded integer at `pos`; returns the value and the offset after it.
+pub fn lenenc_int(buf: &[u8], pos: usize) -> Option<(u64, usize)> {
+    let first = *buf.get(pos)?;
+    let width = match first {
+        0..=0xFA => return Some((u64::from(first), pos + 1)),
+        0xFC => 2,
+        0xFD => 3,
+        0xFE => 8,
+        _ => return None,
+    };
+    let bytes = buf.get(pos + 1..pos + 1 + width)?;
+    let mut value = 0u64;
+    for (i, b) in bytes.iter().enumerate() {
+        value |= u64::from(*b) << (8 * i);
+    }
+    Some((value, pos + 1 + width))
+}
+
+/// Appends a packet header for a payload of `len` bytes (`len` must be below `MAX_CHUNK`).
+pub fn header(len: usize, seq: u8) -> [u8; 4] {
+    let l = (len as u32).to_le_bytes();
+    [l[0], l[1], l[2], seq]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn packet(seq: u8, payload: &[u8]) -> Vec<u8> {
+        let mut v = header(payload.len(), seq).to_vec();
+        v.extend_from_slice(payload);
+        v
+    }
+
+    #[derive(Debug, PartialEq)]
+    struct Seen {
+        first_seq: u8,
+        last_seq: u8,
+        len: u64,
+        prefix: Vec<u8>,
+        start: Option<usize>,
+        end: usize,
+    }
+
+    fn scan_all(scanner: &mut PacketScanner, buf: &[u8]) -> Result<Vec<Seen>, FrameError> {
+        let mut seen = Vec::new();
+        scanner.scan(buf, |p| {
+            seen.push(Seen {
+                first_seq: p.first_seq,
+                last_seq: p.last_seq,
+                len: p.len,
+                prefix: p.prefix.to_vec(),
+                start: p.start,
+                end: p.end,
+            });
+            Ok::<(), FrameError>(())
+        })?;
+        Ok(seen)
+    }
+
+    #[test]
+    fn finds_each_packet_in_one_buffer() {
+        let mut stream = packet(1, b"\x01");
+        stream.extend(packet(2, b"abc"));
+        stream.extend(packet(3, b""));
+        let mut s = PacketScanner::new(1 << 30);
+        let seen = scan_all(&mut s, &stream).unwrap();
+        assert_eq!(seen.len(), 3);
+        assert_eq!(seen[1].prefix, b"abc");
+        assert_eq!(seen[1].start, Some(5));
+        assert_eq!(seen[1].end, 12);
+        assert_eq!(seen[2].len, 0);
+        assert_eq!(seen[2].end, stream.len());
+        assert!(s.at_boundary());
+    }
+
+    #[test]
+    fn same_packets_whatever_the_split() {
+        let mut stream = packet(0, &[7u8; 40]);
+        stream.extend(packet(1, b"xy"));
+        stream.extend(packet(2, b""));
+        let whole = scan_all(&mut PacketScanner::new(1 << 30), &stream).unwrap();
+        for split in 0..=stream.len() {
+            let mut s = PacketScanner::new(1 << 30);
+            let mut a = scan_all(&mut s, &stream[..split]).unwrap();
+            let b = scan_all(&mut s, &stream[split..]).unwrap();
+            let b_len = b.len();
+            a.extend(b);
+            assert_eq!(a.len(), whole.len(), "split at {split}");
+            for (x, y) in a.iter().zip(&whole) {
+                assert_eq!((x.first_seq, x.len, &x.prefix), (y.first_seq, y.len, &y.prefix));
+            }
+            assert!(s.at_boundary());
+            assert!(b_len <= 3);
+        }
+    }
+
+    #[test]
+    fn byte_at_a_time() {
+        let mut stream = packet(5, b"hello world");
+        stream.extend(packet(6, b"!"));
+        let mut s = PacketScanner::new(1 << 30);
+        let mut n = 0;
+        for b in &stream {
+            n += scan_all(&mut s, std::slice::from_ref(b)).unwrap().len();
+        }
+        assert_eq!(n, 2);
+    }
+
+    #[test]
+    fn large_packet_is_one_logical_packet() {
+        let mut stream = header(MAX_CHUNK, 3).to_vec();
+        stream.extend(std::iter::repeat_n(0xAB, MAX_CHUNK));
+        stream.extend(packet(4, b"tail"));
+        stream.extend(packet(5, b"next"));
+        let mut s = PacketScanner::new(1 << 30);
+        let seen = scan_all(&mut s, &stream).unwrap();
+        assert_eq!(seen.len(), 2);
+        assert_eq!(seen[0].first_seq, 3);
+        assert_eq!(seen[0].last_seq, 4);
+        assert_eq!(seen[0].len, MAX_CHUNK as u64 + 4);
+        assert_eq!(seen[0].prefix.len(), PREFIX_LEN);
+        assert_eq!(seen[1].prefix, b"next");
+    }
+
+    #[test]
+    fn exact_multiple_of_chunk_ends_with_empty_chunk() {
+        let mut stream = header(MAX_CHUNK, 0).to_vec();
+        stream.extend(std::iter::repeat_n(1, MAX_CHUNK));
+        let mut s = PacketScanner::new(1 << 30);
+        assert!(scan_all(&mut s, &stream).unwrap().is_empty());
+        assert!(!s.at_boundary());
+        let seen = scan_all(&mut s, &packet(1, b"")).unwrap();
+        assert_eq!(seen.len(), 1);
+        assert_eq!(seen[0].len, MAX_CHUNK as u64);
+    }
+
+    #[test]
+    fn oversized_packet_is_refused_from_its_header() {
+        let mut s = PacketScanner::new(100);
+        let mut stream = packet(0, b"ok");
+        stream.extend(header(101, 0));
+        let err = scan_all(&mut s, &stream).unwrap_err();
+        assert_eq!(
+            err,
+            FrameError::TooLarge {
+                len: 101,
+                max: 100,
+                start: Some(6)
+            }
+        );
+    }
+
+    #[test]
+    fn oversized_across_chunks_is_refused() {
+        let mut s = PacketScanner::new(MAX_CHUNK as u64 + 10);
+        let mut stream = header(MAX_CHUNK, 0).to_vec();
+        stream.extend(std::iter::repeat_n(0, MAX_CHUNK));
+        stream.extend(header(11, 1));
+        assert!(matches!(
+            scan_all(&mut s, &stream),
+            Err(FrameError::TooLarge { .. })
+        ));
+    }
+
+    #[test]
+    fn chunk_with_wrong_sequence_is_refused() {
+        let mut s = PacketScanner::new(1 << 30);
+        let mut stream = header(MAX_CHUNK, 0).to_vec();
+        stream.extend(std::iter::repeat_n(0, MAX_CHUNK));
+        stream.extend(packet(7, b""));
+        assert!(matches!(
+            scan_all(&mut s, &stream),
+            Err(FrameError::ChunkOutOfOrder {
+                expected: 1,
+                got: 7,
+                ..
+            })
+        ));
+    }
+
+    #[test]
+    fn lenenc_ints() {
+        assert_eq!(lenenc_int(&[0xFA], 0), Some((250, 1)));
+        assert_eq!(lenenc_int(&[0xFC, 1, 2], 0), Some((0x0201, 3)));
+        assert_eq!(lenenc_int(&[0xFD, 1, 2, 3], 0), Some((0x030201, 4)));
+        assert_eq!(lenenc_int(&[0xFE, 1, 0, 0, 0, 0, 0, 0, 1], 0), Some((1 | 1 << 56, 9)));
+        assert_eq!(lenenc_int(&[0xFC, 1], 0), None);
+        assert_eq!(lenenc_int(&[0xFB], 0), None);
+        assert_eq!(lenenc_int(&[], 0), None);
+    }
+}

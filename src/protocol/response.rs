@@ -1,0 +1,600 @@
+//! Command-phase tracking: which command each response answers and where it ends.
+//!
+//! Where a response ends depends on the command that asked for it (DESIGN.md §2), and clients may
+//! pipeline, so the tracker keeps a FIFO of outstanding commands. It sees both directions of one
+//! session as the relay forwards them (bytes are never held back), classifies each logical packet
+//! from its first bytes only, and yields one [`Completed`] per finished command for latency metrics.
+//! Violations it is sure of (sequence ids out of order, oversized packets, responses that cannot
+//! be parsed) are errors that say which side sent them; the relay ends the session on them.
+
+use std::collections::VecDeque;
+use std::time::{Duration, Instant};
+
+use thiserror::Error;
+
+use super::caps::{
+    Negotiated, CLIENT_DEPRECATE_EOF, MARIADB_CLIENT_PROGRESS, SERVER_MORE_RESULTS_EXISTS,
+    SERVER_STATUS_CURSOR_EXISTS,
+};
+use super::codec::{lenenc_int, FrameError, Packet, PacketScanner, MAX_CHUNK};
+
+/// Command bytes the tracker needs to tell apart.
+pub mod cmd {
+    pub const QUIT: u8 = 0x01;
+    pub const INIT_DB: u8 = 0x02;
+    pub const QUERY: u8 = 0x03;
+    pub const FIELD_LIST: u8 = 0x04;
+    pub const STATISTICS: u8 = 0x09;
+    pub const PROCESS_INFO: u8 = 0x0A;
+    pub const PROCESS_KILL: u8 = 0x0C;
+    pub const CHANGE_USER: u8 = 0x11;
+    pub const BINLOG_DUMP: u8 = 0x12;
+    pub const STMT_PREPARE: u8 = 0x16;
+    pub const STMT_EXECUTE: u8 = 0x17;
+    pub const STMT_SEND_LONG_DATA: u8 = 0x18;
+    pub const STMT_CLOSE: u8 = 0x19;
+    pub const STMT_FETCH: u8 = 0x1C;
+    pub const BINLOG_DUMP_GTID: u8 = 0x1E;
+    pub const STMT_BULK_EXECUTE: u8 = 0xFA;
+}
+
+/// The bounded set of command kinds metrics are labelled with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum CommandKind {
+    Query,
+    Prepare,
+    Execute,
+    Other,
+}
+
+impl CommandKind {
+    pub fn of(command: u8) -> Self {
+        match command {
+            cmd::QUERY => Self::Query,
+            cmd::STMT_PREPARE => Self::Prepare,
+            cmd::STMT_EXECUTE | cmd::STMT_BULK_EXECUTE | cmd::STMT_FETCH => Self::Execute,
+            _ => Self::Other,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Query => "query",
+            Self::Prepare => "prepare",
+            Self::Execute => "execute",
+            Self::Other => "other",
+        }
+    }
+
+    pub const ALL: [CommandKind; 4] = [Self::Query, Self::Prepare, Self::Execute, Self::Other];
+}
+
+/// One command answered in full.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Completed {
+    pub command: u8,
+    /// From the last byte written to the backend to the end of the response.
+    pub latency: Duration,
+    /// From the last byte written to the first response packet.
+    pub first_byte: Duration,
+}
+
+impl Completed {
+    pub fn kind(&self) -> CommandKind {
+        CommandKind::of(self.command)
+    }
+}
+
+/// What the client's bytes contained, for the relay to act on.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct ClientScan {
+    /// A COM_QUIT was seen: the client is leaving politely.
+    pub quit: bool,
+    /// Commands added to the queue by this read.
+    pub commands: usize,
+}
+
+#[derive(Debug, Error, PartialEq, Eq)]
+pub enum TrackError {
+    #[error("client: {0}")]
+    ClientFrame(FrameError),
+    #[error("backend: {0}")]
+    BackendFrame(FrameError),
+    #[error("client sent a packet with sequence id {got} where {expected} was expected")]
+    ClientOutOfOrder {
+        expected: u8,
+        got: u8,
+        start: Option<usize>,
+    },
+    #[error("backend sent a packet with sequence id {got} where {expected} was expected")]
+    BackendOutOfOrder {
+        expected: u8,
+        got: u8,
+        start: Option<usize>,
+    },
+    #[error("backend sent a malformed {what} (first byte {first:#04x})")]
+    BackendMalformed {
+        what: &'static str,
+        first: u8,
+        start: Option<usize>,
+    },
+    #[error("client pipelined more than {0} commands without reading a response")]
+    TooManyPending(usize),
+}
+
+impl TrackError {
+    /// Offset in the scanned buffer where the offending packet began, if it began there.
+    pub fn start(&self) -> Option<usize> {
+        match *self {
+            Self::ClientFrame(e) | Self::BackendFrame(e) => match e {
+                FrameError::TooLarge { start, .. } | FrameError::ChunkOutOfOrder { start, .. } => {
+                    start
+                }
+            },
+            Self::ClientOutOfOrder { start, .. }
+            | Self::BackendOutOfOrder { start, .. }
+            | Self::BackendMalformed { start, .. } => start,
+            Self::TooManyPending(_) => None,
+        }
+    }
+
+    /// True when the client's bytes were at fault.
+    pub fn is_client(&self) -> bool {
+        matches!(
+            self,
+            Self::ClientFrame(_) | Self::ClientOutOfOrder { .. } | Self::TooManyPending(_)
+        )
+    }
+}
+
+/// Generous: pipelining clients send a handful; this only bounds a misbehaving one.
+pub const MAX_PENDING: usize = 4096;
+
+/// What the next server packet of the head command can be.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Expect {
+    /// OK, ERR, LOCAL INFILE request or a result set's column count.
+    Response,
+    ColumnDefs(u64),
+    ColumnsEof,
+    Rows,
+    PrepareOk,
+    PrepareParams { left: u16, columns: u16 },
+    PrepareParamsEof { columns: u16 },
+    PrepareColumns(u16),
+    PrepareColumnsEof,
+    /// Any one packet ends it.
+    Single,
+    /// Column definitions until EOF/ERR (COM_FIELD_LIST).
+    FieldList,
+    /// Auth exchange of COM_CHANGE_USER until OK/ERR.
+    Auth,
+    /// Binlog events until EOF/ERR.
+    Binlog,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ClientMode {
+    Commands,
+    /// Streaming a LOCAL INFILE file until an empty packet.
+    Infile,
+    /// Answering COM_CHANGE_USER's auth exchange.
+    Auth,
+    /// Inside a binlog stream (semi-sync acknowledgements flow upstream).
+    Binlog,
+}
+
+#[derive(Debug, Clone)]
+struct Pending {
+    command: u8,
+    expect: Expect,
+    /// Sequence id the next packet of this exchange must carry (either direction).
+    next_seq: u8,
+    written_at: Option<Instant>,
+    first_byte_at: Option<Instant>,
+}
+
+/// Tracks one session's command phase.
+#[derive(Debug)]
+pub struct Tracker {
+    caps: Negotiated,
+    client: PacketScanner,
+    server: PacketScanner,
+    queue: VecDeque<Pending>,
+    client_mode: ClientMode,
+    /// Packets the backend sent with no command outstanding (e.g. a shutdown notice).
+    pub unsolicited: u64,
+}
+
+impl Tracker {
+    pub fn new(caps: Negotiated, max_packet_size: u64) -> Self {
+        Self {
+            caps,
+            client: PacketScanner::new(max_packet_size),
+            // The backend enforces its own max_allowed_packet; result rows may legitimately be
+            // large, so only the protocol's own limit applies to what it sends.
+            server: PacketScanner::new(u64::MAX),
+            queue: VecDeque::new(),
+            client_mode: ClientMode::Commands,
+            unsolicited: 0,
+        }
+    }
+
+    /// Commands sent and not yet fully answered.
+    pub fn pending(&self) -> usize {
+        self.queue.len()
+    }
+
+    /// True when no command is outstanding and both directions sit between packets: a safe point
+    /// to close a session or to inject a packet of our own.
+    pub fn idle(&self) -> bool {
+        self.queue.is_empty() && self.client.at_boundary() && self.server.at_boundary()
+    }
+
+    /// True when everything forwarded to the client so far ends on a packet boundary.
+    pub fn server_at_boundary(&self) -> bool {
+        self.server.at_boundary()
+    }
+
+    /// True while the client is mid-packet or mid-exchange (infile, auth, binlog).
+    pub fn client_at_command_boundary(&self) -> bool {
+        self.client.at_boundary() && self.client_mode == ClientMode::Commands
+    }
+
+    /// The sequence id a packet injected towards the client now should carry.
+    pub fn next_server_seq(&self) -> u8 {
+        self.queue.front().map_or(1, |p| p.next_seq)
+    }
+
+    /// Scans bytes read from the client (before they are written to the backend).
+    pub fn on_client(&mut self, buf: &[u8]) -> Result<ClientScan, TrackError> {
+        let mut scan = ClientScan::default();
+        let Self {
+            client,
+            queue,
+            client_mode,
+            ..
+        } = self;
+        client
+            .scan(buf, |p| Self::client_packet(queue, client_mode, &p, &mut scan))
+            // The closure never yields a backend error: a framing error here is the client's.
+            .map_err(|e| match e {
+                TrackError::BackendFrame(f) => TrackError::ClientFrame(f),
+                other => other,
+            })?;
+        Ok(scan)
+    }
+
+    fn client_packet(
+        queue: &mut VecDeque<Pending>,
+        mode: &mut ClientMode,
+        p: &Packet<'_>,
+        scan: &mut ClientScan,
+    ) -> Result<(), TrackError> {
+        match *mode {
+            ClientMode::Commands => {}
+            ClientMode::Binlog => return Ok(()),
+            ClientMode::Infile | ClientMode::Auth => {
+                let Some(head) = queue.front_mut() else {
+                    *mode = ClientMode::Commands;
+                    return Ok(());
+                };
+                if p.first_seq != head.next_seq {
+                    return Err(TrackError::ClientOutOfOrder {
+                        expected: head.next_seq,
+                        got: p.first_seq,
+                        start: p.start,
+                    });
+                }
+                head.next_seq = p.last_seq.wrapping_add(1);
+                if *mode == ClientMode::Infile && p.len == 0 {
+                    *mode = ClientMode::Commands;
+                }
+                if *mode == ClientMode::Auth {
+                    // The client answered; the server speaks next, then maybe the client again.
+                    *mode = ClientMode::Commands;
+                }
+                return Ok(());
+            }
+        }
+        if p.first_seq != 0 {
+            return Err(TrackError::ClientOutOfOrder {
+                expected: 0,
+                got: p.first_seq,
+                start: p.start,
+            });
+        }
+        // An empty packet is dispatched by the server as an unknown command: one ERR answers it.
+        let command = p.first_byte().unwrap_or(0);
+        let expect = match command {
+            cmd::QUIT => {
+                scan.quit = true;
+                return Ok(());
+            }
+            cmd::STMT_CLOSE | cmd::STMT_SEND_LONG_DATA => return Ok(()),
+            cmd::QUERY | cmd::STMT_EXECUTE | cmd::STMT_BULK_EXECUTE | cmd::PROCESS_INFO => {
+                Expect::Response
+            }
+            cmd::STMT_FETCH => Expect::Rows,
+            cmd::STMT_PREPARE => Expect::PrepareOk,
+            cmd::FIELD_LIST => Expect::FieldList,
+            cmd::CHANGE_USER => Expect::Auth,
+            cmd::BINLOG_DUMP | cmd::BINLOG_DUMP_GTID => {
+                *mode = ClientMode::Binlog;
+                Expect::Binlog
+            }
+            _ => Expect::Single,
+        };
+        if queue.len() >= MAX_PENDING {
+            return Err(TrackError::TooManyPending(MAX_PENDING));
+        }
+        queue.push_back(Pending {
+            command,
+            expect,
+            next_seq: p.last_seq.wrapping_add(1),
+            written_at: None,
+            first_byte_at: None,
+        });
+        scan.commands += 1;
+        Ok(())
+    }
+
+    /// Call once the bytes passed to [`on_client`](Self::on_client) are written to the backend.
+    pub fn on_written(&mut self, now: Instant) {
+        for p in self.queue.iter_mut().rev() {
+            if p.written_at.is_some() {
+                break;
+            }
+            p.written_at = Some(now);
+        }
+    }
+
+    /// Scans bytes read from the backend (before they are written to the client); every command
+    /// answered in full is passed to `done`.
+    pub fn on_server(
+        &mut self,
+        buf: &[u8],
+        now: Instant,
+        mut done: impl FnMut(Completed),
+    ) -> Result<(), TrackError> {
+        let Self {
+            caps,
+            server,
+            queue,
+            client_mode,
+            unsolicited,
+            ..
+        } = self;
+        let caps = *caps;
+        server.scan(buf, |p| {
+            let Some(head) = queue.front_mut() else {
+                *unsolicited += 1;
+                return Ok(());
+            };
+            if p.first_seq != head.next_seq {
+                return Err(TrackError::BackendOutOfOrder {
+                    expected: head.next_seq,
+                    got: p.first_seq,
+                    start: p.start,
+                });
+            }
+            head.next_seq = p.last_seq.wrapping_add(1);
+            if head.first_byte_at.is_none() {
+                head.first_byte_at = Some(now);
+            }
+            let finished = step(caps, head, client_mode, &p)?;
+            if finished {
+                if let Some(head) = queue.pop_front() {
+                    let written = head.written_at.unwrap_or(now);
+                    let first = head.first_byte_at.unwrap_or(now);
+                    if !matches!(head.expect, Expect::Binlog) {
+                        done(Completed {
+                            command: head.command,
+                            latency: now.saturating_duration_since(written),
+                            first_byte: first.saturating_duration_since(written),
+                        });
+                    }
+                }
+                *client_mode = match queue.front().map(|p| p.expect) {
+                    Some(Expect::Binlog) => ClientMode::Binlog,
+                    _ => ClientMode::Commands,
+                };
+            }
+            Ok(())
+        })
+    }
+}
+
+impl From<FrameError> for TrackError {
+    fn from(e: FrameError) -> Self {
+        // The scanner closures of each direction map their own; this one serves the backend side.
+        TrackError::BackendFrame(e)
+    }
+}
+
+/// Advances the head command by one server packet; returns true when the response is complete.
+fn step(
+    caps: Negotiated,
+    head: &mut Pending,
+    client_mode: &mut ClientMode,
+    p: &Packet<'_>,
+) -> Result<bool, TrackError> {
+    let deprecate_eof = caps.has(CLIENT_DEPRECATE_EOF);
+    let first = p.first_byte();
+    let malformed = |what| TrackError::BackendMalformed {
+        what,
+        first: first.unwrap_or(0),
+        start: p.start,
+    };
+    let is_terminator = first == Some(0xFE)
+        && if deprecate_eof {
+            p.first_chunk_len < MAX_CHUNK
+        } else {
+            p.len < 9
+        };
+    let is_err = first == Some(0xFF);
+    match head.expect {
+        Expect::Response => match first {
+            None => Err(malformed("empty response")),
+            Some(0x00) => Ok(!more_results(ok_status(p.prefix))),
+            Some(0xFF) => Ok(!is_progress(caps, p.prefix)),
+            Some(0xFB) => {
+                *client_mode = ClientMode::Infile;
+                Ok(false)
+            }
+            Some(0xFE) if p.len < 9 => Ok(!more_results(eof_status(p.prefix))),
+            Some(_) => match lenenc_int(p.prefix, 0) {
+                Some((n, _)) if n > 0 => {
+                    head.expect = Expect::ColumnDefs(n);
+                    Ok(false)
+                }
+                _ => Err(malformed("column count")),
+            },
+        },
+        Expect::ColumnDefs(left) => {
+            if is_err {
+                return Ok(true);
+            }
+            head.expect = match left {
+                0 | 1 if deprecate_eof => Expect::Rows,
+                0 | 1 => Expect::ColumnsEof,
+                n => Expect::ColumnDefs(n - 1),
+            };
+            Ok(false)
+        }
+        Expect::ColumnsEof => match first {
+            Some(0xFE) => {
+                let status = eof_status(p.prefix);
+                if head.command != cmd::QUERY && status & SERVER_STATUS_CURSOR_EXISTS != 0 {
+                    return Ok(true);
+                }
+                head.expect = Expect::Rows;
+                Ok(false)
+            }
+            Some(0xFF) => Ok(true),
+            _ => Err(malformed("end of column definitions")),
+        },
+        Expect::Rows => {
+            if is_err {
+                return Ok(true);
+            }
+            if !is_terminator {
+                return Ok(false);
+            }
+            let status = if deprecate_eof {
+                ok_status(p.prefix)
+            } else {
+                eof_status(p.prefix)
+            };
+            if head.command == cmd::STMT_FETCH || !more_results(status) {
+                return Ok(true);
+            }
+            head.expect = Expect::Response;
+            Ok(false)
+        }
+        Expect::PrepareOk => match first {
+            Some(0xFF) => Ok(true),
+            Some(0x00) => {
+                let (columns, params) = match (p.prefix.get(5..7), p.prefix.get(7..9)) {
+                    (Some(c), Some(pa)) => {
+                        (u16::from_le_bytes([c[0], c[1]]), u16::from_le_bytes([pa[0], pa[1]]))
+                    }
+                    _ => return Err(malformed("COM_STMT_PREPARE response")),
+                };
+                Ok(prepare_next(head, params, columns))
+            }
+            _ => Err(malformed("COM_STMT_PREPARE response")),
+        },
+        Expect::PrepareParams { left, columns } => {
+            head.expect = if left > 1 {
+                Expect::PrepareParams {
+                    left: left - 1,
+                    columns,
+                }
+            } else if deprecate_eof {
+                return Ok(prepare_next(head, 0, columns));
+            } else {
+                Expect::PrepareParamsEof { columns }
+            };
+            Ok(false)
+        }
+        Expect::PrepareParamsEof { columns } => {
+            if first != Some(0xFE) {
+                return Err(malformed("end of parameter definitions"));
+            }
+            Ok(prepare_next(head, 0, columns))
+        }
+        Expect::PrepareColumns(left) => {
+            if left > 1 {
+                head.expect = Expect::PrepareColumns(left - 1);
+                return Ok(false);
+            }
+            if deprecate_eof {
+                return Ok(true);
+            }
+            head.expect = Expect::PrepareColumnsEof;
+            Ok(false)
+        }
+        Expect::PrepareColumnsEof => {
+            if first != Some(0xFE) {
+                return Err(malformed("end of column definitions"));
+            }
+            Ok(true)
+        }
+        Expect::Single => Ok(true),
+        Expect::FieldList => Ok(is_err || is_terminator),
+        Expect::Auth => match first {
+            Some(0x00) | Some(0xFF) => Ok(true),
+            _ => {
+                *client_mode = ClientMode::Auth;
+                Ok(false)
+            }
+        },
+        Expect::Binlog => Ok(is_err || (first == Some(0xFE) && p.len < 9)),
+    }
+}
+
+/// After STMT_OK or a finished block of definitions: what comes next; true when nothing does.
+fn prepare_next(head: &mut Pending, params: u16, columns: u16) -> bool {
+    if params > 0 {
+        head.expect = Expect::PrepareParams {
+            left: params,
+            columns,
+        };
+        false
+    } else if columns > 0 {
+        head.expect = Expect::PrepareColumns(columns);
+        false
+    } else {
+        true
+    }
+}
+
+fn more_results(status: u16) -> bool {
+    status & SERVER_MORE_RESULTS_EXISTS != 0
+}
+
+/// Status flags of an OK packet (also the 0xFE-headed OK that ends a result set with
+/// CLIENT_DEPRECATE_EOF): header, affected rows, last insert id, status.
+fn ok_status(payload: &[u8]) -> u16 {
+    lenenc_int(payload, 1)
+        .and_then(|(_, pos)| lenenc_int(payload, pos))
+        .and_then(|(_, pos)| payload.get(pos..pos + 2))
+        .map_or(0, |s| u16::from_le_bytes([s[0], s[1]]))
+}
+
+/// Status flags of an EOF packet: header, warnings, status.
+fn eof_status(payload: &[u8]) -> u16 {
+    payload
+        .get(3..5)
+        .map_or(0, |s| u16::from_le_bytes([s[0], s[1]]))
+}
+
+/// MariaDB progress reports are ERR-headed packets with code 0xFFFF; they do not end a response.
+fn is_progress(caps: Negotiated, payload: &[u8]) -> bool {
+    caps.has_mariadb(MARIADB_CLIENT_PROGRESS) && payload.get(1..3) == Some(&[0xFF, 0xFF])
+}
+
+#[cfg(test)]
+#[path = "response_tests.rs"]
+mod tests;

@@ -1,0 +1,256 @@
+//! The command-phase relay: both directions of one session in one future.
+//!
+//! Each direction reads into its own reusable buffer, lets the [`Tracker`] scan the new bytes in
+//! place, and writes exactly what it read before reading again: two reads and two writes per round
+//! trip, no copy, no allocation per packet. Both directions are polled from one future (not two
+//! tasks) so the tracker needs no lock, and neither direction ever waits on the other, so a client
+//! that pipelines a large batch while the server streams a large result cannot deadlock the pair.
+
+use std::future::poll_fn;
+use std::io;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::Instant;
+
+use bytes::BytesMut;
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio_util::io::poll_read_buf;
+
+use crate::protocol::response::{Completed, TrackError, Tracker};
+
+/// Buffers start small (most sessions idle most of the time) and grow for bulk transfers.
+const INITIAL_BUF: usize = 8 * 1024;
+const MAX_BUF: usize = 256 * 1024;
+
+/// How the relay ended.
+#[derive(Debug)]
+pub enum RelayEnd {
+    /// The client closed its side; `quit` says whether it sent COM_QUIT first.
+    ClientClosed { quit: bool },
+    /// The backend closed its side. `at_boundary` says whether the client stream sits between
+    /// packets (so an ERR can still be injected), `pending` how many commands were unanswered.
+    BackendClosed { at_boundary: bool, pending: usize },
+    ClientIo(io::Error),
+    BackendIo(io::Error),
+    /// A protocol violation; everything before the offending packet was forwarded.
+    Protocol(TrackError),
+}
+
+/// Bytes moved in each direction, for metrics.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Transferred {
+    pub to_backend: u64,
+    pub from_backend: u64,
+}
+
+struct Direction {
+    buf: BytesMut,
+    written: usize,
+    eof: bool,
+    /// Set when the buffer was cut at a bad packet: once the good part is written, stop.
+    failed: Option<TrackError>,
+    bytes: u64,
+}
+
+impl Direction {
+    fn new(initial: BytesMut) -> Self {
+        let mut buf = initial;
+        if buf.capacity() < INITIAL_BUF {
+            buf.reserve(INITIAL_BUF - buf.len());
+        }
+        Self {
+            buf,
+            written: 0,
+            eof: false,
+            failed: None,
+            bytes: 0,
+        }
+    }
+}
+
+enum Step {
+    /// The source ended and everything read from it was written.
+    Eof,
+    Failed(TrackError),
+    Io(io::Error, Side),
+}
+
+#[derive(Clone, Copy)]
+enum Side {
+    Read,
+    Write,
+}
+
+/// What a direction does with its bytes besides forwarding them.
+trait Hooks {
+    /// Sees each read's bytes before they are forwarded.
+    fn scan(&mut self, buf: &[u8]) -> Result<(), TrackError>;
+    /// Runs once everything read so far has been written.
+    fn written(&mut self) {}
+}
+
+struct Upstream<'a> {
+    tracker: &'a mut Tracker,
+    quit: bool,
+}
+
+impl Hooks for Upstream<'_> {
+    fn scan(&mut self, buf: &[u8]) -> Result<(), TrackError> {
+        self.quit |= self.tracker.on_client(buf)?.quit;
+        Ok(())
+    }
+
+    fn written(&mut self) {
+        // The write of a command's last byte starts its latency clock.
+        if self.tracker.pending() > 0 {
+            self.tracker.on_written(Instant::now());
+        }
+    }
+}
+
+struct Downstream<'a, F> {
+    tracker: &'a mut Tracker,
+    record: F,
+}
+
+impl<F: FnMut(&Completed)> Hooks for Downstream<'_, F> {
+    fn scan(&mut self, buf: &[u8]) -> Result<(), TrackError> {
+        let record = &mut self.record;
+        self.tracker.on_server(buf, Instant::now(), |c| record(&c))
+    }
+}
+
+/// Moves bytes one way until the source would block or ends.
+fn poll_direction<R, W>(
+    cx: &mut Context<'_>,
+    dir: &mut Direction,
+    src: &mut R,
+    dst: &mut W,
+    hooks: &mut impl Hooks,
+) -> Poll<Step>
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin,
+{
+    loop {
+        while dir.written < dir.buf.len() {
+            match Pin::new(&mut *dst).poll_write(cx, &dir.buf[dir.written..]) {
+                Poll::Ready(Ok(0)) => {
+                    return Poll::Ready(Step::Io(io::ErrorKind::WriteZero.into(), Side::Write))
+                }
+                Poll::Ready(Ok(n)) => dir.written += n,
+                Poll::Ready(Err(e)) => return Poll::Ready(Step::Io(e, Side::Write)),
+                Poll::Pending => return Poll::Pending,
+            }
+        }
+        if !dir.buf.is_empty() {
+            hooks.written();
+            // A read that filled the buffer suggests a bulk transfer: give the next one more room.
+            let full = dir.buf.len() == dir.buf.capacity();
+            dir.buf.clear();
+            dir.written = 0;
+            if full && dir.buf.capacity() < MAX_BUF {
+                dir.buf.reserve(dir.buf.capacity() * 2);
+            }
+        }
+        if let Some(e) = dir.failed.take() {
+            return Poll::Ready(Step::Failed(e));
+        }
+        if dir.eof {
+            return Poll::Ready(Step::Eof);
+        }
+        match poll_read_buf(Pin::new(&mut *src), cx, &mut dir.buf) {
+            Poll::Ready(Ok(0)) => dir.eof = true,
+            Poll::Ready(Ok(n)) => {
+                dir.bytes += n as u64;
+                if let Err(e) = hooks.scan(&dir.buf) {
+                    dir.buf.truncate(e.start().unwrap_or(0));
+                    dir.failed = Some(e);
+                }
+            }
+            Poll::Ready(Err(e)) => return Poll::Ready(Step::Io(e, Side::Read)),
+            Poll::Pending => return Poll::Pending,
+        }
+    }
+}
+
+/// Relays the command phase until either side ends or misbehaves. `initial_client` and
+/// `initial_backend` are bytes already read during the handshake; `record` receives every
+/// completed command.
+pub async fn relay<C, B>(
+    client: &mut C,
+    backend: &mut B,
+    tracker: &mut Tracker,
+    initial_client: BytesMut,
+    initial_backend: BytesMut,
+    record: impl FnMut(&Completed),
+) -> (RelayEnd, Transferred)
+where
+    C: AsyncRead + AsyncWrite + Unpin,
+    B: AsyncRead + AsyncWrite + Unpin,
+{
+    let mut record = record;
+    let mut up = Direction::new(initial_client);
+    let mut down = Direction::new(initial_backend);
+    let mut quit = false;
+    {
+        let mut hooks = Upstream {
+            tracker: &mut *tracker,
+            quit: false,
+        };
+        prescan(&mut up, &mut hooks);
+        quit |= hooks.quit;
+        prescan(
+            &mut down,
+            &mut Downstream {
+                tracker: &mut *tracker,
+                record: &mut record,
+            },
+        );
+    }
+    let end = poll_fn(|cx| {
+        let mut hooks = Upstream {
+            tracker: &mut *tracker,
+            quit: false,
+        };
+        let step = poll_direction(cx, &mut up, client, backend, &mut hooks);
+        quit |= hooks.quit;
+        match step {
+            Poll::Ready(Step::Eof) => return Poll::Ready(RelayEnd::ClientClosed { quit }),
+            Poll::Ready(Step::Failed(e)) => return Poll::Ready(RelayEnd::Protocol(e)),
+            Poll::Ready(Step::Io(e, Side::Read)) => return Poll::Ready(RelayEnd::ClientIo(e)),
+            Poll::Ready(Step::Io(e, Side::Write)) => return Poll::Ready(RelayEnd::BackendIo(e)),
+            Poll::Pending => {}
+        }
+        let mut hooks = Downstream {
+            tracker: &mut *tracker,
+            record: &mut record,
+        };
+        match poll_direction(cx, &mut down, backend, client, &mut hooks) {
+            Poll::Ready(Step::Eof) => Poll::Ready(RelayEnd::BackendClosed {
+                at_boundary: tracker.server_at_boundary(),
+                pending: tracker.pending(),
+            }),
+            Poll::Ready(Step::Failed(e)) => Poll::Ready(RelayEnd::Protocol(e)),
+            Poll::Ready(Step::Io(e, Side::Read)) => Poll::Ready(RelayEnd::BackendIo(e)),
+            Poll::Ready(Step::Io(e, Side::Write)) => Poll::Ready(RelayEnd::ClientIo(e)),
+            Poll::Pending => Poll::Pending,
+        }
+    })
+    .await;
+    let transferred = Transferred {
+        to_backend: up.bytes,
+        from_backend: down.bytes,
+    };
+    (end, transferred)
+}
+
+/// Scans bytes that were read before the relay started (during the handshake).
+fn prescan(dir: &mut Direction, hooks: &mut impl Hooks) {
+    if !dir.buf.is_empty() {
+        if let Err(e) = hooks.scan(&dir.buf) {
+            dir.buf.truncate(e.start().unwrap_or(0));
+            dir.failed = Some(e);
+        }
+    }
+}

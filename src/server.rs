@@ -1,0 +1,191 @@
+//! Listeners, admission and session tasks.
+//!
+//! Each listener (TCP or unix socket) runs its own accept loop. Admission is a semaphore sized to
+//! `max_connections`: past it a client gets ERR 1040 at once instead of waiting, and the sessions
+//! already running are untouched. When the process runs out of descriptors `accept` fails with
+//! EMFILE; the loop then backs off briefly rather than spinning.
+
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use thiserror::Error;
+use tokio::net::{TcpListener, UnixListener};
+use tokio::sync::Semaphore;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tracing::{debug, error, info, warn, Instrument};
+
+use crate::config::ListenAddr;
+use crate::protocol::errors::code;
+use crate::session::{self, Shared};
+
+#[derive(Debug, Error)]
+pub enum ServerError {
+    #[error("cannot listen on {addr}: {source}")]
+    Bind { addr: ListenAddr, source: io::Error },
+    #[error("cannot listen on {path}: another process is accepting connections there")]
+    SocketInUse { path: PathBuf },
+}
+
+/// A bound listener.
+#[derive(Debug)]
+pub enum Listener {
+    Tcp(TcpListener),
+    Unix(UnixListener, UnixSocketFile),
+}
+
+impl Listener {
+    pub async fn bind(addr: &ListenAddr) -> Result<Self, ServerError> {
+        let bind_err = |source| ServerError::Bind {
+            addr: addr.clone(),
+            source,
+        };
+        match addr {
+            ListenAddr::Tcp(sa) => Ok(Self::Tcp(TcpListener::bind(sa).await.map_err(bind_err)?)),
+            ListenAddr::Unix(path) => {
+                remove_stale_socket(path).await?;
+                let listener = UnixListener::bind(path).map_err(bind_err)?;
+                Ok(Self::Unix(listener, UnixSocketFile(path.clone())))
+            }
+        }
+    }
+
+    /// The address actually bound (with the real port when 0 was asked for).
+    pub fn local_addr(&self) -> ListenAddr {
+        match self {
+            Self::Tcp(l) => l
+                .local_addr()
+                .map(ListenAddr::Tcp)
+                .unwrap_or_else(|_| ListenAddr::Unix(PathBuf::new())),
+            Self::Unix(_, file) => ListenAddr::Unix(file.0.clone()),
+        }
+    }
+}
+
+/// Removes the socket file when the listener goes away.
+#[derive(Debug)]
+pub struct UnixSocketFile(PathBuf);
+
+impl Drop for UnixSocketFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+/// A socket file left by a process that died is removed; one with a live listener is an error.
+async fn remove_stale_socket(path: &Path) -> Result<(), ServerError> {
+    if !path.exists() {
+        return Ok(());
+    }
+    if tokio::net::UnixStream::connect(path).await.is_ok() {
+        return Err(ServerError::SocketInUse {
+            path: path.to_owned(),
+        });
+    }
+    std::fs::remove_file(path).map_err(|source| ServerError::Bind {
+        addr: ListenAddr::Unix(path.to_owned()),
+        source,
+    })
+}
+
+/// Runs the accept loop of one listener until `shutdown`; sessions are spawned on `tasks`.
+pub async fn accept_loop(
+    listener: Listener,
+    shared: Arc<Shared>,
+    admission: Arc<Semaphore>,
+    max_connections: usize,
+    shutdown: CancellationToken,
+    tasks: TaskTracker,
+) {
+    let mut last_emfile_log: Option<Instant> = None;
+    loop {
+        let accepted = tokio::select! {
+            _ = shutdown.cancelled() => return,
+            a = accept(&listener) => a,
+        };
+        let (stream, peer) = match accepted {
+            Ok(a) => a,
+            Err(e) if is_fd_exhaustion(&e) => {
+                if last_emfile_log.is_none_or(|t| t.elapsed() > Duration::from_secs(5)) {
+                    error!("accept failed, out of file descriptors ({e}); backing off");
+                    last_emfile_log = Some(Instant::now());
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+            Err(e) => {
+                debug!("accept failed: {e}");
+                continue;
+            }
+        };
+        let Ok(permit) = Arc::clone(&admission).try_acquire_owned() else {
+            warn!(
+                client = %peer,
+                "refused: too many connections (max_connections = {max_connections})"
+            );
+            tasks.spawn(stream.refuse());
+            continue;
+        };
+        let shared = Arc::clone(&shared);
+        let span = tracing::info_span!("session", client = %peer);
+        tasks.spawn(
+            async move {
+                let reason = match stream {
+                    Accepted::Tcp(s) => session::run(shared, s, &peer).await,
+                    Accepted::Unix(s) => session::run(shared, s, &peer).await,
+                };
+                debug!(reason = reason.as_str(), "session ended");
+                drop(permit);
+            }
+            .instrument(span),
+        );
+    }
+}
+
+enum Accepted {
+    Tcp(tokio::net::TcpStream),
+    Unix(tokio::net::UnixStream),
+}
+
+impl Accepted {
+    async fn refuse(self) {
+        let message = "Too many connections";
+        match self {
+            Self::Tcp(s) => session::refuse(s, code::TOO_MANY_CONNECTIONS, message).await,
+            Self::Unix(s) => session::refuse(s, code::TOO_MANY_CONNECTIONS, message).await,
+        }
+    }
+}
+
+async fn accept(listener: &Listener) -> io::Result<(Accepted, String)> {
+    match listener {
+        Listener::Tcp(l) => {
+            let (s, peer) = l.accept().await?;
+            // Each write is a whole request or response: never hold it back for Nagle.
+            if let Err(e) = s.set_nodelay(true) {
+                debug!("TCP_NODELAY on a client socket: {e}");
+            }
+            Ok((Accepted::Tcp(s), peer.to_string()))
+        }
+        Listener::Unix(l, file) => {
+            let (s, _) = l.accept().await?;
+            Ok((Accepted::Unix(s), format!("unix:{}", file.0.display())))
+        }
+    }
+}
+
+/// EMFILE (per process) and ENFILE (system wide) on Linux.
+fn is_fd_exhaustion(e: &io::Error) -> bool {
+    const ENFILE: i32 = 23;
+    const EMFILE: i32 = 24;
+    matches!(e.raw_os_error(), Some(ENFILE | EMFILE))
+}
+
+/// Logs where the proxy listens.
+pub fn announce(listeners: &[Listener]) {
+    for l in listeners {
+        info!(address = %l.local_addr(), "listening");
+    }
+}

@@ -1,0 +1,314 @@
+//! One client connection from accept to close: choose and connect a backend, relay the connection
+//! phase, relay the command phase, and say in one log line why it ended.
+//!
+//! Every failure the client can still be told about gets a MySQL ERR packet (before the greeting:
+//! sequence id 0 and no SQLSTATE marker) whose message starts `mysql-lb:`; the rest are closed with
+//! a logged reason. Nothing here can disturb another session.
+
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
+use tracing::{debug, info, trace, warn};
+
+use crate::auth::{read_greeting, relay_connection_phase, AuthError, PatchedGreeting};
+use crate::balancer::{BackendSet, Lease};
+use crate::config::Config;
+use crate::protocol::errors::{code, err_packet, pre_greeting_err, sqlstate_for};
+use crate::protocol::response::{TrackError, Tracker};
+use crate::relay::{relay, RelayEnd};
+use crate::stream::{BackendStream, PacketReadError};
+
+/// What every session needs, shared by all of them.
+#[derive(Debug)]
+pub struct Shared {
+    pub backends: BackendSet,
+    pub connect_timeout: Duration,
+    pub handshake_timeout: Duration,
+    pub max_packet_size: u64,
+    pub max_handshake_packet_size: usize,
+}
+
+impl Shared {
+    pub fn new(config: &Config) -> Self {
+        Self {
+            backends: BackendSet::new(&config.backends, config.down_cooloff),
+            connect_timeout: config.connect_timeout,
+            handshake_timeout: config.handshake_timeout,
+            max_packet_size: config.max_packet_size,
+            max_handshake_packet_size: config.max_handshake_packet_size,
+        }
+    }
+}
+
+/// Why a session ended; the label set for disconnect metrics.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EndReason {
+    ClientQuit,
+    ClientNetwork,
+    AuthFailed,
+    BackendNetwork,
+    Malformed,
+    NoBackend,
+}
+
+impl EndReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::ClientQuit => "client_quit",
+            Self::ClientNetwork => "client_network",
+            Self::AuthFailed => "auth_failed",
+            Self::BackendNetwork => "backend_network",
+            Self::Malformed => "malformed_packet",
+            Self::NoBackend => "no_backend",
+        }
+    }
+}
+
+/// Runs one client session to its end. `peer` names the client in logs.
+pub async fn run<C>(shared: Arc<Shared>, mut client: C, peer: &str) -> EndReason
+where
+    C: AsyncRead + AsyncWrite + Unpin,
+{
+    let (lease, mut backend, greeting) = match connect_backend(&shared).await {
+        Ok(found) => found,
+        Err(tried) => {
+            let message = format!("all backends are down; tried {}", tried.join("; "));
+            warn!(client = peer, "refused: {message}");
+            send(&mut client, &pre_greeting_err(code::UNKNOWN_ERROR, &message)).await;
+            return EndReason::NoBackend;
+        }
+    };
+    let backend_name = lease.backend().name.clone();
+    let mut next_seq = 2;
+    let auth = relay_connection_phase(
+        &mut client,
+        &mut backend,
+        greeting,
+        shared.max_handshake_packet_size,
+        shared.handshake_timeout,
+        &mut next_seq,
+    )
+    .await;
+    let auth = match auth {
+        Ok(auth) => auth,
+        Err(e) => return handshake_failed(&mut client, e, next_seq, peer, &backend_name).await,
+    };
+    debug!(client = peer, backend = %backend_name, user = %auth.user, "session established");
+    let mut tracker = Tracker::new(auth.negotiated, shared.max_packet_size);
+    let stats = &lease.backend().stats;
+    let (end, moved) = relay(
+        &mut client,
+        &mut backend,
+        &mut tracker,
+        auth.client_pending,
+        auth.backend_pending,
+        |c| {
+            stats.record(c);
+            trace!(
+                backend = %backend_name,
+                command = c.command,
+                kind = c.kind().as_str(),
+                latency_us = c.latency.as_micros() as u64,
+                first_byte_us = c.first_byte.as_micros() as u64,
+                "command completed"
+            );
+        },
+    )
+    .await;
+    stats.bytes_to_backend.fetch_add(moved.to_backend, Relaxed);
+    stats.bytes_from_backend.fetch_add(moved.from_backend, Relaxed);
+    relay_ended(&mut client, end, &tracker, peer, &backend_name).await
+}
+
+/// Tries backends in the balancer's order until one greets; returns what each failed one said.
+async fn connect_backend(
+    shared: &Shared,
+) -> Result<(Lease, BackendStream, PatchedGreeting), Vec<String>> {
+    let mut tried = Vec::new();
+    for backend in shared.backends.candidates(Instant::now()) {
+        let attempt = async {
+            let mut stream = BackendStream::connect(&backend.address, shared.connect_timeout)
+                .await
+                .map_err(|e| e.to_string())?;
+            let greeting = read_greeting(&mut stream, shared.max_handshake_packet_size)
+                .await
+                .map_err(|e| e.to_string())?;
+            Ok::<_, String>((stream, greeting))
+        };
+        let result = match tokio::time::timeout(shared.connect_timeout, attempt).await {
+            Ok(r) => r,
+            Err(_) => Err(format!(
+                "no greeting within {}",
+                humantime::format_duration(shared.connect_timeout)
+            )),
+        };
+        match result {
+            Ok((stream, greeting)) => {
+                if shared.backends.mark_up(&backend) {
+                    info!(backend = %backend.name, "backend back in rotation: connect succeeded");
+                }
+                return Ok((shared.backends.lease(&backend), stream, greeting));
+            }
+            Err(reason) => {
+                if shared.backends.mark_down(&backend, Instant::now()) {
+                    warn!(backend = %backend.name, address = %backend.address, "backend marked down: {reason}");
+                }
+                tried.push(format!("{} ({}): {reason}", backend.name, backend.address));
+            }
+        }
+    }
+    if tried.is_empty() {
+        tried.push("no backend configured".to_owned());
+    }
+    Err(tried)
+}
+
+async fn handshake_failed<C: AsyncWrite + Unpin>(
+    client: &mut C,
+    e: AuthError,
+    next_seq: u8,
+    peer: &str,
+    backend: &str,
+) -> EndReason {
+    let client_err = |message: String| {
+        err_packet(
+            next_seq,
+            code::HANDSHAKE_ERROR,
+            Some(sqlstate_for(code::HANDSHAKE_ERROR)),
+            &message,
+        )
+    };
+    match e {
+        AuthError::Denied { code, ref message } => {
+            info!(client = peer, backend, code, "authentication failed: {message}");
+            EndReason::AuthFailed
+        }
+        AuthError::ClientHandshake(_)
+        | AuthError::ClientSequence(_)
+        | AuthError::ClientWantsTls
+        | AuthError::ClientRead(PacketReadError::TooLarge { .. }) => {
+            warn!(client = peer, backend, "closing: {e}");
+            send(client, &client_err(format!("Bad handshake: {e}"))).await;
+            EndReason::Malformed
+        }
+        AuthError::ClientRead(_) | AuthError::ClientWrite(_) => {
+            info!(client = peer, backend, "client left during the handshake: {e}");
+            EndReason::ClientNetwork
+        }
+        AuthError::BackendRead(_)
+        | AuthError::BackendWrite(_)
+        | AuthError::BackendGreeting(_)
+        | AuthError::BackendGreetingRead(_)
+        | AuthError::BackendRefused { .. } => {
+            warn!(client = peer, backend, "backend failed during authentication: {e}");
+            let packet = err_packet(
+                next_seq,
+                code::UNKNOWN_ERROR,
+                Some(sqlstate_for(code::UNKNOWN_ERROR)),
+                &format!("backend {backend} failed during authentication: {e}"),
+            );
+            send(client, &packet).await;
+            EndReason::BackendNetwork
+        }
+    }
+}
+
+async fn relay_ended<C: AsyncWrite + Unpin>(
+    client: &mut C,
+    end: RelayEnd,
+    tracker: &Tracker,
+    peer: &str,
+    backend: &str,
+) -> EndReason {
+    match end {
+        RelayEnd::ClientClosed { quit: true } => {
+            debug!(client = peer, backend, "client quit");
+            EndReason::ClientQuit
+        }
+        RelayEnd::ClientClosed { quit: false } => {
+            info!(client = peer, backend, "client closed the connection without COM_QUIT");
+            EndReason::ClientNetwork
+        }
+        RelayEnd::ClientIo(e) => {
+            info!(client = peer, backend, "client connection failed: {e}");
+            EndReason::ClientNetwork
+        }
+        RelayEnd::BackendClosed {
+            at_boundary,
+            pending,
+        } => {
+            if pending == 0 {
+                info!(client = peer, backend, "backend closed the idle connection");
+            } else {
+                warn!(client = peer, backend, pending, "backend closed the connection mid-response");
+                if at_boundary {
+                    let message = format!("backend {backend} closed the connection mid-response");
+                    send(client, &server_side_err(tracker, code::UNKNOWN_ERROR, &message)).await;
+                }
+            }
+            EndReason::BackendNetwork
+        }
+        RelayEnd::BackendIo(e) => {
+            warn!(client = peer, backend, "backend connection failed: {e}");
+            if tracker.pending() > 0 && tracker.server_at_boundary() {
+                let message = format!("backend {backend} connection failed: {e}");
+                send(client, &server_side_err(tracker, code::UNKNOWN_ERROR, &message)).await;
+            }
+            EndReason::BackendNetwork
+        }
+        RelayEnd::Protocol(e) => {
+            warn!(client = peer, backend, "closing: {e}");
+            let can_inject = if e.is_client() {
+                tracker.server_at_boundary()
+            } else {
+                e.start().is_some()
+            };
+            if can_inject {
+                let code = protocol_error_code(&e);
+                send(client, &server_side_err(tracker, code, &e.to_string())).await;
+            }
+            EndReason::Malformed
+        }
+    }
+}
+
+fn protocol_error_code(e: &TrackError) -> u16 {
+    use crate::protocol::codec::FrameError;
+    match e {
+        TrackError::ClientFrame(FrameError::TooLarge { .. }) => code::NET_PACKET_TOO_LARGE,
+        TrackError::ClientFrame(_) | TrackError::ClientOutOfOrder { .. } => {
+            code::NET_PACKETS_OUT_OF_ORDER
+        }
+        _ => code::UNKNOWN_ERROR,
+    }
+}
+
+/// An ERR the client reads as its current command's answer (or its next command's).
+fn server_side_err(tracker: &Tracker, code: u16, message: &str) -> Vec<u8> {
+    err_packet(
+        tracker.next_server_seq(),
+        code,
+        Some(sqlstate_for(code)),
+        message,
+    )
+}
+
+/// Best effort: the peer may already be gone, and a slow one must not hold the session open.
+async fn send<C: AsyncWrite + Unpin>(client: &mut C, packet: &[u8]) {
+    let write = async {
+        client.write_all(packet).await?;
+        client.shutdown().await
+    };
+    match tokio::time::timeout(Duration::from_secs(1), write).await {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => debug!("could not deliver an error packet: {e}"),
+        Err(_) => debug!("could not deliver an error packet: write timed out"),
+    }
+}
+
+/// Refuses a client at once (used for admission): best effort, bounded in time.
+pub async fn refuse<C: AsyncWrite + Unpin>(mut client: C, code: u16, message: &str) {
+    send(&mut client, &pre_greeting_err(code, message)).await;
+}

@@ -1,0 +1,598 @@
+//! Real MariaDB servers for the integration tests.
+//!
+//! The proxy is only as correct as what real servers accept, so tests talk to real `mariadbd`
+//! processes, not mocks. Each test binary runs `mariadb-install-db` once into a template datadir
+//! (with the `bench` user and the `sbtest`/`test` schemas already in it) and copies that template
+//! per instance, so an instance costs a directory copy plus a server start. Every process is
+//! tracked by its pid and stopped by pid, at `Drop` or at process exit — never by name, so the
+//! developer's own servers are left alone.
+#![allow(dead_code)]
+
+use std::fs;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Mutex, MutexGuard, Once, OnceLock, PoisonError};
+use std::thread;
+use std::time::{Duration, Instant};
+
+/// The account every instance has (`'bench'@'%'` and `'bench'@'localhost'`, all privileges).
+pub const BENCH_USER: &str = "bench";
+pub const BENCH_PASS: &str = "bench";
+
+/// Generous: tests share two cores with several servers.
+const READY_TIMEOUT: Duration = Duration::from_secs(60);
+const STOP_TIMEOUT: Duration = Duration::from_secs(30);
+const EXIT_STOP_TIMEOUT: Duration = Duration::from_secs(5);
+const POLL_INTERVAL: Duration = Duration::from_millis(20);
+/// A free port can be taken by someone else between our probe and the server's bind.
+const START_ATTEMPTS: usize = 5;
+/// `sun_path` holds 108 bytes including the NUL.
+const MAX_SOCKET_PATH: usize = 100;
+
+const NOT_FOUND: &str =
+    "MariaDB server not found: run scripts/install-deps.sh (apt-get install mariadb-server mariadb-client)";
+
+/// Run by `mariadb-install-db --extra-file` while it bootstraps the template. Bootstrap mode
+/// starts with the grant tables unloaded, hence the leading FLUSH PRIVILEGES.
+const SETUP_SQL: &str = "\
+FLUSH PRIVILEGES;
+CREATE USER IF NOT EXISTS 'bench'@'%' IDENTIFIED BY 'bench';
+CREATE USER IF NOT EXISTS 'bench'@'localhost' IDENTIFIED BY 'bench';
+GRANT ALL PRIVILEGES ON *.* TO 'bench'@'%' WITH GRANT OPTION;
+GRANT ALL PRIVILEGES ON *.* TO 'bench'@'localhost' WITH GRANT OPTION;
+CREATE DATABASE IF NOT EXISTS sbtest;
+CREATE DATABASE IF NOT EXISTS test;
+";
+
+/// Options shared by the template bootstrap and every server. The redo log size must match, or
+/// each start would resize it; dumping the buffer pool makes every shutdown (the bootstrap's too)
+/// take a second or more instead of ~20 ms.
+const COMMON_ARGS: [&str; 4] = [
+    "--innodb-log-file-size=16M",
+    "--innodb-buffer-pool-size=32M",
+    "--innodb-buffer-pool-dump-at-shutdown=OFF",
+    "--innodb-buffer-pool-load-at-startup=OFF",
+];
+
+/// One `mariadbd` process with its own datadir, TCP port and unix socket.
+pub struct MariaDb {
+    pub name: String,
+    pub port: u16,
+    pub socket: PathBuf,
+    pub datadir: PathBuf,
+    /// Temp dir holding the datadir, socket, pid file and stderr capture; removed on drop.
+    base: PathBuf,
+    server_id: u32,
+    child: Mutex<Option<Child>>,
+}
+
+/// Why a start attempt failed: a lost port race is retried on another port, anything else is fatal.
+enum StartError {
+    PortTaken,
+    Failed(String),
+}
+
+impl MariaDb {
+    /// Starts a fresh instance from the template datadir on a free port; blocks until it accepts
+    /// connections on both its unix socket and its TCP port.
+    pub fn start(name: &str) -> MariaDb {
+        let template = template_datadir();
+        let base = new_temp_dir(name);
+        let datadir = base.join("data");
+        copy_dir(template, &datadir);
+        let socket = base.join("mysqld.sock");
+        assert!(
+            socket.as_os_str().len() <= MAX_SOCKET_PATH,
+            "unix socket path too long for sun_path ({}); set TMPDIR to a shorter directory",
+            socket.display()
+        );
+        static SERVER_IDS: AtomicU32 = AtomicU32::new(1);
+        let mut db = MariaDb {
+            name: name.to_string(),
+            port: 0,
+            socket,
+            datadir,
+            base,
+            server_id: SERVER_IDS.fetch_add(1, Ordering::Relaxed),
+            child: Mutex::new(None),
+        };
+        for _ in 0..START_ATTEMPTS {
+            db.port = free_port();
+            match db.spawn_and_wait() {
+                Ok(()) => return db,
+                Err(StartError::PortTaken) => continue,
+                Err(StartError::Failed(msg)) => panic!("{msg}"),
+            }
+        }
+        panic!(
+            "{}: no free port after {START_ATTEMPTS} attempts; error log tail:\n{}",
+            db.name,
+            db.error_log_tail()
+        );
+    }
+
+    /// SIGTERM to our pid, wait up to 30 s, then SIGKILL. A no-op when not running.
+    pub fn stop(&mut self) {
+        let Some(mut child) = self.child_slot().take() else {
+            return;
+        };
+        let pid = child.id();
+        send_signal(pid, libc::SIGTERM);
+        let deadline = Instant::now() + STOP_TIMEOUT;
+        loop {
+            match child.try_wait() {
+                Ok(Some(_)) => break,
+                Ok(None) if Instant::now() < deadline => thread::sleep(POLL_INTERVAL),
+                _ => {
+                    // Past the deadline (or try_wait failed): make sure it is gone.
+                    if let Err(e) = child.kill().and_then(|()| child.wait().map(drop)) {
+                        panic!("{}: cannot kill mariadbd pid {pid}: {e}", self.name);
+                    }
+                    break;
+                }
+            }
+        }
+        unregister_pid(pid);
+    }
+
+    /// SIGKILL, as a crash would: no clean shutdown, clients see their connections reset.
+    pub fn kill9(&mut self) {
+        let Some(mut child) = self.child_slot().take() else {
+            return;
+        };
+        let pid = child.id();
+        if let Err(e) = child.kill().and_then(|()| child.wait().map(drop)) {
+            panic!("{}: cannot kill mariadbd pid {pid}: {e}", self.name);
+        }
+        unregister_pid(pid);
+    }
+
+    /// Stops (if running) and starts again on the same datadir, port and socket.
+    pub fn restart(&mut self) {
+        self.stop();
+        match self.spawn_and_wait() {
+            Ok(()) => {}
+            Err(StartError::PortTaken) => panic!(
+                "{}: port {} was taken while the server was down; error log tail:\n{}",
+                self.name,
+                self.port,
+                self.error_log_tail()
+            ),
+            Err(StartError::Failed(msg)) => panic!("{msg}"),
+        }
+    }
+
+    pub fn is_running(&self) -> bool {
+        match self.child_slot().as_mut() {
+            Some(child) => matches!(child.try_wait(), Ok(None)),
+            None => false,
+        }
+    }
+
+    pub fn pid(&self) -> Option<u32> {
+        self.child_slot().as_ref().map(Child::id)
+    }
+
+    pub fn tcp_addr(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+
+    /// mysql_async options for this server over TCP (see [`tcp_opts`]).
+    pub fn opts(&self, user: &str, pass: &str) -> mysql_async::Opts {
+        tcp_opts(&self.tcp_addr(), user, pass)
+    }
+
+    /// Runs SQL as root through the `mariadb` CLI over the unix socket; panics with stderr.
+    pub fn root_exec(&self, sql: &str) {
+        self.root_query(sql);
+    }
+
+    /// Like [`root_exec`](Self::root_exec), returning the output in batch form
+    /// (tab-separated, no column names).
+    pub fn root_query(&self, sql: &str) -> String {
+        let out = Command::new(&binaries().client)
+            .arg("--no-defaults")
+            .arg("--protocol=socket")
+            .arg(format!("--socket={}", self.socket.display()))
+            .args(["--user=root", "--batch", "--skip-column-names", "-e", sql])
+            .stdin(Stdio::null())
+            .output()
+            .unwrap_or_else(|e| panic!("{}: cannot run the mariadb CLI: {e}", self.name));
+        assert!(
+            out.status.success(),
+            "{}: root SQL failed ({}): {sql}\n{}",
+            self.name,
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// The last lines of the server's error log, for failure messages.
+    pub fn error_log_tail(&self) -> String {
+        let mut text = fs::read_to_string(self.datadir.join("error.log")).unwrap_or_default();
+        if let Ok(stderr) = fs::read_to_string(self.base.join("stderr.log")) {
+            text.push_str(&stderr);
+        }
+        let lines: Vec<&str> = text.lines().collect();
+        lines[lines.len().saturating_sub(30)..].join("\n")
+    }
+
+    fn child_slot(&self) -> MutexGuard<'_, Option<Child>> {
+        self.child.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn spawn_and_wait(&mut self) -> Result<(), StartError> {
+        let log_path = self.datadir.join("error.log");
+        // Only what this attempt logs tells whether its bind failed.
+        let log_offset = fs::metadata(&log_path).map(|m| m.len()).unwrap_or(0);
+        let stderr = fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.base.join("stderr.log"))
+            .unwrap_or_else(|e| panic!("{}: cannot open stderr log: {e}", self.name));
+        let mut cmd = Command::new(&binaries().mariadbd);
+        cmd.arg("--no-defaults");
+        if is_root() {
+            // mariadbd refuses to run as root unless told so explicitly.
+            cmd.arg("--user=root");
+        }
+        cmd.arg(format!("--datadir={}", self.datadir.display()))
+            .arg(format!("--port={}", self.port))
+            .arg("--bind-address=127.0.0.1")
+            .arg(format!("--socket={}", self.socket.display()))
+            .arg(format!(
+                "--pid-file={}",
+                self.base.join("mysqld.pid").display()
+            ))
+            .arg(format!("--log-error={}", log_path.display()))
+            .arg(format!("--server-id={}", self.server_id))
+            .args(COMMON_ARGS)
+            .args([
+                "--performance-schema=OFF",
+                "--skip-name-resolve",
+                "--max-connections=500",
+                "--skip-log-bin",
+                "--local-infile=1",
+                "--max-allowed-packet=64M",
+            ])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(stderr);
+        let child = cmd
+            .spawn()
+            .unwrap_or_else(|e| panic!("{}: cannot spawn mariadbd: {e}", self.name));
+        register_pid(child.id());
+        *self.child_slot() = Some(child);
+
+        let deadline = Instant::now() + READY_TIMEOUT;
+        loop {
+            if let Some(status) = self.reap_if_exited() {
+                let new_log = read_from(&log_path, log_offset);
+                if new_log.contains("Address already in use")
+                    || new_log.contains("Bind on TCP/IP port")
+                {
+                    return Err(StartError::PortTaken);
+                }
+                return Err(StartError::Failed(format!(
+                    "{}: mariadbd exited during start ({status}); error log tail:\n{}",
+                    self.name,
+                    self.error_log_tail()
+                )));
+            }
+            if greets_on_unix(&self.socket) && greets_on_tcp(self.port) {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                self.kill9();
+                return Err(StartError::Failed(format!(
+                    "{}: mariadbd not ready after {READY_TIMEOUT:?}; error log tail:\n{}",
+                    self.name,
+                    self.error_log_tail()
+                )));
+            }
+            thread::sleep(POLL_INTERVAL);
+        }
+    }
+
+    fn reap_if_exited(&mut self) -> Option<ExitStatus> {
+        let mut slot = self.child_slot();
+        let status = match slot.as_mut()?.try_wait() {
+            Ok(Some(status)) => status,
+            Ok(None) => return None,
+            Err(e) => panic!("{}: waiting for mariadbd failed: {e}", self.name),
+        };
+        if let Some(child) = slot.take() {
+            unregister_pid(child.id());
+        }
+        Some(status)
+    }
+}
+
+impl Drop for MariaDb {
+    fn drop(&mut self) {
+        self.stop();
+        if fs::remove_dir_all(&self.base).is_ok() {
+            unregister_dir(&self.base);
+        }
+    }
+}
+
+/// Two instances shared by all tests of one binary, started in parallel on first use and
+/// stopped at process exit. Tests that stop or kill a server must start their own.
+pub fn shared_pair() -> &'static [MariaDb; 2] {
+    static PAIR: OnceLock<[MariaDb; 2]> = OnceLock::new();
+    PAIR.get_or_init(|| {
+        // Bootstrap first so the two threads do not both wait on it.
+        template_datadir();
+        thread::scope(|s| {
+            let a = s.spawn(|| MariaDb::start("shared-a"));
+            let b = s.spawn(|| MariaDb::start("shared-b"));
+            let join = |h: thread::ScopedJoinHandle<'_, MariaDb>| {
+                h.join().unwrap_or_else(|e| std::panic::resume_unwind(e))
+            };
+            // Statics are never dropped: the exit hook stops these and removes their dirs.
+            [join(a), join(b)]
+        })
+    })
+}
+
+/// mysql_async options for any `host:port` (a server or the proxy). `prefer_socket` is off:
+/// otherwise mysql_async, seeing a loopback address, asks the server for `@@socket` and
+/// silently reconnects over that unix socket — bypassing whatever sits on the TCP port.
+pub fn tcp_opts(addr: &str, user: &str, pass: &str) -> mysql_async::Opts {
+    let addr: SocketAddr = addr
+        .parse()
+        .unwrap_or_else(|e| panic!("bad address {addr:?}: {e}"));
+    mysql_async::OptsBuilder::default()
+        .ip_or_hostname(addr.ip().to_string())
+        .tcp_port(addr.port())
+        .user(Some(user))
+        .pass(Some(pass))
+        .prefer_socket(false)
+        .into()
+}
+
+/// A port nobody listens on right now (the caller must cope with losing it to a race).
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .unwrap_or_else(|e| panic!("cannot find a free port: {e}"))
+}
+
+struct Binaries {
+    mariadbd: PathBuf,
+    install_db: PathBuf,
+    client: PathBuf,
+}
+
+fn binaries() -> &'static Binaries {
+    static BINARIES: OnceLock<Binaries> = OnceLock::new();
+    BINARIES.get_or_init(|| {
+        let find = |name: &str| find_binary(name).unwrap_or_else(|| panic!("{NOT_FOUND} ({name})"));
+        Binaries {
+            mariadbd: find("mariadbd"),
+            install_db: find("mariadb-install-db"),
+            client: find("mariadb"),
+        }
+    })
+}
+
+fn find_binary(name: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .chain(["/usr/sbin", "/usr/bin", "/usr/local/sbin", "/usr/local/bin"].map(PathBuf::from))
+        .map(|dir| dir.join(name))
+        .find(|p| p.is_file())
+}
+
+/// Bootstraps the template datadir once per test binary.
+fn template_datadir() -> &'static Path {
+    static TEMPLATE: OnceLock<PathBuf> = OnceLock::new();
+    TEMPLATE.get_or_init(|| {
+        let bins = binaries();
+        let base = new_temp_dir("template");
+        let setup = base.join("setup.sql");
+        fs::write(&setup, SETUP_SQL).unwrap_or_else(|e| panic!("cannot write setup SQL: {e}"));
+        let datadir = base.join("data");
+        let mut cmd = Command::new(&bins.install_db);
+        cmd.arg("--no-defaults");
+        if is_root() {
+            cmd.arg("--user=root");
+        }
+        let out = cmd
+            .arg(format!("--datadir={}", datadir.display()))
+            .arg("--auth-root-authentication-method=normal")
+            .arg("--skip-test-db")
+            .arg("--skip-name-resolve")
+            .arg(format!("--extra-file={}", setup.display()))
+            .args(COMMON_ARGS)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap_or_else(|e| panic!("cannot run mariadb-install-db: {e}"));
+        assert!(
+            out.status.success(),
+            "mariadb-install-db failed ({}):\n{}\n{}",
+            out.status,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        datadir
+    })
+}
+
+fn new_temp_dir(name: &str) -> PathBuf {
+    // Short, path-safe names keep the socket path under the sun_path limit.
+    let clean: String = name
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
+        .take(16)
+        .collect();
+    let dir = tempfile::Builder::new()
+        .prefix(&format!("mlb-{clean}-"))
+        .tempdir_in(std::env::temp_dir())
+        .unwrap_or_else(|e| panic!("cannot create a temp dir: {e}"))
+        .keep();
+    register_dir(&dir);
+    dir
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    let out = Command::new("cp")
+        .arg("-a")
+        .arg(from)
+        .arg(to)
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run cp: {e}"));
+    assert!(
+        out.status.success(),
+        "cp -a {} {} failed: {}",
+        from.display(),
+        to.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+fn read_from(path: &Path, offset: u64) -> String {
+    let text = fs::read(path).unwrap_or_default();
+    let start = usize::try_from(offset)
+        .unwrap_or(usize::MAX)
+        .min(text.len());
+    String::from_utf8_lossy(&text[start..]).into_owned()
+}
+
+/// Ready means a protocol-10 greeting: the socket exists a little before the server accepts.
+fn greets_on_unix(path: &Path) -> bool {
+    UnixStream::connect(path)
+        .map(|s| s.set_read_timeout(Some(Duration::from_secs(2))).is_ok() && reads_greeting(s))
+        .unwrap_or(false)
+}
+
+fn greets_on_tcp(port: u16) -> bool {
+    TcpStream::connect(("127.0.0.1", port))
+        .map(|s| s.set_read_timeout(Some(Duration::from_secs(2))).is_ok() && reads_greeting(s))
+        .unwrap_or(false)
+}
+
+fn reads_greeting(mut stream: impl Read) -> bool {
+    let mut head = [0u8; 5];
+    stream.read_exact(&mut head).is_ok() && head[4] == 10
+}
+
+fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    unsafe { libc::geteuid() == 0 }
+}
+
+fn send_signal(pid: u32, sig: libc::c_int) {
+    let Ok(pid) = libc::pid_t::try_from(pid) else {
+        return;
+    };
+    // SAFETY: kill(2) with a pid we spawned and have not reaped yet; no memory is involved.
+    unsafe {
+        libc::kill(pid, sig);
+    }
+}
+
+/// Pids still running and temp dirs still on disk, for the exit hook.
+struct Registry {
+    pids: Vec<u32>,
+    dirs: Vec<PathBuf>,
+}
+
+static REGISTRY: Mutex<Registry> = Mutex::new(Registry {
+    pids: Vec::new(),
+    dirs: Vec::new(),
+});
+
+fn registry() -> MutexGuard<'static, Registry> {
+    static HOOK: Once = Once::new();
+    HOOK.call_once(|| {
+        // SAFETY: registering a plain extern "C" fn that never unwinds.
+        unsafe {
+            libc::atexit(cleanup_at_exit);
+        }
+    });
+    REGISTRY.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+fn register_pid(pid: u32) {
+    registry().pids.push(pid);
+}
+
+fn unregister_pid(pid: u32) {
+    registry().pids.retain(|&p| p != pid);
+}
+
+fn register_dir(dir: &Path) {
+    let mut reg = registry();
+    if !reg.dirs.iter().any(|d| d == dir) {
+        reg.dirs.push(dir.to_path_buf());
+    }
+}
+
+fn unregister_dir(dir: &Path) {
+    registry().dirs.retain(|d| d != dir);
+}
+
+/// Static instances are never dropped, so the process's exit stops them: SIGTERM, a short wait,
+/// then SIGKILL; then the temp dirs go. Must not panic (it runs inside libc's `exit`).
+extern "C" fn cleanup_at_exit() {
+    // try_lock: a thread stuck while holding the lock must not hang the exit.
+    let (pids, dirs) = match REGISTRY.try_lock() {
+        Ok(mut reg) => (std::mem::take(&mut reg.pids), std::mem::take(&mut reg.dirs)),
+        Err(std::sync::TryLockError::Poisoned(p)) => {
+            let mut reg = p.into_inner();
+            (std::mem::take(&mut reg.pids), std::mem::take(&mut reg.dirs))
+        }
+        Err(std::sync::TryLockError::WouldBlock) => return,
+    };
+    for &pid in &pids {
+        send_signal(pid, libc::SIGTERM);
+    }
+    let deadline = Instant::now() + EXIT_STOP_TIMEOUT;
+    let mut left: Vec<u32> = pids;
+    while !left.is_empty() && Instant::now() < deadline {
+        left.retain(|&pid| !reaped(pid));
+        if !left.is_empty() {
+            thread::sleep(POLL_INTERVAL);
+        }
+    }
+    for &pid in &left {
+        send_signal(pid, libc::SIGKILL);
+        wait_blocking(pid);
+    }
+    for dir in dirs {
+        if let Err(e) = fs::remove_dir_all(&dir) {
+            // Best effort at exit; a write error to stderr is ignored on purpose.
+            let _ = writeln!(std::io::stderr(), "cannot remove {}: {e}", dir.display());
+        }
+    }
+}
+
+/// True once `pid` has exited (reaping it) or is not our child any more.
+fn reaped(pid: u32) -> bool {
+    let Ok(pid) = libc::pid_t::try_from(pid) else {
+        return true;
+    };
+    let mut status = 0;
+    // SAFETY: waitpid on a child pid with a valid status pointer.
+    let r = unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
+    r != 0
+}
+
+fn wait_blocking(pid: u32) {
+    let Ok(pid) = libc::pid_t::try_from(pid) else {
+        return;
+    };
+    let mut status = 0;
+    // SAFETY: waitpid on a child pid with a valid status pointer.
+    unsafe {
+        libc::waitpid(pid, &mut status, 0);
+    }
+}

@@ -1,0 +1,6 @@
+//! Shared test support: real MariaDB servers, a raw protocol client, and mysql-lb in-process.
+#![allow(dead_code)]
+
+pub mod mariadb;
+pub mod proxy;
+pub mod rawclient;
