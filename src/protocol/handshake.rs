@@ -3,8 +3,8 @@
 //!
 //! The handshake is forwarded byte-for-byte, never re-serialized: `mysql_common` drops capability
 //! bits it does not know (0.38 knows all 32 MySQL bits but only MariaDB's extended bits 0..=5), so a
-//! rebuilt packet would change what the two ends agree on. Patching therefore needs byte offsets, which this module
-//! computes itself.
+//! rebuilt packet would change what the two ends agree on. Patching therefore needs byte offsets,
+//! which this module computes itself.
 //!
 //! The greeting is walked by hand rather than with `mysql_common::packets::HandshakePacket`: the
 //! offsets are needed anyway, and 0.38's parser overflows an `i8` (a panic in debug builds) when
@@ -56,7 +56,7 @@ pub enum HandshakeError {
     Malformed { packet: Packet, detail: String },
 }
 
-/// A server's HandshakeV10, as read from the wire (capabilities include bits no crate knows).
+/// A server's HandshakeV10, as read from the wire (every capability bit as sent).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Greeting {
     pub protocol_version: u8,
@@ -822,7 +822,7 @@ mod tests {
 
     #[test]
     fn patch_greeting_clears_only_unsupported_bits() {
-        let all_caps = 0xFFFF_FFFF & !CLIENT_MYSQL;
+        let all_caps = !CLIENT_MYSQL;
         let mut payload = greeting("5.5.5-10.11.19-MariaDB", all_caps, 0xFFFF_FFFF, Some("x"));
         let g = patch_greeting(&mut payload).unwrap();
         for cleared in [
@@ -891,7 +891,7 @@ mod tests {
 
     #[test]
     fn patched_mariadb_greeting_differs_only_in_capability_bytes() {
-        let all_caps = 0xFFFF_FFFF & !CLIENT_MYSQL;
+        let all_caps = !CLIENT_MYSQL;
         let original = greeting(
             "5.5.5-10.11.19-MariaDB",
             all_caps,

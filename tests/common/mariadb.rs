@@ -129,9 +129,7 @@ impl MariaDb {
                 Ok(None) if Instant::now() < deadline => thread::sleep(POLL_INTERVAL),
                 _ => {
                     // Past the deadline (or try_wait failed): make sure it is gone.
-                    if let Err(e) = child.kill().and_then(|()| child.wait().map(drop)) {
-                        panic!("{}: cannot kill mariadbd pid {pid}: {e}", self.name);
-                    }
+                    kill_and_reap(&mut child, &self.name);
                     break;
                 }
             }
@@ -145,9 +143,7 @@ impl MariaDb {
             return;
         };
         let pid = child.id();
-        if let Err(e) = child.kill().and_then(|()| child.wait().map(drop)) {
-            panic!("{}: cannot kill mariadbd pid {pid}: {e}", self.name);
-        }
+        kill_and_reap(&mut child, &self.name);
         unregister_pid(pid);
     }
 
@@ -482,6 +478,13 @@ fn greets_on_tcp(port: u16) -> bool {
 fn reads_greeting(mut stream: impl Read) -> bool {
     let mut head = [0u8; 5];
     stream.read_exact(&mut head).is_ok() && head[4] == 10
+}
+
+/// SIGKILL and reap. Reports instead of panicking: it also runs from `Drop`, maybe mid-unwind.
+fn kill_and_reap(child: &mut Child, name: &str) {
+    if let Err(e) = child.kill().and_then(|()| child.wait().map(drop)) {
+        eprintln!("{name}: cannot kill mariadbd pid {}: {e}", child.id());
+    }
 }
 
 fn is_root() -> bool {
