@@ -142,7 +142,15 @@ where
             .await
             .map_err(AuthError::BackendWrite)?;
         let mut backend_buf = greeting.rest;
-        exchange(client, backend, &mut client_buf, &mut backend_buf, max, next_seq).await?;
+        exchange(
+            client,
+            backend,
+            &mut client_buf,
+            &mut backend_buf,
+            max,
+            next_seq,
+        )
+        .await?;
         Ok(Authenticated {
             negotiated,
             user: parsed.user,

@@ -78,6 +78,9 @@ mod tests {
         assert_eq!(s.commands(CommandKind::Query), 1);
         assert_eq!(s.commands(CommandKind::Other), 1);
         assert_eq!(s.total_commands(), 2);
-        assert_eq!(s.latency_sum(CommandKind::Query), Duration::from_micros(300));
+        assert_eq!(
+            s.latency_sum(CommandKind::Query),
+            Duration::from_micros(300)
+        );
     }
 }

@@ -26,10 +26,15 @@ const MAX_BUF: usize = 256 * 1024;
 #[derive(Debug)]
 pub enum RelayEnd {
     /// The client closed its side; `quit` says whether it sent COM_QUIT first.
-    ClientClosed { quit: bool },
+    ClientClosed {
+        quit: bool,
+    },
     /// The backend closed its side. `at_boundary` says whether the client stream sits between
     /// packets (so an ERR can still be injected), `pending` how many commands were unanswered.
-    BackendClosed { at_boundary: bool, pending: usize },
+    BackendClosed {
+        at_boundary: bool,
+        pending: usize,
+    },
     ClientIo(io::Error),
     BackendIo(io::Error),
     /// A protocol violation; everything before the offending packet was forwarded.

@@ -76,7 +76,11 @@ where
         Err(tried) => {
             let message = format!("all backends are down; tried {}", tried.join("; "));
             warn!(client = peer, "refused: {message}");
-            send(&mut client, &pre_greeting_err(code::UNKNOWN_ERROR, &message)).await;
+            send(
+                &mut client,
+                &pre_greeting_err(code::UNKNOWN_ERROR, &message),
+            )
+            .await;
             return EndReason::NoBackend;
         }
     };
@@ -118,7 +122,9 @@ where
     )
     .await;
     stats.bytes_to_backend.fetch_add(moved.to_backend, Relaxed);
-    stats.bytes_from_backend.fetch_add(moved.from_backend, Relaxed);
+    stats
+        .bytes_from_backend
+        .fetch_add(moved.from_backend, Relaxed);
     relay_ended(&mut client, end, &tracker, peer, &backend_name).await
 }
 
@@ -182,7 +188,10 @@ async fn handshake_failed<C: AsyncWrite + Unpin>(
     };
     match e {
         AuthError::Denied { code, ref message } => {
-            info!(client = peer, backend, code, "authentication failed: {message}");
+            info!(
+                client = peer,
+                backend, code, "authentication failed: {message}"
+            );
             EndReason::AuthFailed
         }
         AuthError::ClientHandshake(_)
@@ -194,7 +203,10 @@ async fn handshake_failed<C: AsyncWrite + Unpin>(
             EndReason::Malformed
         }
         AuthError::ClientRead(_) | AuthError::ClientWrite(_) => {
-            info!(client = peer, backend, "client left during the handshake: {e}");
+            info!(
+                client = peer,
+                backend, "client left during the handshake: {e}"
+            );
             EndReason::ClientNetwork
         }
         AuthError::BackendRead(_)
@@ -202,7 +214,10 @@ async fn handshake_failed<C: AsyncWrite + Unpin>(
         | AuthError::BackendGreeting(_)
         | AuthError::BackendGreetingRead(_)
         | AuthError::BackendRefused { .. } => {
-            warn!(client = peer, backend, "backend failed during authentication: {e}");
+            warn!(
+                client = peer,
+                backend, "backend failed during authentication: {e}"
+            );
             let packet = err_packet(
                 next_seq,
                 code::UNKNOWN_ERROR,
@@ -228,7 +243,10 @@ async fn relay_ended<C: AsyncWrite + Unpin>(
             EndReason::ClientQuit
         }
         RelayEnd::ClientClosed { quit: false } => {
-            info!(client = peer, backend, "client closed the connection without COM_QUIT");
+            info!(
+                client = peer,
+                backend, "client closed the connection without COM_QUIT"
+            );
             EndReason::ClientNetwork
         }
         RelayEnd::ClientIo(e) => {
@@ -242,10 +260,17 @@ async fn relay_ended<C: AsyncWrite + Unpin>(
             if pending == 0 {
                 info!(client = peer, backend, "backend closed the idle connection");
             } else {
-                warn!(client = peer, backend, pending, "backend closed the connection mid-response");
+                warn!(
+                    client = peer,
+                    backend, pending, "backend closed the connection mid-response"
+                );
                 if at_boundary {
                     let message = format!("backend {backend} closed the connection mid-response");
-                    send(client, &server_side_err(tracker, code::UNKNOWN_ERROR, &message)).await;
+                    send(
+                        client,
+                        &server_side_err(tracker, code::UNKNOWN_ERROR, &message),
+                    )
+                    .await;
                 }
             }
             EndReason::BackendNetwork
@@ -254,7 +279,11 @@ async fn relay_ended<C: AsyncWrite + Unpin>(
             warn!(client = peer, backend, "backend connection failed: {e}");
             if tracker.pending() > 0 && tracker.server_at_boundary() {
                 let message = format!("backend {backend} connection failed: {e}");
-                send(client, &server_side_err(tracker, code::UNKNOWN_ERROR, &message)).await;
+                send(
+                    client,
+                    &server_side_err(tracker, code::UNKNOWN_ERROR, &message),
+                )
+                .await;
             }
             EndReason::BackendNetwork
         }

@@ -40,7 +40,10 @@ impl BackendStream {
             Ok(r) => r,
             Err(_) => Err(io::Error::new(
                 io::ErrorKind::TimedOut,
-                format!("connect timed out after {}", humantime::format_duration(timeout)),
+                format!(
+                    "connect timed out after {}",
+                    humantime::format_duration(timeout)
+                ),
             )),
         }
     }

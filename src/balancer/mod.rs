@@ -168,7 +168,10 @@ mod tests {
         let s = set(3);
         let now = Instant::now();
         assert!(s.mark_down(&s.backends()[1], now));
-        assert!(!s.mark_down(&s.backends()[1], now), "already down: no second log");
+        assert!(
+            !s.mark_down(&s.backends()[1], now),
+            "already down: no second log"
+        );
         let mut firsts = Vec::new();
         for _ in 0..10 {
             let c = s.candidates(now);

@@ -282,7 +282,10 @@ mod tests {
             a.extend(b);
             assert_eq!(a.len(), whole.len(), "split at {split}");
             for (x, y) in a.iter().zip(&whole) {
-                assert_eq!((x.first_seq, x.len, &x.prefix), (y.first_seq, y.len, &y.prefix));
+                assert_eq!(
+                    (x.first_seq, x.len, &x.prefix),
+                    (y.first_seq, y.len, &y.prefix)
+                );
             }
             assert!(s.at_boundary());
             assert!(b_len <= 3);
@@ -378,7 +381,10 @@ mod tests {
         assert_eq!(lenenc_int(&[0xFA], 0), Some((250, 1)));
         assert_eq!(lenenc_int(&[0xFC, 1, 2], 0), Some((0x0201, 3)));
         assert_eq!(lenenc_int(&[0xFD, 1, 2, 3], 0), Some((0x030201, 4)));
-        assert_eq!(lenenc_int(&[0xFE, 1, 0, 0, 0, 0, 0, 0, 1], 0), Some((1 | 1 << 56, 9)));
+        assert_eq!(
+            lenenc_int(&[0xFE, 1, 0, 0, 0, 0, 0, 0, 1], 0),
+            Some((1 | 1 << 56, 9))
+        );
         assert_eq!(lenenc_int(&[0xFC, 1], 0), None);
         assert_eq!(lenenc_int(&[0xFB], 0), None);
         assert_eq!(lenenc_int(&[], 0), None);

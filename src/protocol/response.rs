@@ -159,8 +159,13 @@ enum Expect {
     ColumnsEof,
     Rows,
     PrepareOk,
-    PrepareParams { left: u16, columns: u16 },
-    PrepareParamsEof { columns: u16 },
+    PrepareParams {
+        left: u16,
+        columns: u16,
+    },
+    PrepareParamsEof {
+        columns: u16,
+    },
     PrepareColumns(u16),
     PrepareColumnsEof,
     /// Any one packet ends it.
@@ -256,7 +261,9 @@ impl Tracker {
             ..
         } = self;
         client
-            .scan(buf, |p| Self::client_packet(queue, client_mode, &p, &mut scan))
+            .scan(buf, |p| {
+                Self::client_packet(queue, client_mode, &p, &mut scan)
+            })
             // The closure never yields a backend error: a framing error here is the client's.
             .map_err(|e| match e {
                 TrackError::BackendFrame(f) => TrackError::ClientFrame(f),
@@ -496,9 +503,10 @@ fn step(
             Some(0xFF) => Ok(true),
             Some(0x00) => {
                 let (columns, params) = match (p.prefix.get(5..7), p.prefix.get(7..9)) {
-                    (Some(c), Some(pa)) => {
-                        (u16::from_le_bytes([c[0], c[1]]), u16::from_le_bytes([pa[0], pa[1]]))
-                    }
+                    (Some(c), Some(pa)) => (
+                        u16::from_le_bytes([c[0], c[1]]),
+                        u16::from_le_bytes([pa[0], pa[1]]),
+                    ),
                     _ => return Err(malformed("COM_STMT_PREPARE response")),
                 };
                 Ok(prepare_next(head, params, columns))

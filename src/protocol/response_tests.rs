@@ -9,7 +9,12 @@ const AUTOCOMMIT: u16 = 0x0002;
 
 fn caps(deprecate_eof: bool) -> Negotiated {
     Negotiated {
-        capabilities: CLIENT_PROTOCOL_41 | if deprecate_eof { CLIENT_DEPRECATE_EOF } else { 0 },
+        capabilities: CLIENT_PROTOCOL_41
+            | if deprecate_eof {
+                CLIENT_DEPRECATE_EOF
+            } else {
+                0
+            },
         mariadb_capabilities: MARIADB_CLIENT_PROGRESS,
     }
 }
@@ -59,7 +64,9 @@ fn err(seq: u8, code: u16) -> Vec<u8> {
 fn coldef(seq: u8) -> Vec<u8> {
     let mut p = vec![3];
     p.extend_from_slice(b"def");
-    p.extend_from_slice(&[0, 0, 0, 1, b'a', 1, b'a', 0x0C, 0x3F, 0, 11, 0, 0, 0, 3, 0, 0, 0, 0, 0]);
+    p.extend_from_slice(&[
+        0, 0, 0, 1, b'a', 1, b'a', 0x0C, 0x3F, 0, 11, 0, 0, 0, 3, 0, 0, 0, 0, 0,
+    ]);
     pkt(seq, &p)
 }
 
@@ -77,7 +84,13 @@ fn command(code: u8, body: &[u8]) -> Vec<u8> {
 
 /// A result set of `cols` columns and `rows` rows starting at sequence id `seq`; returns the bytes
 /// and the sequence id after it.
-fn result_set(mut seq: u8, cols: u8, rows: usize, deprecate_eof: bool, status: u16) -> (Vec<u8>, u8) {
+fn result_set(
+    mut seq: u8,
+    cols: u8,
+    rows: usize,
+    deprecate_eof: bool,
+    status: u16,
+) -> (Vec<u8>, u8) {
     let mut v = pkt(seq, &[cols]);
     seq += 1;
     for _ in 0..cols {
@@ -125,7 +138,8 @@ impl Run {
 
     fn server_res(&mut self, bytes: &[u8]) -> Result<(), TrackError> {
         let done = &mut self.done;
-        self.t.on_server(bytes, Instant::now(), |c| done.push(c.command))
+        self.t
+            .on_server(bytes, Instant::now(), |c| done.push(c.command))
     }
 
     /// Feeds server bytes one at a time, the worst split a socket can produce.
@@ -179,7 +193,7 @@ fn rows_starting_with_fe_or_fb_or_00_are_rows() {
     s.extend(eof(3, 0));
     s.extend(pkt(4, &[0xFB])); // NULL column
     s.extend(pkt(5, &[0x00])); // empty string
-    // A 0xFE-headed row is ≥ 9 bytes (8-byte length follows).
+                               // A 0xFE-headed row is ≥ 9 bytes (8-byte length follows).
     let mut big = vec![0xFE, 10, 0, 0, 0, 0, 0, 0, 0];
     big.extend_from_slice(b"0123456789");
     s.extend(pkt(6, &big));
@@ -192,7 +206,10 @@ fn rows_starting_with_fe_or_fb_or_00_are_rows() {
 #[test]
 fn multi_statements_continue_while_more_results_exists() {
     let mut r = Run::new(false);
-    r.client(&command(cmd::QUERY, b"UPDATE t SET a=1; SELECT 1; SELECT 2"));
+    r.client(&command(
+        cmd::QUERY,
+        b"UPDATE t SET a=1; SELECT 1; SELECT 2",
+    ));
     let mut s = ok_long(1, MORE);
     let (rs1, seq) = result_set(2, 1, 1, false, MORE);
     s.extend(rs1);
@@ -329,7 +346,10 @@ fn field_list_is_defs_then_eof() {
 #[test]
 fn local_infile_exchange() {
     let mut r = Run::new(false);
-    r.client(&command(cmd::QUERY, b"LOAD DATA LOCAL INFILE 'f' INTO TABLE t"));
+    r.client(&command(
+        cmd::QUERY,
+        b"LOAD DATA LOCAL INFILE 'f' INTO TABLE t",
+    ));
     let mut req = vec![0xFB];
     req.extend_from_slice(b"f");
     r.server(&pkt(1, &req));
@@ -371,7 +391,10 @@ fn pipelined_commands_are_answered_in_order() {
     let mut r = Run::new(true);
     // PREPARE then EXECUTE with statement id 0xFFFFFFFF, sent together (MariaDB Connector/C).
     let mut s = command(cmd::STMT_PREPARE, b"SELECT 1");
-    s.extend(command(cmd::STMT_EXECUTE, &[0xFF, 0xFF, 0xFF, 0xFF, 0, 1, 0, 0, 0]));
+    s.extend(command(
+        cmd::STMT_EXECUTE,
+        &[0xFF, 0xFF, 0xFF, 0xFF, 0, 1, 0, 0, 0],
+    ));
     s.extend(command(cmd::STMT_CLOSE, &[0xFF, 0xFF, 0xFF, 0xFF]));
     s.extend(command(0x0E, b""));
     assert_eq!(r.client(&s).commands, 3);
@@ -387,7 +410,10 @@ fn pipelined_commands_are_answered_in_order() {
 #[test]
 fn change_user_runs_an_auth_exchange() {
     let mut r = Run::new(false);
-    r.client(&command(cmd::CHANGE_USER, b"bench\0\x14xxxxxxxxxxxxxxxxxxxx\0"));
+    r.client(&command(
+        cmd::CHANGE_USER,
+        b"bench\0\x14xxxxxxxxxxxxxxxxxxxx\0",
+    ));
     let mut switch = vec![0xFE];
     switch.extend_from_slice(b"mysql_native_password\0abcdefghijklmnopqrst\0");
     r.server(&pkt(1, &switch));
@@ -458,7 +484,10 @@ fn large_row_over_16mib_is_classified_once() {
     s.extend(chunk);
     s.extend(pkt(4, &[b'y'; 10]));
     r.server(&s);
-    assert!(r.done.is_empty(), "a 0xFE-headed 16 MiB row is not a terminator");
+    assert!(
+        r.done.is_empty(),
+        "a 0xFE-headed 16 MiB row is not a terminator"
+    );
     r.server(&eof_ok(5, 0));
     assert_eq!(r.done, vec![cmd::QUERY]);
 }
@@ -504,7 +533,10 @@ fn client_garbage_is_a_client_error() {
 fn client_oversized_packet_is_a_client_error() {
     let mut t = Tracker::new(caps(false), 1024);
     let e = t.on_client(&header(2000, 0)).unwrap_err();
-    assert!(matches!(e, TrackError::ClientFrame(FrameError::TooLarge { .. })));
+    assert!(matches!(
+        e,
+        TrackError::ClientFrame(FrameError::TooLarge { .. })
+    ));
     assert!(e.is_client());
 }
 
@@ -532,10 +564,14 @@ fn latency_is_measured_from_write_to_last_packet() {
     let (rs, _) = result_set(1, 1, 1, false, 0);
     let mut got = Vec::new();
     let first_part = rs.len() - 9;
-    t.on_server(&rs[..first_part], t0 + Duration::from_millis(3), |c| got.push(c))
-        .unwrap();
-    t.on_server(&rs[first_part..], t0 + Duration::from_millis(10), |c| got.push(c))
-        .unwrap();
+    t.on_server(&rs[..first_part], t0 + Duration::from_millis(3), |c| {
+        got.push(c)
+    })
+    .unwrap();
+    t.on_server(&rs[first_part..], t0 + Duration::from_millis(10), |c| {
+        got.push(c)
+    })
+    .unwrap();
     assert_eq!(got.len(), 1);
     assert_eq!(got[0].latency, Duration::from_millis(10));
     assert_eq!(got[0].first_byte, Duration::from_millis(3));
