@@ -6,7 +6,7 @@
 //! without touching the process.
 
 use rlimit::Resource;
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 /// Descriptors kept free for listeners, backend health checks, logs, admin HTTP, etc.
 pub const FD_RESERVE: u64 = 64;
@@ -88,8 +88,20 @@ pub fn raise_fd_limit(
             .get()
             .map_err(|error| LimitsError::Read { error })
     };
-    let (soft_before, hard) = read()?;
+    let (soft_before, mut hard) = read()?;
     let wanted = wanted_fds(max_connections, max_open_files);
+    if wanted > hard {
+        // Raising the hard limit needs CAP_SYS_RESOURCE (root, or granted to the service); without
+        // it this fails and the plan below works within the hard limit instead.
+        match Resource::NOFILE.set(soft_before.max(hard), wanted) {
+            Ok(()) => {
+                let (_, raised) = read()?;
+                info!(from = hard, to = raised, "RLIMIT_NOFILE hard limit raised");
+                hard = raised;
+            }
+            Err(e) => debug!(hard, wanted, "cannot raise the RLIMIT_NOFILE hard limit: {e}"),
+        }
+    }
     let (target, _) = plan(max_connections, max_open_files, soft_before, hard);
     info!(
         soft = soft_before,

@@ -1,5 +1,6 @@
 //! The `mysql-lb` binary: flags → logging → configuration → descriptor limit → [`mysql_lb::Proxy`].
 
+use std::io::IsTerminal;
 use std::process::ExitCode;
 
 use anyhow::Context;
@@ -41,7 +42,10 @@ fn main() -> ExitCode {
 fn init_logging(config: &Config) {
     // The level was validated with the config; fall back to "info" rather than logging nothing.
     let filter = EnvFilter::try_new(&config.log_level).unwrap_or_else(|_| EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter);
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal());
     match config.log_format {
         LogFormat::Text => builder.init(),
         LogFormat::Json => builder.json().init(),
