@@ -12,7 +12,7 @@ use thiserror::Error;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tracing::debug;
 
-use crate::protocol::caps::Negotiated;
+use crate::protocol::caps::{self, Negotiated};
 use crate::protocol::handshake::{
     negotiate, parse_client_first, patch_client_first, patch_greeting, ClientFirst, Greeting,
     HandshakeError,
@@ -115,23 +115,22 @@ where
             return Err(AuthError::ClientSequence(response[3]));
         }
         *next_seq = 2;
-        let parsed = match parse_client_first(&response[4..]) {
+        let mut parsed = match parse_client_first(&response[4..]) {
             Ok(ClientFirst::Response(r)) => r,
             Ok(ClientFirst::SslRequest { .. }) => return Err(AuthError::ClientWantsTls),
             Err(e) => return Err(AuthError::ClientHandshake(e)),
         };
         patch_client_first(&mut response[4..]).map_err(AuthError::ClientHandshake)?;
-        let negotiated = negotiate(&greeting.greeting, &{
-            let mut forwarded = parsed.clone();
-            forwarded.capabilities &= !crate::protocol::caps::UNSUPPORTED;
-            forwarded.mariadb_capabilities &= !crate::protocol::caps::MARIADB_UNSUPPORTED;
-            forwarded
-        });
+        // From here `parsed` describes what the backend receives: the patched flags.
+        let client_caps = parsed.capabilities;
+        parsed.capabilities &= !caps::UNSUPPORTED;
+        parsed.mariadb_capabilities &= !caps::MARIADB_UNSUPPORTED;
+        let negotiated = negotiate(&greeting.greeting, &parsed);
         debug!(
             user = %parsed.user,
             database = parsed.database.as_deref().unwrap_or(""),
             plugin = parsed.auth_plugin.as_deref().unwrap_or(""),
-            client_caps = format_args!("{:#010x}", parsed.capabilities),
+            client_caps = format_args!("{:#010x}", client_caps),
             negotiated_caps = format_args!("{:#010x}", negotiated.capabilities),
             mariadb_caps = format_args!("{:#010x}", negotiated.mariadb_capabilities),
             attributes = ?parsed.attributes,

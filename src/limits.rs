@@ -99,7 +99,10 @@ pub fn raise_fd_limit(
                 info!(from = hard, to = raised, "RLIMIT_NOFILE hard limit raised");
                 hard = raised;
             }
-            Err(e) => debug!(hard, wanted, "cannot raise the RLIMIT_NOFILE hard limit: {e}"),
+            Err(e) => debug!(
+                hard,
+                wanted, "cannot raise the RLIMIT_NOFILE hard limit: {e}"
+            ),
         }
     }
     let (target, _) = plan(max_connections, max_open_files, soft_before, hard);

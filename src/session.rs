@@ -134,20 +134,28 @@ async fn connect_backend(
 ) -> Result<(Lease, BackendStream, PatchedGreeting), Vec<String>> {
     let mut tried = Vec::new();
     for backend in shared.backends.candidates(Instant::now()) {
+        // Err carries the reason and whether the backend itself is unreachable or broken (taken out
+        // of rotation) rather than alive and refusing, e.g. its own "Too many connections".
         let attempt = async {
             let mut stream = BackendStream::connect(&backend.address, shared.connect_timeout)
                 .await
-                .map_err(|e| e.to_string())?;
+                .map_err(|e| (e.to_string(), true))?;
             let greeting = read_greeting(&mut stream, shared.max_handshake_packet_size)
                 .await
-                .map_err(|e| e.to_string())?;
-            Ok::<_, String>((stream, greeting))
+                .map_err(|e| {
+                    let broken = !matches!(e, AuthError::BackendRefused { .. });
+                    (e.to_string(), broken)
+                })?;
+            Ok((stream, greeting))
         };
         let result = match tokio::time::timeout(shared.connect_timeout, attempt).await {
             Ok(r) => r,
-            Err(_) => Err(format!(
-                "no greeting within {}",
-                humantime::format_duration(shared.connect_timeout)
+            Err(_) => Err((
+                format!(
+                    "no greeting within {}",
+                    humantime::format_duration(shared.connect_timeout)
+                ),
+                true,
             )),
         };
         match result {
@@ -157,9 +165,11 @@ async fn connect_backend(
                 }
                 return Ok((shared.backends.lease(&backend), stream, greeting));
             }
-            Err(reason) => {
-                if shared.backends.mark_down(&backend, Instant::now()) {
+            Err((reason, broken)) => {
+                if broken && shared.backends.mark_down(&backend, Instant::now()) {
                     warn!(backend = %backend.name, address = %backend.address, "backend marked down: {reason}");
+                } else if !broken {
+                    info!(backend = %backend.name, "backend refused a connection: {reason}");
                 }
                 tried.push(format!("{} ({}): {reason}", backend.name, backend.address));
             }
