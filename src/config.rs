@@ -20,6 +20,7 @@ use serde::Deserialize;
 use crate::limits::FD_RESERVE;
 
 const DEFAULT_LISTEN: SocketAddr = SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 4040);
+const DEFAULT_ADMIN: SocketAddr = SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 4041);
 const DEFAULT_MAX_CONNECTIONS: usize = 10_000;
 const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 const DEFAULT_DOWN_COOLOFF: Duration = Duration::from_secs(5);
@@ -65,6 +66,9 @@ pub struct Cli {
     /// Log line format.
     #[arg(long, value_name = "FORMAT")]
     pub log_format: Option<LogFormat>,
+    /// Admin HTTP listener (/metrics, /healthz, /backends), "ip:port"; "off" disables it.
+    #[arg(long, value_name = "ADDR")]
+    pub admin_address: Option<String>,
     /// Validate the configuration and exit.
     #[arg(long)]
     pub check_config: bool,
@@ -122,6 +126,43 @@ pub struct Config {
     /// tracing `EnvFilter` directive.
     pub log_level: String,
     pub log_format: LogFormat,
+    /// Admin HTTP listener; None disables it.
+    pub admin_address: Option<SocketAddr>,
+    pub health_check: HealthCheckConfig,
+}
+
+/// Background health checks of every backend.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HealthCheckConfig {
+    /// Time between checks of one backend; zero disables checking (then a failed backend returns
+    /// to rotation after `down_cooloff`).
+    pub interval: Duration,
+    /// Budget for one check (connect, greeting, and the optional login and queries).
+    pub timeout: Duration,
+    /// Consecutive failures that take an up backend out of rotation.
+    pub fall: u32,
+    /// Consecutive successes that put a down backend back.
+    pub rise: u32,
+    /// When set, the check logs in (mysql_native_password) and runs `SELECT 1`.
+    pub user: Option<String>,
+    pub password: Option<String>,
+    /// When set (needs `user`), a replica lagging more than this, or with replication stopped,
+    /// is taken out of rotation.
+    pub max_replication_lag: Option<Duration>,
+}
+
+impl Default for HealthCheckConfig {
+    fn default() -> Self {
+        Self {
+            interval: Duration::from_secs(2),
+            timeout: Duration::from_secs(1),
+            fall: 2,
+            rise: 2,
+            user: None,
+            password: None,
+            max_replication_lag: None,
+        }
+    }
 }
 
 impl Default for Config {
@@ -138,6 +179,8 @@ impl Default for Config {
             max_handshake_packet_size: DEFAULT_MAX_HANDSHAKE_PACKET_SIZE,
             log_level: "info".to_owned(),
             log_format: LogFormat::Text,
+            admin_address: Some(DEFAULT_ADMIN),
+            health_check: HealthCheckConfig::default(),
         }
     }
 }
@@ -459,6 +502,24 @@ struct RawConfig {
     max_handshake_packet_size: Option<ByteSize>,
     #[serde(default)]
     log: RawLog,
+    admin_address: Option<String>,
+    #[serde(default)]
+    health_check: RawHealthCheck,
+}
+
+#[derive(Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawHealthCheck {
+    #[serde(default, with = "humantime_serde")]
+    interval: Option<Duration>,
+    #[serde(default, with = "humantime_serde")]
+    timeout: Option<Duration>,
+    fall: Option<u32>,
+    rise: Option<u32>,
+    user: Option<String>,
+    password: Option<String>,
+    #[serde(default, with = "humantime_serde")]
+    max_replication_lag: Option<Duration>,
 }
 
 #[derive(Default, Deserialize)]
@@ -561,8 +622,38 @@ impl RawConfig {
             max_handshake_packet_size,
             log_level: self.log.level.unwrap_or(d.log_level),
             log_format: self.log.format.unwrap_or(d.log_format),
+            admin_address: match self.admin_address {
+                None => d.admin_address,
+                Some(a) => {
+                    parse_admin_address(&a).map_err(|m| ConfigError::invalid("admin_address", m))?
+                }
+            },
+            health_check: {
+                let h = self.health_check;
+                let dh = d.health_check;
+                HealthCheckConfig {
+                    interval: h.interval.unwrap_or(dh.interval),
+                    timeout: h.timeout.unwrap_or(dh.timeout),
+                    fall: h.fall.unwrap_or(dh.fall),
+                    rise: h.rise.unwrap_or(dh.rise),
+                    user: h.user,
+                    password: h.password,
+                    max_replication_lag: h.max_replication_lag,
+                }
+            },
         })
     }
+}
+
+/// The admin listener: an IP literal with a port, or "off"/"" to disable it.
+fn parse_admin_address(s: &str) -> Result<Option<SocketAddr>, String> {
+    let s = s.trim();
+    if s.is_empty() || s.eq_ignore_ascii_case("off") {
+        return Ok(None);
+    }
+    s.parse()
+        .map(Some)
+        .map_err(|_| format!("`{s}`: expected ip:port (e.g. 127.0.0.1:4041) or \"off\""))
 }
 
 /// Flattens repeated and comma-separated flag values.
@@ -583,7 +674,8 @@ fn cli_error(flag: &str, error: impl fmt::Display) -> ConfigError {
 }
 
 /// Config key prefix -> the flag that can replace it.
-const FLAG_FOR_KEY: [(&str, &str); 7] = [
+const FLAG_FOR_KEY: [(&str, &str); 8] = [
+    ("admin_address", "--admin-address"),
     ("listen", "--proxy-address"),
     ("backends", "--proxy-backend-addresses"),
     ("max_connections", "--max-connections"),
@@ -629,6 +721,11 @@ fn apply_cli(config: &mut Config, cli: &Cli) -> Result<Vec<&'static str>, Config
     if let Some(level) = &cli.log_level {
         config.log_level.clone_from(level);
         replaced.push("log.level");
+    }
+    if let Some(a) = &cli.admin_address {
+        config.admin_address =
+            parse_admin_address(a).map_err(|m| cli_error("--admin-address", m))?;
+        replaced.push("admin_address");
     }
     if let Some(format) = cli.log_format {
         config.log_format = format;
@@ -797,6 +894,30 @@ impl Config {
             ));
         }
         check_log_filter(&self.log_level).map_err(|m| ConfigError::invalid("log.level", m))?;
+        let h = &self.health_check;
+        if h.timeout.is_zero() {
+            return Err(ConfigError::invalid("health_check.timeout", "must be > 0"));
+        }
+        if h.fall == 0 || h.rise == 0 {
+            let key = if h.fall == 0 {
+                "health_check.fall"
+            } else {
+                "health_check.rise"
+            };
+            return Err(ConfigError::invalid(key, "must be > 0"));
+        }
+        if h.password.is_some() && h.user.is_none() {
+            return Err(ConfigError::invalid(
+                "health_check.password",
+                "set health_check.user too",
+            ));
+        }
+        if h.max_replication_lag.is_some() && h.user.is_none() {
+            return Err(ConfigError::invalid(
+                "health_check.max_replication_lag",
+                "reading replication status needs a login: set health_check.user (with REPLICATION CLIENT/SLAVE MONITOR privilege)",
+            ));
+        }
         Ok(self)
     }
 }

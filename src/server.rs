@@ -18,6 +18,7 @@ use tokio_util::task::TaskTracker;
 use tracing::{debug, error, info, warn, Instrument};
 
 use crate::config::ListenAddr;
+use crate::metrics::Refusal;
 use crate::protocol::errors::code;
 use crate::session::{self, Shared};
 
@@ -125,6 +126,7 @@ pub async fn accept_loop(
                 client = %peer,
                 "refused: too many connections (max_connections = {max_connections})"
             );
+            shared.metrics.rejected(Refusal::TooManyConnections);
             tasks.spawn(stream.refuse());
             continue;
         };
@@ -132,11 +134,15 @@ pub async fn accept_loop(
         let span = tracing::info_span!("session", client = %peer);
         tasks.spawn(
             async move {
+                let metrics = Arc::clone(&shared.metrics);
+                metrics.client_connections.inc();
                 let reason = match stream {
                     Accepted::Tcp(s) => session::run(shared, s, &peer).await,
                     Accepted::Unix(s) => session::run(shared, s, &peer).await,
                 };
                 debug!(reason = reason.as_str(), "session ended");
+                metrics.disconnected(reason.as_str());
+                metrics.client_connections.dec();
                 drop(permit);
             }
             .instrument(span),

@@ -5,7 +5,6 @@
 //! sequence id 0 and no SQLSTATE marker) whose message starts `mysql-lb:`; the rest are closed with
 //! a logged reason. Nothing here can disturb another session.
 
-use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -15,6 +14,7 @@ use tracing::{debug, info, trace, warn};
 use crate::auth::{read_greeting, relay_connection_phase, AuthError, PatchedGreeting};
 use crate::balancer::{BackendSet, Lease};
 use crate::config::Config;
+use crate::metrics::{Metrics, Refusal};
 use crate::protocol::errors::{code, err_packet, pre_greeting_err, sqlstate_for};
 use crate::protocol::response::{TrackError, Tracker};
 use crate::relay::{relay, RelayEnd};
@@ -24,6 +24,7 @@ use crate::stream::{BackendStream, PacketReadError};
 #[derive(Debug)]
 pub struct Shared {
     pub backends: BackendSet,
+    pub metrics: Arc<Metrics>,
     pub connect_timeout: Duration,
     pub handshake_timeout: Duration,
     pub max_packet_size: u64,
@@ -31,9 +32,15 @@ pub struct Shared {
 }
 
 impl Shared {
-    pub fn new(config: &Config) -> Self {
+    pub fn new(config: &Config, metrics: Arc<Metrics>) -> Self {
         Self {
-            backends: BackendSet::new(&config.backends, config.down_cooloff),
+            backends: BackendSet::new(
+                &config.backends,
+                config.down_cooloff,
+                !config.health_check.interval.is_zero(),
+                &metrics,
+            ),
+            metrics,
             connect_timeout: config.connect_timeout,
             handshake_timeout: config.handshake_timeout,
             max_packet_size: config.max_packet_size,
@@ -76,6 +83,7 @@ where
         Err(tried) => {
             let message = format!("all backends are down; tried {}", tried.join("; "));
             warn!(client = peer, "refused: {message}");
+            shared.metrics.rejected(Refusal::NoBackend);
             send(
                 &mut client,
                 &pre_greeting_err(code::UNKNOWN_ERROR, &message),
@@ -121,10 +129,8 @@ where
         },
     )
     .await;
-    stats.bytes_to_backend.fetch_add(moved.to_backend, Relaxed);
-    stats
-        .bytes_from_backend
-        .fetch_add(moved.from_backend, Relaxed);
+    stats.bytes_to_backend.inc_by(moved.to_backend);
+    stats.bytes_from_backend.inc_by(moved.from_backend);
     relay_ended(&mut client, end, &tracker, peer, &backend_name).await
 }
 
@@ -134,6 +140,7 @@ async fn connect_backend(
 ) -> Result<(Lease, BackendStream, PatchedGreeting), Vec<String>> {
     let mut tried = Vec::new();
     for backend in shared.backends.candidates(Instant::now()) {
+        let started = Instant::now();
         // Err carries the reason and whether the backend itself is unreachable or broken (taken out
         // of rotation) rather than alive and refusing, e.g. its own "Too many connections".
         let attempt = async {
@@ -160,6 +167,10 @@ async fn connect_backend(
         };
         match result {
             Ok((stream, greeting)) => {
+                backend
+                    .stats
+                    .connect
+                    .observe(started.elapsed().as_secs_f64());
                 if shared.backends.mark_up(&backend) {
                     info!(backend = %backend.name, "backend back in rotation: connect succeeded");
                 }

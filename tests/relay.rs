@@ -17,13 +17,56 @@ async fn round_robin_spreads_twenty_connections_evenly() {
     let proxy = pair_proxy();
     let mut per_port = std::collections::HashMap::<u16, usize>::new();
     for _ in 0..20 {
-        let mut conn = mysql_async::Conn::new(proxy.opts("bench", "bench")).await.unwrap();
+        let mut conn = mysql_async::Conn::new(proxy.opts("bench", "bench"))
+            .await
+            .unwrap();
         let port: u16 = conn.query_first("SELECT @@port").await.unwrap().unwrap();
         *per_port.entry(port).or_default() += 1;
         conn.disconnect().await.unwrap();
     }
     for db in pair.iter() {
         let n = per_port.get(&db.port).copied().unwrap_or(0);
-        assert!((9..=11).contains(&n), "backend {} got {n} of 20: {per_port:?}", db.port);
+        assert!(
+            (9..=11).contains(&n),
+            "backend {} got {n} of 20: {per_port:?}",
+            db.port
+        );
     }
+}
+
+#[tokio::test]
+async fn metrics_endpoint_exports_per_backend_histograms() {
+    let proxy = pair_proxy();
+    let mut conn = mysql_async::Conn::new(proxy.opts("bench", "bench"))
+        .await
+        .unwrap();
+    for _ in 0..5 {
+        let one: u8 = conn.query_first("SELECT 1").await.unwrap().unwrap();
+        assert_eq!(one, 1);
+    }
+    conn.disconnect().await.unwrap();
+    let (status, body) = proxy.admin_get("/metrics");
+    assert_eq!(status, 200);
+    let queries: f64 = body
+        .lines()
+        .filter(|l| {
+            l.starts_with("mysql_lb_backend_query_duration_seconds_count{")
+                && l.contains("command=\"query\"")
+        })
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum();
+    assert!(
+        queries >= 5.0,
+        "at least our 5 queries are counted:\n{body}"
+    );
+    for b in proxy.shared.backends.backends() {
+        let series = format!("mysql_lb_backend_up{{backend=\"{}\"}} 1", b.name);
+        assert!(body.contains(&series), "missing {series}");
+    }
+    let (status, body) = proxy.admin_get("/healthz");
+    assert_eq!(status, 200, "{body}");
+    let (status, body) = proxy.admin_get("/backends");
+    assert_eq!(status, 200);
+    let json: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(json["backends"].as_array().unwrap().len(), 2, "{json}");
 }

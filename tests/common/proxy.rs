@@ -14,6 +14,8 @@ pub struct TestProxy {
     pub addr: SocketAddr,
     pub unix: Option<PathBuf>,
     pub shared: Arc<Shared>,
+    /// The admin HTTP address, when enabled.
+    pub admin: Option<SocketAddr>,
     shutdown: CancellationToken,
     thread: Option<std::thread::JoinHandle<()>>,
 }
@@ -47,6 +49,7 @@ pub fn config(backends: &[String]) -> Config {
             })
             .collect(),
         connect_timeout: Duration::from_secs(2),
+        admin_address: Some("127.0.0.1:0".parse().unwrap()),
         ..Config::default()
     }
 }
@@ -70,11 +73,12 @@ impl TestProxy {
                 .expect("proxy runtime");
             rt.block_on(async move {
                 let proxy = Proxy::bind(&config).await.expect("proxy binds");
-                tx.send((proxy.local_addrs(), proxy.shared())).unwrap();
+                tx.send((proxy.local_addrs(), proxy.shared(), proxy.admin_addr()))
+                    .unwrap();
                 proxy.run(token).await;
             });
         });
-        let (addrs, shared) = rx
+        let (addrs, shared, admin) = rx
             .recv_timeout(Duration::from_secs(30))
             .expect("proxy started");
         let mut addr = None;
@@ -90,6 +94,7 @@ impl TestProxy {
             addr: addr.expect("a TCP listener"),
             unix,
             shared,
+            admin,
             shutdown,
             thread: Some(thread),
         }
@@ -111,6 +116,30 @@ impl TestProxy {
             .iter()
             .map(|b| b.stats.total_commands())
             .sum()
+    }
+}
+
+impl TestProxy {
+    /// GET `path` from the admin endpoint: (status code, body). Plain HTTP/1.0 over a socket keeps
+    /// the tests free of an HTTP client dependency.
+    pub fn admin_get(&self, path: &str) -> (u16, String) {
+        use std::io::{Read, Write};
+        let addr = self.admin.expect("admin endpoint enabled");
+        let mut s = std::net::TcpStream::connect(addr).expect("admin connect");
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        write!(s, "GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n").unwrap();
+        let mut response = String::new();
+        s.read_to_string(&mut response).expect("admin response");
+        let status = response
+            .split_whitespace()
+            .nth(1)
+            .and_then(|c| c.parse().ok())
+            .unwrap_or(0);
+        let body = response
+            .split_once("\r\n\r\n")
+            .map(|(_, b)| b.to_owned())
+            .unwrap_or_default();
+        (status, body)
     }
 }
 

@@ -1,0 +1,146 @@
+//! The admin HTTP endpoint: `/metrics` (Prometheus text), `/healthz` and `/backends` (JSON).
+//!
+//! Served by hyper on its own listener (loopback by default), apart from the MySQL listeners, so
+//! scraping never competes with client accepts and needs no credentials on a private address.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::{Instant, UNIX_EPOCH};
+
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::body::Incoming;
+use hyper::header::{HeaderValue, CONTENT_TYPE};
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper::{Method, Request, Response, StatusCode};
+use hyper_util::rt::TokioIo;
+use serde_json::json;
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tracing::debug;
+
+use crate::metrics::quantile;
+use crate::session::Shared;
+
+/// Serves admin requests until `shutdown`.
+pub async fn serve(listener: TcpListener, shared: Arc<Shared>, shutdown: CancellationToken) {
+    let connections = TaskTracker::new();
+    loop {
+        let (stream, peer) = tokio::select! {
+            _ = shutdown.cancelled() => break,
+            accepted = listener.accept() => match accepted {
+                Ok(a) => a,
+                Err(e) => {
+                    debug!("admin accept failed: {e}");
+                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+        };
+        let shared = Arc::clone(&shared);
+        let shutdown = shutdown.clone();
+        connections.spawn(async move {
+            let service = service_fn(move |req| {
+                let shared = Arc::clone(&shared);
+                async move { Ok::<_, Infallible>(route(&shared, &req)) }
+            });
+            let conn = http1::Builder::new().serve_connection(TokioIo::new(stream), service);
+            tokio::pin!(conn);
+            tokio::select! {
+                r = conn.as_mut() => if let Err(e) = r {
+                    debug!(client = %peer, "admin connection: {e}");
+                },
+                _ = shutdown.cancelled() => conn.as_mut().graceful_shutdown(),
+            }
+        });
+    }
+    connections.close();
+    connections.wait().await;
+}
+
+fn route(shared: &Shared, req: &Request<Incoming>) -> Response<Full<Bytes>> {
+    if req.method() != Method::GET && req.method() != Method::HEAD {
+        return text(StatusCode::METHOD_NOT_ALLOWED, "only GET\n");
+    }
+    match req.uri().path() {
+        "/metrics" => {
+            let mut r = Response::new(Full::new(Bytes::from(shared.metrics.render())));
+            r.headers_mut().insert(
+                CONTENT_TYPE,
+                HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
+            );
+            r
+        }
+        "/healthz" => {
+            let now = Instant::now();
+            let up = shared
+                .backends
+                .backends()
+                .iter()
+                .filter(|b| shared.backends.is_up(b, now))
+                .count();
+            if up > 0 {
+                text(StatusCode::OK, &format!("ok: {up} backend(s) up\n"))
+            } else {
+                text(StatusCode::SERVICE_UNAVAILABLE, "no backend is up\n")
+            }
+        }
+        "/backends" => {
+            let mut r = Response::new(Full::new(Bytes::from(backends_json(shared).to_string())));
+            r.headers_mut()
+                .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+            r
+        }
+        _ => text(
+            StatusCode::NOT_FOUND,
+            "not found; try /metrics, /healthz or /backends\n",
+        ),
+    }
+}
+
+fn text(status: StatusCode, body: &str) -> Response<Full<Bytes>> {
+    let mut r = Response::new(Full::new(Bytes::from(body.to_owned())));
+    *r.status_mut() = status;
+    r.headers_mut().insert(
+        CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    r
+}
+
+/// Each backend's state, connections, last check and latency quantiles (since start, estimated
+/// from the histogram buckets).
+pub fn backends_json(shared: &Shared) -> serde_json::Value {
+    let now = Instant::now();
+    let list: Vec<_> = shared
+        .backends
+        .backends()
+        .iter()
+        .map(|b| {
+            let buckets = b.stats.latency_buckets();
+            let check = b.last_check().map(|c| {
+                json!({
+                    "ok": c.error.is_none(),
+                    "error": c.error,
+                    "at_unix_ms": c.at.duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0),
+                })
+            });
+            json!({
+                "name": b.name,
+                "address": b.address.to_string(),
+                "state": if shared.backends.is_up(b, now) { "up" } else { "down" },
+                "weight": b.weight,
+                "active_connections": b.active(),
+                "total_connections": b.stats.connections_total.get(),
+                "connect_errors": b.stats.connect_errors.get(),
+                "commands": b.stats.total_commands(),
+                "latency_p50_seconds": quantile(&buckets, 0.50),
+                "latency_p99_seconds": quantile(&buckets, 0.99),
+                "last_check": check,
+            })
+        })
+        .collect();
+    json!({ "backends": list })
+}
