@@ -205,6 +205,8 @@ impl BackendSet {
             backend.passes.store(0, Relaxed);
             let failures = backend.failures.fetch_add(1, Relaxed).saturating_add(1);
             if failures >= fall && backend.set_down(true) {
+                // Only passing checks bring it back, never a cool-off.
+                backend.down_until.store(u64::MAX, Relaxed);
                 return Some(Transition::WentDown);
             }
         }
