@@ -128,6 +128,9 @@ pub struct Config {
     pub log_format: LogFormat,
     /// Admin HTTP listener; None disables it.
     pub admin_address: Option<SocketAddr>,
+    /// Record each command's latency in the per-backend histograms (on by default; off only to
+    /// measure what recording costs).
+    pub record_latency: bool,
     pub health_check: HealthCheckConfig,
 }
 
@@ -180,6 +183,7 @@ impl Default for Config {
             log_level: "info".to_owned(),
             log_format: LogFormat::Text,
             admin_address: Some(DEFAULT_ADMIN),
+            record_latency: true,
             health_check: HealthCheckConfig::default(),
         }
     }
@@ -503,6 +507,7 @@ struct RawConfig {
     #[serde(default)]
     log: RawLog,
     admin_address: Option<String>,
+    record_latency: Option<bool>,
     #[serde(default)]
     health_check: RawHealthCheck,
 }
@@ -628,6 +633,7 @@ impl RawConfig {
                     parse_admin_address(&a).map_err(|m| ConfigError::invalid("admin_address", m))?
                 }
             },
+            record_latency: self.record_latency.unwrap_or(d.record_latency),
             health_check: {
                 let h = self.health_check;
                 let dh = d.health_check;

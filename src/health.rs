@@ -1,8 +1,848 @@
-//! Placeholder while the health checker is written (helper); replaced by the real module.
+//! Background health checks: each backend is probed on its own schedule and taken out of rotation
+//! after `fall` consecutive failures, put back after `rise` consecutive passes.
+//!
+//! A check is a short client session of its own rather than a TCP probe, because a server that
+//! accepts connections can still be unusable: it may never greet (hung), refuse logins, or be a
+//! replica whose replication stopped or fell behind. The monitor speaks just enough of the
+//! protocol for that — mysql_native_password login, text queries, a small bounded result-set
+//! reader — so no client library (and no connection pool) sits in the proxy. Every byte read is
+//! bounded: a check never trusts a length or a row count from the server.
+//!
+//! The wire parts are plain functions over payloads (unit-tested below); [`check_backend`] strings
+//! them together under one overall timeout that names the stage it interrupted.
+
+use std::fmt;
 use std::sync::Arc;
-pub async fn run(
-    _shared: Arc<crate::session::Shared>,
-    _cfg: crate::config::HealthCheckConfig,
-    _shutdown: tokio_util::sync::CancellationToken,
+use std::time::Duration;
+
+use bytes::BytesMut;
+use mysql_common::auth::plugins::mysql_native_password::scramble_native;
+use thiserror::Error;
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
+use tokio::time::{Instant, MissedTickBehavior};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tracing::{debug, info, warn};
+
+use crate::balancer::{Backend, Transition};
+use crate::config::{BackendAddr, HealthCheckConfig};
+use crate::protocol::caps;
+use crate::protocol::codec::{header, lenenc_int};
+use crate::protocol::handshake::{parse_greeting, HandshakeError};
+use crate::session::Shared;
+use crate::stream::{read_packet, BackendStream, PacketReadError};
+
+/// Largest packet a check accepts; status rows are a few KiB.
+const MAX_PACKET: usize = 1 << 20;
+/// Result sets the monitor reads are one row (or one per replication channel).
+const MAX_ROWS: usize = 64;
+const MAX_COLUMNS: usize = 512;
+const NATIVE_PLUGIN: &str = "mysql_native_password";
+/// utf8mb4_general_ci: the replies are ASCII either way.
+const CHARSET: u8 = 45;
+const COM_QUIT: u8 = 0x01;
+const COM_QUERY: u8 = 0x03;
+/// ER_PARSE_ERROR: the server does not know `SHOW REPLICA STATUS` (MariaDB < 10.5, MySQL < 8.0.22).
+const ER_PARSE_ERROR: u16 = 1064;
+
+const SELECT_1: &str = "SELECT 1";
+const SHOW_REPLICA_STATUS: &str = "SHOW REPLICA STATUS";
+const SHOW_SLAVE_STATUS: &str = "SHOW SLAVE STATUS";
+
+/// Column names in MariaDB and MySQL < 8.0.22, then MySQL's newer ones.
+const IO_RUNNING: [&str; 2] = ["Slave_IO_Running", "Replica_IO_Running"];
+const SQL_RUNNING: [&str; 2] = ["Slave_SQL_Running", "Replica_SQL_Running"];
+const SECONDS_BEHIND: [&str; 2] = ["Seconds_Behind_Master", "Seconds_Behind_Source"];
+
+/// A passed check.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct CheckOk {
+    /// Set when replication was checked and the server is a replica.
+    pub replication_lag: Option<Duration>,
+}
+
+/// Where a check was when it failed or ran out of time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stage {
+    Connect,
+    Greeting,
+    Login,
+    Query(&'static str),
+}
+
+impl fmt::Display for Stage {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Stage::Connect => f.write_str("connect"),
+            Stage::Greeting => f.write_str("greeting"),
+            Stage::Login => f.write_str("login as monitor"),
+            Stage::Query(q) => f.write_str(q),
+        }
+    }
+}
+
+/// Why a check failed; the message is what the backend status and the "down" log line show.
+#[derive(Debug, Error)]
+pub enum CheckError {
+    #[error("connect: {0}")]
+    Connect(std::io::Error),
+    #[error("greeting: {0}")]
+    Greeting(HandshakeError),
+    #[error("{stage}: no answer within {}", humantime::format_duration(*after))]
+    TimedOut { stage: Stage, after: Duration },
+    #[error("{stage}: {source}")]
+    Io {
+        stage: Stage,
+        source: PacketReadError,
+    },
+    #[error("greeting: server lacks {0}, which the monitor needs")]
+    OldServer(&'static str),
+    #[error("login as monitor: {code} {message}")]
+    Denied { code: u16, message: String },
+    #[error(
+        "login as monitor: the account uses {0}; the monitor user must use mysql_native_password"
+    )]
+    UnsupportedPlugin(String),
+    #[error("{stage}: unexpected packet (first byte {first:#04x})")]
+    Unexpected { stage: Stage, first: u8 },
+    #[error("{query}: {code} {message}")]
+    QueryFailed {
+        query: &'static str,
+        code: u16,
+        message: String,
+    },
+    #[error("{query}: malformed result: {detail}")]
+    BadResult { query: &'static str, detail: String },
+    #[error("replication stopped ({column}={value})")]
+    ReplicationStopped { column: String, value: String },
+    #[error("replication lag unknown ({column} is NULL)")]
+    LagUnknown { column: String },
+    #[error(
+        "replication lag {} exceeds {}",
+        humantime::format_duration(*lag),
+        humantime::format_duration(*limit)
+    )]
+    LagTooHigh { lag: Duration, limit: Duration },
+}
+
+/// Checks every backend every `cfg.interval` until `shutdown`; returns at once if interval is zero.
+///
+/// One task per backend so a hung server delays only its own checks; start times are spread over
+/// one interval so a large set does not open all its connections in the same instant.
+pub async fn run(shared: Arc<Shared>, cfg: HealthCheckConfig, shutdown: CancellationToken) {
+    if cfg.interval.is_zero() {
+        return;
+    }
+    let cfg = Arc::new(cfg);
+    let tasks = TaskTracker::new();
+    let backends = shared.backends.backends();
+    let count = u32::try_from(backends.len()).unwrap_or(u32::MAX).max(1);
+    let start = Instant::now();
+    for (i, backend) in (0u32..).zip(backends) {
+        let first = start + cfg.interval * i / count;
+        tasks.spawn(check_loop(
+            Arc::clone(&shared),
+            Arc::clone(backend),
+            Arc::clone(&cfg),
+            first,
+            shutdown.clone(),
+        ));
+    }
+    tasks.close();
+    tasks.wait().await;
+}
+
+async fn check_loop(
+    shared: Arc<Shared>,
+    backend: Arc<Backend>,
+    cfg: Arc<HealthCheckConfig>,
+    first: Instant,
+    shutdown: CancellationToken,
 ) {
+    let mut ticks = tokio::time::interval_at(first, cfg.interval);
+    // A slow check pushes the next one back rather than firing a burst to catch up.
+    ticks.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = ticks.tick() => {}
+        }
+        let result = tokio::select! {
+            _ = shutdown.cancelled() => return,
+            r = check_backend(&backend.address, &cfg) => r,
+        };
+        let error = match result {
+            Ok(ok) => {
+                debug!(backend = %backend.name, lag = ?ok.replication_lag, "health check passed");
+                None
+            }
+            Err(e) => {
+                debug!(backend = %backend.name, error = %e, "health check failed");
+                Some(e.to_string())
+            }
+        };
+        let reason = error.clone();
+        match shared
+            .backends
+            .record_check(&backend, error, cfg.fall, cfg.rise)
+        {
+            Some(Transition::WentDown) => warn!(
+                backend = %backend.name,
+                reason = reason.as_deref().unwrap_or(""),
+                "backend down: {} failed health checks in a row", cfg.fall
+            ),
+            Some(Transition::CameUp) => info!(
+                backend = %backend.name,
+                "backend up: {} passed health checks in a row", cfg.rise
+            ),
+            None => {}
+        }
+    }
+}
+
+/// One check of one backend: connect and read the greeting; with `cfg.user`, log in and run
+/// `SELECT 1`; with `cfg.max_replication_lag`, also judge replication (a server that is not a
+/// replica passes). Everything together must finish within `cfg.timeout`.
+pub async fn check_backend(
+    address: &BackendAddr,
+    cfg: &HealthCheckConfig,
+) -> Result<CheckOk, CheckError> {
+    let mut stage = Stage::Connect;
+    let outcome = tokio::time::timeout(cfg.timeout, check_stages(address, cfg, &mut stage)).await;
+    match outcome {
+        Ok(result) => result,
+        Err(_) => Err(CheckError::TimedOut {
+            stage,
+            after: cfg.timeout,
+        }),
+    }
+}
+
+async fn check_stages(
+    address: &BackendAddr,
+    cfg: &HealthCheckConfig,
+    stage: &mut Stage,
+) -> Result<CheckOk, CheckError> {
+    let mut stream = BackendStream::connect(address, cfg.timeout)
+        .await
+        .map_err(CheckError::Connect)?;
+    *stage = Stage::Greeting;
+    let mut conn = Conn {
+        stream: &mut stream,
+        buf: BytesMut::with_capacity(1024),
+    };
+    let greeting = conn.read(Stage::Greeting).await?;
+    let payload = &greeting[4..];
+    let parsed = parse_greeting(payload).map_err(CheckError::Greeting)?;
+    let Some(user) = cfg.user.as_deref() else {
+        // Closing here, before answering, is a handshake the server counts as aborted; a
+        // greeting is all a check without credentials can have.
+        return Ok(CheckOk::default());
+    };
+    let nonce = greeting_nonce(payload).map_err(CheckError::Greeting)?;
+    *stage = Stage::Login;
+    let password = cfg.password.as_deref().unwrap_or("");
+    conn.login(parsed.capabilities, &nonce, user, password)
+        .await?;
+
+    *stage = Stage::Query(SELECT_1);
+    conn.query(SELECT_1).await?;
+    let mut ok = CheckOk::default();
+    if let Some(limit) = cfg.max_replication_lag {
+        *stage = Stage::Query(SHOW_REPLICA_STATUS);
+        let status = match conn.query(SHOW_REPLICA_STATUS).await {
+            Err(CheckError::QueryFailed {
+                code: ER_PARSE_ERROR,
+                ..
+            }) => {
+                *stage = Stage::Query(SHOW_SLAVE_STATUS);
+                conn.query(SHOW_SLAVE_STATUS).await?
+            }
+            other => other?,
+        };
+        ok.replication_lag = evaluate_replication(&status, limit)?;
+    }
+    // Polite goodbye so the server does not log an aborted connection; a failure here changes
+    // nothing about the verdict.
+    if let Err(e) = conn.stream.write_all(&command(COM_QUIT, b"")).await {
+        debug!(error = %e, "health check: COM_QUIT not sent");
+    }
+    Ok(ok)
+}
+
+/// The monitor's side of one connection: the stream and what was read past the last packet.
+struct Conn<'a, S> {
+    stream: &'a mut S,
+    buf: BytesMut,
+}
+
+impl<S: AsyncRead + AsyncWrite + Unpin> Conn<'_, S> {
+    async fn read(&mut self, stage: Stage) -> Result<BytesMut, CheckError> {
+        read_packet(self.stream, &mut self.buf, MAX_PACKET)
+            .await
+            .map_err(|source| CheckError::Io { stage, source })
+    }
+
+    async fn write(&mut self, stage: Stage, packet: &[u8]) -> Result<(), CheckError> {
+        self.stream
+            .write_all(packet)
+            .await
+            .map_err(|e| CheckError::Io {
+                stage,
+                source: PacketReadError::Io(e),
+            })
+    }
+
+    /// HandshakeResponse41 with mysql_native_password, then at most one AuthSwitchRequest.
+    async fn login(
+        &mut self,
+        server_caps: u32,
+        nonce: &[u8],
+        user: &str,
+        password: &str,
+    ) -> Result<(), CheckError> {
+        let response = handshake_response(server_caps, nonce, user, password)?;
+        self.write(Stage::Login, &response).await?;
+        let reply = self.read(Stage::Login).await?;
+        let seq = reply[3];
+        match reply.get(4) {
+            Some(0x00) => return Ok(()),
+            Some(0xFF) => return Err(denied(&reply[4..])),
+            Some(0xFE) => {}
+            other => {
+                return Err(CheckError::Unexpected {
+                    stage: Stage::Login,
+                    first: other.copied().unwrap_or(0),
+                })
+            }
+        }
+        let (plugin, switch_nonce) = auth_switch(&reply[4..]);
+        if plugin != NATIVE_PLUGIN.as_bytes() {
+            return Err(CheckError::UnsupportedPlugin(
+                String::from_utf8_lossy(plugin).into_owned(),
+            ));
+        }
+        let answer = scramble_native(switch_nonce, password.as_bytes());
+        let answer: &[u8] = answer.as_ref().map_or(&[], |a| &a[..]);
+        let mut packet = header(answer.len(), seq.wrapping_add(1)).to_vec();
+        packet.extend_from_slice(answer);
+        self.write(Stage::Login, &packet).await?;
+        let reply = self.read(Stage::Login).await?;
+        match reply.get(4) {
+            Some(0x00) => Ok(()),
+            Some(0xFF) => Err(denied(&reply[4..])),
+            other => Err(CheckError::Unexpected {
+                stage: Stage::Login,
+                first: other.copied().unwrap_or(0),
+            }),
+        }
+    }
+
+    /// Runs a text query and reads its whole (bounded) result set; an OK reply is an empty one.
+    async fn query(&mut self, sql: &'static str) -> Result<ResultSet, CheckError> {
+        let stage = Stage::Query(sql);
+        self.write(stage, &command(COM_QUERY, sql.as_bytes()))
+            .await?;
+        let first = self.read(stage).await?;
+        let bad = |detail: &str| CheckError::BadResult {
+            query: sql,
+            detail: detail.to_owned(),
+        };
+        let columns = match first.get(4) {
+            Some(0x00) => return Ok(ResultSet::default()),
+            Some(0xFF) => {
+                let (code, message) = crate::auth::err_fields(&first[4..]);
+                return Err(CheckError::QueryFailed {
+                    query: sql,
+                    code,
+                    message,
+                });
+            }
+            _ => match lenenc_int(&first[4..], 0) {
+                Some((n, _)) => usize::try_from(n).unwrap_or(usize::MAX),
+                None => return Err(bad("no column count")),
+            },
+        };
+        if columns == 0 || columns > MAX_COLUMNS {
+            return Err(bad(&format!("{columns} columns")));
+        }
+        let mut set = ResultSet::default();
+        for _ in 0..columns {
+            let def = self.read(stage).await?;
+            set.columns
+                .push(column_name(&def[4..]).ok_or_else(|| bad("column definition"))?);
+        }
+        let eof = self.read(stage).await?;
+        if !is_eof(&eof[4..]) {
+            return Err(bad("no EOF after column definitions"));
+        }
+        loop {
+            let packet = self.read(stage).await?;
+            let payload = &packet[4..];
+            if is_eof(payload) {
+                return Ok(set);
+            }
+            if payload.first() == Some(&0xFF) {
+                let (code, message) = crate::auth::err_fields(payload);
+                return Err(CheckError::QueryFailed {
+                    query: sql,
+                    code,
+                    message,
+                });
+            }
+            if set.rows.len() == MAX_ROWS {
+                return Err(bad(&format!("more than {MAX_ROWS} rows")));
+            }
+            set.rows
+                .push(text_row(payload, columns).ok_or_else(|| bad("row"))?);
+        }
+    }
+}
+
+/// A text-protocol result set: column names and rows of nullable strings.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+struct ResultSet {
+    columns: Vec<String>,
+    rows: Vec<Vec<Option<String>>>,
+}
+
+impl ResultSet {
+    fn column(&self, names: &[&str]) -> Option<usize> {
+        self.columns
+            .iter()
+            .position(|c| names.iter().any(|n| c.eq_ignore_ascii_case(n)))
+    }
+}
+
+/// Passes a server that is not a replica (no row); fails a replica whose IO or SQL thread is not
+/// running, whose lag is unknown (NULL) or above `limit`. Returns the largest lag seen.
+fn evaluate_replication(
+    status: &ResultSet,
+    limit: Duration,
+) -> Result<Option<Duration>, CheckError> {
+    if status.rows.is_empty() {
+        return Ok(None);
+    }
+    let find = |names: &[&str]| {
+        status.column(names).ok_or_else(|| CheckError::BadResult {
+            query: SHOW_SLAVE_STATUS,
+            detail: format!("no column {}", names[0]),
+        })
+    };
+    let io = find(&IO_RUNNING)?;
+    let sql = find(&SQL_RUNNING)?;
+    let behind = find(&SECONDS_BEHIND)?;
+    let mut worst = Duration::ZERO;
+    for row in &status.rows {
+        for &i in &[io, sql] {
+            let value = row.get(i).cloned().flatten();
+            if value.as_deref() != Some("Yes") {
+                return Err(CheckError::ReplicationStopped {
+                    column: status.columns[i].clone(),
+                    value: value.unwrap_or_else(|| "NULL".to_owned()),
+                });
+            }
+        }
+        let lag = match row.get(behind).cloned().flatten() {
+            None => {
+                return Err(CheckError::LagUnknown {
+                    column: status.columns[behind].clone(),
+                })
+            }
+            Some(text) => match text.trim().parse::<u64>() {
+                Ok(secs) => Duration::from_secs(secs),
+                Err(_) => {
+                    return Err(CheckError::BadResult {
+                        query: SHOW_SLAVE_STATUS,
+                        detail: format!("{} is {text:?}", status.columns[behind]),
+                    })
+                }
+            },
+        };
+        if lag > limit {
+            return Err(CheckError::LagTooHigh { lag, limit });
+        }
+        worst = worst.max(lag);
+    }
+    Ok(Some(worst))
+}
+
+/// The 20-byte scramble of a HandshakeV10 payload: auth-plugin-data part 1 (8 bytes in the fixed
+/// block) and part 2 (after it, `max(13, len - 8)` bytes ending in a NUL).
+fn greeting_nonce(payload: &[u8]) -> Result<Vec<u8>, HandshakeError> {
+    use crate::protocol::handshake::Packet::Greeting;
+    let truncated = |what| HandshakeError::Truncated {
+        packet: Greeting,
+        what,
+    };
+    let version_end = payload
+        .get(1..)
+        .and_then(|p| p.iter().position(|&b| b == 0))
+        .ok_or(truncated("server version"))?;
+    let fixed = 1 + version_end + 1;
+    // Fixed block: connection id (4), part 1 (8), filler (1), caps (2), charset (1), status (2),
+    // upper caps (2), auth data length (1), reserved (10).
+    let block = payload
+        .get(fixed..fixed + 31)
+        .ok_or(truncated("capability flags and reserved bytes"))?;
+    let mut nonce = block[4..12].to_vec();
+    let caps = u32::from(u16::from_le_bytes([block[13], block[14]]))
+        | u32::from(u16::from_le_bytes([block[18], block[19]])) << 16;
+    if caps & caps::CLIENT_SECURE_CONNECTION != 0 {
+        let len = usize::from(block[20]).saturating_sub(8).max(13);
+        let part2 = payload
+            .get(fixed + 31..fixed + 31 + len)
+            .ok_or(truncated("auth-plugin-data part 2"))?;
+        nonce.extend_from_slice(part2.strip_suffix(&[0]).unwrap_or(part2));
+    }
+    Ok(nonce)
+}
+
+/// HandshakeResponse41 (sequence id 1) answering with mysql_native_password. No DEPRECATE_EOF:
+/// result sets then end with EOF packets, the simplest form to read.
+fn handshake_response(
+    server_caps: u32,
+    nonce: &[u8],
+    user: &str,
+    password: &str,
+) -> Result<Vec<u8>, CheckError> {
+    for (bit, name) in [
+        (caps::CLIENT_PROTOCOL_41, "CLIENT_PROTOCOL_41"),
+        (caps::CLIENT_SECURE_CONNECTION, "CLIENT_SECURE_CONNECTION"),
+    ] {
+        if server_caps & bit == 0 {
+            return Err(CheckError::OldServer(name));
+        }
+    }
+    // CLIENT_MYSQL (= LONG_PASSWORD) set: no MariaDB extended capabilities follow.
+    let caps = caps::CLIENT_MYSQL
+        | caps::CLIENT_PROTOCOL_41
+        | caps::CLIENT_SECURE_CONNECTION
+        | caps::CLIENT_TRANSACTIONS
+        | (server_caps & caps::CLIENT_PLUGIN_AUTH);
+    let scramble = scramble_native(nonce, password.as_bytes());
+    let scramble: &[u8] = scramble.as_ref().map_or(&[], |s| &s[..]);
+    let mut payload = Vec::with_capacity(64 + user.len());
+    payload.extend_from_slice(&caps.to_le_bytes());
+    payload.extend_from_slice(&(1u32 << 24).to_le_bytes());
+    payload.push(CHARSET);
+    payload.extend_from_slice(&[0; 23]);
+    payload.extend_from_slice(user.as_bytes());
+    payload.push(0);
+    // 20 bytes or none: fits the one-byte length of CLIENT_SECURE_CONNECTION.
+    payload.push(scramble.len() as u8);
+    payload.extend_from_slice(scramble);
+    if caps & caps::CLIENT_PLUGIN_AUTH != 0 {
+        payload.extend_from_slice(NATIVE_PLUGIN.as_bytes());
+        payload.push(0);
+    }
+    if payload.len() > 0xFF_FFFF {
+        return Err(CheckError::BadResult {
+            query: "login",
+            detail: "user name too long".to_owned(),
+        });
+    }
+    let mut packet = header(payload.len(), 1).to_vec();
+    packet.extend_from_slice(&payload);
+    Ok(packet)
+}
+
+/// Plugin name and nonce of an AuthSwitchRequest payload (0xFE, name NUL, data [NUL]).
+fn auth_switch(payload: &[u8]) -> (&[u8], &[u8]) {
+    let body = payload.get(1..).unwrap_or_default();
+    let (name, data) = match body.iter().position(|&b| b == 0) {
+        Some(end) => (&body[..end], &body[end + 1..]),
+        None => (body, &[][..]),
+    };
+    (name, data.strip_suffix(&[0]).unwrap_or(data))
+}
+
+fn denied(payload: &[u8]) -> CheckError {
+    let (code, message) = crate::auth::err_fields(payload);
+    CheckError::Denied { code, message }
+}
+
+/// A command packet with sequence id 0 (the monitor's commands are tiny).
+fn command(code: u8, arg: &[u8]) -> Vec<u8> {
+    let mut packet = header(1 + arg.len(), 0).to_vec();
+    packet.push(code);
+    packet.extend_from_slice(arg);
+    packet
+}
+
+/// EOF packet: 0xFE and shorter than 9 bytes (a longer 0xFE is a row starting with a long string).
+fn is_eof(payload: &[u8]) -> bool {
+    payload.first() == Some(&0xFE) && payload.len() < 9
+}
+
+/// A length-encoded string at `pos`: None when malformed, Some((None, _)) for NULL (0xFB).
+fn lenenc_str(buf: &[u8], pos: usize) -> Option<(Option<&[u8]>, usize)> {
+    if buf.get(pos) == Some(&0xFB) {
+        return Some((None, pos + 1));
+    }
+    let (len, start) = lenenc_int(buf, pos)?;
+    let end = start.checked_add(usize::try_from(len).ok()?)?;
+    Some((Some(buf.get(start..end)?), end))
+}
+
+/// The `name` (alias) of a ColumnDefinition41: the fifth length-encoded string.
+fn column_name(payload: &[u8]) -> Option<String> {
+    let mut pos = 0;
+    for _ in 0..4 {
+        let (_, next) = lenenc_str(payload, pos)?;
+        pos = next;
+    }
+    let (name, _) = lenenc_str(payload, pos)?;
+    Some(String::from_utf8_lossy(name?).into_owned())
+}
+
+/// A text-protocol row of exactly `columns` values.
+fn text_row(payload: &[u8], columns: usize) -> Option<Vec<Option<String>>> {
+    let mut pos = 0;
+    let mut row = Vec::with_capacity(columns);
+    for _ in 0..columns {
+        let (value, next) = lenenc_str(payload, pos)?;
+        row.push(value.map(|v| String::from_utf8_lossy(v).into_owned()));
+        pos = next;
+    }
+    (pos == payload.len()).then_some(row)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A MariaDB-style greeting payload with a known 20-byte scramble.
+    fn greeting(nonce: &[u8; 20], auth_len: u8, caps: u32) -> Vec<u8> {
+        let mut p = vec![10];
+        p.extend_from_slice(b"5.5.5-10.11.6-MariaDB\0");
+        p.extend_from_slice(&7u32.to_le_bytes());
+        p.extend_from_slice(&nonce[..8]);
+        p.push(0);
+        p.extend_from_slice(&(caps as u16).to_le_bytes());
+        p.push(45);
+        p.extend_from_slice(&2u16.to_le_bytes());
+        p.extend_from_slice(&((caps >> 16) as u16).to_le_bytes());
+        p.push(auth_len);
+        p.extend_from_slice(&[0; 10]);
+        if caps & caps::CLIENT_SECURE_CONNECTION != 0 {
+            p.extend_from_slice(&nonce[8..]);
+            p.push(0);
+        }
+        p.extend_from_slice(b"mysql_native_password\0");
+        p
+    }
+
+    const FULL_CAPS: u32 =
+        caps::CLIENT_PROTOCOL_41 | caps::CLIENT_SECURE_CONNECTION | caps::CLIENT_PLUGIN_AUTH;
+
+    #[test]
+    fn nonce_is_both_parts_without_the_nul() {
+        let nonce: [u8; 20] = *b"abcdefghijklmnopqrst";
+        let p = greeting(&nonce, 21, FULL_CAPS);
+        assert_eq!(greeting_nonce(&p).unwrap(), nonce);
+        assert!(parse_greeting(&p).is_ok(), "fixture is a valid greeting");
+    }
+
+    #[test]
+    fn nonce_with_odd_auth_data_lengths_stays_bounded() {
+        let nonce: [u8; 20] = *b"abcdefghijklmnopqrst";
+        // 0 and 0x80..: lengths that crash or confuse other parsers; part 2 is at least 13 bytes.
+        for len in [0, 0x80, 0x87] {
+            let p = greeting(&nonce, len, FULL_CAPS);
+            let r = greeting_nonce(&p);
+            if len <= 21 {
+                assert_eq!(r.unwrap(), nonce, "len {len}");
+            } else {
+                assert!(r.is_err(), "len {len} runs past the payload");
+            }
+        }
+        let p = greeting(&nonce, 0, caps::CLIENT_PROTOCOL_41);
+        assert_eq!(greeting_nonce(&p).unwrap(), &nonce[..8], "part 1 only");
+    }
+
+    #[test]
+    fn nonce_of_truncated_greeting_is_an_error() {
+        let p = greeting(b"abcdefghijklmnopqrst", 21, FULL_CAPS);
+        for cut in [0, 1, 10, 30, 50] {
+            assert!(greeting_nonce(&p[..cut]).is_err(), "cut at {cut}");
+        }
+    }
+
+    #[test]
+    fn handshake_response_carries_user_scramble_and_plugin() {
+        let nonce = b"abcdefghijklmnopqrst";
+        let p = handshake_response(FULL_CAPS, nonce, "mon", "secret").unwrap();
+        assert_eq!(p[3], 1, "sequence id");
+        assert_eq!(p.len() - 4, usize::from(p[0]));
+        let payload = &p[4..];
+        let caps = u32::from_le_bytes(payload[..4].try_into().unwrap());
+        assert_eq!(caps & caps::CLIENT_DEPRECATE_EOF, 0);
+        assert_ne!(caps & caps::CLIENT_PLUGIN_AUTH, 0);
+        assert_eq!(&payload[32..36], b"mon\0");
+        assert_eq!(payload[36], 20);
+        let expected = scramble_native(nonce, b"secret").unwrap();
+        assert_eq!(&payload[37..57], &expected);
+        assert_eq!(&payload[57..], b"mysql_native_password\0");
+
+        let p = handshake_response(
+            caps::CLIENT_PROTOCOL_41 | caps::CLIENT_SECURE_CONNECTION,
+            nonce,
+            "mon",
+            "",
+        )
+        .unwrap();
+        assert_eq!(&p[4 + 32..], b"mon\0\0", "empty password, no plugin name");
+        assert!(matches!(
+            handshake_response(caps::CLIENT_PROTOCOL_41, nonce, "mon", ""),
+            Err(CheckError::OldServer("CLIENT_SECURE_CONNECTION"))
+        ));
+    }
+
+    #[test]
+    fn auth_switch_splits_plugin_and_nonce() {
+        let mut p = vec![0xFE];
+        p.extend_from_slice(b"mysql_native_password\0abcdefghijklmnopqrst\0");
+        assert_eq!(
+            auth_switch(&p),
+            (&b"mysql_native_password"[..], &b"abcdefghijklmnopqrst"[..])
+        );
+        assert_eq!(auth_switch(&[0xFE]), (&b""[..], &b""[..]));
+    }
+
+    fn lenenc(s: &str) -> Vec<u8> {
+        let mut v = vec![s.len() as u8];
+        v.extend_from_slice(s.as_bytes());
+        v
+    }
+
+    #[test]
+    fn column_names_and_rows_parse_with_nulls() {
+        let mut def = Vec::new();
+        for s in ["def", "", "", "", "Seconds_Behind_Master", ""] {
+            def.extend(lenenc(s));
+        }
+        def.extend_from_slice(&[0x0C, 8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]);
+        assert_eq!(column_name(&def).as_deref(), Some("Seconds_Behind_Master"));
+        assert_eq!(column_name(&def[..10]), None);
+
+        let mut row = lenenc("Yes");
+        row.push(0xFB);
+        row.extend(lenenc(""));
+        assert_eq!(
+            text_row(&row, 3),
+            Some(vec![Some("Yes".into()), None, Some(String::new())])
+        );
+        assert_eq!(text_row(&row, 2), None, "bytes left over");
+        assert_eq!(text_row(&row, 4), None, "too few values");
+        assert_eq!(text_row(&[0x05, b'a'], 1), None, "length past the end");
+        assert!(is_eof(&[0xFE, 0, 0, 2, 0]));
+        assert!(!is_eof(&[0xFE, 1, 2, 3, 4, 5, 6, 7, 8]));
+    }
+
+    fn status(io: &str, sql: &str, behind: Option<&str>) -> ResultSet {
+        ResultSet {
+            columns: [
+                "Slave_IO_State",
+                "Slave_IO_Running",
+                "Slave_SQL_Running",
+                "Seconds_Behind_Master",
+            ]
+            .map(String::from)
+            .to_vec(),
+            rows: vec![vec![
+                Some("Waiting for master to send event".into()),
+                Some(io.into()),
+                Some(sql.into()),
+                behind.map(String::from),
+            ]],
+        }
+    }
+
+    const LIMIT: Duration = Duration::from_secs(10);
+
+    #[test]
+    fn running_replica_within_limit_passes_with_its_lag() {
+        let r = evaluate_replication(&status("Yes", "Yes", Some("3")), LIMIT).unwrap();
+        assert_eq!(r, Some(Duration::from_secs(3)));
+        let r = evaluate_replication(&status("Yes", "Yes", Some("10")), LIMIT).unwrap();
+        assert_eq!(r, Some(LIMIT), "at the limit is still fine");
+    }
+
+    #[test]
+    fn not_a_replica_passes() {
+        let empty = ResultSet {
+            rows: Vec::new(),
+            ..status("Yes", "Yes", Some("0"))
+        };
+        assert_eq!(evaluate_replication(&empty, LIMIT).unwrap(), None);
+        assert_eq!(
+            evaluate_replication(&ResultSet::default(), LIMIT).unwrap(),
+            None,
+            "an OK instead of a result set"
+        );
+    }
+
+    #[test]
+    fn stopped_threads_fail_naming_the_thread() {
+        let e = evaluate_replication(&status("Yes", "No", Some("0")), LIMIT).unwrap_err();
+        assert_eq!(e.to_string(), "replication stopped (Slave_SQL_Running=No)");
+        let e = evaluate_replication(&status("Connecting", "Yes", None), LIMIT).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "replication stopped (Slave_IO_Running=Connecting)"
+        );
+    }
+
+    #[test]
+    fn unknown_or_excessive_lag_fails() {
+        let e = evaluate_replication(&status("Yes", "Yes", None), LIMIT).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "replication lag unknown (Seconds_Behind_Master is NULL)"
+        );
+        let e = evaluate_replication(&status("Yes", "Yes", Some("30")), LIMIT).unwrap_err();
+        assert_eq!(e.to_string(), "replication lag 30s exceeds 10s");
+        let e = evaluate_replication(&status("Yes", "Yes", Some("soon")), LIMIT).unwrap_err();
+        assert!(matches!(e, CheckError::BadResult { .. }), "{e}");
+    }
+
+    #[test]
+    fn mysql_8_column_names_are_understood() {
+        let mut s = status("Yes", "No", Some("0"));
+        s.columns = [
+            "Replica_IO_State",
+            "Replica_IO_Running",
+            "Replica_SQL_Running",
+            "Seconds_Behind_Source",
+        ]
+        .map(String::from)
+        .to_vec();
+        let e = evaluate_replication(&s, LIMIT).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "replication stopped (Replica_SQL_Running=No)"
+        );
+        s.columns.pop();
+        assert!(matches!(
+            evaluate_replication(&s, LIMIT),
+            Err(CheckError::BadResult { .. })
+        ));
+    }
+
+    #[test]
+    fn errors_read_as_stage_then_cause() {
+        let e = CheckError::TimedOut {
+            stage: Stage::Greeting,
+            after: Duration::from_millis(500),
+        };
+        assert_eq!(e.to_string(), "greeting: no answer within 500ms");
+        let e = CheckError::Denied {
+            code: 1045,
+            message: "Access denied for user 'mon'@'localhost' (using password: YES)".into(),
+        };
+        assert!(e
+            .to_string()
+            .starts_with("login as monitor: 1045 Access denied"));
+    }
 }

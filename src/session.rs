@@ -29,6 +29,7 @@ pub struct Shared {
     pub handshake_timeout: Duration,
     pub max_packet_size: u64,
     pub max_handshake_packet_size: usize,
+    pub record_latency: bool,
 }
 
 impl Shared {
@@ -45,6 +46,7 @@ impl Shared {
             handshake_timeout: config.handshake_timeout,
             max_packet_size: config.max_packet_size,
             max_handshake_packet_size: config.max_handshake_packet_size,
+            record_latency: config.record_latency,
         }
     }
 }
@@ -110,6 +112,7 @@ where
     debug!(client = peer, backend = %backend_name, user = %auth.user, "session established");
     let mut tracker = Tracker::new(auth.negotiated, shared.max_packet_size);
     let stats = &lease.backend().stats;
+    let record = shared.record_latency;
     let (end, moved) = relay(
         &mut client,
         &mut backend,
@@ -117,7 +120,9 @@ where
         auth.client_pending,
         auth.backend_pending,
         |c| {
-            stats.record(c);
+            if record {
+                stats.record(c);
+            }
             trace!(
                 backend = %backend_name,
                 command = c.command,
