@@ -3,9 +3,10 @@
 //! Served by hyper on its own listener (loopback by default), apart from the MySQL listeners, so
 //! scraping never competes with client accepts and needs no credentials on a private address.
 
+use std::collections::VecDeque;
 use std::convert::Infallible;
-use std::sync::Arc;
-use std::time::{Instant, UNIX_EPOCH};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, UNIX_EPOCH};
 
 use bytes::Bytes;
 use http_body_util::Full;
@@ -21,15 +22,68 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::debug;
 
-use crate::metrics::quantile;
+use crate::metrics::{quantile, LATENCY_BUCKETS};
 use crate::session::Shared;
+
+/// How often latency buckets are snapshotted, and how many snapshots make the "recent" window.
+const SNAPSHOT_EVERY: Duration = Duration::from_secs(10);
+const SNAPSHOTS: usize = 7;
+
+type Buckets = [u64; LATENCY_BUCKETS.len() + 1];
+
+/// Per-backend snapshots of the cumulative latency buckets, so `/backends` can report quantiles
+/// of roughly the last minute rather than since start.
+#[derive(Debug, Default)]
+pub struct Recent {
+    snapshots: Mutex<VecDeque<Vec<Buckets>>>,
+}
+
+impl Recent {
+    fn snapshot(&self, shared: &Shared) {
+        let now: Vec<Buckets> = shared
+            .backends
+            .backends()
+            .iter()
+            .map(|b| b.stats.latency_buckets())
+            .collect();
+        if let Ok(mut s) = self.snapshots.lock() {
+            if s.len() == SNAPSHOTS {
+                s.pop_front();
+            }
+            s.push_back(now);
+        }
+    }
+
+    /// Bucket counts since the oldest snapshot for backend `i` (all of them if none is kept).
+    fn window(&self, i: usize, current: &Buckets) -> Buckets {
+        let oldest = self
+            .snapshots
+            .lock()
+            .ok()
+            .and_then(|s| s.front().and_then(|v| v.get(i).copied()));
+        let mut out = *current;
+        if let Some(old) = oldest {
+            for (o, b) in out.iter_mut().zip(old) {
+                *o = o.saturating_sub(b);
+            }
+        }
+        out
+    }
+}
 
 /// Serves admin requests until `shutdown`.
 pub async fn serve(listener: TcpListener, shared: Arc<Shared>, shutdown: CancellationToken) {
     let connections = TaskTracker::new();
+    let recent = Arc::new(Recent::default());
+    let mut tick = tokio::time::interval(SNAPSHOT_EVERY);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         let (stream, peer) = tokio::select! {
             _ = shutdown.cancelled() => break,
+            _ = tick.tick() => {
+                recent.snapshot(&shared);
+                continue;
+            }
             accepted = listener.accept() => match accepted {
                 Ok(a) => a,
                 Err(e) => {
@@ -40,11 +94,13 @@ pub async fn serve(listener: TcpListener, shared: Arc<Shared>, shutdown: Cancell
             },
         };
         let shared = Arc::clone(&shared);
+        let recent = Arc::clone(&recent);
         let shutdown = shutdown.clone();
         connections.spawn(async move {
             let service = service_fn(move |req| {
                 let shared = Arc::clone(&shared);
-                async move { Ok::<_, Infallible>(route(&shared, &req)) }
+                let recent = Arc::clone(&recent);
+                async move { Ok::<_, Infallible>(route(&shared, &recent, &req)) }
             });
             let conn = http1::Builder::new().serve_connection(TokioIo::new(stream), service);
             tokio::pin!(conn);
@@ -60,7 +116,7 @@ pub async fn serve(listener: TcpListener, shared: Arc<Shared>, shutdown: Cancell
     connections.wait().await;
 }
 
-fn route(shared: &Shared, req: &Request<Incoming>) -> Response<Full<Bytes>> {
+fn route(shared: &Shared, recent: &Recent, req: &Request<Incoming>) -> Response<Full<Bytes>> {
     if req.method() != Method::GET && req.method() != Method::HEAD {
         return text(StatusCode::METHOD_NOT_ALLOWED, "only GET\n");
     }
@@ -88,7 +144,9 @@ fn route(shared: &Shared, req: &Request<Incoming>) -> Response<Full<Bytes>> {
             }
         }
         "/backends" => {
-            let mut r = Response::new(Full::new(Bytes::from(backends_json(shared).to_string())));
+            let mut r = Response::new(Full::new(Bytes::from(
+                backends_json(shared, recent).to_string(),
+            )));
             r.headers_mut()
                 .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
             r
@@ -110,16 +168,17 @@ fn text(status: StatusCode, body: &str) -> Response<Full<Bytes>> {
     r
 }
 
-/// Each backend's state, connections, last check and latency quantiles (since start, estimated
-/// from the histogram buckets).
-pub fn backends_json(shared: &Shared) -> serde_json::Value {
+/// Each backend's state, connections, last check and latency quantiles over roughly the last
+/// minute (estimated from the histogram buckets, as Prometheus' `histogram_quantile` does).
+pub fn backends_json(shared: &Shared, recent: &Recent) -> serde_json::Value {
     let now = Instant::now();
     let list: Vec<_> = shared
         .backends
         .backends()
         .iter()
-        .map(|b| {
-            let buckets = b.stats.latency_buckets();
+        .enumerate()
+        .map(|(i, b)| {
+            let buckets = recent.window(i, &b.stats.latency_buckets());
             let check = b.last_check().map(|c| {
                 json!({
                     "ok": c.error.is_none(),
@@ -136,8 +195,9 @@ pub fn backends_json(shared: &Shared) -> serde_json::Value {
                 "total_connections": b.stats.connections_total.get(),
                 "connect_errors": b.stats.connect_errors.get(),
                 "commands": b.stats.total_commands(),
-                "latency_p50_seconds": quantile(&buckets, 0.50),
-                "latency_p99_seconds": quantile(&buckets, 0.99),
+                "recent_commands": buckets[LATENCY_BUCKETS.len()],
+                "recent_p50_seconds": quantile(&buckets, 0.50),
+                "recent_p99_seconds": quantile(&buckets, 0.99),
                 "last_check": check,
             })
         })
