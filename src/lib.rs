@@ -35,6 +35,7 @@ pub struct Proxy {
     shared: Arc<Shared>,
     max_connections: usize,
     health: config::HealthCheckConfig,
+    shutdown_timeout: std::time::Duration,
 }
 
 impl Proxy {
@@ -67,6 +68,7 @@ impl Proxy {
             shared: Arc::new(Shared::new(config, metrics)),
             max_connections: config.max_connections,
             health: config.health_check.clone(),
+            shutdown_timeout: config.shutdown_timeout,
         })
     }
 
@@ -85,8 +87,17 @@ impl Proxy {
         Arc::clone(&self.shared)
     }
 
-    /// Serves clients until `shutdown` is cancelled, then stops accepting and ends the sessions.
+    /// Serves clients until `shutdown` is cancelled, then drains: stops accepting, lets in-flight
+    /// commands finish and closes each session at a command boundary, for at most
+    /// `shutdown_timeout`.
     pub async fn run(self, shutdown: CancellationToken) {
+        self.run_with_abort(shutdown, CancellationToken::new())
+            .await
+    }
+
+    /// As [`run`](Self::run); cancelling `abort` during the drain closes every session at once
+    /// (a second signal).
+    pub async fn run_with_abort(self, shutdown: CancellationToken, abort: CancellationToken) {
         server::announce(&self.listeners);
         let admission = Arc::new(Semaphore::new(self.max_connections));
         let sessions = TaskTracker::new();
@@ -106,6 +117,11 @@ impl Proxy {
             self.health.clone(),
             shutdown.clone(),
         ));
+        let reloading = Arc::clone(&self.shared);
+        accept_loops.spawn(balancer::script::reload_on_hangup(
+            move || reloading.backends.reload_script(),
+            shutdown.clone(),
+        ));
         for listener in self.listeners {
             accept_loops.spawn(server::accept_loop(
                 listener,
@@ -113,13 +129,31 @@ impl Proxy {
                 Arc::clone(&admission),
                 self.max_connections,
                 shutdown.clone(),
+                abort.clone(),
                 sessions.clone(),
             ));
         }
         accept_loops.close();
         accept_loops.wait().await;
         sessions.close();
-        // Sessions end with their connections; a graceful drain is the reliability issue's job.
-        tracing::info!(sessions = sessions.len(), "shutting down");
+        tracing::info!(
+            sessions = sessions.len(),
+            timeout = %humantime::format_duration(self.shutdown_timeout),
+            "stopped accepting; draining sessions"
+        );
+        let drained = tokio::select! {
+            _ = sessions.wait() => true,
+            _ = tokio::time::sleep(self.shutdown_timeout) => false,
+            _ = abort.cancelled() => false,
+        };
+        if !drained {
+            tracing::warn!(
+                sessions = sessions.len(),
+                "closing the sessions still open (drain deadline or second signal)"
+            );
+            abort.cancel();
+            sessions.wait().await;
+        }
+        tracing::info!("shut down");
     }
 }

@@ -63,12 +63,17 @@ fn run(config: &mut Config) -> anyhow::Result<()> {
     runtime.block_on(async {
         let proxy = Proxy::bind(config).await?;
         let shutdown = CancellationToken::new();
-        let signal = shutdown.clone();
+        let abort = CancellationToken::new();
+        let (first, second) = (shutdown.clone(), abort.clone());
         tokio::spawn(async move {
             wait_for_signal().await;
-            signal.cancel();
+            tracing::info!("signal received: draining (a second signal closes every session)");
+            first.cancel();
+            wait_for_signal().await;
+            tracing::warn!("second signal: closing every session now");
+            second.cancel();
         });
-        proxy.run(shutdown).await;
+        proxy.run_with_abort(shutdown, abort).await;
         Ok(())
     })
 }
@@ -87,5 +92,4 @@ async fn wait_for_signal() {
             let _ = tokio::signal::ctrl_c().await;
         }
     }
-    tracing::info!("signal received, shutting down");
 }

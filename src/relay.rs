@@ -6,7 +6,7 @@
 //! tasks) so the tracker needs no lock, and neither direction ever waits on the other, so a client
 //! that pipelines a large batch while the server streams a large result cannot deadlock the pair.
 
-use std::future::poll_fn;
+use std::future::{poll_fn, Future};
 use std::io;
 use std::pin::Pin;
 use std::task::{Context, Poll};
@@ -15,6 +15,7 @@ use std::time::Instant;
 use bytes::BytesMut;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio_util::io::poll_read_buf;
+use tokio_util::sync::CancellationToken;
 
 use crate::protocol::response::{Completed, TrackError, Tracker};
 
@@ -37,6 +38,8 @@ pub enum RelayEnd {
     },
     ClientIo(io::Error),
     BackendIo(io::Error),
+    /// Shutting down, and the session reached a command boundary: nothing in flight.
+    Drained,
     /// A protocol violation; everything before the offending packet was forwarded.
     Protocol(TrackError),
 }
@@ -188,6 +191,7 @@ pub async fn relay<C, B>(
     tracker: &mut Tracker,
     initial_client: BytesMut,
     initial_backend: BytesMut,
+    drain: &CancellationToken,
     record: impl FnMut(&Completed),
 ) -> (RelayEnd, Transferred)
 where
@@ -195,6 +199,9 @@ where
     B: AsyncRead + AsyncWrite + Unpin,
 {
     let mut record = record;
+    let draining = drain.cancelled();
+    tokio::pin!(draining);
+    let mut drain_now = false;
     let mut up = Direction::new(initial_client);
     let mut down = Direction::new(initial_backend);
     let mut quit = false;
@@ -214,6 +221,17 @@ where
         );
     }
     let end = poll_fn(|cx| {
+        // On shutdown, end at the first command boundary — checked before reading the client, so
+        // a command that arrives after the last response is never half served.
+        if !drain_now && draining.as_mut().poll(cx).is_ready() {
+            drain_now = true;
+        }
+        let boundary = |t: &Tracker, up: &Direction, down: &Direction| {
+            t.idle() && up.buf.is_empty() && down.buf.is_empty()
+        };
+        if drain_now && boundary(tracker, &up, &down) {
+            return Poll::Ready(RelayEnd::Drained);
+        }
         let mut hooks = Upstream {
             tracker: &mut *tracker,
             quit: false,
@@ -239,6 +257,9 @@ where
             Poll::Ready(Step::Failed(e)) => Poll::Ready(RelayEnd::Protocol(e)),
             Poll::Ready(Step::Io(e, Side::Read)) => Poll::Ready(RelayEnd::BackendIo(e)),
             Poll::Ready(Step::Io(e, Side::Write)) => Poll::Ready(RelayEnd::ClientIo(e)),
+            Poll::Pending if drain_now && boundary(tracker, &up, &down) => {
+                Poll::Ready(RelayEnd::Drained)
+            }
             Poll::Pending => Poll::Pending,
         }
     })

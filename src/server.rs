@@ -98,6 +98,7 @@ pub async fn accept_loop(
     admission: Arc<Semaphore>,
     max_connections: usize,
     shutdown: CancellationToken,
+    abort: CancellationToken,
     tasks: TaskTracker,
 ) {
     let mut last_emfile_log: Option<Instant> = None;
@@ -131,14 +132,23 @@ pub async fn accept_loop(
             continue;
         };
         let shared = Arc::clone(&shared);
+        let (drain, abort) = (shutdown.clone(), abort.clone());
         let span = tracing::info_span!("session", client = %peer);
         tasks.spawn(
             async move {
                 let metrics = Arc::clone(&shared.metrics);
                 metrics.client_connections.inc();
-                let reason = match stream {
-                    Accepted::Tcp(s) => session::run(shared, s, &peer).await,
-                    Accepted::Unix(s) => session::run(shared, s, &peer).await,
+                let session = async {
+                    match stream {
+                        Accepted::Tcp(s) => session::run(shared, s, &peer, &drain).await,
+                        Accepted::Unix(s) => session::run(shared, s, &peer, &drain).await,
+                    }
+                };
+                // Past the drain deadline (or on a second signal) sessions are dropped, which
+                // closes both of their connections.
+                let reason = tokio::select! {
+                    reason = session => reason,
+                    _ = abort.cancelled() => session::EndReason::Shutdown,
                 };
                 debug!(reason = reason.as_str(), "session ended");
                 metrics.disconnected(reason.as_str());

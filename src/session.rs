@@ -9,10 +9,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
+use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, trace, warn};
 
 use crate::auth::{read_greeting, relay_connection_phase, AuthError, PatchedGreeting};
-use crate::balancer::{BackendSet, Lease};
+use crate::balancer::{BackendSet, ClientInfo, Lease};
 use crate::config::Config;
 use crate::metrics::{Metrics, Refusal};
 use crate::protocol::errors::{code, err_packet, pre_greeting_err, sqlstate_for};
@@ -40,7 +41,8 @@ impl Shared {
                 config.down_cooloff,
                 !config.health_check.interval.is_zero(),
                 &metrics,
-            ),
+            )
+            .with_balancer(&config.balancer),
             metrics,
             connect_timeout: config.connect_timeout,
             handshake_timeout: config.handshake_timeout,
@@ -60,6 +62,7 @@ pub enum EndReason {
     BackendNetwork,
     Malformed,
     NoBackend,
+    Shutdown,
 }
 
 impl EndReason {
@@ -71,29 +74,37 @@ impl EndReason {
             Self::BackendNetwork => "backend_network",
             Self::Malformed => "malformed_packet",
             Self::NoBackend => "no_backend",
+            Self::Shutdown => "shutdown",
         }
     }
 }
 
-/// Runs one client session to its end. `peer` names the client in logs.
-pub async fn run<C>(shared: Arc<Shared>, mut client: C, peer: &str) -> EndReason
+/// Runs one client session to its end. `peer` names the client in logs. Once `drain` is
+/// cancelled the session ends at its next command boundary.
+pub async fn run<C>(
+    shared: Arc<Shared>,
+    mut client: C,
+    peer: &str,
+    drain: &CancellationToken,
+) -> EndReason
 where
     C: AsyncRead + AsyncWrite + Unpin,
 {
-    let (lease, mut backend, greeting) = match connect_backend(&shared).await {
-        Ok(found) => found,
-        Err(tried) => {
-            let message = format!("all backends are down; tried {}", tried.join("; "));
-            warn!(client = peer, "refused: {message}");
-            shared.metrics.rejected(Refusal::NoBackend);
-            send(
-                &mut client,
-                &pre_greeting_err(code::UNKNOWN_ERROR, &message),
-            )
-            .await;
-            return EndReason::NoBackend;
-        }
-    };
+    let (lease, mut backend, greeting) =
+        match connect_backend(&shared, &ClientInfo { addr: peer }).await {
+            Ok(found) => found,
+            Err(tried) => {
+                let message = format!("all backends are down; tried {}", tried.join("; "));
+                warn!(client = peer, "refused: {message}");
+                shared.metrics.rejected(Refusal::NoBackend);
+                send(
+                    &mut client,
+                    &pre_greeting_err(code::UNKNOWN_ERROR, &message),
+                )
+                .await;
+                return EndReason::NoBackend;
+            }
+        };
     let backend_name = lease.backend().name.clone();
     let mut next_seq = 2;
     let auth = relay_connection_phase(
@@ -119,6 +130,7 @@ where
         &mut tracker,
         auth.client_pending,
         auth.backend_pending,
+        drain,
         |c| {
             if record {
                 stats.record(c);
@@ -139,12 +151,14 @@ where
     relay_ended(&mut client, end, &tracker, peer, &backend_name).await
 }
 
-/// Tries backends in the balancer's order until one greets; returns what each failed one said.
+/// Tries backends in the balancer's order (a script may choose the first for this client) until
+/// one greets; returns what each failed one said.
 async fn connect_backend(
     shared: &Shared,
+    client: &ClientInfo<'_>,
 ) -> Result<(Lease, BackendStream, PatchedGreeting), Vec<String>> {
     let mut tried = Vec::new();
-    for backend in shared.backends.candidates(Instant::now()) {
+    for backend in shared.backends.candidates_for(Instant::now(), client) {
         let started = Instant::now();
         // Err carries the reason and whether the backend itself is unreachable or broken (taken out
         // of rotation) rather than alive and refusing, e.g. its own "Too many connections".
@@ -179,7 +193,11 @@ async fn connect_backend(
                 if shared.backends.mark_up(&backend) {
                     info!(backend = %backend.name, "backend back in rotation: connect succeeded");
                 }
-                return Ok((shared.backends.lease(&backend), stream, greeting));
+                return Ok((
+                    shared.backends.lease_for(&backend, client),
+                    stream,
+                    greeting,
+                ));
             }
             Err((reason, broken)) => {
                 if broken && shared.backends.mark_down(&backend, Instant::now()) {
@@ -191,6 +209,7 @@ async fn connect_backend(
             }
         }
     }
+    shared.backends.client_refused(client);
     if tried.is_empty() {
         tried.push("no backend configured".to_owned());
     }
@@ -264,6 +283,13 @@ async fn relay_ended<C: AsyncWrite + Unpin>(
     backend: &str,
 ) -> EndReason {
     match end {
+        RelayEnd::Drained => {
+            debug!(
+                client = peer,
+                backend, "closed between commands for shutdown"
+            );
+            EndReason::Shutdown
+        }
         RelayEnd::ClientClosed { quit: true } => {
             debug!(client = peer, backend, "client quit");
             EndReason::ClientQuit

@@ -45,10 +45,12 @@ pub fn config(backends: &[String]) -> Config {
                     name: address.to_string(),
                     address,
                     weight: 1,
+                    kind: Default::default(),
                 }
             })
             .collect(),
         connect_timeout: Duration::from_secs(2),
+        shutdown_timeout: Duration::from_secs(5),
         admin_address: Some("127.0.0.1:0".parse().unwrap()),
         ..Config::default()
     }
@@ -106,6 +108,11 @@ impl TestProxy {
 
     pub fn opts(&self, user: &str, pass: &str) -> mysql_async::Opts {
         super::mariadb::tcp_opts(&self.addr_string(), user, pass)
+    }
+
+    /// Starts the graceful shutdown (as SIGTERM does) without waiting for it.
+    pub fn begin_shutdown(&self) {
+        self.shutdown.cancel();
     }
 
     /// Completed commands recorded for every backend.
