@@ -27,6 +27,7 @@ const DEFAULT_DOWN_COOLOFF: Duration = Duration::from_secs(5);
 const DEFAULT_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 const DEFAULT_MAX_PACKET_SIZE: u64 = 1 << 30;
 const DEFAULT_MAX_HANDSHAKE_PACKET_SIZE: usize = 65_536;
+const DEFAULT_SCRIPT_BUDGET: Duration = Duration::from_millis(10);
 const MIN_PACKET_SIZE: u64 = 1024;
 /// A handshake packet is a single wire chunk, so it cannot exceed the 3-byte length field.
 const MAX_HANDSHAKE_PACKET_SIZE: usize = 0xFF_FFFF;
@@ -51,6 +52,17 @@ pub struct Cli {
     /// Backend address, host:port or a unix socket path; repeatable or comma-separated. Replaces `backends`.
     #[arg(long = "proxy-backend-addresses", value_name = "ADDR")]
     pub proxy_backend_addresses: Vec<String>,
+    /// Read-only backend (type ro), host:port or a unix socket path; repeatable or comma-separated.
+    /// Added to the backends (from the file or --proxy-backend-addresses).
+    #[arg(long = "proxy-read-only-backend-addresses", value_name = "ADDR")]
+    pub proxy_read_only_backend_addresses: Vec<String>,
+    /// Lua script whose connect_server() chooses the backend (MySQL Proxy compatible). Replaces
+    /// `balancer.script`.
+    #[arg(long = "proxy-lua-script", value_name = "FILE")]
+    pub proxy_lua_script: Option<PathBuf>,
+    /// Built-in balancing policy (also the fallback of a script). Replaces `balancer.policy`.
+    #[arg(long, value_name = "POLICY")]
+    pub balancer: Option<Policy>,
     /// RLIMIT_NOFILE to ask for (default: 2 x max-connections + 64).
     #[arg(long, value_name = "N")]
     pub max_open_files: Option<u64>,
@@ -96,6 +108,54 @@ pub struct BackendConfig {
     pub address: BackendAddr,
     /// Relative share for weighted balancing; > 0.
     pub weight: u32,
+    /// Read-write or read-only, as Lua scripts see it (`type`); the built-in policies use both.
+    pub kind: BackendKind,
+}
+
+/// A backend's role, MySQL Proxy's `BACKEND_TYPE_RW` / `BACKEND_TYPE_RO`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum BackendKind {
+    #[default]
+    Rw,
+    Ro,
+}
+
+/// How a backend is chosen when no script decides.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "snake_case")]
+#[value(rename_all = "snake_case")]
+pub enum Policy {
+    /// Weighted round robin, interleaved (weights 3:1 give A B A A).
+    #[default]
+    RoundRobin,
+    /// Fewest active sessions relative to weight.
+    LeastConnections,
+    /// Weighted random.
+    Random,
+}
+
+/// Backend choice: a built-in policy, optionally overridden per connection by a Lua script.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BalancerConfig {
+    pub policy: Policy,
+    /// Lua file defining `connect_server()` / `disconnect_client()`; reloaded on SIGHUP.
+    pub script: Option<PathBuf>,
+    /// Time one script call may run before the built-in policy takes over.
+    pub script_budget: Duration,
+    /// Opens `os`, `io`, `package`/`require`, `load*` and `dofile` to the script.
+    pub script_allow_unsafe: bool,
+}
+
+impl Default for BalancerConfig {
+    fn default() -> Self {
+        Self {
+            policy: Policy::RoundRobin,
+            script: None,
+            script_budget: DEFAULT_SCRIPT_BUDGET,
+            script_allow_unsafe: false,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, clap::ValueEnum)]
@@ -119,6 +179,9 @@ pub struct Config {
     pub down_cooloff: Duration,
     /// The client must finish the handshake within it.
     pub handshake_timeout: Duration,
+    /// On SIGTERM/SIGINT, sessions get this long to reach a command boundary before they are
+    /// closed regardless.
+    pub shutdown_timeout: Duration,
     /// Logical packet size limit in the command phase.
     pub max_packet_size: u64,
     /// Cap for each handshake/auth packet.
@@ -132,6 +195,7 @@ pub struct Config {
     /// measure what recording costs).
     pub record_latency: bool,
     pub health_check: HealthCheckConfig,
+    pub balancer: BalancerConfig,
 }
 
 /// Background health checks of every backend.
@@ -178,6 +242,7 @@ impl Default for Config {
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             down_cooloff: DEFAULT_DOWN_COOLOFF,
             handshake_timeout: DEFAULT_HANDSHAKE_TIMEOUT,
+            shutdown_timeout: Duration::from_secs(30),
             max_packet_size: DEFAULT_MAX_PACKET_SIZE,
             max_handshake_packet_size: DEFAULT_MAX_HANDSHAKE_PACKET_SIZE,
             log_level: "info".to_owned(),
@@ -185,6 +250,7 @@ impl Default for Config {
             admin_address: Some(DEFAULT_ADMIN),
             record_latency: true,
             health_check: HealthCheckConfig::default(),
+            balancer: BalancerConfig::default(),
         }
     }
 }
@@ -502,6 +568,8 @@ struct RawConfig {
     down_cooloff: Option<Duration>,
     #[serde(default, with = "humantime_serde")]
     handshake_timeout: Option<Duration>,
+    #[serde(default, with = "humantime_serde")]
+    shutdown_timeout: Option<Duration>,
     max_packet_size: Option<ByteSize>,
     max_handshake_packet_size: Option<ByteSize>,
     #[serde(default)]
@@ -510,6 +578,18 @@ struct RawConfig {
     record_latency: Option<bool>,
     #[serde(default)]
     health_check: RawHealthCheck,
+    #[serde(default)]
+    balancer: RawBalancer,
+}
+
+#[derive(Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawBalancer {
+    policy: Option<Policy>,
+    script: Option<PathBuf>,
+    #[serde(default, with = "humantime_serde")]
+    script_budget: Option<Duration>,
+    script_allow_unsafe: Option<bool>,
 }
 
 #[derive(Default, Deserialize)]
@@ -540,6 +620,8 @@ struct RawBackendMap {
     address: BackendAddr,
     name: Option<String>,
     weight: Option<u32>,
+    #[serde(rename = "type")]
+    kind: Option<BackendKind>,
 }
 
 /// A backend entry: a plain address string, or a map. Written by hand rather than `untagged` because
@@ -555,7 +637,9 @@ impl<'de> Deserialize<'de> for RawBackend {
         impl<'de> Visitor<'de> for V {
             type Value = RawBackend;
             fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("a backend address string or a map with `address`, `name`, `weight`")
+                f.write_str(
+                    "a backend address string or a map with `address`, `name`, `weight`, `type`",
+                )
             }
             fn visit_str<E: de::Error>(self, v: &str) -> Result<RawBackend, E> {
                 v.parse().map(RawBackend::Short).map_err(E::custom)
@@ -574,20 +658,26 @@ impl<'de> Deserialize<'de> for RawBackend {
 
 impl RawBackend {
     fn into_backend(self) -> BackendConfig {
-        let (address, name, weight) = match self {
-            RawBackend::Short(address) => (address, None, None),
-            RawBackend::Full(m) => (m.address, m.name, m.weight),
+        let (address, name, weight, kind) = match self {
+            RawBackend::Short(address) => (address, None, None, None),
+            RawBackend::Full(m) => (m.address, m.name, m.weight, m.kind),
         };
-        BackendConfig::new(address, name, weight)
+        BackendConfig::new(address, name, weight, kind.unwrap_or_default())
     }
 }
 
 impl BackendConfig {
-    fn new(address: BackendAddr, name: Option<String>, weight: Option<u32>) -> Self {
+    fn new(
+        address: BackendAddr,
+        name: Option<String>,
+        weight: Option<u32>,
+        kind: BackendKind,
+    ) -> Self {
         BackendConfig {
             name: name.unwrap_or_else(|| address.to_string()),
             address,
             weight: weight.unwrap_or(1),
+            kind,
         }
     }
 }
@@ -623,6 +713,7 @@ impl RawConfig {
             connect_timeout: self.connect_timeout.unwrap_or(d.connect_timeout),
             down_cooloff: self.down_cooloff.unwrap_or(d.down_cooloff),
             handshake_timeout: self.handshake_timeout.unwrap_or(d.handshake_timeout),
+            shutdown_timeout: self.shutdown_timeout.unwrap_or(d.shutdown_timeout),
             max_packet_size: self.max_packet_size.map_or(d.max_packet_size, |s| s.0),
             max_handshake_packet_size,
             log_level: self.log.level.unwrap_or(d.log_level),
@@ -645,6 +736,16 @@ impl RawConfig {
                     user: h.user,
                     password: h.password,
                     max_replication_lag: h.max_replication_lag,
+                }
+            },
+            balancer: {
+                let b = self.balancer;
+                let db = d.balancer;
+                BalancerConfig {
+                    policy: b.policy.unwrap_or(db.policy),
+                    script: b.script,
+                    script_budget: b.script_budget.unwrap_or(db.script_budget),
+                    script_allow_unsafe: b.script_allow_unsafe.unwrap_or(db.script_allow_unsafe),
                 }
             },
         })
@@ -680,7 +781,9 @@ fn cli_error(flag: &str, error: impl fmt::Display) -> ConfigError {
 }
 
 /// Config key prefix -> the flag that can replace it.
-const FLAG_FOR_KEY: [(&str, &str); 8] = [
+const FLAG_FOR_KEY: [(&str, &str); 10] = [
+    ("balancer.policy", "--balancer"),
+    ("balancer.script", "--proxy-lua-script"),
     ("admin_address", "--admin-address"),
     ("listen", "--proxy-address"),
     ("backends", "--proxy-backend-addresses"),
@@ -704,13 +807,29 @@ fn apply_cli(config: &mut Config, cli: &Cli) -> Result<Vec<&'static str>, Config
     let backends = split_list(&cli.proxy_backend_addresses)
         .map(|s| {
             s.parse()
-                .map(|a| BackendConfig::new(a, None, None))
+                .map(|a| BackendConfig::new(a, None, None, BackendKind::Rw))
                 .map_err(|e| cli_error("--proxy-backend-addresses", e))
         })
         .collect::<Result<Vec<BackendConfig>, _>>()?;
     if !backends.is_empty() {
         config.backends = backends;
         replaced.push("backends");
+    }
+    for s in split_list(&cli.proxy_read_only_backend_addresses) {
+        let address = s
+            .parse()
+            .map_err(|e| cli_error("--proxy-read-only-backend-addresses", e))?;
+        config
+            .backends
+            .push(BackendConfig::new(address, None, None, BackendKind::Ro));
+    }
+    if let Some(path) = &cli.proxy_lua_script {
+        config.balancer.script = Some(path.clone());
+        replaced.push("balancer.script");
+    }
+    if let Some(policy) = cli.balancer {
+        config.balancer.policy = policy;
+        replaced.push("balancer.policy");
     }
     if let Some(n) = cli.max_connections {
         config.max_connections = n;
@@ -782,6 +901,17 @@ fn check_log_filter(filter: &str) -> Result<(), String> {
     tracing_subscriber::EnvFilter::try_new(filter)
         .map(drop)
         .map_err(|e| format!("invalid filter `{filter}`: {e}"))
+}
+
+/// The script is loaded (and reloaded) later; a missing file is caught here, a Lua error there.
+fn check_readable_file(path: &Path) -> Result<(), String> {
+    match std::fs::metadata(path) {
+        Ok(m) if m.is_file() => std::fs::File::open(path)
+            .map(drop)
+            .map_err(|e| format!("cannot read {}: {e}", path.display())),
+        Ok(_) => Err(format!("{} is not a file", path.display())),
+        Err(e) => Err(format!("cannot read {}: {e}", path.display())),
+    }
 }
 
 impl Config {
@@ -918,6 +1048,15 @@ impl Config {
                 "set health_check.user too",
             ));
         }
+        if self.balancer.script_budget.is_zero() {
+            return Err(ConfigError::invalid(
+                "balancer.script_budget",
+                "must be > 0",
+            ));
+        }
+        if let Some(path) = &self.balancer.script {
+            check_readable_file(path).map_err(|m| ConfigError::invalid("balancer.script", m))?;
+        }
         if h.max_replication_lag.is_some() && h.user.is_none() {
             return Err(ConfigError::invalid(
                 "health_check.max_replication_lag",
@@ -975,7 +1114,8 @@ mod tests {
                 backends: vec![BackendConfig {
                     name: "127.0.0.1:3306".into(),
                     address: tcp("127.0.0.1", 3306),
-                    weight: 1
+                    weight: 1,
+                    kind: BackendKind::Rw
                 }],
                 ..Config::default()
             }
@@ -1032,7 +1172,8 @@ log: { level: "info,mysql_lb=debug", format: json }
             vec![BackendConfig {
                 name: "db.example:3306".into(),
                 address: tcp("db.example", 3306),
-                weight: 1
+                weight: 1,
+                kind: BackendKind::Rw
             }]
         );
     }
@@ -1344,6 +1485,116 @@ log: { level: "info,mysql_lb=debug", format: json }
         };
         let e = Config::load(&cli).unwrap_err().to_string();
         assert!(e.contains("/nonexistent/mysql-lb.yaml"), "{e}");
+    }
+
+    #[test]
+    fn balancer_keys_and_backend_type_parse() {
+        let script = write_temp("function connect_server() end\n");
+        let c = Config::from_yaml_str(&format!(
+            "backends:\n  - h:1\n  - {{address: h:2, type: ro, weight: 3}}\nbalancer:\n  policy: least_connections\n  script: {}\n  script_budget: 25ms\n  script_allow_unsafe: true\n",
+            script.path().display()
+        ))
+        .unwrap();
+        assert_eq!(c.backends[0].kind, BackendKind::Rw);
+        assert_eq!(c.backends[1].kind, BackendKind::Ro);
+        assert_eq!(
+            c.balancer,
+            BalancerConfig {
+                policy: Policy::LeastConnections,
+                script: Some(script.path().to_owned()),
+                script_budget: Duration::from_millis(25),
+                script_allow_unsafe: true,
+            }
+        );
+        let d = Config::from_yaml_str("backends: [h:1]\nbalancer: {policy: random}").unwrap();
+        assert_eq!(d.balancer.policy, Policy::Random);
+        assert_eq!(d.balancer.script_budget, Duration::from_millis(10));
+        assert!(!d.balancer.script_allow_unsafe);
+        assert_eq!(Config::default().balancer.policy, Policy::RoundRobin);
+    }
+
+    #[test]
+    fn balancer_errors_name_the_key() {
+        let e = err("backends: [h:1]\nbalancer:\n  polcy: random\n");
+        assert!(
+            e.contains("unknown field `polcy`") && e.contains("line 3"),
+            "{e}"
+        );
+        let e = err("backends: [h:1]\nbalancer: {policy: fastest}\n");
+        assert!(
+            e.contains("balancer.policy") && e.contains("fastest"),
+            "{e}"
+        );
+        let e = err("backends: [{address: h:1, type: rx}]\n");
+        assert!(e.contains("backends[0].type"), "{e}");
+        let e = err("backends: [h:1]\nbalancer: {script: /nonexistent/x.lua}\n");
+        assert!(
+            e.contains("balancer.script: cannot read /nonexistent/x.lua"),
+            "{e}"
+        );
+        let e = err("backends: [h:1]\nbalancer: {script_budget: 0s}\n");
+        assert!(e.contains("balancer.script_budget: must be > 0"), "{e}");
+    }
+
+    #[test]
+    fn mysql_proxy_flags_set_script_policy_and_read_only_backends() {
+        let script = write_temp("-- empty\n");
+        let f = write_temp("backends: [\"h:1\"]\n");
+        let cli = Cli::parse_from([
+            "mysql-lb",
+            "--config",
+            f.path().to_str().unwrap(),
+            "--proxy-lua-script",
+            script.path().to_str().unwrap(),
+            "--balancer",
+            "least_connections",
+            "--proxy-read-only-backend-addresses",
+            "r:1,r:2",
+            "--proxy-read-only-backend-addresses=/tmp/r.sock",
+        ]);
+        let c = Config::load(&cli).unwrap();
+        let kinds: Vec<_> = c
+            .backends
+            .iter()
+            .map(|b| (b.name.as_str(), b.kind))
+            .collect();
+        assert_eq!(
+            kinds,
+            [
+                ("h:1", BackendKind::Rw),
+                ("r:1", BackendKind::Ro),
+                ("r:2", BackendKind::Ro),
+                ("/tmp/r.sock", BackendKind::Ro)
+            ]
+        );
+        assert_eq!(c.balancer.script.as_deref(), Some(script.path()));
+        assert_eq!(c.balancer.policy, Policy::LeastConnections);
+
+        // Read-only backends alone are enough.
+        let cli = Cli::parse_from(["mysql-lb", "--proxy-read-only-backend-addresses", "r:1"]);
+        assert_eq!(
+            Config::load(&cli).unwrap().backends[0].kind,
+            BackendKind::Ro
+        );
+
+        let cli = Cli::parse_from(["mysql-lb", "--proxy-read-only-backend-addresses", "r:0"]);
+        let e = Config::load(&cli).unwrap_err().to_string();
+        assert!(
+            e.starts_with("command line: --proxy-read-only-backend-addresses:"),
+            "{e}"
+        );
+        let cli = Cli::parse_from([
+            "mysql-lb",
+            "--proxy-backend-addresses",
+            "h:1",
+            "--proxy-lua-script",
+            "/nonexistent/s.lua",
+        ]);
+        let e = Config::load(&cli).unwrap_err().to_string();
+        assert!(
+            e.starts_with("command line: --proxy-lua-script: cannot read"),
+            "{e}"
+        );
     }
 
     #[test]
