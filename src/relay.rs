@@ -44,20 +44,12 @@ pub enum RelayEnd {
     Protocol(TrackError),
 }
 
-/// Bytes moved in each direction, for metrics.
-#[derive(Debug, Default, Clone, Copy)]
-pub struct Transferred {
-    pub to_backend: u64,
-    pub from_backend: u64,
-}
-
 struct Direction {
     buf: BytesMut,
     written: usize,
     eof: bool,
     /// Set when the buffer was cut at a bad packet: once the good part is written, stop.
     failed: Option<TrackError>,
-    bytes: u64,
 }
 
 impl Direction {
@@ -71,7 +63,6 @@ impl Direction {
             written: 0,
             eof: false,
             failed: None,
-            bytes: 0,
         }
     }
 }
@@ -97,13 +88,22 @@ trait Hooks {
     fn written(&mut self) {}
 }
 
-struct Upstream<'a> {
+/// Sees what a session relays: completed commands and bytes moved, as they happen.
+pub trait Observer {
+    fn completed(&mut self, c: &Completed);
+    /// `n` bytes read from the client (`to_backend`) or from the backend, about to be forwarded.
+    fn relayed(&mut self, to_backend: bool, n: usize);
+}
+
+struct Upstream<'a, O> {
     tracker: &'a mut Tracker,
+    observer: &'a mut O,
     quit: bool,
 }
 
-impl Hooks for Upstream<'_> {
+impl<O: Observer> Hooks for Upstream<'_, O> {
     fn scan(&mut self, buf: &[u8]) -> Result<(), TrackError> {
+        self.observer.relayed(true, buf.len());
         self.quit |= self.tracker.on_client(buf)?.quit;
         Ok(())
     }
@@ -116,15 +116,17 @@ impl Hooks for Upstream<'_> {
     }
 }
 
-struct Downstream<'a, F> {
+struct Downstream<'a, O> {
     tracker: &'a mut Tracker,
-    record: F,
+    observer: &'a mut O,
 }
 
-impl<F: FnMut(&Completed)> Hooks for Downstream<'_, F> {
+impl<O: Observer> Hooks for Downstream<'_, O> {
     fn scan(&mut self, buf: &[u8]) -> Result<(), TrackError> {
-        let record = &mut self.record;
-        self.tracker.on_server(buf, Instant::now(), |c| record(&c))
+        let observer = &mut *self.observer;
+        observer.relayed(false, buf.len());
+        self.tracker
+            .on_server(buf, Instant::now(), |c| observer.completed(&c))
     }
 }
 
@@ -169,8 +171,7 @@ where
         }
         match poll_read_buf(Pin::new(&mut *src), cx, &mut dir.buf) {
             Poll::Ready(Ok(0)) => dir.eof = true,
-            Poll::Ready(Ok(n)) => {
-                dir.bytes += n as u64;
+            Poll::Ready(Ok(_)) => {
                 if let Err(e) = hooks.scan(&dir.buf) {
                     dir.buf.truncate(e.start().unwrap_or(0));
                     dir.failed = Some(e);
@@ -183,8 +184,8 @@ where
 }
 
 /// Relays the command phase until either side ends or misbehaves. `initial_client` and
-/// `initial_backend` are bytes already read during the handshake; `record` receives every
-/// completed command.
+/// `initial_backend` are bytes already read during the handshake; `observer` sees every completed
+/// command and every read.
 pub async fn relay<C, B>(
     client: &mut C,
     backend: &mut B,
@@ -192,13 +193,12 @@ pub async fn relay<C, B>(
     initial_client: BytesMut,
     initial_backend: BytesMut,
     drain: &CancellationToken,
-    record: impl FnMut(&Completed),
-) -> (RelayEnd, Transferred)
+    observer: &mut impl Observer,
+) -> RelayEnd
 where
     C: AsyncRead + AsyncWrite + Unpin,
     B: AsyncRead + AsyncWrite + Unpin,
 {
-    let mut record = record;
     let draining = drain.cancelled();
     tokio::pin!(draining);
     let mut drain_now = false;
@@ -208,6 +208,7 @@ where
     {
         let mut hooks = Upstream {
             tracker: &mut *tracker,
+            observer: &mut *observer,
             quit: false,
         };
         prescan(&mut up, &mut hooks);
@@ -216,11 +217,11 @@ where
             &mut down,
             &mut Downstream {
                 tracker: &mut *tracker,
-                record: &mut record,
+                observer: &mut *observer,
             },
         );
     }
-    let end = poll_fn(|cx| {
+    poll_fn(|cx| {
         // On shutdown, end at the first command boundary — checked before reading the client, so
         // a command that arrives after the last response is never half served.
         if !drain_now && draining.as_mut().poll(cx).is_ready() {
@@ -234,6 +235,7 @@ where
         }
         let mut hooks = Upstream {
             tracker: &mut *tracker,
+            observer: &mut *observer,
             quit: false,
         };
         let step = poll_direction(cx, &mut up, client, backend, &mut hooks);
@@ -247,7 +249,7 @@ where
         }
         let mut hooks = Downstream {
             tracker: &mut *tracker,
-            record: &mut record,
+            observer: &mut *observer,
         };
         match poll_direction(cx, &mut down, backend, client, &mut hooks) {
             Poll::Ready(Step::Eof) => Poll::Ready(RelayEnd::BackendClosed {
@@ -263,12 +265,7 @@ where
             Poll::Pending => Poll::Pending,
         }
     })
-    .await;
-    let transferred = Transferred {
-        to_backend: up.bytes,
-        from_backend: down.bytes,
-    };
-    (end, transferred)
+    .await
 }
 
 /// Scans bytes that were read before the relay started (during the handshake).

@@ -15,10 +15,10 @@ use tracing::{debug, info, trace, warn};
 use crate::auth::{read_greeting, relay_connection_phase, AuthError, PatchedGreeting};
 use crate::balancer::{BackendSet, ClientInfo, Lease};
 use crate::config::Config;
-use crate::metrics::{Metrics, Refusal};
+use crate::metrics::{BackendStats, Metrics, Refusal};
 use crate::protocol::errors::{code, err_packet, pre_greeting_err, sqlstate_for};
-use crate::protocol::response::{TrackError, Tracker};
-use crate::relay::{relay, RelayEnd};
+use crate::protocol::response::{Completed, TrackError, Tracker};
+use crate::relay::{relay, Observer, RelayEnd};
 use crate::stream::{BackendStream, PacketReadError};
 
 /// What every session needs, shared by all of them.
@@ -122,33 +122,54 @@ where
     };
     debug!(client = peer, backend = %backend_name, user = %auth.user, "session established");
     let mut tracker = Tracker::new(auth.negotiated, shared.max_packet_size);
-    let stats = &lease.backend().stats;
-    let record = shared.record_latency;
-    let (end, moved) = relay(
+    let mut observer = Recorder {
+        stats: &lease.backend().stats,
+        backend: &backend_name,
+        record_latency: shared.record_latency,
+    };
+    let end = relay(
         &mut client,
         &mut backend,
         &mut tracker,
         auth.client_pending,
         auth.backend_pending,
         drain,
-        |c| {
-            if record {
-                stats.record(c);
-            }
-            trace!(
-                backend = %backend_name,
-                command = c.command,
-                kind = c.kind().as_str(),
-                latency_us = c.latency.as_micros() as u64,
-                first_byte_us = c.first_byte.as_micros() as u64,
-                "command completed"
-            );
-        },
+        &mut observer,
     )
     .await;
-    stats.bytes_to_backend.inc_by(moved.to_backend);
-    stats.bytes_from_backend.inc_by(moved.from_backend);
     relay_ended(&mut client, end, &tracker, peer, &backend_name).await
+}
+
+/// Feeds a session's commands and bytes into its backend's metrics.
+struct Recorder<'a> {
+    stats: &'a BackendStats,
+    backend: &'a str,
+    record_latency: bool,
+}
+
+impl Observer for Recorder<'_> {
+    fn completed(&mut self, c: &Completed) {
+        if self.record_latency {
+            self.stats.record(c);
+        }
+        trace!(
+            backend = self.backend,
+            command = c.command,
+            kind = c.kind().as_str(),
+            latency_us = c.latency.as_micros() as u64,
+            first_byte_us = c.first_byte.as_micros() as u64,
+            "command completed"
+        );
+    }
+
+    fn relayed(&mut self, to_backend: bool, n: usize) {
+        let counter = if to_backend {
+            &self.stats.bytes_to_backend
+        } else {
+            &self.stats.bytes_from_backend
+        };
+        counter.inc_by(n as u64);
+    }
 }
 
 /// Tries backends in the balancer's order (a script may choose the first for this client) until
