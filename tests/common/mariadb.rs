@@ -67,6 +67,8 @@ pub struct MariaDb {
     /// Temp dir holding the datadir, socket, pid file and stderr capture; removed on drop.
     base: PathBuf,
     server_id: u32,
+    /// Appended to the standard options at every start (a later option wins in mariadbd).
+    extra_args: Vec<String>,
     child: Mutex<Option<Child>>,
 }
 
@@ -80,6 +82,12 @@ impl MariaDb {
     /// Starts a fresh instance from the template datadir on a free port; blocks until it accepts
     /// connections on both its unix socket and its TCP port.
     pub fn start(name: &str) -> MariaDb {
+        Self::start_with_args(name, &[])
+    }
+
+    /// Like [`start`](Self::start), with extra `mariadbd` options that also apply on restart, e.g.
+    /// `--log-bin` for a replication primary. Each instance already has a unique `--server-id`.
+    pub fn start_with_args(name: &str, extra_args: &[&str]) -> MariaDb {
         let template = template_datadir();
         let base = new_temp_dir(name);
         let datadir = base.join("data");
@@ -98,6 +106,7 @@ impl MariaDb {
             datadir,
             base,
             server_id: SERVER_IDS.fetch_add(1, Ordering::Relaxed),
+            extra_args: extra_args.iter().map(|a| a.to_string()).collect(),
             child: Mutex::new(None),
         };
         for _ in 0..START_ATTEMPTS {
@@ -256,6 +265,7 @@ impl MariaDb {
                 "--local-infile=1",
                 "--max-allowed-packet=64M",
             ])
+            .args(&self.extra_args)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(stderr);

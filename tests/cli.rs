@@ -1,0 +1,322 @@
+//! The `mysql-lb` binary as an operator runs it: flags, config validation, logging, fd limits,
+//! and clients (the `mariadb` CLI) through the real process.
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use common::mariadb::{free_port, shared_pair};
+
+const BIN: &str = env!("CARGO_BIN_EXE_mysql-lb");
+
+fn example_config() -> String {
+    format!("{}/config/mysql-lb.yaml", env!("CARGO_MANIFEST_DIR"))
+}
+
+/// The daemon started with `args`; its stderr lines arrive on `lines`. Killed on drop.
+struct Daemon {
+    child: Child,
+    lines: mpsc::Receiver<String>,
+    seen: Vec<String>,
+}
+
+impl Daemon {
+    fn start(args: &[String], soft_nofile: Option<u64>) -> Self {
+        let mut cmd = if let Some(soft) = soft_nofile {
+            // Start under a low soft limit (hard left as is), as `ulimit -Sn` would.
+            let mut c = Command::new("prlimit");
+            c.arg(format!("--nofile={soft}:")).arg(BIN);
+            c
+        } else {
+            Command::new(BIN)
+        };
+        let mut child = cmd
+            .args(args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start mysql-lb");
+        let stderr = child.stderr.take().unwrap();
+        let (tx, lines) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        Self {
+            child,
+            lines,
+            seen: Vec::new(),
+        }
+    }
+
+    /// Waits for a log line containing `needle`; panics with everything seen so far otherwise.
+    fn wait_for_line(&mut self, needle: &str) -> String {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        if let Some(l) = self.seen.iter().find(|l| l.contains(needle)) {
+            return l.clone();
+        }
+        while Instant::now() < deadline {
+            if let Ok(line) = self.lines.recv_timeout(Duration::from_millis(100)) {
+                self.seen.push(line.clone());
+                if line.contains(needle) {
+                    return line;
+                }
+            }
+        }
+        panic!(
+            "no log line with {needle:?}; got:\n{}",
+            self.seen.join("\n")
+        );
+    }
+
+    fn stop(&mut self) -> std::process::ExitStatus {
+        let pid = self.child.id() as i32;
+        // SIGTERM: the daemon drains and exits on its own.
+        unsafe { libc::kill(pid, libc::SIGTERM) };
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "mysql-lb did not exit on SIGTERM"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn mariadb_cli(port: u16, sql: &str) -> std::process::Output {
+    Command::new("mariadb")
+        .args([
+            "--no-defaults",
+            "--protocol=TCP",
+            "-h127.0.0.1",
+            &format!("-P{port}"),
+            "-ubench",
+            "-pbench",
+            "-N",
+            "-e",
+            sql,
+        ])
+        .output()
+        .expect("run the mariadb CLI (apt-get install mariadb-client)")
+}
+
+fn wait_connectable(port: u16) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(
+            Instant::now() < deadline,
+            "mysql-lb never listened on {port}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// A connection that was greeted (so it holds an admission slot) and stays silent.
+fn hold_a_session(port: u16) -> std::net::TcpStream {
+    use std::io::Read;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let mut head = [0u8; 5];
+        if s.read_exact(&mut head).is_ok() && head[4] == 0x0A {
+            return s;
+        }
+        assert!(Instant::now() < deadline, "never got a greeting on {port}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn check_config_accepts_the_shipped_example() {
+    let out = Command::new(BIN)
+        .args(["--config", &example_config(), "--check-config"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("configuration OK"));
+}
+
+#[test]
+fn check_config_names_an_unknown_key_and_its_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("bad.yaml");
+    std::fs::write(&path, "backends: [\"127.0.0.1:3306\"]\nmax_conections: 5\n").unwrap();
+    let out = Command::new(BIN)
+        .args(["--config", path.to_str().unwrap(), "--check-config"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("max_conections"), "{err}");
+    assert!(err.contains("line 2"), "{err}");
+}
+
+#[test]
+fn bad_flag_value_is_an_error_naming_the_flag() {
+    let out = Command::new(BIN)
+        .args([
+            "--proxy-backend-addresses",
+            "127.0.0.1:notaport",
+            "--check-config",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--proxy-backend-addresses"), "{err}");
+}
+
+#[test]
+fn flags_start_a_proxy_the_mariadb_cli_can_use_and_sigterm_stops_it() {
+    let pair = shared_pair();
+    let port = free_port();
+    let mut d = Daemon::start(
+        &[
+            format!("--proxy-address=127.0.0.1:{port}"),
+            format!(
+                "--proxy-backend-addresses={},{}",
+                pair[0].tcp_addr(),
+                pair[1].tcp_addr()
+            ),
+            "--admin-address=off".into(),
+            "--log-level=info".into(),
+        ],
+        None,
+    );
+    d.wait_for_line("listening");
+    wait_connectable(port);
+    let mut ports = Vec::new();
+    for _ in 0..4 {
+        let out = mariadb_cli(port, "SELECT @@port");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        ports.push(String::from_utf8_lossy(&out.stdout).trim().to_owned());
+    }
+    ports.sort();
+    ports.dedup();
+    assert_eq!(
+        ports.len(),
+        2,
+        "round robin reached both backends: {ports:?}"
+    );
+    let status = d.stop();
+    assert!(status.success(), "clean exit on SIGTERM: {status:?}");
+}
+
+#[test]
+fn json_logs_name_the_refused_client_and_the_reason() {
+    let pair = shared_pair();
+    let port = free_port();
+    let mut d = Daemon::start(
+        &[
+            format!("--proxy-address=127.0.0.1:{port}"),
+            format!("--proxy-backend-addresses={}", pair[0].tcp_addr()),
+            "--admin-address=off".into(),
+            "--max-connections=1".into(),
+            "--log-format=json".into(),
+        ],
+        None,
+    );
+    wait_connectable(port);
+    // Hold the only slot with a connection that got a greeting (an earlier probe may still hold
+    // it for a moment), then be refused with the CLI.
+    let holder = hold_a_session(port);
+    let out = mariadb_cli(port, "SELECT 1");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("1040"), "{err}");
+    assert!(err.contains("Too many connections"), "{err}");
+    let line = d.wait_for_line("too many connections");
+    let json: serde_json::Value = serde_json::from_str(&line).expect("a JSON log line");
+    assert_eq!(json["level"], "WARN", "{line}");
+    let text = line.to_lowercase();
+    assert!(
+        text.contains("127.0.0.1:"),
+        "the line names the client: {line}"
+    );
+    drop(holder);
+}
+
+#[test]
+fn starts_under_a_low_soft_fd_limit_and_raises_it() {
+    let pair = shared_pair();
+    let port = free_port();
+    let mut d = Daemon::start(
+        &[
+            format!("--proxy-address=127.0.0.1:{port}"),
+            format!("--proxy-backend-addresses={}", pair[0].tcp_addr()),
+            "--admin-address=off".into(),
+            "--max-connections=2000".into(),
+        ],
+        Some(1024),
+    );
+    d.wait_for_line("listening");
+    let limits = std::fs::read_to_string(format!("/proc/{}/limits", d.child.id())).unwrap();
+    let soft: u64 = limits
+        .lines()
+        .find(|l| l.starts_with("Max open files"))
+        .and_then(|l| l.split_whitespace().nth(3))
+        .and_then(|s| s.parse().ok())
+        .expect("soft limit in /proc/PID/limits");
+    assert!(
+        soft >= 2 * 2000 + 64,
+        "soft limit raised to fit 2000 connections: {soft}"
+    );
+    d.wait_for_line("RLIMIT_NOFILE soft limit raised");
+    wait_connectable(port);
+    let out = mariadb_cli(port, "SELECT 1");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn max_open_files_too_small_lowers_max_connections_with_one_warning() {
+    let pair = shared_pair();
+    let port = free_port();
+    let mut d = Daemon::start(
+        &[
+            format!("--proxy-address=127.0.0.1:{port}"),
+            format!("--proxy-backend-addresses={}", pair[0].tcp_addr()),
+            "--admin-address=off".into(),
+            "--max-connections=1000".into(),
+            "--max-open-files=264".into(),
+        ],
+        None,
+    );
+    let line = d.wait_for_line("max_connections lowered");
+    assert!(line.contains("1000") && line.contains("100"), "{line}");
+    d.wait_for_line("listening");
+    let warnings = d
+        .seen
+        .iter()
+        .filter(|l| l.contains("max_connections lowered"))
+        .count();
+    assert_eq!(warnings, 1);
+}
