@@ -49,11 +49,11 @@ start_backend() { # name -> prints port
   port=$(free_port)
   dir=$WORK/$name
   mkdir -p "$dir"
-  "$INSTALL_DB" --no-defaults "${USER_OPT[@]}" --datadir="$dir/data" \
+  "$INSTALL_DB" --no-defaults "${USER_OPT[@]}" --innodb-use-native-aio=0 --datadir="$dir/data" \
     --auth-root-authentication-method=normal --skip-test-db >"$dir/install.log" 2>&1
   "$MARIADBD" --no-defaults "${USER_OPT[@]}" --datadir="$dir/data" --port="$port" \
     --bind-address=127.0.0.1 --socket="$dir/mysqld.sock" --pid-file="$dir/mysqld.pid" \
-    --log-error="$dir/error.log" --innodb-buffer-pool-size=64M --performance-schema=OFF \
+    --log-error="$dir/error.log" --innodb-use-native-aio=0 --innodb-buffer-pool-size=64M --performance-schema=OFF \
     --skip-name-resolve --max-connections=1000 --skip-log-bin >/dev/null 2>&1 &
   PIDS+=($!)
   for _ in $(seq 1 600); do

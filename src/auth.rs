@@ -12,10 +12,10 @@ use thiserror::Error;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tracing::debug;
 
-use crate::protocol::caps::{self, Negotiated};
+use crate::protocol::caps::Negotiated;
 use crate::protocol::handshake::{
-    negotiate, parse_client_first, patch_client_first, patch_greeting, ClientFirst, Greeting,
-    HandshakeError,
+    negotiate, parse_client_first, patch_client_first_with, patch_greeting_with, ClientFirst,
+    Greeting, HandshakeError, Strip,
 };
 use crate::stream::{read_packet, PacketReadError};
 
@@ -71,6 +71,7 @@ pub struct PatchedGreeting {
 pub async fn read_greeting<B: AsyncRead + Unpin>(
     backend: &mut B,
     max: usize,
+    strip: Strip,
 ) -> Result<PatchedGreeting, AuthError> {
     let mut rest = BytesMut::with_capacity(256);
     let mut packet = read_packet(backend, &mut rest, max)
@@ -80,7 +81,8 @@ pub async fn read_greeting<B: AsyncRead + Unpin>(
         let (code, message) = err_fields(&packet[4..]);
         return Err(AuthError::BackendRefused { code, message });
     }
-    let greeting = patch_greeting(&mut packet[4..]).map_err(AuthError::BackendGreeting)?;
+    let greeting =
+        patch_greeting_with(&mut packet[4..], strip).map_err(AuthError::BackendGreeting)?;
     Ok(PatchedGreeting {
         packet,
         greeting,
@@ -96,6 +98,7 @@ pub async fn relay_connection_phase<C, B>(
     greeting: PatchedGreeting,
     max: usize,
     timeout: Duration,
+    strip: Strip,
     next_seq: &mut u8,
 ) -> Result<Authenticated, AuthError>
 where
@@ -120,11 +123,11 @@ where
             Ok(ClientFirst::SslRequest { .. }) => return Err(AuthError::ClientWantsTls),
             Err(e) => return Err(AuthError::ClientHandshake(e)),
         };
-        patch_client_first(&mut response[4..]).map_err(AuthError::ClientHandshake)?;
+        patch_client_first_with(&mut response[4..], strip).map_err(AuthError::ClientHandshake)?;
         // From here `parsed` describes what the backend receives: the patched flags.
         let client_caps = parsed.capabilities;
-        parsed.capabilities &= !caps::UNSUPPORTED;
-        parsed.mariadb_capabilities &= !caps::MARIADB_UNSUPPORTED;
+        parsed.capabilities &= !strip.capabilities;
+        parsed.mariadb_capabilities &= !strip.mariadb_capabilities;
         let negotiated = negotiate(&greeting.greeting, &parsed);
         debug!(
             user = %parsed.user,

@@ -194,6 +194,9 @@ pub struct Config {
     /// Record each command's latency in the per-backend histograms (on by default; off only to
     /// measure what recording costs).
     pub record_latency: bool,
+    /// When false, CLIENT_LOCAL_FILES is cleared in both directions so no LOAD DATA LOCAL INFILE
+    /// can run through the proxy.
+    pub allow_local_infile: bool,
     pub health_check: HealthCheckConfig,
     pub balancer: BalancerConfig,
 }
@@ -249,6 +252,7 @@ impl Default for Config {
             log_format: LogFormat::Text,
             admin_address: Some(DEFAULT_ADMIN),
             record_latency: true,
+            allow_local_infile: true,
             health_check: HealthCheckConfig::default(),
             balancer: BalancerConfig::default(),
         }
@@ -576,6 +580,7 @@ struct RawConfig {
     log: RawLog,
     admin_address: Option<String>,
     record_latency: Option<bool>,
+    allow_local_infile: Option<bool>,
     #[serde(default)]
     health_check: RawHealthCheck,
     #[serde(default)]
@@ -725,6 +730,7 @@ impl RawConfig {
                 }
             },
             record_latency: self.record_latency.unwrap_or(d.record_latency),
+            allow_local_infile: self.allow_local_infile.unwrap_or(d.allow_local_infile),
             health_check: {
                 let h = self.health_check;
                 let dh = d.health_check;

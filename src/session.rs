@@ -16,7 +16,9 @@ use crate::auth::{read_greeting, relay_connection_phase, AuthError, PatchedGreet
 use crate::balancer::{BackendSet, ClientInfo, Lease};
 use crate::config::Config;
 use crate::metrics::{BackendStats, Metrics, Refusal};
+use crate::protocol::caps::CLIENT_LOCAL_FILES;
 use crate::protocol::errors::{code, err_packet, pre_greeting_err, sqlstate_for};
+use crate::protocol::handshake::Strip;
 use crate::protocol::response::{Completed, TrackError, Tracker};
 use crate::relay::{relay, Observer, RelayEnd};
 use crate::stream::{BackendStream, PacketReadError};
@@ -31,6 +33,8 @@ pub struct Shared {
     pub max_packet_size: u64,
     pub max_handshake_packet_size: usize,
     pub record_latency: bool,
+    /// Capability bits cleared in both directions.
+    pub strip: Strip,
 }
 
 impl Shared {
@@ -49,6 +53,11 @@ impl Shared {
             max_packet_size: config.max_packet_size,
             max_handshake_packet_size: config.max_handshake_packet_size,
             record_latency: config.record_latency,
+            strip: if config.allow_local_infile {
+                Strip::UNSUPPORTED
+            } else {
+                Strip::UNSUPPORTED.and(CLIENT_LOCAL_FILES)
+            },
         }
     }
 }
@@ -113,6 +122,7 @@ where
         greeting,
         shared.max_handshake_packet_size,
         shared.handshake_timeout,
+        shared.strip,
         &mut next_seq,
     )
     .await;
@@ -187,12 +197,13 @@ async fn connect_backend(
             let mut stream = BackendStream::connect(&backend.address, shared.connect_timeout)
                 .await
                 .map_err(|e| (e.to_string(), true))?;
-            let greeting = read_greeting(&mut stream, shared.max_handshake_packet_size)
-                .await
-                .map_err(|e| {
-                    let broken = !matches!(e, AuthError::BackendRefused { .. });
-                    (e.to_string(), broken)
-                })?;
+            let greeting =
+                read_greeting(&mut stream, shared.max_handshake_packet_size, shared.strip)
+                    .await
+                    .map_err(|e| {
+                        let broken = !matches!(e, AuthError::BackendRefused { .. });
+                        (e.to_string(), broken)
+                    })?;
             Ok((stream, greeting))
         };
         let result = match tokio::time::timeout(shared.connect_timeout, attempt).await {

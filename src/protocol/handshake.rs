@@ -123,21 +123,55 @@ pub fn parse_greeting(payload: &[u8]) -> Result<Greeting, HandshakeError> {
 /// bytes, only when CLIENT_MYSQL (bit 0) is clear). Returns the parsed Greeting as it is AFTER
 /// patching. On error the payload is left untouched.
 pub fn patch_greeting(payload: &mut [u8]) -> Result<Greeting, HandshakeError> {
+    patch_greeting_with(payload, Strip::UNSUPPORTED)
+}
+
+/// Capability bits to clear in both directions: always [`Strip::UNSUPPORTED`], plus whatever the
+/// configuration turns off (e.g. `CLIENT_LOCAL_FILES`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Strip {
+    pub capabilities: u32,
+    pub mariadb_capabilities: u32,
+}
+
+impl Strip {
+    pub const UNSUPPORTED: Strip = Strip {
+        capabilities: caps::UNSUPPORTED,
+        mariadb_capabilities: caps::MARIADB_UNSUPPORTED,
+    };
+
+    /// Also clears `bits` of the standard capabilities.
+    pub const fn and(self, bits: u32) -> Strip {
+        Strip {
+            capabilities: self.capabilities | bits,
+            mariadb_capabilities: self.mariadb_capabilities,
+        }
+    }
+}
+
+/// As [`patch_greeting`], clearing the bits of `strip`.
+pub fn patch_greeting_with(payload: &mut [u8], strip: Strip) -> Result<Greeting, HandshakeError> {
     let (mut greeting, fixed) = read_greeting(payload)?;
     let g = Packet::Greeting;
-    clear_bits(payload, fixed + G_CAPS_LOWER, 2, caps::UNSUPPORTED, g)?;
-    clear_bits(payload, fixed + G_CAPS_UPPER, 2, caps::UNSUPPORTED >> 16, g)?;
+    clear_bits(payload, fixed + G_CAPS_LOWER, 2, strip.capabilities, g)?;
+    clear_bits(
+        payload,
+        fixed + G_CAPS_UPPER,
+        2,
+        strip.capabilities >> 16,
+        g,
+    )?;
     if greeting.capabilities & caps::CLIENT_MYSQL == 0 {
         clear_bits(
             payload,
             fixed + G_MARIADB_CAPS,
             4,
-            caps::MARIADB_UNSUPPORTED,
+            strip.mariadb_capabilities,
             g,
         )?;
     }
-    greeting.capabilities &= !caps::UNSUPPORTED;
-    greeting.mariadb_capabilities &= !caps::MARIADB_UNSUPPORTED;
+    greeting.capabilities &= !strip.capabilities;
+    greeting.mariadb_capabilities &= !strip.mariadb_capabilities;
     Ok(greeting)
 }
 
@@ -168,11 +202,16 @@ pub fn parse_client_first(payload: &[u8]) -> Result<ClientFirst, HandshakeError>
 /// where bytes 2..4 would not be capabilities at all. A patched SSLRequest no longer says SSL, so
 /// until TLS lands the session should refuse an SSLRequest rather than forward it.
 pub fn patch_client_first(payload: &mut [u8]) -> Result<(), HandshakeError> {
+    patch_client_first_with(payload, Strip::UNSUPPORTED)
+}
+
+/// As [`patch_client_first`], clearing the bits of `strip`.
+pub fn patch_client_first_with(payload: &mut [u8], strip: Strip) -> Result<(), HandshakeError> {
     let capabilities = client_capabilities(payload)?;
     let r = Packet::ClientResponse;
-    clear_bits(payload, R_CAPS, 4, caps::UNSUPPORTED, r)?;
+    clear_bits(payload, R_CAPS, 4, strip.capabilities, r)?;
     if capabilities & caps::CLIENT_MYSQL == 0 {
-        clear_bits(payload, R_MARIADB_CAPS, 4, caps::MARIADB_UNSUPPORTED, r)?;
+        clear_bits(payload, R_MARIADB_CAPS, 4, strip.mariadb_capabilities, r)?;
     }
     Ok(())
 }

@@ -50,8 +50,11 @@ CREATE DATABASE IF NOT EXISTS test;
 
 /// Options shared by the template bootstrap and every server. The redo log size must match, or
 /// each start would resize it; dumping the buffer pool makes every shutdown (the bootstrap's too)
-/// take a second or more instead of ~20 ms.
-const COMMON_ARGS: [&str; 4] = [
+/// take a second or more instead of ~20 ms. Native AIO (io_uring here) is off: its rings count
+/// against the small locked-memory limit, and several servers at once (parallel test binaries)
+/// then fail InnoDB's start.
+const COMMON_ARGS: [&str; 5] = [
+    "--innodb-use-native-aio=0",
     "--innodb-log-file-size=16M",
     "--innodb-buffer-pool-size=32M",
     "--innodb-buffer-pool-dump-at-shutdown=OFF",

@@ -1,0 +1,144 @@
+//! Security properties: no secrets in logs at any level, LOCAL INFILE can be turned off, admin on
+//! loopback by default.
+
+mod common;
+
+use std::io::Read;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::mariadb::{free_port, shared_pair};
+use common::proxy::{config, TestProxy};
+use common::rawclient::RawClient;
+use mysql_async::prelude::*;
+
+const BIN: &str = env!("CARGO_BIN_EXE_mysql-lb");
+const CLIENT_LOCAL_FILES: u32 = 1 << 7;
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+#[tokio::test]
+async fn trace_logs_hold_no_password_scramble_or_auth_data() {
+    let db = &shared_pair()[0];
+    let password = "Sekr1t-pa55word-xyzzy";
+    db.root_exec(&format!(
+        "CREATE USER IF NOT EXISTS 'secretive'@'%' IDENTIFIED BY '{password}'; \
+         GRANT SELECT ON *.* TO 'secretive'@'%';"
+    ));
+    let port = free_port();
+    let mut child = Command::new(BIN)
+        .args([
+            &format!("--proxy-address=127.0.0.1:{port}"),
+            &format!("--proxy-backend-addresses={}", db.tcp_addr()),
+            "--admin-address=off",
+            "--log-level=trace",
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(Instant::now() < deadline, "proxy did not start");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let addr = format!("127.0.0.1:{port}");
+    let mut client = RawClient::connect_tcp(&addr, "secretive", password, None, 0, 0)
+        .await
+        .expect("login");
+    let rows = client.query_text("SELECT CURRENT_USER()").await.unwrap();
+    assert!(rows[0][0]
+        .as_deref()
+        .unwrap_or("")
+        .starts_with("secretive@"));
+    // A wrong password too: its scramble must not show either.
+    let _ = RawClient::connect_tcp(&addr, "secretive", "wrong-pa55", None, 0, 0).await;
+    let greeting = client.greeting_payload.clone();
+    client.quit().await.ok();
+    std::thread::sleep(Duration::from_millis(300));
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let mut log = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut log)
+        .unwrap();
+    child.wait().unwrap();
+    assert!(
+        log.contains("client handshake response"),
+        "trace log has the handshake:\n{log}"
+    );
+    assert!(
+        log.contains("command completed"),
+        "trace log has the commands"
+    );
+    // The nonce: 8 bytes after version and connection id, then 12 more after the capabilities.
+    let version_end = greeting.iter().position(|&b| b == 0).unwrap();
+    let part1 = &greeting[version_end + 5..version_end + 13];
+    for secret in [password, "wrong-pa55"] {
+        assert!(!log.contains(secret), "password {secret} in the log");
+    }
+    for needle in [hex(part1), format!("{part1:?}")] {
+        assert!(!log.contains(&needle), "scramble {needle} in the log");
+    }
+    let lower = log.to_lowercase();
+    assert!(
+        !lower.contains("auth_response") && !lower.contains("scramble"),
+        "auth data named in the log"
+    );
+}
+
+#[tokio::test]
+async fn allow_local_infile_false_clears_local_files_both_ways() {
+    let pair = shared_pair();
+    let mut cfg = config(&[pair[0].tcp_addr()]);
+    cfg.allow_local_infile = false;
+    let proxy = TestProxy::start_with(cfg);
+    // The greeting no longer offers it...
+    let client = RawClient::connect_tcp(
+        &proxy.addr_string(),
+        "bench",
+        "bench",
+        None,
+        CLIENT_LOCAL_FILES,
+        0,
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        client.server_caps & CLIENT_LOCAL_FILES,
+        0,
+        "greeting offers LOCAL INFILE"
+    );
+    client.quit().await.ok();
+    // ...and a client that asks anyway is refused by the server, which never saw the flag.
+    let opts =
+        mysql_async::OptsBuilder::from_opts(proxy.opts("bench", "bench")).db_name(Some("test"));
+    let mut conn = mysql_async::Conn::new(opts).await.unwrap();
+    conn.query_drop("CREATE TABLE IF NOT EXISTS infile_off (a INT)")
+        .await
+        .unwrap();
+    let err = conn
+        .query_drop("LOAD DATA LOCAL INFILE '/etc/hostname' INTO TABLE infile_off")
+        .await
+        .expect_err("LOCAL INFILE must be refused");
+    let text = err.to_string();
+    assert!(
+        text.contains("1148") || text.contains("4166") || text.to_lowercase().contains("local"),
+        "{text}"
+    );
+    conn.disconnect().await.unwrap();
+}
+
+#[test]
+fn admin_endpoint_listens_on_loopback_by_default() {
+    let c = mysql_lb::config::Config::default();
+    let admin = c.admin_address.expect("admin enabled by default");
+    assert!(admin.ip().is_loopback(), "{admin}");
+    for l in &c.listen {
+        assert!(l.to_string().starts_with("127.0.0.1:"), "{l}");
+    }
+}
