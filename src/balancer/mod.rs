@@ -2,16 +2,34 @@
 //!
 //! A [`BackendSet`] is immutable once built (a reload will build a new one and swap it), so the
 //! hot path reads it without locks: state that changes per connection lives in atomics on each
-//! [`Backend`]. Choosing is a separate step from accepting so other policies (least connections,
-//! weights, a Lua hook) slot in behind [`BackendSet::candidates`].
+//! [`Backend`]. Choosing is a separate step from accepting: a built-in policy
+//! ([`round_robin`], [`least_conn`], [`random`], each weighted) orders the up backends, and an
+//! optional Lua [`script`] may put its own choice first. Only the first candidate is a choice;
+//! the rest are the fallbacks a session tries when a connect fails.
+
+pub mod least_conn;
+pub mod random;
+pub mod round_robin;
+pub mod script;
 
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::Arc;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use crate::config::{BackendAddr, BackendConfig};
+use crate::config::{BackendAddr, BackendConfig, BackendKind, BalancerConfig, Policy};
 use crate::metrics::{BackendStats, Metrics};
+use script::{ErrorReason, ScriptError, ScriptErrors, ScriptHost};
+
+/// Backends handled without a heap allocation per pick.
+const INLINE: usize = 16;
+
+/// Who is connecting, as a script sees it (`proxy.connection.client.src`).
+#[derive(Debug, Clone, Copy)]
+pub struct ClientInfo<'a> {
+    /// "ip:port" ("[v6]:port"), or "unix:PATH" for a unix socket listener.
+    pub addr: &'a str,
+}
 
 /// One server behind the proxy.
 #[derive(Debug)]
@@ -19,6 +37,11 @@ pub struct Backend {
     pub name: String,
     pub address: BackendAddr,
     pub weight: u32,
+    pub kind: BackendKind,
+    /// Position in the set (a script's `backend_ndx` minus one).
+    index: usize,
+    /// A connect or a check has succeeded at least once (MySQL Proxy's state leaves UNKNOWN).
+    seen_up: AtomicBool,
     /// Out of rotation (after `fall` failed checks or a failed client connect).
     down: AtomicBool,
     /// Without health checks, a down backend returns after this (nanoseconds since the set's
@@ -52,6 +75,11 @@ impl Backend {
         self.active.load(Relaxed)
     }
 
+    /// Position in the configuration, from 0.
+    pub fn index(&self) -> usize {
+        self.index
+    }
+
     /// The latest health check's outcome, if one ran.
     pub fn last_check(&self) -> Option<CheckRecord> {
         self.last_check.lock().map(|g| g.clone()).unwrap_or(None)
@@ -64,10 +92,56 @@ impl Backend {
     }
 }
 
-/// Holds a backend's active-connection count up for as long as a session uses it.
+/// A backend's state as a script sees it (`proxy.BACKEND_STATE_*`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Health {
+    /// In rotation but never reached yet (no connect or check has succeeded).
+    Unknown,
+    Up,
+    Down,
+}
+
+/// Decides whether a backend is in rotation; shared by the set and its script host.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Rotation {
+    epoch: Instant,
+    /// With health checks running, only they bring a down backend back.
+    checked: bool,
+}
+
+impl Rotation {
+    fn nanos_since_epoch(&self, now: Instant) -> u64 {
+        u64::try_from(now.saturating_duration_since(self.epoch).as_nanos()).unwrap_or(u64::MAX)
+    }
+
+    fn is_up(&self, backend: &Backend, now: Instant) -> bool {
+        !backend.down.load(Relaxed)
+            || (!self.checked && backend.down_until.load(Relaxed) <= self.nanos_since_epoch(now))
+    }
+
+    pub(crate) fn health(&self, backend: &Backend, now: Instant) -> Health {
+        if !self.is_up(backend, now) {
+            Health::Down
+        } else if backend.seen_up.load(Relaxed) {
+            Health::Up
+        } else {
+            Health::Unknown
+        }
+    }
+}
+
+/// Holds a backend's active-connection count up for as long as a session uses it, and tells the
+/// script's `disconnect_client()` when the session ends.
 #[derive(Debug)]
 pub struct Lease {
     backend: Arc<Backend>,
+    farewell: Option<Farewell>,
+}
+
+#[derive(Debug)]
+struct Farewell {
+    script: Arc<ScriptHost>,
+    client: String,
 }
 
 impl Lease {
@@ -78,24 +152,31 @@ impl Lease {
 
 impl Drop for Lease {
     fn drop(&mut self) {
+        if let Some(f) = self.farewell.take() {
+            f.script
+                .disconnect(&f.client, Some(self.backend.index), Instant::now());
+        }
         self.backend.active.fetch_sub(1, Relaxed);
         self.backend.stats.connections.dec();
     }
 }
 
-/// The configured backends with their round-robin position and down state.
+/// The configured backends with their policy, optional script, and down state.
 #[derive(Debug)]
 pub struct BackendSet {
     backends: Vec<Arc<Backend>>,
     next: AtomicUsize,
     cooloff: Duration,
-    /// With health checks running, only they bring a down backend back.
-    checked: bool,
-    epoch: Instant,
+    rotation: Rotation,
+    policy: Policy,
+    rng: random::Rng,
+    script: Option<Arc<ScriptHost>>,
+    script_errors: ScriptErrors,
 }
 
 impl BackendSet {
     /// `checked` says whether health checks run (then they alone bring a down backend back).
+    /// The policy is round robin until [`with_balancer`](Self::with_balancer) says otherwise.
     pub fn new(
         configs: &[BackendConfig],
         cooloff: Duration,
@@ -104,11 +185,15 @@ impl BackendSet {
     ) -> Self {
         let backends = configs
             .iter()
-            .map(|c| {
+            .enumerate()
+            .map(|(index, c)| {
                 Arc::new(Backend {
                     name: c.name.clone(),
                     address: c.address.clone(),
                     weight: c.weight,
+                    kind: c.kind,
+                    index,
+                    seen_up: AtomicBool::new(false),
                     down: AtomicBool::new(false),
                     down_until: AtomicU64::new(0),
                     active: AtomicUsize::new(0),
@@ -123,44 +208,127 @@ impl BackendSet {
             backends,
             next: AtomicUsize::new(0),
             cooloff,
-            checked,
-            epoch: Instant::now(),
+            rotation: Rotation {
+                epoch: Instant::now(),
+                checked,
+            },
+            policy: Policy::RoundRobin,
+            rng: random::Rng::from_entropy(),
+            script: None,
+            script_errors: ScriptErrors::new(),
         }
+    }
+
+    /// Sets the built-in policy and loads the script, if any. A script that fails to load is
+    /// logged and counted, and the policy serves alone until a reload succeeds.
+    pub fn with_balancer(mut self, config: &BalancerConfig) -> Self {
+        self.policy = config.policy;
+        self.script = config.script.as_ref().map(|path| {
+            Arc::new(ScriptHost::new(
+                path.clone(),
+                config,
+                self.backends.clone(),
+                self.rotation,
+                self.script_errors.clone(),
+            ))
+        });
+        self
     }
 
     pub fn backends(&self) -> &[Arc<Backend>] {
         &self.backends
     }
 
-    fn nanos_since_epoch(&self, now: Instant) -> u64 {
-        u64::try_from(now.saturating_duration_since(self.epoch).as_nanos()).unwrap_or(u64::MAX)
+    pub fn policy(&self) -> Policy {
+        self.policy
+    }
+
+    /// The script host, when a script is configured.
+    pub fn script(&self) -> Option<&ScriptHost> {
+        self.script.as_deref()
+    }
+
+    /// Re-reads the script file (SIGHUP). On failure the running script stays, and the error is
+    /// logged, counted and returned. Without a configured script this does nothing.
+    pub fn reload_script(&self) -> Result<(), ScriptError> {
+        match &self.script {
+            Some(s) => s.reload(),
+            None => {
+                tracing::info!("no Lua script configured (balancer.script): nothing to reload");
+                Ok(())
+            }
+        }
+    }
+
+    /// `mysql_lb_script_errors_total{reason}`, for the metrics registry.
+    pub fn script_errors_collector(&self) -> Box<dyn prometheus::core::Collector> {
+        self.script_errors.collector()
+    }
+
+    /// Script failures counted so far for `reason`.
+    pub fn script_errors(&self, reason: ErrorReason) -> u64 {
+        self.script_errors.get(reason)
     }
 
     /// True when the backend is in rotation.
     pub fn is_up(&self, backend: &Backend, now: Instant) -> bool {
-        !backend.down.load(Relaxed)
-            || (!self.checked && backend.down_until.load(Relaxed) <= self.nanos_since_epoch(now))
+        self.rotation.is_up(backend, now)
     }
 
-    /// The order in which to try backends for a new client: the round-robin choice among the up
-    /// backends first, then the other up ones, then — only so a recovered server is not refused
-    /// while its cool-off runs — those cooling off, soonest back first.
+    /// The order in which to try backends for a new client, by the built-in policy: its choice
+    /// among the up backends first, then the other up ones, then — only so a recovered server is
+    /// not refused while its cool-off runs — those cooling off, soonest back first.
     pub fn candidates(&self, now: Instant) -> Vec<Arc<Backend>> {
         let (mut up, mut down): (Vec<_>, Vec<_>) =
             self.backends.iter().partition(|b| self.is_up(b, now));
         if !up.is_empty() {
-            let start = self.next.fetch_add(1, Relaxed) % up.len();
-            up.rotate_left(start);
+            let first = self.policy_pick(&up);
+            up.rotate_left(first);
         }
         down.sort_by_key(|b| b.down_until.load(Relaxed));
         up.into_iter().chain(down).cloned().collect()
+    }
+
+    /// Like [`candidates`](Self::candidates), but a script's `connect_server()` may choose the
+    /// first one for this client; the policy's order follows as the fallback.
+    pub fn candidates_for(&self, now: Instant, client: &ClientInfo<'_>) -> Vec<Arc<Backend>> {
+        let chosen = self.script.as_ref().and_then(|s| s.choose(client, now));
+        let mut order = self.candidates(now);
+        if let Some(i) = chosen {
+            if let Some(pos) = order.iter().position(|b| b.index == i) {
+                order[..=pos].rotate_right(1);
+            }
+        }
+        order
+    }
+
+    /// The policy's choice, as an index into `up` (not empty).
+    fn policy_pick(&self, up: &[&Arc<Backend>]) -> usize {
+        match self.policy {
+            Policy::RoundRobin => {
+                let counter = self.next.fetch_add(1, Relaxed);
+                with_inline(up, |b| b.weight, |w| round_robin::pick(w, counter))
+            }
+            Policy::Random => {
+                let r = self.rng.next_u64();
+                with_inline(up, |b| b.weight, |w| random::pick(w, r))
+            }
+            Policy::LeastConnections => {
+                let counter = self.next.fetch_add(1, Relaxed);
+                with_inline(
+                    up,
+                    |b| (b.active(), b.weight),
+                    |loads| least_conn::pick(loads, counter),
+                )
+            }
+        }
     }
 
     /// Takes a backend out of rotation at once after a client's connect to it failed. Returns true
     /// if it was up, so the caller logs the change once.
     pub fn mark_down(&self, backend: &Backend, now: Instant) -> bool {
         let was_up = self.is_up(backend, now);
-        let until = self.nanos_since_epoch(now + self.cooloff).max(1);
+        let until = self.rotation.nanos_since_epoch(now + self.cooloff).max(1);
         backend.down_until.store(until, Relaxed);
         backend.passes.store(0, Relaxed);
         backend.set_down(true);
@@ -171,6 +339,7 @@ impl BackendSet {
     /// A client's connect succeeded: whatever the checks said, the backend serves. Returns true if
     /// it was down.
     pub fn mark_up(&self, backend: &Backend) -> bool {
+        backend.seen_up.store(true, Relaxed);
         backend.down_until.store(0, Relaxed);
         backend.failures.store(0, Relaxed);
         backend.set_down(false)
@@ -193,6 +362,7 @@ impl BackendSet {
             });
         }
         if passed {
+            backend.seen_up.store(true, Relaxed);
             backend.stats.checks_ok.inc();
             backend.failures.store(0, Relaxed);
             let passes = backend.passes.fetch_add(1, Relaxed).saturating_add(1);
@@ -220,7 +390,48 @@ impl BackendSet {
         backend.stats.connections_total.inc();
         Lease {
             backend: Arc::clone(backend),
+            farewell: None,
         }
+    }
+
+    /// Like [`lease`](Self::lease); when the script defines `disconnect_client()`, dropping the
+    /// lease calls it for `client`.
+    pub fn lease_for(&self, backend: &Arc<Backend>, client: &ClientInfo<'_>) -> Lease {
+        let mut lease = self.lease(backend);
+        lease.farewell = self
+            .script
+            .as_ref()
+            .filter(|s| s.wants_disconnect())
+            .map(|s| Farewell {
+                script: Arc::clone(s),
+                client: client.addr.to_owned(),
+            });
+        lease
+    }
+
+    /// A client that got no backend is leaving: the script's `disconnect_client()` still hears of
+    /// it (with `backend_ndx` 0), as in MySQL Proxy.
+    pub fn client_refused(&self, client: &ClientInfo<'_>) {
+        if let Some(s) = self.script.as_ref().filter(|s| s.wants_disconnect()) {
+            s.disconnect(client.addr, None, Instant::now());
+        }
+    }
+}
+
+/// Runs `f` over `key` of each of `up` without a heap allocation for the usual few backends.
+fn with_inline<T: Copy + Default, R>(
+    up: &[&Arc<Backend>],
+    key: impl Fn(&Backend) -> T,
+    f: impl FnOnce(&[T]) -> R,
+) -> R {
+    if up.len() <= INLINE {
+        let mut buf = [T::default(); INLINE];
+        for (slot, b) in buf.iter_mut().zip(up) {
+            *slot = key(b);
+        }
+        f(&buf[..up.len()])
+    } else {
+        f(&up.iter().map(|b| key(b)).collect::<Vec<_>>())
     }
 }
 
@@ -237,6 +448,7 @@ mod tests {
                     port: 3306 + i,
                 },
                 weight: 1,
+                kind: BackendKind::Rw,
             })
             .collect();
         BackendSet::new(&configs, Duration::from_secs(5), false, &Metrics::new())
@@ -274,6 +486,7 @@ mod tests {
             name: "b".into(),
             address: BackendAddr::Unix("/nonexistent".into()),
             weight: 1,
+            kind: BackendKind::Rw,
         }];
         let s = BackendSet::new(&configs, Duration::from_secs(1), true, &Metrics::new());
         let b = &s.backends()[0];
@@ -322,6 +535,86 @@ mod tests {
         let later = now + Duration::from_secs(6);
         assert!(s.is_up(&s.backends()[1], later));
         assert!(s.mark_up(&s.backends()[1]));
+    }
+
+    fn weighted(weights: &[u32], policy: Policy) -> BackendSet {
+        let configs: Vec<_> = weights
+            .iter()
+            .enumerate()
+            .map(|(i, &weight)| BackendConfig {
+                name: format!("b{i}"),
+                address: BackendAddr::Tcp {
+                    host: "127.0.0.1".into(),
+                    port: 3306 + i as u16,
+                },
+                weight,
+                kind: BackendKind::Rw,
+            })
+            .collect();
+        let config = BalancerConfig {
+            policy,
+            ..BalancerConfig::default()
+        };
+        BackendSet::new(&configs, Duration::from_secs(5), false, &Metrics::new())
+            .with_balancer(&config)
+    }
+
+    fn first_counts(s: &BackendSet, rounds: usize, now: Instant) -> Vec<usize> {
+        let mut counts = vec![0; s.backends().len()];
+        for _ in 0..rounds {
+            counts[s.candidates(now)[0].index()] += 1;
+        }
+        counts
+    }
+
+    #[test]
+    fn every_policy_honours_weights_and_skips_down_backends() {
+        let now = Instant::now();
+        let s = weighted(&[3, 1], Policy::RoundRobin);
+        assert_eq!(first_counts(&s, 40, now), [30, 10]);
+        let s = weighted(&[3, 1], Policy::Random);
+        let counts = first_counts(&s, 4000, now);
+        assert!((2700..=3300).contains(&counts[0]), "{counts:?}");
+        for policy in [Policy::RoundRobin, Policy::Random, Policy::LeastConnections] {
+            let s = weighted(&[1, 5, 1], policy);
+            s.mark_down(&s.backends()[1], now);
+            let counts = first_counts(&s, 100, now);
+            assert_eq!(counts[1], 0, "{policy:?}: {counts:?}");
+            assert!(counts[0] > 25 && counts[2] > 25, "{policy:?}: {counts:?}");
+        }
+    }
+
+    #[test]
+    fn least_connections_fills_the_emptiest_by_weight() {
+        let s = weighted(&[1, 2], Policy::LeastConnections);
+        let now = Instant::now();
+        let mut leases = Vec::new();
+        for _ in 0..6 {
+            let first = s.candidates(now).remove(0);
+            leases.push(s.lease(&first));
+        }
+        let active: Vec<_> = s.backends().iter().map(|b| b.active()).collect();
+        assert_eq!(active, [2, 4], "weight 2 holds twice as many");
+        // Free two on b1: the next two go there.
+        leases.retain(|l| l.backend().index() == 0);
+        assert_eq!(s.backends()[1].active(), 0);
+        for _ in 0..2 {
+            assert_eq!(s.candidates(now)[0].index(), 1);
+            leases.push(s.lease(&s.backends()[1]));
+        }
+    }
+
+    #[test]
+    fn all_down_are_still_tried_soonest_back_first_by_every_policy() {
+        for policy in [Policy::RoundRobin, Policy::Random, Policy::LeastConnections] {
+            let s = weighted(&[1, 1, 1], policy);
+            let now = Instant::now();
+            s.mark_down(&s.backends()[2], now);
+            s.mark_down(&s.backends()[0], now + Duration::from_millis(1));
+            s.mark_down(&s.backends()[1], now + Duration::from_millis(2));
+            let order: Vec<_> = s.candidates(now).iter().map(|b| b.index()).collect();
+            assert_eq!(order, [2, 0, 1], "{policy:?}");
+        }
     }
 
     #[test]
