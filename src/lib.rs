@@ -8,6 +8,7 @@ pub mod auth;
 pub mod balancer;
 pub mod config;
 pub mod health;
+pub mod kill;
 pub mod limits;
 pub mod metrics;
 pub mod protocol;

@@ -82,8 +82,8 @@ enum Side {
 
 /// What a direction does with its bytes besides forwarding them.
 trait Hooks {
-    /// Sees each read's bytes before they are forwarded.
-    fn scan(&mut self, buf: &[u8]) -> Result<(), TrackError>;
+    /// Sees each read's bytes before they are forwarded (and may rewrite a command in them).
+    fn scan(&mut self, buf: &mut BytesMut) -> Result<(), TrackError>;
     /// Runs once everything read so far has been written.
     fn written(&mut self) {}
 }
@@ -93,6 +93,11 @@ pub trait Observer {
     fn completed(&mut self, c: &Completed);
     /// `n` bytes read from the client (`to_backend`) or from the backend, about to be forwarded.
     fn relayed(&mut self, to_backend: bool, n: usize);
+    /// Given a command packet that may be a KILL (header included), returns the packet to send the
+    /// backend instead, if any.
+    fn rewrite_kill(&mut self, _packet: &[u8]) -> Option<Vec<u8>> {
+        None
+    }
 }
 
 struct Upstream<'a, O> {
@@ -102,9 +107,19 @@ struct Upstream<'a, O> {
 }
 
 impl<O: Observer> Hooks for Upstream<'_, O> {
-    fn scan(&mut self, buf: &[u8]) -> Result<(), TrackError> {
+    fn scan(&mut self, buf: &mut BytesMut) -> Result<(), TrackError> {
         self.observer.relayed(true, buf.len());
-        self.quit |= self.tracker.on_client(buf)?.quit;
+        let scan = self.tracker.on_client(buf)?;
+        self.quit |= scan.quit;
+        if let Some((start, end)) = scan.kill {
+            if let Some(packet) = self.observer.rewrite_kill(&buf[start..end]) {
+                // Rare (a KILL): rebuilding the buffer is fine here.
+                let tail = buf.split_off(end);
+                buf.truncate(start);
+                buf.extend_from_slice(&packet);
+                buf.extend_from_slice(&tail);
+            }
+        }
         Ok(())
     }
 
@@ -122,7 +137,7 @@ struct Downstream<'a, O> {
 }
 
 impl<O: Observer> Hooks for Downstream<'_, O> {
-    fn scan(&mut self, buf: &[u8]) -> Result<(), TrackError> {
+    fn scan(&mut self, buf: &mut BytesMut) -> Result<(), TrackError> {
         let observer = &mut *self.observer;
         observer.relayed(false, buf.len());
         self.tracker
@@ -172,7 +187,7 @@ where
         match poll_read_buf(Pin::new(&mut *src), cx, &mut dir.buf) {
             Poll::Ready(Ok(0)) => dir.eof = true,
             Poll::Ready(Ok(_)) => {
-                if let Err(e) = hooks.scan(&dir.buf) {
+                if let Err(e) = hooks.scan(&mut dir.buf) {
                     dir.buf.truncate(e.start().unwrap_or(0));
                     dir.failed = Some(e);
                 }
@@ -271,7 +286,7 @@ where
 /// Scans bytes that were read before the relay started (during the handshake).
 fn prescan(dir: &mut Direction, hooks: &mut impl Hooks) {
     if !dir.buf.is_empty() {
-        if let Err(e) = hooks.scan(&dir.buf) {
+        if let Err(e) = hooks.scan(&mut dir.buf) {
             dir.buf.truncate(e.start().unwrap_or(0));
             dir.failed = Some(e);
         }

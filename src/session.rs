@@ -13,12 +13,13 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, trace, warn};
 
 use crate::auth::{read_greeting, relay_connection_phase, AuthError, PatchedGreeting};
-use crate::balancer::{BackendSet, ClientInfo, Lease};
+use crate::balancer::{Backend, BackendSet, ClientInfo, Lease};
 use crate::config::Config;
+use crate::kill;
 use crate::metrics::{BackendStats, Metrics, Refusal};
 use crate::protocol::caps::CLIENT_LOCAL_FILES;
 use crate::protocol::errors::{code, err_packet, pre_greeting_err, sqlstate_for};
-use crate::protocol::handshake::Strip;
+use crate::protocol::handshake::{set_greeting_connection_id, Strip};
 use crate::protocol::response::{Completed, TrackError, Tracker};
 use crate::relay::{relay, Observer, RelayEnd};
 use crate::stream::{BackendStream, PacketReadError};
@@ -27,6 +28,8 @@ use crate::stream::{BackendStream, PacketReadError};
 #[derive(Debug)]
 pub struct Shared {
     pub backends: BackendSet,
+    /// Live sessions by the proxy-unique id their client was greeted with.
+    pub kills: kill::Registry,
     pub metrics: Arc<Metrics>,
     pub connect_timeout: Duration,
     pub handshake_timeout: Duration,
@@ -47,6 +50,7 @@ impl Shared {
                 &metrics,
             )
             .with_balancer(&config.balancer),
+            kills: kill::Registry::default(),
             metrics,
             connect_timeout: config.connect_timeout,
             handshake_timeout: config.handshake_timeout,
@@ -115,6 +119,19 @@ where
             }
         };
     let backend_name = lease.backend().name.clone();
+    let mut greeting = greeting;
+    // Clients see a proxy-unique id, so a KILL naming it can be mapped (see `kill`).
+    let proxy_id = shared.kills.allocate();
+    let thread_id = set_greeting_connection_id(&mut greeting.packet[4..], proxy_id)
+        .unwrap_or(greeting.greeting.connection_id);
+    let _registered = Registered::new(
+        &shared.kills,
+        proxy_id,
+        kill::Target {
+            backend: Arc::clone(lease.backend()),
+            thread_id,
+        },
+    );
     let mut next_seq = 2;
     let auth = relay_connection_phase(
         &mut client,
@@ -134,7 +151,8 @@ where
     let mut tracker = Tracker::new(auth.negotiated, shared.max_packet_size);
     let mut observer = Recorder {
         stats: &lease.backend().stats,
-        backend: &backend_name,
+        backend: lease.backend(),
+        kills: &shared.kills,
         record_latency: shared.record_latency,
     };
     let end = relay(
@@ -150,10 +168,11 @@ where
     relay_ended(&mut client, end, &tracker, peer, &backend_name).await
 }
 
-/// Feeds a session's commands and bytes into its backend's metrics.
+/// Feeds a session's commands and bytes into its backend's metrics, and maps KILLs.
 struct Recorder<'a> {
     stats: &'a BackendStats,
-    backend: &'a str,
+    backend: &'a Arc<Backend>,
+    kills: &'a kill::Registry,
     record_latency: bool,
 }
 
@@ -163,7 +182,7 @@ impl Observer for Recorder<'_> {
             self.stats.record(c);
         }
         trace!(
-            backend = self.backend,
+            backend = %self.backend.name,
             command = c.command,
             kind = c.kind().as_str(),
             latency_us = c.latency.as_micros() as u64,
@@ -179,6 +198,34 @@ impl Observer for Recorder<'_> {
             &self.stats.bytes_from_backend
         };
         counter.inc_by(n as u64);
+    }
+
+    fn rewrite_kill(&mut self, packet: &[u8]) -> Option<Vec<u8>> {
+        let request = kill::parse(packet.get(4..)?)?;
+        let rewritten = kill::rewrite(&request, self.kills, self.backend);
+        if rewritten.is_some() {
+            info!(backend = %self.backend.name, target = request.id, "KILL mapped to its session");
+        }
+        rewritten
+    }
+}
+
+/// Keeps a session findable by its proxy id for as long as it lives.
+struct Registered<'a> {
+    kills: &'a kill::Registry,
+    id: u32,
+}
+
+impl<'a> Registered<'a> {
+    fn new(kills: &'a kill::Registry, id: u32, target: kill::Target) -> Self {
+        kills.register(id, target);
+        Self { kills, id }
+    }
+}
+
+impl Drop for Registered<'_> {
+    fn drop(&mut self) {
+        self.kills.unregister(self.id);
     }
 }
 

@@ -92,6 +92,22 @@ pub struct ClientScan {
     pub quit: bool,
     /// Commands added to the queue by this read.
     pub commands: usize,
+    /// Offsets (start, end) in the scanned buffer of a command packet that may be a KILL, when it
+    /// lies whole in the buffer: the session may rewrite it (see `crate::kill`).
+    pub kill: Option<(usize, usize)>,
+}
+
+/// True if a command payload may be a KILL (`COM_PROCESS_KILL`, or a COM_QUERY starting with
+/// `KILL`); looks at the first bytes only, so it is cheap enough for every command.
+pub fn may_be_kill(payload_prefix: &[u8]) -> bool {
+    match payload_prefix.split_first() {
+        Some((&cmd::PROCESS_KILL, _)) => true,
+        Some((&cmd::QUERY, sql)) => {
+            let sql = sql.trim_ascii_start();
+            sql.len() >= 4 && sql[..4].eq_ignore_ascii_case(b"kill")
+        }
+        _ => false,
+    }
 }
 
 #[derive(Debug, Error, PartialEq, Eq)]
@@ -334,6 +350,9 @@ impl Tracker {
         };
         if queue.len() >= MAX_PENDING {
             return Err(TrackError::TooManyPending(MAX_PENDING));
+        }
+        if scan.kill.is_none() && p.first_chunk_len < MAX_CHUNK && may_be_kill(p.prefix) {
+            scan.kill = p.start.map(|start| (start, p.end));
         }
         queue.push_back(Pending {
             command,

@@ -596,3 +596,19 @@ fn pseudo_random_bytes_never_panic() {
         let _ = t.on_client(&buf);
     }
 }
+
+#[test]
+fn kill_commands_are_located_in_the_buffer() {
+    let mut r = Run::new(false);
+    let mut s = command(cmd::QUERY, b"SELECT 1");
+    let start = s.len();
+    s.extend(command(cmd::QUERY, b" kill query 3221225473"));
+    let scan = r.client(&s);
+    assert_eq!(scan.commands, 2);
+    assert_eq!(scan.kill, Some((start, s.len())));
+    assert_eq!(
+        r.client(&command(cmd::PROCESS_KILL, &[1, 0, 0, 0])).kill,
+        Some((0, 9))
+    );
+    assert_eq!(r.client(&command(cmd::QUERY, b"SELECT 'kill'")).kill, None);
+}

@@ -274,6 +274,11 @@ impl RawClient {
     /// An ERR anywhere ends the response and becomes `Err("code: message")`.
     pub async fn query_results(&mut self, sql: &str) -> Result<Vec<Rows>, String> {
         self.send_command(COM_QUERY, sql.as_bytes()).await?;
+        self.read_results().await
+    }
+
+    /// Reads every result of a text query already sent (see [`query_results`](Self::query_results)).
+    pub async fn read_results(&mut self) -> Result<Vec<Rows>, String> {
         let mut results = Vec::new();
         loop {
             let (_, first) = self.read_logical().await?;

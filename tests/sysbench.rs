@@ -1,0 +1,183 @@
+//! Smoke load: sysbench `oltp_read_only` through mysql-lb against the shared pair, once with
+//! prepared statements (sysbench's default) and once with text queries only. Zero errors are
+//! allowed, and round robin must give each backend a fair share of the commands.
+
+mod common;
+
+use std::path::PathBuf;
+use std::process::{Command, Output, Stdio};
+use std::time::Instant;
+
+use common::mariadb::{shared_pair, MariaDb, BENCH_PASS, BENCH_USER};
+use common::proxy::TestProxy;
+
+const THREADS: u32 = 8;
+const TABLES: u32 = 4;
+const TABLE_SIZE: u32 = 10_000;
+
+fn sysbench_binary() -> PathBuf {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .chain(["/usr/bin", "/usr/local/bin"].map(PathBuf::from))
+        .map(|dir| dir.join("sysbench"))
+        .find(|p| p.is_file())
+        .unwrap_or_else(|| panic!("sysbench not found: run scripts/install-deps.sh"))
+}
+
+/// Runs `sysbench oltp_read_only <extra...> <action>` against 127.0.0.1:`port`.
+fn sysbench(port: u16, extra: &[String], action: &str) -> Output {
+    let mut cmd = Command::new(sysbench_binary());
+    cmd.arg("oltp_read_only")
+        .args([
+            "--db-driver=mysql".to_string(),
+            "--mysql-host=127.0.0.1".to_string(),
+            format!("--mysql-port={port}"),
+            format!("--mysql-user={BENCH_USER}"),
+            format!("--mysql-password={BENCH_PASS}"),
+            "--mysql-db=sbtest".to_string(),
+            format!("--tables={TABLES}"),
+            format!("--table-size={TABLE_SIZE}"),
+        ])
+        .args(extra)
+        .arg(action)
+        .stdin(Stdio::null());
+    cmd.output()
+        .unwrap_or_else(|e| panic!("cannot run sysbench: {e}"))
+}
+
+fn checked(out: Output, what: &str) -> String {
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{what} failed ({}):\n{stdout}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+}
+
+/// The first number after `label` on the line that starts with it (after indentation).
+fn number_after(report: &str, label: &str) -> Option<f64> {
+    report.lines().find_map(|line| {
+        let rest = line.trim_start().strip_prefix(label)?;
+        rest.split_whitespace().next()?.parse().ok()
+    })
+}
+
+/// "(1234.56 per sec.)" on the line that starts with `label`.
+fn rate_after(report: &str, label: &str) -> Option<f64> {
+    report.lines().find_map(|line| {
+        let rest = line.trim_start().strip_prefix(label)?;
+        let open = rest.find('(')?;
+        rest[open + 1..].split_whitespace().next()?.parse().ok()
+    })
+}
+
+struct RunStats {
+    queries: f64,
+    qps: f64,
+    transactions: f64,
+    errors: f64,
+}
+
+fn parse_report(report: &str) -> RunStats {
+    let field = |label: &str| {
+        number_after(report, label)
+            .unwrap_or_else(|| panic!("no {label:?} in sysbench's report:\n{report}"))
+    };
+    RunStats {
+        queries: field("total:"),
+        qps: rate_after(report, "queries:")
+            .unwrap_or_else(|| panic!("no query rate in sysbench's report:\n{report}")),
+        transactions: field("transactions:"),
+        // sysbench 1.0 says "ignored errors:"; newer ones also print "errors:".
+        errors: number_after(report, "ignored errors:")
+            .or_else(|| number_after(report, "errors:"))
+            .unwrap_or_else(|| panic!("no error count in sysbench's report:\n{report}")),
+    }
+}
+
+fn per_backend_commands(proxy: &TestProxy) -> Vec<u64> {
+    proxy
+        .shared
+        .backends
+        .backends()
+        .iter()
+        .map(|b| b.stats.total_commands())
+        .collect()
+}
+
+fn on_each_backend(pair: &[MariaDb; 2], action: &str) {
+    std::thread::scope(|s| {
+        let handles: Vec<_> = pair
+            .iter()
+            .map(|db| {
+                s.spawn(move || {
+                    checked(
+                        sysbench(db.port, &[format!("--threads={TABLES}")], action),
+                        &format!("sysbench {action} on {}", db.tcp_addr()),
+                    )
+                })
+            })
+            .collect();
+        for h in handles {
+            h.join().unwrap_or_else(|e| std::panic::resume_unwind(e));
+        }
+    });
+}
+
+#[test]
+fn sysbench_oltp_read_only_through_the_proxy() {
+    let started = Instant::now();
+    let pair = shared_pair();
+    // Each backend gets its own copy of the tables, loaded directly.
+    on_each_backend(pair, "cleanup");
+    on_each_backend(pair, "prepare");
+    println!(
+        "prepared {TABLES} x {TABLE_SIZE} rows on each backend in {:?}",
+        started.elapsed()
+    );
+
+    let proxy = TestProxy::start(&[pair[0].tcp_addr(), pair[1].tcp_addr()]);
+    let runs: [(&str, u32, Option<&str>); 2] = [
+        ("prepared statements", 10, None),
+        ("text queries", 5, Some("--db-ps-mode=disable")),
+    ];
+    for (name, seconds, mode) in runs {
+        let before = per_backend_commands(&proxy);
+        let mut extra = vec![
+            format!("--threads={THREADS}"),
+            format!("--time={seconds}"),
+            "--mysql-ignore-errors=none".to_string(),
+            "--report-interval=0".to_string(),
+        ];
+        extra.extend(mode.map(str::to_string));
+        let report = checked(
+            sysbench(proxy.addr.port(), &extra, "run"),
+            &format!("sysbench run ({name})"),
+        );
+        let stats = parse_report(&report);
+        let after = per_backend_commands(&proxy);
+        let split: Vec<u64> = after.iter().zip(&before).map(|(a, b)| a - b).collect();
+        let total: u64 = split.iter().sum();
+        println!(
+            "sysbench oltp_read_only, {name}, {THREADS} threads, {seconds} s: {:.0} qps, \
+             {:.0} queries, {:.0} transactions, {:.0} errors; commands per backend {split:?} \
+             ({total} in all)",
+            stats.qps, stats.queries, stats.transactions, stats.errors
+        );
+        assert_eq!(stats.errors, 0.0, "{name}: errors reported:\n{report}");
+        assert!(stats.queries > 0.0, "{name}: no queries:\n{report}");
+        assert!(total > 0, "{name}: the proxy recorded no commands");
+        for (i, n) in split.iter().enumerate() {
+            assert!(
+                *n * 5 > total,
+                "{name}: backend {} got {n} of {total} commands (≤ 20%)",
+                pair[i].tcp_addr()
+            );
+        }
+    }
+    drop(proxy);
+    on_each_backend(pair, "cleanup");
+    println!("sysbench test took {:?}", started.elapsed());
+}
