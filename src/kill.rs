@@ -185,6 +185,7 @@ mod tests {
                 name: (*n).into(),
                 address: BackendAddr::Unix(format!("/tmp/{n}").into()),
                 weight: 1,
+                kind: Default::default(),
             })
             .collect();
         BackendSet::new(&configs, Duration::from_secs(1), false, &Metrics::new())
