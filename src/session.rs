@@ -354,7 +354,7 @@ async fn handshake_failed<C: AsyncWrite + Unpin>(
     }
 }
 
-async fn relay_ended<C: AsyncWrite + Unpin>(
+async fn relay_ended<C: AsyncRead + AsyncWrite + Unpin>(
     client: &mut C,
     end: RelayEnd,
     tracker: &Tracker,
@@ -428,6 +428,12 @@ async fn relay_ended<C: AsyncWrite + Unpin>(
             if can_inject {
                 let code = protocol_error_code(&e);
                 send(client, &server_side_err(tracker, code, &e.to_string())).await;
+                if code == code::NET_PACKET_TOO_LARGE {
+                    // A client writing a huge packet reads only once it is written: closing with
+                    // its bytes unread would reset the connection and lose the ERR, so swallow
+                    // the rest first (bounded), as the server does.
+                    discard_input(client, 64 << 20, Duration::from_secs(2)).await;
+                }
             }
             EndReason::Malformed
         }
@@ -453,6 +459,13 @@ fn server_side_err(tracker: &Tracker, code: u16, message: &str) -> Vec<u8> {
         Some(sqlstate_for(code)),
         message,
     )
+}
+
+/// Reads and drops what the client still sends, up to `limit` bytes, `deadline` or its EOF.
+async fn discard_input<C: AsyncRead + Unpin>(client: &mut C, limit: u64, deadline: Duration) {
+    let mut sink = tokio::io::sink();
+    let mut bounded = tokio::io::AsyncReadExt::take(&mut *client, limit);
+    let _ = tokio::time::timeout(deadline, tokio::io::copy(&mut bounded, &mut sink)).await;
 }
 
 /// Best effort: the peer may already be gone, and a slow one must not hold the session open.
