@@ -107,6 +107,34 @@ fn per_backend_commands(proxy: &TestProxy) -> Vec<u64> {
         .collect()
 }
 
+/// Sum over backends of the `_count` of the query histogram for one command kind, read from the
+/// real `/metrics` exposition (what Prometheus would scrape).
+fn scraped_count(proxy: &TestProxy, kind: &str) -> u64 {
+    let (status, body) = proxy.admin_get("/metrics");
+    assert_eq!(status, 200);
+    let mut seen = 0;
+    let mut sum = 0.0;
+    for line in body.lines() {
+        let Some(rest) = line.strip_prefix("mysql_lb_backend_query_duration_seconds_count{") else {
+            continue;
+        };
+        if rest.contains(&format!("command=\"{kind}\"")) {
+            seen += 1;
+            sum += rest
+                .rsplit(' ')
+                .next()
+                .and_then(|v| v.parse::<f64>().ok())
+                .unwrap_or(0.0);
+        }
+    }
+    assert_eq!(seen, 2, "every backend has its {kind} series:\n{body}");
+    sum as u64
+}
+
+/// Statements each sysbench oltp_read_only connection prepares when it starts (ps mode): the five
+/// read statements per table plus BEGIN and COMMIT.
+const PREPARED_PER_THREAD: u64 = 5 * TABLES as u64 + 2;
+
 fn on_each_backend(pair: &[MariaDb; 2], action: &str) {
     std::thread::scope(|s| {
         let handles: Vec<_> = pair
@@ -145,6 +173,8 @@ fn sysbench_oltp_read_only_through_the_proxy() {
     ];
     for (name, seconds, mode) in runs {
         let before = per_backend_commands(&proxy);
+        let kinds = ["query", "prepare", "execute", "other"];
+        let scraped_before: Vec<u64> = kinds.iter().map(|k| scraped_count(&proxy, k)).collect();
         let mut extra = vec![
             format!("--threads={THREADS}"),
             format!("--time={seconds}"),
@@ -167,6 +197,21 @@ fn sysbench_oltp_read_only_through_the_proxy() {
             stats.qps, stats.queries, stats.transactions, stats.errors
         );
         assert_eq!(stats.errors, 0.0, "{name}: errors reported:\n{report}");
+        // Exactness: the histograms count what sysbench ran, plus exactly what its connections
+        // issued at connect (prepared statements in ps mode; nothing in text mode).
+        let delta: Vec<u64> = kinds
+            .iter()
+            .zip(&scraped_before)
+            .map(|(k, b)| scraped_count(&proxy, k) - b)
+            .collect();
+        let queries = stats.queries as u64;
+        let expected = if mode.is_some() {
+            [queries, 0, 0, 0]
+        } else {
+            [0, PREPARED_PER_THREAD * u64::from(THREADS), queries, 0]
+        };
+        println!("{name}: histogram counts (query, prepare, execute, other) = {delta:?}, expected {expected:?}");
+        assert_eq!(delta, expected, "{name}: histogram _count per kind");
         assert!(stats.queries > 0.0, "{name}: no queries:\n{report}");
         assert!(total > 0, "{name}: the proxy recorded no commands");
         for (i, n) in split.iter().enumerate() {
