@@ -179,6 +179,9 @@ pub struct Config {
     pub down_cooloff: Duration,
     /// The client must finish the handshake within it.
     pub handshake_timeout: Duration,
+    /// Close a session whose client sent nothing for this long while no command was in flight
+    /// (None: never).
+    pub idle_timeout: Option<Duration>,
     /// On SIGTERM/SIGINT, sessions get this long to reach a command boundary before they are
     /// closed regardless.
     pub shutdown_timeout: Duration,
@@ -246,6 +249,7 @@ impl Default for Config {
             down_cooloff: DEFAULT_DOWN_COOLOFF,
             handshake_timeout: DEFAULT_HANDSHAKE_TIMEOUT,
             shutdown_timeout: Duration::from_secs(30),
+            idle_timeout: None,
             max_packet_size: DEFAULT_MAX_PACKET_SIZE,
             max_handshake_packet_size: DEFAULT_MAX_HANDSHAKE_PACKET_SIZE,
             log_level: "info".to_owned(),
@@ -574,6 +578,8 @@ struct RawConfig {
     handshake_timeout: Option<Duration>,
     #[serde(default, with = "humantime_serde")]
     shutdown_timeout: Option<Duration>,
+    #[serde(default, with = "humantime_serde")]
+    idle_timeout: Option<Duration>,
     max_packet_size: Option<ByteSize>,
     max_handshake_packet_size: Option<ByteSize>,
     #[serde(default)]
@@ -719,6 +725,7 @@ impl RawConfig {
             down_cooloff: self.down_cooloff.unwrap_or(d.down_cooloff),
             handshake_timeout: self.handshake_timeout.unwrap_or(d.handshake_timeout),
             shutdown_timeout: self.shutdown_timeout.unwrap_or(d.shutdown_timeout),
+            idle_timeout: self.idle_timeout.filter(|t| !t.is_zero()),
             max_packet_size: self.max_packet_size.map_or(d.max_packet_size, |s| s.0),
             max_handshake_packet_size,
             log_level: self.log.level.unwrap_or(d.log_level),

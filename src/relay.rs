@@ -40,6 +40,8 @@ pub enum RelayEnd {
     BackendIo(io::Error),
     /// Shutting down, and the session reached a command boundary: nothing in flight.
     Drained,
+    /// No command from the client for the idle timeout, and nothing in flight.
+    IdleTimeout,
     /// A protocol violation; everything before the offending packet was forwarded.
     Protocol(TrackError),
 }
@@ -50,6 +52,8 @@ struct Direction {
     eof: bool,
     /// Set when the buffer was cut at a bad packet: once the good part is written, stop.
     failed: Option<TrackError>,
+    /// Reads so far: the idle timer compares it instead of resetting a deadline on every read.
+    reads: u64,
 }
 
 impl Direction {
@@ -63,6 +67,7 @@ impl Direction {
             written: 0,
             eof: false,
             failed: None,
+            reads: 0,
         }
     }
 }
@@ -187,6 +192,7 @@ where
         match poll_read_buf(Pin::new(&mut *src), cx, &mut dir.buf) {
             Poll::Ready(Ok(0)) => dir.eof = true,
             Poll::Ready(Ok(_)) => {
+                dir.reads += 1;
                 if let Err(e) = hooks.scan(&mut dir.buf) {
                     dir.buf.truncate(e.start().unwrap_or(0));
                     dir.failed = Some(e);
@@ -198,6 +204,15 @@ where
     }
 }
 
+/// When a relay should stop on its own.
+#[derive(Debug, Clone, Copy)]
+pub struct Stop<'a> {
+    /// Once cancelled, the relay ends at the next command boundary.
+    pub drain: &'a CancellationToken,
+    /// End a session whose client sent nothing for this long while nothing was in flight.
+    pub idle_timeout: Option<std::time::Duration>,
+}
+
 /// Relays the command phase until either side ends or misbehaves. `initial_client` and
 /// `initial_backend` are bytes already read during the handshake; `observer` sees every completed
 /// command and every read.
@@ -207,16 +222,18 @@ pub async fn relay<C, B>(
     tracker: &mut Tracker,
     initial_client: BytesMut,
     initial_backend: BytesMut,
-    drain: &CancellationToken,
+    stop: Stop<'_>,
     observer: &mut impl Observer,
 ) -> RelayEnd
 where
     C: AsyncRead + AsyncWrite + Unpin,
     B: AsyncRead + AsyncWrite + Unpin,
 {
-    let draining = drain.cancelled();
+    let draining = stop.drain.cancelled();
     tokio::pin!(draining);
     let mut drain_now = false;
+    let mut idle_timer = stop.idle_timeout.map(|t| Box::pin(tokio::time::sleep(t)));
+    let mut reads_at_arm = 0u64;
     let mut up = Direction::new(initial_client);
     let mut down = Direction::new(initial_backend);
     let mut quit = false;
@@ -247,6 +264,17 @@ where
         };
         if drain_now && boundary(tracker, &up, &down) {
             return Poll::Ready(RelayEnd::Drained);
+        }
+        if let (Some(timer), Some(timeout)) = (idle_timer.as_mut(), stop.idle_timeout) {
+            if timer.as_mut().poll(cx).is_ready() {
+                if up.reads == reads_at_arm && boundary(tracker, &up, &down) {
+                    return Poll::Ready(RelayEnd::IdleTimeout);
+                }
+                // Activity since the timer was armed, or a command in flight: wait again.
+                reads_at_arm = up.reads;
+                timer.as_mut().reset(tokio::time::Instant::now() + timeout);
+                let _ = timer.as_mut().poll(cx);
+            }
         }
         let mut hooks = Upstream {
             tracker: &mut *tracker,

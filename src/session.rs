@@ -21,7 +21,7 @@ use crate::protocol::caps::CLIENT_LOCAL_FILES;
 use crate::protocol::errors::{code, err_packet, pre_greeting_err, sqlstate_for};
 use crate::protocol::handshake::{set_greeting_connection_id, Strip};
 use crate::protocol::response::{Completed, TrackError, Tracker};
-use crate::relay::{relay, Observer, RelayEnd};
+use crate::relay::{relay, Observer, RelayEnd, Stop};
 use crate::stream::{BackendStream, PacketReadError};
 
 /// What every session needs, shared by all of them.
@@ -36,6 +36,7 @@ pub struct Shared {
     pub max_packet_size: u64,
     pub max_handshake_packet_size: usize,
     pub record_latency: bool,
+    pub idle_timeout: Option<Duration>,
     /// Capability bits cleared in both directions.
     pub strip: Strip,
 }
@@ -57,6 +58,7 @@ impl Shared {
             max_packet_size: config.max_packet_size,
             max_handshake_packet_size: config.max_handshake_packet_size,
             record_latency: config.record_latency,
+            idle_timeout: config.idle_timeout,
             strip: if config.allow_local_infile {
                 Strip::UNSUPPORTED
             } else {
@@ -76,6 +78,7 @@ pub enum EndReason {
     Malformed,
     NoBackend,
     Shutdown,
+    IdleTimeout,
 }
 
 impl EndReason {
@@ -88,6 +91,7 @@ impl EndReason {
             Self::Malformed => "malformed_packet",
             Self::NoBackend => "no_backend",
             Self::Shutdown => "shutdown",
+            Self::IdleTimeout => "idle_timeout",
         }
     }
 }
@@ -161,7 +165,10 @@ where
         &mut tracker,
         auth.client_pending,
         auth.backend_pending,
-        drain,
+        Stop {
+            drain,
+            idle_timeout: shared.idle_timeout,
+        },
         &mut observer,
     )
     .await;
@@ -362,6 +369,13 @@ async fn relay_ended<C: AsyncRead + AsyncWrite + Unpin>(
     backend: &str,
 ) -> EndReason {
     match end {
+        RelayEnd::IdleTimeout => {
+            info!(
+                client = peer,
+                backend, "closing an idle session (idle_timeout)"
+            );
+            EndReason::IdleTimeout
+        }
         RelayEnd::Drained => {
             debug!(
                 client = peer,
