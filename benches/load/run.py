@@ -1,0 +1,878 @@
+#!/usr/bin/env python3
+"""mysql-lb load benchmark: the same three MariaDB backends reached directly, through HAProxy
+and through mysql-lb, measured side by side.
+
+    python3 benches/load/run.py            # full: 3 rounds x 10 s per cell, about 15 minutes
+    python3 benches/load/run.py --quick    # 1 round x 5 s, fewer connections, about 3 minutes
+
+What it does (issue 5): installs missing tools (scripts/install-deps.sh; strace), builds the
+release binary, starts three mariadbd instances from one mariadb-install-db template, HAProxy
+(mode tcp, balance roundrobin) and mysql-lb (metrics and latency recording on) in front of them,
+plus a second mysql-lb that listens on a unix socket and reaches the backends by their sockets.
+Then sysbench oltp_point_select and oltp_read_only at 8 and 64 threads, text protocol
+(--db-ps-mode=disable), interleaved: every round runs each cell on every path in turn, so drift on
+a shared machine hits all paths alike. Paths:
+
+  direct          sysbench -> the three backends over TCP (comma-separated --mysql-host/--mysql-port:
+                  sysbench 1.0 hands its connections to the hosts round-robin)
+  haproxy         sysbench -> HAProxy -> backends (TCP)
+  mysql-lb        sysbench -> mysql-lb -> backends (TCP)
+  direct unix     sysbench -> the backends' unix sockets (comma-separated --mysql-socket)
+  mysql-lb unix   sysbench -> mysql-lb's unix socket -> backends' unix sockets
+
+Per cell: median qps (min-max over rounds), qps relative to direct TCP, median p95 latency, the
+proxy process's CPU seconds (utime+stime from /proc, all threads) per 10k queries, syscalls per
+query and I/O calls per query (all syscalls except epoll_wait/epoll_pwait/futex), from a separate
+sample run per proxy and cell with `strace -c -f -p PID` attached for --sample seconds (strace
+slows the traced proxy, so this never happens during a measured run; queries in the window come
+from the backends' Questions counters), and the proxy's RSS at the end of the cell.
+
+Then the connection tests: the setup rate (N sysbench threads running benches/load/connect.lua:
+connect, authenticate, SELECT 1, COM_QUIT, in a loop) through HAProxy and mysql-lb, interleaved;
+and 10,000 concurrent client connections held by a fresh mysql-lb started under
+`prlimit --nofile=1024:<hard>` (it must raise its own soft limit), with the backends restarted
+with --thread-handling=pool-of-threads, every connection then answering SELECT 1.
+
+The table is printed and written to --out (default benches/load/results.md). Everything started
+here is stopped by pid and the temp dir removed on exit, Ctrl-C included.
+"""
+
+import argparse
+import asyncio
+import datetime
+import os
+import platform
+import re
+import resource
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import time
+import urllib.request
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
+sys.path.insert(0, HERE)
+import myclient  # noqa: E402
+import procs  # noqa: E402
+from procs import log  # noqa: E402
+
+TABLES = 4
+TABLE_SIZE = 10000
+IDLE_EXCLUDED = ("epoll_wait", "epoll_pwait", "epoll_pwait2", "futex")
+
+
+# --- set-up -------------------------------------------------------------------------------------
+
+
+def parse_args():
+    ap = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    ap.add_argument("--quick", action="store_true", help="1 round of 5 s, fewer connections (~3 min)")
+    ap.add_argument("--time", type=int, help="seconds per sysbench run (default 10; quick 5)")
+    ap.add_argument("--rounds", type=int, help="interleaved rounds (default 3; quick 1)")
+    ap.add_argument("--threads", default="8,64", help="sysbench thread counts (default 8,64)")
+    ap.add_argument("--tests", default="oltp_point_select,oltp_read_only")
+    ap.add_argument("--sample", type=float, default=2.0, help="seconds of syscall sampling (default 2)")
+    ap.add_argument(
+        "--syscalls",
+        choices=("strace", "perf", "off"),
+        default="strace",
+        help="syscall counter: strace -c -f -p (default) or perf stat on raw_syscalls tracepoints",
+    )
+    ap.add_argument("--conns", type=int, help="concurrent connections test size (default 10000; quick 2000)")
+    ap.add_argument("--connect-time", type=int, help="seconds per connection-rate run (default 5; quick 3)")
+    ap.add_argument("--connect-workers", type=int, default=16, help="parallel connecting clients (default 16)")
+    ap.add_argument("--out", default=os.path.join(HERE, "results.md"), help="markdown output file")
+    ap.add_argument("--no-build", action="store_true", help="use the existing target/release/mysql-lb")
+    ap.add_argument(
+        "--skip",
+        default="",
+        help="comma-separated parts to skip: matrix, syscalls, connect-rate, conns",
+    )
+    args = ap.parse_args()
+    args.time = args.time or (5 if args.quick else 10)
+    args.rounds = args.rounds or (1 if args.quick else 3)
+    args.conns = args.conns or (2000 if args.quick else 10000)
+    args.connect_time = args.connect_time or (3 if args.quick else 5)
+    args.threads = [int(t) for t in args.threads.split(",") if t]
+    args.tests = [t for t in args.tests.split(",") if t]
+    args.skip = {s for s in args.skip.split(",") if s}
+    return args
+
+
+def sh(argv, **kw):
+    return subprocess.run(argv, check=True, **kw)
+
+
+def ensure_deps(args):
+    sh(["bash", os.path.join(ROOT, "scripts", "install-deps.sh")])
+    needed = {"strace": "strace", "perf": "linux-perf"}.get(args.syscalls)
+    if needed and not shutil.which(args.syscalls):
+        log("%s is missing: installing it with apt-get (package %s)" % (args.syscalls, needed))
+        sudo = [] if os.geteuid() == 0 else ["sudo"]
+        sh(sudo + ["apt-get", "update"])
+        sh(sudo + ["env", "DEBIAN_FRONTEND=noninteractive", "apt-get", "install", "-y", "--no-install-recommends", needed])
+    for tool in ("prlimit",):
+        procs.find_binary(tool)
+
+
+def build(args):
+    target = os.environ.get("CARGO_TARGET_DIR", os.path.join(ROOT, "target"))
+    binary = os.path.join(target, "release", "mysql-lb")
+    if not args.no_build:
+        log("building: cargo build --release --bin mysql-lb")
+        sh(["cargo", "build", "--release", "--bin", "mysql-lb"], cwd=ROOT)
+    if not os.access(binary, os.X_OK):
+        raise RuntimeError("%s not found" % binary)
+    return binary
+
+
+def versions(binary):
+    def first_line(argv):
+        try:
+            out = subprocess.run(argv, capture_output=True, text=True, timeout=20)
+            return (out.stdout or out.stderr).strip().splitlines()[0]
+        except (OSError, IndexError, subprocess.SubprocessError):
+            return "?"
+
+    rev = first_line(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"])
+    dirty = subprocess.run(["git", "-C", ROOT, "status", "--porcelain"], capture_output=True, text=True).stdout
+    return {
+        "mysql-lb": "%s (git %s%s)" % (binary, rev, ", uncommitted changes" if dirty.strip() else ""),
+        "mariadbd": first_line([procs.find_binary("mariadbd"), "--version"]),
+        "haproxy": first_line([procs.find_binary("haproxy"), "-v"]),
+        "sysbench": first_line(["sysbench", "--version"]),
+        "kernel": platform.release(),
+        "cpus": str(os.cpu_count()),
+    }
+
+
+# --- paths and sysbench -------------------------------------------------------------------------
+
+
+class Target:
+    """One way of reaching the backends."""
+
+    def __init__(self, name, conn_args, proc=None):
+        self.name = name
+        self.conn_args = conn_args
+        self.proc = proc
+
+    @property
+    def pid(self):
+        return self.proc.pid if self.proc else None
+
+    def check_alive(self):
+        if self.proc is not None and self.proc.poll() is not None:
+            raise RuntimeError("%s exited with %s" % (self.name, self.proc.returncode))
+
+
+def tcp_args(addrs):
+    return [
+        "--mysql-host=" + ",".join(a[0] for a in addrs),
+        "--mysql-port=" + ",".join(str(a[1]) for a in addrs),
+    ]
+
+
+def socket_args(paths):
+    return ["--mysql-socket=" + ",".join(paths)]
+
+
+def sysbench_argv(script, target, threads, seconds, extra=()):
+    return [
+        "sysbench",
+        script,
+        "--db-driver=mysql",
+        "--mysql-user=" + procs.BENCH_USER,
+        "--mysql-password=" + procs.BENCH_PASS,
+        "--mysql-db=sbtest",
+        "--tables=%d" % TABLES,
+        "--table-size=%d" % TABLE_SIZE,
+        "--db-ps-mode=disable",
+        "--percentile=95",
+        "--threads=%d" % threads,
+        "--time=%d" % seconds,
+        "--report-interval=0",
+    ] + target.conn_args + list(extra) + ["run"]
+
+
+def parse_sysbench(text):
+    def num(pattern):
+        m = re.search(pattern, text)
+        return float(m.group(1)) if m else None
+
+    return {
+        "queries": num(r"queries:\s+(\d+)"),
+        "qps": num(r"queries:\s+\d+\s+\(([\d.]+) per sec"),
+        "events": num(r"total number of events:\s+(\d+)"),
+        "total_time": num(r"total time:\s+([\d.]+)s"),
+        "p95": num(r"95th percentile:\s+([\d.]+)"),
+        "errors": num(r"ignored errors:\s+(\d+)"),
+    }
+
+
+def run_capture(reg, argv, timeout, name="sysbench"):
+    """Runs a command to completion in its own session (stopped on Ctrl-C like every child)."""
+    proc, log_path = reg.spawn(name, argv, log_name="%s-%d" % (name, time.monotonic_ns()))
+    try:
+        proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        reg.stop(proc, timeout=5, sig=signal.SIGKILL)
+        raise RuntimeError("%s timed out after %ss" % (name, timeout))
+    finally:
+        reg.stop(proc, timeout=5)
+    with open(log_path, errors="replace") as f:
+        text = f.read()
+    os.unlink(log_path)
+    return proc.returncode, text
+
+
+class Monitor:
+    """A persistent connection per backend for reading its Questions counter."""
+
+    def __init__(self, backends):
+        self.conns = [b.connect() for b in backends]
+
+    def questions(self):
+        out = []
+        for c in self.conns:
+            rows = c.query("SHOW GLOBAL STATUS LIKE 'Questions'")
+            out.append(int(rows[0][1]))
+        return out
+
+    def close(self):
+        for c in self.conns:
+            c.close()
+
+
+# --- syscall counting ---------------------------------------------------------------------------
+
+
+def start_counter(reg, kind, pid, out_path):
+    if kind == "strace":
+        argv = ["strace", "-c", "-f", "-p", str(pid), "-o", out_path]
+    else:
+        events = ["raw_syscalls:sys_enter"] + ["syscalls:sys_enter_" + n for n in IDLE_EXCLUDED]
+        argv = ["perf", "stat", "-x", ",", "-o", out_path, "-p", str(pid)]
+        for e in events:
+            argv += ["-e", e]
+    proc, log_path = reg.spawn(kind, argv, log_name="%s-%d" % (kind, time.monotonic_ns()))
+    return proc, log_path
+
+
+def wait_attached(kind, proc, log_path, timeout=10):
+    """strace says "Process N attached [with M threads]" once it traces them all; perf says nothing."""
+    if kind != "strace":
+        time.sleep(0.2)
+        return
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError("strace exited (%s)%s" % (proc.returncode, procs.tail(log_path)))
+        with open(log_path, errors="replace") as f:
+            if "attached" in f.read():
+                return
+        time.sleep(0.02)
+    raise RuntimeError("strace did not attach within %ss%s" % (timeout, procs.tail(log_path)))
+
+
+def parse_counter(kind, path):
+    """Returns {syscall: calls} (perf: only the idle ones plus "total")."""
+    calls = {}
+    with open(path, errors="replace") as f:
+        lines = f.read().splitlines()
+    if kind == "strace":
+        for line in lines:
+            parts = line.split()
+            if len(parts) < 5 or parts[-1] == "total" or not re.match(r"^[\d.]+$", parts[0]):
+                continue
+            nums = parts[:-1]
+            calls[parts[-1]] = int(nums[3])
+        calls["total"] = sum(calls.values())
+    else:
+        for line in lines:
+            if not line or line.startswith("#"):
+                continue
+            fields = line.split(",")
+            if len(fields) < 3 or not fields[0].isdigit():
+                continue
+            event = fields[2]
+            name = "total" if event == "raw_syscalls:sys_enter" else event.split("sys_enter_")[-1]
+            calls[name] = int(fields[0])
+    return calls
+
+
+# --- the benchmark ------------------------------------------------------------------------------
+
+
+class Bench:
+    def __init__(self, args, reg, binary):
+        self.args = args
+        self.reg = reg
+        self.binary = binary
+        self.results = {}  # (test, threads, path) -> [run dicts]
+        self.rss = {}  # (test, threads, path) -> KiB
+        self.syscalls = {}  # (test, threads, path) -> {"per_query": ..., "calls": ..., "queries": ...}
+        self.dist = {}  # path -> [questions per backend, summed over runs]
+        self.connect = {}  # path -> [run dicts]
+        self.conns = None
+        self.notes = []
+
+    # set-up
+
+    def start(self):
+        template = procs.make_template(self.reg)
+        self.backends = [procs.MariaDB(self.reg, "db%d" % i, template) for i in (1, 2, 3)]
+        for b in self.backends:
+            b.start()
+        log("backends: " + ", ".join("%s 127.0.0.1:%d %s" % (b.name, b.port, b.socket) for b in self.backends))
+        self.prepare()
+        hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+        self.hard = hard if hard != resource.RLIM_INFINITY else 1 << 20
+        # HAProxy refuses to start when 2 x maxconn (plus its own few) exceeds the fd limit.
+        self.haproxy_maxconn = min(10000, (self.hard - 200) // 2)
+        self.start_proxies()
+
+    def prepare(self):
+        log("sysbench prepare: %d tables x %d rows on each backend" % (TABLES, TABLE_SIZE))
+        running = []
+        for b in self.backends:
+            t = Target(b.name, tcp_args([b.addr]))
+            argv = sysbench_argv("oltp_read_only", t, 1, 0)[:-1] + ["prepare"]
+            running.append(self.reg.spawn("prepare-" + b.name, argv))
+        for proc, log_path in running:
+            if proc.wait(300) != 0:
+                raise RuntimeError("sysbench prepare failed" + procs.tail(log_path))
+            self.reg.stop(proc)
+
+    def start_proxies(self):
+        hp, hp_addr = procs.start_haproxy(self.reg, self.backends, self.haproxy_maxconn)
+        lb_addr = ("127.0.0.1", procs.free_port())
+        lb, self.lb_admin, _ = procs.start_mysql_lb(
+            self.reg, self.binary, "mysql-lb", lb_addr, ["127.0.0.1:%d" % b.port for b in self.backends]
+        )
+        lb_sock = os.path.join(self.reg.base, "mysql-lb.sock")
+        lbu, self.lbu_admin, _ = procs.start_mysql_lb(
+            self.reg, self.binary, "mysql-lb-unix", lb_sock, [b.socket for b in self.backends]
+        )
+        self.direct = Target("direct", tcp_args([b.addr for b in self.backends]))
+        self.haproxy = Target("haproxy", tcp_args([hp_addr]), hp)
+        self.lb = Target("mysql-lb", tcp_args([lb_addr]), lb)
+        self.direct_unix = Target("direct unix", socket_args([b.socket for b in self.backends]))
+        self.lb_unix = Target("mysql-lb unix", socket_args([lb_sock]), lbu)
+        self.targets = [self.direct, self.haproxy, self.lb, self.direct_unix, self.lb_unix]
+        self.proxies = [self.haproxy, self.lb, self.lb_unix]
+        log("haproxy pid %d (maxconn %d), mysql-lb pid %d (admin %d), mysql-lb unix pid %d (admin %d)"
+            % (hp.pid, self.haproxy_maxconn, lb.pid, self.lb_admin, lbu.pid, self.lbu_admin))
+
+    # the sysbench matrix
+
+    def cells(self):
+        return [(test, threads) for test in self.args.tests for threads in self.args.threads]
+
+    def run_matrix(self):
+        monitor = Monitor(self.backends)
+        try:
+            for rnd in range(self.args.rounds):
+                for test, threads in self.cells():
+                    for target in self.targets:
+                        self.run_one(monitor, rnd, test, threads, target)
+                    for p in self.proxies:
+                        self.rss[(test, threads, p.name)] = procs.rss_kib(p.pid)
+        finally:
+            monitor.close()
+
+    def run_one(self, monitor, rnd, test, threads, target):
+        target.check_alive()
+        argv = sysbench_argv(test, target, threads, self.args.time)
+        q0 = monitor.questions()
+        cpu0 = procs.cpu_seconds(target.pid) if target.pid else None
+        own0, (busy0, total0) = self.reg.own_cpu(), procs.machine_busy()
+        rc, text = run_capture(self.reg, argv, self.args.time + 120)
+        own1, (busy1, total1) = self.reg.own_cpu(), procs.machine_busy()
+        cpu1 = procs.cpu_seconds(target.pid) if target.pid else None
+        q1 = monitor.questions()
+        # CPU that processes this benchmark did not start took from the machine: on a shared
+        # machine, the honest caveat on every number.
+        foreign = max(0.0, (busy1 - busy0) - (own1 - own0)) / max(total1 - total0, 1e-9)
+        res = parse_sysbench(text) if rc == 0 else {}
+        tag = "[round %d/%d] %s %dt %-13s" % (rnd + 1, self.args.rounds, test, threads, target.name)
+        if rc != 0 or not res.get("qps"):
+            log("%s FAILED (exit %s):\n%s" % (tag, rc, "\n".join(text.splitlines()[-15:])))
+            self.results.setdefault((test, threads, target.name), [])
+            return
+        if cpu0 is not None:
+            res["cpu"] = cpu1 - cpu0
+        res["foreign"] = foreign
+        self.results.setdefault((test, threads, target.name), []).append(res)
+        d = self.dist.setdefault(target.name, [0] * len(q0))
+        for i, (a, b) in enumerate(zip(q0, q1)):
+            d[i] += b - a
+        extra = ""
+        if cpu0 is not None:
+            extra = "  proxy CPU %.2f s/10k q" % (res["cpu"] / res["queries"] * 1e4)
+        log("%s %9.0f qps  p95 %6.2f ms%s  (other processes: %.0f %% of the CPUs)"
+            % (tag, res["qps"], res["p95"] or 0, extra, 100 * foreign))
+
+    # syscalls per query
+
+    def sample_syscalls(self):
+        kind = self.args.syscalls
+        cells = self.cells()
+        if self.args.quick:
+            # Quick mode keeps to its time budget: point selects only (the goal's own cell).
+            cells = [c for c in cells if c[0] == "oltp_point_select"] or cells[:1]
+        monitor = Monitor(self.backends)
+        warm = 1.5
+        try:
+            for test, threads in cells:
+                for target in self.proxies:
+                    target.check_alive()
+                    # Long enough for any attach delay; stopped as soon as the sample is taken.
+                    seconds = int(warm + self.args.sample + 30)
+                    argv = sysbench_argv(test, target, threads, seconds)
+                    sb, sb_log = self.reg.spawn("sysbench", argv, log_name="sample-%d" % time.monotonic_ns())
+                    out_path = os.path.join(self.reg.base, "%s-%d.txt" % (kind, time.monotonic_ns()))
+                    try:
+                        time.sleep(warm)
+                        counter, counter_log = start_counter(self.reg, kind, target.pid, out_path)
+                        # The query window must sit inside the traced one: read the counters only
+                        # once strace reports every thread attached.
+                        wait_attached(kind, counter, counter_log)
+                        q0 = sum(monitor.questions())
+                        time.sleep(self.args.sample)
+                        q1 = sum(monitor.questions())
+                        self.reg.stop(counter, timeout=30, sig=signal.SIGINT)
+                        alive = sb.poll() is None
+                    finally:
+                        self.reg.stop(sb)
+                    if not alive:
+                        log("syscall sample %s %dt %s: sysbench ended early%s" % (test, threads, target.name, procs.tail(sb_log)))
+                        continue
+                    calls = parse_counter(kind, out_path)
+                    queries = q1 - q0 - len(self.backends)  # minus the second reading's own SHOW
+                    if queries <= 0 or not calls.get("total"):
+                        log("syscall sample %s %dt %s: nothing counted" % (test, threads, target.name))
+                        continue
+                    idle = sum(calls.get(n, 0) for n in IDLE_EXCLUDED)
+                    s = {
+                        "queries": queries,
+                        "calls": calls,
+                        "total": calls["total"] / queries,
+                        "io": (calls["total"] - idle) / queries,
+                    }
+                    self.syscalls[(test, threads, target.name)] = s
+                    log("syscalls %s %dt %-13s %.2f per query, %.2f I/O (%d queries sampled)"
+                        % (test, threads, target.name, s["total"], s["io"], queries))
+        finally:
+            monitor.close()
+
+    # connection setup rate
+
+    def connect_rate(self):
+        script = os.path.join(HERE, "connect.lua")
+        targets = [self.direct, self.haproxy, self.lb]
+        for rnd in range(self.args.rounds):
+            for target in targets:
+                target.check_alive()
+                argv = sysbench_argv(script, target, self.args.connect_workers, self.args.connect_time)
+                cpu0 = procs.cpu_seconds(target.pid) if target.pid else None
+                rc, text = run_capture(self.reg, argv, self.args.connect_time + 120)
+                cpu1 = procs.cpu_seconds(target.pid) if target.pid else None
+                res = parse_sysbench(text)
+                if rc != 0 or not res.get("events"):
+                    log("connect rate %s FAILED (exit %s):\n%s" % (target.name, rc, "\n".join(text.splitlines()[-15:])))
+                    continue
+                res["rate"] = res["events"] / res["total_time"]
+                if cpu0 is not None:
+                    res["cpu"] = cpu1 - cpu0
+                self.connect.setdefault(target.name, []).append(res)
+                log("[round %d/%d] connect rate %-9s %7.0f connections/s" % (rnd + 1, self.args.rounds, target.name, res["rate"]))
+                # Let the TIME_WAIT sockets of this run not crowd the next one's ports.
+                time.sleep(1)
+
+    # 10,000 concurrent connections
+
+    def many_connections(self):
+        n = self.args.conns
+        # Two descriptors per connection plus a reserve: what mysql-lb asks for.
+        fits = (self.hard - 64) // 2
+        max_conns = None
+        if n > fits:
+            max_conns = fits // 100 * 100
+            self.notes.append(
+                "Concurrent connections: %d do not fit the fd hard limit %d (2 per connection + 64); "
+                "ran %d with --max-connections %d." % (n, self.hard, max_conns, max_conns)
+            )
+            n = max_conns
+        log("restarting backends with --thread-handling=pool-of-threads for %d connections" % n)
+        for b in self.backends:
+            b.stop()
+            b.start(["--thread-handling=pool-of-threads"])
+        soft = min(1024, self.hard)
+        extra = ["--max-connections", str(max_conns)] if max_conns else []
+        addr = ("127.0.0.1", procs.free_port())
+        proc, admin, log_path = procs.start_mysql_lb(
+            self.reg, self.binary, "mysql-lb-10k", addr,
+            ["127.0.0.1:%d" % b.port for b in self.backends], extra, prlimit_nofile="%d:%d" % (soft, self.hard),
+        )
+        limits = procs.nofile_limits(proc.pid)
+        # Python needs a descriptor per client connection too.
+        resource.setrlimit(resource.RLIMIT_NOFILE, (self.hard, self.hard))
+        # A first connection warms what every session shares (runtime, pools) before the baseline.
+        c = myclient.Conn(addr, procs.BENCH_USER, procs.BENCH_PASS)
+        c.query("SELECT 1")
+        c.close()
+        time.sleep(0.5)
+        rss0 = procs.rss_kib(proc.pid)
+        t0 = time.monotonic()
+        result = asyncio.run(hold_connections(addr, n, lambda: procs.rss_kib(proc.pid), admin))
+        result.update(
+            {
+                "n": n,
+                "rss_before_kib": rss0,
+                "limits": limits,
+                "started_with": "%d:%d" % (soft, self.hard),
+                "seconds": time.monotonic() - t0,
+            }
+        )
+        result["per_conn_kib"] = (result["rss_after_select_kib"] - rss0) / max(result["opened"], 1)
+        self.reg.stop(proc, timeout=30)
+        self.conns = result
+        log("concurrent connections: %(opened)d/%(n)d opened, %(answered)d answered SELECT 1" % result)
+
+    # output
+
+    def report(self, info):
+        a = self.args
+        lines = []
+        w = lines.append
+        w("# mysql-lb load benchmark")
+        w("")
+        w("Run %s with `python3 benches/load/run.py%s` (%d round%s x %d s per cell, interleaved; "
+          "sysbench `--tables=%d --table-size=%d --db-ps-mode=disable`, i.e. the text protocol)."
+          % (datetime.datetime.now().strftime("%Y-%m-%d %H:%M"), " --quick" if a.quick else "",
+             a.rounds, "s" if a.rounds > 1 else "", a.time, TABLES, TABLE_SIZE))
+        w("")
+        for k, v in info.items():
+            w("- %s: %s" % (k, v))
+        w("")
+        if self.results:
+            w("## Throughput and cost per query")
+            w("")
+            w("| test | threads | path | qps median (min–max) | × direct | p95 ms | proxy CPU s / 10k q | syscalls / q | I/O calls / q | proxy RSS MiB | other CPU % |")
+            w("|---|---:|---|---|---:|---:|---:|---:|---:|---:|---:|")
+            for test, threads in self.cells():
+                base = self.median_qps(test, threads, "direct")
+                for t in self.targets:
+                    w(self.row(test, threads, t.name, base))
+            w("")
+            w("× direct: median qps over the median of direct TCP in the same cell. CPU: utime+stime of "
+              "the proxy process (all threads) over each measured run. Syscalls: %s attached to the proxy "
+              "for %.1f s in a separate run per proxy and cell%s; queries in that window from the "
+              "backends' `Questions` counters; I/O calls = all but epoll_wait/epoll_pwait/futex. RSS: "
+              "VmRSS at the end of the cell's last round. Other CPU: median share of the machine's CPUs "
+              "used by processes this benchmark did not start during the runs (see below)."
+              % ("`strace -c -f -p PID`" if a.syscalls == "strace" else "`perf stat` on raw_syscalls:sys_enter",
+                 a.sample, " (quick mode: point selects only)" if a.quick else ""))
+            w("")
+            foreign = [r["foreign"] for runs in self.results.values() for r in runs]
+            if foreign:
+                w("CPU taken by processes this benchmark did not start, during the measured runs "
+                  "(/proc/stat busy time minus this script's own process tree, as a share of all CPUs): "
+                  "median %.0f %%, max %.0f %%. Above a few percent, the machine was shared and the "
+                  "absolute numbers are low; the interleaving keeps the comparison fair on average."
+                  % (100 * statistics.median(foreign), 100 * max(foreign)))
+                w("")
+            if self.dist:
+                w("Share of queries per backend over all measured runs (checks that every path spreads load):")
+                w("")
+                for name, d in self.dist.items():
+                    total = sum(d) or 1
+                    w("- %s: %s" % (name, " / ".join("%.0f %%" % (100 * x / total) for x in d)))
+                w("")
+        if self.syscalls:
+            w("## Syscalls per query, by call")
+            w("")
+            for (test, threads, name), s in self.syscalls.items():
+                top = sorted(((c, k) for k, c in s["calls"].items() if k != "total"), reverse=True)[:8]
+                w("- %s %dt %s (%d queries): %s" % (test, threads, name, s["queries"],
+                  ", ".join("%s %.2f" % (k, c / s["queries"]) for c, k in top)))
+            w("")
+        if self.connect:
+            w("## Connection setup rate")
+            w("")
+            w("%d sysbench threads, each looping connect → authenticate → `SELECT 1` → COM_QUIT "
+              "(benches/load/connect.lua), %d s per run, %d round%s interleaved."
+              % (a.connect_workers, a.connect_time, a.rounds, "s" if a.rounds > 1 else ""))
+            w("")
+            w("| path | connections/s median (min–max) | × haproxy | proxy CPU ms / connection |")
+            w("|---|---|---:|---:|")
+            hp = self.connect.get("haproxy")
+            hp_med = statistics.median(r["rate"] for r in hp) if hp else None
+            for name in ("direct", "haproxy", "mysql-lb"):
+                runs = self.connect.get(name)
+                if not runs:
+                    w("| %s | failed | | |" % name)
+                    continue
+                rates = [r["rate"] for r in runs]
+                med = statistics.median(rates)
+                cpu = [r["cpu"] / r["events"] * 1e3 for r in runs if "cpu" in r]
+                w("| %s | %.0f (%.0f–%.0f) | %s | %s |" % (
+                    name, med, min(rates), max(rates),
+                    "%.2f" % (med / hp_med) if hp_med else "",
+                    "%.3f" % statistics.median(cpu) if cpu else "—"))
+            w("")
+        if self.conns:
+            c = self.conns
+            w("## Concurrent connections")
+            w("")
+            w("A fresh mysql-lb started under `prlimit --nofile=%s` (soft:hard); its limits once running: "
+              "soft %s, hard %s. Backends restarted with `--thread-handling=pool-of-threads "
+              "--max-connections=12000`." % (c["started_with"], c["limits"][0], c["limits"][1]))
+            w("")
+            w("| connections | opened | answered SELECT 1 | errors | proxy RSS before → all open → after SELECT 1 (MiB) | RSS per connection (KiB) | client_connections gauge |")
+            w("|---:|---:|---:|---|---|---:|---:|")
+            per_conn = c["per_conn_kib"]
+            w("| %d | %d | %d | %s | %.1f → %.1f → %.1f | %.1f | %s |" % (
+                c["n"], c["opened"], c["answered"], "; ".join(c["errors"]) or "none",
+                c["rss_before_kib"] / 1024, c["rss_open_kib"] / 1024, c["rss_after_select_kib"] / 1024,
+                per_conn, c.get("gauge", "?")))
+            w("")
+        goals = self.goals()
+        if goals:
+            w("## Issue 5 goals on this run")
+            w("")
+            for g in goals:
+                w("- " + g)
+            w("")
+        if self.notes:
+            w("## Notes")
+            w("")
+            for n in self.notes:
+                w("- " + n)
+            w("")
+        return "\n".join(lines)
+
+    def median_qps(self, test, threads, name):
+        runs = self.results.get((test, threads, name))
+        return statistics.median(r["qps"] for r in runs) if runs else None
+
+    def row(self, test, threads, name, base):
+        runs = self.results.get((test, threads, name)) or []
+        if not runs:
+            return "| %s | %d | %s | failed | | | | | | | |" % (test, threads, name)
+        qps = [r["qps"] for r in runs]
+        med = statistics.median(qps)
+        p95 = statistics.median(r["p95"] for r in runs if r["p95"] is not None)
+        cpu = [r["cpu"] / r["queries"] * 1e4 for r in runs if "cpu" in r]
+        s = self.syscalls.get((test, threads, name))
+        rss = self.rss.get((test, threads, name))
+        return "| %s | %d | %s | %.0f (%.0f–%.0f) | %s | %.2f | %s | %s | %s | %s | %.0f |" % (
+            test, threads, name, med, min(qps), max(qps),
+            "%.2f" % (med / base) if base else "",
+            p95,
+            "%.3f" % statistics.median(cpu) if cpu else "—",
+            "%.2f" % s["total"] if s else "—",
+            "%.2f" % s["io"] if s else "—",
+            "%.1f" % (rss / 1024) if rss else "—",
+            100 * statistics.median(r["foreign"] for r in runs),
+        )
+
+    def goals(self):
+        out = []
+
+        def verdict(ok):
+            return "met" if ok else "NOT met"
+
+        if self.results:
+            worst = None
+            for test, threads in self.cells():
+                lb, hp = self.median_qps(test, threads, "mysql-lb"), self.median_qps(test, threads, "haproxy")
+                if lb and hp:
+                    r = lb / hp
+                    worst = r if worst is None else min(worst, r)
+            if worst is not None:
+                out.append("3. throughput ≥ 1.2× HAProxy in every cell: lowest mysql-lb/HAProxy ratio %.2f — %s"
+                           % (worst, verdict(worst >= 1.2)))
+            cpu_ok, p95_ok, parts = True, True, []
+            for test, threads in self.cells():
+                def med(name, key):
+                    runs = self.results.get((test, threads, name)) or []
+                    vals = [r[key] / r["queries"] * 1e4 if key == "cpu" else r[key] for r in runs if r.get(key) is not None]
+                    return statistics.median(vals) if vals else None
+                lc, hc = med("mysql-lb", "cpu"), med("haproxy", "cpu")
+                if lc is not None and hc is not None:
+                    cpu_ok &= lc <= hc
+                    parts.append("%s %dt %.3f vs %.3f" % (test, threads, lc, hc))
+                if threads == 8:
+                    lp, hpp = med("mysql-lb", "p95"), med("haproxy", "p95")
+                    if lp is not None and hpp is not None:
+                        p95_ok &= lp <= hpp
+            if parts:
+                out.append("4a. proxy CPU per query ≤ HAProxy's (s/10k q, mysql-lb vs HAProxy: %s) — %s"
+                           % ("; ".join(parts), verdict(cpu_ok)))
+            out.append("5. p95 at 8 threads ≤ HAProxy's — %s" % verdict(p95_ok))
+            ratios = []
+            for test, threads in self.cells():
+                u, d = self.median_qps(test, threads, "mysql-lb unix"), self.median_qps(test, threads, "direct")
+                if u and d:
+                    ratios.append(u / d)
+            if ratios:
+                out.append("6. unix end to end ≥ 0.85× direct TCP: lowest %.2f — %s" % (min(ratios), verdict(min(ratios) >= 0.85)))
+        if self.syscalls:
+            io = [s["io"] for (t, _, n), s in self.syscalls.items() if t == "oltp_point_select" and n == "mysql-lb"]
+            if io:
+                out.append("4b. ≤ 4.5 I/O syscalls per point select through mysql-lb: worst %.2f — %s" % (max(io), verdict(max(io) <= 4.5)))
+            fewer, seen = True, False
+            for (t, th, n), s in self.syscalls.items():
+                if n == "mysql-lb" and (t, th, "haproxy") in self.syscalls:
+                    seen = True
+                    fewer &= s["total"] < self.syscalls[(t, th, "haproxy")]["total"]
+            if seen:
+                out.append("4c. fewer syscalls in total than HAProxy in every sampled cell — %s" % verdict(fewer))
+        if self.conns:
+            c = self.conns
+            ok = c["answered"] == c["n"] and c["per_conn_kib"] <= 32
+            out.append("7. %d concurrent connections, all answering SELECT 1, RSS ≤ 32 KiB each: %d answered, %.1f KiB each — %s"
+                       % (c["n"], c["answered"], c["per_conn_kib"], verdict(ok)))
+        hp, lb = self.connect.get("haproxy"), self.connect.get("mysql-lb")
+        if hp and lb:
+            r = statistics.median(x["rate"] for x in lb) / statistics.median(x["rate"] for x in hp)
+            out.append("8. connection setup ≥ 0.8× HAProxy: %.2f — %s" % (r, verdict(r >= 0.8)))
+        return out
+
+
+async def hold_connections(addr, n, rss, admin_port):
+    """Opens n connections (bounded concurrency), then runs SELECT 1 on every one."""
+    conns, errors = [], {}
+    sem = asyncio.Semaphore(256)
+
+    def note(e):
+        key = "%s: %s" % (type(e).__name__, str(e)[:80])
+        errors[key] = errors.get(key, 0) + 1
+
+    async def open_one():
+        async with sem:
+            try:
+                conns.append(await asyncio.wait_for(
+                    myclient.AsyncConn.connect(addr, procs.BENCH_USER, procs.BENCH_PASS), 60))
+            except (OSError, asyncio.TimeoutError, asyncio.IncompleteReadError, myclient.MySQLError) as e:
+                note(e)
+
+    async def select_one(c):
+        async with sem:
+            try:
+                rows = await asyncio.wait_for(c.query("SELECT 1"), 60)
+                return rows == [["1"]]
+            except (OSError, asyncio.TimeoutError, asyncio.IncompleteReadError, myclient.MySQLError) as e:
+                note(e)
+                return False
+
+    await asyncio.gather(*(open_one() for _ in range(n)))
+    await asyncio.sleep(0.5)
+    rss_open = rss()
+    gauge = await asyncio.get_running_loop().run_in_executor(None, read_gauge, admin_port)
+    answered = sum(await asyncio.gather(*(select_one(c) for c in conns)))
+    rss_select = rss()
+    for c in conns:
+        c.abort()
+    await asyncio.sleep(0.2)
+    return {
+        "opened": len(conns),
+        "answered": answered,
+        "errors": ["%s (x%d)" % (k, v) for k, v in errors.items()],
+        "rss_open_kib": rss_open,
+        "rss_after_select_kib": rss_select,
+        "gauge": gauge,
+    }
+
+
+def read_gauge(admin_port):
+    try:
+        with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % admin_port, timeout=10) as r:
+            text = r.read().decode()
+    except OSError as e:
+        return "unreadable (%s)" % e
+    m = re.search(r"^mysql_lb_client_connections(?:\{[^}]*\})? ([\d.e+]+)$", text, re.M)
+    return "%.0f" % float(m.group(1)) if m else "absent"
+
+
+def latency_samples(admin_port):
+    """Total of mysql-lb's query latency histogram counts: proof that recording was on."""
+    with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % admin_port, timeout=10) as r:
+        text = r.read().decode()
+    return sum(
+        float(v) for v in re.findall(r"^mysql_lb_backend_query_duration_seconds_count\{[^}]*\} ([\d.e+]+)$", text, re.M)
+    )
+
+
+def main():
+    args = parse_args()
+
+    def on_signal(signum, _frame):
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGHUP, on_signal)
+    started = time.monotonic()
+    ensure_deps(args)
+    binary = build(args)
+    info = versions(binary)
+    reg = procs.Registry()
+    bench = Bench(args, reg, binary)
+    try:
+        phase = time.monotonic()
+
+        def done(what):
+            nonlocal phase
+            log("-- %s took %.0f s" % (what, time.monotonic() - phase))
+            phase = time.monotonic()
+
+        bench.start()
+        done("set-up")
+        if "matrix" not in args.skip:
+            bench.run_matrix()
+            done("sysbench matrix")
+            for name, port in (("mysql-lb", bench.lb_admin), ("mysql-lb unix", bench.lbu_admin)):
+                n = latency_samples(port)
+                bench.notes.append("%s recorded %d query latencies in its metrics (recording on)." % (name, n))
+        if "syscalls" not in args.skip and args.syscalls != "off":
+            bench.sample_syscalls()
+            done("syscall samples")
+        if "connect-rate" not in args.skip:
+            bench.connect_rate()
+            done("connection rate")
+        if "conns" not in args.skip:
+            bench.many_connections()
+            done("concurrent connections")
+    except KeyboardInterrupt:
+        log("interrupted: cleaning up")
+        reg.close()
+        sys.exit(130)
+    except Exception as e:  # keep what was measured so far
+        log("benchmark failed: %s: %s" % (type(e).__name__, e))
+        bench.notes.append("The run stopped early: %s: %s" % (type(e).__name__, e))
+        failed = True
+    else:
+        failed = False
+    finally:
+        reg.close()
+    info["wall time"] = "%.0f s" % (time.monotonic() - started)
+    text = bench.report(info)
+    print(text)
+    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+    with open(args.out, "w") as f:
+        f.write(text + "\n")
+    log("written to %s" % args.out)
+    if failed:
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()
