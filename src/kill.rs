@@ -41,13 +41,16 @@ impl Registry {
         ID_BASE + (self.next.fetch_add(1, Relaxed) % (u32::MAX - ID_BASE)) + 1
     }
 
-    pub fn register(&self, id: u32, target: Target) {
+    /// Makes the session findable by `id` until the returned guard is dropped.
+    #[must_use = "the session is unregistered when the guard drops"]
+    pub fn register(&self, id: u32, target: Target) -> Registration<'_> {
         if let Ok(mut s) = self.sessions.lock() {
             s.insert(id, target);
         }
+        Registration { registry: self, id }
     }
 
-    pub fn unregister(&self, id: u32) {
+    fn unregister(&self, id: u32) {
         if let Ok(mut s) = self.sessions.lock() {
             s.remove(&id);
         }
@@ -55,6 +58,19 @@ impl Registry {
 
     pub fn lookup(&self, id: u32) -> Option<Target> {
         self.sessions.lock().ok()?.get(&id).cloned()
+    }
+}
+
+/// Keeps a session in the registry for as long as it lives.
+#[derive(Debug)]
+pub struct Registration<'a> {
+    registry: &'a Registry,
+    id: u32,
+}
+
+impl Drop for Registration<'_> {
+    fn drop(&mut self) {
+        self.registry.unregister(self.id);
     }
 }
 
@@ -202,7 +218,7 @@ mod tests {
         let reg = Registry::default();
         let id = reg.allocate();
         assert!(id > ID_BASE);
-        reg.register(
+        let registration = reg.register(
             id,
             Target {
                 backend: Arc::clone(a),
@@ -223,7 +239,7 @@ mod tests {
             })
             .unwrap();
         assert_eq!(sql_of(&rewrite(&binary, &reg, a).unwrap()), "KILL 42");
-        reg.unregister(id);
+        drop(registration);
         let gone = sql_of(&rewrite(&req, &reg, a).unwrap());
         assert!(
             gone.contains("1094") && gone.contains("Unknown thread id"),

@@ -128,8 +128,7 @@ where
     let proxy_id = shared.kills.allocate();
     let thread_id = set_greeting_connection_id(&mut greeting.packet[4..], proxy_id)
         .unwrap_or(greeting.greeting.connection_id);
-    let _registered = Registered::new(
-        &shared.kills,
+    let _registered = shared.kills.register(
         proxy_id,
         kill::Target {
             backend: Arc::clone(lease.backend()),
@@ -214,25 +213,6 @@ impl Observer for Recorder<'_> {
             info!(backend = %self.backend.name, target = request.id, "KILL mapped to its session");
         }
         rewritten
-    }
-}
-
-/// Keeps a session findable by its proxy id for as long as it lives.
-struct Registered<'a> {
-    kills: &'a kill::Registry,
-    id: u32,
-}
-
-impl<'a> Registered<'a> {
-    fn new(kills: &'a kill::Registry, id: u32, target: kill::Target) -> Self {
-        kills.register(id, target);
-        Self { kills, id }
-    }
-}
-
-impl Drop for Registered<'_> {
-    fn drop(&mut self) {
-        self.kills.unregister(self.id);
     }
 }
 
