@@ -81,6 +81,9 @@ pub struct Cli {
     /// Admin HTTP listener (/metrics, /healthz, /backends), "ip:port"; "off" disables it.
     #[arg(long, value_name = "ADDR")]
     pub admin_address: Option<String>,
+    /// Runtime worker threads (default: one per CPU).
+    #[arg(long, value_name = "N")]
+    pub worker_threads: Option<usize>,
     /// Validate the configuration and exit.
     #[arg(long)]
     pub check_config: bool,
@@ -179,6 +182,9 @@ pub struct Config {
     pub down_cooloff: Duration,
     /// The client must finish the handshake within it.
     pub handshake_timeout: Duration,
+    /// Runtime worker threads (None: one per CPU). Each thread runs whole sessions, so fewer
+    /// threads mean fewer cross-thread wake-ups on a machine shared with the servers.
+    pub worker_threads: Option<usize>,
     /// Close a session whose client sent nothing for this long while no command was in flight
     /// (None: never).
     pub idle_timeout: Option<Duration>,
@@ -250,6 +256,7 @@ impl Default for Config {
             handshake_timeout: DEFAULT_HANDSHAKE_TIMEOUT,
             shutdown_timeout: Duration::from_secs(30),
             idle_timeout: None,
+            worker_threads: None,
             max_packet_size: DEFAULT_MAX_PACKET_SIZE,
             max_handshake_packet_size: DEFAULT_MAX_HANDSHAKE_PACKET_SIZE,
             log_level: "info".to_owned(),
@@ -580,6 +587,7 @@ struct RawConfig {
     shutdown_timeout: Option<Duration>,
     #[serde(default, with = "humantime_serde")]
     idle_timeout: Option<Duration>,
+    worker_threads: Option<usize>,
     max_packet_size: Option<ByteSize>,
     max_handshake_packet_size: Option<ByteSize>,
     #[serde(default)]
@@ -726,6 +734,7 @@ impl RawConfig {
             handshake_timeout: self.handshake_timeout.unwrap_or(d.handshake_timeout),
             shutdown_timeout: self.shutdown_timeout.unwrap_or(d.shutdown_timeout),
             idle_timeout: self.idle_timeout.filter(|t| !t.is_zero()),
+            worker_threads: self.worker_threads,
             max_packet_size: self.max_packet_size.map_or(d.max_packet_size, |s| s.0),
             max_handshake_packet_size,
             log_level: self.log.level.unwrap_or(d.log_level),
@@ -794,7 +803,8 @@ fn cli_error(flag: &str, error: impl fmt::Display) -> ConfigError {
 }
 
 /// Config key prefix -> the flag that can replace it.
-const FLAG_FOR_KEY: [(&str, &str); 10] = [
+const FLAG_FOR_KEY: [(&str, &str); 11] = [
+    ("worker_threads", "--worker-threads"),
     ("balancer.policy", "--balancer"),
     ("balancer.script", "--proxy-lua-script"),
     ("admin_address", "--admin-address"),
@@ -859,6 +869,10 @@ fn apply_cli(config: &mut Config, cli: &Cli) -> Result<Vec<&'static str>, Config
     if let Some(level) = &cli.log_level {
         config.log_level.clone_from(level);
         replaced.push("log.level");
+    }
+    if let Some(n) = cli.worker_threads {
+        config.worker_threads = Some(n);
+        replaced.push("worker_threads");
     }
     if let Some(a) = &cli.admin_address {
         config.admin_address =
@@ -1043,6 +1057,12 @@ impl Config {
             ));
         }
         check_log_filter(&self.log_level).map_err(|m| ConfigError::invalid("log.level", m))?;
+        if self.worker_threads == Some(0) {
+            return Err(ConfigError::invalid(
+                "worker_threads",
+                "must be > 0 (leave it out for one per CPU)",
+            ));
+        }
         let h = &self.health_check;
         if h.timeout.is_zero() {
             return Err(ConfigError::invalid("health_check.timeout", "must be > 0"));

@@ -56,7 +56,11 @@ fn run(config: &mut Config) -> anyhow::Result<()> {
     let plan = raise_fd_limit(config.max_connections, config.max_open_files)
         .context("raising the open-files limit")?;
     config.max_connections = plan.max_connections;
-    let runtime = tokio::runtime::Builder::new_multi_thread()
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    if let Some(n) = config.worker_threads {
+        builder.worker_threads(n);
+    }
+    let runtime = builder
         .enable_all()
         .build()
         .context("starting the runtime")?;
