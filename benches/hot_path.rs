@@ -150,7 +150,7 @@ fn big_result(capture: &Capture, rows: usize) -> (Vec<u8>, Vec<u8>) {
     (range.client.concat(), out)
 }
 
-fn scan_reads(scanner: &mut PacketScanner, reads: &[&[u8]]) -> usize {
+fn scan_reads(scanner: &mut PacketScanner, reads: &[Vec<u8>]) -> usize {
     let mut n = 0;
     for read in reads {
         scanner
@@ -164,14 +164,14 @@ fn scan_reads(scanner: &mut PacketScanner, reads: &[&[u8]]) -> usize {
 }
 
 /// Plays exchanges through a tracker the way the relay calls it; returns commands completed.
-fn track(tracker: &mut Tracker, exchanges: &[(&[&[u8]], &[&[u8]])], now: Instant) -> usize {
+fn track(tracker: &mut Tracker, exchanges: &[Exchange], now: Instant) -> usize {
     let mut done = 0;
-    for (client, server) in exchanges {
-        for read in *client {
+    for e in exchanges {
+        for read in &e.client {
             tracker.on_client(read).expect("client bytes track");
         }
         tracker.on_written(now);
-        for read in *server {
+        for read in &e.server {
             tracker
                 .on_server(read, now, |c| {
                     black_box(c);
@@ -183,105 +183,75 @@ fn track(tracker: &mut Tracker, exchanges: &[(&[&[u8]], &[&[u8]])], now: Instant
     done
 }
 
-fn as_slices(reads: &[Vec<u8>]) -> Vec<&[u8]> {
-    reads.iter().map(Vec::as_slice).collect()
+fn server_reads(exchanges: &[Exchange]) -> Vec<Vec<u8>> {
+    exchanges.iter().flat_map(|e| e.server.clone()).collect()
+}
+
+fn bytes(reads: &[Vec<u8>]) -> u64 {
+    reads.iter().map(|r| r.len() as u64).sum()
 }
 
 fn benches(c: &mut Criterion) {
     let point = load(POINT_SELECT);
     let read_only = load(READ_ONLY);
     let (big_query, big_stream) = big_result(&read_only, BIG_ROWS);
-    let big_reads: Vec<&[u8]> = big_stream.chunks(READ_SIZE).collect();
+    let big = [Exchange {
+        client: vec![big_query],
+        server: big_stream.chunks(READ_SIZE).map(<[u8]>::to_vec).collect(),
+    }];
+    let point_reads = server_reads(&point.exchanges);
+    let ro_reads = server_reads(&read_only.exchanges);
     let now = Instant::now();
-
-    let point_server: Vec<Vec<&[u8]>> = point
-        .exchanges
-        .iter()
-        .map(|e| as_slices(&e.server))
-        .collect();
-    let point_server_flat: Vec<&[u8]> = point_server.iter().flatten().copied().collect();
-    let ro_server_flat: Vec<&[u8]> = read_only
-        .exchanges
-        .iter()
-        .flat_map(|e| as_slices(&e.server))
-        .collect();
-    let bytes = |reads: &[&[u8]]| reads.iter().map(|r| r.len() as u64).sum::<u64>();
 
     // Checked once here so the timed loops measure work, not surprises.
     let mut s = PacketScanner::new(MAX_PACKET);
-    assert_eq!(scan_reads(&mut s, &point_server_flat), 100 * 5);
-    assert_eq!(scan_reads(&mut s, &big_reads), 3 + BIG_ROWS + 1);
+    assert_eq!(scan_reads(&mut s, &point_reads), 100 * 5);
+    assert_eq!(scan_reads(&mut s, &big[0].server), 3 + BIG_ROWS + 1);
     assert!(s.at_boundary());
+    let mut t = Tracker::new(point.caps, MAX_PACKET);
+    assert_eq!(track(&mut t, &point.exchanges, now), 100);
+    assert!(t.idle());
+    let mut t = Tracker::new(read_only.caps, MAX_PACKET);
+    assert_eq!(
+        track(&mut t, &read_only.exchanges, now),
+        read_only.exchanges.len()
+    );
+    assert_eq!(track(&mut t, &big, now), 1);
+    assert!(t.idle());
 
     let mut g = c.benchmark_group("scan");
-    g.throughput(Throughput::Bytes(bytes(&point_server_flat)));
+    g.throughput(Throughput::Bytes(bytes(&point_reads)));
     g.bench_function("point_select_100_responses", |b| {
         let mut s = PacketScanner::new(MAX_PACKET);
-        b.iter(|| scan_reads(&mut s, black_box(&point_server_flat)))
+        b.iter(|| scan_reads(&mut s, black_box(&point_reads)))
     });
-    g.throughput(Throughput::Bytes(bytes(&ro_server_flat)));
+    g.throughput(Throughput::Bytes(bytes(&ro_reads)));
     g.bench_function("read_only_2_transactions", |b| {
         let mut s = PacketScanner::new(MAX_PACKET);
-        b.iter(|| scan_reads(&mut s, black_box(&ro_server_flat)))
+        b.iter(|| scan_reads(&mut s, black_box(&ro_reads)))
     });
     g.throughput(Throughput::Bytes(big_stream.len() as u64));
     g.bench_function("result_10k_rows_16KiB_reads", |b| {
         let mut s = PacketScanner::new(MAX_PACKET);
-        b.iter(|| scan_reads(&mut s, black_box(&big_reads)))
+        b.iter(|| scan_reads(&mut s, black_box(&big[0].server)))
     });
     g.finish();
 
-    let point_client: Vec<Vec<&[u8]>> = point
-        .exchanges
-        .iter()
-        .map(|e| as_slices(&e.client))
-        .collect();
-    let point_ex: Vec<(&[&[u8]], &[&[u8]])> = point_client
-        .iter()
-        .zip(&point_server)
-        .map(|(c, s)| (c.as_slice(), s.as_slice()))
-        .collect();
-    let ro_client: Vec<Vec<&[u8]>> = read_only
-        .exchanges
-        .iter()
-        .map(|e| as_slices(&e.client))
-        .collect();
-    let ro_server: Vec<Vec<&[u8]>> = read_only
-        .exchanges
-        .iter()
-        .map(|e| as_slices(&e.server))
-        .collect();
-    let ro_ex: Vec<(&[&[u8]], &[&[u8]])> = ro_client
-        .iter()
-        .zip(&ro_server)
-        .map(|(c, s)| (c.as_slice(), s.as_slice()))
-        .collect();
-    let big_client = [big_query.as_slice()];
-    let big_ex = [(&big_client[..], big_reads.as_slice())];
-
-    let mut t = Tracker::new(point.caps, MAX_PACKET);
-    assert_eq!(track(&mut t, &point_ex, now), 100);
-    assert!(t.idle());
-    let mut t = Tracker::new(read_only.caps, MAX_PACKET);
-    assert_eq!(track(&mut t, &ro_ex, now), ro_ex.len());
-    assert_eq!(track(&mut t, &big_ex, now), 1);
-    assert!(t.idle());
-
     let mut g = c.benchmark_group("tracker");
-    g.throughput(Throughput::Elements(point_ex.len() as u64));
+    g.throughput(Throughput::Elements(point.exchanges.len() as u64));
     g.bench_function("point_select_round_trips", |b| {
         let mut t = Tracker::new(point.caps, MAX_PACKET);
-        b.iter(|| track(&mut t, black_box(&point_ex), now))
+        b.iter(|| track(&mut t, black_box(&point.exchanges), now))
     });
-    g.throughput(Throughput::Elements(ro_ex.len() as u64));
+    g.throughput(Throughput::Elements(read_only.exchanges.len() as u64));
     g.bench_function("read_only_2_transactions", |b| {
         let mut t = Tracker::new(read_only.caps, MAX_PACKET);
-        b.iter(|| track(&mut t, black_box(&ro_ex), now))
+        b.iter(|| track(&mut t, black_box(&read_only.exchanges), now))
     });
     g.throughput(Throughput::Bytes(big_stream.len() as u64));
     g.bench_function("result_10k_rows_16KiB_reads", |b| {
         let mut t = Tracker::new(read_only.caps, MAX_PACKET);
-        b.iter(|| track(&mut t, black_box(&big_ex), now))
+        b.iter(|| track(&mut t, black_box(&big), now))
     });
     g.finish();
 

@@ -2,8 +2,8 @@
 """mysql-lb load benchmark: the same three MariaDB backends reached directly, through HAProxy
 and through mysql-lb, measured side by side.
 
-    python3 benches/load/run.py            # full: 3 rounds x 10 s per cell, about 15 minutes
-    python3 benches/load/run.py --quick    # 1 round x 5 s, fewer connections, about 3 minutes
+    python3 benches/load/run.py            # full: 3 rounds x 10 s per cell, about 13 minutes
+    python3 benches/load/run.py --quick    # 1 round x 5 s, fewer connections, about 2.5 minutes
 
 What it does (issue 5): installs missing tools (scripts/install-deps.sh; strace), builds the
 release binary, starts three mariadbd instances from one mariadb-install-db template, HAProxy
@@ -25,7 +25,9 @@ proxy process's CPU seconds (utime+stime from /proc, all threads) per 10k querie
 query and I/O calls per query (all syscalls except epoll_wait/epoll_pwait/futex), from a separate
 sample run per proxy and cell with `strace -c -f -p PID` attached for --sample seconds (strace
 slows the traced proxy, so this never happens during a measured run; queries in the window come
-from the backends' Questions counters), and the proxy's RSS at the end of the cell.
+from the backends' Questions counters; `--syscalls perf` counts with perf's raw_syscalls
+tracepoint instead, which barely slows the proxy but gives no per-call breakdown), the proxy's RSS
+at the end of the cell, and how much CPU processes this script did not start took meanwhile.
 
 Then the connection tests: the setup rate (N sysbench threads running benches/load/connect.lua:
 connect, authenticate, SELECT 1, COM_QUIT, in a loop) through HAProxy and mysql-lb, interleaved;
@@ -54,6 +56,7 @@ import urllib.request
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
+sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, HERE)
 import myclient  # noqa: E402
 import procs  # noqa: E402
@@ -72,11 +75,11 @@ def parse_args():
         description=__doc__.split("\n\n")[0],
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    ap.add_argument("--quick", action="store_true", help="1 round of 5 s, fewer connections (~3 min)")
+    ap.add_argument("--quick", action="store_true", help="1 round of 5 s, fewer connections (~2.5 min)")
     ap.add_argument("--time", type=int, help="seconds per sysbench run (default 10; quick 5)")
     ap.add_argument("--rounds", type=int, help="interleaved rounds (default 3; quick 1)")
     ap.add_argument("--threads", default="8,64", help="sysbench thread counts (default 8,64)")
-    ap.add_argument("--tests", default="oltp_point_select,oltp_read_only")
+    ap.add_argument("--tests", default="oltp_point_select,oltp_read_only", help="sysbench tests (default %(default)s)")
     ap.add_argument("--sample", type=float, default=2.0, help="seconds of syscall sampling (default 2)")
     ap.add_argument(
         "--syscalls",
@@ -253,32 +256,75 @@ class Monitor:
 # --- syscall counting ---------------------------------------------------------------------------
 
 
-def start_counter(reg, kind, pid, out_path):
-    if kind == "strace":
-        argv = ["strace", "-c", "-f", "-p", str(pid), "-o", out_path]
-    else:
-        events = ["raw_syscalls:sys_enter"] + ["syscalls:sys_enter_" + n for n in IDLE_EXCLUDED]
-        argv = ["perf", "stat", "-x", ",", "-o", out_path, "-p", str(pid)]
-        for e in events:
-            argv += ["-e", e]
-    proc, log_path = reg.spawn(kind, argv, log_name="%s-%d" % (kind, time.monotonic_ns()))
-    return proc, log_path
+class Counter:
+    """Counts one process's syscalls over a window that must enclose the caller's query window.
 
+    strace: counting starts when it reports every thread attached ("Process N attached with M
+    threads") and ends when it detaches on SIGINT; the proxy runs far slower while traced.
+    perf: starts with its events disabled and is switched on and off through a control FIFO,
+    each switch acknowledged, so the window is exact and the proxy runs at nearly full speed.
+    """
 
-def wait_attached(kind, proc, log_path, timeout=10):
-    """strace says "Process N attached [with M threads]" once it traces them all; perf says nothing."""
-    if kind != "strace":
-        time.sleep(0.2)
-        return
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError("strace exited (%s)%s" % (proc.returncode, procs.tail(log_path)))
-        with open(log_path, errors="replace") as f:
-            if "attached" in f.read():
-                return
-        time.sleep(0.02)
-    raise RuntimeError("strace did not attach within %ss%s" % (timeout, procs.tail(log_path)))
+    def __init__(self, reg, kind, pid):
+        self.reg = reg
+        self.kind = kind
+        tag = "%s-%d" % (kind, time.monotonic_ns())
+        self.out_path = os.path.join(reg.base, tag + ".txt")
+        if kind == "strace":
+            argv = ["strace", "-c", "-f", "-p", str(pid), "-o", self.out_path]
+        else:
+            ctl, ack = (os.path.join(reg.base, tag + x) for x in (".ctl", ".ack"))
+            os.mkfifo(ctl)
+            os.mkfifo(ack)
+            # O_RDWR: opening a FIFO that way never blocks, whatever order perf opens its ends in.
+            self.ctl = os.open(ctl, os.O_RDWR)
+            self.ack = os.open(ack, os.O_RDWR | os.O_NONBLOCK)
+            argv = ["perf", "stat", "-x", ",", "-o", self.out_path, "-p", str(pid), "-D", "-1",
+                    "--control", "fifo:%s,%s" % (ctl, ack)]
+            for e in ["raw_syscalls:sys_enter"] + ["syscalls:sys_enter_" + n for n in IDLE_EXCLUDED]:
+                argv += ["-e", e]
+        self.proc, self.log_path = reg.spawn(kind, argv, log_name=tag)
+
+    def _alive(self):
+        if self.proc.poll() is not None:
+            raise RuntimeError("%s exited (%s)%s" % (self.kind, self.proc.returncode, procs.tail(self.log_path)))
+
+    def _command(self, word, timeout=10):
+        os.write(self.ctl, word.encode() + b"\n")
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            self._alive()
+            try:
+                if b"ack" in os.read(self.ack, 64):
+                    return
+            except BlockingIOError:
+                pass
+            time.sleep(0.005)
+        raise RuntimeError("perf did not acknowledge %r within %ss" % (word, timeout))
+
+    def begin(self, timeout=10):
+        if self.kind == "perf":
+            return self._command("enable")
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            self._alive()
+            with open(self.log_path, errors="replace") as f:
+                if "attached" in f.read():
+                    return
+            time.sleep(0.02)
+        raise RuntimeError("strace did not attach within %ss%s" % (timeout, procs.tail(self.log_path)))
+
+    def end(self):
+        if self.kind == "perf":
+            self._command("disable")
+        self.reg.stop(self.proc, timeout=30, sig=signal.SIGINT)
+        return parse_counter(self.kind, self.out_path)
+
+    def close(self):
+        self.reg.stop(self.proc, timeout=5)
+        if self.kind == "perf":
+            os.close(self.ctl)
+            os.close(self.ack)
 
 
 def parse_counter(kind, path):
@@ -304,6 +350,9 @@ def parse_counter(kind, path):
             event = fields[2]
             name = "total" if event == "raw_syscalls:sys_enter" else event.split("sys_enter_")[-1]
             calls[name] = int(fields[0])
+        if "total" in calls:
+            # perf counts only these events: name the rest as one figure for the breakdown.
+            calls["all but epoll/futex"] = calls["total"] - sum(calls.get(n, 0) for n in IDLE_EXCLUDED)
     return calls
 
 
@@ -437,24 +486,24 @@ class Bench:
                     seconds = int(warm + self.args.sample + 30)
                     argv = sysbench_argv(test, target, threads, seconds)
                     sb, sb_log = self.reg.spawn("sysbench", argv, log_name="sample-%d" % time.monotonic_ns())
-                    out_path = os.path.join(self.reg.base, "%s-%d.txt" % (kind, time.monotonic_ns()))
+                    counter = None
                     try:
                         time.sleep(warm)
-                        counter, counter_log = start_counter(self.reg, kind, target.pid, out_path)
-                        # The query window must sit inside the traced one: read the counters only
-                        # once strace reports every thread attached.
-                        wait_attached(kind, counter, counter_log)
+                        counter = Counter(self.reg, kind, target.pid)
+                        # The query window sits inside the counted one.
+                        counter.begin()
                         q0 = sum(monitor.questions())
                         time.sleep(self.args.sample)
                         q1 = sum(monitor.questions())
-                        self.reg.stop(counter, timeout=30, sig=signal.SIGINT)
+                        calls = counter.end()
                         alive = sb.poll() is None
                     finally:
+                        if counter is not None:
+                            counter.close()
                         self.reg.stop(sb)
                     if not alive:
                         log("syscall sample %s %dt %s: sysbench ended early%s" % (test, threads, target.name, procs.tail(sb_log)))
                         continue
-                    calls = parse_counter(kind, out_path)
                     queries = q1 - q0 - len(self.backends)  # minus the second reading's own SHOW
                     if queries <= 0 or not calls.get("total"):
                         log("syscall sample %s %dt %s: nothing counted" % (test, threads, target.name))
