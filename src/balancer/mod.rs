@@ -27,7 +27,7 @@ const INLINE: usize = 16;
 /// Who is connecting, as a script sees it (`proxy.connection.client.src`).
 #[derive(Debug, Clone, Copy)]
 pub struct ClientInfo<'a> {
-    /// "ip:port" ("[v6]:port"), or "unix:PATH" for a unix socket listener.
+    /// `ip:port` (`[v6]:port`), or `unix:PATH` for a unix socket listener.
     pub addr: &'a str,
 }
 

@@ -1,19 +1,17 @@
 //! The Lua connect hook: MySQL Proxy's `connect_server()` / `disconnect_client()` on Lua 5.4.
 //!
 //! People migrating from MySQL Proxy bring scripts that read `proxy.global.backends` and set
-//! `proxy.connection.backend_ndx`; those run here unmodified. The shape follows from three needs:
+//! `proxy.connection.backend_ndx`; those run here unmodified. The shape follows from two needs:
 //!
 //! - **No global lock.** There is one Lua state per slot, as many slots as CPUs, each behind its
 //!   own mutex. A thread takes its home slot, else any free one, so connects on different worker
 //!   threads never wait for each other. The price: `proxy.global` is per state, not process-wide.
-//! - **Cheap calls.** The `proxy` tables are built once per state; a call only writes the fields
-//!   that change (each backend's `connected_clients` and `state`, the client's address).
-//! - **A broken script never refuses a client.** Every call runs in a reused coroutine under an
-//!   instruction-count hook that checks the clock: past the budget the hook yields the coroutine,
-//!   which `pcall` cannot catch (where a yield is impossible, it raises an error one budget later).
-//!   An error, a spent budget, an index out of range or a down backend leave the choice to the
-//!   built-in policy; each such failure is counted by reason and logged, at most once per
-//!   [`WARN_INTERVAL`] per reason.
+//! - **A broken script never refuses a client.** An error, a spent budget (see the `engine` module), an
+//!   index out of range or a down backend leave the choice to the built-in policy; each failure is
+//!   counted by reason in `mysql_lb_script_errors_total` and logged, at most once per
+//!   [`WARN_INTERVAL`] per reason. A script that fails to load or reload keeps the previous one.
+
+mod engine;
 
 use std::cell::Cell;
 use std::fmt;
@@ -22,34 +20,13 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, TryLockError};
 use std::time::{Duration, Instant};
 
-use mlua::{
-    Function, HookTriggers, Lua, LuaOptions, MultiValue, StdLib, Table, Thread, ThreadStatus,
-    Value, Variadic, VmState,
-};
 use prometheus::{IntCounter, IntCounterVec, Opts};
 use tracing::{error, info, warn};
 
 use super::{Backend, ClientInfo, Health, Rotation};
-use crate::config::{BackendAddr, BackendKind, BalancerConfig};
+use crate::config::BalancerConfig;
+use engine::Engine;
 
-/// `proxy.BACKEND_STATE_*` and `proxy.BACKEND_TYPE_*`, with MySQL Proxy's values.
-const BACKEND_STATE_UNKNOWN: i64 = 0;
-const BACKEND_STATE_UP: i64 = 1;
-const BACKEND_STATE_DOWN: i64 = 2;
-const BACKEND_TYPE_RW: i64 = 1;
-const BACKEND_TYPE_RO: i64 = 2;
-/// MySQL Proxy's hook return codes; only "no decision" is acted on at connect time.
-const PROXY_SEND_QUERY: i64 = 1;
-const PROXY_SEND_RESULT: i64 = 2;
-const PROXY_SEND_INJECTION: i64 = 3;
-const PROXY_IGNORE_RESULT: i64 = 4;
-
-/// The script's top-level code (run at load) gets more time than a call.
-const LOAD_BUDGET: Duration = Duration::from_secs(1);
-/// VM instructions between two looks at the clock: a few microseconds of Lua, a few ns of check.
-const HOOK_EVERY: u32 = 1000;
-/// Per state; a runaway `string.rep` fails instead of eating the host's memory.
-const MEMORY_LIMIT: usize = 64 << 20;
 /// At most one warning per reason in this interval; the next one says how many were not logged.
 pub const WARN_INTERVAL: Duration = Duration::from_secs(10);
 
@@ -404,6 +381,32 @@ impl ScriptHost {
     }
 }
 
+/// Loads the configured script once into a throwaway state, as `--check-config` should: a
+/// missing file, a syntax error or a failing top-level chunk is reported. Without a script, Ok.
+pub fn check(config: &crate::config::Config) -> Result<(), ScriptError> {
+    let Some(path) = &config.balancer.script else {
+        return Ok(());
+    };
+    let source = std::fs::read(path).map_err(|error| ScriptError::Read {
+        path: path.clone(),
+        error,
+    })?;
+    let set = super::BackendSet::new(
+        &config.backends,
+        config.down_cooloff,
+        false,
+        &crate::metrics::Metrics::new(),
+    );
+    Engine::load(
+        &source,
+        path,
+        set.backends(),
+        config.balancer.script_allow_unsafe,
+        config.balancer.script_budget,
+    )
+    .map(drop)
+}
+
 /// Calls `reload` (off the async workers: it compiles Lua) on every SIGHUP until `shutdown`.
 /// `reload` logs and counts its own failures.
 pub async fn reload_on_hangup<F>(reload: F, shutdown: tokio_util::sync::CancellationToken)
@@ -435,450 +438,13 @@ where
     }
 }
 
-/// The budget clock one state's hook reads: nanoseconds since `epoch`.
-struct Clock {
-    epoch: Instant,
-    deadline: AtomicU64,
-    timed_out: AtomicBool,
-}
-
-impl Clock {
-    fn now(&self) -> u64 {
-        u64::try_from(self.epoch.elapsed().as_nanos()).unwrap_or(u64::MAX)
-    }
-
-    fn start(&self, budget: Duration) {
-        let budget = u64::try_from(budget.as_nanos()).unwrap_or(u64::MAX);
-        self.timed_out.store(false, Relaxed);
-        self.deadline
-            .store(self.now().saturating_add(budget), Relaxed);
-    }
-}
-
-/// Why a call failed, for the counter and the warning.
-type Failure = (ErrorReason, String);
-
-/// One Lua state with the script loaded and the `proxy` tables it reads.
-struct Engine {
-    lua: Lua,
-    clock: Arc<Clock>,
-    budget: Duration,
-    /// Reused coroutine each call runs in, so the budget hook can yield it.
-    runner: Thread,
-    /// [`TRAMPOLINE`]: writes a call's context into the `proxy` tables and calls the hook, so a
-    /// connect costs one call into Lua rather than one per field.
-    trampoline: Function,
-    /// Reused for the per-backend arguments of the trampoline.
-    args: Vec<i64>,
-    has_disconnect: bool,
-}
-
-/// Internal, compiled before the script runs so the script cannot change what it captures.
-/// Arguments: the hook (1 = connect_server, 2 = disconnect_client), the client's name, address
-/// and port, `backend_ndx`, then `connected_clients, state` for each backend in order. Returns
-/// whether the hook is defined, its first result, and `backend_ndx` after it ran.
-const TRAMPOLINE: &str = r##"
-local G, tables, connection, src = ...
-local rawget, select, type = rawget, select, type
-local hooks = { "connect_server", "disconnect_client" }
-return function(which, name, address, port, ndx, ...)
-    for i = 1, select("#", ...), 2 do
-        local b = tables[(i + 1) // 2]
-        b.connected_clients, b.state = select(i, ...)
-    end
-    src.name, src.address, src.port = name, address, port
-    connection.backend_ndx = ndx
-    local hook = rawget(G, hooks[which])
-    if type(hook) ~= "function" then
-        return false
-    end
-    local returned = hook()
-    return true, returned, connection.backend_ndx
-end
-"##;
-
-/// The trampoline's hook selector.
-#[derive(Debug, Clone, Copy)]
-enum Hook {
-    ConnectServer = 1,
-    DisconnectClient = 2,
-}
-
-impl Hook {
-    fn name(self) -> &'static str {
-        match self {
-            Self::ConnectServer => "connect_server",
-            Self::DisconnectClient => "disconnect_client",
-        }
-    }
-}
-
-impl Engine {
-    fn load(
-        source: &[u8],
-        path: &Path,
-        backends: &[Arc<Backend>],
-        allow_unsafe: bool,
-        budget: Duration,
-    ) -> Result<Engine, ScriptError> {
-        let lua_err = |error| ScriptError::Lua {
-            path: path.to_owned(),
-            error,
-        };
-        let libs = if allow_unsafe {
-            StdLib::ALL_SAFE
-        } else {
-            StdLib::COROUTINE | StdLib::TABLE | StdLib::STRING | StdLib::UTF8 | StdLib::MATH
-        };
-        let lua = Lua::new_with(libs, LuaOptions::default()).map_err(lua_err)?;
-        let clock = Arc::new(Clock {
-            epoch: Instant::now(),
-            deadline: AtomicU64::new(u64::MAX),
-            timed_out: AtomicBool::new(false),
-        });
-        let (mut engine, chunk) =
-            Self::prepare(lua, source, path, backends, allow_unsafe, budget, &clock)
-                .map_err(lua_err)?;
-        match engine.run(chunk, (), LOAD_BUDGET) {
-            Ok(_) => {}
-            Err(RunError::Budget) => {
-                return Err(ScriptError::Budget {
-                    path: path.to_owned(),
-                    budget: LOAD_BUDGET,
-                })
-            }
-            Err(RunError::Lua(error)) => return Err(lua_err(error)),
-            Err(RunError::Yielded) => {
-                return Err(lua_err(mlua::Error::runtime(
-                    "top-level code called coroutine.yield outside a coroutine of its own",
-                )))
-            }
-        }
-        engine.has_disconnect = matches!(
-            engine.lua.globals().raw_get::<Value>("disconnect_client"),
-            Ok(Value::Function(_))
-        );
-        if !matches!(
-            engine.lua.globals().raw_get::<Value>("connect_server"),
-            Ok(Value::Function(_))
-        ) {
-            info!(script = %path.display(), "the script defines no connect_server(): the built-in policy chooses every backend");
-        }
-        Ok(engine)
-    }
-
-    /// Builds the sandbox and the `proxy` tables, and compiles the chunk (syntax errors here).
-    fn prepare(
-        lua: Lua,
-        source: &[u8],
-        path: &Path,
-        backends: &[Arc<Backend>],
-        allow_unsafe: bool,
-        budget: Duration,
-        clock: &Arc<Clock>,
-    ) -> mlua::Result<(Engine, Function)> {
-        lua.set_memory_limit(MEMORY_LIMIT)?;
-        let globals = lua.globals();
-        if !allow_unsafe {
-            for name in ["load", "loadfile", "dofile", "loadstring", "require"] {
-                globals.raw_set(name, Value::Nil)?;
-            }
-        }
-        let script_name = path.display().to_string();
-        globals.raw_set(
-            "print",
-            lua.create_function(move |_, args: Variadic<Value>| {
-                let line = args
-                    .iter()
-                    .map(|v| v.to_string().unwrap_or_else(|_| v.type_name().to_owned()))
-                    .collect::<Vec<_>>()
-                    .join("\t");
-                info!(target: "mysql_lb::script", script = %script_name, "{line}");
-                Ok(())
-            })?,
-        )?;
-
-        let proxy = lua.create_table()?;
-        for (name, value) in [
-            ("BACKEND_STATE_UNKNOWN", BACKEND_STATE_UNKNOWN),
-            ("BACKEND_STATE_UP", BACKEND_STATE_UP),
-            ("BACKEND_STATE_DOWN", BACKEND_STATE_DOWN),
-            ("BACKEND_TYPE_UNKNOWN", 0),
-            ("BACKEND_TYPE_RW", BACKEND_TYPE_RW),
-            ("BACKEND_TYPE_RO", BACKEND_TYPE_RO),
-            ("PROXY_SEND_QUERY", PROXY_SEND_QUERY),
-            ("PROXY_SEND_RESULT", PROXY_SEND_RESULT),
-            ("PROXY_SEND_INJECTION", PROXY_SEND_INJECTION),
-            ("PROXY_IGNORE_RESULT", PROXY_IGNORE_RESULT),
-            ("MYSQLD_PACKET_OK", 0),
-            ("MYSQLD_PACKET_RAW", 0xfa),
-            ("MYSQLD_PACKET_ERR", 0xff),
-        ] {
-            proxy.raw_set(name, value)?;
-        }
-        // `list` is the script's to read (or even change); `tables` is the trampoline's own.
-        let list = lua.create_table()?;
-        let tables = lua.create_table()?;
-        for b in backends {
-            let t = backend_table(&lua, b)?;
-            list.raw_push(&t)?;
-            tables.raw_push(t)?;
-        }
-        let global = lua.create_table()?;
-        global.raw_set("backends", list)?;
-        global.raw_set("config", lua.create_table()?)?;
-        proxy.raw_set("global", global)?;
-        let src = lua.create_table()?;
-        let client = lua.create_table()?;
-        client.raw_set("src", &src)?;
-        let connection = lua.create_table()?;
-        connection.raw_set("client", client)?;
-        connection.raw_set("backend_ndx", 0)?;
-        proxy.raw_set("connection", &connection)?;
-        globals.raw_set("proxy", proxy)?;
-        let trampoline: Function = lua
-            .load(TRAMPOLINE)
-            .set_name("=mysql-lb")
-            .call((&globals, tables, connection, src))?;
-
-        let hook_clock = Arc::clone(clock);
-        let grace =
-            u64::try_from(budget.max(Duration::from_millis(1)).as_nanos()).unwrap_or(u64::MAX);
-        lua.set_global_hook(
-            HookTriggers::new().every_nth_instruction(HOOK_EVERY),
-            move |_, _| {
-                let now = hook_clock.now();
-                let deadline = hook_clock.deadline.load(Relaxed);
-                if now < deadline {
-                    return Ok(VmState::Continue);
-                }
-                hook_clock.timed_out.store(true, Relaxed);
-                if now >= deadline.saturating_add(grace) {
-                    // Still running a budget later: the yield was impossible here (inside a
-                    // metamethod or a C function's callback), so raise instead.
-                    return Err(mlua::Error::runtime("script budget exceeded"));
-                }
-                Ok(VmState::Yield)
-            },
-        )?;
-        let chunk = lua
-            .load(source)
-            .set_name(format!("@{}", path.display()))
-            .into_function()?;
-        let runner = lua.create_thread(chunk.clone())?;
-        drop(globals);
-        Ok((
-            Engine {
-                lua,
-                clock: Arc::clone(clock),
-                budget,
-                runner,
-                trampoline,
-                args: Vec::with_capacity(2 * backends.len()),
-                has_disconnect: false,
-            },
-            chunk,
-        ))
-    }
-
-    /// Runs `connect_server()`: Ok(None) for no decision, Ok(Some(index)) for a valid index.
-    fn connect(
-        &mut self,
-        backends: &[Arc<Backend>],
-        view: &dyn Fn(&Backend) -> (usize, Health),
-        client: &str,
-    ) -> Result<Option<usize>, Failure> {
-        let Some((returned, ndx)) = self.call(Hook::ConnectServer, backends, view, client, 0)?
-        else {
-            return Ok(None);
-        };
-        if matches!(returned, Value::Integer(PROXY_SEND_RESULT))
-            || matches!(returned, Value::Number(n) if n == PROXY_SEND_RESULT as f64)
-        {
-            return Err((
-                ErrorReason::Unsupported,
-                "connect_server returned proxy.PROXY_SEND_RESULT, which mysql-lb does not support at connect time".to_owned(),
-            ));
-        }
-        backend_index(&ndx, backends.len())
-    }
-
-    /// Runs `disconnect_client()` with `backend_ndx` naming the backend the client used.
-    fn disconnect(
-        &mut self,
-        backends: &[Arc<Backend>],
-        view: &dyn Fn(&Backend) -> (usize, Health),
-        client: &str,
-        index: Option<usize>,
-    ) -> Result<(), Failure> {
-        let ndx = index.map_or(0, |i| i as i64 + 1);
-        self.call(Hook::DisconnectClient, backends, view, client, ndx)
-            .map(drop)
-    }
-
-    /// Runs `hook` through the trampoline. None when the script does not define it, else its
-    /// first result and `backend_ndx` afterwards.
-    fn call(
-        &mut self,
-        hook: Hook,
-        backends: &[Arc<Backend>],
-        view: &dyn Fn(&Backend) -> (usize, Health),
-        client: &str,
-        backend_ndx: i64,
-    ) -> Result<Option<(Value, Value)>, Failure> {
-        let mut per_backend = std::mem::take(&mut self.args);
-        per_backend.clear();
-        for b in backends {
-            let (active, health) = view(b);
-            per_backend.push(i64::try_from(active).unwrap_or(i64::MAX));
-            per_backend.push(match health {
-                Health::Unknown => BACKEND_STATE_UNKNOWN,
-                Health::Up => BACKEND_STATE_UP,
-                Health::Down => BACKEND_STATE_DOWN,
-            });
-        }
-        let (address, port) = split_client(client);
-        let per_backend = Variadic::from(per_backend);
-        let args = (hook as i64, client, address, port, backend_ndx, per_backend);
-        let result = self.run(self.trampoline.clone(), args, self.budget);
-        let name = hook.name();
-        let mut values = match result {
-            Ok(v) => v.into_iter(),
-            Err(RunError::Budget) => {
-                return Err((
-                    ErrorReason::Budget,
-                    format!(
-                        "{name} still running after {}",
-                        humantime::format_duration(self.budget)
-                    ),
-                ))
-            }
-            Err(RunError::Yielded) => {
-                return Err((
-                    ErrorReason::Runtime,
-                    format!("{name} called coroutine.yield outside a coroutine of its own"),
-                ))
-            }
-            Err(RunError::Lua(e)) => return Err((ErrorReason::Runtime, format!("{name}: {e}"))),
-        };
-        if !matches!(values.next(), Some(Value::Boolean(true))) {
-            return Ok(None);
-        }
-        let returned = values.next().unwrap_or(Value::Nil);
-        let ndx = values.next().unwrap_or(Value::Nil);
-        Ok(Some((returned, ndx)))
-    }
-
-    /// Runs `f(args)` in the reused coroutine within `budget`; returns its results.
-    fn run(
-        &mut self,
-        f: Function,
-        args: impl mlua::IntoLuaMulti,
-        budget: Duration,
-    ) -> Result<MultiValue, RunError> {
-        if self.runner.reset(f.clone()).is_err() {
-            // A thread that ended in an error reports it again on reset; start a fresh one.
-            self.runner = self.lua.create_thread(f).map_err(RunError::Lua)?;
-        }
-        self.clock.start(budget);
-        let result = self.runner.resume::<MultiValue>(args);
-        self.clock.deadline.store(u64::MAX, Relaxed);
-        let timed_out = self.clock.timed_out.load(Relaxed);
-        match result {
-            Ok(_) if timed_out && self.runner.status() == ThreadStatus::Resumable => {
-                Err(RunError::Budget)
-            }
-            Ok(_) if self.runner.status() == ThreadStatus::Resumable => Err(RunError::Yielded),
-            Ok(v) => Ok(v),
-            Err(_) if timed_out => Err(RunError::Budget),
-            Err(e) => Err(RunError::Lua(e)),
-        }
-    }
-}
-
-enum RunError {
-    Budget,
-    Yielded,
-    Lua(mlua::Error),
-}
-
-/// `proxy.global.backends[i]`: `dst.name`, `dst.address`, `dst.port`, `type`, plus mysql-lb's
-/// `name` and `weight`; `connected_clients` and `state` are written per call.
-fn backend_table(lua: &Lua, b: &Backend) -> mlua::Result<Table> {
-    let dst = lua.create_table()?;
-    dst.raw_set("name", b.address.to_string())?;
-    match &b.address {
-        BackendAddr::Tcp { host, port } => {
-            dst.raw_set("address", host.as_str())?;
-            dst.raw_set("port", i64::from(*port))?;
-        }
-        BackendAddr::Unix(path) => {
-            dst.raw_set("address", path.display().to_string())?;
-            dst.raw_set("port", 0)?;
-        }
-    }
-    let t = lua.create_table()?;
-    t.raw_set("dst", dst)?;
-    t.raw_set("name", b.name.as_str())?;
-    t.raw_set("weight", i64::from(b.weight))?;
-    t.raw_set(
-        "type",
-        match b.kind {
-            BackendKind::Rw => BACKEND_TYPE_RW,
-            BackendKind::Ro => BACKEND_TYPE_RO,
-        },
-    )?;
-    t.raw_set("connected_clients", 0)?;
-    t.raw_set("state", BACKEND_STATE_UNKNOWN)?;
-    Ok(t)
-}
-
-/// `backend_ndx` after `connect_server()`: nil or 0 is no decision, 1..=count a choice.
-fn backend_index(ndx: &Value, count: usize) -> Result<Option<usize>, Failure> {
-    let n = match *ndx {
-        Value::Nil => return Ok(None),
-        Value::Integer(n) => Some(n),
-        Value::Number(x) if x.fract() == 0.0 && x.abs() < 1e15 => Some(x as i64),
-        _ => None,
-    };
-    match n {
-        Some(0) => Ok(None),
-        Some(n) if n >= 1 && (n as u64) <= count as u64 => Ok(Some(n as usize - 1)),
-        _ => Err((
-            ErrorReason::OutOfRange,
-            format!(
-                "proxy.connection.backend_ndx = {} is not between 1 and #proxy.global.backends ({count})",
-                ndx.to_string().unwrap_or_else(|_| ndx.type_name().to_owned())
-            ),
-        )),
-    }
-}
-
-/// ("ip", port) from "ip:port" / "[v6]:port"; ("PATH", 0) from "unix:PATH".
-fn split_client(addr: &str) -> (&str, i64) {
-    if let Some(path) = addr.strip_prefix("unix:") {
-        return (path, 0);
-    }
-    match addr.rsplit_once(':') {
-        Some((host, port)) => match port.parse::<u16>() {
-            Ok(port) => (
-                host.strip_prefix('[')
-                    .and_then(|h| h.strip_suffix(']'))
-                    .unwrap_or(host),
-                i64::from(port),
-            ),
-            Err(_) => (addr, 0),
-        },
-        None => (addr, 0),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::balancer::BackendSet;
-    use crate::config::BackendConfig;
+    use crate::config::{BackendAddr, BackendConfig, BackendKind};
     use crate::metrics::Metrics;
+    use mlua::Table;
     use std::io::Write;
 
     fn backends(kinds: &[BackendKind]) -> Vec<BackendConfig> {
@@ -1079,6 +645,33 @@ mod tests {
     }
 
     #[test]
+    fn pcall_inside_a_callback_cannot_swallow_the_budget() {
+        let (s, _f) = set(r#"
+            function connect_server()
+                table.sort({3, 2, 1}, function(a, b)
+                    while true do pcall(function() while true do end end) end
+                end)
+            end"#);
+        let started = Instant::now();
+        assert_eq!(choose(&s, "1.1.1.1:1"), None);
+        assert!(started.elapsed() < Duration::from_secs(2));
+        assert_eq!(s.script_errors(ErrorReason::Budget), 1);
+    }
+
+    #[test]
+    fn pcall_and_xpcall_still_catch_ordinary_errors() {
+        let (s, _f) = set(r#"
+            function connect_server()
+                local ok, e = pcall(error, "x", 0)
+                local ok2, e2 = xpcall(function() error("y", 0) end, function(m) return m .. "!" end)
+                if not ok and e == "x" and not ok2 and e2 == "y!" and pcall(math.max, 1) then
+                    proxy.connection.backend_ndx = 2
+                end
+            end"#);
+        assert_eq!(choose(&s, "1.1.1.1:1"), Some(1));
+    }
+
+    #[test]
     fn a_script_that_fails_to_load_leaves_the_policy_and_is_counted() {
         for source in [
             "function connect_server( end",
@@ -1109,6 +702,48 @@ mod tests {
         assert!(e.contains(&f.path().display().to_string()), "{e}");
         assert_eq!(s.script_errors(ErrorReason::Load), 1);
         assert_eq!(choose(&s, "1.1.1.1:1"), Some(2), "old script still runs");
+    }
+
+    #[test]
+    fn the_script_choice_goes_first_and_the_policy_order_follows() {
+        let (s, _f) = set("function connect_server() proxy.connection.backend_ndx = 3 end");
+        let client = ClientInfo { addr: "1.1.1.1:1" };
+        for _ in 0..4 {
+            let order: Vec<_> = s
+                .candidates_for(Instant::now(), &client)
+                .iter()
+                .map(|b| b.index())
+                .collect();
+            assert_eq!(order.len(), 3);
+            assert_eq!(order[0], 2, "{order:?}");
+            let mut rest = order[1..].to_vec();
+            rest.sort_unstable();
+            assert_eq!(rest, [0, 1], "the fallbacks: {order:?}");
+        }
+    }
+
+    #[test]
+    fn check_reports_what_would_fail_to_load() {
+        let mut config = crate::config::Config {
+            backends: backends(&[BackendKind::Rw]),
+            ..crate::config::Config::default()
+        };
+        check(&config).unwrap();
+        let good = script("function connect_server() end");
+        config.balancer.script = Some(good.path().to_owned());
+        check(&config).unwrap();
+        let bad = script("function connect_server( end");
+        config.balancer.script = Some(bad.path().to_owned());
+        let e = check(&config).unwrap_err().to_string();
+        assert!(
+            e.contains(&bad.path().display().to_string()) && e.contains("syntax error"),
+            "{e}"
+        );
+        config.balancer.script = Some("/nonexistent/x.lua".into());
+        assert!(check(&config)
+            .unwrap_err()
+            .to_string()
+            .contains("cannot read"));
     }
 
     #[test]
@@ -1208,14 +843,6 @@ mod tests {
     }
 
     #[test]
-    fn client_addresses_split_into_address_and_port() {
-        assert_eq!(split_client("10.0.0.1:3306"), ("10.0.0.1", 3306));
-        assert_eq!(split_client("[::1]:5000"), ("::1", 5000));
-        assert_eq!(split_client("unix:/run/lb.sock"), ("/run/lb.sock", 0));
-        assert_eq!(split_client("weird"), ("weird", 0));
-    }
-
-    #[test]
     fn metric_has_one_series_per_reason() {
         let e = ScriptErrors::new();
         e.record(ErrorReason::Budget, Path::new("x.lua"), "slow");
@@ -1223,59 +850,5 @@ mod tests {
         assert_eq!(families[0].name(), "mysql_lb_script_errors_total");
         assert_eq!(families[0].get_metric().len(), ErrorReason::ALL.len());
         assert_eq!(e.get(ErrorReason::Budget), 1);
-    }
-}
-#[cfg(test)]
-mod probe {
-    use super::*;
-    use crate::balancer::BackendSet;
-    use crate::config::BackendConfig;
-    use crate::metrics::Metrics;
-    #[test]
-    #[ignore]
-    fn probe_cost() {
-        let configs: Vec<_> = (0..2)
-            .map(|i| BackendConfig {
-                name: format!("b{i}"),
-                address: BackendAddr::Tcp {
-                    host: "127.0.0.1".into(),
-                    port: 3306 + i,
-                },
-                weight: 1,
-                kind: BackendKind::Rw,
-            })
-            .collect();
-        for src in [
-            "function connect_server() end",
-            "x=1",
-            "function connect_server() proxy.connection.backend_ndx = 1 end",
-            &std::fs::read_to_string(concat!(
-                env!("CARGO_MANIFEST_DIR"),
-                "/config/scripts/least-connected.lua"
-            ))
-            .unwrap(),
-        ] {
-            let f = tempfile::NamedTempFile::new().unwrap();
-            std::fs::write(f.path(), src).unwrap();
-            let set = BackendSet::new(&configs, Duration::from_secs(5), false, &Metrics::new())
-                .with_balancer(&BalancerConfig {
-                    script: Some(f.path().into()),
-                    ..BalancerConfig::default()
-                });
-            let host = set.script().unwrap();
-            let client = ClientInfo {
-                addr: "10.0.0.1:4000",
-            };
-            let n = 200_000;
-            let t = Instant::now();
-            for _ in 0..n {
-                std::hint::black_box(host.choose(&client, Instant::now()));
-            }
-            println!(
-                "{:>60}: {:.0} ns",
-                src.lines().next().unwrap(),
-                t.elapsed().as_nanos() as f64 / n as f64
-            );
-        }
     }
 }
