@@ -191,6 +191,7 @@ pub fn backends_json(shared: &Shared, recent: &Recent) -> serde_json::Value {
                 "address": b.address.to_string(),
                 "state": if shared.backends.is_up(b, now) { "up" } else { "down" },
                 "weight": b.weight,
+                "type": match b.kind { crate::config::BackendKind::Rw => "rw", crate::config::BackendKind::Ro => "ro" },
                 "active_connections": b.active(),
                 "total_connections": b.stats.connections_total.get(),
                 "connect_errors": b.stats.connect_errors.get(),

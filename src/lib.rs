@@ -63,10 +63,14 @@ impl Proxy {
                 .open_fds_limit
                 .set(i64::try_from(soft).unwrap_or(i64::MAX));
         }
+        let shared = Arc::new(Shared::new(config, Arc::clone(&metrics)));
+        if let Err(e) = metrics.register(shared.backends.script_errors_collector()) {
+            tracing::warn!("script error metric not registered: {e}");
+        }
         Ok(Self {
             listeners,
             admin,
-            shared: Arc::new(Shared::new(config, metrics)),
+            shared,
             max_connections: config.max_connections,
             health: config.health_check.clone(),
             shutdown_timeout: config.shutdown_timeout,

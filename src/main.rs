@@ -22,6 +22,10 @@ fn main() -> ExitCode {
         }
     };
     if cli.check_config {
+        if let Err(e) = mysql_lb::balancer::script::check(&config) {
+            eprintln!("mysql-lb: {e}");
+            return ExitCode::from(2);
+        }
         println!(
             "configuration OK: {} listener(s), {} backend(s)",
             config.listen.len(),

@@ -218,6 +218,14 @@ impl Metrics {
         stats
     }
 
+    /// Registers a collector owned elsewhere (e.g. the Lua host's error counter).
+    pub fn register(
+        &self,
+        collector: Box<dyn prometheus::core::Collector>,
+    ) -> prometheus::Result<()> {
+        self.registry.register(collector)
+    }
+
     pub fn rejected(&self, reason: Refusal) {
         self.client_rejected
             .with_label_values(&[reason.as_str()])
