@@ -41,7 +41,7 @@ pub struct Recent {
 impl Recent {
     fn snapshot(&self, shared: &Shared) {
         let now: Vec<Buckets> = shared
-            .backends
+            .backends()
             .backends()
             .iter()
             .map(|b| b.stats.latency_buckets())
@@ -132,10 +132,10 @@ fn route(shared: &Shared, recent: &Recent, req: &Request<Incoming>) -> Response<
         "/healthz" => {
             let now = Instant::now();
             let up = shared
-                .backends
+                .backends()
                 .backends()
                 .iter()
-                .filter(|b| shared.backends.is_up(b, now))
+                .filter(|b| shared.backends().is_up(b, now))
                 .count();
             if up > 0 {
                 text(StatusCode::OK, &format!("ok: {up} backend(s) up\n"))
@@ -173,7 +173,7 @@ fn text(status: StatusCode, body: &str) -> Response<Full<Bytes>> {
 pub fn backends_json(shared: &Shared, recent: &Recent) -> serde_json::Value {
     let now = Instant::now();
     let list: Vec<_> = shared
-        .backends
+        .backends()
         .backends()
         .iter()
         .enumerate()
@@ -189,8 +189,8 @@ pub fn backends_json(shared: &Shared, recent: &Recent) -> serde_json::Value {
             json!({
                 "name": b.name,
                 "address": b.address.to_string(),
-                "state": if shared.backends.is_up(b, now) { "up" } else { "down" },
-                "weight": b.weight,
+                "state": if shared.backends().is_up(b, now) { "up" } else { "down" },
+                "weight": b.weight(),
                 "type": match b.kind { crate::config::BackendKind::Rw => "rw", crate::config::BackendKind::Ro => "ro" },
                 "active_connections": b.active(),
                 "total_connections": b.stats.connections_total.get(),

@@ -144,10 +144,14 @@ pub async fn run(shared: Arc<Shared>, cfg: HealthCheckConfig, shutdown: Cancella
     // the server's log, and without skip_name_resolve, max_connect_errors of them with no
     // successful login from this host in between block it (error 1129, clients too). Connections
     // over loopback or a unix socket are never blocked, so only remote backends warrant the warning.
-    let remote = shared.backends.backends().iter().any(|b| match &b.address {
-        BackendAddr::Tcp { host, .. } => !is_loopback_host(host),
-        BackendAddr::Unix(_) => false,
-    });
+    let remote = shared
+        .backends()
+        .backends()
+        .iter()
+        .any(|b| match &b.address {
+            BackendAddr::Tcp { host, .. } => !is_loopback_host(host),
+            BackendAddr::Unix(_) => false,
+        });
     if cfg.user.is_none() && remote {
         warn!(
             "health checks without health_check.user only read the greeting; servers count each \
@@ -156,22 +160,38 @@ pub async fn run(shared: Arc<Shared>, cfg: HealthCheckConfig, shutdown: Cancella
         );
     }
     let cfg = Arc::new(cfg);
-    let tasks = TaskTracker::new();
-    let backends = shared.backends.backends();
-    let count = u32::try_from(backends.len()).unwrap_or(u32::MAX).max(1);
-    let start = Instant::now();
-    for (i, backend) in (0u32..).zip(backends) {
-        let first = start + cfg.interval * i / count;
-        tasks.spawn(check_loop(
-            Arc::clone(&shared),
-            Arc::clone(backend),
-            Arc::clone(&cfg),
-            first,
-            shutdown.clone(),
-        ));
+    let mut reloads = shared.reloads();
+    loop {
+        // One round per backend set: a reload ends the round and the next checks the new set
+        // (kept backends keep their counts, so no check history is lost).
+        let round = shutdown.child_token();
+        let tasks = TaskTracker::new();
+        let set = shared.backends();
+        let count = u32::try_from(set.backends().len())
+            .unwrap_or(u32::MAX)
+            .max(1);
+        let start = Instant::now();
+        for (i, backend) in (0u32..).zip(set.backends()) {
+            let first = start + cfg.interval * i / count;
+            tasks.spawn(check_loop(
+                Arc::clone(&shared),
+                Arc::clone(backend),
+                Arc::clone(&cfg),
+                first,
+                round.clone(),
+            ));
+        }
+        tasks.close();
+        let reloaded = tokio::select! {
+            _ = shutdown.cancelled() => false,
+            changed = reloads.changed() => changed.is_ok(),
+        };
+        round.cancel();
+        tasks.wait().await;
+        if !reloaded {
+            return;
+        }
     }
-    tasks.close();
-    tasks.wait().await;
 }
 
 async fn check_loop(
@@ -205,7 +225,7 @@ async fn check_loop(
         };
         let reason = error.clone();
         match shared
-            .backends
+            .backends()
             .record_check(&backend, error, cfg.fall, cfg.rise)
         {
             Some(Transition::WentDown) => warn!(

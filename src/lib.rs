@@ -13,6 +13,7 @@ pub mod limits;
 pub mod metrics;
 pub mod protocol;
 pub mod relay;
+pub mod reload;
 pub mod server;
 pub mod session;
 pub mod stream;
@@ -29,7 +30,6 @@ use server::{Listener, ServerError};
 use session::Shared;
 
 /// A proxy with its listeners bound, ready to run.
-#[derive(Debug)]
 pub struct Proxy {
     listeners: Vec<Listener>,
     admin: Option<tokio::net::TcpListener>,
@@ -37,6 +37,17 @@ pub struct Proxy {
     max_connections: usize,
     health: config::HealthCheckConfig,
     shutdown_timeout: std::time::Duration,
+    loader: Option<reload::Loader>,
+}
+
+impl std::fmt::Debug for Proxy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Proxy")
+            .field("listeners", &self.listeners)
+            .field("max_connections", &self.max_connections)
+            .field("reloadable", &self.loader.is_some())
+            .finish_non_exhaustive()
+    }
 }
 
 impl Proxy {
@@ -64,7 +75,7 @@ impl Proxy {
                 .set(i64::try_from(soft).unwrap_or(i64::MAX));
         }
         let shared = Arc::new(Shared::new(config, Arc::clone(&metrics)));
-        if let Err(e) = metrics.register(shared.backends.script_errors_collector()) {
+        if let Err(e) = metrics.register(shared.backends().script_errors_collector()) {
             tracing::warn!("script error metric not registered: {e}");
         }
         Ok(Self {
@@ -74,7 +85,15 @@ impl Proxy {
             max_connections: config.max_connections,
             health: config.health_check.clone(),
             shutdown_timeout: config.shutdown_timeout,
+            loader: None,
         })
+    }
+
+    /// Lets SIGHUP reload the whole configuration through `load` (main re-reads the file and
+    /// flags); without it SIGHUP reloads only the Lua script.
+    pub fn with_reload(mut self, load: reload::Loader) -> Self {
+        self.loader = Some(load);
+        self
     }
 
     /// The admin HTTP address actually bound, if enabled.
@@ -122,9 +141,9 @@ impl Proxy {
             self.health.clone(),
             shutdown.clone(),
         ));
-        let reloading = Arc::clone(&self.shared);
-        accept_loops.spawn(balancer::script::reload_on_hangup(
-            move || reloading.backends.reload_script(),
+        accept_loops.spawn(reload::on_hangup(
+            Arc::clone(&self.shared),
+            self.loader.clone(),
             shutdown.clone(),
         ));
         for listener in self.listeners {

@@ -34,7 +34,7 @@ fn main() -> ExitCode {
         return ExitCode::SUCCESS;
     }
     init_logging(&config);
-    match run(&mut config) {
+    match run(&mut config, &cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             tracing::error!("{e:#}");
@@ -56,7 +56,7 @@ fn init_logging(config: &Config) {
     }
 }
 
-fn run(config: &mut Config) -> anyhow::Result<()> {
+fn run(config: &mut Config, cli: &Cli) -> anyhow::Result<()> {
     let plan = raise_fd_limit(config.max_connections, config.max_open_files)
         .context("raising the open-files limit")?;
     config.max_connections = plan.max_connections;
@@ -69,7 +69,10 @@ fn run(config: &mut Config) -> anyhow::Result<()> {
         .build()
         .context("starting the runtime")?;
     runtime.block_on(async {
-        let proxy = Proxy::bind(config).await?;
+        let reload_cli = cli.clone();
+        let proxy = Proxy::bind(config)
+            .await?
+            .with_reload(std::sync::Arc::new(move || Config::load(&reload_cli)));
         let shutdown = CancellationToken::new();
         let abort = CancellationToken::new();
         let (first, second) = (shutdown.clone(), abort.clone());

@@ -5,10 +5,11 @@
 //! sequence id 0 and no SQLSTATE marker) whose message starts `mysql-lb:`; the rest are closed with
 //! a logged reason. Nothing here can disturb another session.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
+use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, trace, warn};
 
@@ -27,7 +28,12 @@ use crate::stream::{BackendStream, PacketReadError};
 /// What every session needs, shared by all of them.
 #[derive(Debug)]
 pub struct Shared {
-    pub backends: BackendSet,
+    /// Swapped whole by a reload; sessions keep the `Arc<Backend>` they leased.
+    set: RwLock<Arc<BackendSet>>,
+    /// Bumped after each reload, so the health checker follows the new set.
+    reloads: watch::Sender<u64>,
+    /// The configuration last applied, to tell what a reload changed.
+    pub(crate) applied: Mutex<Config>,
     /// Live sessions by the proxy-unique id their client was greeted with.
     pub kills: kill::Registry,
     pub metrics: Arc<Metrics>,
@@ -43,14 +49,17 @@ pub struct Shared {
 
 impl Shared {
     pub fn new(config: &Config, metrics: Arc<Metrics>) -> Self {
+        let set = BackendSet::new(
+            &config.backends,
+            config.down_cooloff,
+            !config.health_check.interval.is_zero(),
+            &metrics,
+        )
+        .with_balancer(&config.balancer);
         Self {
-            backends: BackendSet::new(
-                &config.backends,
-                config.down_cooloff,
-                !config.health_check.interval.is_zero(),
-                &metrics,
-            )
-            .with_balancer(&config.balancer),
+            set: RwLock::new(Arc::new(set)),
+            reloads: watch::channel(0).0,
+            applied: Mutex::new(config.clone()),
             kills: kill::Registry::default(),
             metrics,
             connect_timeout: config.connect_timeout,
@@ -65,6 +74,29 @@ impl Shared {
                 Strip::UNSUPPORTED.and(CLIENT_LOCAL_FILES)
             },
         }
+    }
+
+    /// The backends in force now.
+    pub fn backends(&self) -> Arc<BackendSet> {
+        match self.set.read() {
+            Ok(set) => Arc::clone(&set),
+            Err(poisoned) => Arc::clone(&poisoned.into_inner()),
+        }
+    }
+
+    /// Puts `set` in force (see `crate::reload`).
+    pub(crate) fn replace_backends(&self, set: BackendSet) {
+        let set = Arc::new(set);
+        match self.set.write() {
+            Ok(mut current) => *current = set,
+            Err(poisoned) => *poisoned.into_inner() = set,
+        }
+        self.reloads.send_modify(|generation| *generation += 1);
+    }
+
+    /// Changes whenever the backend set is replaced.
+    pub fn reloads(&self) -> watch::Receiver<u64> {
+        self.reloads.subscribe()
     }
 }
 
@@ -223,7 +255,7 @@ async fn connect_backend(
     client: &ClientInfo<'_>,
 ) -> Result<(Lease, BackendStream, PatchedGreeting), Vec<String>> {
     let mut tried = Vec::new();
-    for backend in shared.backends.candidates_for(Instant::now(), client) {
+    for backend in shared.backends().candidates_for(Instant::now(), client) {
         let started = Instant::now();
         // Err carries the reason and whether the backend itself is unreachable or broken (taken out
         // of rotation) rather than alive and refusing, e.g. its own "Too many connections".
@@ -256,17 +288,17 @@ async fn connect_backend(
                     .stats
                     .connect
                     .observe(started.elapsed().as_secs_f64());
-                if shared.backends.mark_up(&backend) {
+                if shared.backends().mark_up(&backend) {
                     info!(backend = %backend.name, "backend back in rotation: connect succeeded");
                 }
                 return Ok((
-                    shared.backends.lease_for(&backend, client),
+                    shared.backends().lease_for(&backend, client),
                     stream,
                     greeting,
                 ));
             }
             Err((reason, broken)) => {
-                if broken && shared.backends.mark_down(&backend, Instant::now()) {
+                if broken && shared.backends().mark_down(&backend, Instant::now()) {
                     warn!(backend = %backend.name, address = %backend.address, "backend marked down: {reason}");
                 } else if !broken {
                     info!(backend = %backend.name, "backend refused a connection: {reason}");
@@ -275,7 +307,7 @@ async fn connect_backend(
             }
         }
     }
-    shared.backends.client_refused(client);
+    shared.backends().client_refused(client);
     if tried.is_empty() {
         tried.push("no backend configured".to_owned());
     }

@@ -89,7 +89,7 @@ async fn least_connections_balances_long_held_connections() {
     }
     let mut held = rest;
     wait_until("the proxy sees the sessions end", || {
-        proxy.shared.backends.backends()[0].active() == 0
+        proxy.shared.backends().backends()[0].active() == 0
     })
     .await;
     for _ in 0..2 {
@@ -116,7 +116,8 @@ async fn every_policy_skips_a_down_backend() {
         let served: usize = per_port.values().sum();
         assert_eq!(served, 8, "{policy:?}: every client served: {per_port:?}");
         assert_eq!(per_port.len(), 2, "{policy:?}: {per_port:?}");
-        let dead = &proxy.shared.backends.backends()[1];
+        let set = proxy.shared.backends();
+        let dead = &set.backends()[1];
         assert!(
             dead.stats.connect_errors.get() <= 1,
             "{policy:?}: tried once, then skipped"

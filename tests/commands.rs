@@ -118,7 +118,7 @@ fn server_code(e: &mysql_async::Error) -> Option<(u16, &str)> {
 fn kind_count(proxy: &TestProxy, kind: CommandKind) -> u64 {
     proxy
         .shared
-        .backends
+        .backends()
         .backends()
         .iter()
         .map(|b| b.stats.commands(kind))
@@ -2195,7 +2195,7 @@ async fn latency_sink_records_every_command_a_mysql_async_session_completes() {
     );
     let latency: Duration = proxy
         .shared
-        .backends
+        .backends()
         .backends()
         .iter()
         .map(|b| b.stats.latency_sum(CommandKind::Query))

@@ -113,7 +113,7 @@ async fn port_via(proxy: &TestProxy) -> Result<u16, mysql_async::Error> {
 fn active_sessions(proxy: &TestProxy) -> usize {
     proxy
         .shared
-        .backends
+        .backends()
         .backends()
         .iter()
         .map(|b| b.active())

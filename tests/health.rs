@@ -39,7 +39,7 @@ fn proxy_with_checks(backends: &[String], checks: HealthCheckConfig) -> TestProx
 /// Polls `backends()[i].stats.up` until it equals `want`; panics with the last check's error.
 async fn wait_up(proxy: &TestProxy, i: usize, want: i64, within: Duration) -> Duration {
     let start = Instant::now();
-    let backend = &proxy.shared.backends.backends()[i];
+    let backend = std::sync::Arc::clone(&proxy.shared.backends().backends()[i]);
     while backend.stats.up.get() != want {
         assert!(
             start.elapsed() < within,
@@ -169,17 +169,17 @@ async fn stopped_backend_leaves_rotation_within_two_intervals_and_returns_after_
     let live = &shared_pair()[0];
     let mut victim = MariaDb::start("hc-victim");
     let proxy = proxy_with_checks(&[live.tcp_addr(), victim.tcp_addr()], checks(None));
-    assert_eq!(proxy.shared.backends.backends()[1].stats.up.get(), 1);
+    assert_eq!(proxy.shared.backends().backends()[1].stats.up.get(), 1);
 
     victim.stop();
     let took = wait_up(&proxy, 1, 0, Duration::from_secs(3)).await;
     eprintln!("stopped backend marked down after {took:?}");
-    let error = proxy.shared.backends.backends()[1]
+    let error = proxy.shared.backends().backends()[1]
         .last_check()
         .and_then(|c| c.error)
         .expect("a failed check is recorded");
     assert!(error.starts_with("connect: "), "{error}");
-    assert_eq!(proxy.shared.backends.backends()[0].stats.up.get(), 1);
+    assert_eq!(proxy.shared.backends().backends()[0].stats.up.get(), 1);
     let ports = ports_reached(&proxy, 10).await;
     assert!(ports.iter().all(|&p| p == live.port), "{ports:?}");
 
@@ -266,7 +266,7 @@ fn replica_checks() -> HealthCheckConfig {
 
 /// Waits for the first check of every backend and asserts that it passed.
 async fn wait_first_checks_passed(proxy: &TestProxy) {
-    for b in proxy.shared.backends.backends() {
+    for b in proxy.shared.backends().backends() {
         let deadline = Instant::now() + Duration::from_secs(5);
         while b.last_check().is_none() {
             assert!(Instant::now() < deadline, "{} never checked", b.name);
@@ -277,7 +277,7 @@ async fn wait_first_checks_passed(proxy: &TestProxy) {
 }
 
 fn last_error(proxy: &TestProxy, i: usize) -> String {
-    proxy.shared.backends.backends()[i]
+    proxy.shared.backends().backends()[i]
         .last_check()
         .and_then(|c| c.error)
         .expect("a failed check is recorded")
@@ -303,7 +303,7 @@ async fn replica_with_stopped_replication_leaves_rotation_and_returns_when_resta
     eprintln!("replica with replication stopped marked down after {took:?}");
     let error = last_error(&proxy, 1);
     assert_eq!(error, "replication stopped (Slave_IO_Running=No)");
-    assert_eq!(proxy.shared.backends.backends()[0].stats.up.get(), 1);
+    assert_eq!(proxy.shared.backends().backends()[0].stats.up.get(), 1);
     let ports = ports_reached(&proxy, 10).await;
     assert!(ports.iter().all(|&p| p == primary.port), "{ports:?}");
 

@@ -82,7 +82,11 @@ async fn port_from(proxy: &TestProxy, local_ip: &str) -> (String, u16) {
 
 fn assert_no_script_errors(proxy: &TestProxy) {
     for reason in ErrorReason::ALL {
-        assert_eq!(proxy.shared.backends.script_errors(reason), 0, "{reason:?}");
+        assert_eq!(
+            proxy.shared.backends().script_errors(reason),
+            0,
+            "{reason:?}"
+        );
     }
 }
 
@@ -110,7 +114,7 @@ async fn least_connected_example_puts_each_client_on_the_emptiest_backend() {
         conn.disconnect().await.unwrap();
     }
     wait_until("the sessions end", || {
-        proxy.shared.backends.backends()[1].active() == 0
+        proxy.shared.backends().backends()[1].active() == 0
     })
     .await;
     for _ in 0..2 {
@@ -286,7 +290,7 @@ fn assert_round_robin(per_port: &HashMap<u16, usize>) {
 async fn a_syntax_error_leaves_the_policy_and_is_counted_once() {
     let (proxy, per_port) = four_clients_with("function connect_server( end", |_| {}).await;
     assert_round_robin(&per_port);
-    assert_eq!(proxy.shared.backends.script_errors(ErrorReason::Load), 1);
+    assert_eq!(proxy.shared.backends().script_errors(ErrorReason::Load), 1);
 }
 
 #[tokio::test]
@@ -297,7 +301,10 @@ async fn a_runtime_error_falls_back_and_is_counted() {
     )
     .await;
     assert_round_robin(&per_port);
-    assert_eq!(proxy.shared.backends.script_errors(ErrorReason::Runtime), 4);
+    assert_eq!(
+        proxy.shared.backends().script_errors(ErrorReason::Runtime),
+        4
+    );
 }
 
 #[tokio::test]
@@ -309,7 +316,10 @@ async fn an_out_of_range_index_falls_back_and_is_counted() {
     .await;
     assert_round_robin(&per_port);
     assert_eq!(
-        proxy.shared.backends.script_errors(ErrorReason::OutOfRange),
+        proxy
+            .shared
+            .backends()
+            .script_errors(ErrorReason::OutOfRange),
         4
     );
 }
@@ -323,7 +333,10 @@ async fn a_script_past_its_budget_falls_back_and_is_counted() {
         })
         .await;
     assert_round_robin(&per_port);
-    assert_eq!(proxy.shared.backends.script_errors(ErrorReason::Budget), 4);
+    assert_eq!(
+        proxy.shared.backends().script_errors(ErrorReason::Budget),
+        4
+    );
     assert!(started.elapsed() < Duration::from_secs(20));
 }
 
@@ -341,13 +354,14 @@ async fn a_down_backend_chosen_falls_back_and_is_counted() {
         Some(&2),
         "script obeyed"
     );
-    let first = &proxy.shared.backends.backends()[0];
-    proxy.shared.backends.mark_down(first, Instant::now());
+    let set = proxy.shared.backends();
+    let first = &set.backends()[0];
+    proxy.shared.backends().mark_down(first, Instant::now());
     assert_eq!(spread(&proxy, 4).await.get(&pair[1].port), Some(&4));
     assert_eq!(
         proxy
             .shared
-            .backends
+            .backends()
             .script_errors(ErrorReason::BackendDown),
         4
     );
@@ -362,11 +376,11 @@ async fn reload_swaps_the_script_and_a_broken_one_keeps_the_old() {
     let proxy = TestProxy::start_with(with_script(&pair_addrs(), script.path()));
     assert_eq!(spread(&proxy, 2).await.get(&pair[0].port), Some(&2));
     std::fs::write(script.path(), pin(2)).unwrap();
-    proxy.shared.backends.reload_script().unwrap();
+    proxy.shared.backends().reload_script().unwrap();
     assert_eq!(spread(&proxy, 2).await.get(&pair[1].port), Some(&2));
     std::fs::write(script.path(), "function connect_server( oops").unwrap();
-    assert!(proxy.shared.backends.reload_script().is_err());
-    assert_eq!(proxy.shared.backends.script_errors(ErrorReason::Load), 1);
+    assert!(proxy.shared.backends().reload_script().is_err());
+    assert_eq!(proxy.shared.backends().script_errors(ErrorReason::Load), 1);
     assert_eq!(
         spread(&proxy, 2).await.get(&pair[1].port),
         Some(&2),

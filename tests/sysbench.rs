@@ -100,7 +100,7 @@ fn parse_report(report: &str) -> RunStats {
 fn per_backend_commands(proxy: &TestProxy) -> Vec<u64> {
     proxy
         .shared
-        .backends
+        .backends()
         .backends()
         .iter()
         .map(|b| b.stats.total_commands())

@@ -36,10 +36,11 @@ pub struct ClientInfo<'a> {
 pub struct Backend {
     pub name: String,
     pub address: BackendAddr,
-    pub weight: u32,
     pub kind: BackendKind,
-    /// Position in the set (a script's `backend_ndx` minus one).
-    index: usize,
+    /// Mutable so a reload can change it while sessions keep the same backend (and its counts).
+    weight: AtomicU32,
+    /// Position in the set (a script's `backend_ndx` minus one); a reload may move it.
+    index: AtomicUsize,
     /// A connect or a check has succeeded at least once (MySQL Proxy's state leaves UNKNOWN).
     seen_up: AtomicBool,
     /// Out of rotation (after `fall` failed checks or a failed client connect).
@@ -77,7 +78,12 @@ impl Backend {
 
     /// Position in the configuration, from 0.
     pub fn index(&self) -> usize {
-        self.index
+        self.index.load(Relaxed)
+    }
+
+    /// Relative share for the weighted policies.
+    pub fn weight(&self) -> u32 {
+        self.weight.load(Relaxed)
     }
 
     /// The latest health check's outcome, if one ran.
@@ -154,7 +160,7 @@ impl Drop for Lease {
     fn drop(&mut self) {
         if let Some(f) = self.farewell.take() {
             f.script
-                .disconnect(&f.client, Some(self.backend.index), Instant::now());
+                .disconnect(&f.client, Some(self.backend.index()), Instant::now());
         }
         self.backend.active.fetch_sub(1, Relaxed);
         self.backend.stats.connections.dec();
@@ -183,39 +189,77 @@ impl BackendSet {
         checked: bool,
         metrics: &Metrics,
     ) -> Self {
+        Self::build(configs, cooloff, checked, metrics, None)
+    }
+
+    /// The set a reload asks for. A backend with the same name, address and type as one in `self`
+    /// is the same [`Backend`] (its sessions, counts, health state and metrics carry over; its
+    /// weight and position are updated); others are new, and those no longer configured get no
+    /// new clients while their sessions run on. The policy and script come from `balancer`.
+    pub fn rebuild(
+        &self,
+        configs: &[BackendConfig],
+        cooloff: Duration,
+        checked: bool,
+        metrics: &Metrics,
+        balancer: &BalancerConfig,
+    ) -> Self {
+        Self::build(configs, cooloff, checked, metrics, Some(self)).with_balancer(balancer)
+    }
+
+    fn build(
+        configs: &[BackendConfig],
+        cooloff: Duration,
+        checked: bool,
+        metrics: &Metrics,
+        previous: Option<&BackendSet>,
+    ) -> Self {
         let backends = configs
             .iter()
             .enumerate()
             .map(|(index, c)| {
-                Arc::new(Backend {
-                    name: c.name.clone(),
-                    address: c.address.clone(),
-                    weight: c.weight,
-                    kind: c.kind,
-                    index,
-                    seen_up: AtomicBool::new(false),
-                    down: AtomicBool::new(false),
-                    down_until: AtomicU64::new(0),
-                    active: AtomicUsize::new(0),
-                    passes: AtomicU32::new(0),
-                    failures: AtomicU32::new(0),
-                    last_check: Mutex::new(None),
-                    stats: metrics.backend(&c.name),
-                })
+                let kept = previous.and_then(|p| {
+                    p.backends
+                        .iter()
+                        .find(|b| b.name == c.name && b.address == c.address && b.kind == c.kind)
+                });
+                match kept {
+                    Some(b) => {
+                        b.weight.store(c.weight, Relaxed);
+                        b.index.store(index, Relaxed);
+                        Arc::clone(b)
+                    }
+                    None => Arc::new(Backend {
+                        name: c.name.clone(),
+                        address: c.address.clone(),
+                        weight: AtomicU32::new(c.weight),
+                        kind: c.kind,
+                        index: AtomicUsize::new(index),
+                        seen_up: AtomicBool::new(false),
+                        down: AtomicBool::new(false),
+                        down_until: AtomicU64::new(0),
+                        active: AtomicUsize::new(0),
+                        passes: AtomicU32::new(0),
+                        failures: AtomicU32::new(0),
+                        last_check: Mutex::new(None),
+                        stats: metrics.backend(&c.name),
+                    }),
+                }
             })
             .collect();
         Self {
             backends,
-            next: AtomicUsize::new(0),
+            next: AtomicUsize::new(previous.map_or(0, |p| p.next.load(Relaxed))),
             cooloff,
             rotation: Rotation {
-                epoch: Instant::now(),
+                // Down deadlines of kept backends are relative to the epoch: keep it.
+                epoch: previous.map_or_else(Instant::now, |p| p.rotation.epoch),
                 checked,
             },
             policy: Policy::RoundRobin,
             rng: random::Rng::from_entropy(),
             script: None,
-            script_errors: ScriptErrors::new(),
+            script_errors: previous.map_or_else(ScriptErrors::new, |p| p.script_errors.clone()),
         }
     }
 
@@ -295,7 +339,7 @@ impl BackendSet {
         let chosen = self.script.as_ref().and_then(|s| s.choose(client, now));
         let mut order = self.candidates(now);
         if let Some(i) = chosen {
-            if let Some(pos) = order.iter().position(|b| b.index == i) {
+            if let Some(pos) = order.iter().position(|b| b.index() == i) {
                 order[..=pos].rotate_right(1);
             }
         }
@@ -307,17 +351,17 @@ impl BackendSet {
         match self.policy {
             Policy::RoundRobin => {
                 let counter = self.next.fetch_add(1, Relaxed);
-                with_inline(up, |b| b.weight, |w| round_robin::pick(w, counter))
+                with_inline(up, |b| b.weight(), |w| round_robin::pick(w, counter))
             }
             Policy::Random => {
                 let r = self.rng.next_u64();
-                with_inline(up, |b| b.weight, |w| random::pick(w, r))
+                with_inline(up, |b| b.weight(), |w| random::pick(w, r))
             }
             Policy::LeastConnections => {
                 let counter = self.next.fetch_add(1, Relaxed);
                 with_inline(
                     up,
-                    |b| (b.active(), b.weight),
+                    |b| (b.active(), b.weight()),
                     |loads| least_conn::pick(loads, counter),
                 )
             }

@@ -407,37 +407,6 @@ pub fn check(config: &crate::config::Config) -> Result<(), ScriptError> {
     .map(drop)
 }
 
-/// Calls `reload` (off the async workers: it compiles Lua) on every SIGHUP until `shutdown`.
-/// `reload` logs and counts its own failures.
-pub async fn reload_on_hangup<F>(reload: F, shutdown: tokio_util::sync::CancellationToken)
-where
-    F: Fn() -> Result<(), ScriptError> + Send + Sync + 'static,
-{
-    use tokio::signal::unix::{signal, SignalKind};
-    let mut hangup = match signal(SignalKind::hangup()) {
-        Ok(s) => s,
-        Err(e) => {
-            warn!("cannot listen for SIGHUP ({e}); the Lua script will not be reloaded");
-            return;
-        }
-    };
-    let reload = Arc::new(reload);
-    loop {
-        tokio::select! {
-            _ = shutdown.cancelled() => return,
-            got = hangup.recv() => if got.is_none() { return },
-        }
-        info!("SIGHUP received: reloading the Lua script");
-        let r = Arc::clone(&reload);
-        match tokio::task::spawn_blocking(move || r()).await {
-            Ok(Ok(())) => {}
-            // Already logged and counted by the reload itself.
-            Ok(Err(_)) => {}
-            Err(e) => error!("Lua script reload task failed: {e}"),
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

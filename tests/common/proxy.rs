@@ -118,7 +118,7 @@ impl TestProxy {
     /// Completed commands recorded for every backend.
     pub fn total_commands(&self) -> u64 {
         self.shared
-            .backends
+            .backends()
             .backends()
             .iter()
             .map(|b| b.stats.total_commands())

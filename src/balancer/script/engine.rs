@@ -453,7 +453,7 @@ fn backend_table(lua: &Lua, b: &Backend) -> mlua::Result<Table> {
     let t = lua.create_table()?;
     t.raw_set("dst", dst)?;
     t.raw_set("name", b.name.as_str())?;
-    t.raw_set("weight", i64::from(b.weight))?;
+    t.raw_set("weight", i64::from(b.weight()))?;
     t.raw_set(
         "type",
         match b.kind {

@@ -1,0 +1,252 @@
+//! Live reload on SIGHUP: backends, weights, the balancer policy and its Lua script change without
+//! dropping a session.
+//!
+//! The new configuration is read and validated first (the script too); anything invalid is logged
+//! and the running configuration stays. A valid one becomes a new backend set, swapped in whole:
+//! backends kept by name, address and type keep their sessions, counts, health and metrics;
+//! removed ones keep their sessions until they end but get no new clients. Settings that only take
+//! effect at start (listeners, limits, timeouts, health checks) are reported as needing a restart.
+
+use std::sync::Arc;
+
+use thiserror::Error;
+use tokio_util::sync::CancellationToken;
+use tracing::{error, info, warn};
+
+use crate::balancer::script::ScriptError;
+use crate::config::{Config, ConfigError};
+use crate::session::Shared;
+
+/// Produces the configuration to reload (main re-reads the file and flags).
+pub type Loader = Arc<dyn Fn() -> Result<Config, ConfigError> + Send + Sync>;
+
+#[derive(Debug, Error)]
+pub enum ReloadError {
+    #[error("{0}")]
+    Config(#[from] ConfigError),
+    #[error("{0}")]
+    Script(#[from] ScriptError),
+}
+
+/// What a reload changed, for the log and for tests.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Summary {
+    pub added: Vec<String>,
+    pub removed: Vec<String>,
+    /// Keys that changed but only take effect at the next start.
+    pub needs_restart: Vec<&'static str>,
+}
+
+/// Puts `new`'s backends and balancer in force.
+pub fn apply(shared: &Shared, new: &Config) -> Result<Summary, ReloadError> {
+    crate::balancer::script::check(new)?;
+    let current = shared.backends();
+    let next = current.rebuild(
+        &new.backends,
+        new.down_cooloff,
+        !new.health_check.interval.is_zero(),
+        &shared.metrics,
+        &new.balancer,
+    );
+    let names = |set: &crate::balancer::BackendSet| -> Vec<String> {
+        set.backends().iter().map(|b| b.name.clone()).collect()
+    };
+    let (before, after) = (names(&current), names(&next));
+    let summary = Summary {
+        added: after
+            .iter()
+            .filter(|n| !before.contains(n))
+            .cloned()
+            .collect(),
+        removed: before
+            .iter()
+            .filter(|n| !after.contains(n))
+            .cloned()
+            .collect(),
+        needs_restart: match shared.applied.lock() {
+            Ok(mut applied) => {
+                let keys = restart_keys(&applied, new);
+                applied.backends = new.backends.clone();
+                applied.balancer = new.balancer.clone();
+                applied.down_cooloff = new.down_cooloff;
+                keys
+            }
+            Err(_) => Vec::new(),
+        },
+    };
+    shared.replace_backends(next);
+    Ok(summary)
+}
+
+/// Start-time settings that differ between the running configuration and `new`.
+fn restart_keys(old: &Config, new: &Config) -> Vec<&'static str> {
+    let mut keys = Vec::new();
+    let mut check = |changed: bool, key: &'static str| {
+        if changed {
+            keys.push(key);
+        }
+    };
+    check(old.listen != new.listen, "listen");
+    check(old.admin_address != new.admin_address, "admin_address");
+    check(
+        old.max_connections != new.max_connections,
+        "max_connections",
+    );
+    check(old.max_open_files != new.max_open_files, "max_open_files");
+    check(
+        old.connect_timeout != new.connect_timeout,
+        "connect_timeout",
+    );
+    check(
+        old.handshake_timeout != new.handshake_timeout,
+        "handshake_timeout",
+    );
+    check(
+        old.shutdown_timeout != new.shutdown_timeout,
+        "shutdown_timeout",
+    );
+    check(old.idle_timeout != new.idle_timeout, "idle_timeout");
+    check(
+        old.max_packet_size != new.max_packet_size,
+        "max_packet_size",
+    );
+    check(
+        old.max_handshake_packet_size != new.max_handshake_packet_size,
+        "max_handshake_packet_size",
+    );
+    check(old.health_check != new.health_check, "health_check");
+    check(old.record_latency != new.record_latency, "record_latency");
+    check(
+        old.allow_local_infile != new.allow_local_infile,
+        "allow_local_infile",
+    );
+    check(old.worker_threads != new.worker_threads, "worker_threads");
+    check(old.log_level != new.log_level, "log.level");
+    check(old.log_format != new.log_format, "log.format");
+    keys
+}
+
+/// Reloads on every SIGHUP until `shutdown`: the whole configuration through `load` when the
+/// proxy has one, else just the Lua script.
+pub async fn on_hangup(shared: Arc<Shared>, load: Option<Loader>, shutdown: CancellationToken) {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut hangup = match signal(SignalKind::hangup()) {
+        Ok(s) => s,
+        Err(e) => {
+            warn!("cannot listen for SIGHUP ({e}); live reload is off");
+            return;
+        }
+    };
+    loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            got = hangup.recv() => if got.is_none() { return },
+        }
+        let shared = Arc::clone(&shared);
+        let load = load.clone();
+        // Reading files and compiling Lua: off the async workers.
+        let done = tokio::task::spawn_blocking(move || reload_once(&shared, load.as_ref())).await;
+        if let Err(e) = done {
+            error!("reload task failed: {e}");
+        }
+    }
+}
+
+fn reload_once(shared: &Shared, load: Option<&Loader>) {
+    let Some(load) = load else {
+        info!("SIGHUP received: reloading the Lua script");
+        // Logs and counts its own failures.
+        let _ = shared.backends().reload_script();
+        return;
+    };
+    info!("SIGHUP received: reloading the configuration");
+    match load()
+        .map_err(ReloadError::from)
+        .and_then(|c| apply(shared, &c))
+    {
+        Ok(summary) => {
+            info!(
+                backends = shared.backends().backends().len(),
+                added = ?summary.added,
+                removed = ?summary.removed,
+                "configuration reloaded; sessions on removed backends run on"
+            );
+            for key in summary.needs_restart {
+                warn!("`{key}` changed: it takes effect at the next restart");
+            }
+        }
+        Err(e) => error!("reload refused, the running configuration stays: {e}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{BackendAddr, BackendConfig};
+    use crate::metrics::Metrics;
+
+    fn backend(name: &str, port: u16, weight: u32) -> BackendConfig {
+        BackendConfig {
+            name: name.into(),
+            address: BackendAddr::Tcp {
+                host: "127.0.0.1".into(),
+                port,
+            },
+            weight,
+            kind: Default::default(),
+        }
+    }
+
+    fn config(backends: Vec<BackendConfig>) -> Config {
+        Config {
+            backends,
+            ..Config::default()
+        }
+    }
+
+    #[test]
+    fn kept_backends_are_the_same_objects_and_removed_ones_drop_out() {
+        let old = config(vec![backend("a", 1, 1), backend("b", 2, 1)]);
+        let shared = Shared::new(&old, Arc::new(Metrics::new()));
+        let a_before = Arc::clone(&shared.backends().backends()[0]);
+        let lease = shared.backends().lease(&a_before);
+        let mut new = config(vec![backend("c", 3, 1), backend("a", 1, 5)]);
+        new.listen = vec!["127.0.0.1:5000".parse().unwrap()];
+        let summary = apply(&shared, &new).unwrap();
+        assert_eq!(summary.added, vec!["c".to_string()]);
+        assert_eq!(summary.removed, vec!["b".to_string()]);
+        assert_eq!(summary.needs_restart, vec!["listen"]);
+        let set = shared.backends();
+        let a_after = &set.backends()[1];
+        assert!(Arc::ptr_eq(&a_before, a_after), "a kept its identity");
+        assert_eq!(a_after.active(), 1, "and its sessions");
+        assert_eq!(a_after.weight(), 5);
+        assert_eq!(a_after.index(), 1);
+        drop(lease);
+        assert_eq!(a_after.active(), 0);
+    }
+
+    #[test]
+    fn a_changed_address_is_a_new_backend() {
+        let shared = Shared::new(&config(vec![backend("a", 1, 1)]), Arc::new(Metrics::new()));
+        let before = Arc::clone(&shared.backends().backends()[0]);
+        apply(&shared, &config(vec![backend("a", 9, 1)])).unwrap();
+        assert!(!Arc::ptr_eq(&before, &shared.backends().backends()[0]));
+    }
+
+    #[test]
+    fn a_script_that_fails_to_load_keeps_the_running_set() {
+        let shared = Shared::new(&config(vec![backend("a", 1, 1)]), Arc::new(Metrics::new()));
+        let reloads = shared.reloads();
+        let dir = std::env::temp_dir().join(format!("mysql-lb-reload-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let script = dir.join("broken.lua");
+        std::fs::write(&script, "function connect_server( oops").unwrap();
+        let mut new = config(vec![backend("z", 7, 1)]);
+        new.balancer.script = Some(script);
+        assert!(apply(&shared, &new).is_err());
+        assert_eq!(shared.backends().backends()[0].name, "a");
+        assert!(!reloads.has_changed().unwrap(), "no new set announced");
+        std::fs::remove_dir_all(dir).ok();
+    }
+}

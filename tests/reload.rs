@@ -1,0 +1,109 @@
+//! Live reload with the real binary and SIGHUP, against real MariaDB backends: backends come and
+//! go and weights change without dropping a session; an invalid configuration is refused.
+
+mod common;
+
+use std::collections::HashMap;
+
+use common::daemon::{wait_connectable, Daemon};
+use common::mariadb::{free_port, shared_pair, MariaDb};
+use mysql_async::prelude::*;
+
+fn write_config(path: &std::path::Path, port: u16, backends: &[(&MariaDb, u32)], extra: &str) {
+    let mut yaml = format!(
+        "listen: [\"127.0.0.1:{port}\"]\nadmin_address: \"off\"\nlog: {{ level: info }}\n\
+         health_check: {{ interval: 300ms }}\n{extra}backends:\n"
+    );
+    for (db, weight) in backends {
+        yaml += &format!(
+            "  - {{ address: \"{}\", name: \"port{}\", weight: {weight} }}\n",
+            db.tcp_addr(),
+            db.port
+        );
+    }
+    std::fs::write(path, yaml).unwrap();
+}
+
+async fn split(port: u16, n: usize) -> HashMap<u16, usize> {
+    let mut seen = HashMap::new();
+    for _ in 0..n {
+        let opts = common::mariadb::tcp_opts(&format!("127.0.0.1:{port}"), "bench", "bench");
+        let mut c = mysql_async::Conn::new(opts)
+            .await
+            .expect("connect through the proxy");
+        let p: u16 = c.query_first("SELECT @@port").await.unwrap().unwrap();
+        *seen.entry(p).or_default() += 1;
+        c.disconnect().await.unwrap();
+    }
+    seen
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sighup_adds_and_removes_backends_and_changes_weights_without_dropping_sessions() {
+    let pair = shared_pair();
+    let third = MariaDb::start("reload-third");
+    let (a, b, c) = (&pair[0], &pair[1], &third);
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("mysql-lb.yaml");
+    let port = free_port();
+    write_config(&path, port, &[(a, 1), (b, 1)], "");
+    let mut d = Daemon::start(&["--config".into(), path.display().to_string()], None);
+    wait_connectable(port);
+
+    // A session on b, the backend about to be removed.
+    let mut on_b = loop {
+        let opts = common::mariadb::tcp_opts(&format!("127.0.0.1:{port}"), "bench", "bench");
+        let mut conn = mysql_async::Conn::new(opts).await.unwrap();
+        let p: u16 = conn.query_first("SELECT @@port").await.unwrap().unwrap();
+        if p == b.port {
+            break conn;
+        }
+        conn.disconnect().await.unwrap();
+    };
+
+    // Replace b by c, with a weighted 3:1 against c.
+    write_config(&path, port, &[(a, 3), (c, 1)], "");
+    d.signal(libc::SIGHUP);
+    d.wait_for_line("configuration reloaded");
+    let seen = split(port, 40).await;
+    assert_eq!(
+        seen.get(&b.port),
+        None,
+        "the removed backend gets no new client: {seen:?}"
+    );
+    let (on_a, on_c) = (
+        seen.get(&a.port).copied().unwrap_or(0),
+        seen.get(&c.port).copied().unwrap_or(0),
+    );
+    assert_eq!(on_a + on_c, 40);
+    assert!(
+        (28..=32).contains(&on_a),
+        "3:1 over 40 connections: {seen:?}"
+    );
+
+    // The session on the removed backend runs on.
+    let p: u16 = on_b.query_first("SELECT @@port").await.unwrap().unwrap();
+    assert_eq!(p, b.port, "the removed backend's session is untouched");
+
+    // An invalid configuration is refused; routing stays as it was.
+    std::fs::write(&path, "backends: [\"127.0.0.1:1\"]\nno_such_key: 1\n").unwrap();
+    d.signal(libc::SIGHUP);
+    let line = d.wait_for_line("reload refused");
+    assert!(line.contains("no_such_key"), "{line}");
+    let seen = split(port, 8).await;
+    assert!(
+        seen.keys().all(|p| *p == a.port || *p == c.port),
+        "still a and c: {seen:?}"
+    );
+    let p: u16 = on_b.query_first("SELECT @@port").await.unwrap().unwrap();
+    assert_eq!(p, b.port);
+    on_b.disconnect().await.unwrap();
+
+    // A start-time setting changed on reload is named, not silently ignored.
+    write_config(&path, port, &[(a, 1), (c, 1)], "max_connections: 77\n");
+    d.signal(libc::SIGHUP);
+    d.wait_for_line("`max_connections` changed");
+    let status = d.stop();
+    assert!(status.success(), "{status:?}");
+    drop(third);
+}
