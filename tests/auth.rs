@@ -14,7 +14,7 @@ use common::mariadb::{shared_pair, MariaDb, BENCH_PASS, BENCH_USER};
 use common::proxy::{config, TestProxy};
 use common::rawclient::{
     handshake_response, parse_greeting, RawClient, CLIENT_LONG_FLAG, CLIENT_PLUGIN_AUTH,
-    CLIENT_PROTOCOL_41, CLIENT_SECURE_CONNECTION, CLIENT_TRANSACTIONS,
+    CLIENT_PROTOCOL_41, CLIENT_SECURE_CONNECTION, CLIENT_TRANSACTIONS, read_raw_packet,
 };
 use mysql_async::prelude::*;
 use mysql_common::auth::plugins::mysql_native_password::scramble_native;
@@ -328,22 +328,6 @@ fn cli_socket(socket: &Path, sql: &str) -> Output {
     run(cmd)
 }
 
-/// Reads one packet: (sequence id, payload).
-async fn read_packet(stream: &mut TcpStream) -> (u8, Vec<u8>) {
-    let read = async {
-        let mut head = [0u8; 4];
-        stream.read_exact(&mut head).await?;
-        let len = u32::from_le_bytes([head[0], head[1], head[2], 0]) as usize;
-        let mut payload = vec![0u8; len];
-        stream.read_exact(&mut payload).await?;
-        Ok::<_, std::io::Error>((head[3], payload))
-    };
-    tokio::time::timeout(PROMPT, read)
-        .await
-        .expect("a packet within 10 s")
-        .expect("a whole packet")
-}
-
 #[tokio::test]
 async fn garbage_instead_of_a_handshake_response_gets_1043() {
     let proxy = pair_proxy();
@@ -364,10 +348,10 @@ async fn garbage_instead_of_a_handshake_response_gets_1043() {
     ];
     for (what, garbage) in cases {
         let mut stream = TcpStream::connect(proxy.addr).await.unwrap();
-        let (seq, greeting) = read_packet(&mut stream).await;
+        let (seq, greeting) = read_raw_packet(&mut stream).await;
         assert!(seq == 0 && greeting.starts_with(&[10]), "{what}: greeting");
         stream.write_all(&garbage).await.unwrap();
-        let (seq, err) = read_packet(&mut stream).await;
+        let (seq, err) = read_raw_packet(&mut stream).await;
         assert_eq!(seq, 2, "{what}: ERR follows the client's packet 1");
         let [0xFF, lo, hi, b'#', rest @ ..] = err.as_slice() else {
             panic!("{what}: expected an ERR with SQLSTATE, got {err:02x?}");

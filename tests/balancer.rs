@@ -4,12 +4,10 @@
 
 mod common;
 
-use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use common::mariadb::{free_port, shared_pair, BENCH_PASS, BENCH_USER};
+use common::mariadb::{free_port, shared_pair};
 use common::proxy::{config, TestProxy};
-use mysql_async::prelude::*;
 use mysql_lb::config::{Config, Policy};
 
 fn pair_config(policy: Policy) -> Config {
@@ -19,37 +17,13 @@ fn pair_config(policy: Policy) -> Config {
     c
 }
 
-/// A new connection through the proxy and the backend port it landed on.
-async fn connect(proxy: &TestProxy) -> (mysql_async::Conn, u16) {
-    let mut conn = mysql_async::Conn::new(proxy.opts(BENCH_USER, BENCH_PASS))
-        .await
-        .expect("connect through the proxy");
-    let port: u16 = conn
-        .query_first("SELECT @@port")
-        .await
-        .expect("SELECT @@port")
-        .expect("a row");
-    (conn, port)
-}
-
-/// Ports of `n` sequential short connections.
-async fn spread(proxy: &TestProxy, n: usize) -> HashMap<u16, usize> {
-    let mut per_port = HashMap::new();
-    for _ in 0..n {
-        let (conn, port) = connect(proxy).await;
-        conn.disconnect().await.unwrap();
-        *per_port.entry(port).or_default() += 1;
-    }
-    per_port
-}
-
 #[tokio::test]
 async fn weights_three_to_one_split_forty_connections() {
     let pair = shared_pair();
     let mut c = pair_config(Policy::RoundRobin);
     c.backends[0].weight = 3;
     let proxy = TestProxy::start_with(c);
-    let per_port = spread(&proxy, 40).await;
+    let per_port = proxy.spread(40).await;
     let heavy = per_port.get(&pair[0].port).copied().unwrap_or(0);
     let light = per_port.get(&pair[1].port).copied().unwrap_or(0);
     assert!((28..=32).contains(&heavy), "{per_port:?}");
@@ -62,7 +36,7 @@ async fn random_policy_spreads_by_weight() {
     let mut c = pair_config(Policy::Random);
     c.backends[0].weight = 3;
     let proxy = TestProxy::start_with(c);
-    let per_port = spread(&proxy, 40).await;
+    let per_port = proxy.spread(40).await;
     let heavy = per_port.get(&pair[0].port).copied().unwrap_or(0);
     // Binomial(40, 3/4): mean 30, sd 2.7; these bounds fail about once in a million runs.
     assert!((18..=39).contains(&heavy), "{per_port:?}");
@@ -74,7 +48,7 @@ async fn least_connections_balances_long_held_connections() {
     let proxy = TestProxy::start_with(pair_config(Policy::LeastConnections));
     let mut held = Vec::new();
     for _ in 0..4 {
-        held.push(connect(&proxy).await);
+        held.push(proxy.connect().await);
     }
     let on = |held: &Vec<(mysql_async::Conn, u16)>, port| {
         held.iter().filter(|(_, p)| *p == port).count()
@@ -93,7 +67,7 @@ async fn least_connections_balances_long_held_connections() {
     })
     .await;
     for _ in 0..2 {
-        let (conn, port) = connect(&proxy).await;
+        let (conn, port) = proxy.connect().await;
         assert_eq!(port, pair[0].port, "least loaded server");
         held.push((conn, port));
     }
@@ -112,7 +86,7 @@ async fn every_policy_skips_a_down_backend() {
         let mut c = config(&[pair[0].tcp_addr(), dead, pair[1].tcp_addr()]);
         c.balancer.policy = policy;
         let proxy = TestProxy::start_with(c);
-        let per_port = spread(&proxy, 8).await;
+        let per_port = proxy.spread(8).await;
         let served: usize = per_port.values().sum();
         assert_eq!(served, 8, "{policy:?}: every client served: {per_port:?}");
         assert_eq!(per_port.len(), 2, "{policy:?}: {per_port:?}");
@@ -139,7 +113,7 @@ async fn sighup_reloads_the_lua_script() {
     let mut c = pair_config(Policy::RoundRobin);
     c.balancer.script = Some(script.path().to_owned());
     let proxy = TestProxy::start_with(c);
-    assert_eq!(spread(&proxy, 2).await.get(&pair[0].port), Some(&2));
+    assert_eq!(proxy.spread(2).await.get(&pair[0].port), Some(&2));
 
     std::fs::write(script.path(), pin(2)).unwrap();
     let deadline = Instant::now() + Duration::from_secs(30);
@@ -148,7 +122,7 @@ async fn sighup_reloads_the_lua_script() {
         // SAFETY: kill(2) on our own pid with a signal this process handles.
         assert_eq!(unsafe { libc::kill(libc::getpid(), libc::SIGHUP) }, 0);
         tokio::time::sleep(Duration::from_millis(100)).await;
-        let (conn, port) = connect(&proxy).await;
+        let (conn, port) = proxy.connect().await;
         conn.disconnect().await.unwrap();
         if port == pair[1].port {
             break;
@@ -158,7 +132,7 @@ async fn sighup_reloads_the_lua_script() {
             "SIGHUP did not reload the script"
         );
     }
-    assert_eq!(spread(&proxy, 3).await.get(&pair[1].port), Some(&3));
+    assert_eq!(proxy.spread(3).await.get(&pair[1].port), Some(&3));
 }
 
 async fn wait_until(what: &str, mut done: impl FnMut() -> bool) {

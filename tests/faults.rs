@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use common::mariadb::{free_port, shared_pair, MariaDb, BENCH_PASS, BENCH_USER};
 use common::proxy::{config, TestProxy};
-use common::rawclient::RawClient;
+use common::rawclient::{read_raw_packet, RawClient};
 use fakebackend::{Behaviour, FakeBackend};
 use mysql_async::prelude::*;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -29,22 +29,6 @@ struct WireErr {
     /// The 5 characters after a `#` marker, when there is one.
     sqlstate: Option<String>,
     message: String,
-}
-
-async fn read_raw_packet(stream: &mut TcpStream) -> (u8, Vec<u8>) {
-    let read = async {
-        let mut head = [0u8; 4];
-        stream.read_exact(&mut head).await?;
-        let len = u32::from_le_bytes([head[0], head[1], head[2], 0]) as usize;
-        let mut payload = vec![0u8; len];
-        stream.read_exact(&mut payload).await?;
-        Ok::<_, std::io::Error>((head[3], payload))
-    };
-    match tokio::time::timeout(PROMPT, read).await {
-        Ok(Ok(p)) => p,
-        Ok(Err(e)) => panic!("reading a packet: {e}"),
-        Err(_) => panic!("no packet within {PROMPT:?}"),
-    }
 }
 
 fn parse_wire_err(seq: u8, payload: &[u8]) -> WireErr {

@@ -11,7 +11,6 @@ use std::time::{Duration, Instant};
 use common::mariadb::{free_port, shared_pair, BENCH_PASS, BENCH_USER};
 use common::proxy::{config, TestProxy};
 use common::rawclient::RawClient;
-use mysql_async::prelude::*;
 use mysql_lb::balancer::script::ErrorReason;
 use mysql_lb::config::{BackendKind, Config};
 
@@ -35,28 +34,6 @@ fn with_script(backends: &[String], script: &Path) -> Config {
 
 fn pair_addrs() -> Vec<String> {
     shared_pair().iter().map(|db| db.tcp_addr()).collect()
-}
-
-async fn connect(proxy: &TestProxy) -> (mysql_async::Conn, u16) {
-    let mut conn = mysql_async::Conn::new(proxy.opts(BENCH_USER, BENCH_PASS))
-        .await
-        .expect("connect through the proxy");
-    let port: u16 = conn
-        .query_first("SELECT @@port")
-        .await
-        .expect("SELECT @@port")
-        .expect("a row");
-    (conn, port)
-}
-
-async fn spread(proxy: &TestProxy, n: usize) -> HashMap<u16, usize> {
-    let mut per_port = HashMap::new();
-    for _ in 0..n {
-        let (conn, port) = connect(proxy).await;
-        conn.disconnect().await.unwrap();
-        *per_port.entry(port).or_default() += 1;
-    }
-    per_port
 }
 
 /// Logs in from `local_ip` (any 127.x.y.z works on Linux loopback) and returns the client's
@@ -104,7 +81,7 @@ async fn least_connected_example_puts_each_client_on_the_emptiest_backend() {
     let proxy = TestProxy::start_with(with_script(&pair_addrs(), &example("least-connected.lua")));
     let mut held = Vec::new();
     for _ in 0..4 {
-        held.push(connect(&proxy).await);
+        held.push(proxy.connect().await);
     }
     let on = |held: &[(mysql_async::Conn, u16)], port| held.iter().filter(|c| c.1 == port).count();
     assert_eq!((on(&held, pair[0].port), on(&held, pair[1].port)), (2, 2));
@@ -118,7 +95,7 @@ async fn least_connected_example_puts_each_client_on_the_emptiest_backend() {
     })
     .await;
     for _ in 0..2 {
-        let c = connect(&proxy).await;
+        let c = proxy.connect().await;
         assert_eq!(c.1, pair[1].port);
         held.push(c);
     }
@@ -163,7 +140,7 @@ async fn prefer_ro_example_uses_read_only_backends_and_falls_back_to_read_write(
     let proxy = TestProxy::start_with(c);
     let mut held = Vec::new();
     for _ in 0..4 {
-        let c = connect(&proxy).await;
+        let c = proxy.connect().await;
         assert_eq!(c.1, pair[1].port, "the read-only server, however busy");
         held.push(c);
     }
@@ -177,7 +154,7 @@ async fn prefer_ro_example_uses_read_only_backends_and_falls_back_to_read_write(
     let mut c = with_script(&[pair[0].tcp_addr(), dead], &example("prefer-ro.lua"));
     c.backends[1].kind = BackendKind::Ro;
     let proxy = TestProxy::start_with(c);
-    assert_eq!(spread(&proxy, 4).await.get(&pair[0].port), Some(&4));
+    assert_eq!(proxy.spread(4).await.get(&pair[0].port), Some(&4));
     assert_no_script_errors(&proxy);
 }
 
@@ -226,7 +203,7 @@ async fn a_mysql_proxy_08_style_script_runs_unmodified() {
         script.path(),
     ));
     // The first backend is dead: the first client finds out, then everyone goes to the second.
-    assert_eq!(spread(&proxy, 5).await.get(&pair[1].port), Some(&5));
+    assert_eq!(proxy.spread(5).await.get(&pair[1].port), Some(&5));
     assert_no_script_errors(&proxy);
 }
 
@@ -275,7 +252,7 @@ async fn four_clients_with(
     let mut c = with_script(&pair_addrs(), script.path());
     tweak(&mut c);
     let proxy = TestProxy::start_with(c);
-    let per_port = spread(&proxy, 4).await;
+    let per_port = proxy.spread(4).await;
     (proxy, per_port)
 }
 
@@ -350,14 +327,14 @@ async fn a_down_backend_chosen_falls_back_and_is_counted() {
     c.down_cooloff = Duration::from_secs(600);
     let proxy = TestProxy::start_with(c);
     assert_eq!(
-        spread(&proxy, 2).await.get(&pair[0].port),
+        proxy.spread(2).await.get(&pair[0].port),
         Some(&2),
         "script obeyed"
     );
     let set = proxy.shared.backends();
     let first = &set.backends()[0];
     proxy.shared.backends().mark_down(first, Instant::now());
-    assert_eq!(spread(&proxy, 4).await.get(&pair[1].port), Some(&4));
+    assert_eq!(proxy.spread(4).await.get(&pair[1].port), Some(&4));
     assert_eq!(
         proxy
             .shared
@@ -374,15 +351,15 @@ async fn reload_swaps_the_script_and_a_broken_one_keeps_the_old() {
         |n: usize| format!("function connect_server() proxy.connection.backend_ndx = {n} end");
     let script = script_file(&pin(1));
     let proxy = TestProxy::start_with(with_script(&pair_addrs(), script.path()));
-    assert_eq!(spread(&proxy, 2).await.get(&pair[0].port), Some(&2));
+    assert_eq!(proxy.spread(2).await.get(&pair[0].port), Some(&2));
     std::fs::write(script.path(), pin(2)).unwrap();
     proxy.shared.backends().reload_script().unwrap();
-    assert_eq!(spread(&proxy, 2).await.get(&pair[1].port), Some(&2));
+    assert_eq!(proxy.spread(2).await.get(&pair[1].port), Some(&2));
     std::fs::write(script.path(), "function connect_server( oops").unwrap();
     assert!(proxy.shared.backends().reload_script().is_err());
     assert_eq!(proxy.shared.backends().script_errors(ErrorReason::Load), 1);
     assert_eq!(
-        spread(&proxy, 2).await.get(&pair[1].port),
+        proxy.spread(2).await.get(&pair[1].port),
         Some(&2),
         "the previous script still routes"
     );

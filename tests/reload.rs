@@ -3,10 +3,9 @@
 
 mod common;
 
-use std::collections::HashMap;
-
 use common::daemon::{wait_connectable, Daemon};
 use common::mariadb::{free_port, shared_pair, MariaDb};
+use common::proxy::spread_at;
 use mysql_async::prelude::*;
 
 fn write_config(path: &std::path::Path, port: u16, backends: &[(&MariaDb, u32)], extra: &str) {
@@ -22,20 +21,6 @@ fn write_config(path: &std::path::Path, port: u16, backends: &[(&MariaDb, u32)],
         );
     }
     std::fs::write(path, yaml).unwrap();
-}
-
-async fn split(port: u16, n: usize) -> HashMap<u16, usize> {
-    let mut seen = HashMap::new();
-    for _ in 0..n {
-        let opts = common::mariadb::tcp_opts(&format!("127.0.0.1:{port}"), "bench", "bench");
-        let mut c = mysql_async::Conn::new(opts)
-            .await
-            .expect("connect through the proxy");
-        let p: u16 = c.query_first("SELECT @@port").await.unwrap().unwrap();
-        *seen.entry(p).or_default() += 1;
-        c.disconnect().await.unwrap();
-    }
-    seen
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -65,7 +50,7 @@ async fn sighup_adds_and_removes_backends_and_changes_weights_without_dropping_s
     write_config(&path, port, &[(a, 3), (c, 1)], "");
     d.signal(libc::SIGHUP);
     d.wait_for_line("configuration reloaded");
-    let seen = split(port, 40).await;
+    let seen = spread_at(&format!("127.0.0.1:{port}"), 40).await;
     assert_eq!(
         seen.get(&b.port),
         None,
@@ -90,7 +75,7 @@ async fn sighup_adds_and_removes_backends_and_changes_weights_without_dropping_s
     d.signal(libc::SIGHUP);
     let line = d.wait_for_line("reload refused");
     assert!(line.contains("no_such_key"), "{line}");
-    let seen = split(port, 8).await;
+    let seen = spread_at(&format!("127.0.0.1:{port}"), 8).await;
     assert!(
         seen.keys().all(|p| *p == a.port || *p == c.port),
         "still a and c: {seen:?}"

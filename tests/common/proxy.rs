@@ -150,6 +150,45 @@ impl TestProxy {
     }
 }
 
+/// A new connection to `addr` (a proxy) and the backend port it landed on.
+pub async fn connect_at(addr: &str) -> (mysql_async::Conn, u16) {
+    use mysql_async::prelude::Queryable;
+    let opts =
+        super::mariadb::tcp_opts(addr, super::mariadb::BENCH_USER, super::mariadb::BENCH_PASS);
+    let mut conn = mysql_async::Conn::new(opts)
+        .await
+        .expect("connect through the proxy");
+    let port: u16 = conn
+        .query_first("SELECT @@port")
+        .await
+        .expect("SELECT @@port")
+        .expect("a row");
+    (conn, port)
+}
+
+/// Backend ports of `n` sequential short connections to `addr`.
+pub async fn spread_at(addr: &str, n: usize) -> std::collections::HashMap<u16, usize> {
+    let mut per_port = std::collections::HashMap::new();
+    for _ in 0..n {
+        let (conn, port) = connect_at(addr).await;
+        conn.disconnect().await.expect("disconnect");
+        *per_port.entry(port).or_default() += 1;
+    }
+    per_port
+}
+
+impl TestProxy {
+    /// A new connection through the proxy and the backend port it landed on.
+    pub async fn connect(&self) -> (mysql_async::Conn, u16) {
+        connect_at(&self.addr_string()).await
+    }
+
+    /// Backend ports of `n` sequential short connections through the proxy.
+    pub async fn spread(&self, n: usize) -> std::collections::HashMap<u16, usize> {
+        spread_at(&self.addr_string(), n).await
+    }
+}
+
 impl Drop for TestProxy {
     fn drop(&mut self) {
         self.shutdown.cancel();

@@ -353,6 +353,23 @@ impl RawClient {
 }
 
 /// A connected TCP stream with nothing sent yet (for hand-written handshakes).
+/// Reads one packet from a bare stream: (sequence id, payload); panics after 30 s or on EOF.
+pub async fn read_raw_packet<S: AsyncRead + Unpin>(stream: &mut S) -> (u8, Vec<u8>) {
+    let read = async {
+        let mut head = [0u8; 4];
+        stream.read_exact(&mut head).await?;
+        let len = u32::from_le_bytes([head[0], head[1], head[2], 0]) as usize;
+        let mut payload = vec![0u8; len];
+        stream.read_exact(&mut payload).await?;
+        Ok::<_, std::io::Error>((head[3], payload))
+    };
+    match tokio::time::timeout(READ_TIMEOUT, read).await {
+        Ok(Ok(p)) => p,
+        Ok(Err(e)) => panic!("reading a packet: {e}"),
+        Err(_) => panic!("no packet within {READ_TIMEOUT:?}"),
+    }
+}
+
 pub async fn connect_raw(addr: &str) -> TcpStream {
     let stream = TcpStream::connect(addr)
         .await
