@@ -13,8 +13,8 @@ use std::time::Duration;
 use common::mariadb::{shared_pair, MariaDb, BENCH_PASS, BENCH_USER};
 use common::proxy::{config, TestProxy};
 use common::rawclient::{
-    handshake_response, parse_greeting, RawClient, CLIENT_LONG_FLAG, CLIENT_PLUGIN_AUTH,
-    CLIENT_PROTOCOL_41, CLIENT_SECURE_CONNECTION, CLIENT_TRANSACTIONS, read_raw_packet,
+    handshake_response, parse_greeting, read_raw_packet, RawClient, CLIENT_LONG_FLAG,
+    CLIENT_PLUGIN_AUTH, CLIENT_PROTOCOL_41, CLIENT_SECURE_CONNECTION, CLIENT_TRANSACTIONS,
 };
 use mysql_async::prelude::*;
 use mysql_common::auth::plugins::mysql_native_password::scramble_native;
