@@ -1,0 +1,186 @@
+//! Command-line flags (MySQL Proxy names where they exist) and how they override the file.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use super::address::*;
+use super::*;
+
+/// Command-line flags. Every value flag overrides the file's key of the same meaning.
+#[derive(clap::Parser, Debug, Clone, Default)]
+#[command(
+    name = "mysql-lb",
+    version,
+    about = "A load-balancing MySQL/MariaDB wire-protocol proxy"
+)]
+pub struct Cli {
+    /// YAML configuration file (see config/mysql-lb.yaml).
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Listen address, host:port or a unix socket path; repeatable or comma-separated. Replaces `listen`.
+    #[arg(long = "proxy-address", value_name = "ADDR")]
+    pub proxy_address: Vec<String>,
+    /// Backend address, host:port or a unix socket path; repeatable or comma-separated. Replaces `backends`.
+    #[arg(long = "proxy-backend-addresses", value_name = "ADDR")]
+    pub proxy_backend_addresses: Vec<String>,
+    /// Read-only backend (type ro), host:port or a unix socket path; repeatable or comma-separated.
+    /// Added to the backends (from the file or --proxy-backend-addresses).
+    #[arg(long = "proxy-read-only-backend-addresses", value_name = "ADDR")]
+    pub proxy_read_only_backend_addresses: Vec<String>,
+    /// Lua script whose connect_server() chooses the backend (MySQL Proxy compatible). Replaces
+    /// `balancer.script`.
+    #[arg(long = "proxy-lua-script", value_name = "FILE")]
+    pub proxy_lua_script: Option<PathBuf>,
+    /// Built-in balancing policy (also the fallback of a script). Replaces `balancer.policy`.
+    #[arg(long, value_name = "POLICY")]
+    pub balancer: Option<Policy>,
+    /// RLIMIT_NOFILE to ask for (default: 2 x max-connections + 64).
+    #[arg(long, value_name = "N")]
+    pub max_open_files: Option<u64>,
+    /// Maximum number of concurrent client connections.
+    #[arg(long, value_name = "N")]
+    pub max_connections: Option<usize>,
+    /// Backend connect + greeting timeout, e.g. "2s", "500ms".
+    #[arg(long, value_name = "DURATION")]
+    pub connect_timeout: Option<humantime::Duration>,
+    /// tracing filter directive, e.g. "info" or "info,mysql_lb=debug".
+    #[arg(long, value_name = "FILTER")]
+    pub log_level: Option<String>,
+    /// Log line format.
+    #[arg(long, value_name = "FORMAT")]
+    pub log_format: Option<LogFormat>,
+    /// Admin HTTP listener (/metrics, /healthz, /backends), "ip:port"; "off" disables it.
+    #[arg(long, value_name = "ADDR")]
+    pub admin_address: Option<String>,
+    /// Runtime worker threads (default: one per CPU).
+    #[arg(long, value_name = "N")]
+    pub worker_threads: Option<usize>,
+    /// Validate the configuration and exit.
+    #[arg(long)]
+    pub check_config: bool,
+}
+
+/// Flattens repeated and comma-separated flag values.
+pub(super) fn split_list(values: &[String]) -> impl Iterator<Item = &str> {
+    values
+        .iter()
+        .flat_map(|v| v.split(','))
+        .map(str::trim)
+        .filter(|v| !v.is_empty())
+}
+
+pub(super) fn cli_error(flag: &str, error: impl fmt::Display) -> ConfigError {
+    ConfigError::Invalid {
+        origin: ConfigSource::CommandLine,
+        key: flag.to_owned(),
+        message: error.to_string(),
+    }
+}
+
+/// Config key prefix -> the flag that can replace it.
+pub(super) const FLAG_FOR_KEY: [(&str, &str); 11] = [
+    ("worker_threads", "--worker-threads"),
+    ("balancer.policy", "--balancer"),
+    ("balancer.script", "--proxy-lua-script"),
+    ("admin_address", "--admin-address"),
+    ("listen", "--proxy-address"),
+    ("backends", "--proxy-backend-addresses"),
+    ("max_connections", "--max-connections"),
+    ("max_open_files", "--max-open-files"),
+    ("connect_timeout", "--connect-timeout"),
+    ("log.level", "--log-level"),
+    ("log.format", "--log-format"),
+];
+
+/// Applies the flags over `config`; returns the config keys they replaced.
+pub(super) fn apply_cli(config: &mut Config, cli: &Cli) -> Result<Vec<&'static str>, ConfigError> {
+    let mut replaced = Vec::new();
+    let listen = split_list(&cli.proxy_address)
+        .map(|s| s.parse().map_err(|e| cli_error("--proxy-address", e)))
+        .collect::<Result<Vec<ListenAddr>, _>>()?;
+    if !listen.is_empty() {
+        config.listen = listen;
+        replaced.push("listen");
+    }
+    let backends = split_list(&cli.proxy_backend_addresses)
+        .map(|s| {
+            s.parse()
+                .map(|a| BackendConfig::new(a, None, None, BackendKind::Rw))
+                .map_err(|e| cli_error("--proxy-backend-addresses", e))
+        })
+        .collect::<Result<Vec<BackendConfig>, _>>()?;
+    if !backends.is_empty() {
+        config.backends = backends;
+        replaced.push("backends");
+    }
+    for s in split_list(&cli.proxy_read_only_backend_addresses) {
+        let address = s
+            .parse()
+            .map_err(|e| cli_error("--proxy-read-only-backend-addresses", e))?;
+        config
+            .backends
+            .push(BackendConfig::new(address, None, None, BackendKind::Ro));
+    }
+    if let Some(path) = &cli.proxy_lua_script {
+        config.balancer.script = Some(path.clone());
+        replaced.push("balancer.script");
+    }
+    if let Some(policy) = cli.balancer {
+        config.balancer.policy = policy;
+        replaced.push("balancer.policy");
+    }
+    if let Some(n) = cli.max_connections {
+        config.max_connections = n;
+        replaced.push("max_connections");
+    }
+    if let Some(n) = cli.max_open_files {
+        config.max_open_files = Some(n);
+        replaced.push("max_open_files");
+    }
+    if let Some(t) = cli.connect_timeout {
+        config.connect_timeout = t.into();
+        replaced.push("connect_timeout");
+    }
+    if let Some(level) = &cli.log_level {
+        config.log_level.clone_from(level);
+        replaced.push("log.level");
+    }
+    if let Some(n) = cli.worker_threads {
+        config.worker_threads = Some(n);
+        replaced.push("worker_threads");
+    }
+    if let Some(a) = &cli.admin_address {
+        config.admin_address =
+            parse_admin_address(a).map_err(|m| cli_error("--admin-address", m))?;
+        replaced.push("admin_address");
+    }
+    if let Some(format) = cli.log_format {
+        config.log_format = format;
+        replaced.push("log.format");
+    }
+    Ok(replaced)
+}
+
+/// Points a validation error at the flag when a flag supplied the value, else at the file.
+pub(super) fn attribute(error: ConfigError, file: Option<&Path>, replaced: &[&str]) -> ConfigError {
+    let ConfigError::Invalid { key, message, .. } = error else {
+        return error;
+    };
+    for (prefix, flag) in FLAG_FOR_KEY {
+        if let Some(rest) = key.strip_prefix(prefix) {
+            if replaced.contains(&prefix) && (rest.is_empty() || rest.starts_with(['[', '.'])) {
+                return ConfigError::Invalid {
+                    origin: ConfigSource::CommandLine,
+                    key: format!("{flag}{rest}"),
+                    message,
+                };
+            }
+        }
+    }
+    let origin = file.map_or(ConfigSource::Text, |p| ConfigSource::File(p.to_owned()));
+    ConfigError::Invalid {
+        origin,
+        key,
+        message,
+    }
+}

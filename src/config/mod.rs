@@ -1,0 +1,470 @@
+//! Configuration: a YAML file plus command-line flags (MySQL Proxy names where they exist), flags win.
+//!
+//! The file is read into a raw serde struct (`deny_unknown_fields` everywhere, addresses and sizes parsed
+//! inside serde) so serde_yaml's errors carry the key path and the line; the raw struct is then turned
+//! into the typed [`Config`], and `validate(self)` checks what serde cannot (ranges, duplicates) with
+//! errors that name the key. Listen addresses that are host names are resolved once, here, with the
+//! system resolver (first result): the daemon binds what the name meant at start-up.
+
+mod address;
+mod cli;
+mod raw;
+
+pub use address::{AddressError, BackendAddr, ListenAddr};
+pub use cli::Cli;
+
+use cli::{apply_cli, attribute};
+use raw::RawConfig;
+
+use std::collections::HashMap;
+use std::fmt;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use crate::limits::FD_RESERVE;
+
+pub(super) const DEFAULT_LISTEN: SocketAddr =
+    SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 4040);
+pub(super) const DEFAULT_ADMIN: SocketAddr = SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 4041);
+pub(super) const DEFAULT_MAX_CONNECTIONS: usize = 10_000;
+pub(super) const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+pub(super) const DEFAULT_DOWN_COOLOFF: Duration = Duration::from_secs(5);
+pub(super) const DEFAULT_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+pub(super) const DEFAULT_MAX_PACKET_SIZE: u64 = 1 << 30;
+pub(super) const DEFAULT_MAX_HANDSHAKE_PACKET_SIZE: usize = 65_536;
+pub(super) const DEFAULT_SCRIPT_BUDGET: Duration = Duration::from_millis(10);
+pub(super) const MIN_PACKET_SIZE: u64 = 1024;
+/// A handshake packet is a single wire chunk, so it cannot exceed the 3-byte length field.
+pub(super) const MAX_HANDSHAKE_PACKET_SIZE: usize = 0xFF_FFFF;
+/// `sun_path` is 108 bytes on Linux, including the terminating NUL.
+pub(super) const MAX_UNIX_PATH_LEN: usize = 107;
+pub(super) const LOG_LEVELS: [&str; 6] = ["trace", "debug", "info", "warn", "error", "off"];
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BackendConfig {
+    /// Label in logs and metrics; defaults to the address as displayed.
+    pub name: String,
+    pub address: BackendAddr,
+    /// Relative share for weighted balancing; > 0.
+    pub weight: u32,
+    /// Read-write or read-only, as Lua scripts see it (`type`); the built-in policies use both.
+    pub kind: BackendKind,
+}
+
+/// A backend's role, MySQL Proxy's `BACKEND_TYPE_RW` / `BACKEND_TYPE_RO`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum BackendKind {
+    #[default]
+    Rw,
+    Ro,
+}
+
+/// How a backend is chosen when no script decides.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "snake_case")]
+#[value(rename_all = "snake_case")]
+pub enum Policy {
+    /// Weighted round robin, interleaved (weights 3:1 give A B A A).
+    #[default]
+    RoundRobin,
+    /// Fewest active sessions relative to weight.
+    LeastConnections,
+    /// Weighted random.
+    Random,
+}
+
+/// Backend choice: a built-in policy, optionally overridden per connection by a Lua script.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BalancerConfig {
+    pub policy: Policy,
+    /// Lua file defining `connect_server()` / `disconnect_client()`; reloaded on SIGHUP.
+    pub script: Option<PathBuf>,
+    /// Time one script call may run before the built-in policy takes over.
+    pub script_budget: Duration,
+    /// Opens `os`, `io`, `package`/`require`, `load*` and `dofile` to the script.
+    pub script_allow_unsafe: bool,
+}
+
+impl Default for BalancerConfig {
+    fn default() -> Self {
+        Self {
+            policy: Policy::RoundRobin,
+            script: None,
+            script_budget: DEFAULT_SCRIPT_BUDGET,
+            script_allow_unsafe: false,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    #[default]
+    Text,
+    Json,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Config {
+    pub listen: Vec<ListenAddr>,
+    pub backends: Vec<BackendConfig>,
+    pub max_connections: usize,
+    /// None: derived from max_connections (see `limits`).
+    pub max_open_files: Option<u64>,
+    /// Backend connect + greeting.
+    pub connect_timeout: Duration,
+    /// A backend whose connect failed gets no clients for this long; zero disables the cool-off.
+    pub down_cooloff: Duration,
+    /// The client must finish the handshake within it.
+    pub handshake_timeout: Duration,
+    /// Runtime worker threads (None: one per CPU). Each thread runs whole sessions, so fewer
+    /// threads mean fewer cross-thread wake-ups on a machine shared with the servers.
+    pub worker_threads: Option<usize>,
+    /// Close a session whose client sent nothing for this long while no command was in flight
+    /// (None: never).
+    pub idle_timeout: Option<Duration>,
+    /// On SIGTERM/SIGINT, sessions get this long to reach a command boundary before they are
+    /// closed regardless.
+    pub shutdown_timeout: Duration,
+    /// Logical packet size limit in the command phase.
+    pub max_packet_size: u64,
+    /// Cap for each handshake/auth packet.
+    pub max_handshake_packet_size: usize,
+    /// tracing `EnvFilter` directive.
+    pub log_level: String,
+    pub log_format: LogFormat,
+    /// Admin HTTP listener; None disables it.
+    pub admin_address: Option<SocketAddr>,
+    /// Record each command's latency in the per-backend histograms (on by default; off only to
+    /// measure what recording costs).
+    pub record_latency: bool,
+    /// When false, CLIENT_LOCAL_FILES is cleared in both directions so no LOAD DATA LOCAL INFILE
+    /// can run through the proxy.
+    pub allow_local_infile: bool,
+    pub health_check: HealthCheckConfig,
+    pub balancer: BalancerConfig,
+}
+
+/// Background health checks of every backend.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HealthCheckConfig {
+    /// Time between checks of one backend; zero disables checking (then a failed backend returns
+    /// to rotation after `down_cooloff`).
+    pub interval: Duration,
+    /// Budget for one check (connect, greeting, and the optional login and queries).
+    pub timeout: Duration,
+    /// Consecutive failures that take an up backend out of rotation.
+    pub fall: u32,
+    /// Consecutive successes that put a down backend back.
+    pub rise: u32,
+    /// When set, the check logs in (mysql_native_password) and runs `SELECT 1`.
+    pub user: Option<String>,
+    pub password: Option<String>,
+    /// When set (needs `user`), a replica lagging more than this, or with replication stopped,
+    /// is taken out of rotation.
+    pub max_replication_lag: Option<Duration>,
+}
+
+impl Default for HealthCheckConfig {
+    fn default() -> Self {
+        Self {
+            interval: Duration::from_secs(2),
+            timeout: Duration::from_secs(1),
+            fall: 2,
+            rise: 2,
+            user: None,
+            password: None,
+            max_replication_lag: None,
+        }
+    }
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            listen: vec![ListenAddr::Tcp(DEFAULT_LISTEN)],
+            backends: Vec::new(),
+            max_connections: DEFAULT_MAX_CONNECTIONS,
+            max_open_files: None,
+            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+            down_cooloff: DEFAULT_DOWN_COOLOFF,
+            handshake_timeout: DEFAULT_HANDSHAKE_TIMEOUT,
+            shutdown_timeout: Duration::from_secs(30),
+            idle_timeout: None,
+            worker_threads: None,
+            max_packet_size: DEFAULT_MAX_PACKET_SIZE,
+            max_handshake_packet_size: DEFAULT_MAX_HANDSHAKE_PACKET_SIZE,
+            log_level: "info".to_owned(),
+            log_format: LogFormat::Text,
+            admin_address: Some(DEFAULT_ADMIN),
+            record_latency: true,
+            allow_local_infile: true,
+            health_check: HealthCheckConfig::default(),
+            balancer: BalancerConfig::default(),
+        }
+    }
+}
+
+/// Where a bad value came from, for the error message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ConfigSource {
+    File(PathBuf),
+    /// Text given to [`Config::from_yaml_str`], or a `Config` built in code.
+    Text,
+    CommandLine,
+}
+
+impl fmt::Display for ConfigSource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ConfigSource::File(path) => write!(f, "{}", path.display()),
+            ConfigSource::Text => f.write_str("config"),
+            ConfigSource::CommandLine => f.write_str("command line"),
+        }
+    }
+}
+
+/// Messages are complete on their own (file, key, line, cause), so print them with `{}`; the wrapped
+/// errors are kept as fields rather than `source()` so `{:#}` chains do not repeat them.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read config file {}: {error}", path.display())]
+    Read {
+        path: PathBuf,
+        error: std::io::Error,
+    },
+    /// serde_yaml's message names the key path and "at line X column Y".
+    #[error("{origin}: {error}")]
+    Yaml {
+        origin: ConfigSource,
+        error: serde_yaml::Error,
+    },
+    #[error("{origin}: {key}: {message}")]
+    Invalid {
+        origin: ConfigSource,
+        key: String,
+        message: String,
+    },
+}
+
+impl ConfigError {
+    fn invalid(key: impl Into<String>, message: impl Into<String>) -> Self {
+        ConfigError::Invalid {
+            origin: ConfigSource::Text,
+            key: key.into(),
+            message: message.into(),
+        }
+    }
+
+    fn in_file(self, path: &Path) -> Self {
+        match self {
+            ConfigError::Yaml { error, .. } => ConfigError::Yaml {
+                origin: ConfigSource::File(path.to_owned()),
+                error,
+            },
+            ConfigError::Invalid { key, message, .. } => ConfigError::Invalid {
+                origin: ConfigSource::File(path.to_owned()),
+                key,
+                message,
+            },
+            other => other,
+        }
+    }
+}
+
+/// Rejects bare words that are not levels: EnvFilter would read "debgu" as a target name and
+/// silently log nothing.
+pub(super) fn check_log_filter(filter: &str) -> Result<(), String> {
+    if filter.trim().is_empty() {
+        return Err("must not be empty (e.g. \"info\")".to_owned());
+    }
+    for directive in filter.split(',').map(str::trim).filter(|d| !d.is_empty()) {
+        let bare = !directive.contains(['=', '[']);
+        if bare && !LOG_LEVELS.contains(&directive.to_ascii_lowercase().as_str()) {
+            return Err(format!(
+                "`{directive}` is not a level ({}); write target=level for a target",
+                LOG_LEVELS.join(", ")
+            ));
+        }
+    }
+    tracing_subscriber::EnvFilter::try_new(filter)
+        .map(drop)
+        .map_err(|e| format!("invalid filter `{filter}`: {e}"))
+}
+
+/// The script is loaded (and reloaded) later; a missing file is caught here, a Lua error there.
+pub(super) fn check_readable_file(path: &Path) -> Result<(), String> {
+    match std::fs::metadata(path) {
+        Ok(m) if m.is_file() => std::fs::File::open(path)
+            .map(drop)
+            .map_err(|e| format!("cannot read {}: {e}", path.display())),
+        Ok(_) => Err(format!("{} is not a file", path.display())),
+        Err(e) => Err(format!("cannot read {}: {e}", path.display())),
+    }
+}
+
+impl Config {
+    /// Reads `cli.config` if given (YAML), applies the CLI flags over it, then validates.
+    pub fn load(cli: &Cli) -> Result<Config, ConfigError> {
+        let file = cli.config.as_deref();
+        let mut config = match file {
+            Some(path) => {
+                let text = std::fs::read_to_string(path).map_err(|error| ConfigError::Read {
+                    path: path.to_owned(),
+                    error,
+                })?;
+                RawConfig::parse(&text)
+                    .and_then(RawConfig::into_config)
+                    .map_err(|e| e.in_file(path))?
+            }
+            None => Config::default(),
+        };
+        let replaced = apply_cli(&mut config, cli)?;
+        config.validate().map_err(|e| attribute(e, file, &replaced))
+    }
+
+    /// File contents to a validated config, without flags.
+    pub fn from_yaml_str(s: &str) -> Result<Config, ConfigError> {
+        RawConfig::parse(s)?.into_config()?.validate()
+    }
+
+    pub fn validate(self) -> Result<Config, ConfigError> {
+        if self.listen.is_empty() {
+            return Err(ConfigError::invalid(
+                "listen",
+                "no listen address; set `listen:` or --proxy-address",
+            ));
+        }
+        let mut seen = HashMap::new();
+        for (i, addr) in self.listen.iter().enumerate() {
+            // Port 0 asks for any free port, so two of them do not collide.
+            if matches!(addr, ListenAddr::Tcp(a) if a.port() == 0) {
+                continue;
+            }
+            if let Some(first) = seen.insert(addr, i) {
+                return Err(ConfigError::invalid(
+                    format!("listen[{i}]"),
+                    format!("duplicate listen address {addr} (same as listen[{first}])"),
+                ));
+            }
+        }
+        if self.backends.is_empty() {
+            return Err(ConfigError::invalid(
+                "backends",
+                "no backend configured; list them under `backends:` or pass --proxy-backend-addresses",
+            ));
+        }
+        let mut names = HashMap::new();
+        for (i, b) in self.backends.iter().enumerate() {
+            if b.name.trim().is_empty() || b.name.contains(char::is_control) {
+                return Err(ConfigError::invalid(
+                    format!("backends[{i}].name"),
+                    "must be non-empty printable text",
+                ));
+            }
+            if b.weight == 0 {
+                return Err(ConfigError::invalid(
+                    format!("backends[{i}].weight"),
+                    "must be > 0",
+                ));
+            }
+            if let Some(first) = names.insert(b.name.as_str(), i) {
+                return Err(ConfigError::invalid(
+                    format!("backends[{i}].name"),
+                    format!(
+                        "duplicate backend name `{}` (same as backends[{first}]); give each a distinct `name:`",
+                        b.name
+                    ),
+                ));
+            }
+        }
+        if self.max_connections == 0 {
+            return Err(ConfigError::invalid("max_connections", "must be > 0"));
+        }
+        if let Some(n) = self.max_open_files {
+            let min = FD_RESERVE + 2;
+            if n < min {
+                return Err(ConfigError::invalid(
+                    "max_open_files",
+                    format!("{n} is too small: at least {min} ({FD_RESERVE} reserved + 2 per connection)"),
+                ));
+            }
+        }
+        for (key, value) in [
+            ("connect_timeout", self.connect_timeout),
+            ("handshake_timeout", self.handshake_timeout),
+        ] {
+            if value.is_zero() {
+                return Err(ConfigError::invalid(key, "must be > 0"));
+            }
+        }
+        if self.max_packet_size < MIN_PACKET_SIZE {
+            return Err(ConfigError::invalid(
+                "max_packet_size",
+                format!(
+                    "{} is too small: at least {MIN_PACKET_SIZE}",
+                    self.max_packet_size
+                ),
+            ));
+        }
+        if !(MIN_PACKET_SIZE as usize..=MAX_HANDSHAKE_PACKET_SIZE)
+            .contains(&self.max_handshake_packet_size)
+        {
+            return Err(ConfigError::invalid(
+                "max_handshake_packet_size",
+                format!(
+                    "{} is out of range {MIN_PACKET_SIZE}..={MAX_HANDSHAKE_PACKET_SIZE}",
+                    self.max_handshake_packet_size
+                ),
+            ));
+        }
+        check_log_filter(&self.log_level).map_err(|m| ConfigError::invalid("log.level", m))?;
+        if self.worker_threads == Some(0) {
+            return Err(ConfigError::invalid(
+                "worker_threads",
+                "must be > 0 (leave it out for one per CPU)",
+            ));
+        }
+        let h = &self.health_check;
+        if h.timeout.is_zero() {
+            return Err(ConfigError::invalid("health_check.timeout", "must be > 0"));
+        }
+        if h.fall == 0 || h.rise == 0 {
+            let key = if h.fall == 0 {
+                "health_check.fall"
+            } else {
+                "health_check.rise"
+            };
+            return Err(ConfigError::invalid(key, "must be > 0"));
+        }
+        if h.password.is_some() && h.user.is_none() {
+            return Err(ConfigError::invalid(
+                "health_check.password",
+                "set health_check.user too",
+            ));
+        }
+        if self.balancer.script_budget.is_zero() {
+            return Err(ConfigError::invalid(
+                "balancer.script_budget",
+                "must be > 0",
+            ));
+        }
+        if let Some(path) = &self.balancer.script {
+            check_readable_file(path).map_err(|m| ConfigError::invalid("balancer.script", m))?;
+        }
+        if h.max_replication_lag.is_some() && h.user.is_none() {
+            return Err(ConfigError::invalid(
+                "health_check.max_replication_lag",
+                "reading replication status needs a login: set health_check.user (with REPLICATION CLIENT/SLAVE MONITOR privilege)",
+            ));
+        }
+        Ok(self)
+    }
+}
+
+#[cfg(test)]
+mod tests;

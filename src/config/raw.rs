@@ -1,0 +1,266 @@
+//! The YAML file as serde reads it (every struct `deny_unknown_fields`), turned into [`Config`].
+
+use std::fmt;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde::de::{self, Deserializer, MapAccess, SeqAccess, Visitor};
+use serde::Deserialize;
+
+use super::address::*;
+use super::*;
+
+/// A byte count: an integer, or a string with a binary unit ("64MiB", "1G").
+pub(super) struct ByteSize(u64);
+
+pub(super) fn parse_size(s: &str) -> Result<u64, String> {
+    let s = s.trim();
+    let digits = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
+    let (number, unit) = s.split_at(digits);
+    let number: u64 = number
+        .parse()
+        .map_err(|_| format!("`{s}`: expected a byte count like 65536, \"64KiB\" or \"1GiB\""))?;
+    let multiplier: u64 = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "k" | "kib" => 1 << 10,
+        "m" | "mib" => 1 << 20,
+        "g" | "gib" => 1 << 30,
+        other => {
+            return Err(format!(
+                "`{s}`: unknown unit `{other}` (use B, KiB, MiB or GiB; units are binary)"
+            ))
+        }
+    };
+    number
+        .checked_mul(multiplier)
+        .ok_or_else(|| format!("`{s}`: too large"))
+}
+
+impl<'de> Deserialize<'de> for ByteSize {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl Visitor<'_> for V {
+            type Value = ByteSize;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a byte count (integer, or a string like \"64MiB\")")
+            }
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<ByteSize, E> {
+                Ok(ByteSize(v))
+            }
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<ByteSize, E> {
+                u64::try_from(v)
+                    .map(ByteSize)
+                    .map_err(|_| E::custom(format!("{v}: must not be negative")))
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<ByteSize, E> {
+                parse_size(v).map(ByteSize).map_err(E::custom)
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+#[derive(Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawConfig {
+    listen: Option<Vec<ListenAddr>>,
+    #[serde(default)]
+    backends: Vec<RawBackend>,
+    max_connections: Option<usize>,
+    max_open_files: Option<u64>,
+    #[serde(default, with = "humantime_serde")]
+    connect_timeout: Option<Duration>,
+    #[serde(default, with = "humantime_serde")]
+    down_cooloff: Option<Duration>,
+    #[serde(default, with = "humantime_serde")]
+    handshake_timeout: Option<Duration>,
+    #[serde(default, with = "humantime_serde")]
+    shutdown_timeout: Option<Duration>,
+    #[serde(default, with = "humantime_serde")]
+    idle_timeout: Option<Duration>,
+    worker_threads: Option<usize>,
+    max_packet_size: Option<ByteSize>,
+    max_handshake_packet_size: Option<ByteSize>,
+    #[serde(default)]
+    log: RawLog,
+    admin_address: Option<String>,
+    record_latency: Option<bool>,
+    allow_local_infile: Option<bool>,
+    #[serde(default)]
+    health_check: RawHealthCheck,
+    #[serde(default)]
+    balancer: RawBalancer,
+}
+
+#[derive(Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawBalancer {
+    policy: Option<Policy>,
+    script: Option<PathBuf>,
+    #[serde(default, with = "humantime_serde")]
+    script_budget: Option<Duration>,
+    script_allow_unsafe: Option<bool>,
+}
+
+#[derive(Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawHealthCheck {
+    #[serde(default, with = "humantime_serde")]
+    interval: Option<Duration>,
+    #[serde(default, with = "humantime_serde")]
+    timeout: Option<Duration>,
+    fall: Option<u32>,
+    rise: Option<u32>,
+    user: Option<String>,
+    password: Option<String>,
+    #[serde(default, with = "humantime_serde")]
+    max_replication_lag: Option<Duration>,
+}
+
+#[derive(Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawLog {
+    level: Option<String>,
+    format: Option<LogFormat>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawBackendMap {
+    address: BackendAddr,
+    name: Option<String>,
+    weight: Option<u32>,
+    #[serde(rename = "type")]
+    kind: Option<BackendKind>,
+}
+
+/// A backend entry: a plain address string, or a map. Written by hand rather than `untagged` because
+/// an untagged enum swallows the inner error ("did not match any variant") and loses the unknown key.
+pub(super) enum RawBackend {
+    Short(BackendAddr),
+    Full(RawBackendMap),
+}
+
+impl<'de> Deserialize<'de> for RawBackend {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = RawBackend;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(
+                    "a backend address string or a map with `address`, `name`, `weight`, `type`",
+                )
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<RawBackend, E> {
+                v.parse().map(RawBackend::Short).map_err(E::custom)
+            }
+            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<RawBackend, A::Error> {
+                RawBackendMap::deserialize(de::value::MapAccessDeserializer::new(map))
+                    .map(RawBackend::Full)
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, _seq: A) -> Result<RawBackend, A::Error> {
+                Err(de::Error::custom(IPV6_QUOTE_HINT))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+impl RawBackend {
+    fn into_backend(self) -> BackendConfig {
+        let (address, name, weight, kind) = match self {
+            RawBackend::Short(address) => (address, None, None, None),
+            RawBackend::Full(m) => (m.address, m.name, m.weight, m.kind),
+        };
+        BackendConfig::new(address, name, weight, kind.unwrap_or_default())
+    }
+}
+
+impl BackendConfig {
+    pub(super) fn new(
+        address: BackendAddr,
+        name: Option<String>,
+        weight: Option<u32>,
+        kind: BackendKind,
+    ) -> Self {
+        BackendConfig {
+            name: name.unwrap_or_else(|| address.to_string()),
+            address,
+            weight: weight.unwrap_or(1),
+            kind,
+        }
+    }
+}
+
+impl RawConfig {
+    pub(super) fn parse(s: &str) -> Result<RawConfig, ConfigError> {
+        // An empty (or comment-only) file is an empty mapping, not an error.
+        let raw: Option<RawConfig> =
+            serde_yaml::from_str(s).map_err(|error| ConfigError::Yaml {
+                origin: ConfigSource::Text,
+                error,
+            })?;
+        Ok(raw.unwrap_or_default())
+    }
+
+    pub(super) fn into_config(self) -> Result<Config, ConfigError> {
+        let d = Config::default();
+        let max_handshake_packet_size = match self.max_handshake_packet_size {
+            Some(ByteSize(n)) => usize::try_from(n).map_err(|_| {
+                ConfigError::invalid("max_handshake_packet_size", format!("{n} is too large"))
+            })?,
+            None => d.max_handshake_packet_size,
+        };
+        Ok(Config {
+            listen: self.listen.unwrap_or(d.listen),
+            backends: self
+                .backends
+                .into_iter()
+                .map(RawBackend::into_backend)
+                .collect(),
+            max_connections: self.max_connections.unwrap_or(d.max_connections),
+            max_open_files: self.max_open_files,
+            connect_timeout: self.connect_timeout.unwrap_or(d.connect_timeout),
+            down_cooloff: self.down_cooloff.unwrap_or(d.down_cooloff),
+            handshake_timeout: self.handshake_timeout.unwrap_or(d.handshake_timeout),
+            shutdown_timeout: self.shutdown_timeout.unwrap_or(d.shutdown_timeout),
+            idle_timeout: self.idle_timeout.filter(|t| !t.is_zero()),
+            worker_threads: self.worker_threads,
+            max_packet_size: self.max_packet_size.map_or(d.max_packet_size, |s| s.0),
+            max_handshake_packet_size,
+            log_level: self.log.level.unwrap_or(d.log_level),
+            log_format: self.log.format.unwrap_or(d.log_format),
+            admin_address: match self.admin_address {
+                None => d.admin_address,
+                Some(a) => {
+                    parse_admin_address(&a).map_err(|m| ConfigError::invalid("admin_address", m))?
+                }
+            },
+            record_latency: self.record_latency.unwrap_or(d.record_latency),
+            allow_local_infile: self.allow_local_infile.unwrap_or(d.allow_local_infile),
+            health_check: {
+                let h = self.health_check;
+                let dh = d.health_check;
+                HealthCheckConfig {
+                    interval: h.interval.unwrap_or(dh.interval),
+                    timeout: h.timeout.unwrap_or(dh.timeout),
+                    fall: h.fall.unwrap_or(dh.fall),
+                    rise: h.rise.unwrap_or(dh.rise),
+                    user: h.user,
+                    password: h.password,
+                    max_replication_lag: h.max_replication_lag,
+                }
+            },
+            balancer: {
+                let b = self.balancer;
+                let db = d.balancer;
+                BalancerConfig {
+                    policy: b.policy.unwrap_or(db.policy),
+                    script: b.script,
+                    script_budget: b.script_budget.unwrap_or(db.script_budget),
+                    script_allow_unsafe: b.script_allow_unsafe.unwrap_or(db.script_allow_unsafe),
+                }
+            },
+        })
+    }
+}

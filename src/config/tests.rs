@@ -1,0 +1,543 @@
+//! Unit tests of configuration loading and validation.
+
+use super::raw::parse_size;
+use super::*;
+use clap::Parser;
+
+fn err(yaml: &str) -> String {
+    Config::from_yaml_str(yaml).unwrap_err().to_string()
+}
+
+fn tcp(host: &str, port: u16) -> BackendAddr {
+    BackendAddr::Tcp {
+        host: host.to_owned(),
+        port,
+    }
+}
+
+fn write_temp(yaml: &str) -> tempfile::NamedTempFile {
+    let mut f = tempfile::NamedTempFile::new().unwrap();
+    std::io::Write::write_all(&mut f, yaml.as_bytes()).unwrap();
+    f
+}
+
+#[test]
+fn defaults_match_the_documented_values() {
+    let c = Config::default();
+    assert_eq!(c.listen, vec!["127.0.0.1:4040".parse().unwrap()]);
+    assert!(c.backends.is_empty());
+    assert_eq!(c.max_connections, 10_000);
+    assert_eq!(c.max_open_files, None);
+    assert_eq!(c.connect_timeout, Duration::from_secs(2));
+    assert_eq!(c.down_cooloff, Duration::from_secs(5));
+    assert_eq!(c.handshake_timeout, Duration::from_secs(10));
+    assert_eq!(c.max_packet_size, 1_073_741_824);
+    assert_eq!(c.max_handshake_packet_size, 65_536);
+    assert_eq!(c.log_level, "info");
+    assert_eq!(c.log_format, LogFormat::Text);
+}
+
+#[test]
+fn minimal_yaml_takes_defaults_for_everything_else() {
+    let c = Config::from_yaml_str("backends: [\"127.0.0.1:3306\"]").unwrap();
+    assert_eq!(
+        c,
+        Config {
+            backends: vec![BackendConfig {
+                name: "127.0.0.1:3306".into(),
+                address: tcp("127.0.0.1", 3306),
+                weight: 1,
+                kind: BackendKind::Rw
+            }],
+            ..Config::default()
+        }
+    );
+}
+
+#[test]
+fn full_yaml_example_parses() {
+    let c = Config::from_yaml_str(
+        r#"
+listen: ["127.0.0.1:4040", "/run/mysql-lb/mysql-lb.sock"]
+backends:
+  - address: 127.0.0.1:3306
+    name: db1
+    weight: 3
+  - 127.0.0.1:3307
+max_connections: 500
+max_open_files: 20064
+connect_timeout: 500ms
+down_cooloff: 1m
+handshake_timeout: 3s
+max_packet_size: 64MiB
+max_handshake_packet_size: 4096
+log: { level: "info,mysql_lb=debug", format: json }
+"#,
+    )
+    .unwrap();
+    assert_eq!(
+        c.listen,
+        vec![
+            ListenAddr::Tcp("127.0.0.1:4040".parse().unwrap()),
+            ListenAddr::Unix("/run/mysql-lb/mysql-lb.sock".into())
+        ]
+    );
+    assert_eq!(c.backends[0].name, "db1");
+    assert_eq!(c.backends[0].weight, 3);
+    assert_eq!(c.backends[1].address, tcp("127.0.0.1", 3307));
+    assert_eq!(c.max_connections, 500);
+    assert_eq!(c.max_open_files, Some(20064));
+    assert_eq!(c.connect_timeout, Duration::from_millis(500));
+    assert_eq!(c.down_cooloff, Duration::from_secs(60));
+    assert_eq!(c.handshake_timeout, Duration::from_secs(3));
+    assert_eq!(c.max_packet_size, 64 << 20);
+    assert_eq!(c.max_handshake_packet_size, 4096);
+    assert_eq!(c.log_level, "info,mysql_lb=debug");
+    assert_eq!(c.log_format, LogFormat::Json);
+}
+
+#[test]
+fn shorthand_backend_string_gets_address_as_name_and_weight_one() {
+    let c = Config::from_yaml_str("backends:\n  - db.example:3306\n").unwrap();
+    assert_eq!(
+        c.backends,
+        vec![BackendConfig {
+            name: "db.example:3306".into(),
+            address: tcp("db.example", 3306),
+            weight: 1,
+            kind: BackendKind::Rw
+        }]
+    );
+}
+
+#[test]
+fn unknown_top_level_key_names_key_and_line() {
+    let e = err("backends: [\"127.0.0.1:3306\"]\nfoo: 1\n");
+    assert!(e.contains("unknown field `foo`"), "{e}");
+    assert!(e.contains("line 2"), "{e}");
+}
+
+#[test]
+fn unknown_key_inside_backend_map_names_key_and_line() {
+    let e = err("backends:\n  - address: 127.0.0.1:3306\n    wieght: 2\n");
+    assert!(e.contains("unknown field `wieght`"), "{e}");
+    assert!(e.contains("line 3"), "{e}");
+}
+
+#[test]
+fn unknown_key_inside_log_names_key() {
+    let e = err("backends: [\"h:1\"]\nlog: { level: info, colour: true }\n");
+    assert!(e.contains("unknown field `colour`"), "{e}");
+    assert!(e.contains("line 2"), "{e}");
+}
+
+#[test]
+fn bad_duration_names_key_and_line() {
+    let e = err("backends: [\"h:1\"]\nconnect_timeout: 2 parsecs\n");
+    assert!(e.contains("connect_timeout"), "{e}");
+    assert!(e.contains("line 2"), "{e}");
+}
+
+#[test]
+fn bad_backend_address_names_backend_index() {
+    let e = err("backends:\n  - address: 127.0.0.1:99999\n");
+    assert!(e.contains("backends[0].address"), "{e}");
+    assert!(e.contains("invalid port"), "{e}");
+    assert!(e.contains("line 2"), "{e}");
+
+    let e = err("backends:\n  - h:1\n  - nohostport\n");
+    assert!(e.contains("backends[1]"), "{e}");
+    assert!(e.contains("expected host:port"), "{e}");
+}
+
+#[test]
+fn unquoted_bracketed_ipv6_gets_a_quoting_hint() {
+    let e = err("backends:\n  - [::1]:3306\n");
+    assert!(e.contains("backends[0]"), "{e}");
+    assert!(e.contains("quote"), "{e}");
+}
+
+#[test]
+fn sizes_accept_integers_and_binary_units() {
+    assert_eq!(parse_size("65536"), Ok(65536));
+    assert_eq!(parse_size("64KiB"), Ok(64 << 10));
+    assert_eq!(parse_size("16 MiB"), Ok(16 << 20));
+    assert_eq!(parse_size("1G"), Ok(1 << 30));
+    assert!(parse_size("1MB").unwrap_err().contains("unknown unit"));
+    assert!(parse_size("99999999999999GiB")
+        .unwrap_err()
+        .contains("too large"));
+    let e = err("backends: [\"h:1\"]\nmax_packet_size: -5\n");
+    assert!(e.contains("max_packet_size"), "{e}");
+}
+
+#[test]
+fn ipv6_backend_is_stored_without_brackets_and_displayed_with_them() {
+    let a: BackendAddr = "[::1]:3306".parse().unwrap();
+    assert_eq!(a, tcp("::1", 3306));
+    assert_eq!(a.to_string(), "[::1]:3306");
+    let c = Config::from_yaml_str("backends: [\"[::1]:3306\"]").unwrap();
+    assert_eq!(c.backends[0].name, "[::1]:3306");
+    assert!("::1:3306"
+        .parse::<BackendAddr>()
+        .unwrap_err()
+        .to_string()
+        .contains("brackets"));
+    assert!("[nope]:3306".parse::<BackendAddr>().is_err());
+    let l: ListenAddr = "[::1]:4040".parse().unwrap();
+    assert_eq!(l.to_string(), "[::1]:4040");
+}
+
+#[test]
+fn backend_addresses_reject_bad_ports_and_hosts() {
+    for bad in ["h:0", "h:65536", "h:", ":3306", "h", "a b:1", "h:x"] {
+        assert!(bad.parse::<BackendAddr>().is_err(), "{bad}");
+    }
+    assert_eq!("h:65535".parse::<BackendAddr>().unwrap(), tcp("h", 65535));
+}
+
+#[test]
+fn unix_paths_for_listen_and_backends() {
+    assert_eq!(
+        "/tmp/my.sock".parse::<BackendAddr>().unwrap(),
+        BackendAddr::Unix("/tmp/my.sock".into())
+    );
+    assert_eq!(
+        "./rel/my.sock".parse::<BackendAddr>().unwrap(),
+        BackendAddr::Unix("./rel/my.sock".into())
+    );
+    let l: ListenAddr = "/run/x.sock".parse().unwrap();
+    assert_eq!(l, ListenAddr::Unix("/run/x.sock".into()));
+    assert_eq!(l.to_string(), "unix:/run/x.sock");
+    // Display round-trips.
+    assert_eq!(l.to_string().parse::<ListenAddr>().unwrap(), l);
+    let long = format!("/{}", "x".repeat(200));
+    assert!(long
+        .parse::<ListenAddr>()
+        .unwrap_err()
+        .to_string()
+        .contains("limit"));
+    assert!("unix:".parse::<BackendAddr>().is_err());
+}
+
+#[test]
+fn listen_accepts_port_zero_empty_host_and_localhost() {
+    let l: ListenAddr = "127.0.0.1:0".parse().unwrap();
+    assert_eq!(l, ListenAddr::Tcp("127.0.0.1:0".parse().unwrap()));
+    let l: ListenAddr = ":4040".parse().unwrap();
+    assert_eq!(l, ListenAddr::Tcp("0.0.0.0:4040".parse().unwrap()));
+    let ListenAddr::Tcp(a) = "localhost:4040".parse::<ListenAddr>().unwrap() else {
+        panic!("localhost is not a unix path");
+    };
+    assert!(a.ip().is_loopback());
+    assert_eq!(a.port(), 4040);
+    assert!("127.0.0.1:70000".parse::<ListenAddr>().is_err());
+}
+
+#[test]
+fn validate_rejects_missing_backends_with_a_hint() {
+    let e = err("listen: [\"127.0.0.1:4040\"]\n");
+    assert!(e.contains("backends"), "{e}");
+    assert!(e.contains("--proxy-backend-addresses"), "{e}");
+    // An empty file is the same as no keys.
+    assert!(err("# nothing\n").contains("no backend configured"));
+}
+
+#[test]
+fn validate_errors_name_the_key() {
+    let cases = [
+        (
+            "listen: []\nbackends: [\"h:1\"]",
+            "listen: no listen address",
+        ),
+        (
+            "listen: [\"127.0.0.1:1\", \"127.0.0.1:1\"]\nbackends: [\"h:1\"]",
+            "listen[1]: duplicate",
+        ),
+        (
+            "backends: [\"h:1\", {address: \"h:1\"}]",
+            "backends[1].name: duplicate backend name `h:1`",
+        ),
+        (
+            "backends: [{address: \"h:1\", weight: 0}]",
+            "backends[0].weight: must be > 0",
+        ),
+        (
+            "backends: [{address: \"h:1\", name: \"\"}]",
+            "backends[0].name",
+        ),
+        (
+            "backends: [h:1]\nmax_connections: 0",
+            "max_connections: must be > 0",
+        ),
+        (
+            "backends: [h:1]\nmax_open_files: 10",
+            "max_open_files: 10 is too small",
+        ),
+        (
+            "backends: [h:1]\nconnect_timeout: 0s",
+            "connect_timeout: must be > 0",
+        ),
+        (
+            "backends: [h:1]\nhandshake_timeout: 0s",
+            "handshake_timeout: must be > 0",
+        ),
+        (
+            "backends: [h:1]\nmax_packet_size: 100",
+            "max_packet_size: 100 is too small",
+        ),
+        (
+            "backends: [h:1]\nmax_handshake_packet_size: 32MiB",
+            "max_handshake_packet_size",
+        ),
+        (
+            "backends: [h:1]\nlog: {level: debgu}",
+            "log.level: `debgu` is not a level",
+        ),
+        (
+            "backends: [h:1]\nlog: {level: \"\"}",
+            "log.level: must not be empty",
+        ),
+    ];
+    for (yaml, want) in cases {
+        let e = err(yaml);
+        assert!(e.contains(want), "{yaml:?}: got {e:?}, want {want:?}");
+    }
+    // Two port-0 listeners are fine, and so is a zero cool-off.
+    Config::from_yaml_str(
+        "listen: [\"127.0.0.1:0\", \"127.0.0.1:0\"]\nbackends: [h:1]\ndown_cooloff: 0s",
+    )
+    .unwrap();
+}
+
+#[test]
+fn cli_flags_override_the_file() {
+    let f = write_temp(
+            "listen: [\"127.0.0.1:5000\"]\nbackends: [\"h:1\", \"h:2\"]\nmax_connections: 7\nlog: {level: warn}\n",
+        );
+    let cli = Cli::parse_from([
+        "mysql-lb",
+        "--config",
+        f.path().to_str().unwrap(),
+        "--proxy-address",
+        "127.0.0.1:6000",
+        "--proxy-backend-addresses",
+        "db:3306",
+        "--max-connections",
+        "9",
+        "--max-open-files",
+        "5000",
+        "--connect-timeout",
+        "750ms",
+        "--log-level",
+        "debug",
+        "--log-format",
+        "json",
+    ]);
+    let c = Config::load(&cli).unwrap();
+    assert_eq!(c.listen, vec!["127.0.0.1:6000".parse().unwrap()]);
+    assert_eq!(c.backends.len(), 1);
+    assert_eq!(c.backends[0].address, tcp("db", 3306));
+    assert_eq!(c.max_connections, 9);
+    assert_eq!(c.max_open_files, Some(5000));
+    assert_eq!(c.connect_timeout, Duration::from_millis(750));
+    assert_eq!(c.log_level, "debug");
+    assert_eq!(c.log_format, LogFormat::Json);
+    // Untouched keys keep the file's / default values.
+    assert_eq!(c.handshake_timeout, Duration::from_secs(10));
+}
+
+#[test]
+fn cli_lists_may_be_repeated_and_comma_separated() {
+    let cli = Cli::parse_from([
+        "mysql-lb",
+        "--proxy-backend-addresses",
+        "a:1, b:2",
+        "--proxy-backend-addresses=/tmp/c.sock",
+        "--proxy-address",
+        "127.0.0.1:0,/tmp/lb.sock",
+    ]);
+    let c = Config::load(&cli).unwrap();
+    let names: Vec<_> = c.backends.iter().map(|b| b.name.as_str()).collect();
+    assert_eq!(names, ["a:1", "b:2", "/tmp/c.sock"]);
+    assert_eq!(
+        c.listen,
+        vec![
+            ListenAddr::Tcp("127.0.0.1:0".parse().unwrap()),
+            ListenAddr::Unix("/tmp/lb.sock".into())
+        ]
+    );
+}
+
+#[test]
+fn cli_errors_name_the_flag() {
+    let cli = Cli::parse_from(["mysql-lb", "--proxy-backend-addresses", "a:1,b:0"]);
+    let e = Config::load(&cli).unwrap_err().to_string();
+    assert!(
+        e.starts_with("command line: --proxy-backend-addresses:"),
+        "{e}"
+    );
+    let cli = Cli::parse_from(["mysql-lb", "--proxy-backend-addresses", "a:1,a:1"]);
+    let e = Config::load(&cli).unwrap_err().to_string();
+    assert!(
+        e.starts_with("command line: --proxy-backend-addresses[1].name: duplicate"),
+        "{e}"
+    );
+    let cli = Cli::parse_from(["mysql-lb"]);
+    let e = Config::load(&cli).unwrap_err().to_string();
+    assert!(e.contains("--proxy-backend-addresses"), "{e}");
+}
+
+#[test]
+fn file_errors_name_the_file() {
+    let f = write_temp("backends: [\"h:1\"]\nmax_connections: 0\n");
+    let cli = Cli {
+        config: Some(f.path().to_owned()),
+        ..Cli::default()
+    };
+    let e = Config::load(&cli).unwrap_err().to_string();
+    assert!(
+        e.starts_with(&format!("{}: max_connections", f.path().display())),
+        "{e}"
+    );
+    let f = write_temp("backends: [\"h:1\"]\nbogus: 1\n");
+    let cli = Cli {
+        config: Some(f.path().to_owned()),
+        ..Cli::default()
+    };
+    let e = Config::load(&cli).unwrap_err().to_string();
+    assert!(e.starts_with(&f.path().display().to_string()), "{e}");
+    assert!(
+        e.contains("unknown field `bogus`") && e.contains("line 2"),
+        "{e}"
+    );
+    let cli = Cli {
+        config: Some("/nonexistent/mysql-lb.yaml".into()),
+        ..Cli::default()
+    };
+    let e = Config::load(&cli).unwrap_err().to_string();
+    assert!(e.contains("/nonexistent/mysql-lb.yaml"), "{e}");
+}
+
+#[test]
+fn balancer_keys_and_backend_type_parse() {
+    let script = write_temp("function connect_server() end\n");
+    let c = Config::from_yaml_str(&format!(
+            "backends:\n  - h:1\n  - {{address: h:2, type: ro, weight: 3}}\nbalancer:\n  policy: least_connections\n  script: {}\n  script_budget: 25ms\n  script_allow_unsafe: true\n",
+            script.path().display()
+        ))
+        .unwrap();
+    assert_eq!(c.backends[0].kind, BackendKind::Rw);
+    assert_eq!(c.backends[1].kind, BackendKind::Ro);
+    assert_eq!(
+        c.balancer,
+        BalancerConfig {
+            policy: Policy::LeastConnections,
+            script: Some(script.path().to_owned()),
+            script_budget: Duration::from_millis(25),
+            script_allow_unsafe: true,
+        }
+    );
+    let d = Config::from_yaml_str("backends: [h:1]\nbalancer: {policy: random}").unwrap();
+    assert_eq!(d.balancer.policy, Policy::Random);
+    assert_eq!(d.balancer.script_budget, Duration::from_millis(10));
+    assert!(!d.balancer.script_allow_unsafe);
+    assert_eq!(Config::default().balancer.policy, Policy::RoundRobin);
+}
+
+#[test]
+fn balancer_errors_name_the_key() {
+    let e = err("backends: [h:1]\nbalancer:\n  polcy: random\n");
+    assert!(
+        e.contains("unknown field `polcy`") && e.contains("line 3"),
+        "{e}"
+    );
+    let e = err("backends: [h:1]\nbalancer: {policy: fastest}\n");
+    assert!(
+        e.contains("balancer.policy") && e.contains("fastest"),
+        "{e}"
+    );
+    let e = err("backends: [{address: h:1, type: rx}]\n");
+    assert!(e.contains("backends[0].type"), "{e}");
+    let e = err("backends: [h:1]\nbalancer: {script: /nonexistent/x.lua}\n");
+    assert!(
+        e.contains("balancer.script: cannot read /nonexistent/x.lua"),
+        "{e}"
+    );
+    let e = err("backends: [h:1]\nbalancer: {script_budget: 0s}\n");
+    assert!(e.contains("balancer.script_budget: must be > 0"), "{e}");
+}
+
+#[test]
+fn mysql_proxy_flags_set_script_policy_and_read_only_backends() {
+    let script = write_temp("-- empty\n");
+    let f = write_temp("backends: [\"h:1\"]\n");
+    let cli = Cli::parse_from([
+        "mysql-lb",
+        "--config",
+        f.path().to_str().unwrap(),
+        "--proxy-lua-script",
+        script.path().to_str().unwrap(),
+        "--balancer",
+        "least_connections",
+        "--proxy-read-only-backend-addresses",
+        "r:1,r:2",
+        "--proxy-read-only-backend-addresses=/tmp/r.sock",
+    ]);
+    let c = Config::load(&cli).unwrap();
+    let kinds: Vec<_> = c
+        .backends
+        .iter()
+        .map(|b| (b.name.as_str(), b.kind))
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            ("h:1", BackendKind::Rw),
+            ("r:1", BackendKind::Ro),
+            ("r:2", BackendKind::Ro),
+            ("/tmp/r.sock", BackendKind::Ro)
+        ]
+    );
+    assert_eq!(c.balancer.script.as_deref(), Some(script.path()));
+    assert_eq!(c.balancer.policy, Policy::LeastConnections);
+
+    // Read-only backends alone are enough.
+    let cli = Cli::parse_from(["mysql-lb", "--proxy-read-only-backend-addresses", "r:1"]);
+    assert_eq!(
+        Config::load(&cli).unwrap().backends[0].kind,
+        BackendKind::Ro
+    );
+
+    let cli = Cli::parse_from(["mysql-lb", "--proxy-read-only-backend-addresses", "r:0"]);
+    let e = Config::load(&cli).unwrap_err().to_string();
+    assert!(
+        e.starts_with("command line: --proxy-read-only-backend-addresses:"),
+        "{e}"
+    );
+    let cli = Cli::parse_from([
+        "mysql-lb",
+        "--proxy-backend-addresses",
+        "h:1",
+        "--proxy-lua-script",
+        "/nonexistent/s.lua",
+    ]);
+    let e = Config::load(&cli).unwrap_err().to_string();
+    assert!(
+        e.starts_with("command line: --proxy-lua-script: cannot read"),
+        "{e}"
+    );
+}
+
+#[test]
+fn shipped_example_config_loads() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("config/mysql-lb.yaml");
+    let cli = Cli {
+        config: Some(path),
+        ..Cli::default()
+    };
+    let c = Config::load(&cli).unwrap();
+    let addrs: Vec<_> = c.backends.iter().map(|b| b.address.to_string()).collect();
+    assert_eq!(addrs, ["127.0.0.1:3306", "127.0.0.1:3307"]);
+    assert_eq!(c.listen, Config::default().listen);
+}
