@@ -109,6 +109,10 @@ impl PacketScanner {
         buf: &[u8],
         mut on_packet: impl FnMut(Packet<'_>) -> Result<(), E>,
     ) -> Result<(), E> {
+        if self.in_payload || self.continuation {
+            // The packet in progress began in an earlier buffer: no offset in this one.
+            self.start = None;
+        }
         let mut pos = 0;
         loop {
             if !self.in_payload {
@@ -290,6 +294,26 @@ mod tests {
             assert!(s.at_boundary());
             assert!(b_len <= 3);
         }
+    }
+
+    #[test]
+    fn a_packet_begun_in_an_earlier_buffer_has_no_start_in_this_one() {
+        let mut stream = packet(1, b"0123456789");
+        stream.extend(packet(2, b"ab"));
+        let mut s = PacketScanner::new(1 << 30);
+        assert!(scan_all(&mut s, &stream[..8]).unwrap().is_empty());
+        let seen = scan_all(&mut s, &stream[8..]).unwrap();
+        assert_eq!(seen[0].start, None, "began in the previous buffer");
+        assert_eq!(seen[0].end, 6);
+        assert_eq!(seen[1].start, Some(6));
+        // Also across a 16 MiB continuation.
+        let mut big = header(MAX_CHUNK, 0).to_vec();
+        big.extend(std::iter::repeat_n(0, MAX_CHUNK));
+        big.extend(packet(1, b"x"));
+        let mut s = PacketScanner::new(1 << 30);
+        assert!(scan_all(&mut s, &big[..MAX_CHUNK + 4]).unwrap().is_empty());
+        let seen = scan_all(&mut s, &big[MAX_CHUNK + 4..]).unwrap();
+        assert_eq!(seen[0].start, None);
     }
 
     #[test]
