@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex};
 
 use crate::balancer::Backend;
 use crate::protocol::codec::header;
-use crate::protocol::response::cmd;
+use crate::protocol::response::{cmd, is_sql_space};
 #[cfg(test)]
 use crate::protocol::response::may_be_kill;
 
@@ -97,9 +97,10 @@ pub fn parse(payload: &[u8]) -> Option<KillRequest> {
     if command != cmd::QUERY {
         return None;
     }
-    let sql = std::str::from_utf8(body).ok()?.trim();
-    let sql = sql.strip_suffix(';').unwrap_or(sql).trim_end();
-    let mut words: Vec<&str> = sql.split_ascii_whitespace().collect();
+    let space = |c: char| u8::try_from(c).is_ok_and(is_sql_space);
+    let sql = std::str::from_utf8(body).ok()?.trim_matches(space);
+    let sql = sql.strip_suffix(';').unwrap_or(sql).trim_end_matches(space);
+    let mut words: Vec<&str> = sql.split(space).filter(|w| !w.is_empty()).collect();
     let id: u64 = words.pop()?.parse().ok()?;
     let mut rest = words.iter().map(|w| w.to_ascii_uppercase());
     if rest.next().as_deref() != Some("KILL") {

@@ -97,13 +97,19 @@ pub struct ClientScan {
     pub kill: Option<(usize, usize)>,
 }
 
+/// Whitespace as the server's SQL lexer sees it (ASCII whitespace plus vertical tab).
+pub fn is_sql_space(b: u8) -> bool {
+    b.is_ascii_whitespace() || b == 0x0B
+}
+
 /// True if a command payload may be a KILL (`COM_PROCESS_KILL`, or a COM_QUERY starting with
 /// `KILL`); looks at the first bytes only, so it is cheap enough for every command.
 pub fn may_be_kill(payload_prefix: &[u8]) -> bool {
     match payload_prefix.split_first() {
         Some((&cmd::PROCESS_KILL, _)) => true,
         Some((&cmd::QUERY, sql)) => {
-            let sql = sql.trim_ascii_start();
+            let start = sql.iter().position(|b| !is_sql_space(*b)).unwrap_or(sql.len());
+            let sql = &sql[start..];
             sql.len() >= 4 && sql[..4].eq_ignore_ascii_case(b"kill")
         }
         _ => false,
