@@ -14,9 +14,9 @@ use std::sync::{Arc, Mutex};
 
 use crate::balancer::Backend;
 use crate::protocol::codec::header;
-use crate::protocol::response::{cmd, is_sql_space};
 #[cfg(test)]
 use crate::protocol::response::may_be_kill;
+use crate::protocol::response::{cmd, is_sql_space};
 
 /// Proxy ids live in [BASE, u32::MAX]: servers count thread ids up from 1 and never get there.
 pub const ID_BASE: u32 = 0xC000_0000;

@@ -108,7 +108,10 @@ pub fn may_be_kill(payload_prefix: &[u8]) -> bool {
     match payload_prefix.split_first() {
         Some((&cmd::PROCESS_KILL, _)) => true,
         Some((&cmd::QUERY, sql)) => {
-            let start = sql.iter().position(|b| !is_sql_space(*b)).unwrap_or(sql.len());
+            let start = sql
+                .iter()
+                .position(|b| !is_sql_space(*b))
+                .unwrap_or(sql.len());
             let sql = &sql[start..];
             sql.len() >= 4 && sql[..4].eq_ignore_ascii_case(b"kill")
         }
