@@ -266,11 +266,6 @@ impl Tracker {
         self.server.at_boundary()
     }
 
-    /// True while the client is mid-packet or mid-exchange (infile, auth, binlog).
-    pub fn client_at_command_boundary(&self) -> bool {
-        self.client.at_boundary() && self.client_mode == ClientMode::Commands
-    }
-
     /// The sequence id a packet injected towards the client now should carry.
     pub fn next_server_seq(&self) -> u8 {
         self.queue.front().map_or(1, |p| p.next_seq)
