@@ -1,0 +1,636 @@
+//! The properties the fuzz targets check, one function per target, each taking raw fuzzer bytes.
+//!
+//! Kept free of any fuzzing crate so `tests/properties.rs` can include this very file and run the
+//! same oracles under proptest and over the committed seeds and crash reproducers: a bug found by
+//! either is checked by both. Every check panics (asserts) on a violated property; an `Err` from
+//! the code under test is never a failure by itself, only a panic or a broken invariant is.
+
+use std::time::{Duration, Instant};
+
+use mysql_lb::kill;
+use mysql_lb::protocol::caps::{
+    Negotiated, CLIENT_DEPRECATE_EOF, CLIENT_LOCAL_FILES, CLIENT_MYSQL, MARIADB_CLIENT_PROGRESS,
+    MARIADB_UNSUPPORTED, UNSUPPORTED,
+};
+use mysql_lb::protocol::codec::{FrameError, PacketScanner, MAX_CHUNK, PREFIX_LEN};
+use mysql_lb::protocol::handshake::{
+    negotiate, parse_client_first, parse_greeting, patch_client_first, patch_greeting,
+    patch_greeting_with, set_greeting_connection_id, ClientFirst, Greeting, Strip,
+};
+use mysql_lb::protocol::response::{may_be_kill, TrackError, Tracker, MAX_PENDING};
+
+/// Whether a known, reported bug is to be stepped over: the including crate decides (`tolerate`
+/// at its root). The fuzz crate reads `FUZZ_TOLERATE`; the property tests never step over any.
+fn tolerate(bug: &str) -> bool {
+    super::tolerate(bug)
+}
+
+// ---------------------------------------------------------------------------------------------
+// codec
+
+/// A logical packet as a scanner reported it, with offsets made absolute in the whole stream.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Seen {
+    pub first_seq: u8,
+    pub last_seq: u8,
+    pub first_chunk_len: usize,
+    pub len: u64,
+    pub prefix: Vec<u8>,
+    pub start: Option<usize>,
+    pub end: usize,
+}
+
+/// What scanning a stream gave: the packets, then the framing error that stopped it, if any
+/// (its `start` made absolute too).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Scanned {
+    pub packets: Vec<Seen>,
+    pub error: Option<FrameError>,
+    pub at_boundary: bool,
+}
+
+/// Scans `chunks` in order as successive reads, checking every offset against the buffer it is
+/// reported in.
+pub fn scan_chunks(max_len: u64, chunks: &[&[u8]]) -> Scanned {
+    let mut scanner = PacketScanner::new(max_len);
+    let mut packets = Vec::new();
+    let mut base = 0;
+    for chunk in chunks {
+        let result = scanner.scan(chunk, |p| {
+            assert!(
+                p.end >= 1 && p.end <= chunk.len(),
+                "packet end {} outside a buffer of {} bytes",
+                p.end,
+                chunk.len()
+            );
+            let len = usize::try_from(p.len).unwrap_or(usize::MAX);
+            let stale = p
+                .start
+                .is_some_and(|s| s.saturating_add(4).saturating_add(len) > p.end);
+            let start = if stale && tolerate("stale-start") {
+                None
+            } else {
+                p.start
+            };
+            if let Some(start) = start {
+                assert!(
+                    start + 4 + len <= p.end,
+                    "packet start {start} + header + {} payload bytes passes its end {} \
+                     (buffer of {} bytes)",
+                    p.len,
+                    p.end,
+                    chunk.len()
+                );
+            }
+            assert_eq!(
+                p.prefix.len() as u64,
+                p.len.min(PREFIX_LEN as u64),
+                "prefix length"
+            );
+            assert!(p.first_chunk_len as u64 <= p.len);
+            packets.push(Seen {
+                first_seq: p.first_seq,
+                last_seq: p.last_seq,
+                first_chunk_len: p.first_chunk_len,
+                len: p.len,
+                prefix: p.prefix.to_vec(),
+                start: start.map(|s| base + s),
+                end: base + p.end,
+            });
+            Ok::<(), FrameError>(())
+        });
+        if let Err(e) = result {
+            let start = frame_error_start(&e);
+            if let Some(s) = start {
+                assert!(
+                    s + 4 <= chunk.len(),
+                    "error start {s} without a whole header in a buffer of {} bytes",
+                    chunk.len()
+                );
+            }
+            return Scanned {
+                packets,
+                error: Some(with_frame_start(e, start.map(|s| base + s))),
+                at_boundary: scanner.at_boundary(),
+            };
+        }
+        base += chunk.len();
+    }
+    Scanned {
+        packets,
+        error: None,
+        at_boundary: scanner.at_boundary(),
+    }
+}
+
+pub fn frame_error_start(e: &FrameError) -> Option<usize> {
+    match *e {
+        FrameError::TooLarge { start, .. } | FrameError::ChunkOutOfOrder { start, .. } => start,
+    }
+}
+
+fn with_frame_start(e: FrameError, start: Option<usize>) -> FrameError {
+    match e {
+        FrameError::TooLarge { len, max, .. } => FrameError::TooLarge { len, max, start },
+        FrameError::ChunkOutOfOrder { expected, got, .. } => FrameError::ChunkOutOfOrder {
+            expected,
+            got,
+            start,
+        },
+    }
+}
+
+/// Chunk sizes for a split chosen by `control`: the low nibble picks the largest chunk, bits 4..7
+/// seed the sizes (0: every chunk that large).
+pub fn split(stream: &[u8], control: u8) -> Vec<&[u8]> {
+    const LARGEST: [usize; 16] = [1, 2, 3, 4, 5, 6, 7, 8, 11, 16, 31, 33, 64, 255, 1024, 4096];
+    let largest = LARGEST[usize::from(control & 0x0F)];
+    let mut rng = XorShift(u64::from(control >> 4).wrapping_mul(0x9E37_79B9_7F4A_7C15));
+    let mut chunks = Vec::new();
+    let mut rest = stream;
+    while !rest.is_empty() {
+        let size = if control >> 4 == 0 {
+            largest
+        } else {
+            1 + (rng.next_u64() % largest as u64) as usize
+        };
+        let (chunk, tail) = rest.split_at(size.min(rest.len()));
+        chunks.push(chunk);
+        rest = tail;
+    }
+    chunks
+}
+
+/// Byte 0 chooses the split (and, with bit 7, a small size limit); the rest is one direction of
+/// a connection. Scanned whole and split, the same packets and the same error must come out.
+pub fn codec(data: &[u8]) {
+    let Some((&control, stream)) = data.split_first() else {
+        return;
+    };
+    let max_len = if control & 0x80 != 0 { 200 } else { 1 << 30 };
+    let whole = scan_chunks(max_len, &[stream]);
+    for p in &whole.packets {
+        let start = p.start.expect("a packet in a single buffer starts in it");
+        if p.first_chunk_len < MAX_CHUNK {
+            let payload = &stream[start + 4..p.end];
+            assert_eq!(payload.len() as u64, p.len);
+            assert_eq!(p.prefix, payload[..payload.len().min(PREFIX_LEN)]);
+            assert_eq!(p.first_seq, p.last_seq);
+        }
+    }
+    if whole.error.is_none() {
+        let consumed = whole.packets.last().map_or(0, |p| p.end);
+        assert_eq!(
+            whole.at_boundary,
+            consumed == stream.len(),
+            "at_boundary disagrees with the bytes left after the last packet"
+        );
+    }
+
+    let parts = scan_chunks(max_len, &split(stream, control));
+    assert_same_scan(&whole, &parts);
+}
+
+/// `parts` (a split scan) must report what `whole` did; a start it reports must be the true one.
+pub fn assert_same_scan(whole: &Scanned, parts: &Scanned) {
+    assert_eq!(
+        parts.packets.len(),
+        whole.packets.len(),
+        "packet count differs"
+    );
+    for (i, (a, b)) in whole.packets.iter().zip(&parts.packets).enumerate() {
+        assert_eq!(
+            (
+                a.first_seq,
+                a.last_seq,
+                a.first_chunk_len,
+                a.len,
+                &a.prefix,
+                a.end
+            ),
+            (
+                b.first_seq,
+                b.last_seq,
+                b.first_chunk_len,
+                b.len,
+                &b.prefix,
+                b.end
+            ),
+            "packet {i}"
+        );
+        if b.start.is_some() {
+            assert_eq!(
+                b.start, a.start,
+                "packet {i}: a split scan reported a start that is not the packet's"
+            );
+        }
+    }
+    match (&whole.error, &parts.error) {
+        (None, None) => assert_eq!(whole.at_boundary, parts.at_boundary),
+        (Some(a), Some(b)) => {
+            assert_eq!(
+                with_frame_start(*a, None),
+                with_frame_start(*b, None),
+                "framing error differs"
+            );
+            if let Some(s) = frame_error_start(b) {
+                assert_eq!(Some(s), frame_error_start(a), "framing error start");
+            }
+        }
+        (a, b) => panic!("framing error only on one side: whole {a:?}, split {b:?}"),
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// greeting
+
+/// Where the fixed 31-byte block of a parsable greeting starts (after the version's NUL).
+fn greeting_fixed_start(payload: &[u8]) -> usize {
+    let nul = payload[1..]
+        .iter()
+        .position(|&b| b == 0)
+        .expect("a parsed greeting has a NUL-terminated version");
+    nul + 2
+}
+
+fn changed_positions(a: &[u8], b: &[u8]) -> Vec<usize> {
+    assert_eq!(a.len(), b.len(), "patching changed the length");
+    (0..a.len()).filter(|&i| a[i] != b[i]).collect()
+}
+
+/// Parse, patch and re-id a server greeting: patching touches only capability bytes, is
+/// idempotent, and the patched bytes parse to what the patch returned; failures touch nothing.
+pub fn greeting(data: &[u8]) {
+    let parsed = parse_greeting(data);
+    let mut patched = data.to_vec();
+    let after = patch_greeting(&mut patched);
+    let mut with_id = data.to_vec();
+    let new_id = 0xC000_0000 ^ data.len() as u32;
+    let old_id = set_greeting_connection_id(&mut with_id, new_id);
+
+    let (g, a) = match (parsed, after) {
+        (Ok(g), Ok(a)) => (g, a),
+        (Err(_), Err(_)) => {
+            assert_eq!(patched, data, "a failed patch changed bytes");
+            assert!(
+                old_id.is_err(),
+                "set id succeeded on an unparsable greeting"
+            );
+            assert_eq!(with_id, data, "a failed set id changed bytes");
+            return;
+        }
+        (p, a) => panic!("parse and patch disagree: {p:?} vs {a:?}"),
+    };
+    let fixed = greeting_fixed_start(data);
+    let caps_bytes = [fixed + 13, fixed + 14, fixed + 18, fixed + 19];
+    let mariadb_bytes = fixed + 27..fixed + 31;
+    for i in changed_positions(data, &patched) {
+        assert!(
+            caps_bytes.contains(&i) || mariadb_bytes.contains(&i),
+            "patch changed byte {i}, not a capability byte (fixed block at {fixed})"
+        );
+    }
+    if g.capabilities & CLIENT_MYSQL != 0 {
+        assert_eq!(
+            patched[mariadb_bytes.clone()],
+            data[mariadb_bytes],
+            "MySQL filler patched"
+        );
+    }
+    let expected = Greeting {
+        capabilities: g.capabilities & !UNSUPPORTED,
+        mariadb_capabilities: g.mariadb_capabilities & !MARIADB_UNSUPPORTED,
+        ..g.clone()
+    };
+    assert_eq!(a, expected, "patch result");
+    assert_eq!(
+        parse_greeting(&patched).expect("patched greeting parses"),
+        a,
+        "patched bytes parse differently from what patch returned"
+    );
+    let mut twice = patched.clone();
+    assert_eq!(patch_greeting(&mut twice).expect("re-patch"), a);
+    assert_eq!(twice, patched, "patch is not idempotent");
+
+    let mut stricter = data.to_vec();
+    let s = patch_greeting_with(&mut stricter, Strip::UNSUPPORTED.and(CLIENT_LOCAL_FILES))
+        .expect("patch with extra bits");
+    assert_eq!(s.capabilities, a.capabilities & !CLIENT_LOCAL_FILES);
+    assert_eq!(parse_greeting(&stricter).expect("parses"), s);
+
+    assert_eq!(
+        old_id.expect("set id on a parsable greeting"),
+        g.connection_id
+    );
+    for i in changed_positions(data, &with_id) {
+        assert!((fixed..fixed + 4).contains(&i), "set id changed byte {i}");
+    }
+    let reparsed = parse_greeting(&with_id).expect("greeting with new id parses");
+    assert_eq!(
+        reparsed,
+        Greeting {
+            connection_id: new_id,
+            ..g
+        }
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// handshake response
+
+/// Parse and patch a client's first packet: patching touches only capability bytes, is
+/// idempotent, keeps every parsed field but the cleared bits; failures touch nothing.
+pub fn handshake_response(data: &[u8]) {
+    let first = parse_client_first(data);
+    let mut patched = data.to_vec();
+    let result = patch_client_first(&mut patched);
+    if let Err(e) = result {
+        assert_eq!(patched, data, "a failed patch changed bytes ({e})");
+        assert!(first.is_err(), "parsed but the patch failed: {e}");
+        return;
+    }
+    let raw_caps = u32::from_le_bytes([data[0], data[1], data[2], data[3]]);
+    for i in changed_positions(data, &patched) {
+        assert!(
+            i < 4 || (28..32).contains(&i),
+            "patch changed byte {i}, not a capability byte"
+        );
+        if raw_caps & CLIENT_MYSQL != 0 {
+            assert!(i < 4, "MySQL client's filler patched (byte {i})");
+        }
+    }
+    let patched_caps = u32::from_le_bytes([patched[0], patched[1], patched[2], patched[3]]);
+    assert_eq!(patched_caps, raw_caps & !UNSUPPORTED);
+    let mut twice = patched.clone();
+    patch_client_first(&mut twice).expect("re-patch");
+    assert_eq!(twice, patched, "patch is not idempotent");
+
+    match first {
+        Ok(ClientFirst::SslRequest { capabilities }) => {
+            assert_eq!(data.len(), 32);
+            assert_eq!(capabilities, raw_caps);
+        }
+        Ok(ClientFirst::Response(r)) => {
+            assert_eq!(r.capabilities, raw_caps);
+            if raw_caps & CLIENT_MYSQL != 0 {
+                assert_eq!(r.mariadb_capabilities, 0);
+            }
+            match parse_client_first(&patched) {
+                Ok(ClientFirst::Response(p)) => {
+                    let mut expected = r.clone();
+                    expected.capabilities &= !UNSUPPORTED;
+                    expected.mariadb_capabilities &= !MARIADB_UNSUPPORTED;
+                    assert_eq!(p, expected, "patched response parses to other fields");
+                }
+                other => panic!("a parsed response no longer parses once patched: {other:?}"),
+            }
+            for g in reference_greetings() {
+                let n = negotiate(&g, &r);
+                assert_eq!(n.capabilities & !(g.capabilities & r.capabilities), 0);
+                if (g.capabilities | r.capabilities) & CLIENT_MYSQL != 0 {
+                    assert_eq!(n.mariadb_capabilities, 0);
+                } else {
+                    assert_eq!(
+                        n.mariadb_capabilities,
+                        g.mariadb_capabilities & r.mariadb_capabilities
+                    );
+                }
+            }
+        }
+        Err(_) => {}
+    }
+}
+
+/// A MariaDB-like and a MySQL-like greeting to negotiate against.
+fn reference_greetings() -> [Greeting; 2] {
+    let mariadb = Greeting {
+        protocol_version: 10,
+        server_version: "5.5.5-10.11.19-MariaDB".into(),
+        connection_id: 1,
+        capabilities: 0x81FF_F7FE,
+        mariadb_capabilities: 0x1D,
+        charset: 45,
+        status: 2,
+        auth_plugin: Some("mysql_native_password".into()),
+        is_mariadb: true,
+    };
+    let mysql = Greeting {
+        server_version: "8.0.36".into(),
+        capabilities: 0xDFFF_FFFF,
+        mariadb_capabilities: 0,
+        auth_plugin: Some("caching_sha2_password".into()),
+        is_mariadb: false,
+        ..mariadb.clone()
+    };
+    [mariadb, mysql]
+}
+
+// ---------------------------------------------------------------------------------------------
+// tracker
+
+/// One read the tracker is fed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Segment<'a> {
+    /// Bytes from the client; `written` calls `on_written` after the scan.
+    Client {
+        bytes: &'a [u8],
+        written: bool,
+    },
+    Server(&'a [u8]),
+}
+
+/// A tracker run decoded from fuzzer bytes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TrackerInput<'a> {
+    pub caps: Negotiated,
+    pub max_packet: u64,
+    pub segments: Vec<Segment<'a>>,
+}
+
+const TRACKER_MAX_PACKET: [u64; 4] = [1 << 30, 16, 1024, MAX_CHUNK as u64 + 1];
+
+/// Byte 0: bit 0 CLIENT_DEPRECATE_EOF, bit 1 MARIADB_CLIENT_PROGRESS, bits 2..3 the client's
+/// packet size limit. Then segments: a tag byte (bit 0 server, else client; bit 1 "written"),
+/// a little-endian u16 length (cut to what is left), the bytes.
+pub fn decode_tracker(data: &[u8]) -> Option<TrackerInput<'_>> {
+    let (&config, mut rest) = data.split_first()?;
+    let mut caps = Negotiated::default();
+    if config & 1 != 0 {
+        caps.capabilities |= CLIENT_DEPRECATE_EOF;
+    }
+    if config & 2 != 0 {
+        caps.mariadb_capabilities |= MARIADB_CLIENT_PROGRESS;
+    }
+    let max_packet = TRACKER_MAX_PACKET[usize::from((config >> 2) & 3)];
+    let mut segments = Vec::new();
+    while let Some((&tag, tail)) = rest.split_first() {
+        let len = match tail {
+            [lo, hi, ..] => usize::from(u16::from_le_bytes([*lo, *hi])),
+            _ => 0,
+        };
+        let body = tail.get(2..).unwrap_or_default();
+        let (bytes, tail) = body.split_at(len.min(body.len()));
+        segments.push(if tag & 1 != 0 {
+            Segment::Server(bytes)
+        } else {
+            Segment::Client {
+                bytes,
+                written: tag & 2 != 0,
+            }
+        });
+        rest = tail;
+    }
+    Some(TrackerInput {
+        caps,
+        max_packet,
+        segments,
+    })
+}
+
+/// The inverse of [`decode_tracker`], for building seeds and proptest inputs.
+pub fn encode_tracker(config: u8, segments: &[Segment<'_>]) -> Vec<u8> {
+    let mut out = vec![config];
+    for s in segments {
+        let (tag, bytes) = match *s {
+            Segment::Client { bytes, written } => (if written { 2 } else { 0 }, bytes),
+            Segment::Server(bytes) => (1, bytes),
+        };
+        for piece in bytes.chunks(usize::from(u16::MAX)) {
+            out.push(tag);
+            out.extend_from_slice(&(piece.len() as u16).to_le_bytes());
+            out.extend_from_slice(piece);
+        }
+    }
+    out
+}
+
+/// What a tracker run observed, for tests that go beyond "nothing broke".
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct TrackerRun {
+    /// Commands the client scans queued.
+    pub commands: usize,
+    /// Command bytes of the `Completed` reports, in order.
+    pub completed: Vec<u8>,
+    pub error: Option<TrackError>,
+    pub pending: usize,
+    pub idle: bool,
+}
+
+/// Feeds decoded segments to a tracker: it must never panic, keep `pending()` bounded and
+/// consistent with what it reported, blame the side that sent the bytes, and report offsets
+/// inside the buffer just scanned. Stops at the first error, as the relay does.
+pub fn run_tracker(input: &TrackerInput<'_>) -> TrackerRun {
+    let mut tracker = Tracker::new(input.caps, input.max_packet);
+    let mut run = TrackerRun::default();
+    let base = Instant::now();
+    for (i, segment) in input.segments.iter().enumerate() {
+        let now = base + Duration::from_micros(i as u64);
+        match *segment {
+            Segment::Client { bytes, written } => match tracker.on_client(bytes) {
+                Ok(scan) => {
+                    run.commands += scan.commands;
+                    if let Some((start, end)) = scan.kill {
+                        check_kill_packet(bytes, start, end);
+                    }
+                    if written {
+                        tracker.on_written(now);
+                    }
+                }
+                Err(e) => {
+                    assert!(e.is_client(), "client bytes blamed on the backend: {e}");
+                    check_error_start(&e, bytes);
+                    run.error = Some(e);
+                    break;
+                }
+            },
+            Segment::Server(bytes) => {
+                let completed = &mut run.completed;
+                let result = tracker.on_server(bytes, now, |c| {
+                    assert!(c.first_byte <= c.latency, "{c:?}");
+                    completed.push(c.command);
+                });
+                if let Err(e) = result {
+                    assert!(!e.is_client(), "backend bytes blamed on the client: {e}");
+                    check_error_start(&e, bytes);
+                    run.error = Some(e);
+                    break;
+                }
+            }
+        }
+        let pending = tracker.pending();
+        assert!(pending <= MAX_PENDING, "pending {pending} over the bound");
+        assert!(
+            pending + run.completed.len() <= run.commands,
+            "pending {pending} + completed {} > commands {}",
+            run.completed.len(),
+            run.commands
+        );
+        if tracker.idle() {
+            assert_eq!(pending, 0);
+        }
+    }
+    run.pending = tracker.pending();
+    run.idle = tracker.idle();
+    run
+}
+
+/// The fuzz target: decode, then [`run_tracker`].
+pub fn tracker(data: &[u8]) {
+    if let Some(input) = decode_tracker(data) {
+        run_tracker(&input);
+    }
+}
+
+fn check_error_start(e: &TrackError, buf: &[u8]) {
+    if let Some(start) = e.start() {
+        if start + 4 > buf.len() && tolerate("stale-start") {
+            return;
+        }
+        assert!(
+            start + 4 <= buf.len(),
+            "error start {start} without a whole header in a buffer of {} bytes ({e})",
+            buf.len()
+        );
+    }
+}
+
+/// A KILL candidate must be one whole command packet lying in the buffer, as the relay slices it.
+fn check_kill_packet(buf: &[u8], start: usize, end: usize) {
+    let whole_packet = start + 4 < end
+        && end <= buf.len()
+        && u32::from_le_bytes([buf[start], buf[start + 1], buf[start + 2], 0]) as usize + 4
+            == end - start;
+    if !whole_packet && tolerate("stale-start") {
+        return;
+    }
+    assert!(
+        start + 4 < end && end <= buf.len(),
+        "kill offsets {start}..{end} in a buffer of {} bytes",
+        buf.len()
+    );
+    let packet = &buf[start..end];
+    let len = u32::from_le_bytes([packet[0], packet[1], packet[2], 0]) as usize;
+    assert_eq!(len + 4, packet.len(), "kill offsets do not span one packet");
+    assert_eq!(packet[3], 0, "a command packet has sequence id 0");
+    assert!(may_be_kill(&packet[4..]));
+    if let Some(k) = kill::parse(&packet[4..]) {
+        assert!(k.prefix.is_empty() || k.prefix.to_ascii_uppercase().starts_with("KILL"));
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+
+/// Deterministic xorshift64 (seed 0 is mapped away from the fixed point).
+pub struct XorShift(pub u64);
+
+impl XorShift {
+    pub fn next_u64(&mut self) -> u64 {
+        if self.0 == 0 {
+            self.0 = 0x2545_F491_4F6C_DD1D;
+        }
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+}
