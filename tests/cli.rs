@@ -13,6 +13,19 @@ fn example_config() -> String {
     format!("{}/config/mysql-lb.yaml", env!("CARGO_MANIFEST_DIR"))
 }
 
+/// The daemon in front of one shared backend on a free port, admin off, plus `extra` flags;
+/// `soft_nofile` starts it under that soft RLIMIT_NOFILE.
+fn in_front_of_one_backend(extra: &[&str], soft_nofile: Option<u64>) -> (Daemon, u16) {
+    let port = free_port();
+    let mut args = vec![
+        format!("--proxy-address=127.0.0.1:{port}"),
+        format!("--proxy-backend-addresses={}", shared_pair()[0].tcp_addr()),
+        "--admin-address=off".to_owned(),
+    ];
+    args.extend(extra.iter().map(|a| (*a).to_owned()));
+    (Daemon::start(&args, soft_nofile), port)
+}
+
 /// A connection that was greeted (so it holds an admission slot) and stays silent.
 fn hold_a_session(port: u16) -> std::net::TcpStream {
     use std::io::Read;
@@ -115,18 +128,8 @@ fn flags_start_a_proxy_the_mariadb_cli_can_use_and_sigterm_stops_it() {
 
 #[test]
 fn json_logs_name_the_refused_client_and_the_reason() {
-    let pair = shared_pair();
-    let port = free_port();
-    let mut d = Daemon::start(
-        &[
-            format!("--proxy-address=127.0.0.1:{port}"),
-            format!("--proxy-backend-addresses={}", pair[0].tcp_addr()),
-            "--admin-address=off".into(),
-            "--max-connections=1".into(),
-            "--log-format=json".into(),
-        ],
-        None,
-    );
+    let (mut d, port) =
+        in_front_of_one_backend(&["--max-connections=1", "--log-format=json"], None);
     wait_connectable(port);
     // Hold the only slot with a connection that got a greeting (an earlier probe may still hold
     // it for a moment), then be refused with the CLI.
@@ -148,17 +151,7 @@ fn json_logs_name_the_refused_client_and_the_reason() {
 
 #[test]
 fn starts_under_a_low_soft_fd_limit_and_raises_it() {
-    let pair = shared_pair();
-    let port = free_port();
-    let mut d = Daemon::start(
-        &[
-            format!("--proxy-address=127.0.0.1:{port}"),
-            format!("--proxy-backend-addresses={}", pair[0].tcp_addr()),
-            "--admin-address=off".into(),
-            "--max-connections=2000".into(),
-        ],
-        Some(1024),
-    );
+    let (mut d, port) = in_front_of_one_backend(&["--max-connections=2000"], Some(1024));
     d.wait_for_line("listening");
     let limits = std::fs::read_to_string(format!("/proc/{}/limits", d.child.id())).unwrap();
     let soft: u64 = limits
@@ -183,18 +176,8 @@ fn starts_under_a_low_soft_fd_limit_and_raises_it() {
 
 #[test]
 fn max_open_files_too_small_lowers_max_connections_with_one_warning() {
-    let pair = shared_pair();
-    let port = free_port();
-    let mut d = Daemon::start(
-        &[
-            format!("--proxy-address=127.0.0.1:{port}"),
-            format!("--proxy-backend-addresses={}", pair[0].tcp_addr()),
-            "--admin-address=off".into(),
-            "--max-connections=1000".into(),
-            "--max-open-files=264".into(),
-        ],
-        None,
-    );
+    let (mut d, _port) =
+        in_front_of_one_backend(&["--max-connections=1000", "--max-open-files=264"], None);
     let line = d.wait_for_line("max_connections lowered");
     assert!(line.contains("1000") && line.contains("100"), "{line}");
     d.wait_for_line("listening");

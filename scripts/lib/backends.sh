@@ -41,12 +41,15 @@ start_backend() {
   BACKEND_PORT=$(free_port)
   dir=$WORK/$name
   BACKEND_SOCKET=$dir/mysqld.sock
-  mkdir -p "$dir"
-  "$INSTALL_DB" --no-defaults "${USER_OPT[@]}" --innodb-use-native-aio=0 --datadir="$dir/data" \
+  # A private tmpdir: at start mariadbd deletes every #sql* file in its tmpdir, others' too.
+  mkdir -p "$dir/tmp"
+  "$INSTALL_DB" --no-defaults "${USER_OPT[@]}" --innodb-use-native-aio=0 --tmpdir="$dir/tmp" \
+    --datadir="$dir/data" \
     --auth-root-authentication-method=normal --skip-test-db >"$dir/install.log" 2>&1
   "$MARIADBD" --no-defaults "${USER_OPT[@]}" --datadir="$dir/data" --port="$BACKEND_PORT" \
     --bind-address=127.0.0.1 --socket="$BACKEND_SOCKET" --pid-file="$dir/mysqld.pid" \
-    --log-error="$dir/error.log" --innodb-use-native-aio=0 --innodb-buffer-pool-size=64M \
+    --log-error="$dir/error.log" --tmpdir="$dir/tmp" --innodb-use-native-aio=0 \
+    --innodb-buffer-pool-size=64M \
     --performance-schema=OFF --skip-name-resolve --max-connections=1000 --skip-log-bin \
     >/dev/null 2>&1 &
   PIDS+=($!)

@@ -259,6 +259,7 @@ impl MariaDb {
             ))
             .arg(format!("--log-error={}", log_path.display()))
             .arg(format!("--server-id={}", self.server_id))
+            .arg(format!("--tmpdir={}", private_tmpdir(&self.base).display()))
             .args(COMMON_ARGS)
             .args([
                 "--performance-schema=OFF",
@@ -420,6 +421,7 @@ fn template_datadir() -> &'static Path {
             .arg("--skip-test-db")
             .arg("--skip-name-resolve")
             .arg(format!("--extra-file={}", setup.display()))
+            .arg(format!("--tmpdir={}", private_tmpdir(&base).display()))
             .args(COMMON_ARGS)
             .stdin(Stdio::null())
             .output()
@@ -433,6 +435,15 @@ fn template_datadir() -> &'static Path {
         );
         datadir
     })
+}
+
+/// Each server (and the bootstrap) gets its own tmpdir: at start-up mariadbd deletes every
+/// `#sql*` file in its tmpdir, so a shared /tmp let one server's start delete another's temporary
+/// tables (seen: a concurrent bootstrap failing with "Error on delete of /tmp/#sql-temptable-…").
+fn private_tmpdir(base: &Path) -> PathBuf {
+    let dir = base.join("tmp");
+    fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("cannot create {}: {e}", dir.display()));
+    dir
 }
 
 fn new_temp_dir(name: &str) -> PathBuf {
