@@ -39,7 +39,11 @@ if ! cargo fuzz --version >/dev/null 2>&1; then
     cargo install cargo-fuzz --locked
 fi
 
+# Build once: the tree may change while the targets run (others at work), and every target should
+# fuzz the same code. The binaries are then run directly.
 cargo fuzz build -a >/dev/null
+bin="target/$(rustc -vV | sed -n 's/^host: //p')/release"
+export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_odr_violation=0}
 
 mkdir -p work/logs
 summary=()
@@ -61,9 +65,9 @@ for t in "${targets[@]}"; do
             break
         fi
         runs=$((runs + 1))
-        cargo fuzz run -a "$t" "work/$t" "corpus/$t" -- \
+        "$bin/$t" -artifact_prefix="artifacts/$t/" \
             -max_total_time="$left" -max_len=16384 -timeout=30 -report_slow_units=60 -rss_limit_mb=2048 \
-            -print_final_stats=1 >"$log.run" 2>&1 && ok=1 || ok=0
+            -print_final_stats=1 "work/$t" "corpus/$t" >"$log.run" 2>&1 && ok=1 || ok=0
         cat "$log.run" >>"$log"
         n=$(sed -nE 's/^stat::number_of_executed_units: *([0-9]+).*/\1/p' "$log.run" | tail -n 1)
         execs=$((execs + ${n:-0}))
