@@ -17,6 +17,7 @@ pub mod reload;
 pub mod server;
 pub mod session;
 pub mod stream;
+pub mod workers;
 
 use std::sync::Arc;
 
@@ -26,8 +27,9 @@ use tokio_util::task::TaskTracker;
 
 use config::{Config, ListenAddr};
 use metrics::Metrics;
-use server::{Listener, ServerError};
+use server::{Listener, ServerError, Sessions};
 use session::Shared;
+use workers::Workers;
 
 /// A proxy with its listeners bound, ready to run.
 pub struct Proxy {
@@ -38,6 +40,7 @@ pub struct Proxy {
     health: config::HealthCheckConfig,
     shutdown_timeout: std::time::Duration,
     loader: Option<reload::Loader>,
+    workers: Arc<Workers>,
 }
 
 impl std::fmt::Debug for Proxy {
@@ -46,12 +49,14 @@ impl std::fmt::Debug for Proxy {
             .field("listeners", &self.listeners)
             .field("max_connections", &self.max_connections)
             .field("reloadable", &self.loader.is_some())
+            .field("workers", &self.workers.len())
             .finish_non_exhaustive()
     }
 }
 
 impl Proxy {
-    /// Binds every listen address of `config` (port 0 picks a free port).
+    /// Binds every listen address of `config` (port 0 picks a free port) and starts the
+    /// session worker threads (`worker_threads`, default one per CPU).
     pub async fn bind(config: &Config) -> Result<Self, ServerError> {
         let mut listeners = Vec::with_capacity(config.listen.len());
         for addr in &config.listen {
@@ -74,6 +79,7 @@ impl Proxy {
                 .open_fds_limit
                 .set(i64::try_from(soft).unwrap_or(i64::MAX));
         }
+        let workers = Workers::start(config.worker_threads).map_err(ServerError::Workers)?;
         let shared = Arc::new(Shared::new(config, Arc::clone(&metrics)));
         if let Err(e) = metrics.register(shared.backends().script_errors_collector()) {
             tracing::warn!("script error metric not registered: {e}");
@@ -86,6 +92,7 @@ impl Proxy {
             health: config.health_check.clone(),
             shutdown_timeout: config.shutdown_timeout,
             loader: None,
+            workers: Arc::new(workers),
         })
     }
 
@@ -123,8 +130,16 @@ impl Proxy {
     /// (a second signal).
     pub async fn run_with_abort(self, shutdown: CancellationToken, abort: CancellationToken) {
         server::announce(&self.listeners);
-        let admission = Arc::new(Semaphore::new(self.max_connections));
         let sessions = TaskTracker::new();
+        let handoff = Sessions {
+            shared: Arc::clone(&self.shared),
+            admission: Arc::new(Semaphore::new(self.max_connections)),
+            max_connections: self.max_connections,
+            workers: Arc::clone(&self.workers),
+            tasks: sessions.clone(),
+            drain: shutdown.clone(),
+            abort: abort.clone(),
+        };
         let accept_loops = TaskTracker::new();
         if let Some(admin) = self.admin {
             if let Ok(addr) = admin.local_addr() {
@@ -147,16 +162,9 @@ impl Proxy {
             shutdown.clone(),
         ));
         for listener in self.listeners {
-            accept_loops.spawn(server::accept_loop(
-                listener,
-                Arc::clone(&self.shared),
-                Arc::clone(&admission),
-                self.max_connections,
-                shutdown.clone(),
-                abort.clone(),
-                sessions.clone(),
-            ));
+            accept_loops.spawn(server::accept_loop(listener, handoff.clone()));
         }
+        drop(handoff);
         accept_loops.close();
         accept_loops.wait().await;
         sessions.close();
@@ -178,6 +186,8 @@ impl Proxy {
             abort.cancel();
             sessions.wait().await;
         }
+        // Every session has ended: the worker threads stop (and are joined) here.
+        drop(self.workers);
         tracing::info!("shut down");
     }
 }

@@ -60,11 +60,9 @@ fn run(config: &mut Config, cli: &Cli) -> anyhow::Result<()> {
     let plan = raise_fd_limit(config.max_connections, config.max_open_files)
         .context("raising the open-files limit")?;
     config.max_connections = plan.max_connections;
-    let mut builder = tokio::runtime::Builder::new_multi_thread();
-    if let Some(n) = config.worker_threads {
-        builder.worker_threads(n);
-    }
-    let runtime = builder
+    // This thread runs the accept loops, the admin endpoint, health checks and signals; the
+    // sessions run on the worker threads `Proxy::bind` starts (see `workers.rs`).
+    let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .context("starting the runtime")?;

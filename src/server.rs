@@ -3,7 +3,8 @@
 //! Each listener (TCP or unix socket) runs its own accept loop. Admission is a semaphore sized to
 //! `max_connections`: past it a client gets ERR 1040 at once instead of waiting, and the sessions
 //! already running are untouched. When the process runs out of descriptors `accept` fails with
-//! EMFILE; the loop then backs off briefly rather than spinning.
+//! EMFILE; the loop then backs off briefly rather than spinning. Each admitted connection is
+//! handed to a worker thread (`workers.rs`) and its session lives there.
 
 use std::io;
 use std::path::{Path, PathBuf};
@@ -21,6 +22,7 @@ use crate::config::ListenAddr;
 use crate::metrics::Refusal;
 use crate::protocol::errors::code;
 use crate::session::{self, Shared};
+use crate::workers::{Placement, Workers};
 
 #[derive(Debug, Error)]
 pub enum ServerError {
@@ -28,6 +30,8 @@ pub enum ServerError {
     Bind { addr: ListenAddr, source: io::Error },
     #[error("cannot listen on {path}: another process is accepting connections there")]
     SocketInUse { path: PathBuf },
+    #[error("cannot start the worker threads: {0}")]
+    Workers(io::Error),
 }
 
 /// A bound listener.
@@ -91,16 +95,32 @@ async fn remove_stale_socket(path: &Path) -> Result<(), ServerError> {
     })
 }
 
-/// Runs the accept loop of one listener until `shutdown`; sessions are spawned on `tasks`.
-pub async fn accept_loop(
-    listener: Listener,
-    shared: Arc<Shared>,
-    admission: Arc<Semaphore>,
-    max_connections: usize,
-    shutdown: CancellationToken,
-    abort: CancellationToken,
-    tasks: TaskTracker,
-) {
+/// Where sessions run and how they end: shared by every accept loop.
+#[derive(Debug, Clone)]
+pub struct Sessions {
+    pub shared: Arc<Shared>,
+    pub admission: Arc<Semaphore>,
+    pub max_connections: usize,
+    pub workers: Arc<Workers>,
+    /// Tracks every session task, whichever worker runs it.
+    pub tasks: TaskTracker,
+    /// Cancelled to drain: sessions end at their next command boundary.
+    pub drain: CancellationToken,
+    /// Cancelled to close every session at once.
+    pub abort: CancellationToken,
+}
+
+/// Runs the accept loop of one listener until `sessions.drain` is cancelled.
+pub async fn accept_loop(listener: Listener, sessions: Sessions) {
+    let Sessions {
+        shared,
+        admission,
+        max_connections,
+        workers,
+        tasks,
+        drain: shutdown,
+        abort,
+    } = sessions;
     let mut last_emfile_log: Option<Instant> = None;
     loop {
         let accepted = tokio::select! {
@@ -131,32 +151,93 @@ pub async fn accept_loop(
             tasks.spawn(stream.refuse());
             continue;
         };
-        let shared = Arc::clone(&shared);
-        let (drain, abort) = (shutdown.clone(), abort.clone());
-        let span = tracing::info_span!("session", client = %peer);
-        tasks.spawn(
-            async move {
-                let metrics = Arc::clone(&shared.metrics);
-                metrics.client_connections.inc();
-                let session = async {
-                    match stream {
-                        Accepted::Tcp(s) => session::run(shared, s, &peer, &drain).await,
-                        Accepted::Unix(s) => session::run(shared, s, &peer, &drain).await,
-                    }
-                };
-                // Past the drain deadline (or on a second signal) sessions are dropped, which
-                // closes both of their connections.
-                let reason = tokio::select! {
-                    reason = session => reason,
-                    _ = abort.cancelled() => session::EndReason::Shutdown,
-                };
-                debug!(reason = reason.as_str(), "session ended");
-                metrics.disconnected(reason.as_str());
-                metrics.client_connections.dec();
-                drop(permit);
+        let placement = workers.place();
+        // The socket is registered with this thread's reactor; the worker registers it anew.
+        let stream = match stream.into_std() {
+            Ok(s) => s,
+            Err(e) => {
+                warn!(client = %peer, "dropped: cannot hand the connection to a worker: {e}");
+                continue;
             }
-            .instrument(span),
+        };
+        let handle = placement.handle().clone();
+        let admitted = Admitted::new(Arc::clone(&shared.metrics), permit, placement);
+        let session = run_session(
+            Arc::clone(&shared),
+            stream,
+            peer,
+            admitted,
+            shutdown.clone(),
+            abort.clone(),
         );
+        tasks.spawn_on(session, &handle);
+    }
+}
+
+/// One session, from registering its socket on the worker to recording why it ended.
+async fn run_session(
+    shared: Arc<Shared>,
+    stream: StdAccepted,
+    peer: String,
+    admitted: Admitted,
+    drain: CancellationToken,
+    abort: CancellationToken,
+) {
+    let span = tracing::info_span!("session", client = %peer);
+    async move {
+        let stream = match stream.into_tokio() {
+            Ok(s) => s,
+            Err(e) => {
+                warn!("dropped: the worker cannot register the connection: {e}");
+                admitted.metrics.disconnected("client_network");
+                return;
+            }
+        };
+        let session = async {
+            match stream {
+                Accepted::Tcp(s) => session::run(shared, s, &peer, &drain).await,
+                Accepted::Unix(s) => session::run(shared, s, &peer, &drain).await,
+            }
+        };
+        // Past the drain deadline (or on a second signal) sessions are dropped, which closes
+        // both of their connections.
+        let reason = tokio::select! {
+            reason = session => reason,
+            _ = abort.cancelled() => session::EndReason::Shutdown,
+        };
+        debug!(reason = reason.as_str(), "session ended");
+        admitted.metrics.disconnected(reason.as_str());
+    }
+    .instrument(span)
+    .await
+}
+
+/// An admitted client: holds its `max_connections` slot and its worker place, and counts in the
+/// connections gauge, until dropped — also when the session task panics or is torn down.
+struct Admitted {
+    metrics: Arc<crate::metrics::Metrics>,
+    _permit: tokio::sync::OwnedSemaphorePermit,
+    _placement: Placement,
+}
+
+impl Admitted {
+    fn new(
+        metrics: Arc<crate::metrics::Metrics>,
+        permit: tokio::sync::OwnedSemaphorePermit,
+        placement: Placement,
+    ) -> Self {
+        metrics.client_connections.inc();
+        Self {
+            metrics,
+            _permit: permit,
+            _placement: placement,
+        }
+    }
+}
+
+impl Drop for Admitted {
+    fn drop(&mut self) {
+        self.metrics.client_connections.dec();
     }
 }
 
@@ -165,13 +246,36 @@ enum Accepted {
     Unix(tokio::net::UnixStream),
 }
 
+/// An accepted connection between threads: not registered with any reactor.
+enum StdAccepted {
+    Tcp(std::net::TcpStream),
+    Unix(std::os::unix::net::UnixStream),
+}
+
 impl Accepted {
+    fn into_std(self) -> io::Result<StdAccepted> {
+        Ok(match self {
+            Self::Tcp(s) => StdAccepted::Tcp(s.into_std()?),
+            Self::Unix(s) => StdAccepted::Unix(s.into_std()?),
+        })
+    }
+
     async fn refuse(self) {
         let message = "Too many connections";
         match self {
             Self::Tcp(s) => session::refuse(s, code::TOO_MANY_CONNECTIONS, message).await,
             Self::Unix(s) => session::refuse(s, code::TOO_MANY_CONNECTIONS, message).await,
         }
+    }
+}
+
+impl StdAccepted {
+    /// Registers the socket with the current thread's runtime (still non-blocking).
+    fn into_tokio(self) -> io::Result<Accepted> {
+        Ok(match self {
+            Self::Tcp(s) => Accepted::Tcp(tokio::net::TcpStream::from_std(s)?),
+            Self::Unix(s) => Accepted::Unix(tokio::net::UnixStream::from_std(s)?),
+        })
     }
 }
 

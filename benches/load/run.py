@@ -93,6 +93,19 @@ def parse_args():
     ap.add_argument("--out", default=os.path.join(HERE, "results.md"), help="markdown output file")
     ap.add_argument("--no-build", action="store_true", help="use the existing target/release/mysql-lb")
     ap.add_argument(
+        "--lb-args",
+        default="",
+        help="extra flags for both mysql-lb processes, e.g. \"--worker-threads 1\"",
+    )
+    ap.add_argument(
+        "--variant",
+        action="append",
+        default=[],
+        metavar="NAME=FLAGS",
+        help="one more mysql-lb (TCP) in the matrix with these extra flags, e.g. "
+        "\"1 thread=--worker-threads 1\" (repeatable)",
+    )
+    ap.add_argument(
         "--skip",
         default="",
         help="comma-separated parts to skip: matrix, syscalls, connect-rate, conns",
@@ -402,20 +415,31 @@ class Bench:
     def start_proxies(self):
         hp, hp_addr = procs.start_haproxy(self.reg, self.backends, self.haproxy_maxconn)
         lb_addr = ("127.0.0.1", procs.free_port())
+        extra = self.args.lb_args.split()
+        tcp_backends = ["127.0.0.1:%d" % b.port for b in self.backends]
         lb, self.lb_admin, _ = procs.start_mysql_lb(
-            self.reg, self.binary, "mysql-lb", lb_addr, ["127.0.0.1:%d" % b.port for b in self.backends]
+            self.reg, self.binary, "mysql-lb", lb_addr, tcp_backends, extra
         )
         lb_sock = os.path.join(self.reg.base, "mysql-lb.sock")
         lbu, self.lbu_admin, _ = procs.start_mysql_lb(
-            self.reg, self.binary, "mysql-lb-unix", lb_sock, [b.socket for b in self.backends]
+            self.reg, self.binary, "mysql-lb-unix", lb_sock, [b.socket for b in self.backends], extra
         )
+        variants = []
+        for spec in self.args.variant:
+            name, _, flags = spec.partition("=")
+            addr = ("127.0.0.1", procs.free_port())
+            proc, _, _ = procs.start_mysql_lb(
+                self.reg, self.binary, "mysql-lb-" + name.replace(" ", "-"), addr, tcp_backends,
+                extra + flags.split(),
+            )
+            variants.append(Target("mysql-lb " + name, tcp_args([addr]), proc))
         self.direct = Target("direct", tcp_args([b.addr for b in self.backends]))
         self.haproxy = Target("haproxy", tcp_args([hp_addr]), hp)
         self.lb = Target("mysql-lb", tcp_args([lb_addr]), lb)
         self.direct_unix = Target("direct unix", socket_args([b.socket for b in self.backends]))
         self.lb_unix = Target("mysql-lb unix", socket_args([lb_sock]), lbu)
-        self.targets = [self.direct, self.haproxy, self.lb, self.direct_unix, self.lb_unix]
-        self.proxies = [self.haproxy, self.lb, self.lb_unix]
+        self.targets = [self.direct, self.haproxy, self.lb] + variants + [self.direct_unix, self.lb_unix]
+        self.proxies = [self.haproxy, self.lb] + variants + [self.lb_unix]
         log("haproxy pid %d (maxconn %d), mysql-lb pid %d (admin %d), mysql-lb unix pid %d (admin %d)"
             % (hp.pid, self.haproxy_maxconn, lb.pid, self.lb_admin, lbu.pid, self.lbu_admin))
 
