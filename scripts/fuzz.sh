@@ -11,8 +11,7 @@
 # target and exits 1 if any target crashed.
 #
 # Stable Rust is enough: RUSTC_BOOTSTRAP=1 lets cargo-fuzz pass its -Z sanitizer flags. Debug
-# assertions (overflow checks) are on. FUZZ_TOLERATE=stale-start stepped over the first bug found
-# (fixed since, see fuzz/README.md). No target does network I/O.
+# assertions (overflow checks) are on. No target does network I/O.
 set -euo pipefail
 
 seconds=${1:-600}

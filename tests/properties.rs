@@ -7,11 +7,6 @@
 #[path = "../fuzz/src/checks.rs"]
 mod checks;
 
-/// `checks` asks its includer whether to step over a known bug: here, never.
-fn tolerate(_bug: &str) -> bool {
-    false
-}
-
 use std::path::{Path, PathBuf};
 
 use proptest::collection::vec;

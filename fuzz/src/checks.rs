@@ -19,12 +19,6 @@ use mysql_lb::protocol::handshake::{
 };
 use mysql_lb::protocol::response::{may_be_kill, TrackError, Tracker, MAX_PENDING};
 
-/// Whether a known, reported bug is to be stepped over: the including crate decides (`tolerate`
-/// at its root). The fuzz crate reads `FUZZ_TOLERATE`; the property tests never step over any.
-fn tolerate(bug: &str) -> bool {
-    super::tolerate(bug)
-}
-
 // ---------------------------------------------------------------------------------------------
 // codec
 
@@ -64,15 +58,7 @@ pub fn scan_chunks(max_len: u64, chunks: &[&[u8]]) -> Scanned {
                 chunk.len()
             );
             let len = usize::try_from(p.len).unwrap_or(usize::MAX);
-            let stale = p
-                .start
-                .is_some_and(|s| s.saturating_add(4).saturating_add(len) > p.end);
-            let start = if stale && tolerate("stale-start") {
-                None
-            } else {
-                p.start
-            };
-            if let Some(start) = start {
+            if let Some(start) = p.start {
                 assert!(
                     start + 4 + len <= p.end,
                     "packet start {start} + header + {} payload bytes passes its end {} \
@@ -94,7 +80,7 @@ pub fn scan_chunks(max_len: u64, chunks: &[&[u8]]) -> Scanned {
                 first_chunk_len: p.first_chunk_len,
                 len: p.len,
                 prefix: p.prefix.to_vec(),
-                start: start.map(|s| base + s),
+                start: p.start.map(|s| base + s),
                 end: base + p.end,
             });
             Ok::<(), FrameError>(())
@@ -583,9 +569,6 @@ pub fn tracker(data: &[u8]) {
 
 fn check_error_start(e: &TrackError, buf: &[u8]) {
     if let Some(start) = e.start() {
-        if start + 4 > buf.len() && tolerate("stale-start") {
-            return;
-        }
         assert!(
             start + 4 <= buf.len(),
             "error start {start} without a whole header in a buffer of {} bytes ({e})",
@@ -600,11 +583,8 @@ fn check_kill_packet(buf: &[u8], start: usize, end: usize) {
         && end <= buf.len()
         && u32::from_le_bytes([buf[start], buf[start + 1], buf[start + 2], 0]) as usize + 4
             == end - start;
-    if !whole_packet && tolerate("stale-start") {
-        return;
-    }
     assert!(
-        start + 4 < end && end <= buf.len(),
+        whole_packet,
         "kill offsets {start}..{end} in a buffer of {} bytes",
         buf.len()
     );
