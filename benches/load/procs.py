@@ -274,6 +274,15 @@ backend dbs
     return proc, ("127.0.0.1", port)
 
 
+def start_pump(reg, binary, backends):
+    """The bare relay (benches/load/pump.rs) in front of the backends' TCP ports."""
+    port = free_port()
+    argv = [binary, "127.0.0.1:%d" % port] + ["127.0.0.1:%d" % b.port for b in backends]
+    proc, log_path = reg.spawn("pump", argv)
+    wait_until("pump", lambda: myclient.greets(("127.0.0.1", port)), 30, proc, log_path)
+    return proc, ("127.0.0.1", port)
+
+
 def start_mysql_lb(reg, binary, name, listen, backends, extra_args=(), prlimit_nofile=None):
     """listen: ("127.0.0.1", port) or a socket path; backends: strings for the flag."""
     admin_port = free_port()

@@ -16,6 +16,8 @@ a shared machine hits all paths alike. Paths:
   direct          sysbench -> the three backends over TCP (comma-separated --mysql-host/--mysql-port:
                   sysbench 1.0 hands its connections to the hosts round-robin)
   haproxy         sysbench -> HAProxy -> backends (TCP)
+  bare relay      sysbench -> benches/load/pump.rs -> backends (TCP): copies bytes, nothing else;
+                  the floor any user-space proxy stands on
   mysql-lb        sysbench -> mysql-lb -> backends (TCP)
   direct unix     sysbench -> the backends' unix sockets (comma-separated --mysql-socket)
   mysql-lb unix   sysbench -> mysql-lb's unix socket -> backends' unix sockets
@@ -141,11 +143,17 @@ def build(args):
     target = os.environ.get("CARGO_TARGET_DIR", os.path.join(ROOT, "target"))
     binary = os.path.join(target, "release", "mysql-lb")
     if not args.no_build:
-        log("building: cargo build --release --bin mysql-lb")
-        sh(["cargo", "build", "--release", "--bin", "mysql-lb"], cwd=ROOT)
-    if not os.access(binary, os.X_OK):
-        raise RuntimeError("%s not found" % binary)
+        log("building: cargo build --release --bin mysql-lb --example pump")
+        sh(["cargo", "build", "--release", "--bin", "mysql-lb", "--example", "pump"], cwd=ROOT)
+    for b in (binary, pump_binary(binary)):
+        if not os.access(b, os.X_OK):
+            raise RuntimeError("%s not found" % b)
     return binary
+
+
+def pump_binary(binary):
+    """The bare relay anchor (benches/load/pump.rs), built beside mysql-lb."""
+    return os.path.join(os.path.dirname(binary), "examples", "pump")
 
 
 def versions(binary):
@@ -435,11 +443,13 @@ class Bench:
             variants.append(Target("mysql-lb " + name, tcp_args([addr]), proc))
         self.direct = Target("direct", tcp_args([b.addr for b in self.backends]))
         self.haproxy = Target("haproxy", tcp_args([hp_addr]), hp)
+        pump, pump_addr = procs.start_pump(self.reg, pump_binary(self.binary), self.backends)
+        self.pump = Target("bare relay", tcp_args([pump_addr]), pump)
         self.lb = Target("mysql-lb", tcp_args([lb_addr]), lb)
         self.direct_unix = Target("direct unix", socket_args([b.socket for b in self.backends]))
         self.lb_unix = Target("mysql-lb unix", socket_args([lb_sock]), lbu)
-        self.targets = [self.direct, self.haproxy, self.lb] + variants + [self.direct_unix, self.lb_unix]
-        self.proxies = [self.haproxy, self.lb] + variants + [self.lb_unix]
+        self.targets = [self.direct, self.haproxy, self.pump, self.lb] + variants + [self.direct_unix, self.lb_unix]
+        self.proxies = [self.haproxy, self.pump, self.lb] + variants + [self.lb_unix]
         log("haproxy pid %d (maxconn %d), mysql-lb pid %d (admin %d), mysql-lb unix pid %d (admin %d)"
             % (hp.pid, self.haproxy_maxconn, lb.pid, self.lb_admin, lbu.pid, self.lbu_admin))
 
@@ -638,14 +648,16 @@ class Bench:
         if self.results:
             w("## Throughput and cost per query")
             w("")
-            w("| test | threads | path | qps median (min–max) | × direct | p95 ms | proxy CPU s / 10k q | syscalls / q | I/O calls / q | proxy RSS MiB | other CPU % |")
-            w("|---|---:|---|---|---:|---:|---:|---:|---:|---:|---:|")
+            w("| test | threads | path | qps median (min–max) | × direct | × haproxy | p95 ms | proxy CPU s / 10k q | syscalls / q | I/O calls / q | proxy RSS MiB | other CPU % |")
+            w("|---|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
             for test, threads in self.cells():
                 base = self.median_qps(test, threads, "direct")
+                hp = self.median_qps(test, threads, "haproxy")
                 for t in self.targets:
-                    w(self.row(test, threads, t.name, base))
+                    w(self.row(test, threads, t.name, base, hp))
             w("")
-            w("× direct: median qps over the median of direct TCP in the same cell. CPU: utime+stime of "
+            w("× direct, × haproxy: median qps over the median of direct TCP (of HAProxy) in the same "
+              "cell. bare relay: benches/load/pump.rs, bytes copied and nothing else. CPU: utime+stime of "
               "the proxy process (all threads) over each measured run. Syscalls: %s attached to the proxy "
               "for %.1f s in a separate run per proxy and cell%s; queries in that window from the "
               "backends' `Questions` counters; I/O calls = all but epoll_wait/epoll_pwait/futex. RSS: "
@@ -736,19 +748,20 @@ class Bench:
         runs = self.results.get((test, threads, name))
         return statistics.median(r["qps"] for r in runs) if runs else None
 
-    def row(self, test, threads, name, base):
+    def row(self, test, threads, name, base, hp):
         runs = self.results.get((test, threads, name)) or []
         if not runs:
-            return "| %s | %d | %s | failed | | | | | | | |" % (test, threads, name)
+            return "| %s | %d | %s | failed | | | | | | | | |" % (test, threads, name)
         qps = [r["qps"] for r in runs]
         med = statistics.median(qps)
         p95 = statistics.median(r["p95"] for r in runs if r["p95"] is not None)
         cpu = [r["cpu"] / r["queries"] * 1e4 for r in runs if "cpu" in r]
         s = self.syscalls.get((test, threads, name))
         rss = self.rss.get((test, threads, name))
-        return "| %s | %d | %s | %.0f (%.0f–%.0f) | %s | %.2f | %s | %s | %s | %s | %.0f |" % (
+        return "| %s | %d | %s | %.0f (%.0f–%.0f) | %s | %s | %.2f | %s | %s | %s | %s | %.0f |" % (
             test, threads, name, med, min(qps), max(qps),
             "%.2f" % (med / base) if base else "",
+            "%.2f" % (med / hp) if hp else "",
             p95,
             "%.3f" % statistics.median(cpu) if cpu else "—",
             "%.2f" % s["total"] if s else "—",
