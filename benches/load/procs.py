@@ -274,13 +274,13 @@ backend dbs
     return proc, ("127.0.0.1", port)
 
 
-def start_pump(reg, binary, backends):
-    """The bare relay (benches/load/pump.rs) in front of the backends' TCP ports."""
-    port = free_port()
-    argv = [binary, "127.0.0.1:%d" % port] + ["127.0.0.1:%d" % b.port for b in backends]
-    proc, log_path = reg.spawn("pump", argv)
-    wait_until("pump", lambda: myclient.greets(("127.0.0.1", port)), 30, proc, log_path)
-    return proc, ("127.0.0.1", port)
+def start_pump(reg, binary, name, listen, backends):
+    """The bare relay (benches/load/pump.rs). listen: ("127.0.0.1", port) or a socket path;
+    backends: strings (ip:port or socket paths)."""
+    listen_s = listen if isinstance(listen, str) else "%s:%d" % listen
+    proc, log_path = reg.spawn(name, [binary, listen_s] + list(backends))
+    wait_until(name, lambda: myclient.greets(listen), 30, proc, log_path)
+    return proc
 
 
 def start_mysql_lb(reg, binary, name, listen, backends, extra_args=(), prlimit_nofile=None):

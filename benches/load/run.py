@@ -20,6 +20,7 @@ a shared machine hits all paths alike. Paths:
                   the floor any user-space proxy stands on
   mysql-lb        sysbench -> mysql-lb -> backends (TCP)
   direct unix     sysbench -> the backends' unix sockets (comma-separated --mysql-socket)
+  bare relay unix sysbench -> pump.rs's unix socket -> backends' unix sockets
   mysql-lb unix   sysbench -> mysql-lb's unix socket -> backends' unix sockets
 
 Per cell: median qps (min-max over rounds), qps relative to direct TCP, median p95 latency, the
@@ -443,13 +444,20 @@ class Bench:
             variants.append(Target("mysql-lb " + name, tcp_args([addr]), proc))
         self.direct = Target("direct", tcp_args([b.addr for b in self.backends]))
         self.haproxy = Target("haproxy", tcp_args([hp_addr]), hp)
-        pump, pump_addr = procs.start_pump(self.reg, pump_binary(self.binary), self.backends)
+        pump_addr = ("127.0.0.1", procs.free_port())
+        pump = procs.start_pump(self.reg, pump_binary(self.binary), "pump", pump_addr, tcp_backends)
         self.pump = Target("bare relay", tcp_args([pump_addr]), pump)
+        pump_sock = os.path.join(self.reg.base, "pump.sock")
+        pumpu = procs.start_pump(
+            self.reg, pump_binary(self.binary), "pump-unix", pump_sock, [b.socket for b in self.backends]
+        )
+        self.pump_unix = Target("bare relay unix", socket_args([pump_sock]), pumpu)
         self.lb = Target("mysql-lb", tcp_args([lb_addr]), lb)
         self.direct_unix = Target("direct unix", socket_args([b.socket for b in self.backends]))
         self.lb_unix = Target("mysql-lb unix", socket_args([lb_sock]), lbu)
-        self.targets = [self.direct, self.haproxy, self.pump, self.lb] + variants + [self.direct_unix, self.lb_unix]
-        self.proxies = [self.haproxy, self.pump, self.lb] + variants + [self.lb_unix]
+        self.targets = [self.direct, self.haproxy, self.pump, self.lb] + variants + [
+            self.direct_unix, self.pump_unix, self.lb_unix]
+        self.proxies = [self.haproxy, self.pump, self.lb] + variants + [self.pump_unix, self.lb_unix]
         log("haproxy pid %d (maxconn %d), mysql-lb pid %d (admin %d), mysql-lb unix pid %d (admin %d)"
             % (hp.pid, self.haproxy_maxconn, lb.pid, self.lb_admin, lbu.pid, self.lbu_admin))
 
@@ -744,6 +752,18 @@ class Bench:
             w("")
         return "\n".join(lines)
 
+    def floor(self, relay, anchor):
+        """How far the bare relay itself gets against `anchor`: the ceiling for any proxy here."""
+        ratios = []
+        for test, threads in self.cells():
+            r, a = self.median_qps(test, threads, relay), self.median_qps(test, threads, anchor)
+            if r and a:
+                ratios.append(r / a)
+        if not ratios:
+            return ""
+        return " (the %s, which only copies bytes, reaches %.2f–%.2f× %s)" % (
+            relay, min(ratios), max(ratios), "direct TCP" if anchor == "direct" else "HAProxy")
+
     def median_qps(self, test, threads, name):
         runs = self.results.get((test, threads, name))
         return statistics.median(r["qps"] for r in runs) if runs else None
@@ -784,8 +804,8 @@ class Bench:
                     r = lb / hp
                     worst = r if worst is None else min(worst, r)
             if worst is not None:
-                out.append("3. throughput ≥ 1.2× HAProxy in every cell: lowest mysql-lb/HAProxy ratio %.2f — %s"
-                           % (worst, verdict(worst >= 1.2)))
+                out.append("3. throughput ≥ 1.2× HAProxy in every cell: lowest mysql-lb/HAProxy ratio %.2f — %s%s"
+                           % (worst, verdict(worst >= 1.2), self.floor("bare relay", "haproxy")))
             cpu_ok, p95_ok, parts = True, True, []
             for test, threads in self.cells():
                 def med(name, key):
@@ -810,7 +830,8 @@ class Bench:
                 if u and d:
                     ratios.append(u / d)
             if ratios:
-                out.append("6. unix end to end ≥ 0.85× direct TCP: lowest %.2f — %s" % (min(ratios), verdict(min(ratios) >= 0.85)))
+                out.append("6. unix end to end ≥ 0.85× direct TCP: lowest %.2f — %s%s"
+                           % (min(ratios), verdict(min(ratios) >= 0.85), self.floor("bare relay unix", "direct")))
         if self.syscalls:
             io = [s["io"] for (t, _, n), s in self.syscalls.items() if t == "oltp_point_select" and n == "mysql-lb"]
             if io:
