@@ -419,6 +419,27 @@ async fn handshake_timeout_closes_silent_and_leaving_clients() {
     }
 }
 
+/// `n` clients in a row all land on `port`: the bad backend in front of it is skipped each time.
+async fn all_land_on(proxy: &TestProxy, port: u16, n: usize) {
+    for i in 0..n {
+        let got = port_via(proxy)
+            .await
+            .unwrap_or_else(|e| panic!("connect {i}: {e}"));
+        assert_eq!(got, port, "connect {i}");
+    }
+}
+
+/// What a client of `proxy` gets before any greeting: one ERR with sequence id 0 and no SQLSTATE
+/// marker, then EOF.
+async fn error_before_greeting(proxy: &TestProxy) -> WireErr {
+    let mut stream = TcpStream::connect(proxy.addr).await.unwrap();
+    let err = read_wire_err(&mut stream).await;
+    assert_eq!((err.seq, err.sqlstate.as_deref()), (0, None), "{err:?}");
+    assert!(err.message.starts_with("mysql-lb: "), "{err:?}");
+    expect_eof(&mut stream).await;
+    err
+}
+
 #[tokio::test]
 async fn garbage_greeting_backend_is_skipped_or_reported() {
     let fake = FakeBackend::start(Behaviour::Garbage);
@@ -427,28 +448,16 @@ async fn garbage_greeting_backend_is_skipped_or_reported() {
     // No cool-off: every connect tries the garbage backend again.
     cfg.down_cooloff = Duration::ZERO;
     let proxy = TestProxy::start_with(cfg);
-    for i in 0..4 {
-        let port = port_via(&proxy)
-            .await
-            .unwrap_or_else(|e| panic!("connect {i}: {e}"));
-        assert_eq!(port, pair[0].port);
-    }
+    all_land_on(&proxy, pair[0].port, 4).await;
     assert!(fake.accepted() >= 1, "the garbage backend was never tried");
 
-    let only = TestProxy::start(&[fake.addr_string()]);
-    let mut stream = TcpStream::connect(only.addr).await.unwrap();
-    let err = read_wire_err(&mut stream).await;
-    assert_eq!(
-        (err.seq, err.code, err.sqlstate.as_deref()),
-        (0, 1105, None),
-        "{err:?}"
-    );
+    let err = error_before_greeting(&TestProxy::start(&[fake.addr_string()])).await;
+    assert_eq!(err.code, 1105, "{err:?}");
     assert!(
         err.message.starts_with("mysql-lb: all backends are down"),
         "{err:?}"
     );
     assert!(err.message.contains(&fake.addr_string()), "{err:?}");
-    expect_eof(&mut stream).await;
 }
 
 #[tokio::test]
@@ -459,28 +468,16 @@ async fn hung_backend_is_skipped_after_the_connect_timeout() {
     cfg.connect_timeout = Duration::from_millis(500);
     let proxy = TestProxy::start_with(cfg);
     let started = Instant::now();
-    for i in 0..2 {
-        let port = port_via(&proxy)
-            .await
-            .unwrap_or_else(|e| panic!("connect {i}: {e}"));
-        assert_eq!(port, pair[0].port);
-    }
+    all_land_on(&proxy, pair[0].port, 2).await;
     assert!(hung.accepted() >= 1, "the hung backend was never tried");
     assert!(started.elapsed() < PROMPT, "took {:?}", started.elapsed());
 
     let mut cfg = config(&[hung.addr_string()]);
     cfg.connect_timeout = Duration::from_millis(500);
-    let only = TestProxy::start_with(cfg);
-    let mut stream = TcpStream::connect(only.addr).await.unwrap();
-    let err = read_wire_err(&mut stream).await;
-    assert_eq!(
-        (err.seq, err.code, err.sqlstate.as_deref()),
-        (0, 1105, None),
-        "{err:?}"
-    );
+    let err = error_before_greeting(&TestProxy::start_with(cfg)).await;
+    assert_eq!(err.code, 1105, "{err:?}");
     assert!(err.message.contains(&hung.addr_string()), "{err:?}");
     assert!(err.message.contains("no greeting within 500ms"), "{err:?}");
-    expect_eof(&mut stream).await;
 }
 
 #[tokio::test]
@@ -488,25 +485,15 @@ async fn backend_refusing_with_its_own_err_is_skipped_and_named() {
     let full = FakeBackend::start(Behaviour::TooManyConnections);
     let pair = shared_pair();
     let proxy = TestProxy::start(&[full.addr_string(), pair[0].tcp_addr()]);
-    for i in 0..4 {
-        let port = port_via(&proxy)
-            .await
-            .unwrap_or_else(|e| panic!("connect {i}: {e}"));
-        assert_eq!(port, pair[0].port);
-    }
+    all_land_on(&proxy, pair[0].port, 4).await;
     assert!(full.accepted() >= 1, "the full backend was never tried");
 
-    let only = TestProxy::start(&[full.addr_string()]);
-    let mut stream = TcpStream::connect(only.addr).await.unwrap();
-    let err = read_wire_err(&mut stream).await;
-    assert_eq!((err.seq, err.sqlstate.as_deref()), (0, None), "{err:?}");
-    assert!(err.message.starts_with("mysql-lb: "), "{err:?}");
+    let err = error_before_greeting(&TestProxy::start(&[full.addr_string()])).await;
     assert!(err.message.contains(&full.addr_string()), "{err:?}");
     assert!(
         err.message.contains("1040") && err.message.contains("Too many connections"),
         "the server's own reason is passed on: {err:?}"
     );
-    expect_eof(&mut stream).await;
 }
 
 #[tokio::test]
