@@ -38,12 +38,29 @@ pub enum AuthError {
     ClientSequence(u8),
     #[error("client asked for TLS, which mysql-lb does not offer yet")]
     ClientWantsTls,
+    #[error("client did not finish the handshake within {0}")]
+    ClientTimeout(String),
+    #[error("backend did not answer within {0} during authentication")]
+    BackendTimeout(String),
     #[error("authentication failed with error {code}: {message}")]
     Denied { code: u16, message: String },
     #[error("client write: {0}")]
     ClientWrite(std::io::Error),
     #[error("backend write: {0}")]
     BackendWrite(std::io::Error),
+}
+
+impl AuthError {
+    /// The cause, without the side and phase for messages that already name them ("backend X
+    /// failed during authentication: …", "client left during the handshake: …").
+    pub fn cause(&self) -> String {
+        match self {
+            Self::BackendRead(e) | Self::ClientRead(e) => e.to_string(),
+            Self::BackendWrite(e) | Self::ClientWrite(e) => e.to_string(),
+            Self::BackendTimeout(d) => format!("no answer within {d}"),
+            other => other.to_string(),
+        }
+    }
 }
 
 /// What the command relay needs from a finished connection phase.
@@ -105,6 +122,8 @@ where
     C: AsyncRead + AsyncWrite + Unpin,
     B: AsyncRead + AsyncWrite + Unpin,
 {
+    // Whose packet the exchange waits for, so a timeout blames the right side.
+    let mut turn = Side::Client;
     let run = async {
         client
             .write_all(&greeting.packet)
@@ -143,6 +162,7 @@ where
             .write_all(&response)
             .await
             .map_err(AuthError::BackendWrite)?;
+        turn = Side::Backend;
         let mut backend_buf = greeting.rest;
         exchange(
             client,
@@ -151,6 +171,7 @@ where
             &mut backend_buf,
             max,
             next_seq,
+            &mut turn,
         )
         .await?;
         Ok(Authenticated {
@@ -160,18 +181,20 @@ where
             backend_pending: backend_buf,
         })
     };
-    match tokio::time::timeout(timeout, run).await {
-        Ok(r) => r,
-        Err(_) => Err(AuthError::ClientRead(PacketReadError::Io(
-            std::io::Error::new(
-                std::io::ErrorKind::TimedOut,
-                format!(
-                    "handshake not finished within {}",
-                    humantime::format_duration(timeout)
-                ),
-            ),
-        ))),
-    }
+    let result = tokio::time::timeout(timeout, run).await;
+    result.unwrap_or_else(|_| {
+        let limit = humantime::format_duration(timeout).to_string();
+        Err(match turn {
+            Side::Client => AuthError::ClientTimeout(limit),
+            Side::Backend => AuthError::BackendTimeout(limit),
+        })
+    })
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Side {
+    Client,
+    Backend,
 }
 
 /// Relays auth packets both ways until the backend sends OK (0x00) or ERR (0xFF). Either side may
@@ -185,6 +208,7 @@ async fn exchange<C, B>(
     backend_buf: &mut BytesMut,
     max: usize,
     next_seq: &mut u8,
+    turn: &mut Side,
 ) -> Result<(), AuthError>
 where
     C: AsyncRead + AsyncWrite + Unpin,
@@ -198,6 +222,7 @@ where
                 let packet = packet.map_err(AuthError::BackendRead)?;
                 client.write_all(&packet).await.map_err(AuthError::ClientWrite)?;
                 *next_seq = packet[3].wrapping_add(1);
+                *turn = Side::Client;
                 match packet.get(4) {
                     Some(0x00) => return Ok(()),
                     Some(0xFF) => {
@@ -211,6 +236,7 @@ where
                 let packet = packet.map_err(AuthError::ClientRead)?;
                 backend.write_all(&packet).await.map_err(AuthError::BackendWrite)?;
                 *next_seq = packet[3].wrapping_add(1);
+                *turn = Side::Backend;
             }
         }
     }

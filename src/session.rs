@@ -303,7 +303,7 @@ async fn connect_backend(
                 } else if !broken {
                     info!(backend = %backend.name, "backend refused a connection: {reason}");
                 }
-                tried.push(format!("{} ({}): {reason}", backend.name, backend.address));
+                tried.push(format!("{}: {reason}", backend.label()));
             }
         }
     }
@@ -345,27 +345,35 @@ async fn handshake_failed<C: AsyncWrite + Unpin>(
             send(client, &client_err(format!("Bad handshake: {e}"))).await;
             EndReason::Malformed
         }
+        AuthError::ClientTimeout(_) => {
+            info!(client = peer, backend, "closing: {e}");
+            EndReason::ClientNetwork
+        }
         AuthError::ClientRead(_) | AuthError::ClientWrite(_) => {
             info!(
                 client = peer,
-                backend, "client left during the handshake: {e}"
+                backend,
+                "client left during the handshake: {}",
+                e.cause()
             );
             EndReason::ClientNetwork
         }
         AuthError::BackendRead(_)
         | AuthError::BackendWrite(_)
+        | AuthError::BackendTimeout(_)
         | AuthError::BackendGreeting(_)
         | AuthError::BackendGreetingRead(_)
         | AuthError::BackendRefused { .. } => {
+            let cause = e.cause();
             warn!(
                 client = peer,
-                backend, "backend failed during authentication: {e}"
+                backend, "backend failed during authentication: {cause}"
             );
             let packet = err_packet(
                 next_seq,
                 code::UNKNOWN_ERROR,
                 Some(sqlstate_for(code::UNKNOWN_ERROR)),
-                &format!("backend {backend} failed during authentication: {e}"),
+                &format!("backend {backend} failed during authentication: {cause}"),
             );
             send(client, &packet).await;
             EndReason::BackendNetwork

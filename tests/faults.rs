@@ -496,10 +496,8 @@ async fn backend_refusing_with_its_own_err_is_skipped_and_named() {
     );
 }
 
-#[tokio::test]
-async fn backend_closing_during_authentication_gets_1105_in_sequence() {
-    let fake = FakeBackend::start(Behaviour::CloseDuringAuth);
-    let proxy = TestProxy::start(&[fake.addr_string()]);
+/// Connects to `proxy` and sends a native-password handshake response for "anyone".
+async fn send_login(proxy: &TestProxy) -> TcpStream {
     let (mut stream, greeting) = connect_greeted(&proxy.addr_string()).await;
     let greeting = common::rawclient::parse_greeting(&greeting).unwrap();
     assert_eq!(greeting.version, fakebackend::SERVER_VERSION);
@@ -517,14 +515,53 @@ async fn backend_closing_during_authentication_gets_1105_in_sequence() {
     bytes.push(1);
     bytes.extend_from_slice(&response);
     stream.write_all(&bytes).await.unwrap();
-    let err = read_wire_err(&mut stream).await;
+    stream
+}
+
+/// The ERR a client gets when its backend fails during authentication: 1105 in the backend's
+/// turn (sequence 2), naming the backend, then EOF.
+async fn backend_failure_during_auth(stream: &mut TcpStream, backend: &str) -> WireErr {
+    let err = read_wire_err(stream).await;
     assert_eq!(err.seq, 2, "the ERR takes the backend's turn: {err:?}");
     assert_eq!(err.code, 1105, "{err:?}");
     assert_eq!(err.sqlstate.as_deref(), Some("HY000"), "{err:?}");
     assert!(err.message.starts_with("mysql-lb: "), "{err:?}");
-    assert!(err.message.contains(&fake.addr_string()), "{err:?}");
-    expect_eof(&mut stream).await;
+    assert!(err.message.contains(backend), "{err:?}");
+    expect_eof(stream).await;
+    err
+}
+
+#[tokio::test]
+async fn backend_closing_during_authentication_gets_1105_in_sequence() {
+    let fake = FakeBackend::start(Behaviour::CloseDuringAuth);
+    let proxy = TestProxy::start(&[fake.addr_string()]);
+    let mut stream = send_login(&proxy).await;
+    backend_failure_during_auth(&mut stream, &fake.addr_string()).await;
     wait_no_active_sessions(&proxy).await;
+}
+
+#[tokio::test]
+async fn backend_silent_during_authentication_is_blamed_at_the_handshake_timeout() {
+    let fake = FakeBackend::start(Behaviour::SilentDuringAuth);
+    let mut cfg = config(&[fake.addr_string()]);
+    cfg.handshake_timeout = Duration::from_secs(1);
+    let proxy = TestProxy::start_with(cfg);
+    let started = Instant::now();
+    let mut stream = send_login(&proxy).await;
+    let err = backend_failure_during_auth(&mut stream, &fake.addr_string()).await;
+    let waited = started.elapsed();
+    assert!(
+        waited >= Duration::from_millis(800) && waited < PROMPT,
+        "answered after {waited:?}, expected about 1 s"
+    );
+    assert!(err.message.contains("no answer within 1s"), "{err:?}");
+    wait_no_active_sessions(&proxy).await;
+    let metrics = proxy.shared.metrics.render();
+    let metrics = String::from_utf8_lossy(&metrics);
+    assert!(
+        metrics.contains("mysql_lb_client_disconnections_total{reason=\"backend_network\"} 1"),
+        "a stuck backend is the backend's failure, not the client's"
+    );
 }
 
 #[tokio::test]

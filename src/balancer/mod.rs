@@ -71,6 +71,16 @@ pub enum Transition {
 }
 
 impl Backend {
+    /// How messages name the backend: its name, with the address when the name is not it.
+    pub fn label(&self) -> String {
+        let address = self.address.to_string();
+        if self.name == address {
+            address
+        } else {
+            format!("{} ({address})", self.name)
+        }
+    }
+
     /// Client sessions currently relayed to this backend.
     pub fn active(&self) -> usize {
         self.active.load(Relaxed)

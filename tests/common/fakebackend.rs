@@ -64,6 +64,8 @@ pub enum Behaviour {
     TooManyConnections,
     /// Greets, reads the client's handshake response, then closes without answering.
     CloseDuringAuth,
+    /// Greets, reads the client's handshake response, then never answers (a stuck server).
+    SilentDuringAuth,
     /// Greets, accepts any login and answers queries by their text (see the module doc).
     Serve,
 }
@@ -163,11 +165,17 @@ async fn serve(mut stream: TcpStream, behaviour: Behaviour, id: u32) -> Option<(
             err.extend_from_slice(b"Too many connections");
             return write_packet(&mut stream, 0, &err).await;
         }
-        Behaviour::CloseDuringAuth | Behaviour::Serve => {}
+        Behaviour::CloseDuringAuth | Behaviour::SilentDuringAuth | Behaviour::Serve => {}
     }
     write_packet(&mut stream, 0, &greeting(id)).await?;
     let (seq, _response) = read_packet(&mut stream).await?;
     if behaviour == Behaviour::CloseDuringAuth {
+        return None;
+    }
+    if behaviour == Behaviour::SilentDuringAuth {
+        // Hold the connection without a word until the proxy gives up on it.
+        let mut rest = [0u8; 64];
+        while matches!(stream.read(&mut rest).await, Ok(n) if n > 0) {}
         return None;
     }
     write_packet(&mut stream, seq.wrapping_add(1), &ok_packet()).await?;
