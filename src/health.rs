@@ -213,6 +213,14 @@ async fn check_loop(
             _ = shutdown.cancelled() => return,
             r = check_backend(&backend.address, &cfg) => r,
         };
+        if cfg.max_replication_lag.is_some() {
+            let lag = match &result {
+                Ok(ok) => ok.replication_lag.map(|d| d.as_secs_f64()),
+                Err(CheckError::LagTooHigh { lag, .. }) => Some(lag.as_secs_f64()),
+                Err(_) => Some(f64::NAN),
+            };
+            shared.metrics.replication_lag(&backend.name, lag);
+        }
         let error = match result {
             Ok(ok) => {
                 debug!(backend = %backend.name, lag = ?ok.replication_lag, "health check passed");

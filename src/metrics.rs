@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use prometheus::core::Metric as _;
 use prometheus::{
-    Encoder, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
+    Encoder, GaugeVec, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
     IntGaugeVec, Opts, Registry, TextEncoder,
 };
 
@@ -50,6 +50,7 @@ pub struct Metrics {
     backend_up: IntGaugeVec,
     bytes: IntCounterVec,
     health_checks: IntCounterVec,
+    replication_lag: GaugeVec,
     pub client_connections: IntGauge,
     client_rejected: IntCounterVec,
     disconnections: IntCounterVec,
@@ -138,6 +139,16 @@ impl Metrics {
                 &["backend", "result"],
             )
             .expect("valid metric"),
+            replication_lag: GaugeVec::new(
+                opts(
+                    "backend_replication_lag_seconds",
+                    "Seconds_Behind_Master at the latest health check (with \
+                     health_check.max_replication_lag); NaN when unknown (replication stopped or \
+                     the check failed); absent for a server that is not a replica.",
+                ),
+                &["backend"],
+            )
+            .expect("valid metric"),
             client_connections: IntGauge::with_opts(opts(
                 "client_connections",
                 "Client connections currently open.",
@@ -183,6 +194,7 @@ impl Metrics {
             Box::new(self.backend_up.clone()),
             Box::new(self.bytes.clone()),
             Box::new(self.health_checks.clone()),
+            Box::new(self.replication_lag.clone()),
             Box::new(self.client_connections.clone()),
             Box::new(self.client_rejected.clone()),
             Box::new(self.disconnections.clone()),
@@ -230,6 +242,17 @@ impl Metrics {
         self.client_rejected
             .with_label_values(&[reason.as_str()])
             .inc();
+    }
+
+    /// The replication lag a health check saw: `Some(seconds)` (NaN when unknown), or `None` for
+    /// a server that is not a replica, which removes the series.
+    pub fn replication_lag(&self, backend: &str, seconds: Option<f64>) {
+        match seconds {
+            Some(s) => self.replication_lag.with_label_values(&[backend]).set(s),
+            None => {
+                let _ = self.replication_lag.remove_label_values(&[backend]);
+            }
+        }
     }
 
     pub fn disconnected(&self, reason: &str) {

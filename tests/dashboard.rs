@@ -329,7 +329,17 @@ async fn every_metric_the_dashboard_queries_is_exported_by_a_running_proxy() {
     );
 
     let pair = shared_pair();
-    let mut cfg = config(&[pair[0].tcp_addr(), pair[1].tcp_addr()]);
+    // A third backend nobody listens on: its failing replication checks give the lag series
+    // (NaN, unknown); the two live primaries have none.
+    let dead = format!("127.0.0.1:{}", common::mariadb::free_port());
+    let mut cfg = config(&[pair[0].tcp_addr(), pair[1].tcp_addr(), dead]);
+    cfg.health_check = mysql_lb::config::HealthCheckConfig {
+        interval: Duration::from_millis(200),
+        user: Some("bench".into()),
+        password: Some("bench".into()),
+        max_replication_lag: Some(Duration::from_secs(10)),
+        ..Default::default()
+    };
     // One admitted client, so a second one is refused and the refusal series exists.
     cfg.max_connections = 1;
     let proxy = TestProxy::start_with(cfg);

@@ -303,6 +303,9 @@ async fn replica_with_stopped_replication_leaves_rotation_and_returns_when_resta
     eprintln!("replica with replication stopped marked down after {took:?}");
     let error = last_error(&proxy, 1);
     assert_eq!(error, "replication stopped (Slave_IO_Running=No)");
+    let (_, metrics) = proxy.admin_get("/metrics");
+    let lag = metric_value(&metrics, &lag_series(&replica.tcp_addr()));
+    assert!(lag.is_some_and(f64::is_nan), "unknown lag is NaN: {lag:?}");
     assert_eq!(proxy.shared.backends().backends()[0].stats.up.get(), 1);
     let ports = ports_reached(&proxy, 10).await;
     assert!(ports.iter().all(|&p| p == primary.port), "{ports:?}");
@@ -333,4 +336,23 @@ async fn replica_lagging_beyond_the_limit_leaves_rotation() {
     );
     let ports = ports_reached(&proxy, 6).await;
     assert!(ports.iter().all(|&p| p == primary.port), "{ports:?}");
+    // The lag is exported per backend; the primary, not a replica, has no series.
+    let (_, metrics) = proxy.admin_get("/metrics");
+    let lag = metric_value(&metrics, &lag_series(&replica.tcp_addr()));
+    assert!(lag.is_some_and(|l| l > 5.0), "{lag:?}");
+    assert!(
+        !metrics.contains(&lag_series(&primary.tcp_addr())),
+        "a primary has no lag series"
+    );
+}
+
+fn lag_series(backend: &str) -> String {
+    format!("mysql_lb_backend_replication_lag_seconds{{backend=\"{backend}\"}}")
+}
+
+/// The value of the series `name{labels}` in a Prometheus text exposition.
+fn metric_value(exposition: &str, series: &str) -> Option<f64> {
+    exposition
+        .lines()
+        .find_map(|l| l.strip_prefix(series)?.trim().parse().ok())
 }
