@@ -1,24 +1,47 @@
 #!/usr/bin/env bash
 # Installs what the test suite needs beyond Rust: real MariaDB servers and clients (the
-# integration tests start their own mariadbd instances), sysbench (smoke load) and HAProxy
-# (the benchmark's comparison point). Idempotent: does nothing when all are present.
+# integration tests start their own mariadbd instances), sysbench (smoke load), HAProxy (the
+# benchmark's comparison point), and the other client libraries tests/other_clients.rs drives:
+# PHP (mysqli, PDO_mysql: mysqlnd), Node.js with mysql2, Python with PyMySQL and
+# mysql-connector-python. The Python and Node libraries go to .test-clients/ in the checkout
+# (a venv and an npm prefix; gitignored), never into the system's site-packages.
+# Idempotent: does nothing when all are present.
 # Debian/Ubuntu only (apt-get). The packaged services may start on install; the tests never
 # use them.
 set -euo pipefail
+
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+CLIENTS="$ROOT/.test-clients"
+# The versions tests/clients/ was verified with.
+PY_CLIENTS=(PyMySQL==1.2.4 mysql-connector-python==26.10.0)
+NODE_CLIENTS=(mysql2@3.24.6)
 
 have() {
     command -v "$1" >/dev/null 2>&1 || [ -x "/usr/sbin/$1" ] || [ -x "/usr/bin/$1" ]
 }
 
 missing=()
+packages=()
 for tool in mariadbd mariadb-install-db mariadb sysbench haproxy; do
     have "$tool" || missing+=("$tool")
 done
+[ "${#missing[@]}" -gt 0 ] && packages+=(mariadb-server mariadb-client sysbench haproxy)
+if ! have php || ! php -r "exit(extension_loaded('mysqli') && extension_loaded('pdo_mysql') ? 0 : 1);" 2>/dev/null; then
+    missing+=(php-mysql)
+    packages+=(php-cli php-mysql)
+fi
+have node || { missing+=(node); packages+=(nodejs); }
+have npm || { missing+=(npm); packages+=(npm); }
+have python3 || { missing+=(python3); packages+=(python3); }
+if have python3 && ! python3 -c "import venv, ensurepip" 2>/dev/null; then
+    missing+=(python3-venv)
+    packages+=(python3-venv)
+fi
 
 if [ "${#missing[@]}" -gt 0 ]; then
     echo "install-deps: missing ${missing[*]}; installing with apt-get" >&2
     if ! command -v apt-get >/dev/null 2>&1; then
-        echo "install-deps: apt-get not found; install mariadb-server mariadb-client sysbench haproxy yourself" >&2
+        echo "install-deps: apt-get not found; install ${packages[*]} yourself" >&2
         exit 1
     fi
     sudo=()
@@ -32,13 +55,27 @@ if [ "${#missing[@]}" -gt 0 ]; then
     fi
     ${sudo[@]+"${sudo[@]}"} apt-get update
     ${sudo[@]+"${sudo[@]}"} env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
-        mariadb-server mariadb-client sysbench haproxy
-    for tool in "${missing[@]}"; do
+        "${packages[@]}"
+    for tool in mariadbd mariadb-install-db mariadb sysbench haproxy php node npm python3; do
         if ! have "$tool"; then
             echo "install-deps: $tool still missing after apt-get install" >&2
             exit 1
         fi
     done
+fi
+
+# Python client libraries in a venv of their own.
+if ! "$CLIENTS/venv/bin/python3" -c "import pymysql, mysql.connector" 2>/dev/null; then
+    echo "install-deps: installing ${PY_CLIENTS[*]} into $CLIENTS/venv" >&2
+    rm -rf "$CLIENTS/venv"
+    python3 -m venv "$CLIENTS/venv"
+    "$CLIENTS/venv/bin/python3" -m pip install --quiet --disable-pip-version-check "${PY_CLIENTS[@]}"
+fi
+# Node's mysql2 under an npm prefix of its own.
+if [ ! -f "$CLIENTS/node/node_modules/mysql2/package.json" ]; then
+    echo "install-deps: installing ${NODE_CLIENTS[*]} into $CLIENTS/node" >&2
+    mkdir -p "$CLIENTS/node"
+    npm install --prefix "$CLIENTS/node" --no-audit --no-fund --silent "${NODE_CLIENTS[@]}"
 fi
 
 if ! command -v cargo >/dev/null 2>&1; then

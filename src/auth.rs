@@ -12,10 +12,10 @@ use thiserror::Error;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tracing::debug;
 
-use crate::protocol::caps::Negotiated;
+use crate::protocol::caps::{Negotiated, CLIENT_COMPRESS};
 use crate::protocol::handshake::{
-    negotiate, parse_client_first, patch_client_first_with, patch_greeting_with, ClientFirst,
-    Greeting, HandshakeError, Strip,
+    negotiate, parse_client_first, parse_greeting, patch_client_first_with, patch_greeting_with,
+    ClientFirst, Greeting, HandshakeError, Strip,
 };
 use crate::stream::{read_packet, PacketReadError};
 
@@ -38,6 +38,11 @@ pub enum AuthError {
     ClientSequence(u8),
     #[error("client asked for TLS, which mysql-lb does not offer yet")]
     ClientWantsTls,
+    #[error(
+        "client asked for protocol compression, which was not offered and its backend does not \
+         support; connect without compression"
+    )]
+    ClientWantsCompression,
     #[error("client did not finish the handshake within {0}")]
     ClientTimeout(String),
     #[error("backend did not answer within {0} during authentication")]
@@ -72,6 +77,9 @@ pub struct Authenticated {
     pub client_pending: BytesMut,
     /// Bytes the backend sent after its OK.
     pub backend_pending: BytesMut,
+    /// The client asked for the compressed protocol although the greeting did not offer it, and
+    /// it was passed on: from here both sides speak compressed frames.
+    pub compressed: bool,
 }
 
 /// A greeting read from a backend, patched and ready to forward.
@@ -79,6 +87,8 @@ pub struct Authenticated {
 pub struct PatchedGreeting {
     pub packet: BytesMut,
     pub greeting: Greeting,
+    /// The capabilities the backend offered, before patching.
+    pub backend_capabilities: u32,
     /// Bytes read past the greeting (none from a well-behaved server).
     pub rest: BytesMut,
 }
@@ -98,11 +108,15 @@ pub async fn read_greeting<B: AsyncRead + Unpin>(
         let (code, message) = err_fields(&packet[4..]);
         return Err(AuthError::BackendRefused { code, message });
     }
+    let backend_capabilities = parse_greeting(&packet[4..])
+        .map_err(AuthError::BackendGreeting)?
+        .capabilities;
     let greeting =
         patch_greeting_with(&mut packet[4..], strip).map_err(AuthError::BackendGreeting)?;
     Ok(PatchedGreeting {
         packet,
         greeting,
+        backend_capabilities,
         rest,
     })
 }
@@ -142,6 +156,20 @@ where
             Ok(ClientFirst::SslRequest { .. }) => return Err(AuthError::ClientWantsTls),
             Err(e) => return Err(AuthError::ClientHandshake(e)),
         };
+        // Some clients (mysqlnd, Connector/Python's pure mode) ask for compression even when the
+        // greeting does not offer it, and switch to compressed frames after the OK whatever the
+        // server said. Clearing the bit would leave them talking compressed to a plain server
+        // (a hang); pass it on when the backend offers compression, else refuse.
+        let strip = if parsed.capabilities & CLIENT_COMPRESS == 0 {
+            strip
+        } else if greeting.backend_capabilities & CLIENT_COMPRESS != 0 {
+            Strip {
+                capabilities: strip.capabilities & !CLIENT_COMPRESS,
+                ..strip
+            }
+        } else {
+            return Err(AuthError::ClientWantsCompression);
+        };
         patch_client_first_with(&mut response[4..], strip).map_err(AuthError::ClientHandshake)?;
         // From here `parsed` describes what the backend receives: the patched flags.
         let client_caps = parsed.capabilities;
@@ -176,6 +204,7 @@ where
         .await?;
         Ok(Authenticated {
             negotiated,
+            compressed: parsed.capabilities & CLIENT_COMPRESS != 0,
             user: parsed.user,
             client_pending: client_buf,
             backend_pending: backend_buf,

@@ -320,3 +320,62 @@ fn prescan(dir: &mut Direction, hooks: &mut impl Hooks) {
         }
     }
 }
+
+/// Counts bytes for the observer and looks at nothing else.
+struct Opaque<'a, O> {
+    observer: &'a mut O,
+    to_backend: bool,
+}
+
+impl<O: Observer> Hooks for Opaque<'_, O> {
+    fn scan(&mut self, buf: &mut BytesMut) -> Result<(), TrackError> {
+        self.observer.relayed(self.to_backend, buf.len());
+        Ok(())
+    }
+}
+
+/// Relays bytes both ways without reading them, for a session whose framing the tracker cannot
+/// follow (the compressed protocol): no command boundaries, so no drain at one and no idle
+/// timeout; it ends when either side does (or when the session is dropped).
+pub async fn relay_opaque<C, B>(
+    client: &mut C,
+    backend: &mut B,
+    initial_client: BytesMut,
+    initial_backend: BytesMut,
+    observer: &mut impl Observer,
+) -> RelayEnd
+where
+    C: AsyncRead + AsyncWrite + Unpin,
+    B: AsyncRead + AsyncWrite + Unpin,
+{
+    let mut up = Direction::new(initial_client);
+    let mut down = Direction::new(initial_backend);
+    poll_fn(|cx| {
+        let mut hooks = Opaque {
+            observer: &mut *observer,
+            to_backend: true,
+        };
+        match poll_direction(cx, &mut up, client, backend, &mut hooks) {
+            Poll::Ready(Step::Eof) => return Poll::Ready(RelayEnd::ClientClosed { quit: true }),
+            Poll::Ready(Step::Failed(e)) => return Poll::Ready(RelayEnd::Protocol(e)),
+            Poll::Ready(Step::Io(e, Side::Read)) => return Poll::Ready(RelayEnd::ClientIo(e)),
+            Poll::Ready(Step::Io(e, Side::Write)) => return Poll::Ready(RelayEnd::BackendIo(e)),
+            Poll::Pending => {}
+        }
+        let mut hooks = Opaque {
+            observer: &mut *observer,
+            to_backend: false,
+        };
+        match poll_direction(cx, &mut down, backend, client, &mut hooks) {
+            Poll::Ready(Step::Eof) => Poll::Ready(RelayEnd::BackendClosed {
+                at_boundary: false,
+                pending: 0,
+            }),
+            Poll::Ready(Step::Failed(e)) => Poll::Ready(RelayEnd::Protocol(e)),
+            Poll::Ready(Step::Io(e, Side::Read)) => Poll::Ready(RelayEnd::BackendIo(e)),
+            Poll::Ready(Step::Io(e, Side::Write)) => Poll::Ready(RelayEnd::ClientIo(e)),
+            Poll::Pending => Poll::Pending,
+        }
+    })
+    .await
+}

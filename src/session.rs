@@ -22,7 +22,7 @@ use crate::protocol::caps::CLIENT_LOCAL_FILES;
 use crate::protocol::errors::{code, err_packet, pre_greeting_err, sqlstate_for};
 use crate::protocol::handshake::{set_greeting_connection_id, Strip};
 use crate::protocol::response::{Completed, TrackError, Tracker};
-use crate::relay::{relay, Observer, RelayEnd, Stop};
+use crate::relay::{relay, relay_opaque, Observer, RelayEnd, Stop};
 use crate::stream::{BackendStream, PacketReadError};
 
 /// What every session needs, shared by all of them.
@@ -190,6 +190,23 @@ where
         kills: &shared.kills,
         record_latency: shared.record_latency,
     };
+    if auth.compressed {
+        info!(
+            client = peer,
+            backend = %backend_name,
+            "client uses protocol compression it was not offered: relaying its bytes unread \
+             (no per-command metrics, KILL mapping or drain at a command boundary for this session)"
+        );
+        let end = relay_opaque(
+            &mut client,
+            &mut backend,
+            auth.client_pending,
+            auth.backend_pending,
+            &mut observer,
+        )
+        .await;
+        return relay_ended(&mut client, end, &tracker, peer, &backend_name).await;
+    }
     let end = relay(
         &mut client,
         &mut backend,
@@ -340,6 +357,7 @@ async fn handshake_failed<C: AsyncWrite + Unpin>(
         AuthError::ClientHandshake(_)
         | AuthError::ClientSequence(_)
         | AuthError::ClientWantsTls
+        | AuthError::ClientWantsCompression
         | AuthError::ClientRead(PacketReadError::TooLarge { .. }) => {
             warn!(client = peer, backend, "closing: {e}");
             send(client, &client_err(format!("Bad handshake: {e}"))).await;

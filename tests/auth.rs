@@ -4,6 +4,8 @@
 //! handshake gets a clear ERR 1043 from the proxy.
 
 mod common;
+#[path = "common/fakebackend.rs"]
+mod fakebackend;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
@@ -13,9 +15,11 @@ use std::time::Duration;
 use common::mariadb::{shared_pair, MariaDb, BENCH_PASS, BENCH_USER};
 use common::proxy::{config, TestProxy};
 use common::rawclient::{
-    handshake_response, parse_greeting, read_raw_packet, RawClient, CLIENT_LONG_FLAG,
-    CLIENT_PLUGIN_AUTH, CLIENT_PROTOCOL_41, CLIENT_SECURE_CONNECTION, CLIENT_TRANSACTIONS,
+    handshake_response, parse_greeting, read_raw_packet, RawClient, CLIENT_COMPRESS,
+    CLIENT_LONG_FLAG, CLIENT_PLUGIN_AUTH, CLIENT_PROTOCOL_41, CLIENT_SECURE_CONNECTION,
+    CLIENT_TRANSACTIONS, COM_QUERY, COM_QUIT,
 };
+use fakebackend::{Behaviour, FakeBackend};
 use mysql_async::prelude::*;
 use mysql_common::auth::plugins::mysql_native_password::scramble_native;
 use mysql_lb::config::ListenAddr;
@@ -374,4 +378,90 @@ async fn garbage_instead_of_a_handshake_response_gets_1043() {
         .unwrap();
     conn.ping().await.unwrap();
     conn.disconnect().await.unwrap();
+}
+
+/// One frame of the compressed protocol: (sequence id, payload inflated if it was compressed).
+async fn read_compressed_frame(client: &mut RawClient) -> (u8, Vec<u8>) {
+    let head = client.read_bytes(7).await.unwrap();
+    let len = |b: &[u8]| usize::from(b[0]) | usize::from(b[1]) << 8 | usize::from(b[2]) << 16;
+    let (compressed_len, seq, plain_len) = (len(&head[..3]), head[3], len(&head[4..]));
+    let body = client.read_bytes(compressed_len).await.unwrap();
+    if plain_len == 0 {
+        return (seq, body);
+    }
+    let mut plain = Vec::with_capacity(plain_len);
+    std::io::Read::read_to_end(&mut flate2::read::ZlibDecoder::new(&body[..]), &mut plain)
+        .expect("zlib payload");
+    assert_eq!(
+        plain.len(),
+        plain_len,
+        "uncompressed length in the frame header"
+    );
+    (seq, plain)
+}
+
+/// A frame with the payload sent uncompressed (allowed: uncompressed length 0).
+fn compressed_frame(seq: u8, payload: &[u8]) -> Vec<u8> {
+    let mut frame = u32::try_from(payload.len()).unwrap().to_le_bytes()[..3].to_vec();
+    frame.push(seq);
+    frame.extend_from_slice(&[0, 0, 0]);
+    frame.extend_from_slice(payload);
+    frame
+}
+
+#[tokio::test]
+async fn client_asking_for_unoffered_compression_gets_it_from_the_backend() {
+    // mysqlnd and Connector/Python's pure mode set CLIENT_COMPRESS although the proxy's greeting
+    // does not offer it, then switch to compressed frames after the OK.
+    let pair = shared_pair();
+    let proxy = TestProxy::start(&[pair[0].tcp_addr()]);
+    let mut client = RawClient::connect_tcp(
+        &proxy.addr_string(),
+        BENCH_USER,
+        BENCH_PASS,
+        None,
+        CLIENT_COMPRESS,
+        0,
+    )
+    .await
+    .expect("login with CLIENT_COMPRESS set");
+    assert_eq!(client.server_caps & CLIENT_COMPRESS, 0, "not offered");
+    for round in 0..3 {
+        let sql = b"SELECT 42";
+        let mut query = vec![sql.len() as u8 + 1, 0, 0, 0, COM_QUERY];
+        query.extend_from_slice(sql);
+        client.send_raw(&compressed_frame(0, &query)).await.unwrap();
+        let (seq, plain) = read_compressed_frame(&mut client).await;
+        assert_eq!(
+            seq, 1,
+            "round {round}: the answer continues the frame sequence"
+        );
+        // column count 1, a column definition, (EOF,) one row holding "42", EOF/OK.
+        assert_eq!(&plain[..5], &[1, 0, 0, 1, 1], "round {round}: {plain:02x?}");
+        assert!(
+            plain.windows(3).any(|w| w == [2, b'4', b'2']),
+            "round {round}: the row is in the answer: {plain:02x?}"
+        );
+    }
+    client
+        .send_raw(&compressed_frame(0, &[1, 0, 0, 0, COM_QUIT]))
+        .await
+        .unwrap();
+    let after_quit = client.read_bytes(1).await;
+    assert!(
+        after_quit.as_ref().is_err_and(|e| e.contains("eof")),
+        "the session closes after COM_QUIT: {after_quit:?}"
+    );
+}
+
+#[tokio::test]
+async fn client_asking_for_compression_no_backend_offers_gets_a_clear_error() {
+    let fake = FakeBackend::start(Behaviour::Serve);
+    let proxy = TestProxy::start(&[fake.addr_string()]);
+    let e = RawClient::connect_tcp(&proxy.addr_string(), "u", "p", None, CLIENT_COMPRESS, 0)
+        .await
+        .err()
+        .expect("refused");
+    assert!(e.starts_with("1043"), "{e}");
+    assert!(e.contains("compression"), "{e}");
 }

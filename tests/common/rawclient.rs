@@ -223,6 +223,17 @@ impl RawClient {
         Ok((head[3], payload))
     }
 
+    /// Exactly `n` bytes as they come, whatever the framing (e.g. compressed frames).
+    #[allow(dead_code)]
+    pub async fn read_bytes(&mut self, n: usize) -> Result<Vec<u8>, String> {
+        let mut bytes = vec![0u8; n];
+        tokio::time::timeout(READ_TIMEOUT, self.stream.read_exact(&mut bytes))
+            .await
+            .map_err(|_| format!("no {n} bytes within {READ_TIMEOUT:?}"))?
+            .map_err(|e| format!("read {n} bytes: {e}"))?;
+        Ok(bytes)
+    }
+
     /// One logical packet: joins 16 MiB chunks. Returns the last chunk's sequence id.
     pub async fn read_logical(&mut self) -> Result<(u8, Vec<u8>), String> {
         let (mut seq, mut payload) = self.read_packet().await?;

@@ -1,0 +1,293 @@
+//! Client libraries other than mysql_async, the `mariadb` CLI and sysbench, through mysql-lb:
+//! PyMySQL, MySQL Connector/Python (pure Python and its C extension), PHP mysqli + PDO_mysql
+//! (mysqlnd) and Node mysql2. Each has its own implementation of the protocol, so each stresses
+//! the relay, the handshake rewriting and the KILL mapping differently.
+//!
+//! The checks themselves are small scripts in tests/clients/; each compares the proxy with a
+//! direct connection to the same server (values round-tripped, error codes and messages) and
+//! exits non-zero with one line per mismatch. One MariaDB (with TLS, which the proxy must hide)
+//! and one proxy (TCP and unix socket) serve every test; the tests take turns so that their
+//! KILLs and timings do not interfere. scripts/install-deps.sh installs PHP and Node with apt, and
+//! the Python and Node libraries into `.test-clients/` (a venv and an npm prefix); a missing one
+//! fails the test with the command that installs it.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::sync::{Mutex, MutexGuard, OnceLock, PoisonError};
+use std::time::{Duration, Instant};
+
+use common::mariadb::{MariaDb, BENCH_PASS, BENCH_USER};
+use common::proxy::{config, TestProxy};
+use mysql_lb::config::ListenAddr;
+
+/// Generous for a loaded 2-core machine; each script takes a few seconds.
+const SCRIPT_TIMEOUT: Duration = Duration::from_secs(120);
+
+struct Fixture {
+    db: MariaDb,
+    proxy: TestProxy,
+    /// Certificates, the proxy's unix socket and scratch files for LOAD DATA.
+    dir: tempfile::TempDir,
+    tls: bool,
+}
+
+fn fixture() -> &'static Fixture {
+    static FIXTURE: OnceLock<Fixture> = OnceLock::new();
+    FIXTURE.get_or_init(|| {
+        let dir = tempfile::Builder::new()
+            .prefix("mlb-clients-")
+            .tempdir()
+            .expect("temp dir");
+        let tls = make_cert(dir.path());
+        let cert = dir.path().join("cert.pem");
+        let key = dir.path().join("key.pem");
+        let tls_args = [
+            format!("--ssl-cert={}", cert.display()),
+            format!("--ssl-key={}", key.display()),
+        ];
+        let args: Vec<&str> = if tls {
+            tls_args.iter().map(String::as_str).collect()
+        } else {
+            Vec::new()
+        };
+        let db = MariaDb::start_with_args("clients", &args);
+        let mut cfg = config(&[db.tcp_addr()]);
+        cfg.listen = vec![
+            ListenAddr::Tcp("127.0.0.1:0".parse().unwrap()),
+            ListenAddr::Unix(dir.path().join("proxy.sock")),
+        ];
+        cfg.admin_address = None;
+        let proxy = TestProxy::start_with(cfg);
+        Fixture {
+            db,
+            proxy,
+            dir,
+            tls,
+        }
+    })
+}
+
+/// A self-signed certificate for the backend; false (no TLS) when openssl is missing.
+fn make_cert(dir: &Path) -> bool {
+    Command::new("openssl")
+        .args([
+            "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
+        ])
+        .args(["-subj", "/CN=localhost", "-keyout"])
+        .arg(dir.join("key.pem"))
+        .arg("-out")
+        .arg(dir.join("cert.pem"))
+        .stdin(Stdio::null())
+        .output()
+        .map(|o| o.status.success())
+        .unwrap_or(false)
+}
+
+/// One client script at a time: their KILL and timing checks assume a quiet server.
+fn turn() -> MutexGuard<'static, ()> {
+    static TURN: Mutex<()> = Mutex::new(());
+    TURN.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+fn clients_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/clients")
+}
+
+/// The command with the MLB_* settings every script reads.
+fn script(program: &str) -> Command {
+    let f = fixture();
+    let mut cmd = Command::new(program);
+    cmd.current_dir(clients_dir())
+        .env("MLB_DIRECT_HOST", "127.0.0.1")
+        .env("MLB_DIRECT_PORT", f.db.port.to_string())
+        .env("MLB_PROXY_HOST", f.proxy.addr.ip().to_string())
+        .env("MLB_PROXY_PORT", f.proxy.addr.port().to_string())
+        .env(
+            "MLB_PROXY_SOCKET",
+            f.proxy.unix.as_ref().expect("a unix listener"),
+        )
+        .env("MLB_USER", BENCH_USER)
+        .env("MLB_PASS", BENCH_PASS)
+        .env("MLB_TMP", f.dir.path())
+        .env("MLB_BACKEND_TLS", if f.tls { "1" } else { "0" })
+        .env("PYTHONDONTWRITEBYTECODE", "1")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    cmd
+}
+
+/// Runs with a deadline; panics with the script's output unless it exited 0.
+fn run_check(what: &str, mut cmd: Command) {
+    let start = Instant::now();
+    let mut child = cmd
+        .spawn()
+        .unwrap_or_else(|e| panic!("{what}: cannot start {cmd:?}: {e}"));
+    loop {
+        match child.try_wait().expect("wait for the client script") {
+            Some(_) => break,
+            None if start.elapsed() > SCRIPT_TIMEOUT => {
+                let _ = child.kill();
+                break;
+            }
+            None => std::thread::sleep(Duration::from_millis(50)),
+        }
+    }
+    let out = child.wait_with_output().expect("client script output");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        out.status.success(),
+        "{what} failed ({}, after {:.1?}):\n{text}",
+        out.status,
+        start.elapsed()
+    );
+    eprintln!("{what} ({:.1?}):\n{text}", start.elapsed());
+}
+
+/// `program args…` if it runs and exits 0, else None.
+fn probe(program: &str, args: &[&str]) -> Option<Output> {
+    Command::new(program)
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+}
+
+fn require(program: &str, args: &[&str], install: &str) -> Output {
+    probe(program, args).unwrap_or_else(|| {
+        panic!(
+            "`{program} {}` failed: install it with `{install}` (or run scripts/install-deps.sh)",
+            args.join(" ")
+        )
+    })
+}
+
+/// Where scripts/install-deps.sh puts the Python venv and the npm prefix.
+fn clients_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join(".test-clients")
+}
+
+/// The venv's interpreter.
+fn python() -> String {
+    clients_root()
+        .join("venv/bin/python3")
+        .to_string_lossy()
+        .into_owned()
+}
+
+fn python_with(module: &str) {
+    require(
+        &python(),
+        &["-c", &format!("import {module}")],
+        "scripts/install-deps.sh",
+    );
+}
+
+#[test]
+fn pymysql() {
+    python_with("pymysql");
+    let _turn = turn();
+    let mut cmd = script(&python());
+    cmd.arg("pymysql_check.py");
+    run_check("PyMySQL", cmd);
+}
+
+#[test]
+fn mysql_connector_python_pure() {
+    python_with("mysql.connector");
+    let _turn = turn();
+    let mut cmd = script(&python());
+    cmd.args(["connector_check.py", "pure"]);
+    run_check("mysql-connector-python (pure)", cmd);
+}
+
+#[test]
+fn mysql_connector_python_c_extension() {
+    python_with("mysql.connector");
+    // The wheel's C extension wants OpenSSL 3.2 (Debian 12 has 3.0); it ships its own copy in
+    // mysql/vendor, which the loader finds through LD_LIBRARY_PATH.
+    let vendor = require(
+        &python(),
+        &[
+            "-c",
+            "import os, mysql; print(os.path.join(os.path.dirname(mysql.__file__), 'vendor'))",
+        ],
+        "scripts/install-deps.sh",
+    );
+    let vendor = String::from_utf8_lossy(&vendor.stdout).trim().to_string();
+    let ld_path = match std::env::var("LD_LIBRARY_PATH") {
+        Ok(old) if !old.is_empty() => format!("{vendor}:{old}"),
+        _ => vendor,
+    };
+    let mut check = Command::new(python());
+    check
+        .env("LD_LIBRARY_PATH", &ld_path)
+        .args([
+            "-c",
+            "import mysql.connector, sys; sys.exit(0 if mysql.connector.HAVE_CEXT else 1)",
+        ])
+        .stdin(Stdio::null());
+    assert!(
+        check.status().map(|s| s.success()).unwrap_or(false),
+        "mysql-connector-python's C extension does not load (LD_LIBRARY_PATH={ld_path}): \
+         remove .test-clients/venv and run scripts/install-deps.sh"
+    );
+    let _turn = turn();
+    let mut cmd = script(&python());
+    cmd.env("LD_LIBRARY_PATH", &ld_path)
+        .args(["connector_check.py", "cext"]);
+    run_check("mysql-connector-python (C extension)", cmd);
+}
+
+#[test]
+fn php_mysqli_and_pdo() {
+    let install = "apt-get install -y php-cli php-mysql";
+    require("php", &["-r", "exit(0);"], install);
+    require(
+        "php",
+        &[
+            "-r",
+            "exit(extension_loaded('mysqli') && extension_loaded('pdo_mysql') ? 0 : 1);",
+        ],
+        install,
+    );
+    let _turn = turn();
+    let mut cmd = script("php");
+    cmd.args([
+        "-d",
+        "memory_limit=1G",
+        "-d",
+        "mysqli.allow_local_infile=1",
+        "php_check.php",
+    ]);
+    run_check("PHP mysqli/PDO", cmd);
+}
+
+#[test]
+fn node_mysql2() {
+    require("node", &["--version"], "apt-get install -y nodejs");
+    let root = clients_root().join("node/node_modules");
+    let mut probe_mysql2 = Command::new("node");
+    probe_mysql2
+        .env("NODE_PATH", &root)
+        .args(["-e", "require('mysql2/promise')"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    assert!(
+        probe_mysql2.status().map(|s| s.success()).unwrap_or(false),
+        "node cannot load mysql2 from {}: run scripts/install-deps.sh",
+        root.display()
+    );
+    let _turn = turn();
+    let mut cmd = script("node");
+    cmd.env("NODE_PATH", &root).arg("node_check.js");
+    run_check("Node mysql2", cmd);
+}
