@@ -40,7 +40,9 @@ pub struct Proxy {
     health: config::HealthCheckConfig,
     shutdown_timeout: std::time::Duration,
     loader: Option<reload::Loader>,
-    workers: Arc<Workers>,
+    workers: Workers,
+    /// Each listener duplicated for each worker, in (listener, worker) order.
+    acceptors: Vec<server::StdAcceptor>,
 }
 
 impl std::fmt::Debug for Proxy {
@@ -80,6 +82,19 @@ impl Proxy {
                 .set(i64::try_from(soft).unwrap_or(i64::MAX));
         }
         let workers = Workers::start(config.worker_threads).map_err(ServerError::Workers)?;
+        let mut acceptors = Vec::with_capacity(listeners.len() * workers.len());
+        for listener in &listeners {
+            for _ in 0..workers.len() {
+                acceptors.push(
+                    listener
+                        .try_clone_std()
+                        .map_err(|source| ServerError::Bind {
+                            addr: listener.local_addr(),
+                            source,
+                        })?,
+                );
+            }
+        }
         let shared = Arc::new(Shared::new(config, Arc::clone(&metrics)));
         if let Err(e) = metrics.register(shared.backends().script_errors_collector()) {
             tracing::warn!("script error metric not registered: {e}");
@@ -92,7 +107,8 @@ impl Proxy {
             health: config.health_check.clone(),
             shutdown_timeout: config.shutdown_timeout,
             loader: None,
-            workers: Arc::new(workers),
+            workers,
+            acceptors,
         })
     }
 
@@ -135,7 +151,6 @@ impl Proxy {
             shared: Arc::clone(&self.shared),
             admission: Arc::new(Semaphore::new(self.max_connections)),
             max_connections: self.max_connections,
-            workers: Arc::clone(&self.workers),
             tasks: sessions.clone(),
             drain: shutdown.clone(),
             abort: abort.clone(),
@@ -161,12 +176,23 @@ impl Proxy {
             self.loader.clone(),
             shutdown.clone(),
         ));
-        for listener in self.listeners {
-            accept_loops.spawn(server::accept_loop(listener, handoff.clone()));
+        // Every worker accepts on every listener (`acceptors` holds one duplicate per pair).
+        let handles = self.workers.handles().cycle();
+        for (acceptor, handle) in self.acceptors.into_iter().zip(handles) {
+            let sessions = handoff.clone();
+            let accept = async move {
+                match acceptor.register() {
+                    Ok(acceptor) => server::accept_loop(acceptor, sessions).await,
+                    Err(e) => tracing::error!("a worker cannot accept on a listener: {e}"),
+                }
+            };
+            accept_loops.spawn_on(accept, handle);
         }
         drop(handoff);
         accept_loops.close();
         accept_loops.wait().await;
+        // Nobody accepts any more: close the listening sockets (and remove socket files) now.
+        drop(self.listeners);
         sessions.close();
         tracing::info!(
             sessions = sessions.len(),

@@ -3,8 +3,9 @@
 //! Each listener (TCP or unix socket) runs its own accept loop. Admission is a semaphore sized to
 //! `max_connections`: past it a client gets ERR 1040 at once instead of waiting, and the sessions
 //! already running are untouched. When the process runs out of descriptors `accept` fails with
-//! EMFILE; the loop then backs off briefly rather than spinning. Each admitted connection is
-//! handed to a worker thread (`workers.rs`) and its session lives there.
+//! EMFILE; the loop then backs off briefly rather than spinning. Every worker thread
+//! (`workers.rs`) runs an accept loop on every listener, and a session lives on the worker that
+//! accepted it.
 
 use std::io;
 use std::path::{Path, PathBuf};
@@ -22,7 +23,6 @@ use crate::config::ListenAddr;
 use crate::metrics::Refusal;
 use crate::protocol::errors::code;
 use crate::session::{self, Shared};
-use crate::workers::{Placement, Workers};
 
 #[derive(Debug, Error)]
 pub enum ServerError {
@@ -95,13 +95,57 @@ async fn remove_stale_socket(path: &Path) -> Result<(), ServerError> {
     })
 }
 
-/// Where sessions run and how they end: shared by every accept loop.
+/// One worker's handle on a listener: a duplicate of the listening socket registered with that
+/// worker's reactor. Every worker accepts on every listener; the kernel wakes them all and the
+/// first to call `accept` takes the connection (the busiest worker is the slowest to ask), and
+/// the session then lives on that worker: no hand-off between threads.
+#[derive(Debug)]
+pub enum Acceptor {
+    Tcp(TcpListener),
+    /// The listener and how clients are named in logs (`unix:PATH`).
+    Unix(UnixListener, String),
+}
+
+/// A listener duplicated for a worker, not yet registered with its reactor.
+#[derive(Debug)]
+pub enum StdAcceptor {
+    Tcp(std::net::TcpListener),
+    Unix(std::os::unix::net::UnixListener, String),
+}
+
+impl Listener {
+    /// A duplicate of the listening socket for another thread's runtime.
+    pub fn try_clone_std(&self) -> io::Result<StdAcceptor> {
+        use std::os::fd::AsFd;
+        Ok(match self {
+            Self::Tcp(l) => {
+                StdAcceptor::Tcp(std::net::TcpListener::from(l.as_fd().try_clone_to_owned()?))
+            }
+            Self::Unix(l, file) => StdAcceptor::Unix(
+                std::os::unix::net::UnixListener::from(l.as_fd().try_clone_to_owned()?),
+                format!("unix:{}", file.0.display()),
+            ),
+        })
+    }
+}
+
+impl StdAcceptor {
+    /// Registers the duplicate with the current thread's runtime (it is already non-blocking:
+    /// the flag belongs to the shared open file).
+    pub fn register(self) -> io::Result<Acceptor> {
+        Ok(match self {
+            Self::Tcp(l) => Acceptor::Tcp(TcpListener::from_std(l)?),
+            Self::Unix(l, name) => Acceptor::Unix(UnixListener::from_std(l)?, name),
+        })
+    }
+}
+
+/// How sessions end and what they share: every accept loop has a copy.
 #[derive(Debug, Clone)]
 pub struct Sessions {
     pub shared: Arc<Shared>,
     pub admission: Arc<Semaphore>,
     pub max_connections: usize,
-    pub workers: Arc<Workers>,
     /// Tracks every session task, whichever worker runs it.
     pub tasks: TaskTracker,
     /// Cancelled to drain: sessions end at their next command boundary.
@@ -110,13 +154,13 @@ pub struct Sessions {
     pub abort: CancellationToken,
 }
 
-/// Runs the accept loop of one listener until `sessions.drain` is cancelled.
-pub async fn accept_loop(listener: Listener, sessions: Sessions) {
+/// Runs one worker's accept loop on one listener until `sessions.drain` is cancelled; sessions
+/// are spawned on the current (worker) runtime.
+pub async fn accept_loop(listener: Acceptor, sessions: Sessions) {
     let Sessions {
         shared,
         admission,
         max_connections,
-        workers,
         tasks,
         drain: shutdown,
         abort,
@@ -151,33 +195,22 @@ pub async fn accept_loop(listener: Listener, sessions: Sessions) {
             tasks.spawn(stream.refuse());
             continue;
         };
-        let placement = workers.place();
-        // The socket is registered with this thread's reactor; the worker registers it anew.
-        let stream = match stream.into_std() {
-            Ok(s) => s,
-            Err(e) => {
-                warn!(client = %peer, "dropped: cannot hand the connection to a worker: {e}");
-                continue;
-            }
-        };
-        let handle = placement.handle().clone();
-        let admitted = Admitted::new(Arc::clone(&shared.metrics), permit, placement);
-        let session = run_session(
+        let admitted = Admitted::new(Arc::clone(&shared.metrics), permit);
+        tasks.spawn(run_session(
             Arc::clone(&shared),
             stream,
             peer,
             admitted,
             shutdown.clone(),
             abort.clone(),
-        );
-        tasks.spawn_on(session, &handle);
+        ));
     }
 }
 
-/// One session, from registering its socket on the worker to recording why it ended.
+/// One session, from its first byte to recording why it ended.
 async fn run_session(
     shared: Arc<Shared>,
-    stream: StdAccepted,
+    stream: Accepted,
     peer: String,
     admitted: Admitted,
     drain: CancellationToken,
@@ -185,14 +218,6 @@ async fn run_session(
 ) {
     let span = tracing::info_span!("session", client = %peer);
     async move {
-        let stream = match stream.into_tokio() {
-            Ok(s) => s,
-            Err(e) => {
-                warn!("dropped: the worker cannot register the connection: {e}");
-                admitted.metrics.disconnected("client_network");
-                return;
-            }
-        };
         let session = async {
             match stream {
                 Accepted::Tcp(s) => session::run(shared, s, &peer, &drain).await,
@@ -212,25 +237,22 @@ async fn run_session(
     .await
 }
 
-/// An admitted client: holds its `max_connections` slot and its worker place, and counts in the
-/// connections gauge, until dropped — also when the session task panics or is torn down.
+/// An admitted client: holds its `max_connections` slot and counts in the connections gauge
+/// until dropped — also when the session task panics or is torn down.
 struct Admitted {
     metrics: Arc<crate::metrics::Metrics>,
     _permit: tokio::sync::OwnedSemaphorePermit,
-    _placement: Placement,
 }
 
 impl Admitted {
     fn new(
         metrics: Arc<crate::metrics::Metrics>,
         permit: tokio::sync::OwnedSemaphorePermit,
-        placement: Placement,
     ) -> Self {
         metrics.client_connections.inc();
         Self {
             metrics,
             _permit: permit,
-            _placement: placement,
         }
     }
 }
@@ -246,20 +268,7 @@ enum Accepted {
     Unix(tokio::net::UnixStream),
 }
 
-/// An accepted connection between threads: not registered with any reactor.
-enum StdAccepted {
-    Tcp(std::net::TcpStream),
-    Unix(std::os::unix::net::UnixStream),
-}
-
 impl Accepted {
-    fn into_std(self) -> io::Result<StdAccepted> {
-        Ok(match self {
-            Self::Tcp(s) => StdAccepted::Tcp(s.into_std()?),
-            Self::Unix(s) => StdAccepted::Unix(s.into_std()?),
-        })
-    }
-
     async fn refuse(self) {
         let message = "Too many connections";
         match self {
@@ -269,19 +278,9 @@ impl Accepted {
     }
 }
 
-impl StdAccepted {
-    /// Registers the socket with the current thread's runtime (still non-blocking).
-    fn into_tokio(self) -> io::Result<Accepted> {
-        Ok(match self {
-            Self::Tcp(s) => Accepted::Tcp(tokio::net::TcpStream::from_std(s)?),
-            Self::Unix(s) => Accepted::Unix(tokio::net::UnixStream::from_std(s)?),
-        })
-    }
-}
-
-async fn accept(listener: &Listener) -> io::Result<(Accepted, String)> {
+async fn accept(listener: &Acceptor) -> io::Result<(Accepted, String)> {
     match listener {
-        Listener::Tcp(l) => {
+        Acceptor::Tcp(l) => {
             let (s, peer) = l.accept().await?;
             // Each write is a whole request or response: never hold it back for Nagle.
             if let Err(e) = s.set_nodelay(true) {
@@ -289,9 +288,9 @@ async fn accept(listener: &Listener) -> io::Result<(Accepted, String)> {
             }
             Ok((Accepted::Tcp(s), peer.to_string()))
         }
-        Listener::Unix(l, file) => {
+        Acceptor::Unix(l, name) => {
             let (s, _) = l.accept().await?;
-            Ok((Accepted::Unix(s), format!("unix:{}", file.0.display())))
+            Ok((Accepted::Unix(s), name.clone()))
         }
     }
 }

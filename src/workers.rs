@@ -5,13 +5,11 @@
 //! the one that polled it (a futex wake and a cross-CPU hop per event); measured on the load
 //! benchmark that was ~10 % of the proxy's CPU per query. Here every worker thread owns its epoll
 //! instance and runs only its own sessions, so a session's two sockets, its timers and its task
-//! never leave that thread. The accept loops hand each admitted connection to the worker with the
-//! fewest sessions; a session never migrates, which is fine for a proxy whose sessions all cost
-//! about the same.
+//! never leave that thread. Each worker accepts on every listener itself (see `server.rs`), so
+//! a new connection is not handed between threads either; a session never migrates, which is
+//! fine for a proxy whose sessions all cost about the same.
 
 use std::io;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -22,35 +20,13 @@ use tokio::sync::oneshot;
 #[derive(Debug)]
 pub struct Workers {
     workers: Vec<Worker>,
-    next: AtomicUsize,
 }
 
 #[derive(Debug)]
 struct Worker {
     handle: Handle,
-    sessions: Arc<AtomicUsize>,
     stop: Option<oneshot::Sender<()>>,
     thread: Option<JoinHandle<()>>,
-}
-
-/// One admitted connection's place on a worker: counts as a session there until dropped.
-#[derive(Debug)]
-pub struct Placement {
-    handle: Handle,
-    sessions: Arc<AtomicUsize>,
-}
-
-impl Placement {
-    /// The runtime the session must be spawned on.
-    pub fn handle(&self) -> &Handle {
-        &self.handle
-    }
-}
-
-impl Drop for Placement {
-    fn drop(&mut self) {
-        self.sessions.fetch_sub(1, Ordering::Relaxed);
-    }
 }
 
 impl Workers {
@@ -63,10 +39,7 @@ impl Workers {
         for index in 0..count {
             workers.push(Worker::start(index)?);
         }
-        Ok(Self {
-            workers,
-            next: AtomicUsize::new(0),
-        })
+        Ok(Self { workers })
     }
 
     pub fn len(&self) -> usize {
@@ -77,34 +50,9 @@ impl Workers {
         self.workers.is_empty()
     }
 
-    /// Sessions running on each worker, in worker order.
-    pub fn loads(&self) -> Vec<usize> {
-        self.workers
-            .iter()
-            .map(|w| w.sessions.load(Ordering::Relaxed))
-            .collect()
-    }
-
-    /// The worker for a new session: the one with the fewest sessions, ties taken in turn so that
-    /// short connections (connect, one query, quit) still spread over every worker.
-    pub fn place(&self) -> Placement {
-        let n = self.workers.len();
-        let start = self.next.fetch_add(1, Ordering::Relaxed) % n;
-        let mut best = &self.workers[start];
-        let mut best_load = best.sessions.load(Ordering::Relaxed);
-        for offset in 1..n {
-            let w = &self.workers[(start + offset) % n];
-            let load = w.sessions.load(Ordering::Relaxed);
-            if load < best_load {
-                best = w;
-                best_load = load;
-            }
-        }
-        best.sessions.fetch_add(1, Ordering::Relaxed);
-        Placement {
-            handle: best.handle.clone(),
-            sessions: Arc::clone(&best.sessions),
-        }
+    /// Each worker's runtime, to spawn its accept loops on.
+    pub fn handles(&self) -> impl Iterator<Item = &Handle> + Clone {
+        self.workers.iter().map(|w| &w.handle)
     }
 }
 
@@ -124,7 +72,6 @@ impl Worker {
             })?;
         Ok(Self {
             handle,
-            sessions: Arc::new(AtomicUsize::new(0)),
             stop: Some(stop),
             thread: Some(thread),
         })
@@ -149,43 +96,20 @@ mod tests {
     use super::*;
 
     #[test]
-    fn sessions_go_to_the_least_loaded_worker_and_ties_rotate() {
-        let workers = Workers::start(Some(3)).unwrap();
-        let a = workers.place();
-        let b = workers.place();
-        let c = workers.place();
-        assert_eq!(workers.loads(), vec![1, 1, 1]);
-        drop(b);
-        assert_eq!(workers.loads(), vec![1, 0, 1]);
-        let d = workers.place();
-        assert_eq!(
-            workers.loads(),
-            vec![1, 1, 1],
-            "the emptied worker is refilled first"
-        );
-        drop((a, c, d));
-        assert_eq!(workers.loads(), vec![0, 0, 0]);
-    }
-
-    #[test]
-    fn a_placed_task_runs_on_its_worker_thread() {
+    fn each_handle_runs_tasks_on_its_own_worker_thread() {
         let workers = Workers::start(Some(2)).unwrap();
-        let names: Vec<String> = (0..2)
-            .map(|_| {
-                let placement = workers.place();
+        let names: Vec<String> = workers
+            .handles()
+            .map(|handle| {
                 let (tx, rx) = std::sync::mpsc::channel();
-                placement.handle().spawn(async move {
+                handle.spawn(async move {
                     let name = std::thread::current().name().map(str::to_owned);
                     let _ = tx.send(name.unwrap_or_default());
                 });
                 rx.recv_timeout(Duration::from_secs(5)).unwrap()
             })
             .collect();
-        assert!(
-            names.iter().all(|n| n.starts_with("mysql-lb-w")),
-            "{names:?}"
-        );
-        assert_ne!(names[0], names[1], "two sessions, two workers");
+        assert_eq!(names, vec!["mysql-lb-w0", "mysql-lb-w1"]);
     }
 
     #[test]
@@ -193,5 +117,20 @@ mod tests {
         let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
         assert_eq!(Workers::start(None).unwrap().len(), cpus);
         assert_eq!(Workers::start(Some(0)).unwrap().len(), 1);
+    }
+
+    #[test]
+    fn dropping_stops_and_joins_the_threads() {
+        let workers = Workers::start(Some(2)).unwrap();
+        let handle = workers.handles().next().unwrap().clone();
+        drop(workers);
+        let (tx, rx) = std::sync::mpsc::channel::<()>();
+        let _ = handle.spawn(async move {
+            let _ = tx.send(());
+        });
+        assert!(
+            rx.recv_timeout(Duration::from_millis(200)).is_err(),
+            "a stopped worker runs nothing"
+        );
     }
 }
