@@ -125,9 +125,9 @@ mod tests {
         let handle = workers.handles().next().unwrap().clone();
         drop(workers);
         let (tx, rx) = std::sync::mpsc::channel::<()>();
-        let _ = handle.spawn(async move {
+        drop(handle.spawn(async move {
             let _ = tx.send(());
-        });
+        }));
         assert!(
             rx.recv_timeout(Duration::from_millis(200)).is_err(),
             "a stopped worker runs nothing"
