@@ -283,25 +283,19 @@ where
         };
         let step = poll_direction(cx, &mut up, client, backend, &mut hooks);
         quit |= hooks.quit;
-        match step {
-            Poll::Ready(Step::Eof) => return Poll::Ready(RelayEnd::ClientClosed { quit }),
-            Poll::Ready(Step::Failed(e)) => return Poll::Ready(RelayEnd::Protocol(e)),
-            Poll::Ready(Step::Io(e, Side::Read)) => return Poll::Ready(RelayEnd::ClientIo(e)),
-            Poll::Ready(Step::Io(e, Side::Write)) => return Poll::Ready(RelayEnd::BackendIo(e)),
-            Poll::Pending => {}
+        if let Poll::Ready(step) = step {
+            return Poll::Ready(upstream_end(step, quit));
         }
         let mut hooks = Downstream {
             tracker: &mut *tracker,
             observer: &mut *observer,
         };
         match poll_direction(cx, &mut down, backend, client, &mut hooks) {
-            Poll::Ready(Step::Eof) => Poll::Ready(RelayEnd::BackendClosed {
-                at_boundary: tracker.server_at_boundary(),
-                pending: tracker.pending(),
-            }),
-            Poll::Ready(Step::Failed(e)) => Poll::Ready(RelayEnd::Protocol(e)),
-            Poll::Ready(Step::Io(e, Side::Read)) => Poll::Ready(RelayEnd::BackendIo(e)),
-            Poll::Ready(Step::Io(e, Side::Write)) => Poll::Ready(RelayEnd::ClientIo(e)),
+            Poll::Ready(step) => Poll::Ready(downstream_end(
+                step,
+                tracker.server_at_boundary(),
+                tracker.pending(),
+            )),
             Poll::Pending if drain_now && boundary(tracker, &up, &down) => {
                 Poll::Ready(RelayEnd::Drained)
             }
@@ -309,6 +303,29 @@ where
         }
     })
     .await
+}
+
+/// How the session ends when the client-to-backend direction stops.
+fn upstream_end(step: Step, quit: bool) -> RelayEnd {
+    match step {
+        Step::Eof => RelayEnd::ClientClosed { quit },
+        Step::Failed(e) => RelayEnd::Protocol(e),
+        Step::Io(e, Side::Read) => RelayEnd::ClientIo(e),
+        Step::Io(e, Side::Write) => RelayEnd::BackendIo(e),
+    }
+}
+
+/// How the session ends when the backend-to-client direction stops.
+fn downstream_end(step: Step, at_boundary: bool, pending: usize) -> RelayEnd {
+    match step {
+        Step::Eof => RelayEnd::BackendClosed {
+            at_boundary,
+            pending,
+        },
+        Step::Failed(e) => RelayEnd::Protocol(e),
+        Step::Io(e, Side::Read) => RelayEnd::BackendIo(e),
+        Step::Io(e, Side::Write) => RelayEnd::ClientIo(e),
+    }
 }
 
 /// Scans bytes that were read before the relay started (during the handshake).
@@ -355,27 +372,16 @@ where
             observer: &mut *observer,
             to_backend: true,
         };
-        match poll_direction(cx, &mut up, client, backend, &mut hooks) {
-            Poll::Ready(Step::Eof) => return Poll::Ready(RelayEnd::ClientClosed { quit: true }),
-            Poll::Ready(Step::Failed(e)) => return Poll::Ready(RelayEnd::Protocol(e)),
-            Poll::Ready(Step::Io(e, Side::Read)) => return Poll::Ready(RelayEnd::ClientIo(e)),
-            Poll::Ready(Step::Io(e, Side::Write)) => return Poll::Ready(RelayEnd::BackendIo(e)),
-            Poll::Pending => {}
+        // Unread bytes: a clean close counts as a quit, and nothing is known to be pending.
+        if let Poll::Ready(step) = poll_direction(cx, &mut up, client, backend, &mut hooks) {
+            return Poll::Ready(upstream_end(step, true));
         }
         let mut hooks = Opaque {
             observer: &mut *observer,
             to_backend: false,
         };
-        match poll_direction(cx, &mut down, backend, client, &mut hooks) {
-            Poll::Ready(Step::Eof) => Poll::Ready(RelayEnd::BackendClosed {
-                at_boundary: false,
-                pending: 0,
-            }),
-            Poll::Ready(Step::Failed(e)) => Poll::Ready(RelayEnd::Protocol(e)),
-            Poll::Ready(Step::Io(e, Side::Read)) => Poll::Ready(RelayEnd::BackendIo(e)),
-            Poll::Ready(Step::Io(e, Side::Write)) => Poll::Ready(RelayEnd::ClientIo(e)),
-            Poll::Pending => Poll::Pending,
-        }
+        poll_direction(cx, &mut down, backend, client, &mut hooks)
+            .map(|step| downstream_end(step, false, 0))
     })
     .await
 }
