@@ -81,7 +81,8 @@ impl Proxy {
                 .open_fds_limit
                 .set(i64::try_from(soft).unwrap_or(i64::MAX));
         }
-        let workers = Workers::start(config.worker_threads).map_err(ServerError::Workers)?;
+        let workers =
+            Workers::start(config.worker_threads, &metrics).map_err(ServerError::Workers)?;
         let mut acceptors = Vec::with_capacity(listeners.len() * workers.len());
         for listener in &listeners {
             for _ in 0..workers.len() {
@@ -177,16 +178,20 @@ impl Proxy {
             shutdown.clone(),
         ));
         // Every worker accepts on every listener (`acceptors` holds one duplicate per pair).
-        let handles = self.workers.handles().cycle();
-        for (acceptor, handle) in self.acceptors.into_iter().zip(handles) {
+        let placer = self.workers.placer();
+        for (i, acceptor) in self.acceptors.into_iter().enumerate() {
+            let worker = i % placer.len();
             let sessions = handoff.clone();
+            let placer_for_loop = Arc::clone(&placer);
             let accept = async move {
                 match acceptor.register() {
-                    Ok(acceptor) => server::accept_loop(acceptor, sessions).await,
+                    Ok(acceptor) => {
+                        server::accept_loop(acceptor, sessions, worker, placer_for_loop).await
+                    }
                     Err(e) => tracing::error!("a worker cannot accept on a listener: {e}"),
                 }
             };
-            accept_loops.spawn_on(accept, handle);
+            accept_loops.spawn_on(accept, placer.handle(worker));
         }
         drop(handoff);
         accept_loops.close();

@@ -51,6 +51,7 @@ pub struct Metrics {
     bytes: IntCounterVec,
     health_checks: IntCounterVec,
     replication_lag: GaugeVec,
+    worker_sessions: IntGaugeVec,
     pub client_connections: IntGauge,
     client_rejected: IntCounterVec,
     disconnections: IntCounterVec,
@@ -149,6 +150,14 @@ impl Metrics {
                 &["backend"],
             )
             .expect("valid metric"),
+            worker_sessions: IntGaugeVec::new(
+                opts(
+                    "worker_sessions",
+                    "Client sessions on each worker thread (see worker_threads).",
+                ),
+                &["worker"],
+            )
+            .expect("valid metric"),
             client_connections: IntGauge::with_opts(opts(
                 "client_connections",
                 "Client connections currently open.",
@@ -195,6 +204,7 @@ impl Metrics {
             Box::new(self.bytes.clone()),
             Box::new(self.health_checks.clone()),
             Box::new(self.replication_lag.clone()),
+            Box::new(self.worker_sessions.clone()),
             Box::new(self.client_connections.clone()),
             Box::new(self.client_rejected.clone()),
             Box::new(self.disconnections.clone()),
@@ -242,6 +252,12 @@ impl Metrics {
         self.client_rejected
             .with_label_values(&[reason.as_str()])
             .inc();
+    }
+
+    /// The session count of worker `index` (a handle; the series appears at 0).
+    pub fn worker_sessions(&self, index: usize) -> IntGauge {
+        self.worker_sessions
+            .with_label_values(&[index.to_string().as_str()])
     }
 
     /// The replication lag a health check saw: `Some(seconds)` (NaN when unknown), or `None` for

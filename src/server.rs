@@ -4,8 +4,8 @@
 //! `max_connections`: past it a client gets ERR 1040 at once instead of waiting, and the sessions
 //! already running are untouched. When the process runs out of descriptors `accept` fails with
 //! EMFILE; the loop then backs off briefly rather than spinning. Every worker thread
-//! (`workers.rs`) runs an accept loop on every listener, and a session lives on the worker that
-//! accepted it.
+//! (`workers.rs`) runs an accept loop on every listener; a session lives on the worker that
+//! accepted it, or on the least loaded one when the counts differ.
 
 use std::io;
 use std::path::{Path, PathBuf};
@@ -23,6 +23,7 @@ use crate::config::ListenAddr;
 use crate::metrics::Refusal;
 use crate::protocol::errors::code;
 use crate::session::{self, Shared};
+use crate::workers::{Placement, Placer};
 
 #[derive(Debug, Error)]
 pub enum ServerError {
@@ -97,8 +98,8 @@ async fn remove_stale_socket(path: &Path) -> Result<(), ServerError> {
 
 /// One worker's handle on a listener: a duplicate of the listening socket registered with that
 /// worker's reactor. Every worker accepts on every listener; the kernel wakes them all and the
-/// first to call `accept` takes the connection (the busiest worker is the slowest to ask), and
-/// the session then lives on that worker: no hand-off between threads.
+/// first to call `accept` takes the connection. The session stays on that worker unless another
+/// has fewer sessions (`Placer::place`), so that bursts of connects still spread.
 #[derive(Debug)]
 pub enum Acceptor {
     Tcp(TcpListener),
@@ -154,9 +155,9 @@ pub struct Sessions {
     pub abort: CancellationToken,
 }
 
-/// Runs one worker's accept loop on one listener until `sessions.drain` is cancelled; sessions
-/// are spawned on the current (worker) runtime.
-pub async fn accept_loop(listener: Acceptor, sessions: Sessions) {
+/// Runs worker `me`'s accept loop on one listener until `sessions.drain` is cancelled. A session
+/// runs on this worker unless `placer` says another has fewer; then the socket moves there.
+pub async fn accept_loop(listener: Acceptor, sessions: Sessions, me: usize, placer: Arc<Placer>) {
     let Sessions {
         shared,
         admission,
@@ -195,22 +196,53 @@ pub async fn accept_loop(listener: Acceptor, sessions: Sessions) {
             tasks.spawn(stream.refuse());
             continue;
         };
-        let admitted = Admitted::new(Arc::clone(&shared.metrics), permit);
-        tasks.spawn(run_session(
+        let placement = placer.place(me);
+        let worker = placement.worker();
+        let incoming = if worker == me {
+            Incoming::Here(stream)
+        } else {
+            // Registered with this worker's reactor: deregister, and register on the other.
+            match stream.into_std() {
+                Ok(s) => Incoming::Moved(s),
+                Err(e) => {
+                    warn!(client = %peer, "dropped: cannot move the connection to a worker: {e}");
+                    continue;
+                }
+            }
+        };
+        let admitted = Admitted::new(Arc::clone(&shared.metrics), permit, placement);
+        let session = run_session(
             Arc::clone(&shared),
-            stream,
+            incoming,
             peer,
             admitted,
             shutdown.clone(),
             abort.clone(),
-        ));
+        );
+        if worker == me {
+            tasks.spawn(session);
+        } else {
+            tasks.spawn_on(session, placer.handle(worker));
+        }
     }
+}
+
+/// An accepted connection: on the accepting worker's reactor, or unregistered on its way to
+/// another worker.
+enum Incoming {
+    Here(Accepted),
+    Moved(StdAccepted),
+}
+
+enum StdAccepted {
+    Tcp(std::net::TcpStream),
+    Unix(std::os::unix::net::UnixStream),
 }
 
 /// One session, from its first byte to recording why it ended.
 async fn run_session(
     shared: Arc<Shared>,
-    stream: Accepted,
+    stream: Incoming,
     peer: String,
     admitted: Admitted,
     drain: CancellationToken,
@@ -218,6 +250,17 @@ async fn run_session(
 ) {
     let span = tracing::info_span!("session", client = %peer);
     async move {
+        let stream = match stream {
+            Incoming::Here(s) => s,
+            Incoming::Moved(s) => match s.register() {
+                Ok(s) => s,
+                Err(e) => {
+                    warn!("dropped: the worker cannot register the connection: {e}");
+                    admitted.metrics.disconnected("client_network");
+                    return;
+                }
+            },
+        };
         let session = async {
             match stream {
                 Accepted::Tcp(s) => session::run(shared, s, &peer, &drain).await,
@@ -237,22 +280,25 @@ async fn run_session(
     .await
 }
 
-/// An admitted client: holds its `max_connections` slot and counts in the connections gauge
-/// until dropped — also when the session task panics or is torn down.
+/// An admitted client: holds its `max_connections` slot and its place on a worker, and counts
+/// in the connections gauge, until dropped — also when the session task panics or is torn down.
 struct Admitted {
     metrics: Arc<crate::metrics::Metrics>,
     _permit: tokio::sync::OwnedSemaphorePermit,
+    _placement: Placement,
 }
 
 impl Admitted {
     fn new(
         metrics: Arc<crate::metrics::Metrics>,
         permit: tokio::sync::OwnedSemaphorePermit,
+        placement: Placement,
     ) -> Self {
         metrics.client_connections.inc();
         Self {
             metrics,
             _permit: permit,
+            _placement: placement,
         }
     }
 }
@@ -269,12 +315,29 @@ enum Accepted {
 }
 
 impl Accepted {
+    fn into_std(self) -> io::Result<StdAccepted> {
+        Ok(match self {
+            Self::Tcp(s) => StdAccepted::Tcp(s.into_std()?),
+            Self::Unix(s) => StdAccepted::Unix(s.into_std()?),
+        })
+    }
+
     async fn refuse(self) {
         let message = "Too many connections";
         match self {
             Self::Tcp(s) => session::refuse(s, code::TOO_MANY_CONNECTIONS, message).await,
             Self::Unix(s) => session::refuse(s, code::TOO_MANY_CONNECTIONS, message).await,
         }
+    }
+}
+
+impl StdAccepted {
+    /// Registers the socket with the current worker's reactor (it is still non-blocking).
+    fn register(self) -> io::Result<Accepted> {
+        Ok(match self {
+            Self::Tcp(s) => Accepted::Tcp(tokio::net::TcpStream::from_std(s)?),
+            Self::Unix(s) => Accepted::Unix(tokio::net::UnixStream::from_std(s)?),
+        })
     }
 }
 

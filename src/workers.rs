@@ -10,36 +10,48 @@
 //! fine for a proxy whose sessions all cost about the same.
 
 use std::io;
+use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+use prometheus::IntGauge;
 use tokio::runtime::Handle;
+
+use crate::metrics::Metrics;
 use tokio::sync::oneshot;
 
 /// The worker threads. Dropping it stops them (after their sessions have ended, see `lib.rs`).
 #[derive(Debug)]
 pub struct Workers {
     workers: Vec<Worker>,
+    placer: Arc<Placer>,
 }
 
 #[derive(Debug)]
 struct Worker {
-    handle: Handle,
     stop: Option<oneshot::Sender<()>>,
     thread: Option<JoinHandle<()>>,
 }
 
 impl Workers {
-    /// Starts `count` worker threads (at least one); `None` means one per available CPU.
-    pub fn start(count: Option<usize>) -> io::Result<Self> {
+    /// Starts `count` worker threads (at least one); `None` means one per available CPU. Their
+    /// session counts are exported as `mysql_lb_worker_sessions{worker}`.
+    pub fn start(count: Option<usize>, metrics: &Metrics) -> io::Result<Self> {
         let count = count
             .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
             .max(1);
         let mut workers = Vec::with_capacity(count);
+        let mut handles = Vec::with_capacity(count);
         for index in 0..count {
-            workers.push(Worker::start(index)?);
+            let (worker, handle) = Worker::start(index)?;
+            workers.push(worker);
+            handles.push(handle);
         }
-        Ok(Self { workers })
+        let sessions = (0..count).map(|i| metrics.worker_sessions(i)).collect();
+        Ok(Self {
+            workers,
+            placer: Arc::new(Placer { handles, sessions }),
+        })
     }
 
     pub fn len(&self) -> usize {
@@ -50,14 +62,83 @@ impl Workers {
         self.workers.is_empty()
     }
 
-    /// Each worker's runtime, to spawn its accept loops on.
-    pub fn handles(&self) -> impl Iterator<Item = &Handle> + Clone {
-        self.workers.iter().map(|w| &w.handle)
+    /// Where sessions go: shared with the accept loops.
+    pub fn placer(&self) -> Arc<Placer> {
+        Arc::clone(&self.placer)
+    }
+}
+
+/// Each worker's runtime and session count: decides which worker runs a new session.
+#[derive(Debug)]
+pub struct Placer {
+    handles: Vec<Handle>,
+    sessions: Vec<IntGauge>,
+}
+
+/// A session's place on a worker: counts there until dropped.
+#[derive(Debug)]
+pub struct Placement {
+    worker: usize,
+    sessions: IntGauge,
+}
+
+impl Placement {
+    pub fn worker(&self) -> usize {
+        self.worker
+    }
+}
+
+impl Drop for Placement {
+    fn drop(&mut self) {
+        self.sessions.dec();
+    }
+}
+
+impl Placer {
+    pub fn len(&self) -> usize {
+        self.handles.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.handles.is_empty()
+    }
+
+    /// Worker `i`'s runtime.
+    pub fn handle(&self, i: usize) -> &Handle {
+        &self.handles[i % self.handles.len()]
+    }
+
+    /// Sessions on each worker, in worker order.
+    pub fn loads(&self) -> Vec<i64> {
+        self.sessions.iter().map(IntGauge::get).collect()
+    }
+
+    /// The worker for a session that worker `me` accepted: `me` unless another has fewer
+    /// sessions, then the least loaded. Every worker accepts on every listener and the first one
+    /// the kernel runs wins, which alone can put every session of a burst on one worker; this
+    /// evens it out at the price of a hand-off only when the counts differ.
+    pub fn place(&self, me: usize) -> Placement {
+        let me = me % self.sessions.len();
+        let mut best = me;
+        let mut best_load = self.sessions[me].get();
+        for (i, gauge) in self.sessions.iter().enumerate() {
+            let load = gauge.get();
+            if load < best_load {
+                best = i;
+                best_load = load;
+            }
+        }
+        let sessions = self.sessions[best].clone();
+        sessions.inc();
+        Placement {
+            worker: best,
+            sessions,
+        }
     }
 }
 
 impl Worker {
-    fn start(index: usize) -> io::Result<Self> {
+    fn start(index: usize) -> io::Result<(Self, Handle)> {
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()?;
@@ -70,11 +151,13 @@ impl Worker {
                 let _ = runtime.block_on(stopped);
                 runtime.shutdown_timeout(Duration::from_secs(1));
             })?;
-        Ok(Self {
+        Ok((
+            Self {
+                stop: Some(stop),
+                thread: Some(thread),
+            },
             handle,
-            stop: Some(stop),
-            thread: Some(thread),
-        })
+        ))
     }
 }
 
@@ -95,14 +178,18 @@ impl Drop for Worker {
 mod tests {
     use super::*;
 
+    fn start(n: Option<usize>) -> Workers {
+        Workers::start(n, &Metrics::new()).unwrap()
+    }
+
     #[test]
     fn each_handle_runs_tasks_on_its_own_worker_thread() {
-        let workers = Workers::start(Some(2)).unwrap();
-        let names: Vec<String> = workers
-            .handles()
-            .map(|handle| {
+        let workers = start(Some(2));
+        let placer = workers.placer();
+        let names: Vec<String> = (0..placer.len())
+            .map(|i| {
                 let (tx, rx) = std::sync::mpsc::channel();
-                handle.spawn(async move {
+                placer.handle(i).spawn(async move {
                     let name = std::thread::current().name().map(str::to_owned);
                     let _ = tx.send(name.unwrap_or_default());
                 });
@@ -113,19 +200,38 @@ mod tests {
     }
 
     #[test]
+    fn the_accepting_worker_keeps_a_session_unless_another_has_fewer() {
+        let workers = start(Some(3));
+        let placer = workers.placer();
+        // Worker 0 wins every accept of a burst: the sessions still spread.
+        let burst: Vec<Placement> = (0..6).map(|_| placer.place(0)).collect();
+        assert_eq!(
+            burst.iter().map(Placement::worker).collect::<Vec<_>>(),
+            vec![0, 1, 2, 0, 1, 2]
+        );
+        assert_eq!(placer.loads(), vec![2, 2, 2]);
+        // Balanced: the acceptor keeps it (no hand-off).
+        let kept = placer.place(1);
+        assert_eq!(kept.worker(), 1);
+        drop(burst);
+        drop(kept);
+        assert_eq!(placer.loads(), vec![0, 0, 0]);
+    }
+
+    #[test]
     fn default_is_one_worker_per_cpu() {
         let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
-        assert_eq!(Workers::start(None).unwrap().len(), cpus);
-        assert_eq!(Workers::start(Some(0)).unwrap().len(), 1);
+        assert_eq!(start(None).len(), cpus);
+        assert_eq!(start(Some(0)).len(), 1);
     }
 
     #[test]
     fn dropping_stops_and_joins_the_threads() {
-        let workers = Workers::start(Some(2)).unwrap();
-        let handle = workers.handles().next().unwrap().clone();
+        let workers = start(Some(2));
+        let placer = workers.placer();
         drop(workers);
         let (tx, rx) = std::sync::mpsc::channel::<()>();
-        drop(handle.spawn(async move {
+        drop(placer.handle(0).spawn(async move {
             let _ = tx.send(());
         }));
         assert!(
