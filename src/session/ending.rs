@@ -1,0 +1,221 @@
+//! How a session ends: what the client is told (an ERR in sequence where the protocol still
+//! allows one, with the `mysql-lb:` prefix) and the one log line and [`EndReason`] that say why.
+
+use std::time::Duration;
+
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
+use tracing::{debug, info, warn};
+
+use super::EndReason;
+use crate::auth::AuthError;
+use crate::protocol::errors::{code, err_packet, pre_greeting_err, sqlstate_for};
+use crate::protocol::response::{TrackError, Tracker};
+use crate::relay::RelayEnd;
+use crate::stream::PacketReadError;
+
+pub(super) async fn handshake_failed<C: AsyncWrite + Unpin>(
+    client: &mut C,
+    e: AuthError,
+    next_seq: u8,
+    peer: &str,
+    backend: &str,
+) -> EndReason {
+    let client_err = |message: String| {
+        err_packet(
+            next_seq,
+            code::HANDSHAKE_ERROR,
+            Some(sqlstate_for(code::HANDSHAKE_ERROR)),
+            &message,
+        )
+    };
+    match e {
+        AuthError::Denied { code, ref message } => {
+            info!(
+                client = peer,
+                backend, code, "authentication failed: {message}"
+            );
+            EndReason::AuthFailed
+        }
+        AuthError::ClientHandshake(_)
+        | AuthError::ClientSequence(_)
+        | AuthError::ClientWantsTls
+        | AuthError::ClientWantsCompression
+        | AuthError::ClientRead(PacketReadError::TooLarge { .. }) => {
+            warn!(client = peer, backend, "closing: {e}");
+            send(client, &client_err(format!("Bad handshake: {e}"))).await;
+            EndReason::Malformed
+        }
+        AuthError::ClientTimeout(_) => {
+            info!(client = peer, backend, "closing: {e}");
+            EndReason::ClientNetwork
+        }
+        AuthError::ClientRead(_) | AuthError::ClientWrite(_) => {
+            info!(
+                client = peer,
+                backend,
+                "client left during the handshake: {}",
+                e.cause()
+            );
+            EndReason::ClientNetwork
+        }
+        AuthError::BackendRead(_)
+        | AuthError::BackendWrite(_)
+        | AuthError::BackendTimeout(_)
+        | AuthError::BackendGreeting(_)
+        | AuthError::BackendGreetingRead(_)
+        | AuthError::BackendRefused { .. } => {
+            let cause = e.cause();
+            warn!(
+                client = peer,
+                backend, "backend failed during authentication: {cause}"
+            );
+            let packet = err_packet(
+                next_seq,
+                code::UNKNOWN_ERROR,
+                Some(sqlstate_for(code::UNKNOWN_ERROR)),
+                &format!("backend {backend} failed during authentication: {cause}"),
+            );
+            send(client, &packet).await;
+            EndReason::BackendNetwork
+        }
+    }
+}
+
+pub(super) async fn relay_ended<C: AsyncRead + AsyncWrite + Unpin>(
+    client: &mut C,
+    end: RelayEnd,
+    tracker: &Tracker,
+    peer: &str,
+    backend: &str,
+) -> EndReason {
+    match end {
+        RelayEnd::IdleTimeout => {
+            info!(
+                client = peer,
+                backend, "closing an idle session (idle_timeout)"
+            );
+            EndReason::IdleTimeout
+        }
+        RelayEnd::Drained => {
+            debug!(
+                client = peer,
+                backend, "closed between commands for shutdown"
+            );
+            EndReason::Shutdown
+        }
+        RelayEnd::ClientClosed { quit: true } => {
+            debug!(client = peer, backend, "client quit");
+            EndReason::ClientQuit
+        }
+        RelayEnd::ClientClosed { quit: false } => {
+            info!(
+                client = peer,
+                backend, "client closed the connection without COM_QUIT"
+            );
+            EndReason::ClientNetwork
+        }
+        RelayEnd::ClientIo(e) => {
+            info!(client = peer, backend, "client connection failed: {e}");
+            EndReason::ClientNetwork
+        }
+        RelayEnd::BackendClosed {
+            at_boundary,
+            pending,
+        } => {
+            if pending == 0 {
+                info!(client = peer, backend, "backend closed the idle connection");
+            } else {
+                warn!(
+                    client = peer,
+                    backend, pending, "backend closed the connection mid-response"
+                );
+                if at_boundary {
+                    let message = format!("backend {backend} closed the connection mid-response");
+                    send(
+                        client,
+                        &server_side_err(tracker, code::UNKNOWN_ERROR, &message),
+                    )
+                    .await;
+                }
+            }
+            EndReason::BackendNetwork
+        }
+        RelayEnd::BackendIo(e) => {
+            warn!(client = peer, backend, "backend connection failed: {e}");
+            if tracker.pending() > 0 && tracker.server_at_boundary() {
+                let message = format!("backend {backend} connection failed: {e}");
+                send(
+                    client,
+                    &server_side_err(tracker, code::UNKNOWN_ERROR, &message),
+                )
+                .await;
+            }
+            EndReason::BackendNetwork
+        }
+        RelayEnd::Protocol(e) => {
+            warn!(client = peer, backend, "closing: {e}");
+            let can_inject = if e.is_client() {
+                tracker.server_at_boundary()
+            } else {
+                e.start().is_some()
+            };
+            if can_inject {
+                let code = protocol_error_code(&e);
+                send(client, &server_side_err(tracker, code, &e.to_string())).await;
+                if code == code::NET_PACKET_TOO_LARGE {
+                    // A client writing a huge packet reads only once it is written: closing with
+                    // its bytes unread would reset the connection and lose the ERR, so swallow
+                    // the rest first (bounded), as the server does.
+                    discard_input(client, 64 << 20, Duration::from_secs(2)).await;
+                }
+            }
+            EndReason::Malformed
+        }
+    }
+}
+
+fn protocol_error_code(e: &TrackError) -> u16 {
+    use crate::protocol::codec::FrameError;
+    match e {
+        TrackError::ClientFrame(FrameError::TooLarge { .. }) => code::NET_PACKET_TOO_LARGE,
+        TrackError::ClientFrame(_) | TrackError::ClientOutOfOrder { .. } => {
+            code::NET_PACKETS_OUT_OF_ORDER
+        }
+        _ => code::UNKNOWN_ERROR,
+    }
+}
+
+/// An ERR the client reads as its current command's answer (or its next command's).
+fn server_side_err(tracker: &Tracker, code: u16, message: &str) -> Vec<u8> {
+    err_packet(
+        tracker.next_server_seq(),
+        code,
+        Some(sqlstate_for(code)),
+        message,
+    )
+}
+
+/// Reads and drops what the client still sends, up to `limit` bytes, `deadline` or its EOF.
+async fn discard_input<C: AsyncRead + Unpin>(client: &mut C, limit: u64, deadline: Duration) {
+    let mut sink = tokio::io::sink();
+    let mut bounded = tokio::io::AsyncReadExt::take(&mut *client, limit);
+    let _ = tokio::time::timeout(deadline, tokio::io::copy(&mut bounded, &mut sink)).await;
+}
+
+/// Best effort: the peer may already be gone, and a slow one must not hold the session open.
+pub(super) async fn send<C: AsyncWrite + Unpin>(client: &mut C, packet: &[u8]) {
+    let write = async {
+        client.write_all(packet).await?;
+        client.shutdown().await
+    };
+    match tokio::time::timeout(Duration::from_secs(1), write).await {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => debug!("could not deliver an error packet: {e}"),
+        Err(_) => debug!("could not deliver an error packet: write timed out"),
+    }
+}
+
+/// Refuses a client at once (used for admission): best effort, bounded in time.
+pub async fn refuse<C: AsyncWrite + Unpin>(mut client: C, code: u16, message: &str) {
+    send(&mut client, &pre_greeting_err(code, message)).await;
+}
