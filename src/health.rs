@@ -761,8 +761,8 @@ mod tests {
     }
 
     fn lenenc(s: &str) -> Vec<u8> {
-        let mut v = vec![s.len() as u8];
-        v.extend_from_slice(s.as_bytes());
+        let mut v = Vec::new();
+        crate::protocol::codec::put_lenenc_bytes(&mut v, s.as_bytes());
         v
     }
 

@@ -80,20 +80,7 @@ fn packet(seq: u8, payload: &[u8]) -> Vec<u8> {
     p
 }
 
-fn lenenc(out: &mut Vec<u8>, bytes: &[u8]) {
-    match bytes.len() {
-        n @ 0..=250 => out.push(n as u8),
-        n @ 251..=0xFFFF => {
-            out.push(0xFC);
-            out.extend_from_slice(&(n as u16).to_le_bytes());
-        }
-        n => {
-            out.push(0xFD);
-            out.extend_from_slice(&(n as u32).to_le_bytes()[..3]);
-        }
-    }
-    out.extend_from_slice(bytes);
-}
+use mysql_lb::protocol::codec::put_lenenc_bytes as lenenc;
 
 /// Cuts `bytes` into pieces of 1..=`largest` bytes chosen by `seed`.
 fn cut(bytes: &[u8], seed: u64, largest: usize) -> Vec<&[u8]> {

@@ -196,6 +196,27 @@ impl PacketScanner {
     }
 }
 
+/// Appends `bytes` as a length-encoded string (the writer beside [`lenenc_int`]).
+pub fn put_lenenc_bytes(out: &mut Vec<u8>, bytes: &[u8]) {
+    let n = bytes.len() as u64;
+    match n {
+        0..=250 => out.push(n as u8),
+        251..=0xFFFF => {
+            out.push(0xFC);
+            out.extend_from_slice(&n.to_le_bytes()[..2]);
+        }
+        0x1_0000..=0xFF_FFFF => {
+            out.push(0xFD);
+            out.extend_from_slice(&n.to_le_bytes()[..3]);
+        }
+        _ => {
+            out.push(0xFE);
+            out.extend_from_slice(&n.to_le_bytes());
+        }
+    }
+    out.extend_from_slice(bytes);
+}
+
 /// Reads a length-encoded integer at `pos`; returns the value and the offset after it.
 pub fn lenenc_int(buf: &[u8], pos: usize) -> Option<(u64, usize)> {
     let first = *buf.get(pos)?;
@@ -412,5 +433,16 @@ mod tests {
         assert_eq!(lenenc_int(&[0xFC, 1], 0), None);
         assert_eq!(lenenc_int(&[0xFB], 0), None);
         assert_eq!(lenenc_int(&[], 0), None);
+    }
+
+    #[test]
+    fn lenenc_bytes_round_trip_at_every_width() {
+        for len in [0usize, 250, 251, 0xFFFF, 0x1_0000, 0xFF_FFFF, 0x100_0000] {
+            let data = vec![7u8; len];
+            let mut out = Vec::new();
+            put_lenenc_bytes(&mut out, &data);
+            let (n, at) = lenenc_int(&out, 0).expect("a length prefix");
+            assert_eq!((n as usize, out.len() - at), (len, len), "length {len}");
+        }
     }
 }

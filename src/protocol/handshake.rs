@@ -594,20 +594,7 @@ mod tests {
         greeting("8.0.36", 0xDFFF_FFFF, 0, Some("caching_sha2_password"))
     }
 
-    fn lenenc(out: &mut Vec<u8>, bytes: &[u8]) {
-        match bytes.len() {
-            n @ 0..=250 => out.push(n as u8),
-            n @ 251..=0xFFFF => {
-                out.push(0xFC);
-                out.extend_from_slice(&(n as u16).to_le_bytes());
-            }
-            n => {
-                out.push(0xFD);
-                out.extend_from_slice(&(n as u32).to_le_bytes()[..3]);
-            }
-        }
-        out.extend_from_slice(bytes);
-    }
+    use crate::protocol::codec::put_lenenc_bytes as lenenc;
 
     struct Resp<'a> {
         caps: u32,
