@@ -23,7 +23,7 @@ use tokio_util::task::TaskTracker;
 use tracing::debug;
 
 use crate::metrics::{quantile, LATENCY_BUCKETS};
-use crate::session::Shared;
+use crate::state::ProxyState;
 
 /// How often latency buckets are snapshotted, and how many snapshots make the "recent" window.
 const SNAPSHOT_EVERY: Duration = Duration::from_secs(10);
@@ -39,7 +39,7 @@ pub struct Recent {
 }
 
 impl Recent {
-    fn snapshot(&self, shared: &Shared) {
+    fn snapshot(&self, shared: &ProxyState) {
         let now: Vec<Buckets> = shared
             .backends()
             .backends()
@@ -72,7 +72,7 @@ impl Recent {
 }
 
 /// Serves admin requests until `shutdown`.
-pub async fn serve(listener: TcpListener, shared: Arc<Shared>, shutdown: CancellationToken) {
+pub async fn serve(listener: TcpListener, shared: Arc<ProxyState>, shutdown: CancellationToken) {
     let connections = TaskTracker::new();
     let recent = Arc::new(Recent::default());
     let mut tick = tokio::time::interval(SNAPSHOT_EVERY);
@@ -116,7 +116,7 @@ pub async fn serve(listener: TcpListener, shared: Arc<Shared>, shutdown: Cancell
     connections.wait().await;
 }
 
-fn route(shared: &Shared, recent: &Recent, req: &Request<Incoming>) -> Response<Full<Bytes>> {
+fn route(shared: &ProxyState, recent: &Recent, req: &Request<Incoming>) -> Response<Full<Bytes>> {
     if req.method() != Method::GET && req.method() != Method::HEAD {
         return text(StatusCode::METHOD_NOT_ALLOWED, "only GET\n");
     }
@@ -170,7 +170,7 @@ fn text(status: StatusCode, body: &str) -> Response<Full<Bytes>> {
 
 /// Each backend's state, connections, last check and latency quantiles over roughly the last
 /// minute (estimated from the histogram buckets, as Prometheus' `histogram_quantile` does).
-pub fn backends_json(shared: &Shared, recent: &Recent) -> serde_json::Value {
+pub fn backends_json(shared: &ProxyState, recent: &Recent) -> serde_json::Value {
     let now = Instant::now();
     let list: Vec<_> = shared
         .backends()

@@ -29,7 +29,7 @@ use crate::config::{BackendAddr, HealthCheckConfig};
 use crate::protocol::caps;
 use crate::protocol::codec::{header, lenenc_int};
 use crate::protocol::handshake::{parse_greeting, HandshakeError};
-use crate::session::Shared;
+use crate::state::ProxyState;
 use crate::stream::{read_packet, BackendStream, PacketReadError};
 
 /// Largest packet a check accepts; status rows are a few KiB.
@@ -136,7 +136,7 @@ fn is_loopback_host(host: &str) -> bool {
 
 /// One task per backend so a hung server delays only its own checks; start times are spread over
 /// one interval so a large set does not open all its connections in the same instant.
-pub async fn run(shared: Arc<Shared>, cfg: HealthCheckConfig, shutdown: CancellationToken) {
+pub async fn run(shared: Arc<ProxyState>, cfg: HealthCheckConfig, shutdown: CancellationToken) {
     if cfg.interval.is_zero() {
         return;
     }
@@ -195,7 +195,7 @@ pub async fn run(shared: Arc<Shared>, cfg: HealthCheckConfig, shutdown: Cancella
 }
 
 async fn check_loop(
-    shared: Arc<Shared>,
+    shared: Arc<ProxyState>,
     backend: Arc<Backend>,
     cfg: Arc<HealthCheckConfig>,
     first: Instant,

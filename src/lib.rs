@@ -16,6 +16,7 @@ pub mod relay;
 pub mod reload;
 pub mod server;
 pub mod session;
+pub mod state;
 pub mod stream;
 pub mod workers;
 
@@ -28,14 +29,14 @@ use tokio_util::task::TaskTracker;
 use config::{Config, ListenAddr};
 use metrics::Metrics;
 use server::{Listener, ServerError, Sessions};
-use session::Shared;
+use state::ProxyState;
 use workers::Workers;
 
 /// A proxy with its listeners bound, ready to run.
 pub struct Proxy {
     listeners: Vec<Listener>,
     admin: Option<tokio::net::TcpListener>,
-    shared: Arc<Shared>,
+    shared: Arc<ProxyState>,
     max_connections: usize,
     health: config::HealthCheckConfig,
     shutdown_timeout: std::time::Duration,
@@ -96,7 +97,7 @@ impl Proxy {
                 );
             }
         }
-        let shared = Arc::new(Shared::new(config, Arc::clone(&metrics)));
+        let shared = Arc::new(ProxyState::new(config, Arc::clone(&metrics)));
         if let Err(e) = metrics.register(shared.backends().script_errors_collector()) {
             tracing::warn!("script error metric not registered: {e}");
         }
@@ -131,7 +132,7 @@ impl Proxy {
     }
 
     /// Shared state (backends and their counters), for observers such as tests and metrics.
-    pub fn shared(&self) -> Arc<Shared> {
+    pub fn shared(&self) -> Arc<ProxyState> {
         Arc::clone(&self.shared)
     }
 

@@ -78,10 +78,12 @@ pub fn plan(
 }
 
 /// Raises the soft RLIMIT_NOFILE toward `max_open_files` (default 2 x max_connections + reserve), never
-/// lowering it, and works out how many connections the result allows.
+/// lowering it, and works out how many connections the result allows. Lowering a `chosen`
+/// max_connections (set in the file or by flag) is a warning; fitting the default is not.
 pub fn raise_fd_limit(
     max_connections: usize,
     max_open_files: Option<u64>,
+    chosen: bool,
 ) -> Result<FdPlan, LimitsError> {
     let read = || {
         Resource::NOFILE
@@ -134,7 +136,14 @@ pub fn raise_fd_limit(
             "unchanged"
         }
     );
-    if lowered {
+    if lowered && !chosen {
+        info!(
+            max_connections = effective,
+            "max_connections fitted to the file descriptor limit: {effective} (default \
+             {max_connections}; {} descriptors, 2 per connection, {FD_RESERVE} reserved)",
+            soft_after.min(wanted),
+        );
+    } else if lowered {
         let needed = needed_fds(max_connections);
         let fix = if wanted < needed {
             format!("raise max_open_files (--max-open-files) to at least {needed}")
@@ -220,7 +229,7 @@ mod tests {
 
     #[test]
     fn raise_fd_limit_never_lowers_the_soft_limit() {
-        let p = raise_fd_limit(10, None).unwrap();
+        let p = raise_fd_limit(10, None, true).unwrap();
         assert!(p.soft_after >= p.soft_before, "{p:?}");
         assert!(p.soft_after <= p.hard, "{p:?}");
         assert_eq!(p.wanted, 2 * 10 + FD_RESERVE);

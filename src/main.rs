@@ -57,8 +57,12 @@ fn init_logging(config: &Config) {
 }
 
 fn run(config: &mut Config, cli: &Cli) -> anyhow::Result<()> {
-    let plan = raise_fd_limit(config.max_connections, config.max_open_files)
-        .context("raising the open-files limit")?;
+    let plan = raise_fd_limit(
+        config.max_connections,
+        config.max_open_files,
+        config.max_connections_chosen,
+    )
+    .context("raising the open-files limit")?;
     config.max_connections = plan.max_connections;
     // This thread runs the accept loops, the admin endpoint, health checks and signals; the
     // sessions run on the worker threads `Proxy::bind` starts (see `workers.rs`).

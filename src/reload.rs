@@ -15,7 +15,7 @@ use tracing::{error, info, warn};
 
 use crate::balancer::script::ScriptError;
 use crate::config::{Config, ConfigError};
-use crate::session::Shared;
+use crate::state::ProxyState;
 
 /// Produces the configuration to reload (main re-reads the file and flags).
 pub type Loader = Arc<dyn Fn() -> Result<Config, ConfigError> + Send + Sync>;
@@ -38,7 +38,7 @@ pub struct Summary {
 }
 
 /// Puts `new`'s backends and balancer in force.
-pub fn apply(shared: &Shared, new: &Config) -> Result<Summary, ReloadError> {
+pub fn apply(shared: &ProxyState, new: &Config) -> Result<Summary, ReloadError> {
     crate::balancer::script::check(new)?;
     let current = shared.backends();
     let next = current.rebuild(
@@ -88,8 +88,11 @@ fn restart_keys(old: &Config, new: &Config) -> Vec<&'static str> {
     };
     check(old.listen != new.listen, "listen");
     check(old.admin_address != new.admin_address, "admin_address");
+    // A default max_connections is fitted to the descriptor limit at start: only a chosen value
+    // that differs is a change.
     check(
-        old.max_connections != new.max_connections,
+        (old.max_connections_chosen || new.max_connections_chosen)
+            && old.max_connections != new.max_connections,
         "max_connections",
     );
     check(old.max_open_files != new.max_open_files, "max_open_files");
@@ -115,7 +118,6 @@ fn restart_keys(old: &Config, new: &Config) -> Vec<&'static str> {
         "max_handshake_packet_size",
     );
     check(old.health_check != new.health_check, "health_check");
-    check(old.record_latency != new.record_latency, "record_latency");
     check(
         old.allow_local_infile != new.allow_local_infile,
         "allow_local_infile",
@@ -128,7 +130,7 @@ fn restart_keys(old: &Config, new: &Config) -> Vec<&'static str> {
 
 /// Reloads on every SIGHUP until `shutdown`: the whole configuration through `load` when the
 /// proxy has one, else just the Lua script.
-pub async fn on_hangup(shared: Arc<Shared>, load: Option<Loader>, shutdown: CancellationToken) {
+pub async fn on_hangup(shared: Arc<ProxyState>, load: Option<Loader>, shutdown: CancellationToken) {
     use tokio::signal::unix::{signal, SignalKind};
     let mut hangup = match signal(SignalKind::hangup()) {
         Ok(s) => s,
@@ -152,7 +154,7 @@ pub async fn on_hangup(shared: Arc<Shared>, load: Option<Loader>, shutdown: Canc
     }
 }
 
-fn reload_once(shared: &Shared, load: Option<&Loader>) {
+fn reload_once(shared: &ProxyState, load: Option<&Loader>) {
     let Some(load) = load else {
         info!("SIGHUP received: reloading the Lua script");
         // Logs and counts its own failures.
@@ -207,7 +209,7 @@ mod tests {
     #[test]
     fn kept_backends_are_the_same_objects_and_removed_ones_drop_out() {
         let old = config(vec![backend("a", 1, 1), backend("b", 2, 1)]);
-        let shared = Shared::new(&old, Arc::new(Metrics::new()));
+        let shared = ProxyState::new(&old, Arc::new(Metrics::new()));
         let a_before = Arc::clone(&shared.backends().backends()[0]);
         let lease = shared.backends().lease(&a_before);
         let mut new = config(vec![backend("c", 3, 1), backend("a", 1, 5)]);
@@ -228,7 +230,7 @@ mod tests {
 
     #[test]
     fn a_changed_address_is_a_new_backend() {
-        let shared = Shared::new(&config(vec![backend("a", 1, 1)]), Arc::new(Metrics::new()));
+        let shared = ProxyState::new(&config(vec![backend("a", 1, 1)]), Arc::new(Metrics::new()));
         let before = Arc::clone(&shared.backends().backends()[0]);
         apply(&shared, &config(vec![backend("a", 9, 1)])).unwrap();
         assert!(!Arc::ptr_eq(&before, &shared.backends().backends()[0]));
@@ -236,7 +238,7 @@ mod tests {
 
     #[test]
     fn a_script_that_fails_to_load_keeps_the_running_set() {
-        let shared = Shared::new(&config(vec![backend("a", 1, 1)]), Arc::new(Metrics::new()));
+        let shared = ProxyState::new(&config(vec![backend("a", 1, 1)]), Arc::new(Metrics::new()));
         let reloads = shared.reloads();
         let dir = std::env::temp_dir().join(format!("mysql-lb-reload-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();

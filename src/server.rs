@@ -22,7 +22,8 @@ use tracing::{debug, error, info, warn, Instrument};
 use crate::config::ListenAddr;
 use crate::metrics::Refusal;
 use crate::protocol::errors::code;
-use crate::session::{self, Shared};
+use crate::session;
+use crate::state::ProxyState;
 use crate::workers::{Placement, Placer};
 
 #[derive(Debug, Error)]
@@ -144,7 +145,7 @@ impl StdAcceptor {
 /// How sessions end and what they share: every accept loop has a copy.
 #[derive(Debug, Clone)]
 pub struct Sessions {
-    pub shared: Arc<Shared>,
+    pub shared: Arc<ProxyState>,
     pub admission: Arc<Semaphore>,
     pub max_connections: usize,
     /// Tracks every session task, whichever worker runs it.
@@ -241,7 +242,7 @@ enum StdAccepted {
 
 /// One session, from its first byte to recording why it ended.
 async fn run_session(
-    shared: Arc<Shared>,
+    shared: Arc<ProxyState>,
     stream: Incoming,
     peer: String,
     admitted: Admitted,

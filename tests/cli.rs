@@ -188,3 +188,34 @@ fn max_open_files_too_small_lowers_max_connections_with_one_warning() {
         .count();
     assert_eq!(warnings, 1);
 }
+
+/// Starts the daemon with the hard RLIMIT_NOFILE lowered to `hard` (soft with it), as a host
+/// whose limit is below what the default max_connections needs.
+fn under_a_hard_fd_limit(hard: u64, extra: &[&str]) -> Daemon {
+    let mut args = vec![
+        format!("--nofile={hard}:{hard}"),
+        BIN.to_owned(),
+        format!("--proxy-address=127.0.0.1:{}", free_port()),
+        format!("--proxy-backend-addresses={}", shared_pair()[0].tcp_addr()),
+        "--admin-address=off".to_owned(),
+    ];
+    args.extend(extra.iter().map(|a| (*a).to_owned()));
+    Daemon::start_program("prlimit", &args)
+}
+
+#[test]
+fn default_max_connections_is_fitted_to_the_fd_limit_without_a_warning() {
+    let mut d = under_a_hard_fd_limit(1064, &[]);
+    let line = d.wait_for_line("max_connections fitted to the file descriptor limit: 500");
+    assert!(line.contains("INFO"), "{line}");
+    d.wait_for_line("listening");
+    let warnings: Vec<_> = d.seen.iter().filter(|l| l.contains("WARN")).collect();
+    assert!(warnings.is_empty(), "a default start warned: {warnings:?}");
+}
+
+#[test]
+fn chosen_max_connections_that_cannot_fit_is_warned_of() {
+    let mut d = under_a_hard_fd_limit(1064, &["--max-connections=10000"]);
+    let line = d.wait_for_line("max_connections lowered from 10000 to 500");
+    assert!(line.contains("WARN"), "{line}");
+}

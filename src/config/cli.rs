@@ -131,6 +131,7 @@ pub(super) fn apply_cli(config: &mut Config, cli: &Cli) -> Result<Vec<&'static s
     }
     if let Some(n) = cli.max_connections {
         config.max_connections = n;
+        config.max_connections_chosen = true;
         replaced.push("max_connections");
     }
     if let Some(n) = cli.max_open_files {

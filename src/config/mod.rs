@@ -113,6 +113,9 @@ pub struct Config {
     pub listen: Vec<ListenAddr>,
     pub backends: Vec<BackendConfig>,
     pub max_connections: usize,
+    /// Whether `max_connections` was chosen (file or flag) rather than defaulted: a default is
+    /// fitted to the descriptor limit quietly, a chosen value that cannot be honoured is warned of.
+    pub max_connections_chosen: bool,
     /// None: derived from max_connections (see `limits`).
     pub max_open_files: Option<u64>,
     /// Backend connect + greeting.
@@ -139,9 +142,6 @@ pub struct Config {
     pub log_format: LogFormat,
     /// Admin HTTP listener; None disables it.
     pub admin_address: Option<SocketAddr>,
-    /// Record each command's latency in the per-backend histograms (on by default; off only to
-    /// measure what recording costs).
-    pub record_latency: bool,
     /// When false, CLIENT_LOCAL_FILES is cleared in both directions so no LOAD DATA LOCAL INFILE
     /// can run through the proxy.
     pub allow_local_infile: bool,
@@ -189,6 +189,7 @@ impl Default for Config {
             listen: vec![ListenAddr::Tcp(DEFAULT_LISTEN)],
             backends: Vec::new(),
             max_connections: DEFAULT_MAX_CONNECTIONS,
+            max_connections_chosen: false,
             max_open_files: None,
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             down_cooloff: DEFAULT_DOWN_COOLOFF,
@@ -201,7 +202,6 @@ impl Default for Config {
             log_level: "info".to_owned(),
             log_format: LogFormat::Text,
             admin_address: Some(DEFAULT_ADMIN),
-            record_latency: true,
             allow_local_infile: true,
             health_check: HealthCheckConfig::default(),
             balancer: BalancerConfig::default(),

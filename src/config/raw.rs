@@ -84,7 +84,6 @@ pub(super) struct RawConfig {
     #[serde(default)]
     log: RawLog,
     admin_address: Option<String>,
-    record_latency: Option<bool>,
     allow_local_infile: Option<bool>,
     #[serde(default)]
     health_check: RawHealthCheck,
@@ -219,6 +218,7 @@ impl RawConfig {
                 .map(RawBackend::into_backend)
                 .collect(),
             max_connections: self.max_connections.unwrap_or(d.max_connections),
+            max_connections_chosen: self.max_connections.is_some(),
             max_open_files: self.max_open_files,
             connect_timeout: self.connect_timeout.unwrap_or(d.connect_timeout),
             down_cooloff: self.down_cooloff.unwrap_or(d.down_cooloff),
@@ -236,7 +236,6 @@ impl RawConfig {
                     parse_admin_address(&a).map_err(|m| ConfigError::invalid("admin_address", m))?
                 }
             },
-            record_latency: self.record_latency.unwrap_or(d.record_latency),
             allow_local_infile: self.allow_local_infile.unwrap_or(d.allow_local_infile),
             health_check: {
                 let h = self.health_check;

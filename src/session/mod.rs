@@ -5,105 +5,28 @@
 //! sequence id 0 and no SQLSTATE marker) whose message starts `mysql-lb:`; the rest are closed with
 //! a logged reason. Nothing here can disturb another session.
 
-use std::sync::{Arc, Mutex, RwLock};
-use std::time::{Duration, Instant};
+use std::sync::Arc;
+use std::time::Instant;
 
 use tokio::io::{AsyncRead, AsyncWrite};
-use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, trace, warn};
 
 use crate::auth::{read_greeting, relay_connection_phase, AuthError, PatchedGreeting};
-use crate::balancer::{Backend, BackendSet, ClientInfo, Lease};
-use crate::config::Config;
+use crate::balancer::{Backend, ClientInfo, Lease};
 use crate::kill;
-use crate::metrics::{BackendStats, Metrics, Refusal};
-use crate::protocol::caps::CLIENT_LOCAL_FILES;
+use crate::metrics::{BackendStats, Refusal};
 use crate::protocol::errors::{code, pre_greeting_err};
-use crate::protocol::handshake::{set_greeting_connection_id, Strip};
+use crate::protocol::handshake::set_greeting_connection_id;
 use crate::protocol::response::{Completed, Tracker};
 use crate::relay::{relay, relay_opaque, Observer, Stop};
+use crate::state::ProxyState;
 use crate::stream::BackendStream;
 
 mod ending;
 
 pub use ending::refuse;
 use ending::{handshake_failed, relay_ended, send};
-
-/// What every session needs, shared by all of them.
-#[derive(Debug)]
-pub struct Shared {
-    /// Swapped whole by a reload; sessions keep the `Arc<Backend>` they leased.
-    set: RwLock<Arc<BackendSet>>,
-    /// Bumped after each reload, so the health checker follows the new set.
-    reloads: watch::Sender<u64>,
-    /// The configuration last applied, to tell what a reload changed.
-    pub(crate) applied: Mutex<Config>,
-    /// Live sessions by the proxy-unique id their client was greeted with.
-    pub kills: kill::Registry,
-    pub metrics: Arc<Metrics>,
-    pub connect_timeout: Duration,
-    pub handshake_timeout: Duration,
-    pub max_packet_size: u64,
-    pub max_handshake_packet_size: usize,
-    pub record_latency: bool,
-    pub idle_timeout: Option<Duration>,
-    /// Capability bits cleared in both directions.
-    pub strip: Strip,
-}
-
-impl Shared {
-    pub fn new(config: &Config, metrics: Arc<Metrics>) -> Self {
-        let set = BackendSet::new(
-            &config.backends,
-            config.down_cooloff,
-            !config.health_check.interval.is_zero(),
-            &metrics,
-        )
-        .with_balancer(&config.balancer);
-        Self {
-            set: RwLock::new(Arc::new(set)),
-            reloads: watch::channel(0).0,
-            applied: Mutex::new(config.clone()),
-            kills: kill::Registry::default(),
-            metrics,
-            connect_timeout: config.connect_timeout,
-            handshake_timeout: config.handshake_timeout,
-            max_packet_size: config.max_packet_size,
-            max_handshake_packet_size: config.max_handshake_packet_size,
-            record_latency: config.record_latency,
-            idle_timeout: config.idle_timeout,
-            strip: if config.allow_local_infile {
-                Strip::UNSUPPORTED
-            } else {
-                Strip::UNSUPPORTED.and(CLIENT_LOCAL_FILES)
-            },
-        }
-    }
-
-    /// The backends in force now.
-    pub fn backends(&self) -> Arc<BackendSet> {
-        match self.set.read() {
-            Ok(set) => Arc::clone(&set),
-            Err(poisoned) => Arc::clone(&poisoned.into_inner()),
-        }
-    }
-
-    /// Puts `set` in force (see `crate::reload`).
-    pub(crate) fn replace_backends(&self, set: BackendSet) {
-        let set = Arc::new(set);
-        match self.set.write() {
-            Ok(mut current) => *current = set,
-            Err(poisoned) => *poisoned.into_inner() = set,
-        }
-        self.reloads.send_modify(|generation| *generation += 1);
-    }
-
-    /// Changes whenever the backend set is replaced.
-    pub fn reloads(&self) -> watch::Receiver<u64> {
-        self.reloads.subscribe()
-    }
-}
 
 /// Why a session ended; the label set for disconnect metrics.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -136,7 +59,7 @@ impl EndReason {
 /// Runs one client session to its end. `peer` names the client in logs. Once `drain` is
 /// cancelled the session ends at its next command boundary.
 pub async fn run<C>(
-    shared: Arc<Shared>,
+    shared: Arc<ProxyState>,
     mut client: C,
     peer: &str,
     drain: &CancellationToken,
@@ -177,9 +100,9 @@ where
         &mut client,
         &mut backend,
         greeting,
-        shared.max_handshake_packet_size,
-        shared.handshake_timeout,
-        shared.strip,
+        shared.session.max_handshake_packet_size,
+        shared.session.handshake_timeout,
+        shared.session.strip,
         &mut next_seq,
     )
     .await;
@@ -188,12 +111,11 @@ where
         Err(e) => return handshake_failed(&mut client, e, next_seq, peer, &backend_name).await,
     };
     debug!(client = peer, backend = %backend_name, user = %auth.user, "session established");
-    let mut tracker = Tracker::new(auth.negotiated, shared.max_packet_size);
+    let mut tracker = Tracker::new(auth.negotiated, shared.session.max_packet_size);
     let mut observer = Recorder {
         stats: &lease.backend().stats,
         backend: lease.backend(),
         kills: &shared.kills,
-        record_latency: shared.record_latency,
     };
     if auth.compressed {
         info!(
@@ -220,7 +142,7 @@ where
         auth.backend_pending,
         Stop {
             drain,
-            idle_timeout: shared.idle_timeout,
+            idle_timeout: shared.session.idle_timeout,
         },
         &mut observer,
     )
@@ -233,14 +155,11 @@ struct Recorder<'a> {
     stats: &'a BackendStats,
     backend: &'a Arc<Backend>,
     kills: &'a kill::Registry,
-    record_latency: bool,
 }
 
 impl Observer for Recorder<'_> {
     fn completed(&mut self, c: &Completed) {
-        if self.record_latency {
-            self.stats.record(c);
-        }
+        self.stats.record(c);
         trace!(
             backend = %self.backend.name,
             command = c.command,
@@ -273,7 +192,7 @@ impl Observer for Recorder<'_> {
 /// Tries backends in the balancer's order (a script may choose the first for this client) until
 /// one greets; returns what each failed one said.
 async fn connect_backend(
-    shared: &Shared,
+    shared: &ProxyState,
     client: &ClientInfo<'_>,
 ) -> Result<(Lease, BackendStream, PatchedGreeting), Vec<String>> {
     let mut tried = Vec::new();
@@ -282,24 +201,28 @@ async fn connect_backend(
         // Err carries the reason and whether the backend itself is unreachable or broken (taken out
         // of rotation) rather than alive and refusing, e.g. its own "Too many connections".
         let attempt = async {
-            let mut stream = BackendStream::connect(&backend.address, shared.connect_timeout)
-                .await
-                .map_err(|e| (e.to_string(), true))?;
-            let greeting =
-                read_greeting(&mut stream, shared.max_handshake_packet_size, shared.strip)
+            let mut stream =
+                BackendStream::connect(&backend.address, shared.session.connect_timeout)
                     .await
-                    .map_err(|e| {
-                        let broken = !matches!(e, AuthError::BackendRefused { .. });
-                        (e.to_string(), broken)
-                    })?;
+                    .map_err(|e| (e.to_string(), true))?;
+            let greeting = read_greeting(
+                &mut stream,
+                shared.session.max_handshake_packet_size,
+                shared.session.strip,
+            )
+            .await
+            .map_err(|e| {
+                let broken = !matches!(e, AuthError::BackendRefused { .. });
+                (e.to_string(), broken)
+            })?;
             Ok((stream, greeting))
         };
-        let result = match tokio::time::timeout(shared.connect_timeout, attempt).await {
+        let result = match tokio::time::timeout(shared.session.connect_timeout, attempt).await {
             Ok(r) => r,
             Err(_) => Err((
                 format!(
                     "no greeting within {}",
-                    humantime::format_duration(shared.connect_timeout)
+                    humantime::format_duration(shared.session.connect_timeout)
                 ),
                 true,
             )),

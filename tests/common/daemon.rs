@@ -24,8 +24,12 @@ impl Daemon {
         } else {
             Command::new(BIN)
         };
+        cmd.args(args);
+        Self::spawn(&mut cmd)
+    }
+
+    fn spawn(cmd: &mut Command) -> Self {
         let mut child = cmd
-            .args(args)
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()
@@ -44,6 +48,11 @@ impl Daemon {
             lines,
             seen: Vec::new(),
         }
+    }
+
+    /// Runs `program` with `args` (a wrapper such as `prlimit` that execs the daemon).
+    pub fn start_program(program: &str, args: &[String]) -> Self {
+        Self::spawn(Command::new(program).args(args))
     }
 
     /// Waits for a log line containing `needle`; panics with everything seen so far otherwise.

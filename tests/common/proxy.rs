@@ -6,14 +6,14 @@ use std::sync::{Arc, Once};
 use std::time::Duration;
 
 use mysql_lb::config::{BackendAddr, BackendConfig, Config, ListenAddr};
-use mysql_lb::session::Shared;
+use mysql_lb::state::ProxyState;
 use mysql_lb::Proxy;
 use tokio_util::sync::CancellationToken;
 
 pub struct TestProxy {
     pub addr: SocketAddr,
     pub unix: Option<PathBuf>,
-    pub shared: Arc<Shared>,
+    pub shared: Arc<ProxyState>,
     /// The admin HTTP address, when enabled.
     pub admin: Option<SocketAddr>,
     shutdown: CancellationToken,

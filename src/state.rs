@@ -1,0 +1,106 @@
+//! The proxy-wide state: what sessions, health checks, the admin endpoint and reload share.
+//!
+//! It lives apart from the session module so that health, admin and reload depend on the state
+//! they read, not on the code that runs a client connection. What changes at runtime (the backend
+//! set, swapped whole by a reload; the KILL registry) is behind its own synchronisation; what is
+//! fixed at start ([`SessionSettings`]) is plain data.
+
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
+
+use tokio::sync::watch;
+
+use crate::balancer::BackendSet;
+use crate::config::Config;
+use crate::kill;
+use crate::metrics::Metrics;
+use crate::protocol::caps::CLIENT_LOCAL_FILES;
+use crate::protocol::handshake::Strip;
+
+/// Proxy-wide state, one per running proxy, passed by `Arc`.
+#[derive(Debug)]
+pub struct ProxyState {
+    /// Swapped whole by a reload; sessions keep the `Arc<Backend>` they leased.
+    set: RwLock<Arc<BackendSet>>,
+    /// Bumped after each reload, so the health checker follows the new set.
+    reloads: watch::Sender<u64>,
+    /// The configuration last applied, to tell what a reload changed.
+    pub(crate) applied: Mutex<Config>,
+    /// Live sessions by the proxy-unique id their client was greeted with.
+    pub kills: kill::Registry,
+    pub metrics: Arc<Metrics>,
+    /// Read by every session, fixed at start (a reload reports changes as needing a restart).
+    pub session: SessionSettings,
+}
+
+/// Per-session limits and timeouts, from the configuration at start.
+#[derive(Debug, Clone, Copy)]
+pub struct SessionSettings {
+    pub connect_timeout: Duration,
+    pub handshake_timeout: Duration,
+    pub max_packet_size: u64,
+    pub max_handshake_packet_size: usize,
+    pub idle_timeout: Option<Duration>,
+    /// Capability bits cleared in both directions.
+    pub strip: Strip,
+}
+
+impl SessionSettings {
+    pub fn from_config(config: &Config) -> Self {
+        Self {
+            connect_timeout: config.connect_timeout,
+            handshake_timeout: config.handshake_timeout,
+            max_packet_size: config.max_packet_size,
+            max_handshake_packet_size: config.max_handshake_packet_size,
+            idle_timeout: config.idle_timeout,
+            strip: if config.allow_local_infile {
+                Strip::UNSUPPORTED
+            } else {
+                Strip::UNSUPPORTED.and(CLIENT_LOCAL_FILES)
+            },
+        }
+    }
+}
+
+impl ProxyState {
+    pub fn new(config: &Config, metrics: Arc<Metrics>) -> Self {
+        let set = BackendSet::new(
+            &config.backends,
+            config.down_cooloff,
+            !config.health_check.interval.is_zero(),
+            &metrics,
+        )
+        .with_balancer(&config.balancer);
+        Self {
+            set: RwLock::new(Arc::new(set)),
+            reloads: watch::channel(0).0,
+            applied: Mutex::new(config.clone()),
+            kills: kill::Registry::default(),
+            metrics,
+            session: SessionSettings::from_config(config),
+        }
+    }
+
+    /// The backends in force now.
+    pub fn backends(&self) -> Arc<BackendSet> {
+        match self.set.read() {
+            Ok(set) => Arc::clone(&set),
+            Err(poisoned) => Arc::clone(&poisoned.into_inner()),
+        }
+    }
+
+    /// Puts `set` in force (see `crate::reload`).
+    pub(crate) fn replace_backends(&self, set: BackendSet) {
+        let set = Arc::new(set);
+        match self.set.write() {
+            Ok(mut current) => *current = set,
+            Err(poisoned) => *poisoned.into_inner() = set,
+        }
+        self.reloads.send_modify(|generation| *generation += 1);
+    }
+
+    /// Changes whenever the backend set is replaced.
+    pub fn reloads(&self) -> watch::Receiver<u64> {
+        self.reloads.subscribe()
+    }
+}
