@@ -77,6 +77,12 @@ pub fn plan(
     )
 }
 
+fn read_nofile() -> Result<(u64, u64), LimitsError> {
+    Resource::NOFILE
+        .get()
+        .map_err(|error| LimitsError::Read { error })
+}
+
 /// Raises the soft RLIMIT_NOFILE toward `max_open_files` (default 2 x max_connections + reserve), never
 /// lowering it, and works out how many connections the result allows. Lowering a `chosen`
 /// max_connections (set in the file or by flag) is a warning; fitting the default is not.
@@ -85,28 +91,13 @@ pub fn raise_fd_limit(
     max_open_files: Option<u64>,
     chosen: bool,
 ) -> Result<FdPlan, LimitsError> {
-    let read = || {
-        Resource::NOFILE
-            .get()
-            .map_err(|error| LimitsError::Read { error })
-    };
-    let (soft_before, mut hard) = read()?;
+    let (soft_before, hard) = read_nofile()?;
     let wanted = wanted_fds(max_connections, max_open_files);
-    if wanted > hard {
-        // Raising the hard limit needs CAP_SYS_RESOURCE (root, or granted to the service); without
-        // it this fails and the plan below works within the hard limit instead.
-        match Resource::NOFILE.set(soft_before.max(hard), wanted) {
-            Ok(()) => {
-                let (_, raised) = read()?;
-                info!(from = hard, to = raised, "RLIMIT_NOFILE hard limit raised");
-                hard = raised;
-            }
-            Err(e) => debug!(
-                hard,
-                wanted, "cannot raise the RLIMIT_NOFILE hard limit: {e}"
-            ),
-        }
-    }
+    let hard = if wanted > hard {
+        try_raise_hard(soft_before, hard, wanted)?
+    } else {
+        hard
+    };
     let (target, _) = plan(max_connections, max_open_files, soft_before, hard);
     info!(
         soft = soft_before,
@@ -119,57 +110,85 @@ pub fn raise_fd_limit(
             error,
         })?;
         // Re-read: the platform may cap below what was asked.
-        read()?.0
+        read_nofile()?.0
     } else {
         soft_before
     };
     let effective = effective_connections(max_connections, wanted, soft_after);
-    let lowered = effective < max_connections;
-    info!(
-        soft = soft_after,
-        hard,
-        max_connections = effective,
-        "RLIMIT_NOFILE soft limit {}",
-        if soft_after > soft_before {
-            "raised"
-        } else {
-            "unchanged"
-        }
-    );
-    if lowered && !chosen {
-        info!(
-            max_connections = effective,
-            "max_connections fitted to the file descriptor limit: {effective} (default \
-             {max_connections}; {} descriptors, 2 per connection, {FD_RESERVE} reserved)",
-            soft_after.min(wanted),
-        );
-    } else if lowered {
-        let needed = needed_fds(max_connections);
-        let fix = if wanted < needed {
-            format!("raise max_open_files (--max-open-files) to at least {needed}")
-        } else {
-            format!(
-                "raise the hard limit to at least {needed} (ulimit -Hn {needed}, or LimitNOFILE={needed} in the systemd unit)"
-            )
-        };
-        warn!(
-            configured = max_connections,
-            effective,
-            soft = soft_after,
-            hard,
-            "max_connections lowered from {max_connections} to {effective}: {} file descriptors allow \
-             {effective} proxied connections (2 each, {FD_RESERVE} reserved); {fix}",
-            soft_after.min(wanted),
-        );
-    }
-    Ok(FdPlan {
+    let fd_plan = FdPlan {
         soft_before,
         hard,
         soft_after,
         wanted,
         max_connections: effective,
-        lowered,
-    })
+        lowered: effective < max_connections,
+    };
+    report(&fd_plan, max_connections, chosen);
+    Ok(fd_plan)
+}
+
+/// Raising the hard limit needs CAP_SYS_RESOURCE (root, or granted to the service); without it
+/// this fails and the hard limit stays as it was. Returns the hard limit in force.
+fn try_raise_hard(soft: u64, hard: u64, wanted: u64) -> Result<u64, LimitsError> {
+    match Resource::NOFILE.set(soft.max(hard), wanted) {
+        Ok(()) => {
+            let (_, raised) = read_nofile()?;
+            info!(from = hard, to = raised, "RLIMIT_NOFILE hard limit raised");
+            Ok(raised)
+        }
+        Err(e) => {
+            debug!(
+                hard,
+                wanted, "cannot raise the RLIMIT_NOFILE hard limit: {e}"
+            );
+            Ok(hard)
+        }
+    }
+}
+
+/// Logs the limits in force, and a lowered max_connections: at info for the default, as a warning
+/// with the fix for one the operator chose.
+fn report(p: &FdPlan, configured: usize, chosen: bool) {
+    let effective = p.max_connections;
+    info!(
+        soft = p.soft_after,
+        hard = p.hard,
+        max_connections = effective,
+        "RLIMIT_NOFILE soft limit {}",
+        if p.soft_after > p.soft_before {
+            "raised"
+        } else {
+            "unchanged"
+        }
+    );
+    if !p.lowered {
+        return;
+    }
+    let budget = p.soft_after.min(p.wanted);
+    if !chosen {
+        info!(
+            max_connections = effective,
+            "max_connections fitted to the file descriptor limit: {effective} (default \
+             {configured}; {budget} descriptors, 2 per connection, {FD_RESERVE} reserved)",
+        );
+        return;
+    }
+    let needed = needed_fds(configured);
+    let fix = if p.wanted < needed {
+        format!("raise max_open_files (--max-open-files) to at least {needed}")
+    } else {
+        format!(
+            "raise the hard limit to at least {needed} (ulimit -Hn {needed}, or LimitNOFILE={needed} in the systemd unit)"
+        )
+    };
+    warn!(
+        configured,
+        effective,
+        soft = p.soft_after,
+        hard = p.hard,
+        "max_connections lowered from {configured} to {effective}: {budget} file descriptors allow \
+         {effective} proxied connections (2 each, {FD_RESERVE} reserved); {fix}",
+    );
 }
 
 #[cfg(test)]
