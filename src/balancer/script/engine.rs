@@ -209,91 +209,19 @@ impl Engine {
     ) -> mlua::Result<(Engine, Function)> {
         lua.set_memory_limit(MEMORY_LIMIT)?;
         let globals = lua.globals();
-        if !allow_unsafe {
-            for name in ["load", "loadfile", "dofile", "loadstring", "require"] {
-                globals.raw_set(name, Value::Nil)?;
-            }
-        }
-        let script_name = path.display().to_string();
-        globals.raw_set(
-            "print",
-            lua.create_function(move |_, args: Variadic<Value>| {
-                let line = args
-                    .iter()
-                    .map(|v| v.to_string().unwrap_or_else(|_| v.type_name().to_owned()))
-                    .collect::<Vec<_>>()
-                    .join("\t");
-                info!(target: "mysql_lb::script", script = %script_name, "{line}");
-                Ok(())
-            })?,
-        )?;
-
-        let proxy = lua.create_table()?;
-        for (name, value) in [
-            ("BACKEND_STATE_UNKNOWN", BACKEND_STATE_UNKNOWN),
-            ("BACKEND_STATE_UP", BACKEND_STATE_UP),
-            ("BACKEND_STATE_DOWN", BACKEND_STATE_DOWN),
-            ("BACKEND_TYPE_UNKNOWN", 0),
-            ("BACKEND_TYPE_RW", BACKEND_TYPE_RW),
-            ("BACKEND_TYPE_RO", BACKEND_TYPE_RO),
-            ("PROXY_SEND_QUERY", PROXY_SEND_QUERY),
-            ("PROXY_SEND_RESULT", PROXY_SEND_RESULT),
-            ("PROXY_SEND_INJECTION", PROXY_SEND_INJECTION),
-            ("PROXY_IGNORE_RESULT", PROXY_IGNORE_RESULT),
-            ("MYSQLD_PACKET_OK", 0),
-            ("MYSQLD_PACKET_RAW", 0xfa),
-            ("MYSQLD_PACKET_ERR", 0xff),
-        ] {
-            proxy.raw_set(name, value)?;
-        }
-        // `list` is the script's to read (or even change); `tables` is the trampoline's own.
-        let list = lua.create_table()?;
-        let tables = lua.create_table()?;
-        for b in backends {
-            let t = backend_table(&lua, b)?;
-            list.raw_push(&t)?;
-            tables.raw_push(t)?;
-        }
-        let global = lua.create_table()?;
-        global.raw_set("backends", list)?;
-        global.raw_set("config", lua.create_table()?)?;
-        proxy.raw_set("global", global)?;
-        let src = lua.create_table()?;
-        let client = lua.create_table()?;
-        client.raw_set("src", &src)?;
-        let connection = lua.create_table()?;
-        connection.raw_set("client", client)?;
-        connection.raw_set("backend_ndx", 0)?;
-        proxy.raw_set("connection", &connection)?;
+        sandbox(&lua, &globals, path, allow_unsafe)?;
+        let ProxyTable {
+            proxy,
+            tables,
+            connection,
+            src,
+        } = proxy_table(&lua, backends)?;
         globals.raw_set("proxy", proxy)?;
         let trampoline: Function = lua
             .load(TRAMPOLINE)
             .set_name("=mysql-lb")
             .call((&globals, tables, connection, src))?;
-
-        let spent_clock = Arc::clone(clock);
-        let spent = lua.create_function(move |_, ()| Ok(spent_clock.timed_out.load(Relaxed)))?;
-        lua.load(GUARD_PCALL)
-            .set_name("=mysql-lb")
-            .call::<()>((&globals, spent))?;
-        let hook_clock = Arc::clone(clock);
-        lua.set_global_hook(
-            HookTriggers::new().every_nth_instruction(HOOK_EVERY),
-            move |_, _| {
-                if hook_clock.now() < hook_clock.deadline.load(Relaxed) {
-                    return Ok(VmState::Continue);
-                }
-                hook_clock.timed_out.store(true, Relaxed);
-                // Yield first: pcall cannot catch it. Still running at the next look means the
-                // yield was impossible here (inside a C function's callback): raise an error
-                // then, which the guarded pcall/xpcall pass on; and alternate, so a yield is
-                // tried again once back in plain Lua code.
-                if hook_clock.yield_tried.fetch_xor(true, Relaxed) {
-                    return Err(mlua::Error::runtime("script budget exceeded"));
-                }
-                Ok(VmState::Yield)
-            },
-        )?;
+        install_budget(&lua, &globals, clock)?;
         let chunk = lua
             .load(source)
             .set_name(format!("@{}", path.display()))
@@ -433,6 +361,112 @@ enum RunError {
     Budget,
     Yielded,
     Lua(mlua::Error),
+}
+
+/// Removes what loads code (unless allowed) and sends `print` to the log.
+fn sandbox(lua: &Lua, globals: &Table, path: &Path, allow_unsafe: bool) -> mlua::Result<()> {
+    if !allow_unsafe {
+        for name in ["load", "loadfile", "dofile", "loadstring", "require"] {
+            globals.raw_set(name, Value::Nil)?;
+        }
+    }
+    let script_name = path.display().to_string();
+    globals.raw_set(
+        "print",
+        lua.create_function(move |_, args: Variadic<Value>| {
+            let line = args
+                .iter()
+                .map(|v| v.to_string().unwrap_or_else(|_| v.type_name().to_owned()))
+                .collect::<Vec<_>>()
+                .join("\t");
+            info!(target: "mysql_lb::script", script = %script_name, "{line}");
+            Ok(())
+        })?,
+    )
+}
+
+/// MySQL Proxy's `proxy` table, and the pieces of it the trampoline updates per call.
+struct ProxyTable {
+    proxy: Table,
+    /// The backend tables in order, the trampoline's own (the script may change `list`).
+    tables: Table,
+    connection: Table,
+    /// `proxy.connection.client.src`.
+    src: Table,
+}
+
+fn proxy_table(lua: &Lua, backends: &[Arc<Backend>]) -> mlua::Result<ProxyTable> {
+    let proxy = lua.create_table()?;
+    for (name, value) in [
+        ("BACKEND_STATE_UNKNOWN", BACKEND_STATE_UNKNOWN),
+        ("BACKEND_STATE_UP", BACKEND_STATE_UP),
+        ("BACKEND_STATE_DOWN", BACKEND_STATE_DOWN),
+        ("BACKEND_TYPE_UNKNOWN", 0),
+        ("BACKEND_TYPE_RW", BACKEND_TYPE_RW),
+        ("BACKEND_TYPE_RO", BACKEND_TYPE_RO),
+        ("PROXY_SEND_QUERY", PROXY_SEND_QUERY),
+        ("PROXY_SEND_RESULT", PROXY_SEND_RESULT),
+        ("PROXY_SEND_INJECTION", PROXY_SEND_INJECTION),
+        ("PROXY_IGNORE_RESULT", PROXY_IGNORE_RESULT),
+        ("MYSQLD_PACKET_OK", 0),
+        ("MYSQLD_PACKET_RAW", 0xfa),
+        ("MYSQLD_PACKET_ERR", 0xff),
+    ] {
+        proxy.raw_set(name, value)?;
+    }
+    // `list` is the script's to read (or even change); `tables` is the trampoline's own.
+    let list = lua.create_table()?;
+    let tables = lua.create_table()?;
+    for b in backends {
+        let t = backend_table(lua, b)?;
+        list.raw_push(&t)?;
+        tables.raw_push(t)?;
+    }
+    let global = lua.create_table()?;
+    global.raw_set("backends", list)?;
+    global.raw_set("config", lua.create_table()?)?;
+    proxy.raw_set("global", global)?;
+    let src = lua.create_table()?;
+    let client = lua.create_table()?;
+    client.raw_set("src", &src)?;
+    let connection = lua.create_table()?;
+    connection.raw_set("client", client)?;
+    connection.raw_set("backend_ndx", 0)?;
+    proxy.raw_set("connection", &connection)?;
+    Ok(ProxyTable {
+        proxy,
+        tables,
+        connection,
+        src,
+    })
+}
+
+/// Stops a call that runs past its budget: an instruction-count hook checks the clock, and
+/// `pcall`/`xpcall` are guarded so a script cannot catch the stop.
+fn install_budget(lua: &Lua, globals: &Table, clock: &Arc<Clock>) -> mlua::Result<()> {
+    let spent_clock = Arc::clone(clock);
+    let spent = lua.create_function(move |_, ()| Ok(spent_clock.timed_out.load(Relaxed)))?;
+    lua.load(GUARD_PCALL)
+        .set_name("=mysql-lb")
+        .call::<()>((globals, spent))?;
+    let hook_clock = Arc::clone(clock);
+    lua.set_global_hook(
+        HookTriggers::new().every_nth_instruction(HOOK_EVERY),
+        move |_, _| {
+            if hook_clock.now() < hook_clock.deadline.load(Relaxed) {
+                return Ok(VmState::Continue);
+            }
+            hook_clock.timed_out.store(true, Relaxed);
+            // Yield first: pcall cannot catch it. Still running at the next look means the
+            // yield was impossible here (inside a C function's callback): raise an error
+            // then, which the guarded pcall/xpcall pass on; and alternate, so a yield is
+            // tried again once back in plain Lua code.
+            if hook_clock.yield_tried.fetch_xor(true, Relaxed) {
+                return Err(mlua::Error::runtime("script budget exceeded"));
+            }
+            Ok(VmState::Yield)
+        },
+    )
 }
 
 /// `proxy.global.backends[i]`: `dst.name`, `dst.address`, `dst.port`, `type`, plus mysql-lb's
