@@ -67,34 +67,13 @@ pub async fn run<C>(
 where
     C: AsyncRead + AsyncWrite + Unpin,
 {
-    let (lease, mut backend, greeting) =
+    let (lease, mut backend, mut greeting) =
         match connect_backend(&shared, &ClientInfo { addr: peer }).await {
             Ok(found) => found,
-            Err(tried) => {
-                let message = format!("all backends are down; tried {}", tried.join("; "));
-                warn!(client = peer, "refused: {message}");
-                shared.metrics.rejected(Refusal::NoBackend);
-                send(
-                    &mut client,
-                    &pre_greeting_err(code::UNKNOWN_ERROR, &message),
-                )
-                .await;
-                return EndReason::NoBackend;
-            }
+            Err(tried) => return refuse_no_backend(&shared, &mut client, peer, &tried).await,
         };
     let backend_name = lease.backend().name.clone();
-    let mut greeting = greeting;
-    // Clients see a proxy-unique id, so a KILL naming it can be mapped (see `kill`).
-    let proxy_id = shared.kills.allocate();
-    let thread_id = set_greeting_connection_id(&mut greeting.packet[4..], proxy_id)
-        .unwrap_or(greeting.greeting.connection_id);
-    let _registered = shared.kills.register(
-        proxy_id,
-        kill::Target {
-            backend: Arc::clone(lease.backend()),
-            thread_id,
-        },
-    );
+    let _registered = register_proxy_id(&shared.kills, lease.backend(), &mut greeting);
     let mut next_seq = 2;
     let auth = relay_connection_phase(
         &mut client,
@@ -117,37 +96,73 @@ where
         backend: lease.backend(),
         kills: &shared.kills,
     };
-    if auth.compressed {
+    let end = if auth.compressed {
         info!(
             client = peer,
             backend = %backend_name,
             "client uses protocol compression it was not offered: relaying its bytes unread \
              (no per-command metrics, KILL mapping or drain at a command boundary for this session)"
         );
-        let end = relay_opaque(
+        relay_opaque(
             &mut client,
             &mut backend,
             auth.client_pending,
             auth.backend_pending,
             &mut observer,
         )
-        .await;
-        return relay_ended(&mut client, end, &tracker, peer, &backend_name).await;
-    }
-    let end = relay(
-        &mut client,
-        &mut backend,
-        &mut tracker,
-        auth.client_pending,
-        auth.backend_pending,
-        Stop {
-            drain,
-            idle_timeout: shared.session.idle_timeout,
-        },
-        &mut observer,
-    )
-    .await;
+        .await
+    } else {
+        relay(
+            &mut client,
+            &mut backend,
+            &mut tracker,
+            auth.client_pending,
+            auth.backend_pending,
+            Stop {
+                drain,
+                idle_timeout: shared.session.idle_timeout,
+            },
+            &mut observer,
+        )
+        .await
+    };
     relay_ended(&mut client, end, &tracker, peer, &backend_name).await
+}
+
+/// Tells a client that no backend could be connected (before any greeting), naming each one tried.
+async fn refuse_no_backend<C>(
+    shared: &ProxyState,
+    client: &mut C,
+    peer: &str,
+    tried: &[String],
+) -> EndReason
+where
+    C: AsyncWrite + Unpin,
+{
+    let message = format!("all backends are down; tried {}", tried.join("; "));
+    warn!(client = peer, "refused: {message}");
+    shared.metrics.rejected(Refusal::NoBackend);
+    send(client, &pre_greeting_err(code::UNKNOWN_ERROR, &message)).await;
+    EndReason::NoBackend
+}
+
+/// Clients see a proxy-unique connection id, so a KILL naming it can be mapped (see `kill`):
+/// the greeting's id is replaced, and the session is registered until the guard drops.
+fn register_proxy_id<'a>(
+    kills: &'a kill::Registry,
+    backend: &Arc<Backend>,
+    greeting: &mut PatchedGreeting,
+) -> kill::Registration<'a> {
+    let proxy_id = kills.allocate();
+    let thread_id = set_greeting_connection_id(&mut greeting.packet[4..], proxy_id)
+        .unwrap_or(greeting.greeting.connection_id);
+    kills.register(
+        proxy_id,
+        kill::Target {
+            backend: Arc::clone(backend),
+            thread_id,
+        },
+    )
 }
 
 /// Feeds a session's commands and bytes into its backend's metrics, and maps KILLs.
