@@ -162,16 +162,24 @@ where
     let backend_name = lease.backend().name.clone();
     let mut greeting = greeting;
     // Clients see a proxy-unique id, so a KILL naming it can be mapped (see `kill`).
-    let proxy_id = shared.kills.allocate();
-    let thread_id = set_greeting_connection_id(&mut greeting.packet[4..], proxy_id)
-        .unwrap_or(greeting.greeting.connection_id);
-    let _registered = shared.kills.register(
-        proxy_id,
-        kill::Target {
-            backend: Arc::clone(lease.backend()),
-            thread_id,
-        },
-    );
+    let registered = shared.kills.register(kill::Target {
+        backend: Arc::clone(lease.backend()),
+        thread_id: greeting.greeting.connection_id,
+    });
+    match &registered {
+        Some(r) => {
+            if let Err(e) = set_greeting_connection_id(&mut greeting.packet[4..], r.id()) {
+                warn!(
+                    client = peer,
+                    "greeting keeps the backend's id, KILL is not mapped: {e}"
+                );
+            }
+        }
+        None => warn!(
+            client = peer,
+            "every proxy connection id is in use: KILL is not mapped"
+        ),
+    }
     let mut next_seq = 2;
     let auth = relay_connection_phase(
         &mut client,

@@ -20,7 +20,8 @@ ED_PASS = ENV.get("MLB_ED_PASS", "")
 TMP = ENV.get("MLB_TMP", "/tmp")
 # The backend offers TLS (the proxy must hide it).
 BACKEND_TLS = ENV.get("MLB_BACKEND_TLS", "") == "1"
-PROXY_ID_BASE = 0xC0000000
+# mysql-lb greets clients with ids in [PROXY_ID_BASE, 2**31) (src/kill.rs).
+PROXY_ID_BASE = 0x60000000
 
 _failures = []
 _lock = threading.Lock()

@@ -55,7 +55,7 @@ def login():
     for where in ("proxy", "socket"):
         conn = connect(where)
         eq(rows(conn, "SELECT 40 + 2, CURRENT_USER()"), [(42, f"{USER}@%")], f"{where}: select")
-        check(conn.connection_id > PROXY_ID_BASE, f"{where}: connection_id {conn.connection_id:#x}")
+        check(PROXY_ID_BASE <= conn.connection_id < 2**31, f"{where}: connection_id {conn.connection_id:#x}")
         eq(conn.server_info, connect("direct").server_info, f"{where}: server version")
         conn.ping(reconnect=False)
         check(conn.is_connected(), f"{where}: is_connected")

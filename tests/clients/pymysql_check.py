@@ -39,7 +39,7 @@ def login_and_ids():
         conn = connect(where)
         eq(one(conn, "SELECT 1 + 1, CURRENT_USER()"), ((2, f"{USER}@%"),), f"{where}: select")
         tid = conn.thread_id()
-        check(tid > PROXY_ID_BASE, f"{where}: thread_id {tid:#x} should be a proxy id")
+        check(PROXY_ID_BASE <= tid < 2**31, f"{where}: thread_id {tid:#x} should be a proxy id")
         check(conn.get_server_info() == connect("direct").get_server_info(),
               f"{where}: server version differs: {conn.get_server_info()}")
         conn.ping(reconnect=False)
@@ -228,7 +228,7 @@ def kill_query_and_connection():
     # KILL of an id no session has: same error as the server's for an unknown thread.
     k = connect("proxy")
     try:
-        one(k, f"KILL QUERY {PROXY_ID_BASE + 0x3FFFFFF0}")
+        one(k, f"KILL QUERY {PROXY_ID_BASE + 0x1FFFFFF0}")
         check(False, "KILL of an unknown proxy id succeeded")
     except pymysql.err.OperationalError as e:
         eq(e.args[0], 1094, "unknown thread id error")
