@@ -180,3 +180,28 @@ fn statement_cancel_interrupts_the_query_as_directly() {
         "the same exception, SQLState and code through the proxy"
     );
 }
+
+/// The server connection behind a session is killed mid-statement (MariaDB closes it without an
+/// ERR): the driver must see it as the lost connection it sees directly, so pools evict it.
+#[test]
+fn backend_connection_killed_mid_statement_looks_as_directly() {
+    let _turn = turn();
+    let direct = run_java("lost", Via::Direct);
+    let proxied = run_java("lost", Via::Proxy);
+    for (via, lines) in [("direct", &direct), ("proxy", &proxied)] {
+        assert_eq!(field(lines, "killed"), "yes", "{via}: {lines:?}");
+        assert_eq!(field(lines, "valid"), "false", "{via}: isValid() after");
+        assert_eq!(field(lines, "new_connection"), "ok 1", "{via}");
+    }
+    assert_eq!(
+        field(&direct, "exception"),
+        "java.sql.SQLNonTransientConnectionException"
+    );
+    for key in ["exception", "sqlstate", "code"] {
+        assert_eq!(
+            field(&proxied, key),
+            field(&direct, key),
+            "{key} through the proxy vs directly"
+        );
+    }
+}
