@@ -604,6 +604,36 @@ async fn backend_closing_mid_result_gives_the_rows_then_a_close() {
     login().await.expect("new sessions still work");
 }
 
+/// A server that says why before it closes (its own ERR, e.g. 1927 for KILL CONNECTION): that
+/// ERR reaches the client unchanged, with nothing of ours after it.
+#[tokio::test]
+async fn backend_err_before_its_close_reaches_the_client_unchanged() {
+    let fake = FakeBackend::start(Behaviour::Serve);
+    let proxy = TestProxy::start(&[fake.addr_string()]);
+    let mut victim = RawClient::connect_tcp(&proxy.addr_string(), "anyone", "any", None, 0, 0)
+        .await
+        .expect("login to the fake");
+    victim
+        .send_command(
+            common::rawclient::COM_QUERY,
+            fakebackend::ERR_THEN_CLOSE.as_bytes(),
+        )
+        .await
+        .unwrap();
+    let (seq, payload) = victim.read_packet().await.expect("the server's ERR");
+    let err = parse_wire_err(seq, &payload);
+    assert_eq!(
+        (err.seq, err.code, err.sqlstate.as_deref()),
+        (1, 1927, Some("70100")),
+        "{err:?}"
+    );
+    assert_eq!(err.message, fakebackend::KILLED_MESSAGE);
+    let next = tokio::time::timeout(PROMPT, victim.read_packet())
+        .await
+        .expect("a close, not a hang");
+    assert!(next.is_err(), "nothing after the server's ERR: {next:?}");
+}
+
 #[tokio::test]
 async fn backend_sequence_error_gets_err_and_close() {
     let fake = FakeBackend::start(Behaviour::Serve);
