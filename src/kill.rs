@@ -17,7 +17,8 @@
 //! unchanged. The instance bits (0 until several proxies share a pool of servers) keep
 //! proxies' ids apart; the counter wraps and skips ids still in use, which the 2 million ids of
 //! an instance leave plenty of room for. A KILL that writes an id in its negative 32-bit form (as
-//! a client that kept the greeting's 4 bytes in a signed int prints it) is read as that id.
+//! a client that kept the greeting's 4 bytes in a signed int prints it) is read as that id; with
+//! every proxy id below 2^31 none has such a form, so these reach the server unchanged.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
