@@ -3,7 +3,7 @@
 # integration tests start their own mariadbd instances), sysbench (smoke load), HAProxy (the
 # benchmark's comparison point), and the other client libraries tests/other_clients.rs drives:
 # PHP (mysqli, PDO_mysql: mysqlnd), Node.js with mysql2, Python with PyMySQL and
-# mysql-connector-python. The Python and Node libraries go to .test-clients/ in the checkout
+# mysql-connector-python; and a JDK with Debian's MariaDB Connector/J for tests/java_clients.rs. The Python and Node libraries go to .test-clients/ in the checkout
 # (a venv and an npm prefix; gitignored), never into the system's site-packages.
 # Idempotent: does nothing when all are present.
 # Debian/Ubuntu only (apt-get). The packaged services may start on install; the tests never
@@ -30,6 +30,13 @@ if ! have php || ! php -r "exit(extension_loaded('mysqli') && extension_loaded('
     missing+=(php-mysql)
     packages+=(php-cli php-mysql)
 fi
+# tests/java_clients.rs compiles its check with javac against Debian's Connector/J jar.
+JAVA_DRIVER=/usr/share/java/mariadb-java-client.jar
+if ! have java || ! have javac; then
+    missing+=(javac)
+    packages+=(default-jdk-headless)
+fi
+[ -f "$JAVA_DRIVER" ] || { missing+=("$JAVA_DRIVER"); packages+=(libmariadb-java); }
 have node || { missing+=(node); packages+=(nodejs); }
 have npm || { missing+=(npm); packages+=(npm); }
 have python3 || { missing+=(python3); packages+=(python3); }
@@ -56,12 +63,16 @@ if [ "${#missing[@]}" -gt 0 ]; then
     ${sudo[@]+"${sudo[@]}"} apt-get update
     ${sudo[@]+"${sudo[@]}"} env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
         "${packages[@]}"
-    for tool in mariadbd mariadb-install-db mariadb sysbench haproxy php node npm python3; do
+    for tool in mariadbd mariadb-install-db mariadb sysbench haproxy php node npm python3 java javac; do
         if ! have "$tool"; then
             echo "install-deps: $tool still missing after apt-get install" >&2
             exit 1
         fi
     done
+    if [ ! -f "$JAVA_DRIVER" ]; then
+        echo "install-deps: $JAVA_DRIVER still missing after apt-get install" >&2
+        exit 1
+    fi
 fi
 
 # Python client libraries in a venv of their own.

@@ -1,15 +1,26 @@
 //! KILL through a balancer: proxy-unique connection ids, and KILLs mapped to the session meant.
 //!
-//! `KILL QUERY n` (the CLI's Ctrl-C, Connector/J query timeouts) arrives on a *new* connection,
-//! which the balancer may send to another backend, where thread `n` is a stranger. So each client
-//! is greeted with a proxy-unique id from a range no server hands out, mapped to (backend, thread
-//! id); a KILL naming such an id is rewritten to the backend's thread id when the killing session
-//! is on the same backend, and answered with an ERR otherwise (by turning it into a `SIGNAL` the
-//! backend answers in sequence). Ids below the range are real thread ids (from SHOW PROCESSLIST)
-//! and pass unchanged. The parsing here is sans-IO; the session owns the registry.
+//! `KILL QUERY n` (the CLI's Ctrl-C, Connector/J's `Statement.cancel()` and query timeouts)
+//! arrives on a *new* connection, which the balancer may send to another backend, where thread
+//! `n` is a stranger. So each client is greeted with a proxy-unique id, mapped to (backend,
+//! thread id); a KILL naming such an id is rewritten to the backend's thread id when the killing
+//! session is on the same backend, and answered with an ERR otherwise (by turning it into a
+//! `SIGNAL` the backend answers in sequence). The parsing here is sans-IO; the session owns the
+//! registry.
+//!
+//! Id layout: `0b011` in the top bits, then 8 instance bits, then a 21-bit counter:
+//! `0x6000_0000 | instance << 21 | counter`, so every id lies in [`ID_BASE`, 2^31). Below 2^31
+//! because clients keep the id in a signed 32-bit int (Connector/J, and with it every JVM
+//! client): an id past it comes back negative in their KILL (`KILL QUERY -1073741823`). Servers
+//! count their thread ids up from 1 and do not get near 1.6 billion connections in practice, so
+//! smaller ids are the servers' own (from SHOW PROCESSLIST or `CONNECTION_ID()`) and pass
+//! unchanged. The instance bits (0 until several proxies share a pool of servers) keep
+//! proxies' ids apart; the counter wraps and skips ids still in use, which the 2 million ids of
+//! an instance leave plenty of room for. A KILL that writes an id in its negative 32-bit form (as
+//! a client that kept the greeting's 4 bytes in a signed int prints it) is read as that id; with
+//! every proxy id below 2^31 none has such a form, so these reach the server unchanged.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 
 use crate::balancer::Backend;
@@ -18,8 +29,17 @@ use crate::protocol::codec::header;
 use crate::protocol::response::may_be_kill;
 use crate::protocol::response::{cmd, is_sql_space};
 
-/// Proxy ids live in [BASE, u32::MAX]: servers count thread ids up from 1 and never get there.
-pub const ID_BASE: u32 = 0xC000_0000;
+/// The lowest proxy id (instance 0, counter 0).
+pub const ID_BASE: u32 = 0x6000_0000;
+/// The bits that say "a proxy id": the top three, `0b011`.
+const ID_PREFIX_MASK: u32 = 0xE000_0000;
+const INSTANCE_SHIFT: u32 = 21;
+const COUNTER_MASK: u32 = (1 << INSTANCE_SHIFT) - 1;
+
+/// Whether `id` lies in the range mysql-lb hands out (any instance).
+pub fn is_proxy_id(id: u32) -> bool {
+    id & ID_PREFIX_MASK == ID_BASE
+}
 
 /// The session a proxy id stands for.
 #[derive(Debug, Clone)]
@@ -31,33 +51,54 @@ pub struct Target {
 /// Live sessions by proxy id.
 #[derive(Debug, Default)]
 pub struct Registry {
-    next: AtomicU32,
-    sessions: Mutex<HashMap<u32, Target>>,
+    instance: u8,
+    ids: Mutex<Ids>,
+}
+
+#[derive(Debug, Default)]
+struct Ids {
+    /// The counter part of the next id to try.
+    next: u32,
+    sessions: HashMap<u32, Target>,
 }
 
 impl Registry {
-    /// A fresh proxy id (wraps within the range after a billion sessions).
-    pub fn allocate(&self) -> u32 {
-        ID_BASE + (self.next.fetch_add(1, Relaxed) % (u32::MAX - ID_BASE)) + 1
+    /// A registry whose ids carry `instance` (0 for a proxy on its own).
+    pub fn with_instance(instance: u8) -> Registry {
+        Registry {
+            instance,
+            ids: Mutex::default(),
+        }
     }
 
-    /// Makes the session findable by `id` until the returned guard is dropped.
+    /// Gives the session a fresh proxy id, findable until the returned guard is dropped. None
+    /// only if every id of this instance is in use (the session then keeps its backend's id).
     #[must_use = "the session is unregistered when the guard drops"]
-    pub fn register(&self, id: u32, target: Target) -> Registration<'_> {
-        if let Ok(mut s) = self.sessions.lock() {
-            s.insert(id, target);
+    pub fn register(&self, target: Target) -> Option<Registration<'_>> {
+        let mut ids = self.ids.lock().ok()?;
+        let first = ids.next;
+        loop {
+            let counter = ids.next;
+            ids.next = (counter + 1) & COUNTER_MASK;
+            let id = ID_BASE | u32::from(self.instance) << INSTANCE_SHIFT | counter;
+            if let std::collections::hash_map::Entry::Vacant(slot) = ids.sessions.entry(id) {
+                slot.insert(target);
+                return Some(Registration { registry: self, id });
+            }
+            if ids.next == first {
+                return None;
+            }
         }
-        Registration { registry: self, id }
     }
 
     fn unregister(&self, id: u32) {
-        if let Ok(mut s) = self.sessions.lock() {
-            s.remove(&id);
+        if let Ok(mut ids) = self.ids.lock() {
+            ids.sessions.remove(&id);
         }
     }
 
     pub fn lookup(&self, id: u32) -> Option<Target> {
-        self.sessions.lock().ok()?.get(&id).cloned()
+        self.ids.lock().ok()?.sessions.get(&id).cloned()
     }
 }
 
@@ -66,6 +107,13 @@ impl Registry {
 pub struct Registration<'a> {
     registry: &'a Registry,
     id: u32,
+}
+
+impl Registration<'_> {
+    /// The proxy id the client is greeted with.
+    pub fn id(&self) -> u32 {
+        self.id
+    }
 }
 
 impl Drop for Registration<'_> {
@@ -80,11 +128,13 @@ pub struct KillRequest {
     /// The statement up to the id (e.g. `KILL QUERY `), reused when rewriting; empty for
     /// COM_PROCESS_KILL.
     pub prefix: String,
+    /// The id as a non-negative number; a negative 32-bit literal is read as its two's complement.
     pub id: u64,
 }
 
 /// Parses `KILL [HARD|SOFT] [CONNECTION|QUERY [ID]] <n>` (optionally `;`-terminated) or
-/// COM_PROCESS_KILL. Anything else (KILL USER, expressions) is None and passes untouched.
+/// COM_PROCESS_KILL. `n` may be negative (`-1073741823`: a signed 32-bit id). Anything else
+/// (KILL USER, expressions) is None and passes untouched.
 pub fn parse(payload: &[u8]) -> Option<KillRequest> {
     let (&command, body) = payload.split_first()?;
     if command == cmd::PROCESS_KILL {
@@ -101,7 +151,7 @@ pub fn parse(payload: &[u8]) -> Option<KillRequest> {
     let sql = std::str::from_utf8(body).ok()?.trim_matches(space);
     let sql = sql.strip_suffix(';').unwrap_or(sql).trim_end_matches(space);
     let mut words: Vec<&str> = sql.split(space).filter(|w| !w.is_empty()).collect();
-    let id: u64 = words.pop()?.parse().ok()?;
+    let id = parse_id(words.pop()?)?;
     let mut rest = words.iter().map(|w| w.to_ascii_uppercase());
     if rest.next().as_deref() != Some("KILL") {
         return None;
@@ -116,13 +166,24 @@ pub fn parse(payload: &[u8]) -> Option<KillRequest> {
     })
 }
 
+/// `n`, or a negative `-n` down to `i32::MIN` as the `u32` with the same bits.
+fn parse_id(word: &str) -> Option<u64> {
+    if word.starts_with('-') {
+        let signed: i32 = word.parse().ok()?;
+        return Some(u64::from(signed as u32));
+    }
+    word.parse().ok()
+}
+
 /// What to send the backend instead of the client's KILL packet, if anything changes.
 pub fn rewrite(
     request: &KillRequest,
     registry: &Registry,
     own_backend: &Arc<Backend>,
 ) -> Option<Vec<u8>> {
-    let proxy_id = u32::try_from(request.id).ok().filter(|id| *id > ID_BASE)?;
+    let proxy_id = u32::try_from(request.id)
+        .ok()
+        .filter(|id| is_proxy_id(*id))?;
     let sql = match registry.lookup(proxy_id) {
         Some(t) if Arc::ptr_eq(&t.backend, own_backend) => {
             format!("{}{}", kill_statement(&request.prefix), t.thread_id)
@@ -195,6 +256,78 @@ mod tests {
         assert_eq!(parse(&[cmd::PROCESS_KILL, 2]), None);
     }
 
+    #[test]
+    fn reads_a_negative_id_as_its_32_bit_twos_complement() {
+        // Connector/J 2.7 keeps the greeting's id in an int: 0xC000_0001 came back as this.
+        let k = parse(&query("KILL QUERY -1073741823")).unwrap();
+        assert_eq!(k.id, 0xC000_0001);
+        assert_eq!(k.prefix, "KILL QUERY ");
+        assert_eq!(parse(&query("KILL -1")).unwrap().id, 0xFFFF_FFFF);
+        assert_eq!(parse(&query("KILL -2147483648")).unwrap().id, 0x8000_0000);
+        assert_eq!(parse(&query("KILL -2147483649")), None, "not a 32-bit id");
+        assert_eq!(parse(&query("KILL --5")), None);
+        assert_eq!(parse(&query("KILL - 5")), None);
+    }
+
+    fn target(backend: &Arc<Backend>, thread_id: u32) -> Target {
+        Target {
+            backend: Arc::clone(backend),
+            thread_id,
+        }
+    }
+
+    #[test]
+    fn ids_fit_a_signed_int_and_carry_the_instance() {
+        let set = two_backends();
+        let a = &set.backends()[0];
+        let first = Registry::default();
+        let r = first.register(target(a, 1)).unwrap();
+        assert_eq!(r.id(), 0x6000_0000);
+        assert_eq!(first.register(target(a, 2)).unwrap().id(), 0x6000_0001);
+        let last = Registry::with_instance(255);
+        let id = last.register(target(a, 3)).unwrap().id();
+        assert_eq!(id, 0x6000_0000 | 255 << 21);
+        last.ids.lock().unwrap().next = COUNTER_MASK;
+        let top = last.register(target(a, 4)).unwrap().id();
+        assert_eq!(top, 0x7FFF_FFFF, "the highest id of the highest instance");
+        for id in [r.id(), top] {
+            assert!(
+                i32::try_from(id).is_ok(),
+                "{id:#x} reads as negative in an int"
+            );
+            assert!(is_proxy_id(id), "{id:#x}");
+        }
+        // A server's own thread ids stay below the range.
+        assert!(!is_proxy_id(ID_BASE - 1));
+        assert!(!is_proxy_id(0x8000_0000) && !is_proxy_id(0xC000_0001));
+    }
+
+    #[test]
+    fn counter_wraps_and_skips_ids_still_in_use() {
+        let set = two_backends();
+        let a = &set.backends()[0];
+        let reg = Registry::default();
+        let zero = reg.register(target(a, 10)).unwrap();
+        let one = reg.register(target(a, 11)).unwrap();
+        let ended = reg.register(target(a, 12)).unwrap();
+        assert_eq!(ended.id(), ID_BASE + 2);
+        drop(ended);
+        reg.ids.lock().unwrap().next = COUNTER_MASK;
+        assert_eq!(
+            reg.register(target(a, 13)).unwrap().id(),
+            ID_BASE | COUNTER_MASK
+        );
+        let reused = reg.register(target(a, 14)).unwrap();
+        assert_eq!(
+            reused.id(),
+            ID_BASE + 2,
+            "0 and 1 are live, 2 is free again"
+        );
+        assert_eq!(reg.lookup(zero.id()).unwrap().thread_id, 10);
+        assert_eq!(reg.lookup(one.id()).unwrap().thread_id, 11);
+        assert_eq!(reg.lookup(reused.id()).unwrap().thread_id, 14);
+    }
+
     fn two_backends() -> BackendSet {
         let configs: Vec<_> = ["a", "b"]
             .iter()
@@ -217,15 +350,8 @@ mod tests {
         let set = two_backends();
         let (a, b) = (&set.backends()[0], &set.backends()[1]);
         let reg = Registry::default();
-        let id = reg.allocate();
-        assert!(id > ID_BASE);
-        let registration = reg.register(
-            id,
-            Target {
-                backend: Arc::clone(a),
-                thread_id: 42,
-            },
-        );
+        let registration = reg.register(target(a, 42)).unwrap();
+        let id = registration.id();
         let req = parse(&query(&format!("KILL QUERY {id}"))).unwrap();
         let same = rewrite(&req, &reg, a).unwrap();
         assert_eq!(sql_of(&same), "KILL QUERY 42");
@@ -246,7 +372,12 @@ mod tests {
             gone.contains("1094") && gone.contains("Unknown thread id"),
             "{gone}"
         );
-        // Real thread ids (below the range) pass untouched.
+        // Real thread ids (below the range) pass untouched, and so does a negative form, which
+        // names no proxy id: the server answers it as it would directly.
         assert_eq!(rewrite(&parse(&query("KILL 17")).unwrap(), &reg, a), None);
+        let below = format!("KILL QUERY {}", ID_BASE - 1);
+        assert_eq!(rewrite(&parse(&query(&below)).unwrap(), &reg, a), None);
+        let negative = parse(&query("KILL QUERY -1073741823")).unwrap();
+        assert_eq!(rewrite(&negative, &reg, a), None);
     }
 }

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use common::mariadb::shared_pair;
 use common::proxy::TestProxy;
 use common::rawclient::RawClient;
-use mysql_lb::kill::ID_BASE;
+use mysql_lb::kill::is_proxy_id;
 
 const COM_QUERY: u8 = 0x03;
 const COM_PROCESS_KILL: u8 = 0x0C;
@@ -56,7 +56,7 @@ async fn kill_query_reaches_the_meant_session_or_is_refused_across_backends() {
     let proxy = TestProxy::start(&[pair[0].tcp_addr(), pair[1].tcp_addr()]);
     let mut victim = login(&proxy).await;
     let id = victim.connection_id;
-    assert!(id > ID_BASE, "clients are greeted with a proxy id: {id}");
+    assert!(is_proxy_id(id), "clients are greeted with a proxy id: {id}");
     let port = port_of(&mut victim).await;
     let marker = "kill-marker-1";
     victim
@@ -130,7 +130,8 @@ async fn kill_of_an_unknown_proxy_id_hits_nobody() {
     let proxy = TestProxy::start(&[pair[0].tcp_addr(), pair[1].tcp_addr()]);
     let mut a = login(&proxy).await;
     let mut b = login(&proxy).await;
-    let unknown = u32::MAX - 7;
+    let unknown = 0x7FFF_FFF0;
+    assert!(is_proxy_id(unknown));
     let err = a
         .query_text(&format!("KILL {unknown}"))
         .await

@@ -251,7 +251,7 @@ pub fn greeting(data: &[u8]) {
     let mut patched = data.to_vec();
     let after = patch_greeting(&mut patched);
     let mut with_id = data.to_vec();
-    let new_id = 0xC000_0000 ^ data.len() as u32;
+    let new_id = 0x6000_0000 ^ data.len() as u32;
     let old_id = set_greeting_connection_id(&mut with_id, new_id);
 
     let (g, a) = match (parsed, after) {

@@ -34,10 +34,13 @@ pub const MARIADB_CLIENT_EXTENDED_METADATA: u32 = 1 << 3;
 pub const MARIADB_CLIENT_CACHE_METADATA: u32 = 1 << 4;
 
 /// Bits the proxy does not support yet: cleared in both directions so both ends agree.
+/// `CLIENT_QUERY_ATTRIBUTES` (MySQL 8.0.23+) puts a parameter-count prefix before a COM_QUERY's
+/// text, which would hide a `KILL` from [`crate::kill`]; without it clients send plain text.
 pub const UNSUPPORTED: u32 = CLIENT_SSL
     | CLIENT_COMPRESS
     | CLIENT_ZSTD_COMPRESSION_ALGORITHM
-    | CLIENT_OPTIONAL_RESULTSET_METADATA;
+    | CLIENT_OPTIONAL_RESULTSET_METADATA
+    | CLIENT_QUERY_ATTRIBUTES;
 /// MariaDB extended bits the proxy does not support yet.
 pub const MARIADB_UNSUPPORTED: u32 = MARIADB_CLIENT_CACHE_METADATA;
 

@@ -856,6 +856,7 @@ mod tests {
             CLIENT_COMPRESS,
             CLIENT_ZSTD_COMPRESSION_ALGORITHM,
             CLIENT_OPTIONAL_RESULTSET_METADATA,
+            CLIENT_QUERY_ATTRIBUTES,
         ] {
             assert_eq!(g.capabilities & cleared, 0, "bit {cleared:#x} left set");
         }
@@ -863,7 +864,6 @@ mod tests {
         for kept in [
             CLIENT_DEPRECATE_EOF,
             CLIENT_SESSION_TRACK,
-            CLIENT_QUERY_ATTRIBUTES,
             CLIENT_MULTI_STATEMENTS,
             CLIENT_MULTI_RESULTS,
             CLIENT_PS_MULTI_RESULTS,
@@ -978,6 +978,78 @@ mod tests {
                 fixed + G_CAPS_UPPER + 1
             ]
         );
+    }
+
+    // MySQL 8.0 fixtures, written byte by byte from the protocol documentation
+    // (Protocol::HandshakeV10, Protocol::HandshakeResponse41) because no MySQL 8 server can be
+    // installed here (Debian 12 ships MariaDB only). They offer and set CLIENT_QUERY_ATTRIBUTES
+    // (bit 27, MySQL 8.0.23+), which would put a parameter-count prefix before every COM_QUERY.
+
+    /// A MySQL 8.0.36 greeting: capabilities 0xDFFF_FFFF (QUERY_ATTRIBUTES among them).
+    const MYSQL8_GREETING_HEX: &str = "\
+        0a 382e302e333600 0b000000 3a236b1f51196c0e 00 ffff ff 0200 ffdf 15 00000000000000000000\
+        5a0f402e67391c675d3e461900 63616368696e675f736861325f70617373776f726400";
+    /// The same after patching: COMPRESS (bit 5) and SSL (bit 11) in the lower two bytes,
+    /// OPTIONAL_RESULTSET_METADATA, ZSTD and QUERY_ATTRIBUTES (bits 25-27) in the upper two.
+    const MYSQL8_GREETING_PATCHED_HEX: &str = "\
+        0a 382e302e333600 0b000000 3a236b1f51196c0e 00 dff7 ff 0200 ffd1 15 00000000000000000000\
+        5a0f402e67391c675d3e461900 63616368696e675f736861325f70617373776f726400";
+    /// A MySQL 8.0 client's HandshakeResponse41 to it: capabilities 0x09FF_A68D (LONG_PASSWORD,
+    /// LONG_FLAG, CONNECT_WITH_DB, LOCAL_FILES, PROTOCOL_41, INTERACTIVE, TRANSACTIONS,
+    /// SECURE_CONNECTION, MULTI_*, PS_MULTI_RESULTS, PLUGIN_AUTH, CONNECT_ATTRS,
+    /// PLUGIN_AUTH_LENENC_CLIENT_DATA, CAN_HANDLE_EXPIRED_PASSWORDS, SESSION_TRACK,
+    /// DEPRECATE_EOF, QUERY_ATTRIBUTES), max packet 16 MiB, utf8mb4, user bench, a 32-byte
+    /// caching_sha2 scramble, database test, one connection attribute.
+    const MYSQL8_RESPONSE_HEX: &str = "\
+        8da6ff09 00000001 ff 0000000000000000000000000000000000000000000000 62656e636800\
+        20 000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f 7465737400\
+        63616368696e675f736861325f70617373776f726400\
+        16 0c5f636c69656e745f6e616d65 086c69626d7973716c";
+
+    #[test]
+    fn mysql8_greeting_offering_query_attributes_has_it_cleared_and_nothing_else_changed() {
+        let original = unhex(MYSQL8_GREETING_HEX);
+        assert_ne!(
+            parse_greeting(&original).unwrap().capabilities & CLIENT_QUERY_ATTRIBUTES,
+            0,
+            "the fixture offers it"
+        );
+        let mut patched = original.clone();
+        let g = patch_greeting(&mut patched).unwrap();
+        assert_eq!(patched, unhex(MYSQL8_GREETING_PATCHED_HEX));
+        assert_eq!(g.capabilities & CLIENT_QUERY_ATTRIBUTES, 0);
+        assert_eq!(g.capabilities, 0xDFFF_FFFF & !UNSUPPORTED);
+        assert_eq!(g.server_version, "8.0.36");
+        assert_eq!(g.connection_id, 11);
+    }
+
+    #[test]
+    fn mysql8_response_setting_query_attributes_has_it_cleared_and_nothing_else_changed() {
+        let original = unhex(MYSQL8_RESPONSE_HEX);
+        let before = response_of(&original);
+        assert_eq!(before.capabilities, 0x09FF_A68D);
+        assert_eq!(before.user, "bench");
+        let mut patched = original.clone();
+        patch_client_first(&mut patched).unwrap();
+        assert_eq!(
+            patched[..4],
+            0x01FF_A68Du32.to_le_bytes(),
+            "only bit 27 was set of ours"
+        );
+        assert_eq!(patched[4..], original[4..]);
+        let after = response_of(&patched);
+        assert_eq!(
+            after.capabilities,
+            before.capabilities & !CLIENT_QUERY_ATTRIBUTES
+        );
+        assert_eq!(after.database.as_deref(), Some("test"));
+        assert_eq!(after.auth_plugin.as_deref(), Some("caching_sha2_password"));
+        assert_eq!(after.attributes, before.attributes);
+        assert_eq!(after.attributes.len(), 1);
+
+        let mut greeting = unhex(MYSQL8_GREETING_HEX);
+        let g = patch_greeting(&mut greeting).unwrap();
+        assert!(!negotiate(&g, &after).has(CLIENT_QUERY_ATTRIBUTES));
     }
 
     #[test]

@@ -1,5 +1,15 @@
 //! How a session ends: what the client is told (an ERR in sequence where the protocol still
 //! allows one, with the `mysql-lb:` prefix) and the one log line and [`EndReason`] that say why.
+//!
+//! One exception: a backend lost in the command phase (it closed or reset the connection, e.g.
+//! `KILL CONNECTION` of its thread or a crash) is passed on as a close, with no ERR of ours.
+//! Drivers detect a lost connection themselves and retry, evict from a pool or reconnect on
+//! exactly what they detect: Connector/J raises SQLNonTransientConnectionException with
+//! SQLSTATE 08000 and code 0, Connector/Python InterfaceError 2013, mysql_async an I/O error.
+//! No ERR can reproduce that (an ERR 2013 becomes OperationalError in Connector/Python and code
+//! 2013 / SQLSTATE 08S01 in Connector/J), so the client sees what it would see directly, and the
+//! log line names the backend. The server's own ERR before it closes (1927 for a KILL of an
+//! idle session) is relayed unchanged like any other response.
 
 use std::time::Duration;
 
@@ -118,38 +128,27 @@ pub(super) async fn relay_ended<C: AsyncRead + AsyncWrite + Unpin>(
             info!(client = peer, backend, "client connection failed: {e}");
             EndReason::ClientNetwork
         }
-        RelayEnd::BackendClosed {
-            at_boundary,
-            pending,
-        } => {
+        RelayEnd::BackendClosed { pending, .. } => {
             if pending == 0 {
                 info!(client = peer, backend, "backend closed the idle connection");
             } else {
                 warn!(
                     client = peer,
-                    backend, pending, "backend closed the connection mid-response"
+                    backend,
+                    pending,
+                    "backend closed the connection mid-response: closing the client's too, \
+                     as a lost server would"
                 );
-                if at_boundary {
-                    let message = format!("backend {backend} closed the connection mid-response");
-                    send(
-                        client,
-                        &server_side_err(tracker, code::UNKNOWN_ERROR, &message),
-                    )
-                    .await;
-                }
             }
             EndReason::BackendNetwork
         }
         RelayEnd::BackendIo(e) => {
-            warn!(client = peer, backend, "backend connection failed: {e}");
-            if tracker.pending() > 0 && tracker.server_at_boundary() {
-                let message = format!("backend {backend} connection failed: {e}");
-                send(
-                    client,
-                    &server_side_err(tracker, code::UNKNOWN_ERROR, &message),
-                )
-                .await;
-            }
+            warn!(
+                client = peer,
+                backend,
+                pending = tracker.pending(),
+                "backend connection failed: {e}: closing the client's too, as a lost server would"
+            );
             EndReason::BackendNetwork
         }
         RelayEnd::Protocol(e) => {

@@ -73,7 +73,7 @@ where
             Err(tried) => return refuse_no_backend(&shared, &mut client, peer, &tried).await,
         };
     let backend_name = lease.backend().name.clone();
-    let _registered = register_proxy_id(&shared.kills, lease.backend(), &mut greeting);
+    let _registered = register_proxy_id(&shared.kills, lease.backend(), &mut greeting, peer);
     let mut next_seq = 2;
     let auth = relay_connection_phase(
         &mut client,
@@ -152,17 +152,27 @@ fn register_proxy_id<'a>(
     kills: &'a kill::Registry,
     backend: &Arc<Backend>,
     greeting: &mut PatchedGreeting,
-) -> kill::Registration<'a> {
-    let proxy_id = kills.allocate();
-    let thread_id = set_greeting_connection_id(&mut greeting.packet[4..], proxy_id)
-        .unwrap_or(greeting.greeting.connection_id);
-    kills.register(
-        proxy_id,
-        kill::Target {
-            backend: Arc::clone(backend),
-            thread_id,
-        },
-    )
+    peer: &str,
+) -> Option<kill::Registration<'a>> {
+    let registered = kills.register(kill::Target {
+        backend: Arc::clone(backend),
+        thread_id: greeting.greeting.connection_id,
+    });
+    match &registered {
+        Some(r) => {
+            if let Err(e) = set_greeting_connection_id(&mut greeting.packet[4..], r.id()) {
+                warn!(
+                    client = peer,
+                    "greeting keeps the backend's id, KILL is not mapped: {e}"
+                );
+            }
+        }
+        None => warn!(
+            client = peer,
+            "every proxy connection id is in use: KILL is not mapped"
+        ),
+    }
+    registered
 }
 
 /// Feeds a session's commands and bytes into its backend's metrics, and maps KILLs.

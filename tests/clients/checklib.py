@@ -7,6 +7,7 @@ of it (TCP and unix socket), the accounts, and a scratch directory.
 import os
 import sys
 import threading
+import time
 import traceback
 
 ENV = os.environ
@@ -20,7 +21,8 @@ ED_PASS = ENV.get("MLB_ED_PASS", "")
 TMP = ENV.get("MLB_TMP", "/tmp")
 # The backend offers TLS (the proxy must hide it).
 BACKEND_TLS = ENV.get("MLB_BACKEND_TLS", "") == "1"
-PROXY_ID_BASE = 0xC0000000
+# mysql-lb greets clients with ids in [PROXY_ID_BASE, 2**31) (src/kill.rs).
+PROXY_ID_BASE = 0x60000000
 
 _failures = []
 _lock = threading.Lock()
@@ -66,3 +68,17 @@ def blob(n):
     pattern = bytes(range(256)) * 64
     reps, rest = divmod(n, len(pattern))
     return pattern * reps + pattern[:rest]
+
+
+def kill_when_running(query, thread_id, sql, timeout=20):
+    """KILL CONNECTION of server thread `thread_id` once it runs `sql` (no quotes in it); `query`
+    runs SQL on an admin connection straight to the server and returns the rows."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        running = query("SELECT COUNT(*) FROM information_schema.PROCESSLIST "
+                        f"WHERE ID = {thread_id} AND INFO = '{sql}'")
+        if running[0][0] == 1:
+            query(f"KILL CONNECTION {thread_id}")
+            return
+        time.sleep(0.02)
+    check(False, f"thread {thread_id} never ran {sql}")

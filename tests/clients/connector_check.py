@@ -17,7 +17,7 @@ import mysql.connector
 from mysql.connector import errors
 
 from checklib import (BACKEND_TLS, DIRECT, PASS, PROXY, PROXY_ID_BASE, PROXY_SOCKET, USER, blob,
-                      check, eq, finish, step)
+                      check, eq, finish, kill_when_running, step)
 
 MODE = sys.argv[1] if len(sys.argv) > 1 else "pure"
 PURE = MODE == "pure"
@@ -55,7 +55,7 @@ def login():
     for where in ("proxy", "socket"):
         conn = connect(where)
         eq(rows(conn, "SELECT 40 + 2, CURRENT_USER()"), [(42, f"{USER}@%")], f"{where}: select")
-        check(conn.connection_id > PROXY_ID_BASE, f"{where}: connection_id {conn.connection_id:#x}")
+        check(PROXY_ID_BASE <= conn.connection_id < 2**31, f"{where}: connection_id {conn.connection_id:#x}")
         eq(conn.server_info, connect("direct").server_info, f"{where}: server version")
         conn.ping(reconnect=False)
         check(conn.is_connected(), f"{where}: is_connected")
@@ -310,6 +310,32 @@ def kill_query():
         pass
 
 
+def lost_backend():
+    """The server thread behind a session is killed mid-statement (MariaDB closes without an
+    ERR): the error, and the way back, are what they are directly; retry logic keys on them."""
+    seen = {}
+    for where in ("direct", "proxy"):
+        conn = connect(where)
+        tid = rows(conn, "SELECT CONNECTION_ID()")[0][0]
+        admin = connect("direct")
+        killer = threading.Thread(target=kill_when_running,
+                                  args=(lambda sql: rows(admin, sql), tid, "SELECT SLEEP(5)"))
+        killer.start()
+        try:
+            rows(conn, "SELECT SLEEP(5)")
+            seen[where] = "no error"
+        except errors.Error as e:
+            seen[where] = (type(e).__name__, e.errno)
+        killer.join(30)
+        admin.close()
+        check(not conn.is_connected(), f"{where}: is_connected() after the kill")
+        conn.ping(reconnect=True, attempts=1)
+        eq(rows(conn, "SELECT 'back'"), [("back",)], f"{where}: ping(reconnect=True) afterwards")
+        conn.close()
+    eq(seen["direct"][1:], (2013,), f"direct: lost connection {seen['direct']}")
+    eq(seen["proxy"], seen["direct"], "exception class and errno, through the proxy vs directly")
+
+
 def main():
     step("implementation", implementation)
     step("login, ids, ping, init_db", login)
@@ -323,6 +349,7 @@ def main():
     step("compression", compression)
     step("TLS", tls)
     step("KILL QUERY", kill_query)
+    step("backend connection lost mid-statement", lost_backend)
     finish(f"mysql-connector-python {mysql.connector.__version__} ({MODE})")
 
 

@@ -15,7 +15,7 @@ const SOCK = env('MLB_PROXY_SOCKET', '');
 const USER = env('MLB_USER', 'bench');
 const PASS = env('MLB_PASS', 'bench');
 const TMP = env('MLB_TMP', '/tmp');
-const PROXY_ID_BASE = 0xc0000000;
+const PROXY_ID_BASE = 0x60000000;
 
 const failures = [];
 function check(cond, what) {
@@ -69,7 +69,7 @@ async function main() {
     for (const w of ['proxy', 'socket']) {
       const c = await connect(w);
       eq(await rows(c, 'SELECT 1 + 1 AS x, CURRENT_USER()'), [[2, `${USER}@%`]], `${w}: select`);
-      check(c.threadId > PROXY_ID_BASE, `${w}: threadId ${c.threadId.toString(16)} should be a proxy id`);
+      check(c.threadId >= PROXY_ID_BASE && c.threadId < 2 ** 31, `${w}: threadId ${c.threadId.toString(16)} should be a proxy id`);
       eq(c.connection.serverVersion, server, `${w}: server version`);
       await c.ping();
       await c.query('SET @v = 5');

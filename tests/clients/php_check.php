@@ -13,7 +13,7 @@ $SOCK = $E('MLB_PROXY_SOCKET', '');
 $USER = $E('MLB_USER', 'bench');
 $PASS = $E('MLB_PASS', 'bench');
 $TMP = $E('MLB_TMP', '/tmp');
-const PROXY_ID_BASE = 0xC0000000;
+const PROXY_ID_BASE = 0x60000000;
 
 $failures = [];
 function check($cond, $what) {
@@ -79,7 +79,7 @@ step('mysqli login, thread id, ping, select_db', function () use ($USER) {
     foreach (['proxy', 'socket'] as $w) {
         $m = my($w);
         eq(all($m, 'SELECT 1 + 1, CURRENT_USER()'), [['2', "$USER@%"]], "$w: select");
-        check($m->thread_id > PROXY_ID_BASE, "$w: thread_id " . dechex($m->thread_id) . ' should be a proxy id');
+        check($m->thread_id >= PROXY_ID_BASE && $m->thread_id < 2 ** 31, "$w: thread_id " . dechex($m->thread_id) . ' should be a proxy id');
         eq($m->server_info, $server, "$w: server version");
         eq($m->ping(), true, "$w: ping");
         $m->select_db('mysql');

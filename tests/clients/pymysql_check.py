@@ -14,7 +14,7 @@ import pymysql
 from pymysql.constants import CLIENT
 
 from checklib import (BACKEND_TLS, DIRECT, PASS, PROXY, PROXY_ID_BASE, PROXY_SOCKET, TMP, USER,
-                      blob, check, eq, finish, step)
+                      blob, check, eq, finish, kill_when_running, step)
 
 
 def connect(where, **kw):
@@ -39,7 +39,7 @@ def login_and_ids():
         conn = connect(where)
         eq(one(conn, "SELECT 1 + 1, CURRENT_USER()"), ((2, f"{USER}@%"),), f"{where}: select")
         tid = conn.thread_id()
-        check(tid > PROXY_ID_BASE, f"{where}: thread_id {tid:#x} should be a proxy id")
+        check(PROXY_ID_BASE <= tid < 2**31, f"{where}: thread_id {tid:#x} should be a proxy id")
         check(conn.get_server_info() == connect("direct").get_server_info(),
               f"{where}: server version differs: {conn.get_server_info()}")
         conn.ping(reconnect=False)
@@ -228,7 +228,7 @@ def kill_query_and_connection():
     # KILL of an id no session has: same error as the server's for an unknown thread.
     k = connect("proxy")
     try:
-        one(k, f"KILL QUERY {PROXY_ID_BASE + 0x3FFFFFF0}")
+        one(k, f"KILL QUERY {PROXY_ID_BASE + 0x1FFFFFF0}")
         check(False, "KILL of an unknown proxy id succeeded")
     except pymysql.err.OperationalError as e:
         eq(e.args[0], 1094, "unknown thread id error")
@@ -250,6 +250,36 @@ def tls_modes():
     check(time.monotonic() - t < 5, "TLS attempt through the proxy took too long")
 
 
+def lost_backend():
+    """The server thread behind a session is killed mid-statement (MariaDB closes without an
+    ERR): the error, and the way back, are what they are directly; retry logic keys on them."""
+    seen = {}
+    for where in ("direct", "proxy"):
+        conn = connect(where)
+        tid = one(conn, "SELECT CONNECTION_ID()")[0][0]
+        admin = connect("direct")
+        killer = threading.Thread(target=kill_when_running,
+                                  args=(lambda sql: one(admin, sql), tid, "SELECT SLEEP(5)"))
+        killer.start()
+        try:
+            one(conn, "SELECT SLEEP(5)")
+            seen[where] = "no error"
+        except pymysql.err.Error as e:
+            seen[where] = (type(e).__name__, e.args[0])
+        killer.join(30)
+        admin.close()
+        try:
+            conn.ping()
+            check(False, f"{where}: ping() works after the kill")
+        except pymysql.err.Error:
+            pass
+        conn.connect()
+        eq(one(conn, "SELECT 'back'"), (("back",),), f"{where}: connect() afterwards")
+        conn.close()
+    eq(seen["direct"], ("OperationalError", 2013), "direct: lost connection")
+    eq(seen["proxy"], seen["direct"], "exception class and errno, through the proxy vs directly")
+
+
 def main():
     step("login, ids, ping, select_db", login_and_ids)
     step("wrong password", wrong_password)
@@ -259,6 +289,7 @@ def main():
     step("transactions", transactions)
     step("LOAD DATA LOCAL INFILE", local_infile)
     step("KILL QUERY / COM_PROCESS_KILL", kill_query_and_connection)
+    step("backend connection lost mid-statement", lost_backend)
     step("TLS", tls_modes)
     finish("PyMySQL " + pymysql.VERSION_STRING)
 

@@ -20,6 +20,10 @@ use tokio_util::sync::CancellationToken;
 
 /// Query text that gets column count, one column definition, EOF and one row, then a close.
 pub const PARTIAL: &str = "SELECT 'partial result then close'";
+/// Query text that gets the server's own ERR 1927 (SQLSTATE 70100, [`KILLED_MESSAGE`]), then a
+/// close: what a server that announces a KILL CONNECTION sends.
+pub const ERR_THEN_CLOSE: &str = "SELECT 'error then close'";
+pub const KILLED_MESSAGE: &str = "Connection was killed";
 /// Query text that gets an OK packet carrying sequence id 5 instead of 1.
 pub const BAD_SEQUENCE: &str = "SELECT 'wrong sequence id'";
 /// The value of the single row any other query gets.
@@ -191,6 +195,14 @@ async fn serve(mut stream: TcpStream, behaviour: Behaviour, id: u32) -> Option<(
                 push_packet(&mut bytes, 4, &text_row(ROW_VALUE));
                 stream.write_all(&bytes).await.ok()?;
                 // Closing with the response half sent is the fault under test.
+                return Some(());
+            }
+            Some((&COM_QUERY, sql)) if sql == ERR_THEN_CLOSE.as_bytes() => {
+                let mut err = vec![0xFF];
+                err.extend_from_slice(&1927u16.to_le_bytes());
+                err.extend_from_slice(b"#70100");
+                err.extend_from_slice(KILLED_MESSAGE.as_bytes());
+                write_packet(&mut stream, 1, &err).await?;
                 return Some(());
             }
             Some((&COM_QUERY, sql)) if sql == BAD_SEQUENCE.as_bytes() => {
