@@ -61,6 +61,26 @@ function connect(where, opts = {}) {
 const rows = async (c, sql, params) => (await c.query({ sql, rowsAsArray: true }, params))[0];
 const prows = async (c, sql, params) => (await c.execute({ sql, rowsAsArray: true }, params))[0];
 
+// KILL CONNECTION of server thread `tid` once it runs `sql`, from a direct admin connection;
+// resolves false if it never does.
+async function killWhenRunning(tid, sql) {
+  const admin = await connect('direct');
+  try {
+    const deadline = Date.now() + 20000;
+    while (Date.now() < deadline) {
+      const [[n]] = await rows(admin, 'SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE ID = ? AND INFO = ?', [tid, sql]);
+      if (Number(n) === 1) {
+        await admin.query(`KILL CONNECTION ${tid}`);
+        return true;
+      }
+      await new Promise((r) => setTimeout(r, 20));
+    }
+    return false;
+  } finally {
+    await admin.end();
+  }
+}
+
 async function main() {
   await step('login, thread id, ping, changeUser', async () => {
     const d = await connect('direct');
@@ -237,6 +257,41 @@ async function main() {
       }
       await killer.end();
       victim.destroy();
+    }
+  });
+
+  // The server thread behind a session is killed mid-statement (MariaDB closes without an ERR):
+  // what mysql2 raises (its pool and retry logic key on `fatal` and PROTOCOL_CONNECTION_LOST), and
+  // the way back, are what they are directly. An ERR of the proxy's instead (1105 `mysql-lb:
+  // backend … closed the connection mid-response`) shows as its own errno and code.
+  await step('backend connection lost mid-statement', async () => {
+    const seen = {};
+    for (const w of ['direct', 'proxy', 'socket']) {
+      for (const how of ['query', 'execute']) {
+        const c = await connect(w);
+        const ended = new Promise((resolve) => c.connection.once('end', () => resolve('end')));
+        const tid = (await rows(c, 'SELECT CONNECTION_ID()'))[0][0];
+        const killer = killWhenRunning(tid, 'SELECT SLEEP(5)');
+        const t = Date.now();
+        const got = await (how === 'query' ? rows(c, 'SELECT SLEEP(5)') : prows(c, 'SELECT SLEEP(5)'))
+          .then(() => ['no error'], (e) => [e.constructor.name, e.code, e.errno, e.sqlState, e.fatal, e.message]);
+        check(await killer, `${w} ${how}: thread ${tid} never ran SELECT SLEEP(5)`);
+        check(Date.now() - t < 4000, `${w} ${how}: the lost connection took ${Date.now() - t} ms to show`);
+        const next = await c.ping().then(() => 'ping ok', (e) => [e.code, e.fatal, e.message]);
+        const closed = await Promise.race([ended, new Promise((r) => setTimeout(() => r('no end event'), 5000))]);
+        seen[`${w}/${how}`] = { error: got, ping: next, closed };
+        c.destroy();
+        const again = await connect(w);
+        eq(await rows(again, "SELECT 'back'"), [['back']], `${w} ${how}: a new connection afterwards`);
+        await again.end();
+      }
+    }
+    console.log(`  lost connection, direct: ${short(seen['direct/query'])}`);
+    for (const how of ['query', 'execute']) {
+      eq(seen[`direct/${how}`].error.slice(1, 5), ['PROTOCOL_CONNECTION_LOST', undefined, undefined, true],
+        `direct ${how}: lost connection ${short(seen[`direct/${how}`])}`);
+      eq(seen[`proxy/${how}`], seen[`direct/${how}`], `${how}: lost connection, proxy vs direct`);
+      eq(seen[`socket/${how}`], seen[`direct/${how}`], `${how}: lost connection over the socket, proxy vs direct`);
     }
   });
 

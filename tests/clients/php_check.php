@@ -74,6 +74,33 @@ function all($m, $sql) {
     return $m->query($sql)->fetch_all(MYSQLI_NUM);
 }
 
+// `php php_check.php kill-when-running TID SQL`: the killer of the lost-backend check, its own
+// process because a PDO query blocks this one. KILL CONNECTION of server thread TID once it
+// runs SQL, on a direct admin connection; exit 1 if it never does.
+if (($argv[1] ?? '') === 'kill-when-running') {
+    [, , $tid, $sql] = $argv;
+    $admin = my('direct');
+    $deadline = microtime(true) + 20;
+    while (microtime(true) < $deadline) {
+        $st = $admin->prepare('SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE ID = ? AND INFO = ?');
+        $st->bind_param('is', $tid, $sql);
+        $st->execute();
+        if ($st->get_result()->fetch_row()[0] == 1) {
+            $admin->query("KILL CONNECTION $tid");
+            exit(0);
+        }
+        usleep(20000);
+    }
+    fwrite(STDERR, "thread $tid never ran $sql\n");
+    exit(1);
+}
+function start_killer($tid, $sql) {
+    $cmd = [PHP_BINARY, __FILE__, 'kill-when-running', (string)$tid, $sql];
+    $p = proc_open($cmd, [0 => ['file', '/dev/null', 'r'], 1 => STDOUT, 2 => STDERR], $pipes);
+    check($p !== false, 'cannot start the killer process');
+    return $p;
+}
+
 step('mysqli login, thread id, ping, select_db', function () use ($USER) {
     $server = my('direct')->server_info;
     foreach (['proxy', 'socket'] as $w) {
@@ -355,6 +382,79 @@ step('PDO unbuffered query abandoned mid-result, then reused', function () {
         eq($st->fetchColumn(), 1, "$w: first row");
         $st->closeCursor();
         eq($p->query('SELECT 6')->fetchColumn(), 6, "$w: next query after an abandoned result");
+    }
+});
+
+// The server thread behind a session is killed mid-statement (MariaDB closes without an ERR):
+// what the driver raises, and the way back, are what they are directly. An ERR of the proxy's
+// instead (1105 `mysql-lb: backend … closed the connection mid-response`) shows as its own code.
+step('mysqli: backend connection lost mid-statement', function () {
+    $seen = [];
+    foreach (['direct', 'proxy', 'socket'] as $w) {
+        $m = my($w);
+        $tid = (int)all($m, 'SELECT CONNECTION_ID()')[0][0];
+        $killer = start_killer($tid, 'SELECT SLEEP(5)');
+        $t = microtime(true);
+        try {
+            $m->query('SELECT SLEEP(5)');
+            $got = ['no error'];
+        } catch (mysqli_sql_exception $e) {
+            $got = [get_class($e), $e->getCode(), $e->getSqlState(), $e->getMessage()];
+        }
+        eq(proc_close($killer), 0, "$w: killer");
+        check(microtime(true) - $t < 4, "$w: the lost connection took " . round(microtime(true) - $t, 1) . 's to show');
+        try {
+            $m->query('SELECT 1');
+            $next = ['no error'];
+        } catch (mysqli_sql_exception $e) {
+            $next = [$e->getCode(), $e->getSqlState()];
+        }
+        try {
+            $ping = @$m->ping();
+        } catch (mysqli_sql_exception $e) {
+            $ping = $e->getCode();
+        }
+        $seen[$w] = ['error' => $got, 'next query' => $next, 'ping' => $ping];
+        $m2 = my($w);
+        eq(all($m2, "SELECT 'back'"), [['back']], "$w: a new connection afterwards");
+        $m2->close();
+    }
+    echo '  mysqli lost connection, direct: ' . short($seen['direct']) . "\n";
+    eq($seen['direct']['error'][1] ?? null, 2006, 'direct: lost connection code ' . short($seen['direct']));
+    eq($seen['proxy'], $seen['direct'], 'mysqli lost connection: proxy vs direct');
+    eq($seen['socket'], $seen['direct'], 'mysqli lost connection over the socket: proxy vs direct');
+});
+
+step('PDO: backend connection lost mid-statement', function () {
+    $seen = [];
+    foreach (['direct', 'proxy', 'socket'] as $w) {
+        foreach ([false, true] as $emulate) {
+            $p = pdo($w, [PDO::ATTR_EMULATE_PREPARES => $emulate]);
+            $tid = (int)$p->query('SELECT CONNECTION_ID()')->fetchColumn();
+            $killer = start_killer($tid, 'SELECT SLEEP(5)');
+            try {
+                $emulate ? $p->query('SELECT SLEEP(5)') : $p->prepare('SELECT SLEEP(5)')->execute();
+                $got = ['no error'];
+            } catch (PDOException $e) {
+                $got = [get_class($e), $e->getCode(), $e->errorInfo, $e->getMessage()];
+            }
+            eq(proc_close($killer), 0, "$w emulate=$emulate: killer");
+            try {
+                $p->query('SELECT 1');
+                $next = ['no error'];
+            } catch (PDOException $e) {
+                $next = [$e->getCode(), $e->errorInfo];
+            }
+            $seen["$w/$emulate"] = ['error' => $got, 'next query' => $next];
+            $p = null;
+            eq(pdo($w)->query("SELECT 'back'")->fetchColumn(), 'back', "$w emulate=$emulate: a new connection afterwards");
+        }
+    }
+    echo '  PDO lost connection, direct: ' . short($seen['direct/']) . "\n";
+    foreach ([false, true] as $emulate) {
+        eq($seen["direct/$emulate"]['error'][2][1] ?? null, 2006, "direct emulate=$emulate: lost connection code " . short($seen["direct/$emulate"]));
+        eq($seen["proxy/$emulate"], $seen["direct/$emulate"], "PDO emulate=$emulate lost connection: proxy vs direct");
+        eq($seen["socket/$emulate"], $seen["direct/$emulate"], "PDO emulate=$emulate lost connection over the socket: proxy vs direct");
     }
 });
 
