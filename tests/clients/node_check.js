@@ -272,11 +272,9 @@ async function main() {
         const ended = new Promise((resolve) => c.connection.once('end', () => resolve('end')));
         const tid = (await rows(c, 'SELECT CONNECTION_ID()'))[0][0];
         const killer = killWhenRunning(tid, 'SELECT SLEEP(5)');
-        const t = Date.now();
         const got = await (how === 'query' ? rows(c, 'SELECT SLEEP(5)') : prows(c, 'SELECT SLEEP(5)'))
           .then(() => ['no error'], (e) => [e.constructor.name, e.code, e.errno, e.sqlState, e.fatal, e.message]);
         check(await killer, `${w} ${how}: thread ${tid} never ran SELECT SLEEP(5)`);
-        check(Date.now() - t < 4000, `${w} ${how}: the lost connection took ${Date.now() - t} ms to show`);
         const next = await c.ping().then(() => 'ping ok', (e) => [e.code, e.fatal, e.message]);
         const closed = await Promise.race([ended, new Promise((r) => setTimeout(() => r('no end event'), 5000))]);
         seen[`${w}/${how}`] = { error: got, ping: next, closed };

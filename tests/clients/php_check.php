@@ -394,7 +394,6 @@ step('mysqli: backend connection lost mid-statement', function () {
         $m = my($w);
         $tid = (int)all($m, 'SELECT CONNECTION_ID()')[0][0];
         $killer = start_killer($tid, 'SELECT SLEEP(5)');
-        $t = microtime(true);
         try {
             $m->query('SELECT SLEEP(5)');
             $got = ['no error'];
@@ -402,7 +401,6 @@ step('mysqli: backend connection lost mid-statement', function () {
             $got = [get_class($e), $e->getCode(), $e->getSqlState(), $e->getMessage()];
         }
         eq(proc_close($killer), 0, "$w: killer");
-        check(microtime(true) - $t < 4, "$w: the lost connection took " . round(microtime(true) - $t, 1) . 's to show');
         try {
             $m->query('SELECT 1');
             $next = ['no error'];
