@@ -2,7 +2,7 @@
 # Installs what the test suite needs beyond Rust: real MariaDB servers and clients (the
 # integration tests start their own mariadbd instances), sysbench (smoke load), HAProxy (the
 # benchmark's comparison point), and the other client libraries tests/other_clients.rs drives:
-# PHP (mysqli, PDO_mysql: mysqlnd), Node.js with mysql2, Python with PyMySQL and
+# PHP (mysqli, PDO_mysql: mysqlnd), Node.js with mysql2, Perl DBD::MariaDB, Python with PyMySQL and
 # mysql-connector-python; and a JDK with Debian's MariaDB Connector/J for tests/java_clients.rs. The Python and Node libraries go to .test-clients/ in the checkout
 # (a venv and an npm prefix; gitignored), never into the system's site-packages.
 # Idempotent: does nothing when all are present.
@@ -37,6 +37,7 @@ if ! have java || ! have javac; then
     packages+=(default-jdk-headless)
 fi
 [ -f "$JAVA_DRIVER" ] || { missing+=("$JAVA_DRIVER"); packages+=(libmariadb-java); }
+perl -MDBD::MariaDB -e 'exit 0' 2>/dev/null || { missing+=(DBD::MariaDB); packages+=(libdbd-mariadb-perl); }
 have node || { missing+=(node); packages+=(nodejs); }
 have npm || { missing+=(npm); packages+=(npm); }
 have python3 || { missing+=(python3); packages+=(python3); }
@@ -69,6 +70,10 @@ if [ "${#missing[@]}" -gt 0 ]; then
             exit 1
         fi
     done
+    if ! perl -MDBD::MariaDB -e 'exit 0' 2>/dev/null; then
+        echo "install-deps: DBD::MariaDB still missing after apt-get install" >&2
+        exit 1
+    fi
     if [ ! -f "$JAVA_DRIVER" ]; then
         echo "install-deps: $JAVA_DRIVER still missing after apt-get install" >&2
         exit 1

@@ -1,13 +1,15 @@
 //! Client libraries other than mysql_async, the `mariadb` CLI and sysbench, through mysql-lb:
 //! PyMySQL, MySQL Connector/Python (pure Python and its C extension), PHP mysqli + PDO_mysql
-//! (mysqlnd) and Node mysql2. Each has its own implementation of the protocol, so each stresses
-//! the relay, the handshake rewriting and the KILL mapping differently.
+//! (mysqlnd), Node mysql2 and Perl DBD::MariaDB (libmariadb, with DBD's own auto-reconnect).
+//! Each has its own implementation of the protocol, so each stresses the relay, the handshake
+//! rewriting and the KILL mapping differently.
 //!
 //! The checks themselves are small scripts in tests/clients/; each compares the proxy with a
 //! direct connection to the same server (values round-tripped, error codes and messages) and
 //! exits non-zero with one line per mismatch. One MariaDB (with TLS, which the proxy must hide)
 //! and one proxy (TCP and unix socket) serve every test; the tests take turns so that their
-//! KILLs and timings do not interfere. scripts/install-deps.sh installs PHP and Node with apt, and
+//! KILLs and timings do not interfere. scripts/install-deps.sh installs PHP, Node and
+//! DBD::MariaDB with apt, and
 //! the Python and Node libraries into `.test-clients/` (a venv and an npm prefix); a missing one
 //! fails the test with the command that installs it.
 
@@ -290,4 +292,17 @@ fn node_mysql2() {
     let mut cmd = script("node");
     cmd.env("NODE_PATH", &root).arg("node_check.js");
     run_check("Node mysql2", cmd);
+}
+
+#[test]
+fn perl_dbd_mariadb() {
+    require(
+        "perl",
+        &["-MDBD::MariaDB", "-e", "exit 0"],
+        "apt-get install -y libdbd-mariadb-perl",
+    );
+    let _turn = turn();
+    let mut cmd = script("perl");
+    cmd.arg("dbd_check.pl");
+    run_check("Perl DBD::MariaDB", cmd);
 }
