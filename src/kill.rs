@@ -132,9 +132,11 @@ pub struct KillRequest {
     pub id: u64,
 }
 
-/// Parses `KILL [HARD|SOFT] [CONNECTION|QUERY [ID]] <n>` (optionally `;`-terminated) or
-/// COM_PROCESS_KILL. `n` may be negative (`-1073741823`: a signed 32-bit id). Anything else
-/// (KILL USER, expressions) is None and passes untouched.
+/// Parses `KILL [HARD|SOFT] [CONNECTION|QUERY] <n>` (optionally `;`-terminated, after leading
+/// comments) or COM_PROCESS_KILL. `n` is a number, quoted (`'n'`, as PDO and mysql2 bind it) or
+/// in parentheses, and may be negative (`-1073741823`: a signed 32-bit id). `KILL QUERY ID n`
+/// names a *query* id, not a connection, and is None like everything else (KILL USER,
+/// expressions): it passes untouched.
 pub fn parse(payload: &[u8]) -> Option<KillRequest> {
     let (&command, body) = payload.split_first()?;
     if command == cmd::PROCESS_KILL {
@@ -148,7 +150,8 @@ pub fn parse(payload: &[u8]) -> Option<KillRequest> {
         return None;
     }
     let space = |c: char| u8::try_from(c).is_ok_and(is_sql_space);
-    let sql = std::str::from_utf8(body).ok()?.trim_matches(space);
+    let sql = std::str::from_utf8(skip_leading_comments(body)).ok()?;
+    let sql = sql.trim_end_matches(space);
     let sql = sql.strip_suffix(';').unwrap_or(sql).trim_end_matches(space);
     let mut words: Vec<&str> = sql.split(space).filter(|w| !w.is_empty()).collect();
     let id = parse_id(words.pop()?)?;
@@ -156,7 +159,7 @@ pub fn parse(payload: &[u8]) -> Option<KillRequest> {
     if rest.next().as_deref() != Some("KILL") {
         return None;
     }
-    let allowed = ["HARD", "SOFT", "CONNECTION", "QUERY", "ID"];
+    let allowed = ["HARD", "SOFT", "CONNECTION", "QUERY"];
     if !rest.all(|w| allowed.contains(&w.as_str())) {
         return None;
     }
@@ -166,8 +169,40 @@ pub fn parse(payload: &[u8]) -> Option<KillRequest> {
     })
 }
 
-/// `n`, or a negative `-n` down to `i32::MIN` as the `u32` with the same bits.
+/// Skips SQL whitespace and comments (`/* */`, `-- ` and `#` to the end of the line) before a
+/// statement, as ORMs and sqlcommenter put them. An executable comment (`/*!`) is where a
+/// statement starts, not a comment: it is left in place (and so not parsed as a KILL).
+fn skip_leading_comments(mut sql: &[u8]) -> &[u8] {
+    loop {
+        let start = sql
+            .iter()
+            .position(|b| !is_sql_space(*b))
+            .unwrap_or(sql.len());
+        sql = &sql[start..];
+        if sql.starts_with(b"/*") && !sql.starts_with(b"/*!") && !sql.starts_with(b"/*M!") {
+            match sql[2..].windows(2).position(|w| w == b"*/") {
+                Some(end) => sql = &sql[2 + end + 2..],
+                None => return sql,
+            }
+        } else if sql.starts_with(b"#")
+            || (sql.starts_with(b"--") && sql.get(2).is_some_and(|b| is_sql_space(*b)))
+        {
+            match sql.iter().position(|b| *b == b'\n') {
+                Some(end) => sql = &sql[end + 1..],
+                None => return &sql[sql.len()..],
+            }
+        } else {
+            return sql;
+        }
+    }
+}
+
+/// `n`, `'n'`, `"n"` or `(n)`; a negative `-n` down to `i32::MIN` as the `u32` with the same bits.
 fn parse_id(word: &str) -> Option<u64> {
+    let unwrapped = [("'", "'"), ("\"", "\""), ("(", ")")]
+        .iter()
+        .find_map(|(open, close)| word.strip_prefix(open)?.strip_suffix(close));
+    let word = unwrapped.unwrap_or(word);
     if word.starts_with('-') {
         let signed: i32 = word.parse().ok()?;
         return Some(u64::from(signed as u32));
@@ -175,35 +210,53 @@ fn parse_id(word: &str) -> Option<u64> {
     word.parse().ok()
 }
 
-/// What to send the backend instead of the client's KILL packet, if anything changes.
+/// What became of a KILL naming a proxy id.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mapping {
+    /// Rewritten to the target's thread id on this session's backend.
+    Mapped,
+    /// The target is on another backend: answered with ERR 1095, nothing killed.
+    OtherBackend,
+    /// No such session (any more): answered with ERR 1094.
+    Unknown,
+}
+
+/// What to send the backend instead of the client's KILL packet, if anything changes, and why.
 pub fn rewrite(
     request: &KillRequest,
     registry: &Registry,
     own_backend: &Arc<Backend>,
-) -> Option<Vec<u8>> {
+) -> Option<(Mapping, Vec<u8>)> {
     let proxy_id = u32::try_from(request.id)
         .ok()
         .filter(|id| is_proxy_id(*id))?;
-    let sql = match registry.lookup(proxy_id) {
-        Some(t) if Arc::ptr_eq(&t.backend, own_backend) => {
-            format!("{}{}", kill_statement(&request.prefix), t.thread_id)
-        }
-        Some(t) => signal(
-            1095,
-            &format!(
-                "mysql-lb: connection {proxy_id} is on backend {} and this session on {}; \
+    let (mapping, sql) = match registry.lookup(proxy_id) {
+        Some(t) if Arc::ptr_eq(&t.backend, own_backend) => (
+            Mapping::Mapped,
+            format!("{}{}", kill_statement(&request.prefix), t.thread_id),
+        ),
+        Some(t) => (
+            Mapping::OtherBackend,
+            signal(
+                1095,
+                &format!(
+                    "mysql-lb: connection {proxy_id} is on backend {} and this session on {}; \
                  KILL refused, nothing was killed (run it through a session on the same backend)",
-                t.backend.name, own_backend.name
+                    t.backend.name, own_backend.name
+                ),
             ),
         ),
-        None => signal(1094, &format!("Unknown thread id: {proxy_id}")),
+        None => (
+            Mapping::Unknown,
+            signal(1094, &format!("Unknown thread id: {proxy_id}")),
+        ),
     };
     let mut payload = Vec::with_capacity(1 + sql.len());
     payload.push(cmd::QUERY);
     payload.extend_from_slice(sql.as_bytes());
     let mut packet = header(payload.len(), 0).to_vec();
     packet.extend_from_slice(&payload);
-    Some(packet)
+    Some((mapping, packet))
 }
 
 /// COM_PROCESS_KILL kills the connection, as `KILL` does.
@@ -245,15 +298,41 @@ mod tests {
         assert_eq!(k.id, 3221225473);
         assert_eq!(k.prefix, "KILL QUERY ");
         assert_eq!(parse(&query("kill hard connection 7")).unwrap().id, 7);
-        assert_eq!(
-            parse(&query("KILL QUERY ID 9")).unwrap().prefix,
-            "KILL QUERY ID "
-        );
+        // A query id, not a connection: never mapped.
+        assert_eq!(parse(&query("KILL QUERY ID 9")), None);
         assert_eq!(parse(&[cmd::PROCESS_KILL, 2, 0, 0, 0]).unwrap().id, 2);
         assert_eq!(parse(&query("KILL USER bob")), None);
         assert_eq!(parse(&query("KILL QUERY 1+1")), None);
         assert_eq!(parse(&query("KILLALL 5")), None);
         assert_eq!(parse(&[cmd::PROCESS_KILL, 2]), None);
+    }
+
+    #[test]
+    fn reads_ids_after_comments_and_in_quotes_or_parentheses() {
+        for sql in [
+            "/* app:checkout */ KILL QUERY 1610612737",
+            "# note\nKILL QUERY 1610612737",
+            "-- note\n  KILL QUERY 1610612737 ;",
+            "KILL QUERY '1610612737'",
+            "KILL QUERY \"1610612737\"",
+            "KILL QUERY (1610612737)",
+        ] {
+            let k = parse(&query(sql)).unwrap_or_else(|| panic!("not parsed: {sql:?}"));
+            assert_eq!(
+                (k.id, k.prefix.as_str()),
+                (1610612737, "KILL QUERY "),
+                "{sql:?}"
+            );
+        }
+        for sql in [
+            "/*!KILL QUERY 1610612737 */",
+            "/* unterminated KILL QUERY 1610612737",
+            "--KILL QUERY 1610612737",
+            "KILL QUERY '1610612737",
+            "SELECT 1; KILL QUERY 1610612737",
+        ] {
+            assert_eq!(parse(&query(sql)), None, "{sql:?}");
+        }
     }
 
     #[test]
@@ -353,10 +432,13 @@ mod tests {
         let registration = reg.register(target(a, 42)).unwrap();
         let id = registration.id();
         let req = parse(&query(&format!("KILL QUERY {id}"))).unwrap();
-        let same = rewrite(&req, &reg, a).unwrap();
+        let (mapping, same) = rewrite(&req, &reg, a).unwrap();
+        assert_eq!(mapping, Mapping::Mapped);
         assert_eq!(sql_of(&same), "KILL QUERY 42");
         assert_eq!(same[3], 0, "a command packet");
-        let across = sql_of(&rewrite(&req, &reg, b).unwrap());
+        let (mapping, across) = rewrite(&req, &reg, b).unwrap();
+        assert_eq!(mapping, Mapping::OtherBackend);
+        let across = sql_of(&across);
         assert!(across.starts_with("SIGNAL SQLSTATE"), "{across}");
         assert!(across.contains("1095") && across.contains("nothing was killed"));
         let binary = parse(&[cmd::PROCESS_KILL, 0, 0, 0, 0])
@@ -365,9 +447,11 @@ mod tests {
                 r
             })
             .unwrap();
-        assert_eq!(sql_of(&rewrite(&binary, &reg, a).unwrap()), "KILL 42");
+        assert_eq!(sql_of(&rewrite(&binary, &reg, a).unwrap().1), "KILL 42");
         drop(registration);
-        let gone = sql_of(&rewrite(&req, &reg, a).unwrap());
+        let (mapping, gone) = rewrite(&req, &reg, a).unwrap();
+        assert_eq!(mapping, Mapping::Unknown);
+        let gone = sql_of(&gone);
         assert!(
             gone.contains("1094") && gone.contains("Unknown thread id"),
             "{gone}"

@@ -206,11 +206,14 @@ impl Observer for Recorder<'_> {
 
     fn rewrite_kill(&mut self, packet: &[u8]) -> Option<Vec<u8>> {
         let request = kill::parse(packet.get(4..)?)?;
-        let rewritten = kill::rewrite(&request, self.kills, self.backend);
-        if rewritten.is_some() {
-            info!(backend = %self.backend.name, target = request.id, "KILL mapped to its session");
-        }
-        rewritten
+        let (mapping, packet) = kill::rewrite(&request, self.kills, self.backend)?;
+        let what = match mapping {
+            kill::Mapping::Mapped => "KILL mapped to its session",
+            kill::Mapping::OtherBackend => "KILL refused: its target is on another backend",
+            kill::Mapping::Unknown => "KILL of an unknown proxy id answered 1094",
+        };
+        info!(backend = %self.backend.name, target = request.id, "{what}");
+        Some(packet)
     }
 }
 
