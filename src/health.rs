@@ -27,8 +27,10 @@ use tracing::{debug, info, warn};
 use crate::balancer::{Backend, Transition};
 use crate::config::{BackendAddr, HealthCheckConfig};
 use crate::protocol::caps;
-use crate::protocol::codec::{header, lenenc_int};
-use crate::protocol::handshake::{parse_greeting, HandshakeError};
+use crate::protocol::codec::header;
+use crate::protocol::errors::ServerErr;
+use crate::protocol::handshake::{greeting_scramble, parse_greeting, HandshakeError};
+use crate::protocol::resultset::{column_count, column_name, is_eof, text_row};
 use crate::session::Shared;
 use crate::stream::{read_packet, BackendStream, PacketReadError};
 
@@ -125,8 +127,6 @@ pub enum CheckError {
     LagTooHigh { lag: Duration, limit: Duration },
 }
 
-/// Checks every backend every `cfg.interval` until `shutdown`; returns at once if interval is zero.
-///
 fn is_loopback_host(host: &str) -> bool {
     host.eq_ignore_ascii_case("localhost")
         || host
@@ -134,6 +134,8 @@ fn is_loopback_host(host: &str) -> bool {
             .is_ok_and(|ip| ip.is_loopback())
 }
 
+/// Checks every backend every `cfg.interval` until `shutdown`; returns at once if interval is zero.
+///
 /// One task per backend so a hung server delays only its own checks; start times are spread over
 /// one interval so a large set does not open all its connections in the same instant.
 pub async fn run(shared: Arc<Shared>, cfg: HealthCheckConfig, shutdown: CancellationToken) {
@@ -289,7 +291,7 @@ async fn check_stages(
         // connect (see `run`).
         return Ok(CheckOk::default());
     };
-    let nonce = greeting_nonce(payload).map_err(CheckError::Greeting)?;
+    let nonce = greeting_scramble(payload).map_err(CheckError::Greeting)?;
     *stage = Stage::Login;
     let password = cfg.password.as_deref().unwrap_or("");
     conn.login(parsed.capabilities, &nonce, user, password)
@@ -400,16 +402,9 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<S> {
         };
         let columns = match first.get(4) {
             Some(0x00) => return Ok(ResultSet::default()),
-            Some(0xFF) => {
-                let (code, message) = crate::auth::err_fields(&first[4..]);
-                return Err(CheckError::QueryFailed {
-                    query: sql,
-                    code,
-                    message,
-                });
-            }
-            _ => match lenenc_int(&first[4..], 0) {
-                Some((n, _)) => usize::try_from(n).unwrap_or(usize::MAX),
+            Some(0xFF) => return Err(query_failed(sql, &first[4..])),
+            _ => match column_count(&first[4..]) {
+                Some(n) => usize::try_from(n).unwrap_or(usize::MAX),
                 None => return Err(bad("no column count")),
             },
         };
@@ -433,12 +428,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<S> {
                 return Ok(set);
             }
             if payload.first() == Some(&0xFF) {
-                let (code, message) = crate::auth::err_fields(payload);
-                return Err(CheckError::QueryFailed {
-                    query: sql,
-                    code,
-                    message,
-                });
+                return Err(query_failed(sql, payload));
             }
             if set.rows.len() == MAX_ROWS {
                 return Err(bad(&format!("more than {MAX_ROWS} rows")));
@@ -517,37 +507,6 @@ fn evaluate_replication(
     Ok(Some(worst))
 }
 
-/// The 20-byte scramble of a HandshakeV10 payload: auth-plugin-data part 1 (8 bytes in the fixed
-/// block) and part 2 (after it, `max(13, len - 8)` bytes ending in a NUL).
-fn greeting_nonce(payload: &[u8]) -> Result<Vec<u8>, HandshakeError> {
-    use crate::protocol::handshake::Packet::Greeting;
-    let truncated = |what| HandshakeError::Truncated {
-        packet: Greeting,
-        what,
-    };
-    let version_end = payload
-        .get(1..)
-        .and_then(|p| p.iter().position(|&b| b == 0))
-        .ok_or(truncated("server version"))?;
-    let fixed = 1 + version_end + 1;
-    // Fixed block: connection id (4), part 1 (8), filler (1), caps (2), charset (1), status (2),
-    // upper caps (2), auth data length (1), reserved (10).
-    let block = payload
-        .get(fixed..fixed + 31)
-        .ok_or(truncated("capability flags and reserved bytes"))?;
-    let mut nonce = block[4..12].to_vec();
-    let caps = u32::from(u16::from_le_bytes([block[13], block[14]]))
-        | u32::from(u16::from_le_bytes([block[18], block[19]])) << 16;
-    if caps & caps::CLIENT_SECURE_CONNECTION != 0 {
-        let len = usize::from(block[20]).saturating_sub(8).max(13);
-        let part2 = payload
-            .get(fixed + 31..fixed + 31 + len)
-            .ok_or(truncated("auth-plugin-data part 2"))?;
-        nonce.extend_from_slice(part2.strip_suffix(&[0]).unwrap_or(part2));
-    }
-    Ok(nonce)
-}
-
 /// HandshakeResponse41 (sequence id 1) answering with mysql_native_password. No DEPRECATE_EOF:
 /// result sets then end with EOF packets, the simplest form to read.
 fn handshake_response(
@@ -608,8 +567,17 @@ fn auth_switch(payload: &[u8]) -> (&[u8], &[u8]) {
 }
 
 fn denied(payload: &[u8]) -> CheckError {
-    let (code, message) = crate::auth::err_fields(payload);
+    let ServerErr { code, message } = ServerErr::parse_lenient(payload);
     CheckError::Denied { code, message }
+}
+
+fn query_failed(query: &'static str, payload: &[u8]) -> CheckError {
+    let ServerErr { code, message } = ServerErr::parse_lenient(payload);
+    CheckError::QueryFailed {
+        query,
+        code,
+        message,
+    }
 }
 
 /// A command packet with sequence id 0 (the monitor's commands are tiny).
@@ -620,104 +588,12 @@ fn command(code: u8, arg: &[u8]) -> Vec<u8> {
     packet
 }
 
-/// EOF packet: 0xFE and shorter than 9 bytes (a longer 0xFE is a row starting with a long string).
-fn is_eof(payload: &[u8]) -> bool {
-    payload.first() == Some(&0xFE) && payload.len() < 9
-}
-
-/// A length-encoded string at `pos`: None when malformed, Some((None, _)) for NULL (0xFB).
-fn lenenc_str(buf: &[u8], pos: usize) -> Option<(Option<&[u8]>, usize)> {
-    if buf.get(pos) == Some(&0xFB) {
-        return Some((None, pos + 1));
-    }
-    let (len, start) = lenenc_int(buf, pos)?;
-    let end = start.checked_add(usize::try_from(len).ok()?)?;
-    Some((Some(buf.get(start..end)?), end))
-}
-
-/// The `name` (alias) of a ColumnDefinition41: the fifth length-encoded string.
-fn column_name(payload: &[u8]) -> Option<String> {
-    let mut pos = 0;
-    for _ in 0..4 {
-        let (_, next) = lenenc_str(payload, pos)?;
-        pos = next;
-    }
-    let (name, _) = lenenc_str(payload, pos)?;
-    Some(String::from_utf8_lossy(name?).into_owned())
-}
-
-/// A text-protocol row of exactly `columns` values.
-fn text_row(payload: &[u8], columns: usize) -> Option<Vec<Option<String>>> {
-    let mut pos = 0;
-    let mut row = Vec::with_capacity(columns);
-    for _ in 0..columns {
-        let (value, next) = lenenc_str(payload, pos)?;
-        row.push(value.map(|v| String::from_utf8_lossy(v).into_owned()));
-        pos = next;
-    }
-    (pos == payload.len()).then_some(row)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    /// A MariaDB-style greeting payload with a known 20-byte scramble.
-    fn greeting(nonce: &[u8; 20], auth_len: u8, caps: u32) -> Vec<u8> {
-        let mut p = vec![10];
-        p.extend_from_slice(b"5.5.5-10.11.6-MariaDB\0");
-        p.extend_from_slice(&7u32.to_le_bytes());
-        p.extend_from_slice(&nonce[..8]);
-        p.push(0);
-        p.extend_from_slice(&(caps as u16).to_le_bytes());
-        p.push(45);
-        p.extend_from_slice(&2u16.to_le_bytes());
-        p.extend_from_slice(&((caps >> 16) as u16).to_le_bytes());
-        p.push(auth_len);
-        p.extend_from_slice(&[0; 10]);
-        if caps & caps::CLIENT_SECURE_CONNECTION != 0 {
-            p.extend_from_slice(&nonce[8..]);
-            p.push(0);
-        }
-        p.extend_from_slice(b"mysql_native_password\0");
-        p
-    }
-
     const FULL_CAPS: u32 =
         caps::CLIENT_PROTOCOL_41 | caps::CLIENT_SECURE_CONNECTION | caps::CLIENT_PLUGIN_AUTH;
-
-    #[test]
-    fn nonce_is_both_parts_without_the_nul() {
-        let nonce: [u8; 20] = *b"abcdefghijklmnopqrst";
-        let p = greeting(&nonce, 21, FULL_CAPS);
-        assert_eq!(greeting_nonce(&p).unwrap(), nonce);
-        assert!(parse_greeting(&p).is_ok(), "fixture is a valid greeting");
-    }
-
-    #[test]
-    fn nonce_with_odd_auth_data_lengths_stays_bounded() {
-        let nonce: [u8; 20] = *b"abcdefghijklmnopqrst";
-        // 0 and 0x80..: lengths that crash or confuse other parsers; part 2 is at least 13 bytes.
-        for len in [0, 0x80, 0x87] {
-            let p = greeting(&nonce, len, FULL_CAPS);
-            let r = greeting_nonce(&p);
-            if len <= 21 {
-                assert_eq!(r.unwrap(), nonce, "len {len}");
-            } else {
-                assert!(r.is_err(), "len {len} runs past the payload");
-            }
-        }
-        let p = greeting(&nonce, 0, caps::CLIENT_PROTOCOL_41);
-        assert_eq!(greeting_nonce(&p).unwrap(), &nonce[..8], "part 1 only");
-    }
-
-    #[test]
-    fn nonce_of_truncated_greeting_is_an_error() {
-        let p = greeting(b"abcdefghijklmnopqrst", 21, FULL_CAPS);
-        for cut in [0, 1, 10, 30, 50] {
-            assert!(greeting_nonce(&p[..cut]).is_err(), "cut at {cut}");
-        }
-    }
 
     #[test]
     fn handshake_response_carries_user_scramble_and_plugin() {
@@ -758,36 +634,6 @@ mod tests {
             (&b"mysql_native_password"[..], &b"abcdefghijklmnopqrst"[..])
         );
         assert_eq!(auth_switch(&[0xFE]), (&b""[..], &b""[..]));
-    }
-
-    fn lenenc(s: &str) -> Vec<u8> {
-        let mut v = Vec::new();
-        crate::protocol::codec::put_lenenc_bytes(&mut v, s.as_bytes());
-        v
-    }
-
-    #[test]
-    fn column_names_and_rows_parse_with_nulls() {
-        let mut def = Vec::new();
-        for s in ["def", "", "", "", "Seconds_Behind_Master", ""] {
-            def.extend(lenenc(s));
-        }
-        def.extend_from_slice(&[0x0C, 8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]);
-        assert_eq!(column_name(&def).as_deref(), Some("Seconds_Behind_Master"));
-        assert_eq!(column_name(&def[..10]), None);
-
-        let mut row = lenenc("Yes");
-        row.push(0xFB);
-        row.extend(lenenc(""));
-        assert_eq!(
-            text_row(&row, 3),
-            Some(vec![Some("Yes".into()), None, Some(String::new())])
-        );
-        assert_eq!(text_row(&row, 2), None, "bytes left over");
-        assert_eq!(text_row(&row, 4), None, "too few values");
-        assert_eq!(text_row(&[0x05, b'a'], 1), None, "length past the end");
-        assert!(is_eof(&[0xFE, 0, 0, 2, 0]));
-        assert!(!is_eof(&[0xFE, 1, 2, 3, 4, 5, 6, 7, 8]));
     }
 
     fn status(io: &str, sql: &str, behind: Option<&str>) -> ResultSet {
