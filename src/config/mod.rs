@@ -332,7 +332,24 @@ impl Config {
         RawConfig::parse(s)?.into_config()?.validate()
     }
 
+    /// Checks what serde cannot (ranges, duplicates, combinations); each error names its key.
     pub fn validate(self) -> Result<Config, ConfigError> {
+        self.validate_listen()?;
+        self.validate_backends()?;
+        self.validate_limits()?;
+        check_log_filter(&self.log_level).map_err(|m| ConfigError::invalid("log.level", m))?;
+        if self.worker_threads == Some(0) {
+            return Err(ConfigError::invalid(
+                "worker_threads",
+                "must be > 0 (leave it out for one per CPU)",
+            ));
+        }
+        self.health_check.validate()?;
+        self.balancer.validate()?;
+        Ok(self)
+    }
+
+    fn validate_listen(&self) -> Result<(), ConfigError> {
         if self.listen.is_empty() {
             return Err(ConfigError::invalid(
                 "listen",
@@ -352,6 +369,10 @@ impl Config {
                 ));
             }
         }
+        Ok(())
+    }
+
+    fn validate_backends(&self) -> Result<(), ConfigError> {
         if self.backends.is_empty() {
             return Err(ConfigError::invalid(
                 "backends",
@@ -382,6 +403,11 @@ impl Config {
                 ));
             }
         }
+        Ok(())
+    }
+
+    /// Connection counts, descriptors, timeouts and packet sizes.
+    fn validate_limits(&self) -> Result<(), ConfigError> {
         if self.max_connections == 0 {
             return Err(ConfigError::invalid("max_connections", "must be > 0"));
         }
@@ -422,47 +448,51 @@ impl Config {
                 ),
             ));
         }
-        check_log_filter(&self.log_level).map_err(|m| ConfigError::invalid("log.level", m))?;
-        if self.worker_threads == Some(0) {
-            return Err(ConfigError::invalid(
-                "worker_threads",
-                "must be > 0 (leave it out for one per CPU)",
-            ));
-        }
-        let h = &self.health_check;
-        if h.timeout.is_zero() {
+        Ok(())
+    }
+}
+
+impl HealthCheckConfig {
+    fn validate(&self) -> Result<(), ConfigError> {
+        if self.timeout.is_zero() {
             return Err(ConfigError::invalid("health_check.timeout", "must be > 0"));
         }
-        if h.fall == 0 || h.rise == 0 {
-            let key = if h.fall == 0 {
+        if self.fall == 0 || self.rise == 0 {
+            let key = if self.fall == 0 {
                 "health_check.fall"
             } else {
                 "health_check.rise"
             };
             return Err(ConfigError::invalid(key, "must be > 0"));
         }
-        if h.password.is_some() && h.user.is_none() {
+        if self.password.is_some() && self.user.is_none() {
             return Err(ConfigError::invalid(
                 "health_check.password",
                 "set health_check.user too",
             ));
         }
-        if self.balancer.script_budget.is_zero() {
-            return Err(ConfigError::invalid(
-                "balancer.script_budget",
-                "must be > 0",
-            ));
-        }
-        if let Some(path) = &self.balancer.script {
-            check_readable_file(path).map_err(|m| ConfigError::invalid("balancer.script", m))?;
-        }
-        if h.max_replication_lag.is_some() && h.user.is_none() {
+        if self.max_replication_lag.is_some() && self.user.is_none() {
             return Err(ConfigError::invalid(
                 "health_check.max_replication_lag",
                 "reading replication status needs a login: set health_check.user (with REPLICATION CLIENT/SLAVE MONITOR privilege)",
             ));
         }
-        Ok(self)
+        Ok(())
+    }
+}
+
+impl BalancerConfig {
+    fn validate(&self) -> Result<(), ConfigError> {
+        if self.script_budget.is_zero() {
+            return Err(ConfigError::invalid(
+                "balancer.script_budget",
+                "must be > 0",
+            ));
+        }
+        if let Some(path) = &self.script {
+            check_readable_file(path).map_err(|m| ConfigError::invalid("balancer.script", m))?;
+        }
+        Ok(())
     }
 }
 
