@@ -5,8 +5,6 @@
 //! histogram observation (atomic adds) per histogram. Command kinds are a fixed set of four, so the
 //! series count stays bounded by the number of backends.
 
-use std::time::Duration;
-
 use prometheus::core::Metric as _;
 use prometheus::{
     Encoder, GaugeVec, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
@@ -323,19 +321,9 @@ impl BackendStats {
         self.first_byte[i].observe(c.first_byte.as_secs_f64());
     }
 
-    /// Completed commands of one kind.
-    pub fn commands(&self, kind: CommandKind) -> u64 {
-        self.query[index(kind)].get_sample_count()
-    }
-
-    /// Sum of the latencies of one kind.
-    pub fn latency_sum(&self, kind: CommandKind) -> Duration {
-        Duration::from_secs_f64(self.query[index(kind)].get_sample_sum().max(0.0))
-    }
-
     /// Completed commands of every kind.
     pub fn total_commands(&self) -> u64 {
-        CommandKind::ALL.iter().map(|k| self.commands(*k)).sum()
+        self.query.iter().map(Histogram::get_sample_count).sum()
     }
 
     /// Cumulative bucket counts of all kinds together, for percentile estimates.
@@ -387,6 +375,7 @@ pub fn quantile(cumulative: &[u64], q: f64) -> Option<f64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
 
     fn completed(command: u8, micros: u64) -> Completed {
         Completed {
@@ -402,8 +391,6 @@ mod tests {
         let b = m.backend("db1");
         b.record(&completed(0x03, 300));
         b.record(&completed(0x0E, 50));
-        assert_eq!(b.commands(CommandKind::Query), 1);
-        assert_eq!(b.commands(CommandKind::Other), 1);
         assert_eq!(b.total_commands(), 2);
         let text = String::from_utf8(m.render()).unwrap();
         assert!(text.contains(
