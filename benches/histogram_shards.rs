@@ -5,9 +5,10 @@
 //! the lines bounce between cores. The alternative is one histogram set per worker, merged when
 //! /metrics is scraped. This bench measures both from 1, 2 and 4 threads:
 //!
-//! - `shared`: every thread records into the same `BackendStats` (what the proxy does);
-//! - `sharded`: each thread records into a `BackendStats` of its own, which is exactly the work a
-//!   per-worker shard would do on the hot path (the merge happens at scrape time, off it).
+//! - `shared`: every thread records into the same histograms (a `Metrics` that knows of one
+//!   worker keeps one shard per backend, so every worker index lands on it);
+//! - `sharded`: thread i records as worker i, on its own shard (what the proxy does; the merge
+//!   happens at scrape time, off the hot path).
 //!
 //! One iteration is one record by each of the N threads, so criterion's elements/s is records/s
 //! over all threads; ns per record = 1 / that. `cargo bench --bench histogram_shards` measures;
@@ -36,19 +37,23 @@ fn samples() -> Vec<Completed> {
         .collect()
 }
 
-/// Runs `iters` records on each of `stats.len()` threads at once; returns the wall time from
-/// the common start to the last thread's end.
-fn record_concurrently(stats: &[BackendStats], samples: &[Completed], iters: u64) -> Duration {
-    let start = Arc::new(Barrier::new(stats.len() + 1));
+/// Runs `iters` records as each of `threads` workers at once; returns the wall time from the
+/// common start to the last thread's end.
+fn record_concurrently(
+    stats: &BackendStats,
+    threads: usize,
+    samples: &[Completed],
+    iters: u64,
+) -> Duration {
+    let start = Arc::new(Barrier::new(threads + 1));
     std::thread::scope(|scope| {
-        let workers: Vec<_> = stats
-            .iter()
-            .map(|s| {
+        let workers: Vec<_> = (0..threads)
+            .map(|worker| {
                 let start = Arc::clone(&start);
                 scope.spawn(move || {
                     start.wait();
                     for i in 0..iters {
-                        s.record(black_box(&samples[i as usize % samples.len()]));
+                        stats.record(worker, black_box(&samples[i as usize % samples.len()]));
                     }
                 })
             })
@@ -67,20 +72,21 @@ fn bench_recording(c: &mut Criterion) {
     let mut group = c.benchmark_group("record_latency");
     for threads in THREADS {
         group.throughput(Throughput::Elements(threads as u64));
-        let shared_metrics = Metrics::new();
-        let one = shared_metrics.backend("db1");
-        let shared: Vec<BackendStats> = (0..threads).map(|_| one.clone()).collect();
+        let one_worker = Metrics::new();
+        let shared = one_worker.backend("db1");
         group.bench_with_input(BenchmarkId::new("shared", threads), &shared, |b, stats| {
-            b.iter_custom(|iters| record_concurrently(stats, &samples, iters))
+            b.iter_custom(|iters| record_concurrently(stats, threads, &samples, iters))
         });
 
-        // One registry per thread only to get independent handles; a shard needs no registry.
-        let own: Vec<Metrics> = (0..threads).map(|_| Metrics::new()).collect();
-        let sharded: Vec<BackendStats> = own.iter().map(|m| m.backend("db1")).collect();
+        let per_worker = Metrics::new();
+        for worker in 0..threads {
+            per_worker.worker_sessions(worker);
+        }
+        let sharded = per_worker.backend("db1");
         group.bench_with_input(
             BenchmarkId::new("sharded", threads),
             &sharded,
-            |b, stats| b.iter_custom(|iters| record_concurrently(stats, &samples, iters)),
+            |b, stats| b.iter_custom(|iters| record_concurrently(stats, threads, &samples, iters)),
         );
     }
     group.finish();

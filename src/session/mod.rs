@@ -133,12 +133,14 @@ impl EndReason {
     }
 }
 
-/// Runs one client session to its end. `peer` names the client in logs. Once `drain` is
+/// Runs one client session to its end. `peer` names the client in logs; `worker` is the index of
+/// the worker thread running it (its latency samples go to that worker's shard). Once `drain` is
 /// cancelled the session ends at its next command boundary.
 pub async fn run<C>(
     shared: Arc<Shared>,
     mut client: C,
     peer: &str,
+    worker: usize,
     drain: &CancellationToken,
 ) -> EndReason
 where
@@ -191,6 +193,7 @@ where
     let mut tracker = Tracker::new(auth.negotiated, shared.max_packet_size);
     let mut observer = Recorder {
         stats: &lease.backend().stats,
+        worker,
         backend: lease.backend(),
         kills: &shared.kills,
         record_latency: shared.record_latency,
@@ -231,6 +234,7 @@ where
 /// Feeds a session's commands and bytes into its backend's metrics, and maps KILLs.
 struct Recorder<'a> {
     stats: &'a BackendStats,
+    worker: usize,
     backend: &'a Arc<Backend>,
     kills: &'a kill::Registry,
     record_latency: bool,
@@ -239,7 +243,7 @@ struct Recorder<'a> {
 impl Observer for Recorder<'_> {
     fn completed(&mut self, c: &Completed) {
         if self.record_latency {
-            self.stats.record(c);
+            self.stats.record(self.worker, c);
         }
         trace!(
             backend = %self.backend.name,
