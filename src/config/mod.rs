@@ -26,22 +26,21 @@ use serde::Deserialize;
 
 use crate::limits::FD_RESERVE;
 
-pub(super) const DEFAULT_LISTEN: SocketAddr =
-    SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 4040);
-pub(super) const DEFAULT_ADMIN: SocketAddr = SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 4041);
-pub(super) const DEFAULT_MAX_CONNECTIONS: usize = 10_000;
-pub(super) const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
-pub(super) const DEFAULT_DOWN_COOLOFF: Duration = Duration::from_secs(5);
-pub(super) const DEFAULT_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
-pub(super) const DEFAULT_MAX_PACKET_SIZE: u64 = 1 << 30;
-pub(super) const DEFAULT_MAX_HANDSHAKE_PACKET_SIZE: usize = 65_536;
-pub(super) const DEFAULT_SCRIPT_BUDGET: Duration = Duration::from_millis(10);
-pub(super) const MIN_PACKET_SIZE: u64 = 1024;
+const DEFAULT_LISTEN: SocketAddr = SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 4040);
+const DEFAULT_ADMIN: SocketAddr = SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 4041);
+const DEFAULT_MAX_CONNECTIONS: usize = 10_000;
+const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+const DEFAULT_DOWN_COOLOFF: Duration = Duration::from_secs(5);
+const DEFAULT_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+const DEFAULT_MAX_PACKET_SIZE: u64 = 1 << 30;
+const DEFAULT_MAX_HANDSHAKE_PACKET_SIZE: usize = 65_536;
+const DEFAULT_SCRIPT_BUDGET: Duration = Duration::from_millis(10);
+const MIN_PACKET_SIZE: u64 = 1024;
 /// A handshake packet is a single wire chunk, so it cannot exceed the 3-byte length field.
-pub(super) const MAX_HANDSHAKE_PACKET_SIZE: usize = 0xFF_FFFF;
+const MAX_HANDSHAKE_PACKET_SIZE: usize = 0xFF_FFFF;
 /// `sun_path` is 108 bytes on Linux, including the terminating NUL.
-pub(super) const MAX_UNIX_PATH_LEN: usize = 107;
-pub(super) const LOG_LEVELS: [&str; 6] = ["trace", "debug", "info", "warn", "error", "off"];
+const MAX_UNIX_PATH_LEN: usize = 107;
+const LOG_LEVELS: [&str; 6] = ["trace", "debug", "info", "warn", "error", "off"];
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BackendConfig {
@@ -278,7 +277,7 @@ impl ConfigError {
 
 /// Rejects bare words that are not levels: EnvFilter would read "debgu" as a target name and
 /// silently log nothing.
-pub(super) fn check_log_filter(filter: &str) -> Result<(), String> {
+fn check_log_filter(filter: &str) -> Result<(), String> {
     if filter.trim().is_empty() {
         return Err("must not be empty (e.g. \"info\")".to_owned());
     }
@@ -297,7 +296,7 @@ pub(super) fn check_log_filter(filter: &str) -> Result<(), String> {
 }
 
 /// The script is loaded (and reloaded) later; a missing file is caught here, a Lua error there.
-pub(super) fn check_readable_file(path: &Path) -> Result<(), String> {
+fn check_readable_file(path: &Path) -> Result<(), String> {
     match std::fs::metadata(path) {
         Ok(m) if m.is_file() => std::fs::File::open(path)
             .map(drop)

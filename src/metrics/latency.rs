@@ -65,7 +65,7 @@ pub struct BackendLatency {
     shards: Box<[Shard]>,
 }
 
-pub(super) fn kind_index(kind: CommandKind) -> usize {
+fn kind_index(kind: CommandKind) -> usize {
     match kind {
         CommandKind::Query => 0,
         CommandKind::Prepare => 1,

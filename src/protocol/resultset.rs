@@ -22,7 +22,7 @@ pub fn column_count(payload: &[u8]) -> Option<u64> {
 }
 
 /// A text-protocol value at `pos`: `Some((None, next))` for NULL, `None` when malformed.
-pub fn text_value(buf: &[u8], pos: usize) -> Option<(Option<&[u8]>, usize)> {
+fn text_value(buf: &[u8], pos: usize) -> Option<(Option<&[u8]>, usize)> {
     if buf.get(pos) == Some(&NULL) {
         return Some((None, pos + 1));
     }
