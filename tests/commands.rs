@@ -2226,3 +2226,49 @@ async fn query_kind_counter_grows_by_exactly_the_com_query_count_sent() {
     assert_eq!(kind_count(&proxy, CommandKind::Prepare), 0);
     assert_eq!(kind_count(&proxy, CommandKind::Execute), 0);
 }
+
+#[tokio::test]
+async fn commands_recorded_on_both_workers_add_up_in_metrics_and_backends() {
+    // Each worker records on its own shard of the backend's histograms; /metrics and /backends
+    // must show the sum, as a single histogram would.
+    let pair = shared_pair();
+    let mut cfg = common::proxy::config(&[pair[0].tcp_addr()]);
+    cfg.worker_threads = Some(2);
+    let proxy = TestProxy::start_with(cfg);
+    let mut clients = Vec::new();
+    for _ in 0..4 {
+        clients.push(raw(&proxy, 0, 0).await);
+    }
+    let (_, metrics) = proxy.admin_get("/metrics");
+    for worker in ["0", "1"] {
+        let series = format!("mysql_lb_worker_sessions{{worker=\"{worker}\"}} 2");
+        assert!(
+            metrics.contains(&series),
+            "sessions on both workers:\n{metrics}"
+        );
+    }
+    for (i, c) in clients.iter_mut().enumerate() {
+        for j in 0..25 {
+            let n = i * 100 + j;
+            assert_eq!(
+                query(c, &format!("SELECT {n}")).await,
+                vec![vec![Some(n.to_string())]]
+            );
+        }
+    }
+    assert_eq!(
+        wait_for_count(100, || kind_count(&proxy, CommandKind::Query)).await,
+        100
+    );
+    assert_eq!(kind_count(&proxy, CommandKind::Other), 0);
+    let (_, metrics) = proxy.admin_get("/metrics");
+    let inf = format!(
+        "mysql_lb_backend_first_byte_seconds_bucket{{backend=\"{}\",command=\"query\",le=\"+Inf\"}} 100",
+        pair[0].tcp_addr()
+    );
+    assert!(metrics.contains(&inf), "missing {inf}:\n{metrics}");
+    let (status, body) = proxy.admin_get("/backends");
+    assert_eq!(status, 200, "{body}");
+    let json: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(json["backends"][0]["commands"], 100, "{json}");
+}
