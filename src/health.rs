@@ -16,7 +16,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::BytesMut;
-use mysql_common::auth::plugins::mysql_native_password::scramble_native;
 use thiserror::Error;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::time::{Instant, MissedTickBehavior};
@@ -26,10 +25,10 @@ use tracing::{debug, info, warn};
 
 use crate::balancer::{Backend, Transition};
 use crate::config::{BackendAddr, HealthCheckConfig};
-use crate::protocol::caps;
 use crate::protocol::codec::header;
 use crate::protocol::errors::ServerErr;
 use crate::protocol::handshake::{greeting_scramble, parse_greeting, HandshakeError};
+use crate::protocol::login::{native_answer, native_login, AuthSwitch, LoginError, NATIVE_PLUGIN};
 use crate::protocol::resultset::{column_count, column_name, is_eof, text_row};
 use crate::session::Shared;
 use crate::stream::{read_packet, BackendStream, PacketReadError};
@@ -39,9 +38,6 @@ const MAX_PACKET: usize = 1 << 20;
 /// Result sets the monitor reads are one row (or one per replication channel).
 const MAX_ROWS: usize = 64;
 const MAX_COLUMNS: usize = 512;
-const NATIVE_PLUGIN: &str = "mysql_native_password";
-/// utf8mb4_general_ci: the replies are ASCII either way.
-const CHARSET: u8 = 45;
 const COM_QUIT: u8 = 0x01;
 const COM_QUERY: u8 = 0x03;
 /// ER_PARSE_ERROR: the server does not know `SHOW REPLICA STATUS` (MariaDB < 10.5, MySQL < 8.0.22).
@@ -353,7 +349,13 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<S> {
         user: &str,
         password: &str,
     ) -> Result<(), CheckError> {
-        let response = handshake_response(server_caps, nonce, user, password)?;
+        let response = native_login(server_caps, nonce, user, password).map_err(|e| match e {
+            LoginError::MissingCapability(name) => CheckError::OldServer(name),
+            LoginError::UserTooLong => CheckError::BadResult {
+                query: "login",
+                detail: "user name too long".to_owned(),
+            },
+        })?;
         self.write(Stage::Login, &response).await?;
         let reply = self.read(Stage::Login).await?;
         let seq = reply[3];
@@ -368,16 +370,13 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<S> {
                 })
             }
         }
-        let (plugin, switch_nonce) = auth_switch(&reply[4..]);
-        if plugin != NATIVE_PLUGIN.as_bytes() {
+        let switch = AuthSwitch::parse(&reply[4..]);
+        if switch.plugin != NATIVE_PLUGIN.as_bytes() {
             return Err(CheckError::UnsupportedPlugin(
-                String::from_utf8_lossy(plugin).into_owned(),
+                String::from_utf8_lossy(switch.plugin).into_owned(),
             ));
         }
-        let answer = scramble_native(switch_nonce, password.as_bytes());
-        let answer: &[u8] = answer.as_ref().map_or(&[], |a| &a[..]);
-        let mut packet = header(answer.len(), seq.wrapping_add(1)).to_vec();
-        packet.extend_from_slice(answer);
+        let packet = native_answer(switch.data, password, seq.wrapping_add(1));
         self.write(Stage::Login, &packet).await?;
         let reply = self.read(Stage::Login).await?;
         match reply.get(4) {
@@ -507,65 +506,6 @@ fn evaluate_replication(
     Ok(Some(worst))
 }
 
-/// HandshakeResponse41 (sequence id 1) answering with mysql_native_password. No DEPRECATE_EOF:
-/// result sets then end with EOF packets, the simplest form to read.
-fn handshake_response(
-    server_caps: u32,
-    nonce: &[u8],
-    user: &str,
-    password: &str,
-) -> Result<Vec<u8>, CheckError> {
-    for (bit, name) in [
-        (caps::CLIENT_PROTOCOL_41, "CLIENT_PROTOCOL_41"),
-        (caps::CLIENT_SECURE_CONNECTION, "CLIENT_SECURE_CONNECTION"),
-    ] {
-        if server_caps & bit == 0 {
-            return Err(CheckError::OldServer(name));
-        }
-    }
-    // CLIENT_MYSQL (= LONG_PASSWORD) set: no MariaDB extended capabilities follow.
-    let caps = caps::CLIENT_MYSQL
-        | caps::CLIENT_PROTOCOL_41
-        | caps::CLIENT_SECURE_CONNECTION
-        | caps::CLIENT_TRANSACTIONS
-        | (server_caps & caps::CLIENT_PLUGIN_AUTH);
-    let scramble = scramble_native(nonce, password.as_bytes());
-    let scramble: &[u8] = scramble.as_ref().map_or(&[], |s| &s[..]);
-    let mut payload = Vec::with_capacity(64 + user.len());
-    payload.extend_from_slice(&caps.to_le_bytes());
-    payload.extend_from_slice(&(1u32 << 24).to_le_bytes());
-    payload.push(CHARSET);
-    payload.extend_from_slice(&[0; 23]);
-    payload.extend_from_slice(user.as_bytes());
-    payload.push(0);
-    // 20 bytes or none: fits the one-byte length of CLIENT_SECURE_CONNECTION.
-    payload.push(scramble.len() as u8);
-    payload.extend_from_slice(scramble);
-    if caps & caps::CLIENT_PLUGIN_AUTH != 0 {
-        payload.extend_from_slice(NATIVE_PLUGIN.as_bytes());
-        payload.push(0);
-    }
-    if payload.len() > 0xFF_FFFF {
-        return Err(CheckError::BadResult {
-            query: "login",
-            detail: "user name too long".to_owned(),
-        });
-    }
-    let mut packet = header(payload.len(), 1).to_vec();
-    packet.extend_from_slice(&payload);
-    Ok(packet)
-}
-
-/// Plugin name and nonce of an AuthSwitchRequest payload (0xFE, name NUL, data [NUL]).
-fn auth_switch(payload: &[u8]) -> (&[u8], &[u8]) {
-    let body = payload.get(1..).unwrap_or_default();
-    let (name, data) = match body.iter().position(|&b| b == 0) {
-        Some(end) => (&body[..end], &body[end + 1..]),
-        None => (body, &[][..]),
-    };
-    (name, data.strip_suffix(&[0]).unwrap_or(data))
-}
-
 fn denied(payload: &[u8]) -> CheckError {
     let ServerErr { code, message } = ServerErr::parse_lenient(payload);
     CheckError::Denied { code, message }
@@ -591,50 +531,6 @@ fn command(code: u8, arg: &[u8]) -> Vec<u8> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    const FULL_CAPS: u32 =
-        caps::CLIENT_PROTOCOL_41 | caps::CLIENT_SECURE_CONNECTION | caps::CLIENT_PLUGIN_AUTH;
-
-    #[test]
-    fn handshake_response_carries_user_scramble_and_plugin() {
-        let nonce = b"abcdefghijklmnopqrst";
-        let p = handshake_response(FULL_CAPS, nonce, "mon", "secret").unwrap();
-        assert_eq!(p[3], 1, "sequence id");
-        assert_eq!(p.len() - 4, usize::from(p[0]));
-        let payload = &p[4..];
-        let caps = u32::from_le_bytes(payload[..4].try_into().unwrap());
-        assert_eq!(caps & caps::CLIENT_DEPRECATE_EOF, 0);
-        assert_ne!(caps & caps::CLIENT_PLUGIN_AUTH, 0);
-        assert_eq!(&payload[32..36], b"mon\0");
-        assert_eq!(payload[36], 20);
-        let expected = scramble_native(nonce, b"secret").unwrap();
-        assert_eq!(&payload[37..57], &expected);
-        assert_eq!(&payload[57..], b"mysql_native_password\0");
-
-        let p = handshake_response(
-            caps::CLIENT_PROTOCOL_41 | caps::CLIENT_SECURE_CONNECTION,
-            nonce,
-            "mon",
-            "",
-        )
-        .unwrap();
-        assert_eq!(&p[4 + 32..], b"mon\0\0", "empty password, no plugin name");
-        assert!(matches!(
-            handshake_response(caps::CLIENT_PROTOCOL_41, nonce, "mon", ""),
-            Err(CheckError::OldServer("CLIENT_SECURE_CONNECTION"))
-        ));
-    }
-
-    #[test]
-    fn auth_switch_splits_plugin_and_nonce() {
-        let mut p = vec![0xFE];
-        p.extend_from_slice(b"mysql_native_password\0abcdefghijklmnopqrst\0");
-        assert_eq!(
-            auth_switch(&p),
-            (&b"mysql_native_password"[..], &b"abcdefghijklmnopqrst"[..])
-        );
-        assert_eq!(auth_switch(&[0xFE]), (&b""[..], &b""[..]));
-    }
 
     fn status(io: &str, sql: &str, behind: Option<&str>) -> ResultSet {
         ResultSet {
