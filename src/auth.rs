@@ -2,7 +2,8 @@
 //!
 //! The proxy never needs passwords: it forwards the backend's greeting (nonce included) and relays
 //! the client's answers, only clearing capability bits it does not support in both directions so
-//! the two ends agree (DESIGN.md §1). Packets are read whole here — they are small and capped — and
+//! the two ends agree (MariaDB keeps a client's flags as sent, and some clients set flags the
+//! greeting did not offer). Packets are read whole here — they are small and capped — and
 //! whatever follows the final OK stays buffered for the command relay.
 
 use std::time::Duration;
@@ -13,9 +14,10 @@ use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tracing::debug;
 
 use crate::protocol::caps::{Negotiated, CLIENT_COMPRESS};
+use crate::protocol::errors::ServerErr;
 use crate::protocol::handshake::{
     negotiate, parse_client_first, parse_greeting, patch_client_first_with, patch_greeting_with,
-    ClientFirst, Greeting, HandshakeError, Strip,
+    ClientFirst, ClientResponse, Greeting, HandshakeError, Strip,
 };
 use crate::stream::{read_packet, PacketReadError};
 
@@ -105,7 +107,7 @@ pub async fn read_greeting<B: AsyncRead + Unpin>(
         .await
         .map_err(AuthError::BackendGreetingRead)?;
     if packet.get(4) == Some(&0xFF) {
-        let (code, message) = err_fields(&packet[4..]);
+        let ServerErr { code, message } = ServerErr::parse_lenient(&packet[4..]);
         return Err(AuthError::BackendRefused { code, message });
     }
     let backend_capabilities = parse_greeting(&packet[4..])
@@ -151,41 +153,7 @@ where
             return Err(AuthError::ClientSequence(response[3]));
         }
         *next_seq = 2;
-        let mut parsed = match parse_client_first(&response[4..]) {
-            Ok(ClientFirst::Response(r)) => r,
-            Ok(ClientFirst::SslRequest { .. }) => return Err(AuthError::ClientWantsTls),
-            Err(e) => return Err(AuthError::ClientHandshake(e)),
-        };
-        // Some clients (mysqlnd, Connector/Python's pure mode) ask for compression even when the
-        // greeting does not offer it, and switch to compressed frames after the OK whatever the
-        // server said. Clearing the bit would leave them talking compressed to a plain server
-        // (a hang); pass it on when the backend offers compression, else refuse.
-        let strip = if parsed.capabilities & CLIENT_COMPRESS == 0 {
-            strip
-        } else if greeting.backend_capabilities & CLIENT_COMPRESS != 0 {
-            Strip {
-                capabilities: strip.capabilities & !CLIENT_COMPRESS,
-                ..strip
-            }
-        } else {
-            return Err(AuthError::ClientWantsCompression);
-        };
-        patch_client_first_with(&mut response[4..], strip).map_err(AuthError::ClientHandshake)?;
-        // From here `parsed` describes what the backend receives: the patched flags.
-        let client_caps = parsed.capabilities;
-        parsed.capabilities &= !strip.capabilities;
-        parsed.mariadb_capabilities &= !strip.mariadb_capabilities;
-        let negotiated = negotiate(&greeting.greeting, &parsed);
-        debug!(
-            user = %parsed.user,
-            database = parsed.database.as_deref().unwrap_or(""),
-            plugin = parsed.auth_plugin.as_deref().unwrap_or(""),
-            client_caps = format_args!("{:#010x}", client_caps),
-            negotiated_caps = format_args!("{:#010x}", negotiated.capabilities),
-            mariadb_caps = format_args!("{:#010x}", negotiated.mariadb_capabilities),
-            attributes = ?parsed.attributes,
-            "client handshake response"
-        );
+        let (parsed, negotiated) = patch_response(&mut response[4..], &greeting, strip)?;
         backend
             .write_all(&response)
             .await
@@ -218,6 +186,58 @@ where
             Side::Backend => AuthError::BackendTimeout(limit),
         })
     })
+}
+
+/// Parses the client's HandshakeResponse payload and clears the bits to strip in place. Returns
+/// the response as the backend receives it (patched flags) and what the two ends then share.
+fn patch_response(
+    payload: &mut [u8],
+    greeting: &PatchedGreeting,
+    strip: Strip,
+) -> Result<(ClientResponse, Negotiated), AuthError> {
+    let mut parsed = match parse_client_first(payload) {
+        Ok(ClientFirst::Response(r)) => r,
+        Ok(ClientFirst::SslRequest { .. }) => return Err(AuthError::ClientWantsTls),
+        Err(e) => return Err(AuthError::ClientHandshake(e)),
+    };
+    let strip = compression_strip(parsed.capabilities, greeting.backend_capabilities, strip)?;
+    patch_client_first_with(payload, strip).map_err(AuthError::ClientHandshake)?;
+    let client_caps = parsed.capabilities;
+    parsed.capabilities &= !strip.capabilities;
+    parsed.mariadb_capabilities &= !strip.mariadb_capabilities;
+    let negotiated = negotiate(&greeting.greeting, &parsed);
+    debug!(
+        user = %parsed.user,
+        database = parsed.database.as_deref().unwrap_or(""),
+        plugin = parsed.auth_plugin.as_deref().unwrap_or(""),
+        client_caps = format_args!("{:#010x}", client_caps),
+        negotiated_caps = format_args!("{:#010x}", negotiated.capabilities),
+        mariadb_caps = format_args!("{:#010x}", negotiated.mariadb_capabilities),
+        attributes = ?parsed.attributes,
+        "client handshake response"
+    );
+    Ok((parsed, negotiated))
+}
+
+/// Some clients (mysqlnd, Connector/Python's pure mode) ask for compression even when the
+/// greeting does not offer it, and switch to compressed frames after the OK whatever the server
+/// said. Clearing the bit would leave them talking compressed to a plain server (a hang); pass it
+/// on when the backend offers compression, else refuse.
+fn compression_strip(
+    client_caps: u32,
+    backend_caps: u32,
+    strip: Strip,
+) -> Result<Strip, AuthError> {
+    if client_caps & CLIENT_COMPRESS == 0 {
+        Ok(strip)
+    } else if backend_caps & CLIENT_COMPRESS != 0 {
+        Ok(Strip {
+            capabilities: strip.capabilities & !CLIENT_COMPRESS,
+            ..strip
+        })
+    } else {
+        Err(AuthError::ClientWantsCompression)
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -255,7 +275,7 @@ where
                 match packet.get(4) {
                     Some(0x00) => return Ok(()),
                     Some(0xFF) => {
-                        let (code, message) = err_fields(&packet[4..]);
+                        let ServerErr { code, message } = ServerErr::parse_lenient(&packet[4..]);
                         return Err(AuthError::Denied { code, message });
                     }
                     _ => {}
@@ -268,34 +288,5 @@ where
                 *turn = Side::Backend;
             }
         }
-    }
-}
-
-/// Code and message of an ERR payload (SQLSTATE marker skipped), for logs.
-pub fn err_fields(payload: &[u8]) -> (u16, String) {
-    let code = match payload.get(1..3) {
-        Some(c) => u16::from_le_bytes([c[0], c[1]]),
-        None => 0,
-    };
-    let mut msg = payload.get(3..).unwrap_or_default();
-    if msg.first() == Some(&b'#') {
-        msg = msg.get(6..).unwrap_or_default();
-    }
-    (code, String::from_utf8_lossy(msg).into_owned())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn err_fields_with_and_without_sqlstate() {
-        let mut p = vec![0xFF, 0x15, 0x04];
-        p.extend_from_slice(b"#28000Access denied");
-        assert_eq!(err_fields(&p), (1045, "Access denied".into()));
-        let mut p = vec![0xFF, 0x10, 0x04];
-        p.extend_from_slice(b"Too many connections");
-        assert_eq!(err_fields(&p), (1040, "Too many connections".into()));
-        assert_eq!(err_fields(&[0xFF]), (0, String::new()));
     }
 }

@@ -16,7 +16,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::BytesMut;
-use mysql_common::auth::plugins::mysql_native_password::scramble_native;
 use thiserror::Error;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::time::{Instant, MissedTickBehavior};
@@ -26,9 +25,11 @@ use tracing::{debug, info, warn};
 
 use crate::balancer::{Backend, Transition};
 use crate::config::{BackendAddr, HealthCheckConfig};
-use crate::protocol::caps;
-use crate::protocol::codec::{header, lenenc_int};
-use crate::protocol::handshake::{parse_greeting, HandshakeError};
+use crate::protocol::codec::header;
+use crate::protocol::errors::ServerErr;
+use crate::protocol::handshake::{greeting_scramble, parse_greeting, HandshakeError};
+use crate::protocol::login::{native_answer, native_login, AuthSwitch, LoginError, NATIVE_PLUGIN};
+use crate::protocol::resultset::{column_count, column_name, is_eof, text_row};
 use crate::state::ProxyState;
 use crate::stream::{read_packet, BackendStream, PacketReadError};
 
@@ -37,9 +38,6 @@ const MAX_PACKET: usize = 1 << 20;
 /// Result sets the monitor reads are one row (or one per replication channel).
 const MAX_ROWS: usize = 64;
 const MAX_COLUMNS: usize = 512;
-const NATIVE_PLUGIN: &str = "mysql_native_password";
-/// utf8mb4_general_ci: the replies are ASCII either way.
-const CHARSET: u8 = 45;
 const COM_QUIT: u8 = 0x01;
 const COM_QUERY: u8 = 0x03;
 /// ER_PARSE_ERROR: the server does not know `SHOW REPLICA STATUS` (MariaDB < 10.5, MySQL < 8.0.22).
@@ -125,8 +123,6 @@ pub enum CheckError {
     LagTooHigh { lag: Duration, limit: Duration },
 }
 
-/// Checks every backend every `cfg.interval` until `shutdown`; returns at once if interval is zero.
-///
 fn is_loopback_host(host: &str) -> bool {
     host.eq_ignore_ascii_case("localhost")
         || host
@@ -134,6 +130,8 @@ fn is_loopback_host(host: &str) -> bool {
             .is_ok_and(|ip| ip.is_loopback())
 }
 
+/// Checks every backend every `cfg.interval` until `shutdown`; returns at once if interval is zero.
+///
 /// One task per backend so a hung server delays only its own checks; start times are spread over
 /// one interval so a large set does not open all its connections in the same instant.
 pub async fn run(shared: Arc<ProxyState>, cfg: HealthCheckConfig, shutdown: CancellationToken) {
@@ -289,7 +287,7 @@ async fn check_stages(
         // connect (see `run`).
         return Ok(CheckOk::default());
     };
-    let nonce = greeting_nonce(payload).map_err(CheckError::Greeting)?;
+    let nonce = greeting_scramble(payload).map_err(CheckError::Greeting)?;
     *stage = Stage::Login;
     let password = cfg.password.as_deref().unwrap_or("");
     conn.login(parsed.capabilities, &nonce, user, password)
@@ -351,7 +349,13 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<S> {
         user: &str,
         password: &str,
     ) -> Result<(), CheckError> {
-        let response = handshake_response(server_caps, nonce, user, password)?;
+        let response = native_login(server_caps, nonce, user, password).map_err(|e| match e {
+            LoginError::MissingCapability(name) => CheckError::OldServer(name),
+            LoginError::UserTooLong => CheckError::BadResult {
+                query: "login",
+                detail: "user name too long".to_owned(),
+            },
+        })?;
         self.write(Stage::Login, &response).await?;
         let reply = self.read(Stage::Login).await?;
         let seq = reply[3];
@@ -366,16 +370,13 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<S> {
                 })
             }
         }
-        let (plugin, switch_nonce) = auth_switch(&reply[4..]);
-        if plugin != NATIVE_PLUGIN.as_bytes() {
+        let switch = AuthSwitch::parse(&reply[4..]);
+        if switch.plugin != NATIVE_PLUGIN.as_bytes() {
             return Err(CheckError::UnsupportedPlugin(
-                String::from_utf8_lossy(plugin).into_owned(),
+                String::from_utf8_lossy(switch.plugin).into_owned(),
             ));
         }
-        let answer = scramble_native(switch_nonce, password.as_bytes());
-        let answer: &[u8] = answer.as_ref().map_or(&[], |a| &a[..]);
-        let mut packet = header(answer.len(), seq.wrapping_add(1)).to_vec();
-        packet.extend_from_slice(answer);
+        let packet = native_answer(switch.data, password, seq.wrapping_add(1));
         self.write(Stage::Login, &packet).await?;
         let reply = self.read(Stage::Login).await?;
         match reply.get(4) {
@@ -400,16 +401,9 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<S> {
         };
         let columns = match first.get(4) {
             Some(0x00) => return Ok(ResultSet::default()),
-            Some(0xFF) => {
-                let (code, message) = crate::auth::err_fields(&first[4..]);
-                return Err(CheckError::QueryFailed {
-                    query: sql,
-                    code,
-                    message,
-                });
-            }
-            _ => match lenenc_int(&first[4..], 0) {
-                Some((n, _)) => usize::try_from(n).unwrap_or(usize::MAX),
+            Some(0xFF) => return Err(query_failed(sql, &first[4..])),
+            _ => match column_count(&first[4..]) {
+                Some(n) => usize::try_from(n).unwrap_or(usize::MAX),
                 None => return Err(bad("no column count")),
             },
         };
@@ -433,12 +427,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<S> {
                 return Ok(set);
             }
             if payload.first() == Some(&0xFF) {
-                let (code, message) = crate::auth::err_fields(payload);
-                return Err(CheckError::QueryFailed {
-                    query: sql,
-                    code,
-                    message,
-                });
+                return Err(query_failed(sql, payload));
             }
             if set.rows.len() == MAX_ROWS {
                 return Err(bad(&format!("more than {MAX_ROWS} rows")));
@@ -517,99 +506,18 @@ fn evaluate_replication(
     Ok(Some(worst))
 }
 
-/// The 20-byte scramble of a HandshakeV10 payload: auth-plugin-data part 1 (8 bytes in the fixed
-/// block) and part 2 (after it, `max(13, len - 8)` bytes ending in a NUL).
-fn greeting_nonce(payload: &[u8]) -> Result<Vec<u8>, HandshakeError> {
-    use crate::protocol::handshake::Packet::Greeting;
-    let truncated = |what| HandshakeError::Truncated {
-        packet: Greeting,
-        what,
-    };
-    let version_end = payload
-        .get(1..)
-        .and_then(|p| p.iter().position(|&b| b == 0))
-        .ok_or(truncated("server version"))?;
-    let fixed = 1 + version_end + 1;
-    // Fixed block: connection id (4), part 1 (8), filler (1), caps (2), charset (1), status (2),
-    // upper caps (2), auth data length (1), reserved (10).
-    let block = payload
-        .get(fixed..fixed + 31)
-        .ok_or(truncated("capability flags and reserved bytes"))?;
-    let mut nonce = block[4..12].to_vec();
-    let caps = u32::from(u16::from_le_bytes([block[13], block[14]]))
-        | u32::from(u16::from_le_bytes([block[18], block[19]])) << 16;
-    if caps & caps::CLIENT_SECURE_CONNECTION != 0 {
-        let len = usize::from(block[20]).saturating_sub(8).max(13);
-        let part2 = payload
-            .get(fixed + 31..fixed + 31 + len)
-            .ok_or(truncated("auth-plugin-data part 2"))?;
-        nonce.extend_from_slice(part2.strip_suffix(&[0]).unwrap_or(part2));
-    }
-    Ok(nonce)
-}
-
-/// HandshakeResponse41 (sequence id 1) answering with mysql_native_password. No DEPRECATE_EOF:
-/// result sets then end with EOF packets, the simplest form to read.
-fn handshake_response(
-    server_caps: u32,
-    nonce: &[u8],
-    user: &str,
-    password: &str,
-) -> Result<Vec<u8>, CheckError> {
-    for (bit, name) in [
-        (caps::CLIENT_PROTOCOL_41, "CLIENT_PROTOCOL_41"),
-        (caps::CLIENT_SECURE_CONNECTION, "CLIENT_SECURE_CONNECTION"),
-    ] {
-        if server_caps & bit == 0 {
-            return Err(CheckError::OldServer(name));
-        }
-    }
-    // CLIENT_MYSQL (= LONG_PASSWORD) set: no MariaDB extended capabilities follow.
-    let caps = caps::CLIENT_MYSQL
-        | caps::CLIENT_PROTOCOL_41
-        | caps::CLIENT_SECURE_CONNECTION
-        | caps::CLIENT_TRANSACTIONS
-        | (server_caps & caps::CLIENT_PLUGIN_AUTH);
-    let scramble = scramble_native(nonce, password.as_bytes());
-    let scramble: &[u8] = scramble.as_ref().map_or(&[], |s| &s[..]);
-    let mut payload = Vec::with_capacity(64 + user.len());
-    payload.extend_from_slice(&caps.to_le_bytes());
-    payload.extend_from_slice(&(1u32 << 24).to_le_bytes());
-    payload.push(CHARSET);
-    payload.extend_from_slice(&[0; 23]);
-    payload.extend_from_slice(user.as_bytes());
-    payload.push(0);
-    // 20 bytes or none: fits the one-byte length of CLIENT_SECURE_CONNECTION.
-    payload.push(scramble.len() as u8);
-    payload.extend_from_slice(scramble);
-    if caps & caps::CLIENT_PLUGIN_AUTH != 0 {
-        payload.extend_from_slice(NATIVE_PLUGIN.as_bytes());
-        payload.push(0);
-    }
-    if payload.len() > 0xFF_FFFF {
-        return Err(CheckError::BadResult {
-            query: "login",
-            detail: "user name too long".to_owned(),
-        });
-    }
-    let mut packet = header(payload.len(), 1).to_vec();
-    packet.extend_from_slice(&payload);
-    Ok(packet)
-}
-
-/// Plugin name and nonce of an AuthSwitchRequest payload (0xFE, name NUL, data [NUL]).
-fn auth_switch(payload: &[u8]) -> (&[u8], &[u8]) {
-    let body = payload.get(1..).unwrap_or_default();
-    let (name, data) = match body.iter().position(|&b| b == 0) {
-        Some(end) => (&body[..end], &body[end + 1..]),
-        None => (body, &[][..]),
-    };
-    (name, data.strip_suffix(&[0]).unwrap_or(data))
-}
-
 fn denied(payload: &[u8]) -> CheckError {
-    let (code, message) = crate::auth::err_fields(payload);
+    let ServerErr { code, message } = ServerErr::parse_lenient(payload);
     CheckError::Denied { code, message }
+}
+
+fn query_failed(query: &'static str, payload: &[u8]) -> CheckError {
+    let ServerErr { code, message } = ServerErr::parse_lenient(payload);
+    CheckError::QueryFailed {
+        query,
+        code,
+        message,
+    }
 }
 
 /// A command packet with sequence id 0 (the monitor's commands are tiny).
@@ -620,175 +528,9 @@ fn command(code: u8, arg: &[u8]) -> Vec<u8> {
     packet
 }
 
-/// EOF packet: 0xFE and shorter than 9 bytes (a longer 0xFE is a row starting with a long string).
-fn is_eof(payload: &[u8]) -> bool {
-    payload.first() == Some(&0xFE) && payload.len() < 9
-}
-
-/// A length-encoded string at `pos`: None when malformed, Some((None, _)) for NULL (0xFB).
-fn lenenc_str(buf: &[u8], pos: usize) -> Option<(Option<&[u8]>, usize)> {
-    if buf.get(pos) == Some(&0xFB) {
-        return Some((None, pos + 1));
-    }
-    let (len, start) = lenenc_int(buf, pos)?;
-    let end = start.checked_add(usize::try_from(len).ok()?)?;
-    Some((Some(buf.get(start..end)?), end))
-}
-
-/// The `name` (alias) of a ColumnDefinition41: the fifth length-encoded string.
-fn column_name(payload: &[u8]) -> Option<String> {
-    let mut pos = 0;
-    for _ in 0..4 {
-        let (_, next) = lenenc_str(payload, pos)?;
-        pos = next;
-    }
-    let (name, _) = lenenc_str(payload, pos)?;
-    Some(String::from_utf8_lossy(name?).into_owned())
-}
-
-/// A text-protocol row of exactly `columns` values.
-fn text_row(payload: &[u8], columns: usize) -> Option<Vec<Option<String>>> {
-    let mut pos = 0;
-    let mut row = Vec::with_capacity(columns);
-    for _ in 0..columns {
-        let (value, next) = lenenc_str(payload, pos)?;
-        row.push(value.map(|v| String::from_utf8_lossy(v).into_owned()));
-        pos = next;
-    }
-    (pos == payload.len()).then_some(row)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// A MariaDB-style greeting payload with a known 20-byte scramble.
-    fn greeting(nonce: &[u8; 20], auth_len: u8, caps: u32) -> Vec<u8> {
-        let mut p = vec![10];
-        p.extend_from_slice(b"5.5.5-10.11.6-MariaDB\0");
-        p.extend_from_slice(&7u32.to_le_bytes());
-        p.extend_from_slice(&nonce[..8]);
-        p.push(0);
-        p.extend_from_slice(&(caps as u16).to_le_bytes());
-        p.push(45);
-        p.extend_from_slice(&2u16.to_le_bytes());
-        p.extend_from_slice(&((caps >> 16) as u16).to_le_bytes());
-        p.push(auth_len);
-        p.extend_from_slice(&[0; 10]);
-        if caps & caps::CLIENT_SECURE_CONNECTION != 0 {
-            p.extend_from_slice(&nonce[8..]);
-            p.push(0);
-        }
-        p.extend_from_slice(b"mysql_native_password\0");
-        p
-    }
-
-    const FULL_CAPS: u32 =
-        caps::CLIENT_PROTOCOL_41 | caps::CLIENT_SECURE_CONNECTION | caps::CLIENT_PLUGIN_AUTH;
-
-    #[test]
-    fn nonce_is_both_parts_without_the_nul() {
-        let nonce: [u8; 20] = *b"abcdefghijklmnopqrst";
-        let p = greeting(&nonce, 21, FULL_CAPS);
-        assert_eq!(greeting_nonce(&p).unwrap(), nonce);
-        assert!(parse_greeting(&p).is_ok(), "fixture is a valid greeting");
-    }
-
-    #[test]
-    fn nonce_with_odd_auth_data_lengths_stays_bounded() {
-        let nonce: [u8; 20] = *b"abcdefghijklmnopqrst";
-        // 0 and 0x80..: lengths that crash or confuse other parsers; part 2 is at least 13 bytes.
-        for len in [0, 0x80, 0x87] {
-            let p = greeting(&nonce, len, FULL_CAPS);
-            let r = greeting_nonce(&p);
-            if len <= 21 {
-                assert_eq!(r.unwrap(), nonce, "len {len}");
-            } else {
-                assert!(r.is_err(), "len {len} runs past the payload");
-            }
-        }
-        let p = greeting(&nonce, 0, caps::CLIENT_PROTOCOL_41);
-        assert_eq!(greeting_nonce(&p).unwrap(), &nonce[..8], "part 1 only");
-    }
-
-    #[test]
-    fn nonce_of_truncated_greeting_is_an_error() {
-        let p = greeting(b"abcdefghijklmnopqrst", 21, FULL_CAPS);
-        for cut in [0, 1, 10, 30, 50] {
-            assert!(greeting_nonce(&p[..cut]).is_err(), "cut at {cut}");
-        }
-    }
-
-    #[test]
-    fn handshake_response_carries_user_scramble_and_plugin() {
-        let nonce = b"abcdefghijklmnopqrst";
-        let p = handshake_response(FULL_CAPS, nonce, "mon", "secret").unwrap();
-        assert_eq!(p[3], 1, "sequence id");
-        assert_eq!(p.len() - 4, usize::from(p[0]));
-        let payload = &p[4..];
-        let caps = u32::from_le_bytes(payload[..4].try_into().unwrap());
-        assert_eq!(caps & caps::CLIENT_DEPRECATE_EOF, 0);
-        assert_ne!(caps & caps::CLIENT_PLUGIN_AUTH, 0);
-        assert_eq!(&payload[32..36], b"mon\0");
-        assert_eq!(payload[36], 20);
-        let expected = scramble_native(nonce, b"secret").unwrap();
-        assert_eq!(&payload[37..57], &expected);
-        assert_eq!(&payload[57..], b"mysql_native_password\0");
-
-        let p = handshake_response(
-            caps::CLIENT_PROTOCOL_41 | caps::CLIENT_SECURE_CONNECTION,
-            nonce,
-            "mon",
-            "",
-        )
-        .unwrap();
-        assert_eq!(&p[4 + 32..], b"mon\0\0", "empty password, no plugin name");
-        assert!(matches!(
-            handshake_response(caps::CLIENT_PROTOCOL_41, nonce, "mon", ""),
-            Err(CheckError::OldServer("CLIENT_SECURE_CONNECTION"))
-        ));
-    }
-
-    #[test]
-    fn auth_switch_splits_plugin_and_nonce() {
-        let mut p = vec![0xFE];
-        p.extend_from_slice(b"mysql_native_password\0abcdefghijklmnopqrst\0");
-        assert_eq!(
-            auth_switch(&p),
-            (&b"mysql_native_password"[..], &b"abcdefghijklmnopqrst"[..])
-        );
-        assert_eq!(auth_switch(&[0xFE]), (&b""[..], &b""[..]));
-    }
-
-    fn lenenc(s: &str) -> Vec<u8> {
-        let mut v = Vec::new();
-        crate::protocol::codec::put_lenenc_bytes(&mut v, s.as_bytes());
-        v
-    }
-
-    #[test]
-    fn column_names_and_rows_parse_with_nulls() {
-        let mut def = Vec::new();
-        for s in ["def", "", "", "", "Seconds_Behind_Master", ""] {
-            def.extend(lenenc(s));
-        }
-        def.extend_from_slice(&[0x0C, 8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]);
-        assert_eq!(column_name(&def).as_deref(), Some("Seconds_Behind_Master"));
-        assert_eq!(column_name(&def[..10]), None);
-
-        let mut row = lenenc("Yes");
-        row.push(0xFB);
-        row.extend(lenenc(""));
-        assert_eq!(
-            text_row(&row, 3),
-            Some(vec![Some("Yes".into()), None, Some(String::new())])
-        );
-        assert_eq!(text_row(&row, 2), None, "bytes left over");
-        assert_eq!(text_row(&row, 4), None, "too few values");
-        assert_eq!(text_row(&[0x05, b'a'], 1), None, "length past the end");
-        assert!(is_eof(&[0xFE, 0, 0, 2, 0]));
-        assert!(!is_eof(&[0xFE, 1, 2, 3, 4, 5, 6, 7, 8]));
-    }
 
     fn status(io: &str, sql: &str, behind: Option<&str>) -> ResultSet {
         ResultSet {

@@ -1,19 +1,23 @@
 //! Prometheus metrics: an owned registry in a [`Metrics`] struct passed by `Arc`, no globals.
 //!
 //! Label lookups hash and lock, so nothing on the hot path does one: every backend resolves its
-//! label values once into a [`BackendStats`] of plain handles, and recording a command is then one
-//! histogram observation (atomic adds) per histogram. Command kinds are a fixed set of four, so the
-//! series count stays bounded by the number of backends.
+//! label values once into a [`BackendStats`] of plain handles. Recording a command is two
+//! histogram observations (atomic adds) on the recording worker's own shard of that backend's
+//! histograms (see [`latency`]), so workers do not contend for cache lines. Command kinds are a
+//! fixed set of four, so the series count stays bounded by the number of backends.
 
-use std::time::Duration;
+mod latency;
 
-use prometheus::core::Metric as _;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
 use prometheus::{
     Encoder, GaugeVec, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
     IntGaugeVec, Opts, Registry, TextEncoder,
 };
 
-use crate::protocol::response::{CommandKind, Completed};
+use crate::protocol::response::Completed;
+use latency::{BackendLatency, Latencies, SharedLatencies};
 
 /// 100 µs to 10 s, roughly 1-2.5-5 per decade: fine enough for p50/p99 of fast point queries and
 /// still covering slow reports.
@@ -41,16 +45,10 @@ impl Refusal {
 /// Every metric the proxy exports.
 pub struct Metrics {
     registry: Registry,
-    query_duration: HistogramVec,
-    first_byte: HistogramVec,
-    connect_duration: HistogramVec,
-    backend_connections: IntGaugeVec,
-    backend_connections_total: IntCounterVec,
-    connect_errors: IntCounterVec,
-    backend_up: IntGaugeVec,
-    bytes: IntCounterVec,
-    health_checks: IntCounterVec,
-    replication_lag: GaugeVec,
+    latencies: Arc<Latencies>,
+    /// Worker threads seen so far: each new backend gets one latency shard per worker.
+    workers: AtomicUsize,
+    backends: BackendFamilies,
     worker_sessions: IntGaugeVec,
     pub client_connections: IntGauge,
     client_rejected: IntCounterVec,
@@ -65,145 +63,145 @@ impl std::fmt::Debug for Metrics {
     }
 }
 
+/// The per-backend families other than latency, labelled by `backend` (and one more label).
+struct BackendFamilies {
+    connect_duration: HistogramVec,
+    connections: IntGaugeVec,
+    connections_total: IntCounterVec,
+    connect_errors: IntCounterVec,
+    up: IntGaugeVec,
+    bytes: IntCounterVec,
+    health_checks: IntCounterVec,
+    replication_lag: GaugeVec,
+}
+
+// Every name, help text and label set below is fixed and valid, so creation cannot fail at run
+// time: the `expect`s state that.
+
 fn opts(name: &str, help: &str) -> Opts {
     Opts::new(name, help).namespace("mysql_lb")
 }
 
-fn histogram(name: &str, help: &str) -> HistogramOpts {
-    HistogramOpts::new(name, help)
+fn int_gauge(name: &str, help: &str) -> IntGauge {
+    IntGauge::with_opts(opts(name, help)).expect("valid metric")
+}
+
+fn int_gauge_vec(name: &str, help: &str, labels: &[&str]) -> IntGaugeVec {
+    IntGaugeVec::new(opts(name, help), labels).expect("valid metric")
+}
+
+fn int_counter_vec(name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
+    IntCounterVec::new(opts(name, help), labels).expect("valid metric")
+}
+
+impl BackendFamilies {
+    fn new() -> Self {
+        let connect_duration = HistogramOpts::new(
+            "backend_connect_duration_seconds",
+            "Time to connect to a backend and read its greeting.",
+        )
         .namespace("mysql_lb")
-        .buckets(LATENCY_BUCKETS.to_vec())
+        .buckets(LATENCY_BUCKETS.to_vec());
+        let replication_lag = opts(
+            "backend_replication_lag_seconds",
+            "Seconds_Behind_Master at the latest health check (with \
+             health_check.max_replication_lag); NaN when unknown (replication stopped or the \
+             check failed); absent for a server that is not a replica.",
+        );
+        let backend = &["backend"];
+        Self {
+            connect_duration: HistogramVec::new(connect_duration, backend).expect("valid metric"),
+            connections: int_gauge_vec(
+                "backend_connections",
+                "Client sessions currently relayed to a backend.",
+                backend,
+            ),
+            connections_total: int_counter_vec(
+                "backend_connections_total",
+                "Client sessions given to a backend.",
+                backend,
+            ),
+            connect_errors: int_counter_vec(
+                "backend_connect_errors_total",
+                "Failed attempts to connect to a backend for a client (refused, timed out, bad greeting).",
+                backend,
+            ),
+            up: int_gauge_vec(
+                "backend_up",
+                "1 when the backend is in rotation, 0 when it is out.",
+                backend,
+            ),
+            bytes: int_counter_vec(
+                "backend_bytes_total",
+                "Bytes relayed, by direction (to_backend, from_backend).",
+                &["backend", "direction"],
+            ),
+            health_checks: int_counter_vec(
+                "backend_health_checks_total",
+                "Health checks by result (ok, failed).",
+                &["backend", "result"],
+            ),
+            replication_lag: GaugeVec::new(replication_lag, backend).expect("valid metric"),
+        }
+    }
+
+    fn collectors(&self) -> Vec<Box<dyn prometheus::core::Collector>> {
+        vec![
+            Box::new(self.connect_duration.clone()),
+            Box::new(self.connections.clone()),
+            Box::new(self.connections_total.clone()),
+            Box::new(self.connect_errors.clone()),
+            Box::new(self.up.clone()),
+            Box::new(self.bytes.clone()),
+            Box::new(self.health_checks.clone()),
+            Box::new(self.replication_lag.clone()),
+        ]
+    }
 }
 
 impl Metrics {
     pub fn new() -> Self {
-        // Every name and label set below is fixed and valid, so creation cannot fail at run time.
-        let registry = Registry::new();
         let m = Self {
-            query_duration: HistogramVec::new(
-                histogram(
-                    "backend_query_duration_seconds",
-                    "Time from a command's last byte written to the backend to the end of its response.",
-                ),
-                &["backend", "command"],
-            )
-            .expect("valid metric"),
-            first_byte: HistogramVec::new(
-                histogram(
-                    "backend_first_byte_seconds",
-                    "Time from a command's last byte written to the backend to its first response packet.",
-                ),
-                &["backend", "command"],
-            )
-            .expect("valid metric"),
-            connect_duration: HistogramVec::new(
-                histogram(
-                    "backend_connect_duration_seconds",
-                    "Time to connect to a backend and read its greeting.",
-                ),
-                &["backend"],
-            )
-            .expect("valid metric"),
-            backend_connections: IntGaugeVec::new(
-                opts("backend_connections", "Client sessions currently relayed to a backend."),
-                &["backend"],
-            )
-            .expect("valid metric"),
-            backend_connections_total: IntCounterVec::new(
-                opts("backend_connections_total", "Client sessions given to a backend."),
-                &["backend"],
-            )
-            .expect("valid metric"),
-            connect_errors: IntCounterVec::new(
-                opts(
-                    "backend_connect_errors_total",
-                    "Failed attempts to connect to a backend for a client (refused, timed out, bad greeting).",
-                ),
-                &["backend"],
-            )
-            .expect("valid metric"),
-            backend_up: IntGaugeVec::new(
-                opts("backend_up", "1 when the backend is in rotation, 0 when it is out."),
-                &["backend"],
-            )
-            .expect("valid metric"),
-            bytes: IntCounterVec::new(
-                opts(
-                    "backend_bytes_total",
-                    "Bytes relayed, by direction (to_backend, from_backend).",
-                ),
-                &["backend", "direction"],
-            )
-            .expect("valid metric"),
-            health_checks: IntCounterVec::new(
-                opts("backend_health_checks_total", "Health checks by result (ok, failed)."),
-                &["backend", "result"],
-            )
-            .expect("valid metric"),
-            replication_lag: GaugeVec::new(
-                opts(
-                    "backend_replication_lag_seconds",
-                    "Seconds_Behind_Master at the latest health check (with \
-                     health_check.max_replication_lag); NaN when unknown (replication stopped or \
-                     the check failed); absent for a server that is not a replica.",
-                ),
-                &["backend"],
-            )
-            .expect("valid metric"),
-            worker_sessions: IntGaugeVec::new(
-                opts(
-                    "worker_sessions",
-                    "Client sessions on each worker thread (see worker_threads).",
-                ),
+            registry: Registry::new(),
+            latencies: Arc::new(Latencies::new()),
+            workers: AtomicUsize::new(1),
+            backends: BackendFamilies::new(),
+            worker_sessions: int_gauge_vec(
+                "worker_sessions",
+                "Client sessions on each worker thread (see worker_threads).",
                 &["worker"],
-            )
-            .expect("valid metric"),
-            client_connections: IntGauge::with_opts(opts(
+            ),
+            client_connections: int_gauge(
                 "client_connections",
                 "Client connections currently open.",
-            ))
-            .expect("valid metric"),
-            client_rejected: IntCounterVec::new(
-                opts(
-                    "client_rejected_total",
-                    "Clients refused before reaching a backend, by reason.",
-                ),
+            ),
+            client_rejected: int_counter_vec(
+                "client_rejected_total",
+                "Clients refused before reaching a backend, by reason.",
                 &["reason"],
-            )
-            .expect("valid metric"),
-            disconnections: IntCounterVec::new(
-                opts("client_disconnections_total", "Client sessions ended, by reason."),
+            ),
+            disconnections: int_counter_vec(
+                "client_disconnections_total",
+                "Client sessions ended, by reason.",
                 &["reason"],
-            )
-            .expect("valid metric"),
-            open_fds_limit: IntGauge::with_opts(opts(
+            ),
+            open_fds_limit: int_gauge(
                 "open_fds_limit",
                 "The RLIMIT_NOFILE soft limit the proxy runs with.",
-            ))
-            .expect("valid metric"),
-            max_connections: IntGauge::with_opts(opts(
+            ),
+            max_connections: int_gauge(
                 "max_connections",
                 "Client connections admitted at once (after fitting the fd limit).",
-            ))
-            .expect("valid metric"),
-            registry,
+            ),
         };
         m.register_all();
         m
     }
 
     fn register_all(&self) {
-        let collectors: Vec<Box<dyn prometheus::core::Collector>> = vec![
-            Box::new(self.query_duration.clone()),
-            Box::new(self.first_byte.clone()),
-            Box::new(self.connect_duration.clone()),
-            Box::new(self.backend_connections.clone()),
-            Box::new(self.backend_connections_total.clone()),
-            Box::new(self.connect_errors.clone()),
-            Box::new(self.backend_up.clone()),
-            Box::new(self.bytes.clone()),
-            Box::new(self.health_checks.clone()),
-            Box::new(self.replication_lag.clone()),
+        let mut collectors = self.backends.collectors();
+        collectors.extend::<[Box<dyn prometheus::core::Collector>; 8]>([
+            Box::new(SharedLatencies(Arc::clone(&self.latencies))),
             Box::new(self.worker_sessions.clone()),
             Box::new(self.client_connections.clone()),
             Box::new(self.client_rejected.clone()),
@@ -211,7 +209,7 @@ impl Metrics {
             Box::new(self.open_fds_limit.clone()),
             Box::new(self.max_connections.clone()),
             Box::new(prometheus::process_collector::ProcessCollector::for_self()),
-        ];
+        ]);
         for c in collectors {
             // Names are distinct by construction; a duplicate would be a programming error.
             self.registry.register(c).expect("metric registered once");
@@ -220,21 +218,20 @@ impl Metrics {
 
     /// Handles for one backend, created once with the backend; its series appear at once (zero).
     pub fn backend(&self, name: &str) -> BackendStats {
-        let per_kind = |vec: &HistogramVec| {
-            CommandKind::ALL.map(|k| vec.with_label_values(&[name, k.as_str()]))
-        };
+        let f = &self.backends;
         let stats = BackendStats {
-            query: per_kind(&self.query_duration),
-            first_byte: per_kind(&self.first_byte),
-            connect: self.connect_duration.with_label_values(&[name]),
-            connections: self.backend_connections.with_label_values(&[name]),
-            connections_total: self.backend_connections_total.with_label_values(&[name]),
-            connect_errors: self.connect_errors.with_label_values(&[name]),
-            up: self.backend_up.with_label_values(&[name]),
-            bytes_to_backend: self.bytes.with_label_values(&[name, "to_backend"]),
-            bytes_from_backend: self.bytes.with_label_values(&[name, "from_backend"]),
-            checks_ok: self.health_checks.with_label_values(&[name, "ok"]),
-            checks_failed: self.health_checks.with_label_values(&[name, "failed"]),
+            latency: self
+                .latencies
+                .backend(name, self.workers.load(Ordering::Relaxed)),
+            connect: f.connect_duration.with_label_values(&[name]),
+            connections: f.connections.with_label_values(&[name]),
+            connections_total: f.connections_total.with_label_values(&[name]),
+            connect_errors: f.connect_errors.with_label_values(&[name]),
+            up: f.up.with_label_values(&[name]),
+            bytes_to_backend: f.bytes.with_label_values(&[name, "to_backend"]),
+            bytes_from_backend: f.bytes.with_label_values(&[name, "from_backend"]),
+            checks_ok: f.health_checks.with_label_values(&[name, "ok"]),
+            checks_failed: f.health_checks.with_label_values(&[name, "failed"]),
         };
         stats.up.set(1);
         stats
@@ -254,8 +251,10 @@ impl Metrics {
             .inc();
     }
 
-    /// The session count of worker `index` (a handle; the series appears at 0).
+    /// The session count of worker `index` (a handle; the series appears at 0). Also counts the
+    /// worker in, so backends created from then on keep a latency shard for it.
     pub fn worker_sessions(&self, index: usize) -> IntGauge {
+        self.workers.fetch_max(index + 1, Ordering::Relaxed);
         self.worker_sessions
             .with_label_values(&[index.to_string().as_str()])
     }
@@ -263,10 +262,11 @@ impl Metrics {
     /// The replication lag a health check saw: `Some(seconds)` (NaN when unknown), or `None` for
     /// a server that is not a replica, which removes the series.
     pub fn replication_lag(&self, backend: &str, seconds: Option<f64>) {
+        let lag = &self.backends.replication_lag;
         match seconds {
-            Some(s) => self.replication_lag.with_label_values(&[backend]).set(s),
+            Some(s) => lag.with_label_values(&[backend]).set(s),
             None => {
-                let _ = self.replication_lag.remove_label_values(&[backend]);
+                let _ = lag.remove_label_values(&[backend]);
             }
         }
     }
@@ -294,8 +294,7 @@ impl Default for Metrics {
 /// One backend's metric handles.
 #[derive(Debug, Clone)]
 pub struct BackendStats {
-    query: [Histogram; 4],
-    first_byte: [Histogram; 4],
+    latency: Arc<BackendLatency>,
     pub connect: Histogram,
     pub connections: IntGauge,
     pub connections_total: IntCounter,
@@ -307,49 +306,21 @@ pub struct BackendStats {
     pub checks_failed: IntCounter,
 }
 
-fn index(kind: CommandKind) -> usize {
-    match kind {
-        CommandKind::Query => 0,
-        CommandKind::Prepare => 1,
-        CommandKind::Execute => 2,
-        CommandKind::Other => 3,
-    }
-}
-
 impl BackendStats {
-    pub fn record(&self, c: &Completed) {
-        let i = index(c.kind());
-        self.query[i].observe(c.latency.as_secs_f64());
-        self.first_byte[i].observe(c.first_byte.as_secs_f64());
-    }
-
-    /// Completed commands of one kind.
-    pub fn commands(&self, kind: CommandKind) -> u64 {
-        self.query[index(kind)].get_sample_count()
-    }
-
-    /// Sum of the latencies of one kind.
-    pub fn latency_sum(&self, kind: CommandKind) -> Duration {
-        Duration::from_secs_f64(self.query[index(kind)].get_sample_sum().max(0.0))
+    /// Records a completed command from worker thread `worker` (its index, as in
+    /// `mysql_lb_worker_sessions{worker}`) on that worker's shard.
+    pub fn record(&self, worker: usize, c: &Completed) {
+        self.latency.record(worker, c);
     }
 
     /// Completed commands of every kind.
     pub fn total_commands(&self) -> u64 {
-        CommandKind::ALL.iter().map(|k| self.commands(*k)).sum()
+        self.latency.total_commands()
     }
 
     /// Cumulative bucket counts of all kinds together, for percentile estimates.
     pub fn latency_buckets(&self) -> [u64; LATENCY_BUCKETS.len() + 1] {
-        let mut out = [0u64; LATENCY_BUCKETS.len() + 1];
-        for h in &self.query {
-            let proto = h.metric();
-            let hist = proto.get_histogram();
-            for (slot, b) in out.iter_mut().zip(hist.get_bucket()) {
-                *slot += b.cumulative_count();
-            }
-            out[LATENCY_BUCKETS.len()] += hist.get_sample_count();
-        }
-        out
+        self.latency.buckets()
     }
 }
 
@@ -387,6 +358,8 @@ pub fn quantile(cumulative: &[u64], q: f64) -> Option<f64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::protocol::response::CommandKind;
+    use std::time::Duration;
 
     fn completed(command: u8, micros: u64) -> Completed {
         Completed {
@@ -400,10 +373,8 @@ mod tests {
     fn records_by_kind_and_renders_histograms() {
         let m = Metrics::new();
         let b = m.backend("db1");
-        b.record(&completed(0x03, 300));
-        b.record(&completed(0x0E, 50));
-        assert_eq!(b.commands(CommandKind::Query), 1);
-        assert_eq!(b.commands(CommandKind::Other), 1);
+        b.record(0, &completed(0x03, 300));
+        b.record(0, &completed(0x0E, 50));
         assert_eq!(b.total_commands(), 2);
         let text = String::from_utf8(m.render()).unwrap();
         assert!(text.contains(
@@ -429,14 +400,114 @@ mod tests {
         }
     }
 
+    /// Exactly representable latencies (multiples of 2^-9 s), so sums agree in any order, spread
+    /// from the 2.5 ms bucket to past the last bound, one bucket bound (0.25) included.
+    fn exact_latencies() -> impl Iterator<Item = (u8, Duration)> {
+        let commands = [0x03, 0x16, 0x17, 0x0E, 0x03];
+        (0..14u32).flat_map(move |p| {
+            commands
+                .into_iter()
+                .take(1 + p as usize % 5)
+                .map(move |c| (c, Duration::from_nanos(1_953_125 << p)))
+        })
+    }
+
+    /// The exposition lines of one family.
+    fn family_lines(text: &str, family: &str) -> Vec<String> {
+        text.lines()
+            .filter(|l| l.contains(family))
+            .map(str::to_owned)
+            .collect()
+    }
+
+    #[test]
+    fn sharded_latency_renders_as_one_histogram_per_backend_and_kind() {
+        let m = Metrics::new();
+        for worker in 0..3 {
+            m.worker_sessions(worker);
+        }
+        let stats = [m.backend("db1"), m.backend("db2")];
+
+        // The same samples through plain labelled histograms, as /metrics showed them before
+        // they were sharded.
+        let reference = Registry::new();
+        let family = |name: &str, help: &str| {
+            let opts = HistogramOpts::new(name, help)
+                .namespace("mysql_lb")
+                .buckets(LATENCY_BUCKETS.to_vec());
+            let vec = HistogramVec::new(opts, &["backend", "command"]).unwrap();
+            reference.register(Box::new(vec.clone())).unwrap();
+            vec
+        };
+        let query = family(latency::QUERY_DURATION.name, latency::QUERY_DURATION.help);
+        let first = family(latency::FIRST_BYTE.name, latency::FIRST_BYTE.help);
+        for (i, (command, latency)) in exact_latencies().enumerate() {
+            let c = Completed {
+                command,
+                latency,
+                first_byte: latency / 2,
+            };
+            let backend = i % 2;
+            // Every worker records on every backend, and some index past the workers.
+            stats[backend].record(i % 4, &c);
+            let labels = [["db1", "db2"][backend], c.kind().as_str()];
+            query
+                .with_label_values(&labels)
+                .observe(latency.as_secs_f64());
+            first
+                .with_label_values(&labels)
+                .observe(c.first_byte.as_secs_f64());
+        }
+        // A kind nobody recorded still has its zero series on both sides.
+        for backend in ["db1", "db2"] {
+            for kind in CommandKind::ALL {
+                query.with_label_values(&[backend, kind.as_str()]);
+                first.with_label_values(&[backend, kind.as_str()]);
+            }
+        }
+        let mut expected = Vec::new();
+        TextEncoder::new()
+            .encode(&reference.gather(), &mut expected)
+            .unwrap();
+        let expected = String::from_utf8(expected).unwrap();
+        let rendered = String::from_utf8(m.render()).unwrap();
+        for name in [
+            "backend_query_duration_seconds",
+            "backend_first_byte_seconds",
+        ] {
+            let want = family_lines(&expected, name);
+            assert!(want.len() > 2 * 4 * 19, "{name}: {} lines", want.len());
+            assert_eq!(family_lines(&rendered, name), want, "{name}");
+        }
+        let total: u64 = stats.iter().map(BackendStats::total_commands).sum();
+        assert_eq!(total, exact_latencies().count() as u64);
+    }
+
+    #[test]
+    fn a_backend_recreated_under_its_name_keeps_its_latency_series() {
+        let m = Metrics::new();
+        m.worker_sessions(1);
+        m.backend("db").record(1, &completed(0x03, 300));
+        let again = m.backend("db");
+        again.record(0, &completed(0x03, 300));
+        assert_eq!(again.total_commands(), 2);
+        let text = String::from_utf8(m.render()).unwrap();
+        assert!(
+            text.contains(
+                "mysql_lb_backend_query_duration_seconds_count{backend=\"db\",command=\"query\"} 2"
+            ),
+            "{text}"
+        );
+    }
+
     #[test]
     fn quantiles_from_buckets() {
         let m = Metrics::new();
         let b = m.backend("db");
         for _ in 0..99 {
-            b.record(&completed(0x03, 200)); // bucket (0.0001, 0.00025]
+            b.record(0, &completed(0x03, 200)); // bucket (0.0001, 0.00025]
         }
-        b.record(&completed(0x03, 40_000)); // bucket (0.025, 0.05]
+        b.record(0, &completed(0x03, 40_000)); // bucket (0.025, 0.05]
         let buckets = b.latency_buckets();
         let p50 = quantile(&buckets, 0.5).unwrap();
         assert!(p50 > 0.0001 && p50 <= 0.00025, "{p50}");

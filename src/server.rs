@@ -262,10 +262,11 @@ async fn run_session(
                 }
             },
         };
+        let worker = admitted.placement.worker();
         let session = async {
             match stream {
-                Accepted::Tcp(s) => session::run(shared, s, &peer, &drain).await,
-                Accepted::Unix(s) => session::run(shared, s, &peer, &drain).await,
+                Accepted::Tcp(s) => session::run(shared, s, &peer, worker, &drain).await,
+                Accepted::Unix(s) => session::run(shared, s, &peer, worker, &drain).await,
             }
         };
         // Past the drain deadline (or on a second signal) sessions are dropped, which closes
@@ -286,7 +287,7 @@ async fn run_session(
 struct Admitted {
     metrics: Arc<crate::metrics::Metrics>,
     _permit: tokio::sync::OwnedSemaphorePermit,
-    _placement: Placement,
+    placement: Placement,
 }
 
 impl Admitted {
@@ -299,7 +300,7 @@ impl Admitted {
         Self {
             metrics,
             _permit: permit,
-            _placement: placement,
+            placement,
         }
     }
 }

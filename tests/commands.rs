@@ -115,14 +115,23 @@ fn server_code(e: &mysql_async::Error) -> Option<(u16, &str)> {
     }
 }
 
-fn kind_count(proxy: &TestProxy, kind: CommandKind) -> u64 {
-    proxy
-        .shared
-        .backends()
-        .backends()
-        .iter()
-        .map(|b| b.stats.commands(kind))
+/// Sums one per-kind series of `backend_query_duration_seconds` (`count` or `sum`) over every
+/// backend, as /metrics shows it.
+fn query_duration_series(proxy: &TestProxy, series: &str, kind: CommandKind) -> f64 {
+    let text = String::from_utf8(proxy.shared.metrics.render()).expect("exposition is UTF-8");
+    let prefix = format!("mysql_lb_backend_query_duration_seconds_{series}{{");
+    let label = format!("command=\"{}\"", kind.as_str());
+    text.lines()
+        .filter(|l| l.starts_with(&prefix) && l.contains(&label))
+        .map(|l| {
+            let value = l.rsplit(' ').next().unwrap_or_default();
+            value.parse::<f64>().unwrap_or_else(|e| panic!("{l}: {e}"))
+        })
         .sum()
+}
+
+fn kind_count(proxy: &TestProxy, kind: CommandKind) -> u64 {
+    query_duration_series(proxy, "count", kind) as u64
 }
 
 /// Waits until `value()` reaches `target` (recording runs as responses flow) or 5 s pass, then
@@ -2193,14 +2202,8 @@ async fn latency_sink_records_every_command_a_mysql_async_session_completes() {
         kind_count(&proxy, CommandKind::Query) >= 50,
         "query kind counted"
     );
-    let latency: Duration = proxy
-        .shared
-        .backends()
-        .backends()
-        .iter()
-        .map(|b| b.stats.latency_sum(CommandKind::Query))
-        .sum();
-    assert!(latency > Duration::ZERO, "latencies were summed");
+    let latency = query_duration_series(&proxy, "sum", CommandKind::Query);
+    assert!(latency > 0.0, "latencies were summed: {latency}");
     conn.disconnect().await.unwrap();
 }
 
@@ -2222,4 +2225,50 @@ async fn query_kind_counter_grows_by_exactly_the_com_query_count_sent() {
     assert_eq!(proxy.total_commands(), 51, "nothing else was recorded");
     assert_eq!(kind_count(&proxy, CommandKind::Prepare), 0);
     assert_eq!(kind_count(&proxy, CommandKind::Execute), 0);
+}
+
+#[tokio::test]
+async fn commands_recorded_on_both_workers_add_up_in_metrics_and_backends() {
+    // Each worker records on its own shard of the backend's histograms; /metrics and /backends
+    // must show the sum, as a single histogram would.
+    let pair = shared_pair();
+    let mut cfg = common::proxy::config(&[pair[0].tcp_addr()]);
+    cfg.worker_threads = Some(2);
+    let proxy = TestProxy::start_with(cfg);
+    let mut clients = Vec::new();
+    for _ in 0..4 {
+        clients.push(raw(&proxy, 0, 0).await);
+    }
+    let (_, metrics) = proxy.admin_get("/metrics");
+    for worker in ["0", "1"] {
+        let series = format!("mysql_lb_worker_sessions{{worker=\"{worker}\"}} 2");
+        assert!(
+            metrics.contains(&series),
+            "sessions on both workers:\n{metrics}"
+        );
+    }
+    for (i, c) in clients.iter_mut().enumerate() {
+        for j in 0..25 {
+            let n = i * 100 + j;
+            assert_eq!(
+                query(c, &format!("SELECT {n}")).await,
+                vec![vec![Some(n.to_string())]]
+            );
+        }
+    }
+    assert_eq!(
+        wait_for_count(100, || kind_count(&proxy, CommandKind::Query)).await,
+        100
+    );
+    assert_eq!(kind_count(&proxy, CommandKind::Other), 0);
+    let (_, metrics) = proxy.admin_get("/metrics");
+    let inf = format!(
+        "mysql_lb_backend_first_byte_seconds_bucket{{backend=\"{}\",command=\"query\",le=\"+Inf\"}} 100",
+        pair[0].tcp_addr()
+    );
+    assert!(metrics.contains(&inf), "missing {inf}:\n{metrics}");
+    let (status, body) = proxy.admin_get("/backends");
+    assert_eq!(status, 200, "{body}");
+    let json: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(json["backends"][0]["commands"], 100, "{json}");
 }

@@ -26,22 +26,21 @@ use serde::Deserialize;
 
 use crate::limits::FD_RESERVE;
 
-pub(super) const DEFAULT_LISTEN: SocketAddr =
-    SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 4040);
-pub(super) const DEFAULT_ADMIN: SocketAddr = SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 4041);
-pub(super) const DEFAULT_MAX_CONNECTIONS: usize = 10_000;
-pub(super) const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
-pub(super) const DEFAULT_DOWN_COOLOFF: Duration = Duration::from_secs(5);
-pub(super) const DEFAULT_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
-pub(super) const DEFAULT_MAX_PACKET_SIZE: u64 = 1 << 30;
-pub(super) const DEFAULT_MAX_HANDSHAKE_PACKET_SIZE: usize = 65_536;
-pub(super) const DEFAULT_SCRIPT_BUDGET: Duration = Duration::from_millis(10);
-pub(super) const MIN_PACKET_SIZE: u64 = 1024;
+const DEFAULT_LISTEN: SocketAddr = SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 4040);
+const DEFAULT_ADMIN: SocketAddr = SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 4041);
+const DEFAULT_MAX_CONNECTIONS: usize = 10_000;
+const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+const DEFAULT_DOWN_COOLOFF: Duration = Duration::from_secs(5);
+const DEFAULT_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+const DEFAULT_MAX_PACKET_SIZE: u64 = 1 << 30;
+const DEFAULT_MAX_HANDSHAKE_PACKET_SIZE: usize = 65_536;
+const DEFAULT_SCRIPT_BUDGET: Duration = Duration::from_millis(10);
+const MIN_PACKET_SIZE: u64 = 1024;
 /// A handshake packet is a single wire chunk, so it cannot exceed the 3-byte length field.
-pub(super) const MAX_HANDSHAKE_PACKET_SIZE: usize = 0xFF_FFFF;
+const MAX_HANDSHAKE_PACKET_SIZE: usize = 0xFF_FFFF;
 /// `sun_path` is 108 bytes on Linux, including the terminating NUL.
-pub(super) const MAX_UNIX_PATH_LEN: usize = 107;
-pub(super) const LOG_LEVELS: [&str; 6] = ["trace", "debug", "info", "warn", "error", "off"];
+const MAX_UNIX_PATH_LEN: usize = 107;
+const LOG_LEVELS: [&str; 6] = ["trace", "debug", "info", "warn", "error", "off"];
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BackendConfig {
@@ -278,7 +277,7 @@ impl ConfigError {
 
 /// Rejects bare words that are not levels: EnvFilter would read "debgu" as a target name and
 /// silently log nothing.
-pub(super) fn check_log_filter(filter: &str) -> Result<(), String> {
+fn check_log_filter(filter: &str) -> Result<(), String> {
     if filter.trim().is_empty() {
         return Err("must not be empty (e.g. \"info\")".to_owned());
     }
@@ -297,7 +296,7 @@ pub(super) fn check_log_filter(filter: &str) -> Result<(), String> {
 }
 
 /// The script is loaded (and reloaded) later; a missing file is caught here, a Lua error there.
-pub(super) fn check_readable_file(path: &Path) -> Result<(), String> {
+fn check_readable_file(path: &Path) -> Result<(), String> {
     match std::fs::metadata(path) {
         Ok(m) if m.is_file() => std::fs::File::open(path)
             .map(drop)
@@ -332,7 +331,24 @@ impl Config {
         RawConfig::parse(s)?.into_config()?.validate()
     }
 
+    /// Checks what serde cannot (ranges, duplicates, combinations); each error names its key.
     pub fn validate(self) -> Result<Config, ConfigError> {
+        self.validate_listen()?;
+        self.validate_backends()?;
+        self.validate_limits()?;
+        check_log_filter(&self.log_level).map_err(|m| ConfigError::invalid("log.level", m))?;
+        if self.worker_threads == Some(0) {
+            return Err(ConfigError::invalid(
+                "worker_threads",
+                "must be > 0 (leave it out for one per CPU)",
+            ));
+        }
+        self.health_check.validate()?;
+        self.balancer.validate()?;
+        Ok(self)
+    }
+
+    fn validate_listen(&self) -> Result<(), ConfigError> {
         if self.listen.is_empty() {
             return Err(ConfigError::invalid(
                 "listen",
@@ -352,6 +368,10 @@ impl Config {
                 ));
             }
         }
+        Ok(())
+    }
+
+    fn validate_backends(&self) -> Result<(), ConfigError> {
         if self.backends.is_empty() {
             return Err(ConfigError::invalid(
                 "backends",
@@ -382,6 +402,11 @@ impl Config {
                 ));
             }
         }
+        Ok(())
+    }
+
+    /// Connection counts, descriptors, timeouts and packet sizes.
+    fn validate_limits(&self) -> Result<(), ConfigError> {
         if self.max_connections == 0 {
             return Err(ConfigError::invalid("max_connections", "must be > 0"));
         }
@@ -422,47 +447,51 @@ impl Config {
                 ),
             ));
         }
-        check_log_filter(&self.log_level).map_err(|m| ConfigError::invalid("log.level", m))?;
-        if self.worker_threads == Some(0) {
-            return Err(ConfigError::invalid(
-                "worker_threads",
-                "must be > 0 (leave it out for one per CPU)",
-            ));
-        }
-        let h = &self.health_check;
-        if h.timeout.is_zero() {
+        Ok(())
+    }
+}
+
+impl HealthCheckConfig {
+    fn validate(&self) -> Result<(), ConfigError> {
+        if self.timeout.is_zero() {
             return Err(ConfigError::invalid("health_check.timeout", "must be > 0"));
         }
-        if h.fall == 0 || h.rise == 0 {
-            let key = if h.fall == 0 {
+        if self.fall == 0 || self.rise == 0 {
+            let key = if self.fall == 0 {
                 "health_check.fall"
             } else {
                 "health_check.rise"
             };
             return Err(ConfigError::invalid(key, "must be > 0"));
         }
-        if h.password.is_some() && h.user.is_none() {
+        if self.password.is_some() && self.user.is_none() {
             return Err(ConfigError::invalid(
                 "health_check.password",
                 "set health_check.user too",
             ));
         }
-        if self.balancer.script_budget.is_zero() {
-            return Err(ConfigError::invalid(
-                "balancer.script_budget",
-                "must be > 0",
-            ));
-        }
-        if let Some(path) = &self.balancer.script {
-            check_readable_file(path).map_err(|m| ConfigError::invalid("balancer.script", m))?;
-        }
-        if h.max_replication_lag.is_some() && h.user.is_none() {
+        if self.max_replication_lag.is_some() && self.user.is_none() {
             return Err(ConfigError::invalid(
                 "health_check.max_replication_lag",
                 "reading replication status needs a login: set health_check.user (with REPLICATION CLIENT/SLAVE MONITOR privilege)",
             ));
         }
-        Ok(self)
+        Ok(())
+    }
+}
+
+impl BalancerConfig {
+    fn validate(&self) -> Result<(), ConfigError> {
+        if self.script_budget.is_zero() {
+            return Err(ConfigError::invalid(
+                "balancer.script_budget",
+                "must be > 0",
+            ));
+        }
+        if let Some(path) = &self.script {
+            check_readable_file(path).map_err(|m| ConfigError::invalid("balancer.script", m))?;
+        }
+        Ok(())
     }
 }
 

@@ -196,7 +196,7 @@ impl PacketScanner {
     }
 }
 
-/// Appends `bytes` as a length-encoded string (the writer beside [`lenenc_int`]).
+/// Appends `bytes` as a length-encoded string (the writer beside [`lenenc_bytes`]).
 pub fn put_lenenc_bytes(out: &mut Vec<u8>, bytes: &[u8]) {
     let n = bytes.len() as u64;
     match n {
@@ -217,22 +217,51 @@ pub fn put_lenenc_bytes(out: &mut Vec<u8>, bytes: &[u8]) {
     out.extend_from_slice(bytes);
 }
 
+/// Why a length-encoded value could not be read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Error)]
+pub enum LenencError {
+    #[error("length-encoded value cut short")]
+    Truncated,
+    /// 0xFB (NULL in a row) or 0xFF (an ERR header) where a length was expected.
+    #[error("invalid length prefix 0x{0:02X}")]
+    Invalid(u8),
+}
+
 /// Reads a length-encoded integer at `pos`; returns the value and the offset after it.
-pub fn lenenc_int(buf: &[u8], pos: usize) -> Option<(u64, usize)> {
-    let first = *buf.get(pos)?;
+pub fn read_lenenc_int(buf: &[u8], pos: usize) -> Result<(u64, usize), LenencError> {
+    let first = *buf.get(pos).ok_or(LenencError::Truncated)?;
     let width = match first {
-        0..=0xFA => return Some((u64::from(first), pos + 1)),
+        0..=0xFA => return Ok((u64::from(first), pos + 1)),
         0xFC => 2,
         0xFD => 3,
         0xFE => 8,
-        _ => return None,
+        bad => return Err(LenencError::Invalid(bad)),
     };
-    let bytes = buf.get(pos + 1..pos + 1 + width)?;
+    let bytes = buf
+        .get(pos + 1..pos + 1 + width)
+        .ok_or(LenencError::Truncated)?;
     let mut value = 0u64;
     for (i, b) in bytes.iter().enumerate() {
         value |= u64::from(*b) << (8 * i);
     }
-    Some((value, pos + 1 + width))
+    Ok((value, pos + 1 + width))
+}
+
+/// As [`read_lenenc_int`], for callers that only need to know whether it was there.
+pub fn lenenc_int(buf: &[u8], pos: usize) -> Option<(u64, usize)> {
+    read_lenenc_int(buf, pos).ok()
+}
+
+/// Reads a length-encoded string at `pos`; returns its bytes and the offset after it. A length
+/// past the end of `buf` (up to 2^64 - 1 on the wire) is `Truncated`, never an allocation.
+pub fn lenenc_bytes(buf: &[u8], pos: usize) -> Result<(&[u8], usize), LenencError> {
+    let (len, start) = read_lenenc_int(buf, pos)?;
+    let end = usize::try_from(len)
+        .ok()
+        .and_then(|len| start.checked_add(len))
+        .ok_or(LenencError::Truncated)?;
+    let bytes = buf.get(start..end).ok_or(LenencError::Truncated)?;
+    Ok((bytes, end))
 }
 
 /// Appends a packet header for a payload of `len` bytes (`len` must be below `MAX_CHUNK`).
@@ -443,6 +472,34 @@ mod tests {
             put_lenenc_bytes(&mut out, &data);
             let (n, at) = lenenc_int(&out, 0).expect("a length prefix");
             assert_eq!((n as usize, out.len() - at), (len, len), "length {len}");
+            let (bytes, end) = lenenc_bytes(&out, 0).expect("a whole string");
+            assert_eq!((bytes.len(), end), (len, out.len()), "length {len}");
         }
+    }
+
+    #[test]
+    fn lenenc_errors_say_truncated_or_invalid() {
+        assert_eq!(read_lenenc_int(&[], 0), Err(LenencError::Truncated));
+        assert_eq!(
+            read_lenenc_int(&[0xFD, 1, 2], 0),
+            Err(LenencError::Truncated)
+        );
+        assert_eq!(read_lenenc_int(&[0xFB], 0), Err(LenencError::Invalid(0xFB)));
+        assert_eq!(
+            read_lenenc_int(&[0xFF, 1], 0),
+            Err(LenencError::Invalid(0xFF))
+        );
+        assert_eq!(read_lenenc_int(&[9, 0xFC, 1, 2], 1), Ok((0x0201, 4)));
+        assert_eq!(
+            lenenc_bytes(&[3, b'a', b'b'], 0),
+            Err(LenencError::Truncated)
+        );
+        assert_eq!(
+            lenenc_bytes(&[2, b'a', b'b', 1, b'c'], 3),
+            Ok((&b"c"[..], 5))
+        );
+        // 2^64 - 1 bytes claimed: refused from the length alone.
+        let huge = [0xFE, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, b'a'];
+        assert_eq!(lenenc_bytes(&huge, 0), Err(LenencError::Truncated));
     }
 }

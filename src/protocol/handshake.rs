@@ -6,22 +6,22 @@
 //! rebuilt packet would change what the two ends agree on. Patching therefore needs byte offsets,
 //! which this module computes itself.
 //!
-//! The greeting is walked by hand rather than with `mysql_common::packets::HandshakePacket`: the
-//! offsets are needed anyway, and 0.38's parser overflows an `i8` (a panic in debug builds) when
-//! the auth-plugin-data length byte is 0x80..=0x87, and rejects greetings carrying status bits it
-//! does not know. The client response's fields come from `mysql_common::packets::HandshakeResponse`;
-//! a short walk of our own reads the connect attributes, which it keeps in a `HashMap` (order lost).
+//! Both packets are walked by hand rather than with `mysql_common::packets`: the offsets are needed
+//! anyway, 0.38's `HandshakePacket` overflows an `i8` (a panic in debug builds) when the
+//! auth-plugin-data length byte is 0x80..=0x87 and rejects greetings carrying status bits it does
+//! not know, and its `HandshakeResponse` reads 0xFB/0xFF length prefixes as 0 and keeps connect
+//! attributes in a `HashMap` (order lost). One walk per packet gives every field the proxy and the
+//! health monitor need, so nothing is parsed twice.
 //!
 //! Every function takes a payload without its 4-byte packet header, returns an error on anything
 //! short or malformed, and leaves the bytes untouched when it fails.
 
 use std::fmt;
-
-use mysql_common::io::ParseBuf;
-use mysql_common::packets::HandshakeResponse;
-use mysql_common::proto::MyDeserialize;
+use std::ops::Range;
 
 use crate::protocol::caps::{self, Negotiated};
+use crate::protocol::codec::{lenenc_bytes, LenencError};
+use crate::protocol::errors::ServerErr;
 
 /// Which handshake packet an error is about.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -100,6 +100,9 @@ pub struct ClientResponse {
 
 // Greeting layout after the NUL-terminated server version: offsets into the fixed 31-byte block.
 const G_CONNECTION_ID: usize = 0;
+/// Auth-plugin-data part 1: the first 8 bytes of the scramble.
+const G_SCRAMBLE_1: usize = 4;
+const G_SCRAMBLE_1_LEN: usize = 8;
 const G_CAPS_LOWER: usize = 13;
 const G_CAPS_UPPER: usize = 18;
 /// The last 4 of the 10 reserved bytes.
@@ -110,9 +113,6 @@ const G_FIXED_LEN: usize = 31;
 const R_CAPS: usize = 0;
 const R_MARIADB_CAPS: usize = 28;
 const R_HEADER_LEN: usize = 32;
-
-/// Longest ERR message kept from a backend that refused us before greeting.
-const MAX_ERR_MESSAGE: usize = 512;
 
 pub fn parse_greeting(payload: &[u8]) -> Result<Greeting, HandshakeError> {
     read_greeting(payload).map(|(greeting, _)| greeting)
@@ -151,7 +151,8 @@ impl Strip {
 
 /// As [`patch_greeting`], clearing the bits of `strip`.
 pub fn patch_greeting_with(payload: &mut [u8], strip: Strip) -> Result<Greeting, HandshakeError> {
-    let (mut greeting, fixed) = read_greeting(payload)?;
+    let (mut greeting, layout) = read_greeting(payload)?;
+    let fixed = layout.fixed;
     let g = Packet::Greeting;
     clear_bits(payload, fixed + G_CAPS_LOWER, 2, strip.capabilities, g)?;
     clear_bits(
@@ -177,8 +178,8 @@ pub fn patch_greeting_with(payload: &mut [u8], strip: Strip) -> Result<Greeting,
 
 /// Overwrites the 4-byte connection id (for later use: proxy-unique ids). Returns the old id.
 pub fn set_greeting_connection_id(payload: &mut [u8], id: u32) -> Result<u32, HandshakeError> {
-    let (greeting, fixed) = read_greeting(payload)?;
-    let at = fixed + G_CONNECTION_ID;
+    let (greeting, layout) = read_greeting(payload)?;
+    let at = layout.fixed + G_CONNECTION_ID;
     let slot = payload
         .get_mut(at..at + 4)
         .ok_or_else(|| truncated(Packet::Greeting, "connection id"))?;
@@ -230,8 +231,30 @@ pub fn negotiate(greeting: &Greeting, response: &ClientResponse) -> Negotiated {
     }
 }
 
-/// Parses the greeting and returns where its fixed 31-byte block starts.
-fn read_greeting(payload: &[u8]) -> Result<(Greeting, usize), HandshakeError> {
+/// The scramble (nonce) a client's auth answer is computed from: auth-plugin-data part 1 and, with
+/// `CLIENT_SECURE_CONNECTION`, part 2 without its trailing NUL. Errors as [`parse_greeting`] does.
+pub fn greeting_scramble(payload: &[u8]) -> Result<Vec<u8>, HandshakeError> {
+    let (_, layout) = read_greeting(payload)?;
+    let part1_at = layout.fixed + G_SCRAMBLE_1;
+    let part1 = payload
+        .get(part1_at..part1_at + G_SCRAMBLE_1_LEN)
+        .ok_or_else(|| truncated(Packet::Greeting, "auth-plugin-data part 1"))?;
+    let part2 = payload
+        .get(layout.scramble_2)
+        .ok_or_else(|| truncated(Packet::Greeting, "auth-plugin-data part 2"))?;
+    Ok([part1, part2.strip_suffix(&[0]).unwrap_or(part2)].concat())
+}
+
+/// Where a greeting's fields lie in its payload.
+struct Layout {
+    /// Start of the fixed 31-byte block after the server version.
+    fixed: usize,
+    /// Auth-plugin-data part 2 with its NUL (empty without `CLIENT_SECURE_CONNECTION`).
+    scramble_2: Range<usize>,
+}
+
+/// Parses the greeting and says where its parts lie.
+fn read_greeting(payload: &[u8]) -> Result<(Greeting, Layout), HandshakeError> {
     let mut r = Reader::new(payload, Packet::Greeting);
     let protocol_version = r.u8("protocol version")?;
     match protocol_version {
@@ -255,11 +278,13 @@ fn read_greeting(payload: &[u8]) -> Result<(Greeting, usize), HandshakeError> {
     let raw_mariadb_capabilities = f.u32("MariaDB capabilities")?;
     let capabilities = u32::from(caps_lower) | u32::from(caps_upper) << 16;
 
+    let scramble_2_start = r.pos;
     if capabilities & caps::CLIENT_SECURE_CONNECTION != 0 {
         // Part 2 of the scramble: max(13, total length - 8), NUL included.
         let len = usize::from(auth_data_len).saturating_sub(8).max(13);
         r.take(len, "auth-plugin-data part 2")?;
     }
+    let scramble_2 = scramble_2_start..r.pos;
     let auth_plugin = if capabilities & caps::CLIENT_PLUGIN_AUTH != 0 {
         // Some MySQL versions omit the trailing NUL (MySQL bug #59453): accept both.
         non_empty_lossy(r.nul_terminated_or_rest())
@@ -279,25 +304,18 @@ fn read_greeting(payload: &[u8]) -> Result<(Greeting, usize), HandshakeError> {
         status,
         auth_plugin,
     };
-    Ok((greeting, fixed_start))
+    let layout = Layout {
+        fixed: fixed_start,
+        scramble_2,
+    };
+    Ok((greeting, layout))
 }
 
-/// Reads an ERR packet sent in place of a greeting (no SQLSTATE marker expected, accepted if present).
+/// An ERR packet sent in place of a greeting (no SQLSTATE marker expected, accepted if present).
 fn server_error(payload: &[u8]) -> HandshakeError {
-    let mut r = Reader::new(payload, Packet::Greeting);
-    let code = match r.u8("ERR header").and_then(|_| r.u16("ERR code")) {
-        Ok(code) => code,
-        Err(e) => return e,
-    };
-    let rest = r.rest();
-    let message = match rest.strip_prefix(b"#") {
-        Some(after_marker) => after_marker.get(5..).unwrap_or_default(),
-        None => rest,
-    };
-    let message = message.get(..MAX_ERR_MESSAGE).unwrap_or(message);
-    HandshakeError::ServerError {
-        code,
-        message: String::from_utf8_lossy(message).into_owned(),
+    match ServerErr::parse(payload) {
+        Some(ServerErr { code, message }) => HandshakeError::ServerError { code, message },
+        None => truncated(Packet::Greeting, "ERR code"),
     }
 }
 
@@ -313,45 +331,47 @@ fn client_capabilities(payload: &[u8]) -> Result<u32, HandshakeError> {
     Ok(capabilities)
 }
 
+/// One walk over a HandshakeResponse41: every field the proxy needs, in wire order.
 fn parse_response(payload: &[u8], capabilities: u32) -> Result<ClientResponse, HandshakeError> {
-    // Our walk first: it names the missing field precisely and keeps the attributes in order.
-    let attributes = read_attributes(payload, capabilities)?;
-    let parsed = HandshakeResponse::deserialize((), &mut ParseBuf(payload)).map_err(|e| {
-        HandshakeError::Malformed {
-            packet: Packet::ClientResponse,
-            detail: e.to_string(),
-        }
-    })?;
-    let mut header = Reader::new(payload, Packet::ClientResponse);
-    header.take(4, "capability flags")?;
-    let max_packet_size = header.u32("max packet size")?;
-    header.take(1 + 19, "character set and filler")?;
-    let raw_mariadb_capabilities = header.u32("MariaDB capabilities")?;
-
+    let mut r = Reader::new(payload, Packet::ClientResponse);
+    r.take(4, "capability flags")?;
+    let max_packet_size = r.u32("max packet size")?;
+    let charset = r.u8("character set")?;
+    r.take(19, "filler")?;
+    let raw_mariadb_capabilities = r.u32("MariaDB capabilities")?;
+    let user = lossy(r.nul_terminated("user name")?);
+    skip_auth_data(&mut r, capabilities)?;
+    let database = if capabilities & caps::CLIENT_CONNECT_WITH_DB != 0 {
+        Some(lossy(r.nul_terminated("database name")?))
+    } else {
+        None
+    };
+    let auth_plugin = if capabilities & caps::CLIENT_PLUGIN_AUTH != 0 {
+        // Like the greeting's, the name may lack its NUL when nothing follows it.
+        non_empty_lossy(r.nul_terminated_or_rest())
+    } else {
+        None
+    };
+    let attributes = if capabilities & caps::CLIENT_CONNECT_ATTRS != 0 {
+        read_attributes(r.lenenc_bytes("connect attributes")?)?
+    } else {
+        Vec::new()
+    };
+    // Anything after (MySQL's zstd level byte) is not ours to judge.
     Ok(ClientResponse {
         capabilities,
         mariadb_capabilities: mariadb_bits(capabilities, raw_mariadb_capabilities),
         max_packet_size,
-        charset: parsed.collation(),
-        user: String::from_utf8_lossy(parsed.user()).into_owned(),
-        database: parsed
-            .db_name()
-            .map(|db| String::from_utf8_lossy(db).into_owned()),
-        auth_plugin: parsed
-            .auth_plugin()
-            .and_then(|p| non_empty_lossy(p.as_bytes())),
+        charset,
+        user,
+        database,
+        auth_plugin,
         attributes,
     })
 }
 
-/// Walks a HandshakeResponse41 to its connect attributes (empty without `CLIENT_CONNECT_ATTRS`).
-fn read_attributes(
-    payload: &[u8],
-    capabilities: u32,
-) -> Result<Vec<(String, String)>, HandshakeError> {
-    let mut r = Reader::new(payload, Packet::ClientResponse);
-    r.take(R_HEADER_LEN, "fixed-length header")?;
-    r.nul_terminated("user name")?;
+/// The auth answer is never kept (see [`ClientResponse`]); its length form depends on the flags.
+fn skip_auth_data(r: &mut Reader<'_>, capabilities: u32) -> Result<(), HandshakeError> {
     if capabilities & caps::CLIENT_PLUGIN_AUTH_LENENC_CLIENT_DATA != 0 {
         r.lenenc_bytes("auth data")?;
     } else if capabilities & caps::CLIENT_SECURE_CONNECTION != 0 {
@@ -360,26 +380,18 @@ fn read_attributes(
     } else {
         r.nul_terminated("auth data")?;
     }
-    if capabilities & caps::CLIENT_CONNECT_WITH_DB != 0 {
-        r.nul_terminated("database name")?;
-    }
-    if capabilities & caps::CLIENT_PLUGIN_AUTH != 0 {
-        r.nul_terminated_or_rest();
-    }
+    Ok(())
+}
+
+/// The connect-attributes block: name/value pairs of length-encoded strings, in the client's order.
+fn read_attributes(block: &[u8]) -> Result<Vec<(String, String)>, HandshakeError> {
+    let mut a = Reader::new(block, Packet::ClientResponse);
     let mut attributes = Vec::new();
-    if capabilities & caps::CLIENT_CONNECT_ATTRS != 0 {
-        let block = r.lenenc_bytes("connect attributes")?;
-        let mut a = Reader::new(block, Packet::ClientResponse);
-        while !a.is_empty() {
-            let key = a.lenenc_bytes("connect attribute name")?;
-            let value = a.lenenc_bytes("connect attribute value")?;
-            attributes.push((
-                String::from_utf8_lossy(key).into_owned(),
-                String::from_utf8_lossy(value).into_owned(),
-            ));
-        }
+    while !a.is_empty() {
+        let key = a.lenenc_bytes("connect attribute name")?;
+        let value = a.lenenc_bytes("connect attribute value")?;
+        attributes.push((lossy(key), lossy(value)));
     }
-    // Anything after (MySQL's zstd level byte) is not ours to judge.
     Ok(attributes)
 }
 
@@ -391,8 +403,12 @@ fn mariadb_bits(capabilities: u32, raw: u32) -> u32 {
     }
 }
 
+fn lossy(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
 fn non_empty_lossy(bytes: &[u8]) -> Option<String> {
-    (!bytes.is_empty()).then(|| String::from_utf8_lossy(bytes).into_owned())
+    (!bytes.is_empty()).then(|| lossy(bytes))
 }
 
 fn truncated(packet: Packet, what: &'static str) -> HandshakeError {
@@ -494,29 +510,18 @@ impl<'a> Reader<'a> {
         }
     }
 
-    fn lenenc_int(&mut self, what: &'static str) -> Result<u64, HandshakeError> {
-        Ok(match self.u8(what)? {
-            small @ 0..=0xFA => u64::from(small),
-            0xFC => u64::from(self.u16(what)?),
-            0xFD => {
-                let [a, b, c] = self.array(what)?;
-                u64::from(u32::from_le_bytes([a, b, c, 0]))
-            }
-            0xFE => u64::from_le_bytes(self.array(what)?),
-            bad => {
-                return Err(HandshakeError::Malformed {
-                    packet: self.packet,
-                    detail: format!("{what} has an invalid length prefix 0x{bad:02X}"),
-                })
-            }
-        })
-    }
-
     fn lenenc_bytes(&mut self, what: &'static str) -> Result<&'a [u8], HandshakeError> {
-        let len = self.lenenc_int(what)?;
-        // A length beyond usize cannot fit in the buffer either.
-        let len = usize::try_from(len).map_err(|_| truncated(self.packet, what))?;
-        self.take(len, what)
+        match lenenc_bytes(self.buf, self.pos) {
+            Ok((bytes, next)) => {
+                self.pos = next;
+                Ok(bytes)
+            }
+            Err(LenencError::Truncated) => Err(truncated(self.packet, what)),
+            Err(LenencError::Invalid(bad)) => Err(HandshakeError::Malformed {
+                packet: self.packet,
+                detail: format!("{what} has an invalid length prefix 0x{bad:02X}"),
+            }),
+        }
     }
 }
 
@@ -524,7 +529,9 @@ impl<'a> Reader<'a> {
 mod tests {
     use super::*;
     use crate::protocol::caps::*;
-    use mysql_common::packets::HandshakePacket;
+    use mysql_common::io::ParseBuf;
+    use mysql_common::packets::{HandshakePacket, HandshakeResponse};
+    use mysql_common::proto::MyDeserialize;
 
     /// A real MariaDB 10.11.19 greeting (captured with socat from `mariadbd`), header stripped.
     const MARIADB_GREETING_HEX: &str =
@@ -1078,6 +1085,56 @@ mod tests {
         );
     }
 
+    // ---- scramble ----
+
+    #[test]
+    fn scramble_is_both_parts_without_the_nul() {
+        let captured = mariadb_greeting();
+        let mc = HandshakePacket::deserialize((), &mut ParseBuf(&captured)).unwrap();
+        let scramble = greeting_scramble(&captured).unwrap();
+        assert_eq!(scramble.len(), 20);
+        assert_eq!(scramble, mc.nonce());
+        assert_eq!(
+            greeting_scramble(&mysql8_greeting()).unwrap(),
+            b"abcdefghijklmnopqrst"
+        );
+    }
+
+    #[test]
+    fn scramble_with_odd_auth_data_lengths_stays_bounded() {
+        // 0 and 0x80..: lengths that crash or confuse other parsers; part 2 is at least 13 bytes.
+        for len in [0u8, 21, 0x80, 0x87] {
+            let mut payload = mysql8_greeting();
+            let fixed = payload.iter().position(|&b| b == 0).unwrap() + 1;
+            payload[fixed + 20] = len;
+            let r = greeting_scramble(&payload);
+            if len <= 21 {
+                assert_eq!(r.unwrap(), b"abcdefghijklmnopqrst", "len {len}");
+            } else {
+                assert!(is_truncated(&r.unwrap_err(), Packet::Greeting), "len {len}");
+            }
+        }
+        let bare = greeting("4.1.22", CLIENT_MYSQL | CLIENT_PROTOCOL_41, 0, None);
+        assert_eq!(
+            greeting_scramble(&bare).unwrap(),
+            b"abcdefgh",
+            "part 1 only"
+        );
+    }
+
+    #[test]
+    fn scramble_of_a_bad_greeting_is_the_parse_error() {
+        let full = mariadb_greeting();
+        for cut in [0, 1, 10, 30, 50] {
+            assert!(greeting_scramble(&full[..cut]).is_err(), "cut at {cut}");
+        }
+        let refused = [&[0xFF, 0x10, 0x04][..], b"Too many connections"].concat();
+        assert!(matches!(
+            greeting_scramble(&refused),
+            Err(HandshakeError::ServerError { code: 1040, .. })
+        ));
+    }
+
     // ---- client response ----
 
     #[test]
@@ -1383,6 +1440,7 @@ mod tests {
             for len in 0..full.len() {
                 let mut cut = full[..len].to_vec();
                 let parsed = parse_greeting(&cut);
+                assert_eq!(greeting_scramble(&cut).is_ok(), parsed.is_ok(), "len {len}");
                 let _ = set_greeting_connection_id(&mut cut.clone(), 1);
                 let patched = patch_greeting(&mut cut);
                 assert_eq!(parsed.is_ok(), patched.is_ok());
@@ -1482,6 +1540,7 @@ mod tests {
 
     fn exercise_everything(bytes: &[u8]) {
         let greeting = parse_greeting(bytes);
+        assert_eq!(greeting_scramble(bytes).is_ok(), greeting.is_ok());
         let mut copy = bytes.to_vec();
         let patched = patch_greeting(&mut copy);
         assert_eq!(greeting.is_ok(), patched.is_ok());

@@ -56,12 +56,14 @@ impl EndReason {
     }
 }
 
-/// Runs one client session to its end. `peer` names the client in logs. Once `drain` is
+/// Runs one client session to its end. `peer` names the client in logs; `worker` is the index of
+/// the worker thread running it (its latency samples go to that worker's shard). Once `drain` is
 /// cancelled the session ends at its next command boundary.
 pub async fn run<C>(
     shared: Arc<ProxyState>,
     mut client: C,
     peer: &str,
+    worker: usize,
     drain: &CancellationToken,
 ) -> EndReason
 where
@@ -93,6 +95,7 @@ where
     let mut tracker = Tracker::new(auth.negotiated, shared.session.max_packet_size);
     let mut observer = Recorder {
         stats: &lease.backend().stats,
+        worker,
         backend: lease.backend(),
         kills: &shared.kills,
     };
@@ -178,13 +181,14 @@ fn register_proxy_id<'a>(
 /// Feeds a session's commands and bytes into its backend's metrics, and maps KILLs.
 struct Recorder<'a> {
     stats: &'a BackendStats,
+    worker: usize,
     backend: &'a Arc<Backend>,
     kills: &'a kill::Registry,
 }
 
 impl Observer for Recorder<'_> {
     fn completed(&mut self, c: &Completed) {
-        self.stats.record(c);
+        self.stats.record(self.worker, c);
         trace!(
             backend = %self.backend.name,
             command = c.command,
