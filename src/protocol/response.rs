@@ -92,14 +92,46 @@ pub struct ClientScan {
     pub quit: bool,
     /// Commands added to the queue by this read.
     pub commands: usize,
-    /// Offsets (start, end) in the scanned buffer of a command packet that may be a KILL, when it
-    /// lies whole in the buffer: the session may rewrite it (see `crate::kill`).
-    pub kill: Option<(usize, usize)>,
+    /// Bytes at the end of the buffer to hold back: the start of a short command that may be a
+    /// KILL, not whole yet. The tracker has not counted them; the caller forwards what precedes
+    /// them, keeps them, and passes them again at the front of the next buffer.
+    pub held: usize,
 }
+
+/// Longest command packet (payload) taken for a KILL: a KILL statement is a few dozen bytes, so
+/// a longer one is not held back while it arrives.
+pub const MAX_KILL_PACKET: usize = 512;
 
 /// Whitespace as the server's SQL lexer sees it (ASCII whitespace plus vertical tab).
 pub fn is_sql_space(b: u8) -> bool {
     b.is_ascii_whitespace() || b == 0x0B
+}
+
+/// True if the first bytes of a command packet (header included, possibly cut short) may still
+/// turn out to be a KILL of at most [`MAX_KILL_PACKET`] bytes: the relay then waits for the rest
+/// before forwarding it, so the whole statement can be mapped.
+pub fn may_become_kill(partial: &[u8]) -> bool {
+    let Some(header) = partial.get(..4) else {
+        // Not even a header yet: the next bytes decide.
+        return true;
+    };
+    let len = u32::from_le_bytes([header[0], header[1], header[2], 0]) as usize;
+    if header[3] != 0 || len > MAX_KILL_PACKET {
+        return false;
+    }
+    match partial[4..].split_first() {
+        None | Some((&cmd::PROCESS_KILL, _)) => true,
+        Some((&cmd::QUERY, sql)) => {
+            let start = sql
+                .iter()
+                .position(|b| !is_sql_space(*b))
+                .unwrap_or(sql.len());
+            let word = &sql[start..];
+            let n = word.len().min(4);
+            word[..n].eq_ignore_ascii_case(&b"kill"[..n])
+        }
+        _ => false,
+    }
 }
 
 /// True if a command payload may be a KILL (`COM_PROCESS_KILL`, or a COM_QUERY starting with
@@ -143,8 +175,8 @@ pub enum TrackError {
         first: u8,
         start: Option<usize>,
     },
-    #[error("client pipelined more than {0} commands without reading a response")]
-    TooManyPending(usize),
+    #[error("client pipelined more than {max} commands without reading a response")]
+    TooManyPending { max: usize, start: Option<usize> },
 }
 
 impl TrackError {
@@ -158,8 +190,8 @@ impl TrackError {
             },
             Self::ClientOutOfOrder { start, .. }
             | Self::BackendOutOfOrder { start, .. }
-            | Self::BackendMalformed { start, .. } => start,
-            Self::TooManyPending(_) => None,
+            | Self::BackendMalformed { start, .. }
+            | Self::TooManyPending { start, .. } => start,
         }
     }
 
@@ -167,7 +199,7 @@ impl TrackError {
     pub fn is_client(&self) -> bool {
         matches!(
             self,
-            Self::ClientFrame(_) | Self::ClientOutOfOrder { .. } | Self::TooManyPending(_)
+            Self::ClientFrame(_) | Self::ClientOutOfOrder { .. } | Self::TooManyPending { .. }
         )
     }
 }
@@ -229,9 +261,13 @@ struct Pending {
 pub struct Tracker {
     caps: Negotiated,
     client: PacketScanner,
+    max_client_packet: u64,
     server: PacketScanner,
     queue: VecDeque<Pending>,
     client_mode: ClientMode,
+    /// Offsets of the KILL candidates of the last client buffer; reused, so only a session that
+    /// sends a KILL ever allocates it.
+    kills: Vec<(usize, usize)>,
     /// Packets the backend sent with no command outstanding (e.g. a shutdown notice).
     pub unsolicited: u64,
 }
@@ -241,11 +277,13 @@ impl Tracker {
         Self {
             caps,
             client: PacketScanner::new(max_packet_size),
+            max_client_packet: max_packet_size,
             // The backend enforces its own max_allowed_packet; result rows may legitimately be
             // large, so only the protocol's own limit applies to what it sends.
             server: PacketScanner::new(u64::MAX),
             queue: VecDeque::new(),
             client_mode: ClientMode::Commands,
+            kills: Vec::new(),
             unsolicited: 0,
         }
     }
@@ -271,24 +309,51 @@ impl Tracker {
         self.queue.front().map_or(1, |p| p.next_seq)
     }
 
-    /// Scans bytes read from the client (before they are written to the backend).
+    /// True while the server waits for the client (a LOCAL INFILE upload, an auth exchange
+    /// answer): the head command gets no further response until the client sends more.
+    pub fn awaiting_client(&self) -> bool {
+        matches!(self.client_mode, ClientMode::Infile | ClientMode::Auth)
+    }
+
+    /// Whole command packets of the last [`on_client`](Self::on_client) buffer that may be a
+    /// KILL, as (start, end) offsets in it, in order: the session may rewrite them (see
+    /// `crate::kill`).
+    pub fn kill_candidates(&self) -> &[(usize, usize)] {
+        &self.kills
+    }
+
+    /// Scans bytes read from the client (before they are written to the backend). Bytes the
+    /// returned [`ClientScan::held`] counts were not taken: pass them again, first, next time.
     pub fn on_client(&mut self, buf: &[u8]) -> Result<ClientScan, TrackError> {
         let mut scan = ClientScan::default();
+        self.kills.clear();
+        // Where the packet in progress at the end began, if it began in this buffer.
+        let mut open_at = self.client.at_boundary().then_some(0);
         let Self {
             client,
             queue,
             client_mode,
+            kills,
             ..
         } = self;
         client
             .scan(buf, |p| {
-                Self::client_packet(queue, client_mode, &p, &mut scan)
+                open_at = Some(p.end);
+                let whole = p.start.map(|start| &buf[start..p.end]);
+                Self::client_packet(queue, client_mode, &p, whole, &mut scan, kills)
             })
             // The closure never yields a backend error: a framing error here is the client's.
             .map_err(|e| match e {
                 TrackError::BackendFrame(f) => TrackError::ClientFrame(f),
                 other => other,
             })?;
+        if let Some(at) = open_at.filter(|&at| at < buf.len()) {
+            if self.client_mode == ClientMode::Commands && may_become_kill(&buf[at..]) {
+                // Forget the partial packet: it is scanned again, whole, from its header.
+                self.client = PacketScanner::new(self.max_client_packet);
+                scan.held = buf.len() - at;
+            }
+        }
         Ok(scan)
     }
 
@@ -296,7 +361,9 @@ impl Tracker {
         queue: &mut VecDeque<Pending>,
         mode: &mut ClientMode,
         p: &Packet<'_>,
+        whole: Option<&[u8]>,
         scan: &mut ClientScan,
+        kills: &mut Vec<(usize, usize)>,
     ) -> Result<(), TrackError> {
         match *mode {
             ClientMode::Commands => {}
@@ -353,10 +420,15 @@ impl Tracker {
             _ => Expect::Single,
         };
         if queue.len() >= MAX_PENDING {
-            return Err(TrackError::TooManyPending(MAX_PENDING));
+            return Err(TrackError::TooManyPending {
+                max: MAX_PENDING,
+                start: p.start,
+            });
         }
-        if scan.kill.is_none() && p.first_chunk_len < MAX_CHUNK && may_be_kill(p.prefix) {
-            scan.kill = p.start.map(|start| (start, p.end));
+        if let (Some(start), Some(packet)) = (p.start, whole) {
+            if packet.len() <= MAX_KILL_PACKET + 4 && may_be_kill(&packet[4..]) {
+                kills.push((start, p.end));
+            }
         }
         queue.push_back(Pending {
             command,
