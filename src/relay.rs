@@ -5,6 +5,8 @@
 //! trip, no copy, no allocation per packet. Both directions are polled from one future (not two
 //! tasks) so the tracker needs no lock, and neither direction ever waits on the other, so a client
 //! that pipelines a large batch while the server streams a large result cannot deadlock the pair.
+//! Buffers are small for the many quiet sessions, large only while a direction moves bulk data,
+//! and small again once it has been quiet for a second (see [`Shrinker`]).
 
 use std::future::{poll_fn, Future};
 use std::io;
@@ -233,7 +235,9 @@ where
         }
         if ready > 0 {
             hooks.written();
-            // A read that filled the buffer suggests a bulk transfer: give the next one more room.
+            // A read that filled the buffer suggests a bulk transfer: give the next one all the
+            // room at once (one large allocation, which the allocator maps apart from its heap and
+            // unmaps when freed, rather than a ladder of sizes that would fragment the heap).
             let full = dir.buf.len() == dir.buf.capacity();
             if dir.held > 0 {
                 dir.buf.copy_within(ready.., 0);
@@ -241,7 +245,7 @@ where
             dir.buf.truncate(dir.held);
             dir.written = 0;
             if full && dir.buf.capacity() < MAX_BUF {
-                dir.buf.reserve(dir.buf.capacity() * 2);
+                dir.buf.reserve(MAX_BUF - dir.buf.len());
             }
         }
         if let Some(e) = dir.failed.take() {
