@@ -514,6 +514,55 @@ impl From<FrameError> for TrackError {
     }
 }
 
+/// What [`step`] needs to know about one server packet, worked out once.
+struct Seen<'p> {
+    first: Option<u8>,
+    prefix: &'p [u8],
+    deprecate_eof: bool,
+    /// An EOF, or with CLIENT_DEPRECATE_EOF the OK that stands in for it (not a 0xFE-led row).
+    terminator: bool,
+    err: bool,
+    start: Option<usize>,
+}
+
+impl<'p> Seen<'p> {
+    fn new(caps: Negotiated, p: &Packet<'p>) -> Self {
+        let deprecate_eof = caps.has(CLIENT_DEPRECATE_EOF);
+        let first = p.first_byte();
+        let terminator = first == Some(0xFE)
+            && if deprecate_eof {
+                p.first_chunk_len < MAX_CHUNK
+            } else {
+                p.len < 9
+            };
+        Self {
+            first,
+            prefix: p.prefix,
+            deprecate_eof,
+            terminator,
+            err: first == Some(0xFF),
+            start: p.start,
+        }
+    }
+
+    fn malformed(&self, what: &'static str) -> TrackError {
+        TrackError::BackendMalformed {
+            what,
+            first: self.first.unwrap_or(0),
+            start: self.start,
+        }
+    }
+
+    /// Status flags of the packet that ends a result set.
+    fn end_of_rows_status(&self) -> u16 {
+        if self.deprecate_eof {
+            ok_status(self.prefix)
+        } else {
+            eof_status(self.prefix)
+        }
+    }
+}
+
 /// Advances the head command by one server packet; returns true when the response is complete.
 fn step(
     caps: Negotiated,
@@ -521,52 +570,74 @@ fn step(
     client_mode: &mut ClientMode,
     p: &Packet<'_>,
 ) -> Result<bool, TrackError> {
-    let deprecate_eof = caps.has(CLIENT_DEPRECATE_EOF);
-    let first = p.first_byte();
-    let malformed = |what| TrackError::BackendMalformed {
-        what,
-        first: first.unwrap_or(0),
-        start: p.start,
-    };
-    let is_terminator = first == Some(0xFE)
-        && if deprecate_eof {
-            p.first_chunk_len < MAX_CHUNK
-        } else {
-            p.len < 9
-        };
-    let is_err = first == Some(0xFF);
+    let seen = Seen::new(caps, p);
     match head.expect {
-        Expect::Response => match first {
-            None => Err(malformed("empty response")),
-            Some(0x00) => Ok(!more_results(ok_status(p.prefix))),
-            Some(0xFF) => Ok(!is_progress(caps, p.prefix)),
-            Some(0xFB) => {
-                *client_mode = ClientMode::Infile;
+        Expect::Response => response_start(caps, head, client_mode, p, &seen),
+        Expect::ColumnDefs(_) | Expect::ColumnsEof | Expect::Rows => result_set(head, &seen),
+        Expect::PrepareOk
+        | Expect::PrepareParams { .. }
+        | Expect::PrepareParamsEof { .. }
+        | Expect::PrepareColumns(_)
+        | Expect::PrepareColumnsEof => prepare(head, &seen),
+        Expect::Single => Ok(true),
+        Expect::FieldList => Ok(seen.err || seen.terminator),
+        Expect::Auth => match seen.first {
+            Some(0x00) | Some(0xFF) => Ok(true),
+            _ => {
+                *client_mode = ClientMode::Auth;
                 Ok(false)
             }
-            Some(0xFE) if p.len < 9 => Ok(!more_results(eof_status(p.prefix))),
-            Some(_) => match lenenc_int(p.prefix, 0) {
-                Some((n, _)) if n > 0 => {
-                    head.expect = Expect::ColumnDefs(n);
-                    Ok(false)
-                }
-                _ => Err(malformed("column count")),
-            },
         },
+        Expect::Binlog => Ok(seen.err || (seen.first == Some(0xFE) && p.len < 9)),
+    }
+}
+
+/// The first packet of a generic response (or of the next result of a multi-result one): OK,
+/// ERR, a LOCAL INFILE request, an EOF, or a result set's column count.
+fn response_start(
+    caps: Negotiated,
+    head: &mut Pending,
+    client_mode: &mut ClientMode,
+    p: &Packet<'_>,
+    seen: &Seen<'_>,
+) -> Result<bool, TrackError> {
+    match seen.first {
+        None => Err(seen.malformed("empty response")),
+        Some(0x00) => Ok(!more_results(ok_status(p.prefix))),
+        Some(0xFF) => Ok(!is_progress(caps, p.prefix)),
+        Some(0xFB) => {
+            *client_mode = ClientMode::Infile;
+            Ok(false)
+        }
+        Some(0xFE) if p.len < 9 => Ok(!more_results(eof_status(p.prefix))),
+        Some(_) => match lenenc_int(p.prefix, 0) {
+            Some((n, _)) if n > 0 => {
+                head.expect = Expect::ColumnDefs(n);
+                Ok(false)
+            }
+            _ => Err(seen.malformed("column count")),
+        },
+    }
+}
+
+/// Column definitions, their EOF (unless CLIENT_DEPRECATE_EOF), then rows to the terminator.
+fn result_set(head: &mut Pending, seen: &Seen<'_>) -> Result<bool, TrackError> {
+    match head.expect {
         Expect::ColumnDefs(left) => {
-            if is_err {
+            if seen.err {
                 return Ok(true);
             }
             head.expect = match left {
-                0 | 1 if deprecate_eof => Expect::Rows,
+                0 | 1 if seen.deprecate_eof => Expect::Rows,
                 0 | 1 => Expect::ColumnsEof,
                 n => Expect::ColumnDefs(n - 1),
             };
             Ok(false)
         }
-        Expect::ColumnsEof => match first {
+        Expect::ColumnsEof => match seen.first {
             Some(0xFE) => {
-                let status = eof_status(p.prefix);
+                let status = eof_status(seen.prefix);
+                // A cursor opened by COM_STMT_EXECUTE: rows come later, with COM_STMT_FETCH.
                 if head.command != cmd::QUERY && status & SERVER_STATUS_CURSOR_EXISTS != 0 {
                     return Ok(true);
                 }
@@ -574,39 +645,41 @@ fn step(
                 Ok(false)
             }
             Some(0xFF) => Ok(true),
-            _ => Err(malformed("end of column definitions")),
+            _ => Err(seen.malformed("end of column definitions")),
         },
-        Expect::Rows => {
-            if is_err {
+        _ => {
+            if seen.err {
                 return Ok(true);
             }
-            if !is_terminator {
+            if !seen.terminator {
                 return Ok(false);
             }
-            let status = if deprecate_eof {
-                ok_status(p.prefix)
-            } else {
-                eof_status(p.prefix)
-            };
-            if head.command == cmd::STMT_FETCH || !more_results(status) {
+            if head.command == cmd::STMT_FETCH || !more_results(seen.end_of_rows_status()) {
                 return Ok(true);
             }
             head.expect = Expect::Response;
             Ok(false)
         }
-        Expect::PrepareOk => match first {
+    }
+}
+
+/// COM_STMT_PREPARE: STMT_OK, then parameter and column definitions, each block ended by an EOF
+/// unless CLIENT_DEPRECATE_EOF.
+fn prepare(head: &mut Pending, seen: &Seen<'_>) -> Result<bool, TrackError> {
+    match head.expect {
+        Expect::PrepareOk => match seen.first {
             Some(0xFF) => Ok(true),
             Some(0x00) => {
-                let (columns, params) = match (p.prefix.get(5..7), p.prefix.get(7..9)) {
+                let (columns, params) = match (seen.prefix.get(5..7), seen.prefix.get(7..9)) {
                     (Some(c), Some(pa)) => (
                         u16::from_le_bytes([c[0], c[1]]),
                         u16::from_le_bytes([pa[0], pa[1]]),
                     ),
-                    _ => return Err(malformed("COM_STMT_PREPARE response")),
+                    _ => return Err(seen.malformed("COM_STMT_PREPARE response")),
                 };
                 Ok(prepare_next(head, params, columns))
             }
-            _ => Err(malformed("COM_STMT_PREPARE response")),
+            _ => Err(seen.malformed("COM_STMT_PREPARE response")),
         },
         Expect::PrepareParams { left, columns } => {
             head.expect = if left > 1 {
@@ -614,7 +687,7 @@ fn step(
                     left: left - 1,
                     columns,
                 }
-            } else if deprecate_eof {
+            } else if seen.deprecate_eof {
                 return Ok(prepare_next(head, 0, columns));
             } else {
                 Expect::PrepareParamsEof { columns }
@@ -622,8 +695,8 @@ fn step(
             Ok(false)
         }
         Expect::PrepareParamsEof { columns } => {
-            if first != Some(0xFE) {
-                return Err(malformed("end of parameter definitions"));
+            if seen.first != Some(0xFE) {
+                return Err(seen.malformed("end of parameter definitions"));
             }
             Ok(prepare_next(head, 0, columns))
         }
@@ -632,28 +705,18 @@ fn step(
                 head.expect = Expect::PrepareColumns(left - 1);
                 return Ok(false);
             }
-            if deprecate_eof {
+            if seen.deprecate_eof {
                 return Ok(true);
             }
             head.expect = Expect::PrepareColumnsEof;
             Ok(false)
         }
-        Expect::PrepareColumnsEof => {
-            if first != Some(0xFE) {
-                return Err(malformed("end of column definitions"));
+        _ => {
+            if seen.first != Some(0xFE) {
+                return Err(seen.malformed("end of column definitions"));
             }
             Ok(true)
         }
-        Expect::Single => Ok(true),
-        Expect::FieldList => Ok(is_err || is_terminator),
-        Expect::Auth => match first {
-            Some(0x00) | Some(0xFF) => Ok(true),
-            _ => {
-                *client_mode = ClientMode::Auth;
-                Ok(false)
-            }
-        },
-        Expect::Binlog => Ok(is_err || (first == Some(0xFE) && p.len < 9)),
     }
 }
 
