@@ -382,7 +382,7 @@ where
 /// True once every command the backend can answer now has been answered and relayed: the place
 /// for an ERR of the proxy's own.
 fn answered(tracker: &Tracker, down: &Direction) -> bool {
-    (tracker.pending() == 0 || tracker.awaiting_client())
+    (tracker.pending() == 0 || tracker.open_ended())
         && tracker.server_at_boundary()
         && down.buf.is_empty()
 }

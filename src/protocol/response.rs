@@ -309,10 +309,13 @@ impl Tracker {
         self.queue.front().map_or(1, |p| p.next_seq)
     }
 
-    /// True while the server waits for the client (a LOCAL INFILE upload, an auth exchange
-    /// answer): the head command gets no further response until the client sends more.
-    pub fn awaiting_client(&self) -> bool {
-        matches!(self.client_mode, ClientMode::Infile | ClientMode::Auth)
+    /// True while the head command's response will not end without more from the client: the
+    /// server waits for a LOCAL INFILE upload or an auth answer, or streams a binlog.
+    pub fn open_ended(&self) -> bool {
+        matches!(
+            self.client_mode,
+            ClientMode::Infile | ClientMode::Auth | ClientMode::Binlog
+        )
     }
 
     /// Whole command packets of the last [`on_client`](Self::on_client) buffer that may be a
