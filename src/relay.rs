@@ -296,87 +296,138 @@ where
     let mut drain_now = false;
     let mut idle = stop.idle_timeout.map(IdleTimer::new);
     let mut shrink = Shrinker::default();
-    let mut up = Direction::new(initial_client);
-    let mut down = Direction::new(initial_backend);
-    let mut quit = false;
-    let (mut client_active, mut backend_active) = (None, None);
-    // A client protocol error waiting for the commands before it to be answered.
-    let mut client_failed: Option<TrackError> = None;
-    prescan(
-        &mut up,
-        &mut Upstream {
-            tracker: &mut *tracker,
-            observer: &mut *observer,
-            quit: false,
-            active: &mut client_active,
-        },
-    );
-    prescan(
-        &mut down,
-        &mut Downstream {
-            tracker: &mut *tracker,
-            observer: &mut *observer,
-            active: &mut backend_active,
-        },
-    );
+    let mut session = Session {
+        client,
+        backend,
+        tracker,
+        observer,
+        up: Direction::new(initial_client),
+        down: Direction::new(initial_backend),
+        quit: false,
+        client_active: None,
+        backend_active: None,
+        client_failed: None,
+    };
+    session.prescan();
     poll_fn(|cx| {
         // On shutdown, end at the first command boundary — checked before reading the client, so
         // a command that arrives after the last response is never half served.
         if !drain_now && draining.as_mut().poll(cx).is_ready() {
             drain_now = true;
         }
-        let boundary = |t: &Tracker, up: &Direction, down: &Direction| {
-            t.idle() && up.buf.is_empty() && down.buf.is_empty()
-        };
-        if drain_now && boundary(tracker, &up, &down) {
+        if drain_now && session.boundary() {
             return Poll::Ready(RelayEnd::Drained);
         }
         if let Some(idle) = idle.as_mut() {
-            let last = client_active.max(backend_active);
-            if idle.expired(cx, last, boundary(tracker, &up, &down)) {
+            let last = session.client_active.max(session.backend_active);
+            if idle.expired(cx, last, session.boundary()) {
                 return Poll::Ready(RelayEnd::IdleTimeout);
             }
         }
-        shrink.poll(cx, &mut up, &mut down);
-        if client_failed.is_none() {
-            let mut hooks = Upstream {
-                tracker: &mut *tracker,
-                observer: &mut *observer,
-                quit: false,
-                active: &mut client_active,
-            };
-            let step = poll_direction(cx, &mut up, client, backend, &mut hooks);
-            quit |= hooks.quit;
-            match step {
-                // The commands before the bad packet were sent: their answers go first.
-                Poll::Ready(Step::Failed(e)) if e.is_client() => client_failed = Some(e),
-                Poll::Ready(step) => return Poll::Ready(upstream_end(step, quit)),
-                Poll::Pending => {}
-            }
+        shrink.poll(cx, &mut session.up, &mut session.down);
+        if let Poll::Ready(end) = session.poll_upstream(cx) {
+            return Poll::Ready(end);
         }
-        let mut hooks = Downstream {
-            tracker: &mut *tracker,
-            observer: &mut *observer,
-            active: &mut backend_active,
-        };
-        let step = poll_direction(cx, &mut down, backend, client, &mut hooks);
-        shrink.arm_if_grown(&up, &down);
+        let step = session.poll_downstream(cx);
+        shrink.arm_if_grown(&session.up, &session.down);
         match step {
-            Poll::Ready(step) => Poll::Ready(downstream_end(
-                step,
-                tracker.server_at_boundary(),
-                tracker.pending(),
-            )),
-            Poll::Pending if client_failed.is_some() && answered(tracker, &down) => {
-                Poll::Ready(RelayEnd::Protocol(client_failed.take().expect("checked")))
-            }
-            Poll::Pending if drain_now && boundary(tracker, &up, &down) => {
-                Poll::Ready(RelayEnd::Drained)
-            }
+            Poll::Ready(end) => Poll::Ready(end),
+            Poll::Pending if drain_now && session.boundary() => Poll::Ready(RelayEnd::Drained),
             Poll::Pending => Poll::Pending,
         }
     })
     .await
+}
+
+/// One session's relay state: both directions and what the tracker and timers need of them.
+struct Session<'a, C, B, O> {
+    client: &'a mut C,
+    backend: &'a mut B,
+    tracker: &'a mut Tracker,
+    observer: &'a mut O,
+    up: Direction,
+    down: Direction,
+    quit: bool,
+    /// When the client's bytes last reached the backend, and when the backend last sent
+    /// something (the end of the last response, once idle): the idle timeout counts from these.
+    client_active: Option<Instant>,
+    backend_active: Option<Instant>,
+    /// A client protocol error waiting for the commands before it to be answered.
+    client_failed: Option<TrackError>,
+}
+
+impl<C, B, O> Session<'_, C, B, O>
+where
+    C: AsyncRead + AsyncWrite + Unpin,
+    B: AsyncRead + AsyncWrite + Unpin,
+    O: Observer,
+{
+    fn prescan(&mut self) {
+        let mut hooks = Upstream {
+            tracker: &mut *self.tracker,
+            observer: &mut *self.observer,
+            quit: false,
+            active: &mut self.client_active,
+        };
+        prescan(&mut self.up, &mut hooks);
+        self.quit |= hooks.quit;
+        let mut hooks = Downstream {
+            tracker: &mut *self.tracker,
+            observer: &mut *self.observer,
+            active: &mut self.backend_active,
+        };
+        prescan(&mut self.down, &mut hooks);
+    }
+
+    /// Nothing in flight and nothing half read: a safe point to close the session.
+    fn boundary(&self) -> bool {
+        self.tracker.idle() && self.up.buf.is_empty() && self.down.buf.is_empty()
+    }
+
+    fn poll_upstream(&mut self, cx: &mut Context<'_>) -> Poll<RelayEnd> {
+        if self.client_failed.is_some() {
+            return Poll::Pending;
+        }
+        let mut hooks = Upstream {
+            tracker: &mut *self.tracker,
+            observer: &mut *self.observer,
+            quit: false,
+            active: &mut self.client_active,
+        };
+        let step = poll_direction(cx, &mut self.up, self.client, self.backend, &mut hooks);
+        self.quit |= hooks.quit;
+        match step {
+            // The commands before the bad packet were sent: their answers go first.
+            Poll::Ready(Step::Failed(e)) if e.is_client() => {
+                self.client_failed = Some(e);
+                Poll::Pending
+            }
+            Poll::Ready(step) => Poll::Ready(upstream_end(step, self.quit)),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+
+    fn poll_downstream(&mut self, cx: &mut Context<'_>) -> Poll<RelayEnd> {
+        let mut hooks = Downstream {
+            tracker: &mut *self.tracker,
+            observer: &mut *self.observer,
+            active: &mut self.backend_active,
+        };
+        match poll_direction(cx, &mut self.down, self.backend, self.client, &mut hooks) {
+            Poll::Ready(step) => Poll::Ready(downstream_end(
+                step,
+                self.tracker.server_at_boundary(),
+                self.tracker.pending(),
+            )),
+            Poll::Pending => match self.client_failed.take() {
+                Some(e) if answered(self.tracker, &self.down) => Poll::Ready(RelayEnd::Protocol(e)),
+                failed => {
+                    self.client_failed = failed;
+                    Poll::Pending
+                }
+            },
+        }
+    }
 }
 
 /// True once every command the backend can answer now has been answered and relayed: the place

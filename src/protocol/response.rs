@@ -371,28 +371,7 @@ impl Tracker {
         match *mode {
             ClientMode::Commands => {}
             ClientMode::Binlog => return Ok(()),
-            ClientMode::Infile | ClientMode::Auth => {
-                let Some(head) = queue.front_mut() else {
-                    *mode = ClientMode::Commands;
-                    return Ok(());
-                };
-                if p.first_seq != head.next_seq {
-                    return Err(TrackError::ClientOutOfOrder {
-                        expected: head.next_seq,
-                        got: p.first_seq,
-                        start: p.start,
-                    });
-                }
-                head.next_seq = p.last_seq.wrapping_add(1);
-                if *mode == ClientMode::Infile && p.len == 0 {
-                    *mode = ClientMode::Commands;
-                }
-                if *mode == ClientMode::Auth {
-                    // The client answered; the server speaks next, then maybe the client again.
-                    *mode = ClientMode::Commands;
-                }
-                return Ok(());
-            }
+            ClientMode::Infile | ClientMode::Auth => return Self::exchange_packet(queue, mode, p),
         }
         if p.first_seq != 0 {
             return Err(TrackError::ClientOutOfOrder {
@@ -441,6 +420,34 @@ impl Tracker {
             first_byte_at: None,
         });
         scan.commands += 1;
+        Ok(())
+    }
+
+    /// A client packet inside the head command's exchange (a LOCAL INFILE upload, an auth answer).
+    fn exchange_packet(
+        queue: &mut VecDeque<Pending>,
+        mode: &mut ClientMode,
+        p: &Packet<'_>,
+    ) -> Result<(), TrackError> {
+        let Some(head) = queue.front_mut() else {
+            *mode = ClientMode::Commands;
+            return Ok(());
+        };
+        if p.first_seq != head.next_seq {
+            return Err(TrackError::ClientOutOfOrder {
+                expected: head.next_seq,
+                got: p.first_seq,
+                start: p.start,
+            });
+        }
+        head.next_seq = p.last_seq.wrapping_add(1);
+        if *mode == ClientMode::Infile && p.len == 0 {
+            *mode = ClientMode::Commands;
+        }
+        if *mode == ClientMode::Auth {
+            // The client answered; the server speaks next, then maybe the client again.
+            *mode = ClientMode::Commands;
+        }
         Ok(())
     }
 
