@@ -655,3 +655,34 @@ fn a_kill_cut_by_the_read_is_held_back_until_whole() {
     assert!(may_become_kill(&kill[..3]));
     assert!(!may_become_kill(&[5, 0, 0, 1, cmd::QUERY]), "not a command");
 }
+
+/// Fed the way the relay feeds it (held bytes first again), the tracker reports each KILL of a
+/// stream exactly once, whole, wherever two cuts fall.
+#[test]
+fn every_kill_is_reported_once_whatever_the_cuts() {
+    let kill_a = command(cmd::QUERY, b" KILL QUERY 3221225473");
+    let kill_b = command(cmd::PROCESS_KILL, &[1, 0, 0, 0xC0]);
+    let stream = [
+        command(0x0E, b""),
+        kill_a.clone(),
+        command(cmd::QUERY, b"SELECT 1"),
+        kill_b.clone(),
+    ]
+    .concat();
+    for i in 0..=stream.len() {
+        for j in i..=stream.len() {
+            let mut t = Tracker::new(caps(false), 1 << 30);
+            let mut held: Vec<u8> = Vec::new();
+            let mut kills = Vec::new();
+            for piece in [&stream[..i], &stream[i..j], &stream[j..]] {
+                let buf = [held.as_slice(), piece].concat();
+                let scan = t.on_client(&buf).unwrap();
+                kills.extend(t.kill_candidates().iter().map(|&(s, e)| buf[s..e].to_vec()));
+                held = buf[buf.len() - scan.held..].to_vec();
+            }
+            assert!(held.is_empty(), "cuts {i}, {j}");
+            assert_eq!(kills, [kill_a.clone(), kill_b.clone()], "cuts {i}, {j}");
+            assert_eq!(t.pending(), 4, "cuts {i}, {j}");
+        }
+    }
+}
