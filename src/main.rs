@@ -13,6 +13,7 @@ use mysql_lb::limits::raise_fd_limit;
 use mysql_lb::Proxy;
 
 fn main() -> ExitCode {
+    pin_mmap_threshold();
     let cli = Cli::parse();
     let mut config = match Config::load(&cli) {
         Ok(c) => c,
@@ -104,5 +105,18 @@ async fn wait_for_signal() {
             tracing::warn!("cannot listen for SIGTERM ({e}); only Ctrl-C stops the proxy");
             let _ = tokio::signal::ctrl_c().await;
         }
+    }
+}
+
+/// A relay buffer that grew for a bulk transfer (256 KiB) is freed once its session goes quiet.
+/// glibc maps allocations that large apart from its heap and unmaps them on free, but after the
+/// first such free it raises its threshold and serves later ones from the heap, where freed
+/// buffers fragment and stay resident. Pinning the threshold keeps them mapped, so the memory a
+/// quiet session gives back really leaves the process.
+fn pin_mmap_threshold() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: mallopt only sets an allocator parameter; called before any other thread exists.
+    unsafe {
+        libc::mallopt(libc::M_MMAP_THRESHOLD, 128 * 1024);
     }
 }

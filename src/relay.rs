@@ -5,6 +5,8 @@
 //! trip, no copy, no allocation per packet. Both directions are polled from one future (not two
 //! tasks) so the tracker needs no lock, and neither direction ever waits on the other, so a client
 //! that pipelines a large batch while the server streams a large result cannot deadlock the pair.
+//! Buffers are small for the many quiet sessions, large only while a direction moves bulk data,
+//! and small again once it has been quiet for a second (see [`Shrinker`]).
 
 use std::future::{poll_fn, Future};
 use std::io;
@@ -22,6 +24,10 @@ use crate::protocol::response::{Completed, TrackError, Tracker};
 /// Buffers start small (most sessions idle most of the time) and grow for bulk transfers.
 const INITIAL_BUF: usize = 8 * 1024;
 const MAX_BUF: usize = 256 * 1024;
+/// A grown buffer goes back to `INITIAL_BUF` once its direction has read nothing for this long,
+/// so a session that once moved a large result does not keep the memory for life, and one that
+/// keeps moving them does not reallocate on every round trip.
+const QUIET: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// How the relay ended.
 #[derive(Debug)]
@@ -49,10 +55,13 @@ pub enum RelayEnd {
 struct Direction {
     buf: BytesMut,
     written: usize,
+    /// Trailing bytes of `buf` held back for the next read (a command that may be a KILL, not
+    /// whole yet): never written before the scan that sees them whole.
+    held: usize,
     eof: bool,
     /// Set when the buffer was cut at a bad packet: once the good part is written, stop.
     failed: Option<TrackError>,
-    /// Reads so far: the idle timer compares it instead of resetting a deadline on every read.
+    /// Reads so far: the shrink timer compares them instead of resetting a deadline on every read.
     reads: u64,
 }
 
@@ -65,10 +74,26 @@ impl Direction {
         Self {
             buf,
             written: 0,
+            held: 0,
             eof: false,
             failed: None,
             reads: 0,
         }
+    }
+
+    /// Gives a grown buffer's memory back if nothing is in it but held bytes; true if it did.
+    fn shrink(&mut self) -> bool {
+        if self.buf.capacity() <= INITIAL_BUF || self.buf.len() > self.held {
+            return false;
+        }
+        let mut small = BytesMut::with_capacity(INITIAL_BUF.max(self.held));
+        small.extend_from_slice(&self.buf);
+        self.buf = small;
+        true
+    }
+
+    fn grown(&self) -> bool {
+        self.buf.capacity() > INITIAL_BUF
     }
 }
 
@@ -87,9 +112,12 @@ enum Side {
 
 /// What a direction does with its bytes besides forwarding them.
 trait Hooks {
-    /// Sees each read's bytes before they are forwarded (and may rewrite a command in them).
-    fn scan(&mut self, buf: &mut BytesMut) -> Result<(), TrackError>;
-    /// Runs once everything read so far has been written.
+    /// Sees each read's bytes before they are forwarded (and may rewrite a command in them);
+    /// `fresh` of them are new, the rest were held back last time. Returns how many bytes at the
+    /// end to hold back for the next read. On an error `buf` is left holding only what precedes
+    /// the offending packet (see [`keep_good_part`]).
+    fn scan(&mut self, buf: &mut BytesMut, fresh: usize) -> Result<usize, TrackError>;
+    /// Runs once everything read so far (but held bytes) has been written.
     fn written(&mut self) {}
 }
 
@@ -109,44 +137,75 @@ struct Upstream<'a, O> {
     tracker: &'a mut Tracker,
     observer: &'a mut O,
     quit: bool,
+    /// When the client's bytes last reached the backend (for the idle timeout).
+    active: &'a mut Option<Instant>,
 }
 
 impl<O: Observer> Hooks for Upstream<'_, O> {
-    fn scan(&mut self, buf: &mut BytesMut) -> Result<(), TrackError> {
-        self.observer.relayed(true, buf.len());
-        let scan = self.tracker.on_client(buf)?;
-        self.quit |= scan.quit;
-        if let Some((start, end)) = scan.kill {
-            if let Some(packet) = self.observer.rewrite_kill(&buf[start..end]) {
-                // Rare (a KILL): rebuilding the buffer is fine here.
-                let tail = buf.split_off(end);
-                buf.truncate(start);
-                buf.extend_from_slice(&packet);
-                buf.extend_from_slice(&tail);
-            }
+    fn scan(&mut self, buf: &mut BytesMut, fresh: usize) -> Result<usize, TrackError> {
+        self.observer.relayed(true, fresh);
+        let scan = self.tracker.on_client(buf);
+        if let Err(e) = &scan {
+            keep_good_part(buf, e);
         }
-        Ok(())
+        // KILLs before a bad packet are still forwarded, so they are mapped too.
+        if !self.tracker.kill_candidates().is_empty() {
+            rewrite_kills(buf, self.tracker.kill_candidates(), &mut *self.observer);
+        }
+        let scan = scan?;
+        self.quit |= scan.quit;
+        Ok(scan.held)
     }
 
     fn written(&mut self) {
         // The write of a command's last byte starts its latency clock.
+        let now = Instant::now();
         if self.tracker.pending() > 0 {
-            self.tracker.on_written(Instant::now());
+            self.tracker.on_written(now);
         }
+        *self.active = Some(now);
+    }
+}
+
+/// Replaces each KILL the observer maps; rare, so rebuilding the buffer once is fine.
+fn rewrite_kills(buf: &mut BytesMut, kills: &[(usize, usize)], observer: &mut impl Observer) {
+    let mut out: Option<BytesMut> = None;
+    let mut copied = 0;
+    for &(start, end) in kills {
+        let Some(candidate) = buf.get(start..end) else {
+            continue;
+        };
+        if let Some(packet) = observer.rewrite_kill(candidate) {
+            let out = out.get_or_insert_with(|| BytesMut::with_capacity(buf.capacity()));
+            out.extend_from_slice(&buf[copied..start]);
+            out.extend_from_slice(&packet);
+            copied = end;
+        }
+    }
+    if let Some(mut out) = out {
+        out.extend_from_slice(&buf[copied..]);
+        *buf = out;
     }
 }
 
 struct Downstream<'a, O> {
     tracker: &'a mut Tracker,
     observer: &'a mut O,
+    /// When the backend last sent something: the end of the last response, once idle.
+    active: &'a mut Option<Instant>,
 }
 
 impl<O: Observer> Hooks for Downstream<'_, O> {
-    fn scan(&mut self, buf: &mut BytesMut) -> Result<(), TrackError> {
+    fn scan(&mut self, buf: &mut BytesMut, fresh: usize) -> Result<usize, TrackError> {
         let observer = &mut *self.observer;
-        observer.relayed(false, buf.len());
-        self.tracker
-            .on_server(buf, Instant::now(), |c| observer.completed(&c))
+        observer.relayed(false, fresh);
+        let now = Instant::now();
+        *self.active = Some(now);
+        let scan = self.tracker.on_server(buf, now, |c| observer.completed(&c));
+        if let Err(e) = &scan {
+            keep_good_part(buf, e);
+        }
+        scan.map(|()| 0)
     }
 }
 
@@ -163,8 +222,9 @@ where
     W: AsyncWrite + Unpin,
 {
     loop {
-        while dir.written < dir.buf.len() {
-            match Pin::new(&mut *dst).poll_write(cx, &dir.buf[dir.written..]) {
+        let ready = dir.buf.len() - dir.held;
+        while dir.written < ready {
+            match Pin::new(&mut *dst).poll_write(cx, &dir.buf[dir.written..ready]) {
                 Poll::Ready(Ok(0)) => {
                     return Poll::Ready(Step::Io(io::ErrorKind::WriteZero.into(), Side::Write))
                 }
@@ -173,14 +233,19 @@ where
                 Poll::Pending => return Poll::Pending,
             }
         }
-        if !dir.buf.is_empty() {
+        if ready > 0 {
             hooks.written();
-            // A read that filled the buffer suggests a bulk transfer: give the next one more room.
+            // A read that filled the buffer suggests a bulk transfer: give the next one all the
+            // room at once (one large allocation, which the allocator maps apart from its heap and
+            // unmaps when freed, rather than a ladder of sizes that would fragment the heap).
             let full = dir.buf.len() == dir.buf.capacity();
-            dir.buf.clear();
+            if dir.held > 0 {
+                dir.buf.copy_within(ready.., 0);
+            }
+            dir.buf.truncate(dir.held);
             dir.written = 0;
             if full && dir.buf.capacity() < MAX_BUF {
-                dir.buf.reserve(dir.buf.capacity() * 2);
+                dir.buf.reserve(MAX_BUF - dir.buf.len());
             }
         }
         if let Some(e) = dir.failed.take() {
@@ -191,12 +256,9 @@ where
         }
         match poll_read_buf(Pin::new(&mut *src), cx, &mut dir.buf) {
             Poll::Ready(Ok(0)) => dir.eof = true,
-            Poll::Ready(Ok(_)) => {
+            Poll::Ready(Ok(n)) => {
                 dir.reads += 1;
-                if let Err(e) = hooks.scan(&mut dir.buf) {
-                    dir.buf.truncate(e.start().unwrap_or(0));
-                    dir.failed = Some(e);
-                }
+                scan_into(dir, n, hooks);
             }
             Poll::Ready(Err(e)) => return Poll::Ready(Step::Io(e, Side::Read)),
             Poll::Pending => return Poll::Pending,
@@ -232,77 +294,234 @@ where
     let draining = stop.drain.cancelled();
     tokio::pin!(draining);
     let mut drain_now = false;
-    let mut idle_timer = stop.idle_timeout.map(|t| Box::pin(tokio::time::sleep(t)));
-    let mut reads_at_arm = 0u64;
-    let mut up = Direction::new(initial_client);
-    let mut down = Direction::new(initial_backend);
-    let mut quit = false;
-    {
-        let mut hooks = Upstream {
-            tracker: &mut *tracker,
-            observer: &mut *observer,
-            quit: false,
-        };
-        prescan(&mut up, &mut hooks);
-        quit |= hooks.quit;
-        prescan(
-            &mut down,
-            &mut Downstream {
-                tracker: &mut *tracker,
-                observer: &mut *observer,
-            },
-        );
-    }
+    let mut idle = stop.idle_timeout.map(IdleTimer::new);
+    let mut shrink = Shrinker::default();
+    let mut session = Session {
+        client,
+        backend,
+        tracker,
+        observer,
+        up: Direction::new(initial_client),
+        down: Direction::new(initial_backend),
+        quit: false,
+        client_active: None,
+        backend_active: None,
+        client_failed: None,
+    };
+    session.prescan();
     poll_fn(|cx| {
         // On shutdown, end at the first command boundary — checked before reading the client, so
         // a command that arrives after the last response is never half served.
         if !drain_now && draining.as_mut().poll(cx).is_ready() {
             drain_now = true;
         }
-        let boundary = |t: &Tracker, up: &Direction, down: &Direction| {
-            t.idle() && up.buf.is_empty() && down.buf.is_empty()
-        };
-        if drain_now && boundary(tracker, &up, &down) {
+        if drain_now && session.boundary() {
             return Poll::Ready(RelayEnd::Drained);
         }
-        if let (Some(timer), Some(timeout)) = (idle_timer.as_mut(), stop.idle_timeout) {
-            if timer.as_mut().poll(cx).is_ready() {
-                if up.reads == reads_at_arm && boundary(tracker, &up, &down) {
-                    return Poll::Ready(RelayEnd::IdleTimeout);
-                }
-                // Activity since the timer was armed, or a command in flight: wait again.
-                reads_at_arm = up.reads;
-                timer.as_mut().reset(tokio::time::Instant::now() + timeout);
-                let _ = timer.as_mut().poll(cx);
+        if let Some(idle) = idle.as_mut() {
+            let last = session.client_active.max(session.backend_active);
+            if idle.expired(cx, last, session.boundary()) {
+                return Poll::Ready(RelayEnd::IdleTimeout);
             }
         }
-        let mut hooks = Upstream {
-            tracker: &mut *tracker,
-            observer: &mut *observer,
-            quit: false,
-        };
-        let step = poll_direction(cx, &mut up, client, backend, &mut hooks);
-        quit |= hooks.quit;
-        if let Poll::Ready(step) = step {
-            return Poll::Ready(upstream_end(step, quit));
+        shrink.poll(cx, &mut session.up, &mut session.down);
+        if let Poll::Ready(end) = session.poll_upstream(cx) {
+            return Poll::Ready(end);
         }
-        let mut hooks = Downstream {
-            tracker: &mut *tracker,
-            observer: &mut *observer,
-        };
-        match poll_direction(cx, &mut down, backend, client, &mut hooks) {
-            Poll::Ready(step) => Poll::Ready(downstream_end(
-                step,
-                tracker.server_at_boundary(),
-                tracker.pending(),
-            )),
-            Poll::Pending if drain_now && boundary(tracker, &up, &down) => {
-                Poll::Ready(RelayEnd::Drained)
-            }
+        let step = session.poll_downstream(cx);
+        shrink.arm_if_grown(&session.up, &session.down);
+        match step {
+            Poll::Ready(end) => Poll::Ready(end),
+            Poll::Pending if drain_now && session.boundary() => Poll::Ready(RelayEnd::Drained),
             Poll::Pending => Poll::Pending,
         }
     })
     .await
+}
+
+/// One session's relay state: both directions and what the tracker and timers need of them.
+struct Session<'a, C, B, O> {
+    client: &'a mut C,
+    backend: &'a mut B,
+    tracker: &'a mut Tracker,
+    observer: &'a mut O,
+    up: Direction,
+    down: Direction,
+    quit: bool,
+    /// When the client's bytes last reached the backend, and when the backend last sent
+    /// something (the end of the last response, once idle): the idle timeout counts from these.
+    client_active: Option<Instant>,
+    backend_active: Option<Instant>,
+    /// A client protocol error waiting for the commands before it to be answered.
+    client_failed: Option<TrackError>,
+}
+
+impl<C, B, O> Session<'_, C, B, O>
+where
+    C: AsyncRead + AsyncWrite + Unpin,
+    B: AsyncRead + AsyncWrite + Unpin,
+    O: Observer,
+{
+    fn prescan(&mut self) {
+        let mut hooks = Upstream {
+            tracker: &mut *self.tracker,
+            observer: &mut *self.observer,
+            quit: false,
+            active: &mut self.client_active,
+        };
+        prescan(&mut self.up, &mut hooks);
+        self.quit |= hooks.quit;
+        let mut hooks = Downstream {
+            tracker: &mut *self.tracker,
+            observer: &mut *self.observer,
+            active: &mut self.backend_active,
+        };
+        prescan(&mut self.down, &mut hooks);
+    }
+
+    /// Nothing in flight and nothing half read: a safe point to close the session.
+    fn boundary(&self) -> bool {
+        self.tracker.idle() && self.up.buf.is_empty() && self.down.buf.is_empty()
+    }
+
+    fn poll_upstream(&mut self, cx: &mut Context<'_>) -> Poll<RelayEnd> {
+        if self.client_failed.is_some() {
+            return Poll::Pending;
+        }
+        let mut hooks = Upstream {
+            tracker: &mut *self.tracker,
+            observer: &mut *self.observer,
+            quit: false,
+            active: &mut self.client_active,
+        };
+        let step = poll_direction(cx, &mut self.up, self.client, self.backend, &mut hooks);
+        self.quit |= hooks.quit;
+        match step {
+            // The commands before the bad packet were sent: their answers go first.
+            Poll::Ready(Step::Failed(e)) if e.is_client() => {
+                self.client_failed = Some(e);
+                Poll::Pending
+            }
+            Poll::Ready(step) => Poll::Ready(upstream_end(step, self.quit)),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+
+    fn poll_downstream(&mut self, cx: &mut Context<'_>) -> Poll<RelayEnd> {
+        let mut hooks = Downstream {
+            tracker: &mut *self.tracker,
+            observer: &mut *self.observer,
+            active: &mut self.backend_active,
+        };
+        match poll_direction(cx, &mut self.down, self.backend, self.client, &mut hooks) {
+            Poll::Ready(step) => Poll::Ready(downstream_end(
+                step,
+                self.tracker.server_at_boundary(),
+                self.tracker.pending(),
+            )),
+            Poll::Pending => match self.client_failed.take() {
+                Some(e) if answered(self.tracker, &self.down) => Poll::Ready(RelayEnd::Protocol(e)),
+                failed => {
+                    self.client_failed = failed;
+                    Poll::Pending
+                }
+            },
+        }
+    }
+}
+
+/// True once every command the backend can answer now has been answered and relayed: the place
+/// for an ERR of the proxy's own.
+fn answered(tracker: &Tracker, down: &Direction) -> bool {
+    (tracker.pending() == 0 || tracker.open_ended())
+        && tracker.server_at_boundary()
+        && down.buf.is_empty()
+}
+
+/// The idle timeout, kept without touching a timer per read: on expiry it works out when the
+/// session really went quiet and waits again until that plus the timeout.
+struct IdleTimer {
+    timeout: std::time::Duration,
+    sleep: Pin<Box<tokio::time::Sleep>>,
+}
+
+impl IdleTimer {
+    fn new(timeout: std::time::Duration) -> Self {
+        Self {
+            timeout,
+            sleep: Box::pin(tokio::time::sleep(timeout)),
+        }
+    }
+
+    /// True when the session has been idle for the timeout: nothing in flight (`boundary`) and
+    /// `last` activity (the client's last bytes or the end of the last response) that long ago.
+    fn expired(&mut self, cx: &mut Context<'_>, last: Option<Instant>, boundary: bool) -> bool {
+        if self.sleep.as_mut().poll(cx).is_pending() {
+            return false;
+        }
+        let now = tokio::time::Instant::now();
+        let due = match last {
+            Some(at) => tokio::time::Instant::from_std(at) + self.timeout,
+            None => self.sleep.deadline(),
+        };
+        // The timer's millisecond granularity: a deadline less than that ahead has come.
+        if boundary && due <= now + std::time::Duration::from_millis(1) {
+            return true;
+        }
+        // A command in flight is never idle; once it is answered, its end counts as activity.
+        let next = if boundary { due } else { now + self.timeout };
+        self.sleep.as_mut().reset(next);
+        let _ = self.sleep.as_mut().poll(cx);
+        false
+    }
+}
+
+/// Gives grown buffers back after [`QUIET`]: armed when a buffer grows, it compares read counts
+/// on expiry instead of being reset on every read.
+#[derive(Default)]
+struct Shrinker {
+    sleep: Option<Pin<Box<tokio::time::Sleep>>>,
+    armed: bool,
+    reads_at_arm: (u64, u64),
+}
+
+impl Shrinker {
+    fn arm_if_grown(&mut self, up: &Direction, down: &Direction) {
+        if self.armed || !(up.grown() || down.grown()) {
+            return;
+        }
+        let deadline = tokio::time::Instant::now() + QUIET;
+        // Boxed once per session that ever grows; reset, not reallocated, after that.
+        match self.sleep.as_mut() {
+            Some(sleep) => sleep.as_mut().reset(deadline),
+            None => self.sleep = Some(Box::pin(tokio::time::sleep_until(deadline))),
+        }
+        self.armed = true;
+        self.reads_at_arm = (up.reads, down.reads);
+    }
+
+    fn poll(&mut self, cx: &mut Context<'_>, up: &mut Direction, down: &mut Direction) {
+        let Some(sleep) = self.sleep.as_mut().filter(|_| self.armed) else {
+            return;
+        };
+        if sleep.as_mut().poll(cx).is_pending() {
+            return;
+        }
+        self.armed = false;
+        if up.reads == self.reads_at_arm.0 {
+            up.shrink();
+        }
+        if down.reads == self.reads_at_arm.1 {
+            down.shrink();
+        }
+        // Whatever is still large (busy, or holding unwritten bytes) is looked at again later.
+        self.arm_if_grown(up, down);
+        if self.armed {
+            if let Some(sleep) = self.sleep.as_mut() {
+                let _ = sleep.as_mut().poll(cx);
+            }
+        }
+    }
 }
 
 /// How the session ends when the client-to-backend direction stops.
@@ -328,13 +547,28 @@ fn downstream_end(step: Step, at_boundary: bool, pending: usize) -> RelayEnd {
     }
 }
 
+/// Lets the hooks see the buffer after `fresh` new bytes came; on an error keeps only what
+/// precedes the offending packet.
+fn scan_into(dir: &mut Direction, fresh: usize, hooks: &mut impl Hooks) {
+    match hooks.scan(&mut dir.buf, fresh) {
+        Ok(held) => dir.held = held,
+        Err(e) => {
+            dir.held = 0;
+            dir.failed = Some(e);
+        }
+    }
+}
+
+/// Cuts `buf` at the packet an error names: what precedes it is still forwarded.
+fn keep_good_part(buf: &mut BytesMut, e: &TrackError) {
+    buf.truncate(e.start().unwrap_or(0));
+}
+
 /// Scans bytes that were read before the relay started (during the handshake).
 fn prescan(dir: &mut Direction, hooks: &mut impl Hooks) {
     if !dir.buf.is_empty() {
-        if let Err(e) = hooks.scan(&mut dir.buf) {
-            dir.buf.truncate(e.start().unwrap_or(0));
-            dir.failed = Some(e);
-        }
+        let fresh = dir.buf.len();
+        scan_into(dir, fresh, hooks);
     }
 }
 
@@ -345,9 +579,9 @@ struct Opaque<'a, O> {
 }
 
 impl<O: Observer> Hooks for Opaque<'_, O> {
-    fn scan(&mut self, buf: &mut BytesMut) -> Result<(), TrackError> {
-        self.observer.relayed(self.to_backend, buf.len());
-        Ok(())
+    fn scan(&mut self, _buf: &mut BytesMut, fresh: usize) -> Result<usize, TrackError> {
+        self.observer.relayed(self.to_backend, fresh);
+        Ok(0)
     }
 }
 

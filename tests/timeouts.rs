@@ -20,18 +20,45 @@ async fn login(proxy: &TestProxy) -> RawClient {
         .expect("login")
 }
 
+/// Waits for the proxy to close `c` and returns when that was seen.
+async fn closed_at(c: &mut RawClient) -> Instant {
+    let closed = c.read_packet().await;
+    let at = Instant::now();
+    assert!(closed.is_err(), "the proxy closed the idle session");
+    at
+}
+
 #[tokio::test]
-async fn an_idle_session_is_closed_after_idle_timeout() {
-    let proxy = proxy_with_idle_timeout(Duration::from_millis(800));
+async fn an_idle_session_is_closed_idle_timeout_after_its_last_response() {
+    let timeout = Duration::from_millis(800);
+    let proxy = proxy_with_idle_timeout(timeout);
     let mut c = login(&proxy).await;
     c.ping().await.unwrap();
-    let started = Instant::now();
-    let closed = c.read_packet().await;
-    assert!(closed.is_err(), "the proxy closed the idle session");
-    let waited = started.elapsed();
+    let answered = Instant::now();
+    let waited = closed_at(&mut c).await - answered;
+    // The proxy's clock starts a little before the client sees the answer; a timer re-armed
+    // a whole period late would close after 1.6 s.
     assert!(
-        waited >= Duration::from_millis(700) && waited < Duration::from_secs(5),
-        "closed after about the idle timeout: {waited:?}"
+        waited >= timeout - Duration::from_millis(50) && waited < timeout * 3 / 2,
+        "closed idle_timeout after the last response: {waited:?}"
+    );
+}
+
+#[tokio::test]
+async fn activity_part_way_through_the_period_moves_the_deadline_to_that_activity() {
+    let timeout = Duration::from_millis(800);
+    let proxy = proxy_with_idle_timeout(timeout);
+    let mut c = login(&proxy).await;
+    // A command 200 ms into the first period: the session is due 800 ms after it, not after
+    // the period that saw it (1.6 s from login, 1.4 s after the command).
+    let login_done = Instant::now();
+    tokio::time::sleep_until((login_done + Duration::from_millis(200)).into()).await;
+    c.ping().await.unwrap();
+    let answered = Instant::now();
+    let waited = closed_at(&mut c).await - answered;
+    assert!(
+        waited >= timeout - Duration::from_millis(50) && waited < timeout * 3 / 2,
+        "closed idle_timeout after the command, not a period late: {waited:?}"
     );
 }
 

@@ -509,26 +509,40 @@ pub fn run_tracker(input: &TrackerInput<'_>) -> TrackerRun {
     let mut tracker = Tracker::new(input.caps, input.max_packet);
     let mut run = TrackerRun::default();
     let base = Instant::now();
+    // Client bytes the tracker held back (a KILL not whole yet) come again first, as in the relay.
+    let mut held = Vec::new();
     for (i, segment) in input.segments.iter().enumerate() {
         let now = base + Duration::from_micros(i as u64);
         match *segment {
-            Segment::Client { bytes, written } => match tracker.on_client(bytes) {
-                Ok(scan) => {
-                    run.commands += scan.commands;
-                    if let Some((start, end)) = scan.kill {
-                        check_kill_packet(bytes, start, end);
+            Segment::Client { bytes, written } => {
+                held.extend_from_slice(bytes);
+                let buf = std::mem::take(&mut held);
+                match tracker.on_client(&buf) {
+                    Ok(scan) => {
+                        run.commands += scan.commands;
+                        assert!(
+                            scan.held <= buf.len(),
+                            "held {} of {}",
+                            scan.held,
+                            buf.len()
+                        );
+                        for &(start, end) in tracker.kill_candidates() {
+                            check_kill_packet(&buf, start, end);
+                            assert!(end <= buf.len() - scan.held, "a held KILL reported whole");
+                        }
+                        held = buf[buf.len() - scan.held..].to_vec();
+                        if written {
+                            tracker.on_written(now);
+                        }
                     }
-                    if written {
-                        tracker.on_written(now);
+                    Err(e) => {
+                        assert!(e.is_client(), "client bytes blamed on the backend: {e}");
+                        check_error_start(&e, &buf);
+                        run.error = Some(e);
+                        break;
                     }
                 }
-                Err(e) => {
-                    assert!(e.is_client(), "client bytes blamed on the backend: {e}");
-                    check_error_start(&e, bytes);
-                    run.error = Some(e);
-                    break;
-                }
-            },
+            }
             Segment::Server(bytes) => {
                 let completed = &mut run.completed;
                 let result = tracker.on_server(bytes, now, |c| {

@@ -92,14 +92,46 @@ pub struct ClientScan {
     pub quit: bool,
     /// Commands added to the queue by this read.
     pub commands: usize,
-    /// Offsets (start, end) in the scanned buffer of a command packet that may be a KILL, when it
-    /// lies whole in the buffer: the session may rewrite it (see `crate::kill`).
-    pub kill: Option<(usize, usize)>,
+    /// Bytes at the end of the buffer to hold back: the start of a short command that may be a
+    /// KILL, not whole yet. The tracker has not counted them; the caller forwards what precedes
+    /// them, keeps them, and passes them again at the front of the next buffer.
+    pub held: usize,
 }
+
+/// Longest command packet (payload) taken for a KILL: a KILL statement is a few dozen bytes, so
+/// a longer one is not held back while it arrives.
+pub const MAX_KILL_PACKET: usize = 512;
 
 /// Whitespace as the server's SQL lexer sees it (ASCII whitespace plus vertical tab).
 pub fn is_sql_space(b: u8) -> bool {
     b.is_ascii_whitespace() || b == 0x0B
+}
+
+/// True if the first bytes of a command packet (header included, possibly cut short) may still
+/// turn out to be a KILL of at most [`MAX_KILL_PACKET`] bytes: the relay then waits for the rest
+/// before forwarding it, so the whole statement can be mapped.
+pub fn may_become_kill(partial: &[u8]) -> bool {
+    let Some(header) = partial.get(..4) else {
+        // Not even a header yet: the next bytes decide.
+        return true;
+    };
+    let len = u32::from_le_bytes([header[0], header[1], header[2], 0]) as usize;
+    if header[3] != 0 || len > MAX_KILL_PACKET {
+        return false;
+    }
+    match partial[4..].split_first() {
+        None | Some((&cmd::PROCESS_KILL, _)) => true,
+        Some((&cmd::QUERY, sql)) => {
+            let start = sql
+                .iter()
+                .position(|b| !is_sql_space(*b))
+                .unwrap_or(sql.len());
+            let word = &sql[start..];
+            let n = word.len().min(4);
+            word[..n].eq_ignore_ascii_case(&b"kill"[..n])
+        }
+        _ => false,
+    }
 }
 
 /// True if a command payload may be a KILL (`COM_PROCESS_KILL`, or a COM_QUERY starting with
@@ -143,8 +175,8 @@ pub enum TrackError {
         first: u8,
         start: Option<usize>,
     },
-    #[error("client pipelined more than {0} commands without reading a response")]
-    TooManyPending(usize),
+    #[error("client pipelined more than {max} commands without reading a response")]
+    TooManyPending { max: usize, start: Option<usize> },
 }
 
 impl TrackError {
@@ -158,8 +190,8 @@ impl TrackError {
             },
             Self::ClientOutOfOrder { start, .. }
             | Self::BackendOutOfOrder { start, .. }
-            | Self::BackendMalformed { start, .. } => start,
-            Self::TooManyPending(_) => None,
+            | Self::BackendMalformed { start, .. }
+            | Self::TooManyPending { start, .. } => start,
         }
     }
 
@@ -167,7 +199,7 @@ impl TrackError {
     pub fn is_client(&self) -> bool {
         matches!(
             self,
-            Self::ClientFrame(_) | Self::ClientOutOfOrder { .. } | Self::TooManyPending(_)
+            Self::ClientFrame(_) | Self::ClientOutOfOrder { .. } | Self::TooManyPending { .. }
         )
     }
 }
@@ -229,9 +261,13 @@ struct Pending {
 pub struct Tracker {
     caps: Negotiated,
     client: PacketScanner,
+    max_client_packet: u64,
     server: PacketScanner,
     queue: VecDeque<Pending>,
     client_mode: ClientMode,
+    /// Offsets of the KILL candidates of the last client buffer; reused, so only a session that
+    /// sends a KILL ever allocates it.
+    kills: Vec<(usize, usize)>,
     /// Packets the backend sent with no command outstanding (e.g. a shutdown notice).
     pub unsolicited: u64,
 }
@@ -241,11 +277,13 @@ impl Tracker {
         Self {
             caps,
             client: PacketScanner::new(max_packet_size),
+            max_client_packet: max_packet_size,
             // The backend enforces its own max_allowed_packet; result rows may legitimately be
             // large, so only the protocol's own limit applies to what it sends.
             server: PacketScanner::new(u64::MAX),
             queue: VecDeque::new(),
             client_mode: ClientMode::Commands,
+            kills: Vec::new(),
             unsolicited: 0,
         }
     }
@@ -271,24 +309,54 @@ impl Tracker {
         self.queue.front().map_or(1, |p| p.next_seq)
     }
 
-    /// Scans bytes read from the client (before they are written to the backend).
+    /// True while the head command's response will not end without more from the client: the
+    /// server waits for a LOCAL INFILE upload or an auth answer, or streams a binlog.
+    pub fn open_ended(&self) -> bool {
+        matches!(
+            self.client_mode,
+            ClientMode::Infile | ClientMode::Auth | ClientMode::Binlog
+        )
+    }
+
+    /// Whole command packets of the last [`on_client`](Self::on_client) buffer that may be a
+    /// KILL, as (start, end) offsets in it, in order: the session may rewrite them (see
+    /// `crate::kill`).
+    pub fn kill_candidates(&self) -> &[(usize, usize)] {
+        &self.kills
+    }
+
+    /// Scans bytes read from the client (before they are written to the backend). Bytes the
+    /// returned [`ClientScan::held`] counts were not taken: pass them again, first, next time.
     pub fn on_client(&mut self, buf: &[u8]) -> Result<ClientScan, TrackError> {
         let mut scan = ClientScan::default();
+        self.kills.clear();
+        // Where the packet in progress at the end began, if it began in this buffer.
+        let mut open_at = self.client.at_boundary().then_some(0);
         let Self {
             client,
             queue,
             client_mode,
+            kills,
             ..
         } = self;
         client
             .scan(buf, |p| {
-                Self::client_packet(queue, client_mode, &p, &mut scan)
+                open_at = Some(p.end);
+                let whole = p.start.map(|start| &buf[start..p.end]);
+                Self::client_packet(queue, client_mode, &p, whole, &mut scan, kills)
             })
             // The closure never yields a backend error: a framing error here is the client's.
             .map_err(|e| match e {
                 TrackError::BackendFrame(f) => TrackError::ClientFrame(f),
                 other => other,
             })?;
+        if let Some(at) = open_at.filter(|&at| at < buf.len()) {
+            if self.client_mode == ClientMode::Commands && may_become_kill(&buf[at..]) {
+                // Forget the partial packet: it is scanned again, whole, from its header.
+                self.client = PacketScanner::new(self.max_client_packet);
+                scan.held = buf.len() - at;
+            }
+        }
         Ok(scan)
     }
 
@@ -296,33 +364,14 @@ impl Tracker {
         queue: &mut VecDeque<Pending>,
         mode: &mut ClientMode,
         p: &Packet<'_>,
+        whole: Option<&[u8]>,
         scan: &mut ClientScan,
+        kills: &mut Vec<(usize, usize)>,
     ) -> Result<(), TrackError> {
         match *mode {
             ClientMode::Commands => {}
             ClientMode::Binlog => return Ok(()),
-            ClientMode::Infile | ClientMode::Auth => {
-                let Some(head) = queue.front_mut() else {
-                    *mode = ClientMode::Commands;
-                    return Ok(());
-                };
-                if p.first_seq != head.next_seq {
-                    return Err(TrackError::ClientOutOfOrder {
-                        expected: head.next_seq,
-                        got: p.first_seq,
-                        start: p.start,
-                    });
-                }
-                head.next_seq = p.last_seq.wrapping_add(1);
-                if *mode == ClientMode::Infile && p.len == 0 {
-                    *mode = ClientMode::Commands;
-                }
-                if *mode == ClientMode::Auth {
-                    // The client answered; the server speaks next, then maybe the client again.
-                    *mode = ClientMode::Commands;
-                }
-                return Ok(());
-            }
+            ClientMode::Infile | ClientMode::Auth => return Self::exchange_packet(queue, mode, p),
         }
         if p.first_seq != 0 {
             return Err(TrackError::ClientOutOfOrder {
@@ -353,10 +402,15 @@ impl Tracker {
             _ => Expect::Single,
         };
         if queue.len() >= MAX_PENDING {
-            return Err(TrackError::TooManyPending(MAX_PENDING));
+            return Err(TrackError::TooManyPending {
+                max: MAX_PENDING,
+                start: p.start,
+            });
         }
-        if scan.kill.is_none() && p.first_chunk_len < MAX_CHUNK && may_be_kill(p.prefix) {
-            scan.kill = p.start.map(|start| (start, p.end));
+        if let (Some(start), Some(packet)) = (p.start, whole) {
+            if packet.len() <= MAX_KILL_PACKET + 4 && may_be_kill(&packet[4..]) {
+                kills.push((start, p.end));
+            }
         }
         queue.push_back(Pending {
             command,
@@ -366,6 +420,34 @@ impl Tracker {
             first_byte_at: None,
         });
         scan.commands += 1;
+        Ok(())
+    }
+
+    /// A client packet inside the head command's exchange (a LOCAL INFILE upload, an auth answer).
+    fn exchange_packet(
+        queue: &mut VecDeque<Pending>,
+        mode: &mut ClientMode,
+        p: &Packet<'_>,
+    ) -> Result<(), TrackError> {
+        let Some(head) = queue.front_mut() else {
+            *mode = ClientMode::Commands;
+            return Ok(());
+        };
+        if p.first_seq != head.next_seq {
+            return Err(TrackError::ClientOutOfOrder {
+                expected: head.next_seq,
+                got: p.first_seq,
+                start: p.start,
+            });
+        }
+        head.next_seq = p.last_seq.wrapping_add(1);
+        if *mode == ClientMode::Infile && p.len == 0 {
+            *mode = ClientMode::Commands;
+        }
+        if *mode == ClientMode::Auth {
+            // The client answered; the server speaks next, then maybe the client again.
+            *mode = ClientMode::Commands;
+        }
         Ok(())
     }
 
@@ -442,6 +524,55 @@ impl From<FrameError> for TrackError {
     }
 }
 
+/// What [`step`] needs to know about one server packet, worked out once.
+struct Seen<'p> {
+    first: Option<u8>,
+    prefix: &'p [u8],
+    deprecate_eof: bool,
+    /// An EOF, or with CLIENT_DEPRECATE_EOF the OK that stands in for it (not a 0xFE-led row).
+    terminator: bool,
+    err: bool,
+    start: Option<usize>,
+}
+
+impl<'p> Seen<'p> {
+    fn new(caps: Negotiated, p: &Packet<'p>) -> Self {
+        let deprecate_eof = caps.has(CLIENT_DEPRECATE_EOF);
+        let first = p.first_byte();
+        let terminator = first == Some(0xFE)
+            && if deprecate_eof {
+                p.first_chunk_len < MAX_CHUNK
+            } else {
+                p.len < 9
+            };
+        Self {
+            first,
+            prefix: p.prefix,
+            deprecate_eof,
+            terminator,
+            err: first == Some(0xFF),
+            start: p.start,
+        }
+    }
+
+    fn malformed(&self, what: &'static str) -> TrackError {
+        TrackError::BackendMalformed {
+            what,
+            first: self.first.unwrap_or(0),
+            start: self.start,
+        }
+    }
+
+    /// Status flags of the packet that ends a result set.
+    fn end_of_rows_status(&self) -> u16 {
+        if self.deprecate_eof {
+            ok_status(self.prefix)
+        } else {
+            eof_status(self.prefix)
+        }
+    }
+}
+
 /// Advances the head command by one server packet; returns true when the response is complete.
 fn step(
     caps: Negotiated,
@@ -449,52 +580,74 @@ fn step(
     client_mode: &mut ClientMode,
     p: &Packet<'_>,
 ) -> Result<bool, TrackError> {
-    let deprecate_eof = caps.has(CLIENT_DEPRECATE_EOF);
-    let first = p.first_byte();
-    let malformed = |what| TrackError::BackendMalformed {
-        what,
-        first: first.unwrap_or(0),
-        start: p.start,
-    };
-    let is_terminator = first == Some(0xFE)
-        && if deprecate_eof {
-            p.first_chunk_len < MAX_CHUNK
-        } else {
-            p.len < 9
-        };
-    let is_err = first == Some(0xFF);
+    let seen = Seen::new(caps, p);
     match head.expect {
-        Expect::Response => match first {
-            None => Err(malformed("empty response")),
-            Some(0x00) => Ok(!more_results(ok_status(p.prefix))),
-            Some(0xFF) => Ok(!is_progress(caps, p.prefix)),
-            Some(0xFB) => {
-                *client_mode = ClientMode::Infile;
+        Expect::Response => response_start(caps, head, client_mode, p, &seen),
+        Expect::ColumnDefs(_) | Expect::ColumnsEof | Expect::Rows => result_set(head, &seen),
+        Expect::PrepareOk
+        | Expect::PrepareParams { .. }
+        | Expect::PrepareParamsEof { .. }
+        | Expect::PrepareColumns(_)
+        | Expect::PrepareColumnsEof => prepare(head, &seen),
+        Expect::Single => Ok(true),
+        Expect::FieldList => Ok(seen.err || seen.terminator),
+        Expect::Auth => match seen.first {
+            Some(0x00) | Some(0xFF) => Ok(true),
+            _ => {
+                *client_mode = ClientMode::Auth;
                 Ok(false)
             }
-            Some(0xFE) if p.len < 9 => Ok(!more_results(eof_status(p.prefix))),
-            Some(_) => match lenenc_int(p.prefix, 0) {
-                Some((n, _)) if n > 0 => {
-                    head.expect = Expect::ColumnDefs(n);
-                    Ok(false)
-                }
-                _ => Err(malformed("column count")),
-            },
         },
+        Expect::Binlog => Ok(seen.err || (seen.first == Some(0xFE) && p.len < 9)),
+    }
+}
+
+/// The first packet of a generic response (or of the next result of a multi-result one): OK,
+/// ERR, a LOCAL INFILE request, an EOF, or a result set's column count.
+fn response_start(
+    caps: Negotiated,
+    head: &mut Pending,
+    client_mode: &mut ClientMode,
+    p: &Packet<'_>,
+    seen: &Seen<'_>,
+) -> Result<bool, TrackError> {
+    match seen.first {
+        None => Err(seen.malformed("empty response")),
+        Some(0x00) => Ok(!more_results(ok_status(p.prefix))),
+        Some(0xFF) => Ok(!is_progress(caps, p.prefix)),
+        Some(0xFB) => {
+            *client_mode = ClientMode::Infile;
+            Ok(false)
+        }
+        Some(0xFE) if p.len < 9 => Ok(!more_results(eof_status(p.prefix))),
+        Some(_) => match lenenc_int(p.prefix, 0) {
+            Some((n, _)) if n > 0 => {
+                head.expect = Expect::ColumnDefs(n);
+                Ok(false)
+            }
+            _ => Err(seen.malformed("column count")),
+        },
+    }
+}
+
+/// Column definitions, their EOF (unless CLIENT_DEPRECATE_EOF), then rows to the terminator.
+fn result_set(head: &mut Pending, seen: &Seen<'_>) -> Result<bool, TrackError> {
+    match head.expect {
         Expect::ColumnDefs(left) => {
-            if is_err {
+            if seen.err {
                 return Ok(true);
             }
             head.expect = match left {
-                0 | 1 if deprecate_eof => Expect::Rows,
+                0 | 1 if seen.deprecate_eof => Expect::Rows,
                 0 | 1 => Expect::ColumnsEof,
                 n => Expect::ColumnDefs(n - 1),
             };
             Ok(false)
         }
-        Expect::ColumnsEof => match first {
+        Expect::ColumnsEof => match seen.first {
             Some(0xFE) => {
-                let status = eof_status(p.prefix);
+                let status = eof_status(seen.prefix);
+                // A cursor opened by COM_STMT_EXECUTE: rows come later, with COM_STMT_FETCH.
                 if head.command != cmd::QUERY && status & SERVER_STATUS_CURSOR_EXISTS != 0 {
                     return Ok(true);
                 }
@@ -502,39 +655,41 @@ fn step(
                 Ok(false)
             }
             Some(0xFF) => Ok(true),
-            _ => Err(malformed("end of column definitions")),
+            _ => Err(seen.malformed("end of column definitions")),
         },
-        Expect::Rows => {
-            if is_err {
+        _ => {
+            if seen.err {
                 return Ok(true);
             }
-            if !is_terminator {
+            if !seen.terminator {
                 return Ok(false);
             }
-            let status = if deprecate_eof {
-                ok_status(p.prefix)
-            } else {
-                eof_status(p.prefix)
-            };
-            if head.command == cmd::STMT_FETCH || !more_results(status) {
+            if head.command == cmd::STMT_FETCH || !more_results(seen.end_of_rows_status()) {
                 return Ok(true);
             }
             head.expect = Expect::Response;
             Ok(false)
         }
-        Expect::PrepareOk => match first {
+    }
+}
+
+/// COM_STMT_PREPARE: STMT_OK, then parameter and column definitions, each block ended by an EOF
+/// unless CLIENT_DEPRECATE_EOF.
+fn prepare(head: &mut Pending, seen: &Seen<'_>) -> Result<bool, TrackError> {
+    match head.expect {
+        Expect::PrepareOk => match seen.first {
             Some(0xFF) => Ok(true),
             Some(0x00) => {
-                let (columns, params) = match (p.prefix.get(5..7), p.prefix.get(7..9)) {
+                let (columns, params) = match (seen.prefix.get(5..7), seen.prefix.get(7..9)) {
                     (Some(c), Some(pa)) => (
                         u16::from_le_bytes([c[0], c[1]]),
                         u16::from_le_bytes([pa[0], pa[1]]),
                     ),
-                    _ => return Err(malformed("COM_STMT_PREPARE response")),
+                    _ => return Err(seen.malformed("COM_STMT_PREPARE response")),
                 };
                 Ok(prepare_next(head, params, columns))
             }
-            _ => Err(malformed("COM_STMT_PREPARE response")),
+            _ => Err(seen.malformed("COM_STMT_PREPARE response")),
         },
         Expect::PrepareParams { left, columns } => {
             head.expect = if left > 1 {
@@ -542,7 +697,7 @@ fn step(
                     left: left - 1,
                     columns,
                 }
-            } else if deprecate_eof {
+            } else if seen.deprecate_eof {
                 return Ok(prepare_next(head, 0, columns));
             } else {
                 Expect::PrepareParamsEof { columns }
@@ -550,8 +705,8 @@ fn step(
             Ok(false)
         }
         Expect::PrepareParamsEof { columns } => {
-            if first != Some(0xFE) {
-                return Err(malformed("end of parameter definitions"));
+            if seen.first != Some(0xFE) {
+                return Err(seen.malformed("end of parameter definitions"));
             }
             Ok(prepare_next(head, 0, columns))
         }
@@ -560,28 +715,18 @@ fn step(
                 head.expect = Expect::PrepareColumns(left - 1);
                 return Ok(false);
             }
-            if deprecate_eof {
+            if seen.deprecate_eof {
                 return Ok(true);
             }
             head.expect = Expect::PrepareColumnsEof;
             Ok(false)
         }
-        Expect::PrepareColumnsEof => {
-            if first != Some(0xFE) {
-                return Err(malformed("end of column definitions"));
+        _ => {
+            if seen.first != Some(0xFE) {
+                return Err(seen.malformed("end of column definitions"));
             }
             Ok(true)
         }
-        Expect::Single => Ok(true),
-        Expect::FieldList => Ok(is_err || is_terminator),
-        Expect::Auth => match first {
-            Some(0x00) | Some(0xFF) => Ok(true),
-            _ => {
-                *client_mode = ClientMode::Auth;
-                Ok(false)
-            }
-        },
-        Expect::Binlog => Ok(is_err || (first == Some(0xFE) && p.len < 9)),
     }
 }
 

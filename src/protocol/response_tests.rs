@@ -598,17 +598,91 @@ fn pseudo_random_bytes_never_panic() {
 }
 
 #[test]
-fn kill_commands_are_located_in_the_buffer() {
+fn every_kill_command_is_located_in_the_buffer() {
     let mut r = Run::new(false);
     let mut s = command(cmd::QUERY, b"SELECT 1");
-    let start = s.len();
+    let first = s.len();
     s.extend(command(cmd::QUERY, b" kill query 3221225473"));
+    let second = s.len();
+    s.extend(command(cmd::QUERY, b"KILL QUERY 3221225474"));
     let scan = r.client(&s);
-    assert_eq!(scan.commands, 2);
-    assert_eq!(scan.kill, Some((start, s.len())));
-    assert_eq!(
-        r.client(&command(cmd::PROCESS_KILL, &[1, 0, 0, 0])).kill,
-        Some((0, 9))
-    );
-    assert_eq!(r.client(&command(cmd::QUERY, b"SELECT 'kill'")).kill, None);
+    assert_eq!(scan.commands, 3);
+    assert_eq!(scan.held, 0);
+    assert_eq!(r.t.kill_candidates(), &[(first, second), (second, s.len())]);
+    r.client(&command(cmd::PROCESS_KILL, &[1, 0, 0, 0]));
+    assert_eq!(r.t.kill_candidates(), &[(0, 9)]);
+    r.client(&command(cmd::QUERY, b"SELECT 'kill'"));
+    assert!(r.t.kill_candidates().is_empty());
+}
+
+#[test]
+fn a_kill_cut_by_the_read_is_held_back_until_whole() {
+    let mut t = Tracker::new(caps(false), 1 << 30);
+    let ping = command(0x0E, b"");
+    let kill = command(cmd::QUERY, b"KILL QUERY 3221225473");
+    let stream = [ping.clone(), kill.clone()].concat();
+    // Cut anywhere inside the KILL (header included): the ping goes, the KILL's bytes wait.
+    for cut in ping.len() + 1..stream.len() {
+        let mut t = Tracker::new(caps(false), 1 << 30);
+        let scan = t.on_client(&stream[..cut]).unwrap();
+        assert_eq!(
+            (scan.commands, scan.held),
+            (1, cut - ping.len()),
+            "cut {cut}"
+        );
+        assert!(t.kill_candidates().is_empty());
+        // The held bytes come again, first, with the rest.
+        let scan = t.on_client(&stream[ping.len()..]).unwrap();
+        assert_eq!((scan.commands, scan.held), (1, 0), "cut {cut}");
+        assert_eq!(t.kill_candidates(), &[(0, kill.len())]);
+        assert_eq!(t.pending(), 2);
+    }
+    // Commands that cannot be a KILL pass as they come.
+    for other in [
+        command(cmd::QUERY, b"SELECT 'KILL QUERY 1'"),
+        command(cmd::QUERY, b"  kilt 5"),
+        command(cmd::STMT_EXECUTE, &[1, 0, 0, 0, 0, 1, 0, 0, 0]),
+        command(
+            cmd::QUERY,
+            format!("KILL {}", " ".repeat(MAX_KILL_PACKET)).as_bytes(),
+        ),
+    ] {
+        let scan = t.on_client(&other[..other.len() - 1]).unwrap();
+        assert_eq!(scan.held, 0, "{other:02x?}");
+        t.on_client(&other[other.len() - 1..]).unwrap();
+    }
+    // A header cut short may still start a KILL.
+    assert!(may_become_kill(&kill[..3]));
+    assert!(!may_become_kill(&[5, 0, 0, 1, cmd::QUERY]), "not a command");
+}
+
+/// Fed the way the relay feeds it (held bytes first again), the tracker reports each KILL of a
+/// stream exactly once, whole, wherever two cuts fall.
+#[test]
+fn every_kill_is_reported_once_whatever_the_cuts() {
+    let kill_a = command(cmd::QUERY, b" KILL QUERY 3221225473");
+    let kill_b = command(cmd::PROCESS_KILL, &[1, 0, 0, 0xC0]);
+    let stream = [
+        command(0x0E, b""),
+        kill_a.clone(),
+        command(cmd::QUERY, b"SELECT 1"),
+        kill_b.clone(),
+    ]
+    .concat();
+    for i in 0..=stream.len() {
+        for j in i..=stream.len() {
+            let mut t = Tracker::new(caps(false), 1 << 30);
+            let mut held: Vec<u8> = Vec::new();
+            let mut kills = Vec::new();
+            for piece in [&stream[..i], &stream[i..j], &stream[j..]] {
+                let buf = [held.as_slice(), piece].concat();
+                let scan = t.on_client(&buf).unwrap();
+                kills.extend(t.kill_candidates().iter().map(|&(s, e)| buf[s..e].to_vec()));
+                held = buf[buf.len() - scan.held..].to_vec();
+            }
+            assert!(held.is_empty(), "cuts {i}, {j}");
+            assert_eq!(kills, [kill_a.clone(), kill_b.clone()], "cuts {i}, {j}");
+            assert_eq!(t.pending(), 4, "cuts {i}, {j}");
+        }
+    }
 }

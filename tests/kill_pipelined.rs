@@ -1,0 +1,114 @@
+//! KILL mapping wherever the client's writes cut it: several KILLs in one read are each mapped,
+//! and a KILL split across reads is held back until whole, then mapped (real MariaDB, one
+//! backend so every session shares it).
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::mariadb::shared_pair;
+use common::proxy::TestProxy;
+use common::rawclient::RawClient;
+
+const COM_QUERY: u8 = 0x03;
+
+async fn login(proxy: &TestProxy) -> RawClient {
+    RawClient::connect_tcp(&proxy.addr_string(), "bench", "bench", None, 0, 0)
+        .await
+        .expect("login through the proxy")
+}
+
+fn running(marker: &str) -> bool {
+    shared_pair()[0]
+        .root_query("SELECT INFO FROM information_schema.PROCESSLIST")
+        .contains(marker)
+}
+
+fn wait_until(what: &str, cond: impl Fn() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !cond() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Starts a long query on `victim`, tagged with `marker`, and waits until the server runs it.
+async fn start_sleeping(victim: &mut RawClient, marker: &str) {
+    victim
+        .send_command(
+            COM_QUERY,
+            format!("SELECT SLEEP(30), '{marker}'").as_bytes(),
+        )
+        .await
+        .unwrap();
+    wait_until(&format!("{marker} to run"), || running(marker));
+}
+
+/// The victim's query ends with ER_QUERY_INTERRUPTED, well before its 30 s.
+async fn assert_interrupted(victim: &mut RawClient, started: Instant) {
+    let err = victim
+        .read_results()
+        .await
+        .expect_err("the victim's query was interrupted");
+    assert!(err.starts_with("1317"), "interrupted by the KILL: {err}");
+    assert!(
+        started.elapsed() < Duration::from_secs(15),
+        "the sleep was cut short"
+    );
+}
+
+fn kill_packet(id: u32) -> Vec<u8> {
+    let sql = format!("KILL QUERY {id}");
+    let mut p = vec![(sql.len() + 1) as u8, 0, 0, 0, COM_QUERY];
+    p.extend_from_slice(sql.as_bytes());
+    p
+}
+
+#[tokio::test]
+async fn two_kills_pipelined_in_one_write_are_each_mapped() {
+    let proxy = TestProxy::start(&[shared_pair()[0].tcp_addr()]);
+    let mut a = login(&proxy).await;
+    let mut b = login(&proxy).await;
+    let mut killer = login(&proxy).await;
+    start_sleeping(&mut a, "pipelined-kill-a").await;
+    start_sleeping(&mut b, "pipelined-kill-b").await;
+    let started = Instant::now();
+    let both = [kill_packet(a.connection_id), kill_packet(b.connection_id)].concat();
+    killer.send_raw(&both).await.unwrap();
+    killer.read_ok().await.expect("the first KILL was mapped");
+    killer
+        .read_ok()
+        .await
+        .expect("the second KILL was mapped too");
+    assert_interrupted(&mut a, started).await;
+    assert_interrupted(&mut b, started).await;
+    killer.ping().await.expect("the killer is still in sync");
+}
+
+#[tokio::test]
+async fn a_kill_split_across_writes_is_mapped() {
+    let proxy = TestProxy::start(&[shared_pair()[0].tcp_addr()]);
+    let mut victim = login(&proxy).await;
+    let mut killer = login(&proxy).await;
+    let packet = kill_packet(victim.connection_id);
+    // Inside the header, inside the keyword, inside the id.
+    for cut in [2, 8, packet.len() - 2] {
+        let marker = format!("split-kill-{cut}");
+        start_sleeping(&mut victim, &marker).await;
+        let started = Instant::now();
+        killer.send_raw(&packet[..cut]).await.unwrap();
+        // A pause the proxy reads the first part in (the raw client sets TCP_NODELAY).
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        killer.send_raw(&packet[cut..]).await.unwrap();
+        killer
+            .read_ok()
+            .await
+            .unwrap_or_else(|e| panic!("the KILL cut at {cut} was mapped: {e}"));
+        assert_interrupted(&mut victim, started).await;
+    }
+    killer.ping().await.expect("the killer is still in sync");
+    victim
+        .ping()
+        .await
+        .expect("KILL QUERY leaves the victim usable");
+}

@@ -1,0 +1,205 @@
+//! What relaying costs in memory: buffers grow for a bulk transfer and give the memory back once
+//! the session goes quiet; a client that stops reading holds the proxy's memory bounded; a client
+//! that pipelines megabytes without reading is still answered. The proxy runs as its own process
+//! (so the test's memory does not count) in front of real MariaDB.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::daemon::{wait_connectable, Daemon};
+use common::mariadb::{free_port, shared_pair, MariaDb};
+use common::proxy::TestProxy;
+use common::rawclient::RawClient;
+use tokio::task::JoinSet;
+
+const COM_QUERY: u8 = 0x03;
+
+fn proxy_in_front_of(backend: &str) -> (Daemon, u16) {
+    let port = free_port();
+    let args = vec![
+        format!("--proxy-address=127.0.0.1:{port}"),
+        format!("--proxy-backend-addresses={backend}"),
+        "--admin-address=off".to_owned(),
+        "--log-level=warn".to_owned(),
+    ];
+    let daemon = Daemon::start(&args, None);
+    wait_connectable(port);
+    (daemon, port)
+}
+
+/// VmRSS of `pid` in KiB.
+fn rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("proc status");
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("a VmRSS line")
+}
+
+async fn login(port: u16) -> RawClient {
+    RawClient::connect_tcp(&format!("127.0.0.1:{port}"), "bench", "bench", None, 0, 0)
+        .await
+        .expect("login through the proxy")
+}
+
+/// Runs `sql` and reads its one result set, dropping the rows; returns the payload bytes read.
+async fn query_discarding(c: &mut RawClient, sql: &str) -> usize {
+    c.send_command(COM_QUERY, sql.as_bytes()).await.unwrap();
+    let mut bytes = 0;
+    // Column count and definitions up to their EOF, then rows up to theirs (no DEPRECATE_EOF).
+    for _ in 0..2 {
+        for (_, p) in c.read_until_eof_or_err().await.expect("a result set") {
+            assert_ne!(p.first(), Some(&0xFF), "an error: {p:02x?}");
+            bytes += p.len();
+        }
+    }
+    bytes
+}
+
+/// Samples the RSS of `pid` every 100 ms until it has not changed for `steady` (at most 30 s);
+/// returns it.
+fn wait_until_steady(pid: u32, steady: Duration) -> u64 {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut last = rss_kib(pid);
+    let mut since = Instant::now();
+    while since.elapsed() < steady && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+        let rss = rss_kib(pid);
+        if rss != last {
+            (last, since) = (rss, Instant::now());
+        }
+    }
+    last
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sessions_that_moved_large_results_give_their_buffers_back_once_idle() {
+    const SESSIONS: usize = 1000;
+    const PARALLEL: usize = 8;
+    // Every session fills its buffers to the maximum (that takes well under 1 MiB); every 20th
+    // also relays packets of 16 MiB and more. 1000 x 20 MiB took 150 s on the 2-core test VM.
+    const RESULT: usize = 2 << 20;
+    const LARGE_RESULT: usize = 20 << 20;
+    let db = MariaDb::start_with_args("relay-memory", &["--max-connections=1200"]);
+    let (daemon, port) = proxy_in_front_of(&db.tcp_addr());
+    let pid = daemon.child.id();
+    // One session first, so what every process sets up once (thread arenas, lazy statics) is in
+    // the baseline.
+    let mut warm = login(port).await;
+    query_discarding(&mut warm, "SELECT 1").await;
+    warm.quit().await.unwrap();
+    let before = rss_kib(pid);
+
+    let mut sessions = Vec::with_capacity(SESSIONS);
+    for _ in 0..SESSIONS {
+        sessions.push(login(port).await);
+    }
+    let idle = rss_kib(pid);
+    let started = Instant::now();
+    let mut running = JoinSet::new();
+    let mut done = Vec::with_capacity(SESSIONS);
+    for (i, mut c) in sessions.into_iter().enumerate() {
+        if running.len() == PARALLEL {
+            done.push(running.join_next().await.unwrap().unwrap());
+        }
+        let size = if i % 20 == 0 { LARGE_RESULT } else { RESULT };
+        running.spawn(async move {
+            let n = query_discarding(&mut c, &format!("SELECT REPEAT('x', {size})")).await;
+            assert!(n > size, "the whole result came: {n} bytes");
+            c
+        });
+    }
+    while let Some(c) = running.join_next().await {
+        done.push(c.unwrap());
+    }
+    let moved = started.elapsed();
+    let after_results = rss_kib(pid);
+    let bound = before + (SESSIONS as u64) * 32;
+    // Buffers go back after a second without reads: wait for the RSS to stop falling.
+    let settled = wait_until_steady(pid, Duration::from_secs(2));
+    let per_session = |rss: u64| rss.saturating_sub(before) as f64 / SESSIONS as f64;
+    eprintln!(
+        "proxy RSS: before {before} KiB; {SESSIONS} idle sessions {idle} KiB ({:.1} KiB each); \
+         right after the results ({moved:?}) {after_results} KiB ({:.1} KiB each); \
+         once quiet {settled} KiB ({:.1} KiB each)",
+        per_session(idle),
+        per_session(after_results),
+        per_session(settled),
+    );
+    assert!(
+        settled <= bound,
+        "idle sessions came back to within 32 KiB each of the RSS before they connected: \
+         {settled} KiB > {bound} KiB"
+    );
+    // Still usable.
+    for c in done.iter_mut().take(10) {
+        c.ping().await.unwrap();
+    }
+}
+
+#[tokio::test]
+async fn a_client_that_stops_reading_holds_the_proxy_memory_bounded() {
+    let (daemon, port) = proxy_in_front_of(&shared_pair()[0].tcp_addr());
+    let pid = daemon.child.id();
+    let mut c = login(port).await;
+    query_discarding(&mut c, "SELECT 1").await;
+    let before = rss_kib(pid);
+    // 200 rows of 1 MiB: 200 MiB, far more than any buffer between the server and the client.
+    c.send_command(
+        COM_QUERY,
+        b"SELECT REPEAT('x', 1048576) FROM test.seq_1_to_200",
+    )
+    .await
+    .unwrap();
+    let (_, count) = c.read_packet().await.expect("the column count");
+    assert_eq!(count, [1], "one column");
+    // The client reads no more: once every buffer on the way is full, the proxy's RSS stops
+    // changing; it must not have grown with the result.
+    let stalled = wait_until_steady(pid, Duration::from_secs(1));
+    eprintln!("proxy RSS: before {before} KiB, stalled reader {stalled} KiB");
+    assert!(
+        stalled < before + 8 * 1024,
+        "a stalled reader grew the proxy by {} KiB",
+        stalled.saturating_sub(before)
+    );
+    // Resumed, the client gets the whole result and the session goes on.
+    let mut rows = 0;
+    let mut packets = c.read_until_eof_or_err().await.unwrap(); // definitions, EOF
+    assert_ne!(packets.pop().unwrap().1.first(), Some(&0xFF));
+    for (_, p) in c.read_until_eof_or_err().await.unwrap() {
+        assert_ne!(p.first(), Some(&0xFF), "an error: {p:02x?}");
+        rows += usize::from(p.len() > 1 << 20);
+    }
+    assert_eq!(rows, 200, "every row arrived");
+    c.ping().await.expect("the session goes on");
+}
+
+#[tokio::test]
+async fn a_client_pipelining_megabytes_without_reading_is_answered_in_full() {
+    const QUERIES: usize = 2000;
+    let proxy = TestProxy::start(&[shared_pair()[0].tcp_addr()]);
+    let mut c = RawClient::connect_tcp(&proxy.addr_string(), "bench", "bench", None, 0, 0)
+        .await
+        .expect("login");
+    // 2000 commands of 2 KiB (4 MiB) whose answers are small OKs, written before any is read.
+    let sql = format!("DO 1 /* {} */", "p".repeat(2040));
+    let mut batch = Vec::with_capacity(QUERIES * (sql.len() + 5));
+    for _ in 0..QUERIES {
+        batch.extend_from_slice(&((sql.len() + 1) as u32).to_le_bytes()[..3]);
+        batch.push(0);
+        batch.push(COM_QUERY);
+        batch.extend_from_slice(sql.as_bytes());
+    }
+    tokio::time::timeout(Duration::from_secs(60), c.send_raw(&batch))
+        .await
+        .expect("the proxy took the whole batch while nobody read the answers")
+        .unwrap();
+    for i in 0..QUERIES {
+        c.read_ok()
+            .await
+            .unwrap_or_else(|e| panic!("answer {i} of {QUERIES}: {e}"));
+    }
+    c.ping().await.expect("in sync after the batch");
+}
