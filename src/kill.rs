@@ -27,7 +27,7 @@ use crate::balancer::Backend;
 use crate::protocol::codec::header;
 #[cfg(test)]
 use crate::protocol::response::may_be_kill;
-use crate::protocol::response::{cmd, is_sql_space};
+use crate::protocol::response::{cmd, is_sql_space, statement_start};
 
 /// The lowest proxy id (instance 0, counter 0).
 pub const ID_BASE: u32 = 0x6000_0000;
@@ -150,7 +150,7 @@ pub fn parse(payload: &[u8]) -> Option<KillRequest> {
         return None;
     }
     let space = |c: char| u8::try_from(c).is_ok_and(is_sql_space);
-    let sql = std::str::from_utf8(skip_leading_comments(body)).ok()?;
+    let sql = std::str::from_utf8(statement_start(body).ok()?).ok()?;
     let sql = sql.trim_end_matches(space);
     let sql = sql.strip_suffix(';').unwrap_or(sql).trim_end_matches(space);
     let mut words: Vec<&str> = sql.split(space).filter(|w| !w.is_empty()).collect();
@@ -167,34 +167,6 @@ pub fn parse(payload: &[u8]) -> Option<KillRequest> {
         prefix: words.join(" ") + " ",
         id,
     })
-}
-
-/// Skips SQL whitespace and comments (`/* */`, `-- ` and `#` to the end of the line) before a
-/// statement, as ORMs and sqlcommenter put them. An executable comment (`/*!`) is where a
-/// statement starts, not a comment: it is left in place (and so not parsed as a KILL).
-fn skip_leading_comments(mut sql: &[u8]) -> &[u8] {
-    loop {
-        let start = sql
-            .iter()
-            .position(|b| !is_sql_space(*b))
-            .unwrap_or(sql.len());
-        sql = &sql[start..];
-        if sql.starts_with(b"/*") && !sql.starts_with(b"/*!") && !sql.starts_with(b"/*M!") {
-            match sql[2..].windows(2).position(|w| w == b"*/") {
-                Some(end) => sql = &sql[2 + end + 2..],
-                None => return sql,
-            }
-        } else if sql.starts_with(b"#")
-            || (sql.starts_with(b"--") && sql.get(2).is_some_and(|b| is_sql_space(*b)))
-        {
-            match sql.iter().position(|b| *b == b'\n') {
-                Some(end) => sql = &sql[end + 1..],
-                None => return &sql[sql.len()..],
-            }
-        } else {
-            return sql;
-        }
-    }
 }
 
 /// `n`, `'n'`, `"n"` or `(n)`; a negative `-n` down to `i32::MIN` as the `u32` with the same bits.
@@ -333,6 +305,20 @@ mod tests {
         ] {
             assert_eq!(parse(&query(sql)), None, "{sql:?}");
         }
+    }
+
+    #[test]
+    fn a_kill_after_comments_is_offered_for_mapping_and_held_while_cut() {
+        use crate::protocol::response::may_become_kill;
+        assert!(may_be_kill(&query("/* a */ -- b\n kill 5")));
+        assert!(!may_be_kill(&query("/* kill 5 */ SELECT 1")));
+        assert!(!may_be_kill(&query("/*!kill 5 */")));
+        let whole = [&[9, 0, 0, 0][..], &query("/* x */ k")].concat();
+        for cut in 4..whole.len() {
+            assert!(may_become_kill(&whole[..cut]), "cut at {cut}");
+        }
+        let select = [&[12, 0, 0, 0][..], &query("/* x */ SELE")].concat();
+        assert!(!may_become_kill(&select));
     }
 
     #[test]

@@ -112,3 +112,68 @@ async fn a_kill_split_across_writes_is_mapped() {
         .await
         .expect("KILL QUERY leaves the victim usable");
 }
+
+fn query_packet(sql: &str) -> Vec<u8> {
+    let mut p = vec![(sql.len() + 1) as u8, 0, 0, 0, COM_QUERY];
+    p.extend_from_slice(sql.as_bytes());
+    p
+}
+
+/// The forms drivers and ORMs send: a leading comment (sqlcommenter), an id bound as a quoted
+/// string (PDO and mysql2 with a placeholder), an id in parentheses; each mapped, also when the
+/// comment is cut across writes.
+#[tokio::test]
+async fn kills_after_comments_and_with_quoted_ids_are_mapped() {
+    let proxy = TestProxy::start(&[shared_pair()[0].tcp_addr()]);
+    let mut victim = login(&proxy).await;
+    let mut killer = login(&proxy).await;
+    let id = victim.connection_id;
+    let forms = [
+        format!("/* app=checkout,route=/pay */ KILL QUERY {id}"),
+        format!("-- cancel\nKILL QUERY '{id}'"),
+        format!("# cancel\n KILL QUERY ({id});"),
+    ];
+    for (i, sql) in forms.iter().enumerate() {
+        let marker = format!("comment-kill-{i}");
+        start_sleeping(&mut victim, &marker).await;
+        let started = Instant::now();
+        let packet = query_packet(sql);
+        // Cut inside the comment: the proxy must hold it until the statement shows.
+        killer.send_raw(&packet[..8]).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        killer.send_raw(&packet[8..]).await.unwrap();
+        killer
+            .read_ok()
+            .await
+            .unwrap_or_else(|e| panic!("{sql:?} was mapped: {e}"));
+        assert_interrupted(&mut victim, started).await;
+    }
+    victim.ping().await.expect("the victim is usable");
+}
+
+/// `KILL QUERY ID n` names a query id: passed to the server as written, never read as a
+/// connection (the proxy id of a live session must not be turned into its thread id).
+#[tokio::test]
+async fn kill_query_id_names_a_query_and_is_not_mapped() {
+    let proxy = TestProxy::start(&[shared_pair()[0].tcp_addr()]);
+    let mut victim = login(&proxy).await;
+    let mut killer = login(&proxy).await;
+    start_sleeping(&mut victim, "kill-query-id").await;
+    killer
+        .send_raw(&query_packet(&format!(
+            "KILL QUERY ID {}",
+            victim.connection_id
+        )))
+        .await
+        .unwrap();
+    let err = killer
+        .read_ok()
+        .await
+        .expect_err("no query has that id on the server");
+    assert!(
+        err.starts_with("1957"),
+        "the server's unknown query id: {err}"
+    );
+    killer.ping().await.expect("the killer is still in sync");
+    assert!(running("kill-query-id"), "the victim's query still runs");
+}
