@@ -36,10 +36,8 @@ pub enum RelayEnd {
     ClientClosed {
         quit: bool,
     },
-    /// The backend closed its side. `at_boundary` says whether the client stream sits between
-    /// packets (so an ERR can still be injected), `pending` how many commands were unanswered.
+    /// The backend closed its side; `pending` says how many commands were unanswered.
     BackendClosed {
-        at_boundary: bool,
         pending: usize,
     },
     ClientIo(io::Error),
@@ -414,11 +412,9 @@ where
             active: &mut self.backend_active,
         };
         match poll_direction(cx, &mut self.down, self.backend, self.client, &mut hooks) {
-            Poll::Ready(step) => Poll::Ready(downstream_end(
-                step,
-                self.tracker.server_at_boundary(),
-                self.tracker.pending(),
-            )),
+            Poll::Ready(step) => {
+                Poll::Ready(downstream_end(step, self.quit, self.tracker.pending()))
+            }
             Poll::Pending => match self.client_failed.take() {
                 Some(e) if answered(self.tracker, &self.down) => Poll::Ready(RelayEnd::Protocol(e)),
                 failed => {
@@ -534,13 +530,12 @@ fn upstream_end(step: Step, quit: bool) -> RelayEnd {
     }
 }
 
-/// How the session ends when the backend-to-client direction stops.
-fn downstream_end(step: Step, at_boundary: bool, pending: usize) -> RelayEnd {
+/// How the session ends when the backend-to-client direction stops. After the client's COM_QUIT
+/// the backend closing (often before the client does) is the client's quit, not a backend failure.
+fn downstream_end(step: Step, quit: bool, pending: usize) -> RelayEnd {
     match step {
-        Step::Eof => RelayEnd::BackendClosed {
-            at_boundary,
-            pending,
-        },
+        Step::Eof | Step::Io(_, Side::Read) if quit => RelayEnd::ClientClosed { quit: true },
+        Step::Eof => RelayEnd::BackendClosed { pending },
         Step::Failed(e) => RelayEnd::Protocol(e),
         Step::Io(e, Side::Read) => RelayEnd::BackendIo(e),
         Step::Io(e, Side::Write) => RelayEnd::ClientIo(e),

@@ -99,3 +99,36 @@ async fn a_burst_of_sessions_spreads_evenly_over_the_workers() {
         conn.disconnect().await.unwrap();
     }
 }
+
+/// A client that sends COM_QUIT and waits for the close sees the backend close first; that is
+/// still the client's quit, not a backend failure, in the disconnect metric.
+#[tokio::test]
+async fn com_quit_counts_as_client_quit_even_when_the_backend_closes_first() {
+    use common::rawclient::RawClient;
+    let proxy = TestProxy::start(&[shared_pair()[0].tcp_addr()]);
+    let sessions = 5;
+    for _ in 0..sessions {
+        let mut c = RawClient::connect_tcp(&proxy.addr_string(), "bench", "bench", None, 0, 0)
+            .await
+            .expect("login through the proxy");
+        c.send_command(0x01, &[]).await.unwrap();
+        assert!(
+            c.read_packet().await.is_err(),
+            "COM_QUIT is answered by the close"
+        );
+    }
+    let count = |reason: &str| -> u64 {
+        let (_, body) = proxy.admin_get("/metrics");
+        let needle = format!("mysql_lb_client_disconnections_total{{reason=\"{reason}\"}} ");
+        body.lines()
+            .find_map(|l| l.strip_prefix(&needle))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(0)
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while count("client_quit") < sessions && std::time::Instant::now() < deadline {
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    assert_eq!(count("client_quit"), sessions);
+    assert_eq!(count("backend_network"), 0);
+}
