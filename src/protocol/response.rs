@@ -1,9 +1,13 @@
 //! Command-phase tracking: which command each response answers and where it ends.
 //!
-//! Where a response ends depends on the command that asked for it (DESIGN.md §2), and clients may
-//! pipeline, so the tracker keeps a FIFO of outstanding commands. It sees both directions of one
-//! session as the relay forwards them (bytes are never held back), classifies each logical packet
-//! from its first bytes only, and yields one [`Completed`] per finished command for latency metrics.
+//! Where a response ends depends on the command that asked for it (one rule per kind of command,
+//! see `Expect`: generic result sets that end on an OK/EOF without SERVER_MORE_RESULTS_EXISTS,
+//! cursors, prepare, one-packet replies, LOCAL INFILE, change-user's auth exchange, binlog
+//! streams), and clients may pipeline, so the tracker keeps a FIFO of outstanding commands. It
+//! sees both directions of one session as the relay forwards them, classifies each logical packet
+//! from its first bytes only, and yields one [`Completed`] per finished command for latency
+//! metrics. The only bytes held back are a short command that may still turn out to be a KILL
+//! (see [`may_become_kill`]), so the KILL mapping sees it whole.
 //! Violations it is sure of (sequence ids out of order, oversized packets, responses that cannot
 //! be parsed) are errors that say which side sent them; the relay ends the session on them.
 
