@@ -135,13 +135,15 @@ struct Upstream<'a, O> {
     tracker: &'a mut Tracker,
     observer: &'a mut O,
     quit: bool,
-    /// When the client's bytes last reached the backend (for the idle timeout).
+    /// When the client last sent bytes, read or written (for the idle timeout).
     active: &'a mut Option<Instant>,
 }
 
 impl<O: Observer> Hooks for Upstream<'_, O> {
     fn scan(&mut self, buf: &mut BytesMut, fresh: usize) -> Result<usize, TrackError> {
         self.observer.relayed(true, fresh);
+        // Held bytes are not written yet; a client trickling a command into them is not idle.
+        *self.active = Some(Instant::now());
         let scan = self.tracker.on_client(buf);
         if let Err(e) = &scan {
             keep_good_part(buf, e);
@@ -318,7 +320,7 @@ where
         }
         if let Some(idle) = idle.as_mut() {
             let last = session.client_active.max(session.backend_active);
-            if idle.expired(cx, last, session.boundary()) {
+            if idle.expired(cx, last, session.quiet()) {
                 return Poll::Ready(RelayEnd::IdleTimeout);
             }
         }
@@ -380,6 +382,14 @@ where
     /// Nothing in flight and nothing half read: a safe point to close the session.
     fn boundary(&self) -> bool {
         self.tracker.idle() && self.up.buf.is_empty() && self.down.buf.is_empty()
+    }
+
+    /// No command waiting for its answer and nothing half relayed to the client: the idle timeout
+    /// may close the session. Unlike [`boundary`](Self::boundary), a command packet the client
+    /// has only begun does not count (a server's wait_timeout covers the first packet too), or one
+    /// stalled byte of a header would keep a session for ever.
+    fn quiet(&self) -> bool {
+        self.tracker.pending() == 0 && self.tracker.server_at_boundary() && self.down.buf.is_empty()
     }
 
     fn poll_upstream(&mut self, cx: &mut Context<'_>) -> Poll<RelayEnd> {
@@ -449,9 +459,9 @@ impl IdleTimer {
         }
     }
 
-    /// True when the session has been idle for the timeout: nothing in flight (`boundary`) and
+    /// True when the session has been idle for the timeout: nothing in flight (`quiet`) and
     /// `last` activity (the client's last bytes or the end of the last response) that long ago.
-    fn expired(&mut self, cx: &mut Context<'_>, last: Option<Instant>, boundary: bool) -> bool {
+    fn expired(&mut self, cx: &mut Context<'_>, last: Option<Instant>, quiet: bool) -> bool {
         if self.sleep.as_mut().poll(cx).is_pending() {
             return false;
         }
@@ -461,11 +471,11 @@ impl IdleTimer {
             None => self.sleep.deadline(),
         };
         // The timer's millisecond granularity: a deadline less than that ahead has come.
-        if boundary && due <= now + std::time::Duration::from_millis(1) {
+        if quiet && due <= now + std::time::Duration::from_millis(1) {
             return true;
         }
         // A command in flight is never idle; once it is answered, its end counts as activity.
-        let next = if boundary { due } else { now + self.timeout };
+        let next = if quiet { due } else { now + self.timeout };
         self.sleep.as_mut().reset(next);
         let _ = self.sleep.as_mut().poll(cx);
         false

@@ -81,3 +81,67 @@ async fn a_session_that_keeps_talking_stays_open() {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
+
+/// Waits (at most `limit`) for the proxy to close `c`; `None` if it is still open then.
+async fn closed_within(c: &mut RawClient, limit: Duration) -> Option<Instant> {
+    let read = tokio::time::timeout(limit, c.read_packet()).await.ok()?;
+    assert!(read.is_err(), "nothing but a close was due: {read:?}");
+    Some(Instant::now())
+}
+
+#[tokio::test]
+async fn a_client_stalled_part_way_through_a_command_packet_is_idle() {
+    let timeout = Duration::from_millis(700);
+    let proxy = proxy_with_idle_timeout(timeout);
+    // Held back as a possible KILL, held inside a comment, forwarded to the backend, and a
+    // header cut short: the server's own wait_timeout closes each of these.
+    let stalls: [&[u8]; 4] = [
+        b"\x0c\0\0\0\x03KIL",
+        b"\x40\0\0\0\x03/* sqlcommenter",
+        b"\x40\0\0\0\x03SELECT 1",
+        b"\x0c\0",
+    ];
+    for stall in stalls {
+        let mut c = login(&proxy).await;
+        c.ping().await.unwrap();
+        c.send_raw(stall).await.unwrap();
+        let sent = Instant::now();
+        let closed = closed_within(&mut c, timeout * 4).await;
+        let waited = closed.map(|at| at - sent);
+        assert!(
+            waited.is_some_and(|w| w >= timeout - Duration::from_millis(50) && w < timeout * 3 / 2),
+            "{stall:?}: closed idle_timeout after the stalled bytes, not kept open: {waited:?}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_short_command_trickled_byte_by_byte_is_not_idle() {
+    let timeout = Duration::from_millis(500);
+    let proxy = proxy_with_idle_timeout(timeout);
+    let mut c = login(&proxy).await;
+    // Held back whole until its last byte (it may be a KILL), which comes after 3 x the timeout.
+    let mut payload = b"\x03/* c */ KILL QUERY 123456".to_vec();
+    payload.resize(200, b' ');
+    let mut packet = vec![200, 0, 0, 0];
+    packet.extend_from_slice(&payload);
+    for byte in packet.chunks(1) {
+        c.send_raw(byte)
+            .await
+            .expect("the session stays open while bytes come");
+        // Pacing the client, not waiting on the proxy.
+        tokio::time::sleep(Duration::from_millis(8)).await;
+    }
+    let (_, answer) = c
+        .read_packet()
+        .await
+        .expect("the trickled KILL is answered");
+    assert_eq!(
+        answer[0], 0xFF,
+        "the server's ERR for an unknown thread: {answer:?}"
+    );
+    assert!(
+        String::from_utf8_lossy(&answer).contains("123456"),
+        "the KILL reached the server whole: {answer:?}"
+    );
+}
