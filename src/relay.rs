@@ -384,12 +384,17 @@ where
         self.tracker.idle() && self.up.buf.is_empty() && self.down.buf.is_empty()
     }
 
-    /// No command waiting for its answer and nothing half relayed to the client: the idle timeout
-    /// may close the session. Unlike [`boundary`](Self::boundary), a command packet the client
-    /// has only begun does not count (a server's wait_timeout covers the first packet too), or one
-    /// stalled byte of a header would keep a session for ever.
+    /// No command waiting for its answer, nothing read waiting to be written (but held bytes) and
+    /// nothing half relayed to the client: the idle timeout may close the session. Unlike
+    /// [`boundary`](Self::boundary), a command packet the client has only begun does not count (a
+    /// server's wait_timeout covers the first packet too), or one stalled byte of a header would
+    /// keep a session for ever. The drain keeps `boundary`: it is bounded by `shutdown_timeout`,
+    /// and a client part way through a large command is then served, not cut.
     fn quiet(&self) -> bool {
-        self.tracker.pending() == 0 && self.tracker.server_at_boundary() && self.down.buf.is_empty()
+        self.tracker.pending() == 0
+            && self.tracker.server_at_boundary()
+            && self.up.buf.len() == self.up.held
+            && self.down.buf.is_empty()
     }
 
     fn poll_upstream(&mut self, cx: &mut Context<'_>) -> Poll<RelayEnd> {
