@@ -149,24 +149,69 @@ pub fn parse(payload: &[u8]) -> Option<KillRequest> {
     if command != cmd::QUERY {
         return None;
     }
-    let space = |c: char| u8::try_from(c).is_ok_and(is_sql_space);
     let sql = std::str::from_utf8(statement_start(body).ok()?).ok()?;
-    let sql = sql.trim_end_matches(space);
-    let sql = sql.strip_suffix(';').unwrap_or(sql).trim_end_matches(space);
-    let mut words: Vec<&str> = sql.split(space).filter(|w| !w.is_empty()).collect();
-    let id = parse_id(words.pop()?)?;
-    let mut rest = words.iter().map(|w| w.to_ascii_uppercase());
-    if rest.next().as_deref() != Some("KILL") {
+    let words = sql_words(sql)?;
+    let (first, rest) = words.split_first()?;
+    if !first.eq_ignore_ascii_case("KILL") {
         return None;
     }
     let allowed = ["HARD", "SOFT", "CONNECTION", "QUERY"];
-    if !rest.all(|w| allowed.contains(&w.as_str())) {
-        return None;
-    }
+    let keywords = rest
+        .iter()
+        .take_while(|w| allowed.iter().any(|a| w.eq_ignore_ascii_case(a)))
+        .count();
+    // What follows the keywords is the id, however spaced or commented: `( n )`, `n ;`.
+    let id: String = rest[keywords..].concat();
+    let id = parse_id(id.strip_suffix(';').unwrap_or(&id))?;
     Some(KillRequest {
-        prefix: words.join(" ") + " ",
+        prefix: words[..=keywords].join(" ") + " ",
         id,
     })
+}
+
+/// The words of a statement, split at SQL whitespace and at comments (`/* */`, `#` and `-- ` to
+/// the end of the line; sqlcommenter appends one). None for an unterminated or executable comment
+/// (`/*!`, `/*M!`: its text is part of the statement, which is then not taken for a KILL).
+fn sql_words(sql: &str) -> Option<Vec<&str>> {
+    let bytes = sql.as_bytes();
+    let mut words = Vec::new();
+    let (mut i, mut word_start) = (0, 0);
+    while i < bytes.len() {
+        let rest = &bytes[i..];
+        let skip_to = if is_sql_space(rest[0]) {
+            Some(i + 1)
+        } else if rest.starts_with(b"/*") {
+            if rest.starts_with(b"/*!") || rest.starts_with(b"/*M!") {
+                return None;
+            }
+            let end = rest[2..].windows(2).position(|w| w == b"*/")?;
+            Some(i + 2 + end + 2)
+        } else if rest[0] == b'#'
+            || (rest.starts_with(b"--") && rest.get(2).is_some_and(|b| is_sql_space(*b)))
+        {
+            Some(
+                rest.iter()
+                    .position(|b| *b == b'\n')
+                    .map_or(bytes.len(), |n| i + n + 1),
+            )
+        } else {
+            None
+        };
+        match skip_to {
+            Some(next) => {
+                if i > word_start {
+                    words.push(&sql[word_start..i]);
+                }
+                i = next;
+                word_start = next;
+            }
+            None => i += 1,
+        }
+    }
+    if bytes.len() > word_start {
+        words.push(&sql[word_start..]);
+    }
+    Some(words)
 }
 
 /// `n`, `'n'`, `"n"` or `(n)`; a negative `-n` down to `i32::MIN` as the `u32` with the same bits.
@@ -297,7 +342,24 @@ mod tests {
             );
         }
         for sql in [
+            "KILL QUERY 1610612737 /* traceparent='00-4bf9' */",
+            "KILL QUERY 1610612737 -- cancel",
+            "KILL/**/QUERY/**/1610612737",
+            "KILL QUERY  ( 1610612737 )",
+            "KILL QUERY 1610612737 ;",
+            "KILL QUERY +1610612737",
+        ] {
+            let k = parse(&query(sql)).unwrap_or_else(|| panic!("not parsed: {sql:?}"));
+            assert_eq!(
+                (k.id, k.prefix.as_str()),
+                (1610612737, "KILL QUERY "),
+                "{sql:?}"
+            );
+        }
+        for sql in [
             "/*!KILL QUERY 1610612737 */",
+            "/*M!100000 KILL QUERY 1610612737 */",
+            "KILL QUERY 1610612737 /* unterminated",
             "/* unterminated KILL QUERY 1610612737",
             "--KILL QUERY 1610612737",
             "KILL QUERY '1610612737",
@@ -331,7 +393,8 @@ mod tests {
         assert_eq!(parse(&query("KILL -2147483648")).unwrap().id, 0x8000_0000);
         assert_eq!(parse(&query("KILL -2147483649")), None, "not a 32-bit id");
         assert_eq!(parse(&query("KILL --5")), None);
-        assert_eq!(parse(&query("KILL - 5")), None);
+        // Unary minus with a space is the same expression.
+        assert_eq!(parse(&query("KILL - 5")).unwrap().id, 0xFFFF_FFFB);
     }
 
     fn target(backend: &Arc<Backend>, thread_id: u32) -> Target {

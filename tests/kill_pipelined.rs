@@ -119,7 +119,7 @@ fn query_packet(sql: &str) -> Vec<u8> {
     p
 }
 
-/// The forms drivers and ORMs send: a leading comment (sqlcommenter), an id bound as a quoted
+/// The forms drivers and ORMs send: a leading or trailing comment (sqlcommenter), an id bound as a quoted
 /// string (PDO and mysql2 with a placeholder), an id in parentheses; each mapped, also when the
 /// comment is cut across writes.
 #[tokio::test]
@@ -132,6 +132,7 @@ async fn kills_after_comments_and_with_quoted_ids_are_mapped() {
         format!("/* app=checkout,route=/pay */ KILL QUERY {id}"),
         format!("-- cancel\nKILL QUERY '{id}'"),
         format!("# cancel\n KILL QUERY ({id});"),
+        format!("KILL QUERY {id} /*traceparent='00-4bf92f3577b34da6-00f067aa0ba902b7-01'*/"),
     ];
     for (i, sql) in forms.iter().enumerate() {
         let marker = format!("comment-kill-{i}");
