@@ -33,6 +33,8 @@ fi
 have node || { missing+=(node); packages+=(nodejs); }
 have npm || { missing+=(npm); packages+=(npm); }
 have python3 || { missing+=(python3); packages+=(python3); }
+# `ip netns` and veth pairs: tests/keepalive.rs makes a peer vanish behind a link it sets down.
+have ip || { missing+=(ip); packages+=(iproute2); }
 if have python3 && ! python3 -c "import venv, ensurepip" 2>/dev/null; then
     missing+=(python3-venv)
     packages+=(python3-venv)
@@ -56,7 +58,7 @@ if [ "${#missing[@]}" -gt 0 ]; then
     ${sudo[@]+"${sudo[@]}"} apt-get update
     ${sudo[@]+"${sudo[@]}"} env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
         "${packages[@]}"
-    for tool in mariadbd mariadb-install-db mariadb sysbench haproxy php node npm python3; do
+    for tool in mariadbd mariadb-install-db mariadb sysbench haproxy php node npm python3 ip; do
         if ! have "$tool"; then
             echo "install-deps: $tool still missing after apt-get install" >&2
             exit 1

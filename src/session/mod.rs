@@ -48,6 +48,8 @@ pub struct Shared {
     pub max_handshake_packet_size: usize,
     pub record_latency: bool,
     pub idle_timeout: Option<Duration>,
+    /// Keepalive timers for client and backend TCP connections (None: off).
+    pub tcp_keepalive: Option<crate::config::TcpKeepalive>,
     /// Capability bits cleared in both directions.
     pub strip: Strip,
 }
@@ -73,6 +75,7 @@ impl Shared {
             max_handshake_packet_size: config.max_handshake_packet_size,
             record_latency: config.record_latency,
             idle_timeout: config.idle_timeout,
+            tcp_keepalive: config.tcp_keepalive,
             strip: if config.allow_local_infile {
                 Strip::UNSUPPORTED
             } else {
@@ -282,7 +285,7 @@ async fn connect_backend(
         // Err carries the reason and whether the backend itself is unreachable or broken (taken out
         // of rotation) rather than alive and refusing, e.g. its own "Too many connections".
         let attempt = async {
-            let mut stream = BackendStream::connect(&backend.address, shared.connect_timeout)
+            let mut stream = BackendStream::open(&backend.address, shared.tcp_keepalive.as_ref())
                 .await
                 .map_err(|e| (e.to_string(), true))?;
             let greeting =
