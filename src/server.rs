@@ -258,6 +258,7 @@ pub async fn accept_loop(listener: Acceptor, sessions: Sessions, me: usize, plac
         drain: shutdown,
         abort,
     } = sessions;
+    let tokens = WorkerTokens::new(&shutdown, &abort, placer.len());
     let mut last_emfile_log: Option<Instant> = None;
     loop {
         let accepted = tokio::select! {
@@ -308,14 +309,40 @@ pub async fn accept_loop(listener: Acceptor, sessions: Sessions, me: usize, plac
             incoming,
             peer,
             admitted,
-            shutdown.clone(),
-            abort.clone(),
+            tokens.drain(worker),
+            tokens.abort(worker),
         );
         if worker == me {
             tasks.spawn(session);
         } else {
             tasks.spawn_on(session, placer.handle(worker));
         }
+    }
+}
+
+/// The drain and abort tokens as each worker's sessions see them: one child of each per worker.
+///
+/// A session polls both on every wake-up (the relay for the drain, `run_session` for the abort),
+/// and each poll locks the token's node. Children of their own keep those locks within one
+/// worker thread instead of bouncing one cache line between every worker's CPU on every query;
+/// cancelling the parent still reaches every child.
+struct WorkerTokens(Vec<(CancellationToken, CancellationToken)>);
+
+impl WorkerTokens {
+    fn new(drain: &CancellationToken, abort: &CancellationToken, workers: usize) -> Self {
+        Self(
+            (0..workers.max(1))
+                .map(|_| (drain.child_token(), abort.child_token()))
+                .collect(),
+        )
+    }
+
+    fn drain(&self, worker: usize) -> CancellationToken {
+        self.0[worker % self.0.len()].0.clone()
+    }
+
+    fn abort(&self, worker: usize) -> CancellationToken {
+        self.0[worker % self.0.len()].1.clone()
     }
 }
 

@@ -33,7 +33,7 @@ tracepoint instead, which barely slows the proxy but gives no per-call breakdown
 at the end of the cell, and how much CPU processes this script did not start took meanwhile.
 
 Then the connection tests: the setup rate (N sysbench threads running benches/load/connect.lua:
-connect, authenticate, SELECT 1, COM_QUIT, in a loop) on every path (or --connect-paths), interleaved;
+connect, authenticate, SELECT 1, COM_QUIT, in a loop) on every path (or --paths), interleaved;
 and 10,000 concurrent client connections held by a fresh mysql-lb started under
 `prlimit --nofile=1024:<hard>` (it must raise its own soft limit), with the backends restarted
 with --thread-handling=pool-of-threads, every connection then answering SELECT 1.
@@ -125,9 +125,9 @@ def parse_args():
         help="comma-separated parts to run, the rest skipped (e.g. --only connect-rate: about 3 min)",
     )
     ap.add_argument(
-        "--connect-paths",
+        "--paths",
         default="",
-        help="comma-separated paths for the connection-rate runs (default all, e.g. \"haproxy,mysql-lb\")",
+        help="comma-separated paths to measure (default all), e.g. \"haproxy,mysql-lb,baseline\"",
     )
     args = ap.parse_args()
     args.time = args.time or (5 if args.quick else 10)
@@ -143,7 +143,7 @@ def parse_args():
         ap.error("parts are: " + ", ".join(sorted(parts)))
     if only:
         args.skip |= parts - only
-    args.connect_paths = [p.strip() for p in args.connect_paths.split(",") if p.strip()]
+    args.paths = [p.strip() for p in args.paths.split(",") if p.strip()]
     return args
 
 
@@ -492,6 +492,12 @@ class Bench:
             self.direct_unix, self.pump_unix, self.lb_unix] + baseline_unix
         self.proxies = [self.haproxy, self.pump, self.lb] + baseline + variants + [
             self.pump_unix, self.lb_unix] + baseline_unix
+        if self.args.paths:
+            unknown = set(self.args.paths) - {t.name for t in self.targets}
+            if unknown:
+                raise RuntimeError("--paths: no such path %s" % ", ".join(sorted(unknown)))
+            self.targets = [t for t in self.targets if t.name in self.args.paths]
+            self.proxies = [t for t in self.proxies if t.name in self.args.paths]
         log("haproxy pid %d (maxconn %d), mysql-lb pid %d (admin %d), mysql-lb unix pid %d (admin %d)"
             % (hp.pid, self.haproxy_maxconn, lb.pid, self.lb_admin, lbu.pid, self.lbu_admin))
 
@@ -599,14 +605,9 @@ class Bench:
 
     # connection setup rate
 
-    def connect_targets(self):
-        """Every path, or those named by --connect-paths, in matrix order."""
-        wanted = self.args.connect_paths
-        return [t for t in self.targets if not wanted or t.name in wanted]
-
     def connect_rate(self):
         script = os.path.join(HERE, "connect.lua")
-        targets = self.connect_targets()
+        targets = self.targets
         for rnd in range(self.args.rounds):
             for target in targets:
                 target.check_alive()
@@ -754,7 +755,7 @@ class Bench:
             w("|---|---|---:|---:|---:|")
             hp = self.connect.get("haproxy")
             hp_med = statistics.median(r["rate"] for r in hp) if hp else None
-            for name in [t.name for t in self.connect_targets()]:
+            for name in [t.name for t in self.targets]:
                 runs = self.connect.get(name)
                 if not runs:
                     w("| %s | failed | | | |" % name)
@@ -879,6 +880,20 @@ class Bench:
             if ratios:
                 out.append("6. unix end to end ≥ 0.85× direct TCP: lowest %.2f — %s%s"
                            % (min(ratios), verdict(min(ratios) >= 0.85), self.floor("bare relay unix", "direct")))
+            def cpu_of(test, threads, name):
+                runs = self.results.get((test, threads, name)) or []
+                vals = [r["cpu"] / r["queries"] * 1e4 for r in runs if r.get("cpu") is not None]
+                return statistics.median(vals) if vals else None
+
+            floor = []
+            for test, threads in self.cells():
+                for lb_name, relay in (("mysql-lb", "bare relay"), ("mysql-lb unix", "bare relay unix")):
+                    lc, rc = cpu_of(test, threads, lb_name), cpu_of(test, threads, relay)
+                    if lc is not None and rc:
+                        floor.append((lc / rc, "%s %dt %s %.3f vs %.3f" % (test, threads, lb_name, lc, rc)))
+            if floor:
+                out.append("10.2. proxy CPU per query within 5 %% of the bare relay in every cell (s/10k q: %s) — %s"
+                           % ("; ".join(f[1] for f in floor), verdict(max(f[0] for f in floor) <= 1.05)))
         if self.syscalls:
             io = [s["io"] for (t, _, n), s in self.syscalls.items() if t == "oltp_point_select" and n == "mysql-lb"]
             if io:
