@@ -993,6 +993,8 @@ def main():
     ensure_deps(args)
     binary = build(args)
     info = versions(binary)
+    if args.baseline:
+        info["baseline"] = args.baseline
     reg = procs.Registry()
     bench = Bench(args, reg, binary)
     try:
