@@ -67,7 +67,7 @@ impl Proxy {
         let mut listeners = Vec::with_capacity(config.listen.len());
         let mut acceptors = Vec::new();
         for addr in &config.listen {
-            let listener =
+            let mut listener =
                 Listener::bind(addr, workers.len(), config.tcp_keepalive.as_ref()).await?;
             acceptors.extend(listener.acceptors(workers.len()).map_err(|source| {
                 ServerError::Bind {
@@ -191,7 +191,8 @@ impl Proxy {
         drop(handoff);
         accept_loops.close();
         accept_loops.wait().await;
-        // Nobody accepts any more: close the listening sockets (and remove socket files) now.
+        // Nobody accepts any more (each worker's TCP sockets closed with its accept loops): close
+        // the unix listening sockets and remove their files now.
         drop(self.listeners);
         sessions.close();
         tracing::info!(

@@ -45,11 +45,12 @@ pub enum ServerError {
 /// so the kernel hands each new connection to one worker's queue and wakes only that worker. A
 /// unix socket has no such balancing (SO_REUSEPORT does nothing for it): every worker accepts on
 /// it, and the first one the kernel runs takes the connection. One accepting worker handing
-/// sessions over was measured too: it wakes fewer threads but connects slower (about 0.8× the
-/// rate on the load benchmark), since every connection then waits for that one thread.
+/// sessions over was measured too: it wakes fewer threads but connected at 0.6–0.8× the rate on
+/// the load benchmark's shared 2-core machine, every connection waiting for that one thread.
 #[derive(Debug)]
 pub enum Listener {
-    Tcp(Vec<std::net::TcpListener>),
+    /// The address bound, and its sockets until [`acceptors`](Self::acceptors) hands them out.
+    Tcp(SocketAddr, Vec<std::net::TcpListener>),
     Unix(std::os::unix::net::UnixListener, UnixSocketFile),
 }
 
@@ -69,7 +70,7 @@ impl Listener {
         };
         match addr {
             ListenAddr::Tcp(sa) => bind_tcp_group(*sa, workers.max(1), keepalive)
-                .map(Self::Tcp)
+                .map(|(addr, group)| Self::Tcp(addr, group))
                 .map_err(bind_err),
             ListenAddr::Unix(path) => {
                 remove_stale_socket(path).await?;
@@ -83,28 +84,23 @@ impl Listener {
     /// The address actually bound (with the real port when 0 was asked for).
     pub fn local_addr(&self) -> ListenAddr {
         match self {
-            Self::Tcp(group) => group
-                .first()
-                .and_then(|l| l.local_addr().ok())
-                .map(ListenAddr::Tcp)
-                .unwrap_or_else(|| ListenAddr::Unix(PathBuf::new())),
+            Self::Tcp(addr, _) => ListenAddr::Tcp(*addr),
             Self::Unix(_, file) => ListenAddr::Unix(file.0.clone()),
         }
     }
 
-    /// Who accepts on this listener among `workers` workers, each with its own duplicate of a
-    /// socket: each worker its own TCP socket; every worker the one unix socket.
-    pub fn acceptors(&self, workers: usize) -> io::Result<Vec<(usize, StdAcceptor)>> {
+    /// Who accepts on this listener among `workers` workers: each worker one of the TCP sockets
+    /// (handed over, not duplicated: a worker that cannot use its socket closes it, and the
+    /// kernel then sends its share of connections to the others rather than to a queue nobody
+    /// reads); every worker a duplicate of the unix socket.
+    pub fn acceptors(&mut self, workers: usize) -> io::Result<Vec<(usize, StdAcceptor)>> {
         use std::os::fd::AsFd;
         match self {
-            Self::Tcp(group) => group
-                .iter()
+            Self::Tcp(_, group) => Ok(std::mem::take(group)
+                .into_iter()
                 .enumerate()
-                .map(|(worker, l)| {
-                    let dup = std::net::TcpListener::from(l.as_fd().try_clone_to_owned()?);
-                    Ok((worker % workers.max(1), StdAcceptor::Tcp(dup)))
-                })
-                .collect(),
+                .map(|(worker, l)| (worker % workers.max(1), StdAcceptor::Tcp(l)))
+                .collect()),
             Self::Unix(l, file) => (0..workers.max(1))
                 .map(|worker| {
                     let dup =
@@ -122,20 +118,20 @@ impl Listener {
 /// second mysql-lb of the same user would silently share the port with the first.
 ///
 /// TCP_NODELAY (every write is a whole request or response: never hold it back for Nagle) and
-/// the keepalive timers are set here once: Linux copies a listening socket's options to each
-/// socket it accepts, which spares five `setsockopt` calls per connection.
+/// the keepalive options are set here once: Linux copies a listening socket's options to each
+/// socket it accepts, which spares every connection a `setsockopt` per option.
 fn bind_tcp_group(
     addr: SocketAddr,
     n: usize,
     keepalive: Option<&TcpKeepalive>,
-) -> io::Result<Vec<std::net::TcpListener>> {
+) -> io::Result<(SocketAddr, Vec<std::net::TcpListener>)> {
     let probe = tcp_socket(addr, false)?;
     let addr = probe
         .local_addr()?
         .as_socket()
         .ok_or_else(|| io::Error::other("bound address is not an IP address"))?;
     drop(probe);
-    (0..n)
+    let group = (0..n)
         .map(|_| {
             let socket = tcp_socket(addr, true)?;
             socket.set_tcp_nodelay(true)?;
@@ -145,7 +141,8 @@ fn bind_tcp_group(
             socket.listen(BACKLOG)?;
             Ok(socket.into())
         })
-        .collect()
+        .collect::<io::Result<_>>()?;
+    Ok((addr, group))
 }
 
 fn tcp_socket(addr: SocketAddr, reuse_port: bool) -> io::Result<Socket> {
@@ -471,5 +468,56 @@ fn is_fd_exhaustion(e: &io::Error) -> bool {
 pub fn announce(listeners: &[Listener]) {
     for l in listeners {
         info!(address = %l.local_addr(), "listening");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn local(port: u16) -> SocketAddr {
+        SocketAddr::from(([127, 0, 0, 1], port))
+    }
+
+    #[test]
+    fn a_tcp_listener_is_one_socket_per_worker_on_one_port() {
+        let (addr, group) = bind_tcp_group(local(0), 3, None).unwrap();
+        assert_ne!(addr.port(), 0);
+        let ports: Vec<u16> = group
+            .iter()
+            .map(|l| l.local_addr().unwrap().port())
+            .collect();
+        assert_eq!(ports, vec![addr.port(); 3]);
+    }
+
+    #[test]
+    fn a_port_already_listened_on_is_refused_even_with_reuseport() {
+        let (addr, _group) = bind_tcp_group(local(0), 2, None).unwrap();
+        // A second mysql-lb (same user, SO_REUSEPORT too) must not silently share the port.
+        let second = bind_tcp_group(addr, 2, None).unwrap_err();
+        assert_eq!(second.kind(), io::ErrorKind::AddrInUse);
+    }
+
+    #[test]
+    fn accepted_connections_inherit_nodelay_and_keepalive_from_the_listener() {
+        let keepalive = TcpKeepalive {
+            idle: Duration::from_secs(7),
+            interval: Duration::from_secs(3),
+            count: 4,
+        };
+        let (addr, group) = bind_tcp_group(local(0), 1, Some(&keepalive)).unwrap();
+        let _client = std::net::TcpStream::connect(addr).unwrap();
+        group[0].set_nonblocking(false).unwrap();
+        let (accepted, _) = group[0].accept().unwrap();
+        let s = SockRef::from(&accepted);
+        assert!(s.tcp_nodelay().unwrap());
+        assert!(s.keepalive().unwrap());
+        assert_eq!(s.tcp_keepalive_time().unwrap(), Duration::from_secs(7));
+        assert_eq!(s.tcp_keepalive_interval().unwrap(), Duration::from_secs(3));
+        assert_eq!(s.tcp_keepalive_retries().unwrap(), 4);
+        assert_eq!(
+            s.tcp_user_timeout().unwrap(),
+            Some(Duration::from_secs(7 + 3 * 4))
+        );
     }
 }
