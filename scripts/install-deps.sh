@@ -41,6 +41,8 @@ perl -MDBD::MariaDB -e 'exit 0' 2>/dev/null || { missing+=(DBD::MariaDB); packag
 have node || { missing+=(node); packages+=(nodejs); }
 have npm || { missing+=(npm); packages+=(npm); }
 have python3 || { missing+=(python3); packages+=(python3); }
+# `ip netns` and veth pairs: tests/keepalive.rs makes a peer vanish behind a link it sets down.
+have ip || { missing+=(ip); packages+=(iproute2); }
 if have python3 && ! python3 -c "import venv, ensurepip" 2>/dev/null; then
     missing+=(python3-venv)
     packages+=(python3-venv)
@@ -64,7 +66,7 @@ if [ "${#missing[@]}" -gt 0 ]; then
     ${sudo[@]+"${sudo[@]}"} apt-get update
     ${sudo[@]+"${sudo[@]}"} env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
         "${packages[@]}"
-    for tool in mariadbd mariadb-install-db mariadb sysbench haproxy php node npm python3 java javac; do
+    for tool in mariadbd mariadb-install-db mariadb sysbench haproxy php node npm python3 java javac ip; do
         if ! have "$tool"; then
             echo "install-deps: $tool still missing after apt-get install" >&2
             exit 1

@@ -42,8 +42,8 @@ pub struct Proxy {
     shutdown_timeout: std::time::Duration,
     loader: Option<reload::Loader>,
     workers: Workers,
-    /// Each listener duplicated for each worker, in (listener, worker) order.
-    acceptors: Vec<server::StdAcceptor>,
+    /// The listening sockets each worker accepts on: (worker, socket).
+    acceptors: Vec<(usize, server::StdAcceptor)>,
 }
 
 impl std::fmt::Debug for Proxy {
@@ -61,9 +61,22 @@ impl Proxy {
     /// Binds every listen address of `config` (port 0 picks a free port) and starts the
     /// session worker threads (`worker_threads`, default one per CPU).
     pub async fn bind(config: &Config) -> Result<Self, ServerError> {
+        let metrics = Arc::new(Metrics::new());
+        // Started first: a TCP listener gets one socket per worker.
+        let workers =
+            Workers::start(config.worker_threads, &metrics).map_err(ServerError::Workers)?;
         let mut listeners = Vec::with_capacity(config.listen.len());
+        let mut acceptors = Vec::new();
         for addr in &config.listen {
-            listeners.push(Listener::bind(addr).await?);
+            let mut listener =
+                Listener::bind(addr, workers.len(), config.tcp_keepalive.as_ref()).await?;
+            acceptors.extend(listener.acceptors(workers.len()).map_err(|source| {
+                ServerError::Bind {
+                    addr: listener.local_addr(),
+                    source,
+                }
+            })?);
+            listeners.push(listener);
         }
         let admin =
             match config.admin_address {
@@ -75,27 +88,11 @@ impl Proxy {
                 )?),
                 None => None,
             };
-        let metrics = Arc::new(Metrics::new());
         metrics.max_connections.set(config.max_connections as i64);
         if let Ok((soft, _)) = rlimit::Resource::NOFILE.get() {
             metrics
                 .open_fds_limit
                 .set(i64::try_from(soft).unwrap_or(i64::MAX));
-        }
-        let workers =
-            Workers::start(config.worker_threads, &metrics).map_err(ServerError::Workers)?;
-        let mut acceptors = Vec::with_capacity(listeners.len() * workers.len());
-        for listener in &listeners {
-            for _ in 0..workers.len() {
-                acceptors.push(
-                    listener
-                        .try_clone_std()
-                        .map_err(|source| ServerError::Bind {
-                            addr: listener.local_addr(),
-                            source,
-                        })?,
-                );
-            }
         }
         let shared = Arc::new(ProxyState::new(config, Arc::clone(&metrics)));
         if let Err(e) = metrics.register(shared.backends().script_errors_collector()) {
@@ -178,10 +175,8 @@ impl Proxy {
             self.loader.clone(),
             shutdown.clone(),
         ));
-        // Every worker accepts on every listener (`acceptors` holds one duplicate per pair).
         let placer = self.workers.placer();
-        for (i, acceptor) in self.acceptors.into_iter().enumerate() {
-            let worker = i % placer.len();
+        for (worker, acceptor) in self.acceptors {
             let sessions = handoff.clone();
             let placer_for_loop = Arc::clone(&placer);
             let accept = async move {
@@ -197,7 +192,8 @@ impl Proxy {
         drop(handoff);
         accept_loops.close();
         accept_loops.wait().await;
-        // Nobody accepts any more: close the listening sockets (and remove socket files) now.
+        // Nobody accepts any more (each worker's TCP sockets closed with its accept loops): close
+        // the unix listening sockets and remove their files now.
         drop(self.listeners);
         sessions.close();
         tracing::info!(

@@ -109,6 +109,7 @@ fn restart_keys(old: &Config, new: &Config) -> Vec<&'static str> {
         "shutdown_timeout",
     );
     check(old.idle_timeout != new.idle_timeout, "idle_timeout");
+    check(old.tcp_keepalive != new.tcp_keepalive, "tcp_keepalive");
     check(
         old.max_packet_size != new.max_packet_size,
         "max_packet_size",

@@ -41,6 +41,8 @@ pub struct SessionSettings {
     pub max_packet_size: u64,
     pub max_handshake_packet_size: usize,
     pub idle_timeout: Option<Duration>,
+    /// Keepalive timers for client and backend TCP connections (None: off).
+    pub tcp_keepalive: Option<crate::config::TcpKeepalive>,
     /// Capability bits cleared in both directions.
     pub strip: Strip,
 }
@@ -53,6 +55,7 @@ impl SessionSettings {
             max_packet_size: config.max_packet_size,
             max_handshake_packet_size: config.max_handshake_packet_size,
             idle_timeout: config.idle_timeout,
+            tcp_keepalive: config.tcp_keepalive,
             strip: if config.allow_local_infile {
                 Strip::UNSUPPORTED
             } else {

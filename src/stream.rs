@@ -13,7 +13,7 @@ use thiserror::Error;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, ReadBuf};
 use tokio::net::{TcpStream, UnixStream};
 
-use crate::config::BackendAddr;
+use crate::config::{BackendAddr, TcpKeepalive};
 
 /// A connection to a backend.
 #[derive(Debug)]
@@ -26,17 +26,7 @@ impl BackendStream {
     /// Connects within `timeout`; TCP connections get `TCP_NODELAY`, since every packet the proxy
     /// forwards is a whole request or response that must not wait for more.
     pub async fn connect(addr: &BackendAddr, timeout: Duration) -> io::Result<Self> {
-        let connect = async {
-            match addr {
-                BackendAddr::Tcp { host, port } => {
-                    let s = TcpStream::connect((host.as_str(), *port)).await?;
-                    s.set_nodelay(true)?;
-                    Ok(Self::Tcp(s))
-                }
-                BackendAddr::Unix(path) => Ok(Self::Unix(UnixStream::connect(path).await?)),
-            }
-        };
-        match tokio::time::timeout(timeout, connect).await {
+        match tokio::time::timeout(timeout, Self::open(addr, None)).await {
             Ok(r) => r,
             Err(_) => Err(io::Error::new(
                 io::ErrorKind::TimedOut,
@@ -45,6 +35,24 @@ impl BackendStream {
                     humantime::format_duration(timeout)
                 ),
             )),
+        }
+    }
+
+    /// As [`connect`](Self::connect) but with no deadline of its own, for a caller whose
+    /// deadline covers more (a session's covers the greeting too: one timer per connect rather
+    /// than two), and with keepalive probes on a TCP connection so a backend host that vanished
+    /// does not hold the session forever (a unix socket's peer is on this machine).
+    pub async fn open(addr: &BackendAddr, keepalive: Option<&TcpKeepalive>) -> io::Result<Self> {
+        match addr {
+            BackendAddr::Tcp { host, port } => {
+                let s = TcpStream::connect((host.as_str(), *port)).await?;
+                s.set_nodelay(true)?;
+                if let Some(k) = keepalive {
+                    k.apply(socket2::SockRef::from(&s))?;
+                }
+                Ok(Self::Tcp(s))
+            }
+            BackendAddr::Unix(path) => Ok(Self::Unix(UnixStream::connect(path).await?)),
         }
     }
 }

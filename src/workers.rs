@@ -5,9 +5,9 @@
 //! the one that polled it (a futex wake and a cross-CPU hop per event); measured on the load
 //! benchmark that was ~10 % of the proxy's CPU per query. Here every worker thread owns its epoll
 //! instance and runs only its own sessions, so a session's two sockets, its timers and its task
-//! never leave that thread. Each worker accepts on every listener itself (see `server.rs`), so
-//! a new connection is not handed between threads either; a session never migrates, which is
-//! fine for a proxy whose sessions all cost about the same.
+//! never leave that thread. Each worker accepts on its own socket of every TCP listener (see
+//! `server.rs`), so a new connection is handed between threads only to even out the spread; a
+//! session never migrates, which is fine for a proxy whose sessions all cost about the same.
 
 use std::io;
 use std::sync::Arc;
@@ -113,21 +113,22 @@ impl Placer {
         self.sessions.iter().map(IntGauge::get).collect()
     }
 
-    /// The worker for a session that worker `me` accepted: `me` unless another has fewer
-    /// sessions, then the least loaded. Every worker accepts on every listener and the first one
-    /// the kernel runs wins, which alone can put every session of a burst on one worker; this
-    /// evens it out at the price of a hand-off only when the counts differ.
+    /// The worker for a session that worker `me` accepted: `me` unless it has more than
+    /// `slack` sessions above the least loaded worker, then the least loaded. The kernel's
+    /// choice of worker (a hash per connection for TCP, one worker for a unix socket) is not
+    /// even on its own; a hand-off costs a wake-up of the other worker, so a little slack
+    /// (1/8 of the sessions, none below 8) spares most of them while keeping the spread even.
     pub fn place(&self, me: usize) -> Placement {
         let me = me % self.sessions.len();
-        let mut best = me;
-        let mut best_load = self.sessions[me].get();
-        for (i, gauge) in self.sessions.iter().enumerate() {
-            let load = gauge.get();
-            if load < best_load {
-                best = i;
-                best_load = load;
-            }
-        }
+        let loads: Vec<i64> = self.sessions.iter().map(IntGauge::get).collect();
+        let (least, min) = loads
+            .iter()
+            .copied()
+            .enumerate()
+            .min_by_key(|&(_, load)| load)
+            .unwrap_or((me, 0));
+        let slack = loads.iter().sum::<i64>() / 8;
+        let best = if loads[me] > min + slack { least } else { me };
         let sessions = self.sessions[best].clone();
         sessions.inc();
         Placement {
@@ -216,6 +217,20 @@ mod tests {
         drop(burst);
         drop(kept);
         assert_eq!(placer.loads(), vec![0, 0, 0]);
+    }
+
+    #[test]
+    fn a_worker_keeps_its_session_while_within_an_eighth_of_the_least_loaded() {
+        let workers = start(Some(2));
+        let placer = workers.placer();
+        let mut held: Vec<Placement> = (0..16).map(|i| placer.place(i % 2)).collect();
+        assert_eq!(placer.loads(), vec![8, 8]);
+        // 16 to 18 sessions allow 2 of slack: worker 0 keeps three more, up to 11 against 8.
+        held.extend((0..3).map(|_| placer.place(0)));
+        assert_eq!(placer.loads(), vec![11, 8]);
+        // Beyond the slack the session goes to the least loaded worker.
+        held.push(placer.place(0));
+        assert_eq!(placer.loads(), vec![11, 9]);
     }
 
     #[test]

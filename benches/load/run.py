@@ -33,7 +33,7 @@ tracepoint instead, which barely slows the proxy but gives no per-call breakdown
 at the end of the cell, and how much CPU processes this script did not start took meanwhile.
 
 Then the connection tests: the setup rate (N sysbench threads running benches/load/connect.lua:
-connect, authenticate, SELECT 1, COM_QUIT, in a loop) through HAProxy and mysql-lb, interleaved;
+connect, authenticate, SELECT 1, COM_QUIT, in a loop) on every path (or --paths), interleaved;
 and 10,000 concurrent client connections held by a fresh mysql-lb started under
 `prlimit --nofile=1024:<hard>` (it must raise its own soft limit), with the backends restarted
 with --thread-handling=pool-of-threads, every connection then answering SELECT 1.
@@ -113,6 +113,22 @@ def parse_args():
         default="",
         help="comma-separated parts to skip: matrix, syscalls, connect-rate, conns",
     )
+    ap.add_argument(
+        "--baseline",
+        metavar="BINARY",
+        help="another mysql-lb binary (e.g. one built from the main branch) measured in the same "
+        "interleaved runs as \"baseline\" and \"baseline unix\", for an A/B comparison",
+    )
+    ap.add_argument(
+        "--only",
+        default="",
+        help="comma-separated parts to run, the rest skipped (e.g. --only connect-rate: about 3 min)",
+    )
+    ap.add_argument(
+        "--paths",
+        default="",
+        help="comma-separated paths to measure (default all), e.g. \"haproxy,mysql-lb,baseline\"",
+    )
     args = ap.parse_args()
     args.time = args.time or (5 if args.quick else 10)
     args.rounds = args.rounds or (1 if args.quick else 3)
@@ -121,6 +137,13 @@ def parse_args():
     args.threads = [int(t) for t in args.threads.split(",") if t]
     args.tests = [t for t in args.tests.split(",") if t]
     args.skip = {s for s in args.skip.split(",") if s}
+    parts = {"matrix", "syscalls", "connect-rate", "conns"}
+    only = {s for s in args.only.split(",") if s}
+    if only - parts or args.skip - parts:
+        ap.error("parts are: " + ", ".join(sorted(parts)))
+    if only:
+        args.skip |= parts - only
+    args.paths = [p.strip() for p in args.paths.split(",") if p.strip()]
     return args
 
 
@@ -442,6 +465,16 @@ class Bench:
                 extra + flags.split(),
             )
             variants.append(Target("mysql-lb " + name, tcp_args([addr]), proc))
+        baseline, baseline_unix = [], []
+        if self.args.baseline:
+            addr = ("127.0.0.1", procs.free_port())
+            proc, _, _ = procs.start_mysql_lb(
+                self.reg, self.args.baseline, "baseline", addr, tcp_backends, extra)
+            baseline.append(Target("baseline", tcp_args([addr]), proc))
+            sock = os.path.join(self.reg.base, "baseline.sock")
+            proc, _, _ = procs.start_mysql_lb(
+                self.reg, self.args.baseline, "baseline-unix", sock, [b.socket for b in self.backends], extra)
+            baseline_unix.append(Target("baseline unix", socket_args([sock]), proc))
         self.direct = Target("direct", tcp_args([b.addr for b in self.backends]))
         self.haproxy = Target("haproxy", tcp_args([hp_addr]), hp)
         pump_addr = ("127.0.0.1", procs.free_port())
@@ -455,9 +488,16 @@ class Bench:
         self.lb = Target("mysql-lb", tcp_args([lb_addr]), lb)
         self.direct_unix = Target("direct unix", socket_args([b.socket for b in self.backends]))
         self.lb_unix = Target("mysql-lb unix", socket_args([lb_sock]), lbu)
-        self.targets = [self.direct, self.haproxy, self.pump, self.lb] + variants + [
-            self.direct_unix, self.pump_unix, self.lb_unix]
-        self.proxies = [self.haproxy, self.pump, self.lb] + variants + [self.pump_unix, self.lb_unix]
+        self.targets = [self.direct, self.haproxy, self.pump, self.lb] + baseline + variants + [
+            self.direct_unix, self.pump_unix, self.lb_unix] + baseline_unix
+        self.proxies = [self.haproxy, self.pump, self.lb] + baseline + variants + [
+            self.pump_unix, self.lb_unix] + baseline_unix
+        if self.args.paths:
+            unknown = set(self.args.paths) - {t.name for t in self.targets}
+            if unknown:
+                raise RuntimeError("--paths: no such path %s" % ", ".join(sorted(unknown)))
+            self.targets = [t for t in self.targets if t.name in self.args.paths]
+            self.proxies = [t for t in self.proxies if t.name in self.args.paths]
         log("haproxy pid %d (maxconn %d), mysql-lb pid %d (admin %d), mysql-lb unix pid %d (admin %d)"
             % (hp.pid, self.haproxy_maxconn, lb.pid, self.lb_admin, lbu.pid, self.lbu_admin))
 
@@ -567,15 +607,18 @@ class Bench:
 
     def connect_rate(self):
         script = os.path.join(HERE, "connect.lua")
-        targets = [self.direct, self.haproxy, self.lb]
+        targets = self.targets
         for rnd in range(self.args.rounds):
             for target in targets:
                 target.check_alive()
                 argv = sysbench_argv(script, target, self.args.connect_workers, self.args.connect_time)
                 cpu0 = procs.cpu_seconds(target.pid) if target.pid else None
+                own0, (busy0, total0) = self.reg.own_cpu(), procs.machine_busy()
                 rc, text = run_capture(self.reg, argv, self.args.connect_time + 120)
+                own1, (busy1, total1) = self.reg.own_cpu(), procs.machine_busy()
                 cpu1 = procs.cpu_seconds(target.pid) if target.pid else None
                 res = parse_sysbench(text)
+                res["foreign"] = max(0.0, (busy1 - busy0) - (own1 - own0)) / max(total1 - total0, 1e-9)
                 if rc != 0 or not res.get("events"):
                     log("connect rate %s FAILED (exit %s):\n%s" % (target.name, rc, "\n".join(text.splitlines()[-15:])))
                     continue
@@ -583,7 +626,11 @@ class Bench:
                 if cpu0 is not None:
                     res["cpu"] = cpu1 - cpu0
                 self.connect.setdefault(target.name, []).append(res)
-                log("[round %d/%d] connect rate %-9s %7.0f connections/s" % (rnd + 1, self.args.rounds, target.name, res["rate"]))
+                extra = ""
+                if cpu0 is not None:
+                    extra = "  proxy CPU %.3f ms/connection" % (res["cpu"] / res["events"] * 1e3)
+                log("[round %d/%d] connect rate %-15s %7.0f connections/s%s  (other processes: %.0f %% of the CPUs)"
+                    % (rnd + 1, self.args.rounds, target.name, res["rate"], extra, 100 * res["foreign"]))
                 # Let the TIME_WAIT sockets of this run not crowd the next one's ports.
                 time.sleep(1)
 
@@ -704,22 +751,23 @@ class Bench:
               "(benches/load/connect.lua), %d s per run, %d round%s interleaved."
               % (a.connect_workers, a.connect_time, a.rounds, "s" if a.rounds > 1 else ""))
             w("")
-            w("| path | connections/s median (min–max) | × haproxy | proxy CPU ms / connection |")
-            w("|---|---|---:|---:|")
+            w("| path | connections/s median (min–max) | × haproxy | proxy CPU ms / connection | other CPU % |")
+            w("|---|---|---:|---:|---:|")
             hp = self.connect.get("haproxy")
             hp_med = statistics.median(r["rate"] for r in hp) if hp else None
-            for name in ("direct", "haproxy", "mysql-lb"):
+            for name in [t.name for t in self.targets]:
                 runs = self.connect.get(name)
                 if not runs:
-                    w("| %s | failed | | |" % name)
+                    w("| %s | failed | | | |" % name)
                     continue
                 rates = [r["rate"] for r in runs]
                 med = statistics.median(rates)
                 cpu = [r["cpu"] / r["events"] * 1e3 for r in runs if "cpu" in r]
-                w("| %s | %.0f (%.0f–%.0f) | %s | %s |" % (
+                w("| %s | %.0f (%.0f–%.0f) | %s | %s | %.0f |" % (
                     name, med, min(rates), max(rates),
                     "%.2f" % (med / hp_med) if hp_med else "",
-                    "%.3f" % statistics.median(cpu) if cpu else "—"))
+                    "%.3f" % statistics.median(cpu) if cpu else "—",
+                    100 * statistics.median(r["foreign"] for r in runs)))
             w("")
         if self.conns:
             c = self.conns
@@ -832,6 +880,20 @@ class Bench:
             if ratios:
                 out.append("6. unix end to end ≥ 0.85× direct TCP: lowest %.2f — %s%s"
                            % (min(ratios), verdict(min(ratios) >= 0.85), self.floor("bare relay unix", "direct")))
+            def cpu_of(test, threads, name):
+                runs = self.results.get((test, threads, name)) or []
+                vals = [r["cpu"] / r["queries"] * 1e4 for r in runs if r.get("cpu") is not None]
+                return statistics.median(vals) if vals else None
+
+            floor = []
+            for test, threads in self.cells():
+                for lb_name, relay in (("mysql-lb", "bare relay"), ("mysql-lb unix", "bare relay unix")):
+                    lc, rc = cpu_of(test, threads, lb_name), cpu_of(test, threads, relay)
+                    if lc is not None and rc:
+                        floor.append((lc / rc, "%s %dt %s %.3f vs %.3f" % (test, threads, lb_name, lc, rc)))
+            if floor:
+                out.append("10.2. proxy CPU per query within 5 %% of the bare relay in every cell (s/10k q: %s) — %s"
+                           % ("; ".join(f[1] for f in floor), verdict(max(f[0] for f in floor) <= 1.05)))
         if self.syscalls:
             io = [s["io"] for (t, _, n), s in self.syscalls.items() if t == "oltp_point_select" and n == "mysql-lb"]
             if io:
@@ -931,6 +993,8 @@ def main():
     ensure_deps(args)
     binary = build(args)
     info = versions(binary)
+    if args.baseline:
+        info["baseline"] = args.baseline
     reg = procs.Registry()
     bench = Bench(args, reg, binary)
     try:

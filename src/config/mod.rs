@@ -8,10 +8,12 @@
 
 mod address;
 mod cli;
+mod keepalive;
 mod raw;
 
 pub use address::{AddressError, BackendAddr, ListenAddr};
 pub use cli::Cli;
+pub use keepalive::TcpKeepalive;
 
 use cli::{apply_cli, attribute};
 use raw::RawConfig;
@@ -129,6 +131,8 @@ pub struct Config {
     /// Close a session whose client sent nothing for this long while no command was in flight
     /// (None: never).
     pub idle_timeout: Option<Duration>,
+    /// Keepalive on accepted client TCP connections and on backend TCP connections (None: off).
+    pub tcp_keepalive: Option<TcpKeepalive>,
     /// On SIGTERM/SIGINT, sessions get this long to reach a command boundary before they are
     /// closed regardless.
     pub shutdown_timeout: Duration,
@@ -195,6 +199,7 @@ impl Default for Config {
             handshake_timeout: DEFAULT_HANDSHAKE_TIMEOUT,
             shutdown_timeout: Duration::from_secs(30),
             idle_timeout: None,
+            tcp_keepalive: Some(TcpKeepalive::default()),
             worker_threads: None,
             max_packet_size: DEFAULT_MAX_PACKET_SIZE,
             max_handshake_packet_size: DEFAULT_MAX_HANDSHAKE_PACKET_SIZE,
@@ -336,6 +341,7 @@ impl Config {
         self.validate_listen()?;
         self.validate_backends()?;
         self.validate_limits()?;
+        keepalive::validate(self.tcp_keepalive.as_ref())?;
         check_log_filter(&self.log_level).map_err(|m| ConfigError::invalid("log.level", m))?;
         if self.worker_threads == Some(0) {
             return Err(ConfigError::invalid(

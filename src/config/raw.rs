@@ -78,6 +78,7 @@ pub(super) struct RawConfig {
     shutdown_timeout: Option<Duration>,
     #[serde(default, with = "humantime_serde")]
     idle_timeout: Option<Duration>,
+    tcp_keepalive: Option<super::keepalive::RawKeepalive>,
     worker_threads: Option<usize>,
     max_packet_size: Option<ByteSize>,
     max_handshake_packet_size: Option<ByteSize>,
@@ -225,6 +226,7 @@ impl RawConfig {
             handshake_timeout: self.handshake_timeout.unwrap_or(d.handshake_timeout),
             shutdown_timeout: self.shutdown_timeout.unwrap_or(d.shutdown_timeout),
             idle_timeout: self.idle_timeout.filter(|t| !t.is_zero()),
+            tcp_keepalive: self.tcp_keepalive.map_or(d.tcp_keepalive, |k| k.0),
             worker_threads: self.worker_threads,
             max_packet_size: self.max_packet_size.map_or(d.max_packet_size, |s| s.0),
             max_handshake_packet_size,

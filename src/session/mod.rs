@@ -232,11 +232,15 @@ async fn connect_backend(
         let started = Instant::now();
         // Err carries the reason and whether the backend itself is unreachable or broken (taken out
         // of rotation) rather than alive and refusing, e.g. its own "Too many connections".
+        // One deadline for connect and greeting (one timer per connect); whether the connect
+        // had completed says which of the two the backend missed.
+        let connected = std::sync::atomic::AtomicBool::new(false);
         let attempt = async {
             let mut stream =
-                BackendStream::connect(&backend.address, shared.session.connect_timeout)
+                BackendStream::open(&backend.address, shared.session.tcp_keepalive.as_ref())
                     .await
                     .map_err(|e| (e.to_string(), true))?;
+            connected.store(true, std::sync::atomic::Ordering::Relaxed);
             let greeting = read_greeting(
                 &mut stream,
                 shared.session.max_handshake_packet_size,
@@ -253,7 +257,12 @@ async fn connect_backend(
             Ok(r) => r,
             Err(_) => Err((
                 format!(
-                    "no greeting within {}",
+                    "{} within {}",
+                    if connected.load(std::sync::atomic::Ordering::Relaxed) {
+                        "no greeting"
+                    } else {
+                        "connect timed out"
+                    },
                     humantime::format_duration(shared.session.connect_timeout)
                 ),
                 true,
