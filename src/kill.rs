@@ -333,15 +333,6 @@ mod tests {
             "KILL QUERY '1610612737'",
             "KILL QUERY \"1610612737\"",
             "KILL QUERY (1610612737)",
-        ] {
-            let k = parse(&query(sql)).unwrap_or_else(|| panic!("not parsed: {sql:?}"));
-            assert_eq!(
-                (k.id, k.prefix.as_str()),
-                (1610612737, "KILL QUERY "),
-                "{sql:?}"
-            );
-        }
-        for sql in [
             "KILL QUERY 1610612737 /* traceparent='00-4bf9' */",
             "KILL QUERY 1610612737 -- cancel",
             "KILL/**/QUERY/**/1610612737",

@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 use common::mariadb::shared_pair;
 use common::proxy::TestProxy;
 use common::rawclient::RawClient;
+use common::wait_until;
 use mysql_lb::kill::is_proxy_id;
 
 const COM_QUERY: u8 = 0x03;
@@ -40,14 +41,6 @@ fn running_on_backends(marker: &str) -> bool {
         db.root_query("SELECT INFO FROM information_schema.PROCESSLIST")
             .contains(marker)
     })
-}
-
-fn wait_until(what: &str, cond: impl Fn() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !cond() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
 }
 
 #[tokio::test]

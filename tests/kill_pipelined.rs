@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use common::mariadb::shared_pair;
 use common::proxy::TestProxy;
 use common::rawclient::RawClient;
+use common::wait_until;
 
 const COM_QUERY: u8 = 0x03;
 
@@ -22,14 +23,6 @@ fn running(marker: &str) -> bool {
     shared_pair()[0]
         .root_query("SELECT INFO FROM information_schema.PROCESSLIST")
         .contains(marker)
-}
-
-fn wait_until(what: &str, cond: impl Fn() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !cond() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
 }
 
 /// Starts a long query on `victim`, tagged with `marker`, and waits until the server runs it.
@@ -58,10 +51,7 @@ async fn assert_interrupted(victim: &mut RawClient, started: Instant) {
 }
 
 fn kill_packet(id: u32) -> Vec<u8> {
-    let sql = format!("KILL QUERY {id}");
-    let mut p = vec![(sql.len() + 1) as u8, 0, 0, 0, COM_QUERY];
-    p.extend_from_slice(sql.as_bytes());
-    p
+    query_packet(&format!("KILL QUERY {id}"))
 }
 
 #[tokio::test]
