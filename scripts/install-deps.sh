@@ -41,8 +41,10 @@ perl -MDBD::MariaDB -e 'exit 0' 2>/dev/null || { missing+=(DBD::MariaDB); packag
 have node || { missing+=(node); packages+=(nodejs); }
 have npm || { missing+=(npm); packages+=(npm); }
 have python3 || { missing+=(python3); packages+=(python3); }
-# `ip netns` and veth pairs: tests/keepalive.rs makes a peer vanish behind a link it sets down.
+# tests/keepalive.rs runs the proxy in a network namespace of its own (`ip netns`) and makes a
+# peer vanish by having that namespace's loopback drop every packet (`nft`).
 have ip || { missing+=(ip); packages+=(iproute2); }
+have nft || { missing+=(nft); packages+=(nftables); }
 if have python3 && ! python3 -c "import venv, ensurepip" 2>/dev/null; then
     missing+=(python3-venv)
     packages+=(python3-venv)
@@ -66,7 +68,7 @@ if [ "${#missing[@]}" -gt 0 ]; then
     ${sudo[@]+"${sudo[@]}"} apt-get update
     ${sudo[@]+"${sudo[@]}"} env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
         "${packages[@]}"
-    for tool in mariadbd mariadb-install-db mariadb sysbench haproxy php node npm python3 java javac ip; do
+    for tool in mariadbd mariadb-install-db mariadb sysbench haproxy php node npm python3 java javac ip nft; do
         if ! have "$tool"; then
             echo "install-deps: $tool still missing after apt-get install" >&2
             exit 1

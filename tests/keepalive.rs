@@ -1,20 +1,30 @@
 //! TCP keepalive: a peer that vanishes without a FIN or RST must not hold its session forever.
 //!
-//! The vanishing peer is real: a network namespace joined to this one by a veth pair, whose link
-//! is then set down, so every packet to it is silently dropped (no RST, no ICMP), as when a
-//! client's host loses power. Needs root and iproute2 (`ip netns`), as the tests run here.
+//! The vanishing peer is real, on loopback only. Each test gets a network namespace of its own,
+//! with nothing but its `lo`, and starts the proxy on a thread inside it: a namespace belongs to
+//! a thread and to the threads it spawns, and a socket stays in the namespace it was made in, so
+//! the proxy's listeners, workers and backend connections are all there. The leg under test is TCP
+//! over the namespace's 127.0.0.1; the other leg is a unix socket, which crosses namespaces.
+//!
+//! To vanish, the namespace's loopback stops delivering: an nftables input chain with policy drop
+//! discards every packet on arrival. Dropped on arrival, not on the way out, so the sending stack
+//! gets no error either: each segment leaves and nothing comes back (no ACK, RST or ICMP), as when
+//! a client's host loses power. (nftables rather than `tc netem`: some kernels, minimal VMs' among
+//! them, lack netem.)
+//! Needs root, iproute2 (`ip netns`) and nftables (`nft`), as the tests run here.
 
 mod common;
 
-use std::net::{Ipv4Addr, SocketAddr};
 use std::os::fd::AsRawFd;
+use std::os::unix::fs::MetadataExt;
+use std::path::PathBuf;
 use std::process::Command;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use common::mariadb::{shared_pair, BENCH_PASS, BENCH_USER};
 use common::proxy::{config, TestProxy};
-use common::rawclient::RawClient;
+use common::rawclient::{RawClient, Stream};
 use mysql_lb::config::{ListenAddr, TcpKeepalive};
 
 /// Probes after 1 s of silence, 1 s apart, 2 unanswered: a vanished peer is dropped after ~3 s.
@@ -25,87 +35,64 @@ const SHORT: TcpKeepalive = TcpKeepalive {
 };
 /// Far beyond the ~3 s the keepalive needs, far below "forever".
 const DEADLINE: Duration = Duration::from_secs(30);
+/// Session workers of each test's proxy, counted in its namespace.
+const WORKERS: usize = 2;
 
-fn ip(args: &[&str]) {
-    let out = Command::new("ip")
+fn run(program: &str, args: &[&str]) {
+    let out = Command::new(program)
         .args(args)
         .output()
-        .unwrap_or_else(|e| panic!("cannot run `ip` (iproute2): {e}"));
+        .unwrap_or_else(|e| panic!("cannot run `{program}`: {e}"));
     assert!(
         out.status.success(),
-        "ip {}: {}",
+        "{program} {}: {}",
         args.join(" "),
         String::from_utf8_lossy(&out.stderr)
     );
 }
 
-/// A network namespace with a veth pair: `host` here, `peer` inside it. Removed when dropped.
+/// A network namespace with only its loopback up. Removed when dropped.
 struct Netns {
     name: String,
-    host_dev: String,
-    peer_dev: String,
-    host: Ipv4Addr,
-    peer: Ipv4Addr,
 }
 
 impl Netns {
     fn new() -> Netns {
         static NEXT: AtomicU32 = AtomicU32::new(0);
-        let n = std::process::id().wrapping_mul(4) + NEXT.fetch_add(1, Ordering::Relaxed);
-        // A /30 per namespace out of 10.0.0.0/8, unlikely to meet another test run's.
-        let base = (10u32 << 24) | ((n & 0x3F_FFFF) << 2);
-        let ns = Netns {
-            name: format!("mlbka{n}"),
-            host_dev: format!("mlk{n}a"),
-            peer_dev: format!("mlk{n}b"),
-            host: Ipv4Addr::from(base + 1),
-            peer: Ipv4Addr::from(base + 2),
-        };
-        ip(&["netns", "add", &ns.name]);
-        ip(&[
-            "link",
-            "add",
-            &ns.host_dev,
-            "type",
-            "veth",
-            "peer",
-            "name",
-            &ns.peer_dev,
-        ]);
-        ip(&["link", "set", &ns.peer_dev, "netns", &ns.name]);
-        ip(&[
-            "addr",
-            "add",
-            &format!("{}/30", ns.host),
-            "dev",
-            &ns.host_dev,
-        ]);
-        ip(&["link", "set", &ns.host_dev, "up"]);
-        ns.exec(&[
-            "addr",
-            "add",
-            &format!("{}/30", ns.peer),
-            "dev",
-            &ns.peer_dev,
-        ]);
-        ns.exec(&["link", "set", &ns.peer_dev, "up"]);
+        let name = format!(
+            "mlbka{}-{}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        );
+        run("ip", &["netns", "add", &name]);
+        let ns = Netns { name };
+        ns.exec(&["ip", "link", "set", "lo", "up"]);
         ns
     }
 
-    fn exec(&self, args: &[&str]) {
-        let mut all = vec!["netns", "exec", &self.name, "ip"];
-        all.extend_from_slice(args);
-        ip(&all);
+    fn exec(&self, command: &[&str]) {
+        let mut all = vec!["netns", "exec", &self.name];
+        all.extend_from_slice(command);
+        run("ip", &all);
     }
 
-    /// The peer's side goes down: from now on packets to it vanish without an answer.
+    /// From now on every packet on the namespace's loopback vanishes without an answer.
     fn cut(&self) {
-        self.exec(&["link", "set", &self.peer_dev, "down"]);
+        self.exec(&["nft", "add table inet vanish"]);
+        self.exec(&[
+            "nft",
+            "add chain inet vanish input { type filter hook input priority filter; policy drop; }",
+        ]);
     }
 
-    /// Runs `f` on a thread that has joined the namespace: sockets it creates live there.
+    fn path(&self) -> String {
+        format!("/run/netns/{}", self.name)
+    }
+
+    /// Runs `f` on a thread that has joined the namespace: sockets it creates, and threads it
+    /// spawns, live there.
     fn inside<T: Send + 'static>(&self, f: impl FnOnce() -> T + Send + 'static) -> T {
-        let path = format!("/run/netns/{}", self.name);
+        let path = self.path();
         std::thread::spawn(move || {
             let ns = std::fs::File::open(&path).expect("namespace file");
             // SAFETY: a valid descriptor of a network namespace; only this thread moves.
@@ -116,22 +103,62 @@ impl Netns {
         .join()
         .expect("thread in the namespace")
     }
+
+    /// Threads of this process whose name starts with `prefix` and that are in this namespace.
+    fn threads_named(&self, prefix: &str) -> usize {
+        let inode = std::fs::metadata(self.path())
+            .expect("namespace file")
+            .ino();
+        let here = format!("net:[{inode}]");
+        let tasks = std::fs::read_dir("/proc/self/task").expect("/proc/self/task");
+        tasks
+            .filter_map(Result::ok)
+            .filter(|task| {
+                let comm = std::fs::read_to_string(task.path().join("comm")).unwrap_or_default();
+                let net = std::fs::read_link(task.path().join("ns/net")).unwrap_or_default();
+                comm.starts_with(prefix) && net.as_os_str() == here.as_str()
+            })
+            .count()
+    }
 }
 
 impl Drop for Netns {
     fn drop(&mut self) {
-        // Deleting the namespace deletes its end of the pair, and with it ours.
         let _ = Command::new("ip")
             .args(["netns", "del", &self.name])
-            .status();
-        let _ = Command::new("ip")
-            .args(["link", "del", &self.host_dev])
             .output();
     }
 }
 
+/// The shared server's unix socket, usable from any namespace. Taken from this thread: a server
+/// first started from inside a namespace would be stuck in it.
+fn mariadb_socket() -> String {
+    shared_pair()[0].socket.display().to_string()
+}
+
+/// The proxy, started inside `ns` in front of `backend`, listening on TCP there (and on `unix`).
+fn proxy_inside(ns: &Netns, unix: Option<PathBuf>, backend: String) -> TestProxy {
+    // A port taken here: the proxy can only bind it in a namespace of its own.
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let mut cfg = config(&[backend]);
+    cfg.listen = vec![ListenAddr::Tcp(taken.local_addr().unwrap())];
+    cfg.listen.extend(unix.map(ListenAddr::Unix));
+    cfg.tcp_keepalive = Some(SHORT);
+    cfg.worker_threads = Some(WORKERS);
+    // Metrics are read in-process: the cut would silence an admin listener in the namespace.
+    cfg.admin_address = None;
+    let proxy = ns.inside(move || TestProxy::start_with(cfg));
+    assert_eq!(
+        ns.threads_named("mysql-lb-w"),
+        WORKERS,
+        "the proxy's session workers should run in the namespace"
+    );
+    drop(taken);
+    proxy
+}
+
 fn gauge(proxy: &TestProxy, series: &str) -> Option<f64> {
-    let (_, metrics) = proxy.admin_get("/metrics");
+    let metrics = String::from_utf8(proxy.shared.metrics.render()).expect("UTF-8 metrics");
     metrics.lines().find_map(|l| {
         l.strip_prefix(series)?
             .strip_prefix(' ')?
@@ -157,15 +184,8 @@ async fn until_no_sessions(proxy: &TestProxy) -> Duration {
     }
 }
 
-fn proxy_with_short_keepalive(listen: SocketAddr, backend: String) -> TestProxy {
-    let mut cfg = config(&[backend]);
-    cfg.listen = vec![ListenAddr::Tcp(listen)];
-    cfg.tcp_keepalive = Some(SHORT);
-    TestProxy::start_with(cfg)
-}
-
-async fn login(stream: tokio::net::TcpStream) -> RawClient {
-    let mut client = RawClient::login(Box::new(stream), BENCH_USER, BENCH_PASS, None, 0, 0)
+async fn login(stream: Box<dyn Stream>) -> RawClient {
+    let mut client = RawClient::login(stream, BENCH_USER, BENCH_PASS, None, 0, 0)
         .await
         .expect("login through the proxy");
     let rows = client.query_text("SELECT 1").await.expect("SELECT 1");
@@ -173,15 +193,20 @@ async fn login(stream: tokio::net::TcpStream) -> RawClient {
     client
 }
 
+/// A client in the namespace, logged in over TCP to the proxy there.
+async fn client_inside(ns: &Netns, proxy: &TestProxy) -> RawClient {
+    let target = proxy.addr;
+    let stream = ns.inside(move || std::net::TcpStream::connect(target).expect("connect"));
+    stream.set_nonblocking(true).unwrap();
+    login(Box::new(tokio::net::TcpStream::from_std(stream).unwrap())).await
+}
+
 #[tokio::test]
 async fn a_client_that_vanishes_is_dropped_by_keepalive() {
+    let backend = mariadb_socket();
     let ns = Netns::new();
-    let proxy =
-        proxy_with_short_keepalive(SocketAddr::from((ns.host, 0)), shared_pair()[0].tcp_addr());
-    let target = proxy.addr;
-    let std_stream = ns.inside(move || std::net::TcpStream::connect(target).expect("connect"));
-    std_stream.set_nonblocking(true).unwrap();
-    let client = login(tokio::net::TcpStream::from_std(std_stream).unwrap()).await;
+    let proxy = proxy_inside(&ns, None, backend);
+    let client = client_inside(&ns, &proxy).await;
     assert_eq!(gauge(&proxy, "mysql_lb_client_connections"), Some(1.0));
 
     ns.cut();
@@ -204,13 +229,10 @@ async fn a_client_that_vanishes_is_dropped_by_keepalive() {
 async fn a_client_that_vanishes_before_its_response_is_dropped_too() {
     // Keepalive probes only an idle connection: here the proxy has a response in flight to the
     // vanished client, retransmitted for ~15 minutes unless TCP_USER_TIMEOUT bounds it.
+    let backend = mariadb_socket();
     let ns = Netns::new();
-    let proxy =
-        proxy_with_short_keepalive(SocketAddr::from((ns.host, 0)), shared_pair()[0].tcp_addr());
-    let target = proxy.addr;
-    let std_stream = ns.inside(move || std::net::TcpStream::connect(target).expect("connect"));
-    std_stream.set_nonblocking(true).unwrap();
-    let mut client = login(tokio::net::TcpStream::from_std(std_stream).unwrap()).await;
+    let proxy = proxy_inside(&ns, None, backend);
+    let mut client = client_inside(&ns, &proxy).await;
     const COM_QUERY: u8 = 0x03;
     client
         .send_command(COM_QUERY, b"SELECT SLEEP(1)")
@@ -225,13 +247,13 @@ async fn a_client_that_vanishes_before_its_response_is_dropped_too() {
     drop(client);
 }
 
-/// Relays between a listener inside the namespace and a real MariaDB here, so the proxy's
-/// backend connection crosses the veth link that will be cut.
+/// Relays between a TCP listener inside the namespace and the real MariaDB's unix socket, so the
+/// proxy's backend connection runs over the loopback that will be cut.
 async fn forward(listener: tokio::net::TcpListener, server: String) {
     while let Ok((mut inbound, _)) = listener.accept().await {
         let server = server.clone();
         tokio::spawn(async move {
-            if let Ok(mut outbound) = tokio::net::TcpStream::connect(server).await {
+            if let Ok(mut outbound) = tokio::net::UnixStream::connect(server).await {
                 let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
             }
         });
@@ -240,17 +262,20 @@ async fn forward(listener: tokio::net::TcpListener, server: String) {
 
 #[tokio::test]
 async fn a_backend_that_vanishes_is_dropped_by_keepalive() {
+    let server = mariadb_socket();
     let ns = Netns::new();
-    let peer = ns.peer;
-    let listener = ns.inside(move || std::net::TcpListener::bind((peer, 0)).expect("bind"));
+    let listener = ns.inside(|| std::net::TcpListener::bind("127.0.0.1:0").expect("bind"));
     listener.set_nonblocking(true).unwrap();
     let backend = listener.local_addr().unwrap().to_string();
     let listener = tokio::net::TcpListener::from_std(listener).unwrap();
-    let forwarder = tokio::spawn(forward(listener, shared_pair()[0].tcp_addr()));
+    let forwarder = tokio::spawn(forward(listener, server));
 
-    let proxy = proxy_with_short_keepalive("127.0.0.1:0".parse().unwrap(), backend);
-    let stream = tokio::net::TcpStream::connect(proxy.addr).await.unwrap();
-    let mut client = login(stream).await;
+    // The client comes in over a unix socket: only the backend leg is TCP.
+    let dir = tempfile::tempdir().expect("temp dir");
+    let proxy = proxy_inside(&ns, Some(dir.path().join("proxy.sock")), backend);
+    let socket = proxy.unix.clone().expect("the proxy's unix listener");
+    let stream = tokio::net::UnixStream::connect(&socket).await.unwrap();
+    let mut client = login(Box::new(stream)).await;
     assert_eq!(gauge(&proxy, "mysql_lb_client_connections"), Some(1.0));
 
     ns.cut();
