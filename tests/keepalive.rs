@@ -201,6 +201,17 @@ async fn client_inside(ns: &Netns, proxy: &TestProxy) -> RawClient {
     login(Box::new(tokio::net::TcpStream::from_std(stream).unwrap())).await
 }
 
+/// The session ends within a few keepalive periods (1 s + 2 × 1 s), counted with `reason`.
+async fn dropped_by_keepalive(proxy: &TestProxy, reason: &str) {
+    let took = until_no_sessions(proxy).await;
+    assert!(
+        took < Duration::from_secs(15),
+        "keepalive (1 s + 2 × 1 s) took {took:?}"
+    );
+    let series = format!("mysql_lb_client_disconnections_total{{reason=\"{reason}\"}}");
+    assert_eq!(gauge(proxy, &series), Some(1.0));
+}
+
 #[tokio::test]
 async fn a_client_that_vanishes_is_dropped_by_keepalive() {
     let backend = mariadb_socket();
@@ -210,18 +221,7 @@ async fn a_client_that_vanishes_is_dropped_by_keepalive() {
     assert_eq!(gauge(&proxy, "mysql_lb_client_connections"), Some(1.0));
 
     ns.cut();
-    let took = until_no_sessions(&proxy).await;
-    assert!(
-        took < Duration::from_secs(15),
-        "keepalive (1 s + 2 × 1 s) took {took:?}"
-    );
-    assert_eq!(
-        gauge(
-            &proxy,
-            "mysql_lb_client_disconnections_total{reason=\"client_network\"}"
-        ),
-        Some(1.0)
-    );
+    dropped_by_keepalive(&proxy, "client_network").await;
     drop(client);
 }
 
@@ -279,18 +279,7 @@ async fn a_backend_that_vanishes_is_dropped_by_keepalive() {
     assert_eq!(gauge(&proxy, "mysql_lb_client_connections"), Some(1.0));
 
     ns.cut();
-    let took = until_no_sessions(&proxy).await;
-    assert!(
-        took < Duration::from_secs(15),
-        "keepalive (1 s + 2 × 1 s) took {took:?}"
-    );
-    assert_eq!(
-        gauge(
-            &proxy,
-            "mysql_lb_client_disconnections_total{reason=\"backend_network\"}"
-        ),
-        Some(1.0)
-    );
+    dropped_by_keepalive(&proxy, "backend_network").await;
     // The client learns of it: its connection is closed, not left hanging.
     let next = tokio::time::timeout(DEADLINE, client.ping()).await;
     assert!(
