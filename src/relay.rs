@@ -21,6 +21,9 @@ use tokio_util::sync::CancellationToken;
 
 use crate::protocol::response::{Completed, TrackError, Tracker};
 
+mod timers;
+use timers::{IdleTimer, Shrinker};
+
 /// Buffers start small (most sessions idle most of the time) and grow for bulk transfers.
 const INITIAL_BUF: usize = 8 * 1024;
 const MAX_BUF: usize = 256 * 1024;
@@ -447,92 +450,6 @@ fn answered(tracker: &Tracker, down: &Direction) -> bool {
     (tracker.pending() == 0 || tracker.open_ended())
         && tracker.server_at_boundary()
         && down.buf.is_empty()
-}
-
-/// The idle timeout, kept without touching a timer per read: on expiry it works out when the
-/// session really went quiet and waits again until that plus the timeout.
-struct IdleTimer {
-    timeout: std::time::Duration,
-    sleep: Pin<Box<tokio::time::Sleep>>,
-}
-
-impl IdleTimer {
-    fn new(timeout: std::time::Duration) -> Self {
-        Self {
-            timeout,
-            sleep: Box::pin(tokio::time::sleep(timeout)),
-        }
-    }
-
-    /// True when the session has been idle for the timeout: nothing in flight (`quiet`) and
-    /// `last` activity (the client's last bytes or the end of the last response) that long ago.
-    fn expired(&mut self, cx: &mut Context<'_>, last: Option<Instant>, quiet: bool) -> bool {
-        if self.sleep.as_mut().poll(cx).is_pending() {
-            return false;
-        }
-        let now = tokio::time::Instant::now();
-        let due = match last {
-            Some(at) => tokio::time::Instant::from_std(at) + self.timeout,
-            None => self.sleep.deadline(),
-        };
-        // The timer's millisecond granularity: a deadline less than that ahead has come.
-        if quiet && due <= now + std::time::Duration::from_millis(1) {
-            return true;
-        }
-        // A command in flight is never idle; once it is answered, its end counts as activity.
-        let next = if quiet { due } else { now + self.timeout };
-        self.sleep.as_mut().reset(next);
-        let _ = self.sleep.as_mut().poll(cx);
-        false
-    }
-}
-
-/// Gives grown buffers back after [`QUIET`]: armed when a buffer grows, it compares read counts
-/// on expiry instead of being reset on every read.
-#[derive(Default)]
-struct Shrinker {
-    sleep: Option<Pin<Box<tokio::time::Sleep>>>,
-    armed: bool,
-    reads_at_arm: (u64, u64),
-}
-
-impl Shrinker {
-    fn arm_if_grown(&mut self, up: &Direction, down: &Direction) {
-        if self.armed || !(up.grown() || down.grown()) {
-            return;
-        }
-        let deadline = tokio::time::Instant::now() + QUIET;
-        // Boxed once per session that ever grows; reset, not reallocated, after that.
-        match self.sleep.as_mut() {
-            Some(sleep) => sleep.as_mut().reset(deadline),
-            None => self.sleep = Some(Box::pin(tokio::time::sleep_until(deadline))),
-        }
-        self.armed = true;
-        self.reads_at_arm = (up.reads, down.reads);
-    }
-
-    fn poll(&mut self, cx: &mut Context<'_>, up: &mut Direction, down: &mut Direction) {
-        let Some(sleep) = self.sleep.as_mut().filter(|_| self.armed) else {
-            return;
-        };
-        if sleep.as_mut().poll(cx).is_pending() {
-            return;
-        }
-        self.armed = false;
-        if up.reads == self.reads_at_arm.0 {
-            up.shrink();
-        }
-        if down.reads == self.reads_at_arm.1 {
-            down.shrink();
-        }
-        // Whatever is still large (busy, or holding unwritten bytes) is looked at again later.
-        self.arm_if_grown(up, down);
-        if self.armed {
-            if let Some(sleep) = self.sleep.as_mut() {
-                let _ = sleep.as_mut().poll(cx);
-            }
-        }
-    }
 }
 
 /// How the session ends when the client-to-backend direction stops.

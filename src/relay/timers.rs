@@ -1,0 +1,100 @@
+//! The relay's two timers, both kept without touching a timer on every read: the idle timeout,
+//! and the one that gives a grown buffer back once its session goes quiet.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::task::Context;
+use std::time::Instant;
+
+use super::{Direction, QUIET};
+
+/// The idle timeout, kept without touching a timer per read: on expiry it works out when the
+/// session really went quiet and waits again until that plus the timeout.
+pub(super) struct IdleTimer {
+    timeout: std::time::Duration,
+    sleep: Pin<Box<tokio::time::Sleep>>,
+}
+
+impl IdleTimer {
+    pub(super) fn new(timeout: std::time::Duration) -> Self {
+        Self {
+            timeout,
+            sleep: Box::pin(tokio::time::sleep(timeout)),
+        }
+    }
+
+    /// True when the session has been idle for the timeout: nothing in flight (`quiet`) and
+    /// `last` activity (the client's last bytes or the end of the last response) that long ago.
+    pub(super) fn expired(
+        &mut self,
+        cx: &mut Context<'_>,
+        last: Option<Instant>,
+        quiet: bool,
+    ) -> bool {
+        if self.sleep.as_mut().poll(cx).is_pending() {
+            return false;
+        }
+        let now = tokio::time::Instant::now();
+        let due = match last {
+            Some(at) => tokio::time::Instant::from_std(at) + self.timeout,
+            None => self.sleep.deadline(),
+        };
+        // The timer's millisecond granularity: a deadline less than that ahead has come.
+        if quiet && due <= now + std::time::Duration::from_millis(1) {
+            return true;
+        }
+        // A command in flight is never idle; once it is answered, its end counts as activity.
+        let next = if quiet { due } else { now + self.timeout };
+        self.sleep.as_mut().reset(next);
+        let _ = self.sleep.as_mut().poll(cx);
+        false
+    }
+}
+
+/// Gives grown buffers back after [`QUIET`]: armed when a buffer grows, it compares read counts
+/// on expiry instead of being reset on every read.
+#[derive(Default)]
+pub(super) struct Shrinker {
+    sleep: Option<Pin<Box<tokio::time::Sleep>>>,
+    armed: bool,
+    reads_at_arm: (u64, u64),
+}
+
+impl Shrinker {
+    pub(super) fn arm_if_grown(&mut self, up: &Direction, down: &Direction) {
+        if self.armed || !(up.grown() || down.grown()) {
+            return;
+        }
+        let deadline = tokio::time::Instant::now() + QUIET;
+        // Boxed once per session that ever grows; reset, not reallocated, after that.
+        match self.sleep.as_mut() {
+            Some(sleep) => sleep.as_mut().reset(deadline),
+            None => self.sleep = Some(Box::pin(tokio::time::sleep_until(deadline))),
+        }
+        self.armed = true;
+        self.reads_at_arm = (up.reads, down.reads);
+    }
+
+    pub(super) fn poll(&mut self, cx: &mut Context<'_>, up: &mut Direction, down: &mut Direction) {
+        let Some(sleep) = self.sleep.as_mut().filter(|_| self.armed) else {
+            return;
+        };
+        if sleep.as_mut().poll(cx).is_pending() {
+            return;
+        }
+        self.armed = false;
+        if up.reads == self.reads_at_arm.0 {
+            up.shrink();
+        }
+        if down.reads == self.reads_at_arm.1 {
+            down.shrink();
+        }
+        // Whatever is still large (busy, or holding unwritten bytes) is looked at again later.
+        self.arm_if_grown(up, down);
+        if self.armed {
+            if let Some(sleep) = self.sleep.as_mut() {
+                let _ = sleep.as_mut().poll(cx);
+            }
+        }
+    }
+}
