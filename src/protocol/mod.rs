@@ -9,3 +9,4 @@ pub mod handshake;
 pub mod login;
 pub mod response;
 pub mod resultset;
+pub mod statement;
