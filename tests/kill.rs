@@ -8,10 +8,9 @@ use std::time::{Duration, Instant};
 use common::mariadb::shared_pair;
 use common::proxy::TestProxy;
 use common::rawclient::RawClient;
-use common::wait_until;
+use common::{running_on_shared_backends, start_sleeping};
 use mysql_lb::kill::is_proxy_id;
 
-const COM_QUERY: u8 = 0x03;
 const COM_PROCESS_KILL: u8 = 0x0C;
 
 async fn login(proxy: &TestProxy) -> RawClient {
@@ -36,13 +35,6 @@ async fn session_where(proxy: &TestProxy, port: &str, same: bool) -> RawClient {
     panic!("round robin never gave the wanted backend");
 }
 
-fn running_on_backends(marker: &str) -> bool {
-    shared_pair().iter().any(|db| {
-        db.root_query("SELECT INFO FROM information_schema.PROCESSLIST")
-            .contains(marker)
-    })
-}
-
 #[tokio::test]
 async fn kill_query_reaches_the_meant_session_or_is_refused_across_backends() {
     let pair = shared_pair();
@@ -52,14 +44,7 @@ async fn kill_query_reaches_the_meant_session_or_is_refused_across_backends() {
     assert!(is_proxy_id(id), "clients are greeted with a proxy id: {id}");
     let port = port_of(&mut victim).await;
     let marker = "kill-marker-1";
-    victim
-        .send_command(
-            COM_QUERY,
-            format!("SELECT SLEEP(30), '{marker}'").as_bytes(),
-        )
-        .await
-        .unwrap();
-    wait_until("the victim's query to run", || running_on_backends(marker));
+    start_sleeping(&mut victim, marker).await;
 
     // From another backend: refused, and nothing is killed there or here.
     let mut other = session_where(&proxy, &port, false).await;
@@ -72,7 +57,10 @@ async fn kill_query_reaches_the_meant_session_or_is_refused_across_backends() {
         err.contains("mysql-lb") && err.contains("nothing was killed"),
         "{err}"
     );
-    assert!(running_on_backends(marker), "the victim's query still runs");
+    assert!(
+        running_on_shared_backends(marker),
+        "the victim's query still runs"
+    );
     // The refusing session is still in sync.
     assert!(!port_of(&mut other).await.is_empty());
 

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use common::mariadb::shared_pair;
 use common::proxy::TestProxy;
 use common::rawclient::RawClient;
-use common::wait_until;
+use common::{running_on_shared_backends, start_sleeping};
 
 const COM_QUERY: u8 = 0x03;
 
@@ -17,24 +17,6 @@ async fn login(proxy: &TestProxy) -> RawClient {
     RawClient::connect_tcp(&proxy.addr_string(), "bench", "bench", None, 0, 0)
         .await
         .expect("login through the proxy")
-}
-
-fn running(marker: &str) -> bool {
-    shared_pair()[0]
-        .root_query("SELECT INFO FROM information_schema.PROCESSLIST")
-        .contains(marker)
-}
-
-/// Starts a long query on `victim`, tagged with `marker`, and waits until the server runs it.
-async fn start_sleeping(victim: &mut RawClient, marker: &str) {
-    victim
-        .send_command(
-            COM_QUERY,
-            format!("SELECT SLEEP(30), '{marker}'").as_bytes(),
-        )
-        .await
-        .unwrap();
-    wait_until(&format!("{marker} to run"), || running(marker));
 }
 
 /// The victim's query ends with ER_QUERY_INTERRUPTED, well before its 30 s.
@@ -166,5 +148,8 @@ async fn kill_query_id_names_a_query_and_is_not_mapped() {
         "the server's unknown query id: {err}"
     );
     killer.ping().await.expect("the killer is still in sync");
-    assert!(running("kill-query-id"), "the victim's query still runs");
+    assert!(
+        running_on_shared_backends("kill-query-id"),
+        "the victim's query still runs"
+    );
 }

@@ -17,3 +17,23 @@ pub fn wait_until(what: &str, cond: impl Fn() -> bool) {
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
 }
+
+/// True while a statement containing `marker` runs on one of the shared test backends.
+pub fn running_on_shared_backends(marker: &str) -> bool {
+    mariadb::shared_pair().iter().any(|db| {
+        db.root_query("SELECT INFO FROM information_schema.PROCESSLIST")
+            .contains(marker)
+    })
+}
+
+/// Starts `SELECT SLEEP(30)` tagged with `marker` on `victim` (a session on a shared backend)
+/// and waits until the server runs it.
+pub async fn start_sleeping(victim: &mut rawclient::RawClient, marker: &str) {
+    victim
+        .send_command(0x03, format!("SELECT SLEEP(30), '{marker}'").as_bytes())
+        .await
+        .expect("send the victim's query");
+    wait_until(&format!("{marker} to run"), || {
+        running_on_shared_backends(marker)
+    });
+}
