@@ -148,11 +148,10 @@ fn proxy_inside(ns: &Netns, unix: Option<PathBuf>, backend: String) -> TestProxy
     // Metrics are read in-process: the cut would silence an admin listener in the namespace.
     cfg.admin_address = None;
     let proxy = ns.inside(move || TestProxy::start_with(cfg));
-    assert_eq!(
-        ns.threads_named("mysql-lb-w"),
-        WORKERS,
-        "the proxy's session workers should run in the namespace"
-    );
+    // The workers start once the proxy runs, a moment after it reported its addresses.
+    common::wait_until("the proxy's session workers running in the namespace", || {
+        ns.threads_named("mysql-lb-w") == WORKERS
+    });
     drop(taken);
     proxy
 }
