@@ -455,6 +455,8 @@ mod tests {
                 address: BackendAddr::Unix(format!("/tmp/{n}").into()),
                 weight: 1,
                 kind: Default::default(),
+                tls: Default::default(),
+                compression: false,
             })
             .collect();
         BackendSet::new(&configs, Duration::from_secs(1), false, &Metrics::new())

@@ -197,6 +197,8 @@ mod tests {
             },
             weight,
             kind: Default::default(),
+            tls: Default::default(),
+            compression: false,
         }
     }
 

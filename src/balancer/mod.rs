@@ -503,6 +503,8 @@ mod tests {
                 },
                 weight: 1,
                 kind: BackendKind::Rw,
+                tls: Default::default(),
+                compression: false,
             })
             .collect();
         BackendSet::new(&configs, Duration::from_secs(5), false, &Metrics::new())
@@ -541,6 +543,8 @@ mod tests {
             address: BackendAddr::Unix("/nonexistent".into()),
             weight: 1,
             kind: BackendKind::Rw,
+            tls: Default::default(),
+            compression: false,
         }];
         let s = BackendSet::new(&configs, Duration::from_secs(1), true, &Metrics::new());
         let b = &s.backends()[0];
@@ -603,6 +607,8 @@ mod tests {
                 },
                 weight,
                 kind: BackendKind::Rw,
+                tls: Default::default(),
+                compression: false,
             })
             .collect();
         let config = BalancerConfig {

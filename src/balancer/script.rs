@@ -428,6 +428,8 @@ mod tests {
                 },
                 weight: 1,
                 kind,
+                tls: Default::default(),
+                compression: false,
             })
             .collect()
     }

@@ -105,7 +105,7 @@ pub(super) fn apply_cli(config: &mut Config, cli: &Cli) -> Result<Vec<&'static s
     let backends = split_list(&cli.proxy_backend_addresses)
         .map(|s| {
             s.parse()
-                .map(|a| BackendConfig::new(a, None, None, BackendKind::Rw))
+                .map(|a| config.backend_from_flag(a, BackendKind::Rw))
                 .map_err(|e| cli_error("--proxy-backend-addresses", e))
         })
         .collect::<Result<Vec<BackendConfig>, _>>()?;
@@ -117,9 +117,8 @@ pub(super) fn apply_cli(config: &mut Config, cli: &Cli) -> Result<Vec<&'static s
         let address = s
             .parse()
             .map_err(|e| cli_error("--proxy-read-only-backend-addresses", e))?;
-        config
-            .backends
-            .push(BackendConfig::new(address, None, None, BackendKind::Ro));
+        let backend = config.backend_from_flag(address, BackendKind::Ro);
+        config.backends.push(backend);
     }
     if let Some(path) = &cli.proxy_lua_script {
         config.balancer.script = Some(path.clone());

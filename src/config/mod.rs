@@ -10,10 +10,12 @@ mod address;
 mod cli;
 mod keepalive;
 mod raw;
+mod tls;
 
 pub use address::{AddressError, BackendAddr, ListenAddr};
 pub use cli::Cli;
 pub use keepalive::TcpKeepalive;
+pub use tls::{BackendTls, BackendTlsMode, ClientTls, TlsVersion};
 
 use cli::{apply_cli, attribute};
 use raw::RawConfig;
@@ -53,6 +55,11 @@ pub struct BackendConfig {
     pub weight: u32,
     /// Read-write or read-only, as Lua scripts see it (`type`); the built-in policies use both.
     pub kind: BackendKind,
+    /// The backend leg's TLS (`backend_tls` with this backend's `tls:` keys over it).
+    pub tls: BackendTls,
+    /// Compress the backend leg when the backend offers it (`backend_compression`, or this
+    /// backend's `compression`).
+    pub compression: bool,
 }
 
 /// A backend's role, MySQL Proxy's `BACKEND_TYPE_RW` / `BACKEND_TYPE_RO`.
@@ -150,6 +157,14 @@ pub struct Config {
     pub allow_local_infile: bool,
     pub health_check: HealthCheckConfig,
     pub balancer: BalancerConfig,
+    /// The client leg's TLS (None: CLIENT_SSL is not offered).
+    pub tls: Option<ClientTls>,
+    /// Offer CLIENT_COMPRESS to clients (a client may then compress its leg).
+    pub compression: bool,
+    /// `backend_tls` and `backend_compression`: what backends given without their own keys get
+    /// (those from the command line too).
+    pub backend_tls: BackendTls,
+    pub backend_compression: bool,
 }
 
 /// Background health checks of every backend.
@@ -209,6 +224,10 @@ impl Default for Config {
             allow_local_infile: true,
             health_check: HealthCheckConfig::default(),
             balancer: BalancerConfig::default(),
+            tls: None,
+            compression: true,
+            backend_tls: BackendTls::default(),
+            backend_compression: false,
         }
     }
 }
@@ -351,6 +370,10 @@ impl Config {
         }
         self.health_check.validate()?;
         self.balancer.validate()?;
+        tls::validate_client(self.tls.as_ref())?;
+        for (i, b) in self.backends.iter().enumerate() {
+            tls::validate_backend(&format!("backends[{i}].tls"), &b.tls)?;
+        }
         Ok(self)
     }
 

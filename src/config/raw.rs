@@ -90,6 +90,11 @@ pub(super) struct RawConfig {
     health_check: RawHealthCheck,
     #[serde(default)]
     balancer: RawBalancer,
+    tls: Option<super::tls::RawClientTls>,
+    compression: Option<bool>,
+    #[serde(default)]
+    backend_tls: super::tls::RawBackendTls,
+    backend_compression: Option<bool>,
 }
 
 #[derive(Default, Deserialize)]
@@ -132,6 +137,8 @@ pub(super) struct RawBackendMap {
     weight: Option<u32>,
     #[serde(rename = "type")]
     kind: Option<BackendKind>,
+    tls: Option<super::tls::RawBackendTls>,
+    compression: Option<bool>,
 }
 
 /// A backend entry: a plain address string, or a map. Written by hand rather than `untagged` because
@@ -167,12 +174,15 @@ impl<'de> Deserialize<'de> for RawBackend {
 }
 
 impl RawBackend {
-    fn into_backend(self) -> BackendConfig {
-        let (address, name, weight, kind) = match self {
-            RawBackend::Short(address) => (address, None, None, None),
-            RawBackend::Full(m) => (m.address, m.name, m.weight, m.kind),
+    fn into_backend(self, tls: &BackendTls, compression: bool) -> BackendConfig {
+        let (address, name, weight, kind, own_tls, own_compression) = match self {
+            RawBackend::Short(address) => (address, None, None, None, None, None),
+            RawBackend::Full(m) => (m.address, m.name, m.weight, m.kind, m.tls, m.compression),
         };
-        BackendConfig::new(address, name, weight, kind.unwrap_or_default())
+        let mut b = BackendConfig::new(address, name, weight, kind.unwrap_or_default());
+        b.tls = own_tls.unwrap_or_default().over(tls);
+        b.compression = own_compression.unwrap_or(compression);
+        b
     }
 }
 
@@ -188,7 +198,23 @@ impl BackendConfig {
             address,
             weight: weight.unwrap_or(1),
             kind,
+            tls: BackendTls::default(),
+            compression: false,
         }
+    }
+}
+
+impl Config {
+    /// A backend named by a command-line flag, with the file's backend defaults.
+    pub(super) fn backend_from_flag(
+        &self,
+        address: BackendAddr,
+        kind: BackendKind,
+    ) -> BackendConfig {
+        let mut b = BackendConfig::new(address, None, None, kind);
+        b.tls = self.backend_tls.clone();
+        b.compression = self.backend_compression;
+        b
     }
 }
 
@@ -211,12 +237,14 @@ impl RawConfig {
             })?,
             None => d.max_handshake_packet_size,
         };
+        let backend_tls = self.backend_tls.over(&BackendTls::default());
+        let backend_compression = self.backend_compression.unwrap_or(false);
         Ok(Config {
             listen: self.listen.unwrap_or(d.listen),
             backends: self
                 .backends
                 .into_iter()
-                .map(RawBackend::into_backend)
+                .map(|b| b.into_backend(&backend_tls, backend_compression))
                 .collect(),
             max_connections: self.max_connections.unwrap_or(d.max_connections),
             max_connections_chosen: self.max_connections.is_some(),
@@ -262,6 +290,10 @@ impl RawConfig {
                     script_allow_unsafe: b.script_allow_unsafe.unwrap_or(db.script_allow_unsafe),
                 }
             },
+            tls: self.tls.map(super::tls::RawClientTls::into_tls),
+            compression: self.compression.unwrap_or(d.compression),
+            backend_tls,
+            backend_compression,
         })
     }
 }

@@ -47,7 +47,9 @@ fn minimal_yaml_takes_defaults_for_everything_else() {
                 name: "127.0.0.1:3306".into(),
                 address: tcp("127.0.0.1", 3306),
                 weight: 1,
-                kind: BackendKind::Rw
+                kind: BackendKind::Rw,
+                tls: Default::default(),
+                compression: false,
             }],
             ..Config::default()
         }
@@ -105,7 +107,9 @@ fn shorthand_backend_string_gets_address_as_name_and_weight_one() {
             name: "db.example:3306".into(),
             address: tcp("db.example", 3306),
             weight: 1,
-            kind: BackendKind::Rw
+            kind: BackendKind::Rw,
+            tls: Default::default(),
+            compression: false,
         }]
     );
 }

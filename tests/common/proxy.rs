@@ -46,6 +46,8 @@ pub fn config(backends: &[String]) -> Config {
                     address,
                     weight: 1,
                     kind: Default::default(),
+                    tls: Default::default(),
+                    compression: false,
                 }
             })
             .collect(),
