@@ -13,13 +13,20 @@ use thiserror::Error;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tracing::debug;
 
-use crate::protocol::caps::{Negotiated, CLIENT_COMPRESS};
+use rustls_pki_types::ServerName;
+use tokio::io::AsyncReadExt;
+use tokio_rustls::{TlsConnector, TlsStream};
+
+use crate::leg::Leg;
+use crate::protocol::caps::{Negotiated, CLIENT_COMPRESS, CLIENT_SSL};
 use crate::protocol::errors::ServerErr;
 use crate::protocol::handshake::{
-    negotiate, parse_client_first, parse_greeting, patch_client_first_with, patch_greeting_with,
-    ClientFirst, ClientResponse, Greeting, HandshakeError, Strip,
+    negotiate, offer_in_greeting, parse_client_first, parse_greeting, patch_client_first_with,
+    patch_greeting_with, set_client_bits, ssl_request_for, ClientFirst, ClientResponse, Greeting,
+    HandshakeError, Strip,
 };
 use crate::stream::{read_packet, PacketReadError};
+use crate::tls::ClientLeg;
 
 /// Why the connection phase failed, and on which side.
 #[derive(Debug, Error)]
@@ -38,13 +45,16 @@ pub enum AuthError {
     ClientHandshake(HandshakeError),
     #[error("client sent its handshake response with sequence id {0}, expected 1")]
     ClientSequence(u8),
-    #[error("client asked for TLS, which mysql-lb does not offer yet")]
+    #[error("client asked for TLS, which is not configured here (see `tls:`)")]
     ClientWantsTls,
-    #[error(
-        "client asked for protocol compression, which was not offered and its backend does not \
-         support; connect without compression"
-    )]
-    ClientWantsCompression,
+    #[error("client sent a second SSLRequest inside TLS")]
+    ClientSslRequestTwice,
+    #[error("client TLS handshake: {0}")]
+    ClientTls(std::io::Error),
+    #[error("client did not switch to TLS, which `tls.require` demands of TCP clients")]
+    InsecureTransport,
+    #[error("backend TLS handshake: {0}")]
+    BackendTls(std::io::Error),
     #[error("client did not finish the handshake within {0}")]
     ClientTimeout(String),
     #[error("backend did not answer within {0} during authentication")]
@@ -79,9 +89,10 @@ pub struct Authenticated {
     pub client_pending: BytesMut,
     /// Bytes the backend sent after its OK.
     pub backend_pending: BytesMut,
-    /// The client asked for the compressed protocol although the greeting did not offer it, and
-    /// it was passed on: from here both sides speak compressed frames.
-    pub compressed: bool,
+    /// The client leg speaks compressed frames from here (the client asked for it).
+    pub client_compressed: bool,
+    /// The backend leg speaks compressed frames from here.
+    pub backend_compressed: bool,
 }
 
 /// A greeting read from a backend, patched and ready to forward.
@@ -123,69 +134,250 @@ pub async fn read_greeting<B: AsyncRead + Unpin>(
     })
 }
 
+/// What the connection phase does on each leg besides relaying: TLS and compression are decided
+/// per leg, independently of what the other leg does.
+pub struct LegPlan<'a> {
+    /// TLS offered to the client (CLIENT_SSL set in the greeting it gets).
+    pub client_tls: Option<&'a ClientLeg>,
+    /// The client came over a unix socket, which counts as secure as it does for a server.
+    pub client_local: bool,
+    /// CLIENT_COMPRESS set in the greeting the client gets.
+    pub offer_compression: bool,
+    /// The backend leg switches to TLS (an SSLRequest of ours, then the handshake with this
+    /// connector and name) before the client's response is forwarded.
+    pub backend_tls: Option<(&'a TlsConnector, ServerName<'static>)>,
+    /// The backend leg is compressed (the backend offered it and it is configured).
+    pub backend_compression: bool,
+}
+
+/// The client's HandshakeResponse and the sequence ids it has on each leg.
+struct Response {
+    packet: BytesMut,
+    /// 1, or 2 after an SSLRequest.
+    client_seq: u8,
+}
+
 /// Relays the connection phase after the greeting was chosen: forwards the greeting, the client's
-/// response (patched) and then every auth packet both ways until the backend's OK or ERR.
+/// response (patched) and then every auth packet both ways until the backend's OK or ERR, taking
+/// either leg to TLS on the way where `plan` says so.
 pub async fn relay_connection_phase<C, B>(
-    client: &mut C,
-    backend: &mut B,
-    greeting: PatchedGreeting,
-    max: usize,
-    timeout: Duration,
-    strip: Strip,
+    client: &mut Leg<C>,
+    backend: &mut Leg<B>,
+    mut greeting: PatchedGreeting,
+    limits: HandshakeLimits,
+    plan: &LegPlan<'_>,
     next_seq: &mut u8,
 ) -> Result<Authenticated, AuthError>
 where
     C: AsyncRead + AsyncWrite + Unpin,
     B: AsyncRead + AsyncWrite + Unpin,
 {
+    let max = limits.max_packet;
     // Whose packet the exchange waits for, so a timeout blames the right side.
     let mut turn = Side::Client;
     let run = async {
+        let mut offers = 0;
+        if plan.client_tls.is_some() {
+            offers |= CLIENT_SSL;
+        }
+        if plan.offer_compression {
+            offers |= CLIENT_COMPRESS;
+        }
+        offer_in_greeting(&mut greeting.packet[4..], offers).map_err(AuthError::BackendGreeting)?;
         client
             .write_all(&greeting.packet)
             .await
             .map_err(AuthError::ClientWrite)?;
         let mut client_buf = BytesMut::with_capacity(512);
-        let mut response = read_packet(client, &mut client_buf, max)
-            .await
-            .map_err(AuthError::ClientRead)?;
-        if response[3] != 1 {
-            return Err(AuthError::ClientSequence(response[3]));
+        let Response {
+            mut packet,
+            client_seq,
+        } = client_response(client, &mut client_buf, plan, max, next_seq).await?;
+        let (parsed, negotiated) = patch_response(&mut packet[4..], &greeting, limits.strip)?;
+        let mut set = 0;
+        if plan.backend_compression {
+            set |= CLIENT_COMPRESS;
         }
-        *next_seq = 2;
-        let (parsed, negotiated) = patch_response(&mut response[4..], &greeting, strip)?;
+        if plan.backend_tls.is_some() {
+            set |= CLIENT_SSL;
+        }
+        set_client_bits(&mut packet[4..], set, 0).map_err(AuthError::ClientHandshake)?;
+        turn = Side::Backend;
+        let backend_seq = match plan.backend_tls {
+            Some((connector, ref name)) => {
+                backend_to_tls(backend, &packet, &greeting, connector, name.clone()).await?;
+                2
+            }
+            None => 1,
+        };
+        packet[3] = backend_seq;
         backend
-            .write_all(&response)
+            .write_all(&packet)
             .await
             .map_err(AuthError::BackendWrite)?;
-        turn = Side::Backend;
         let mut backend_buf = greeting.rest;
+        let mut seqs = Sequences {
+            backend_ahead: backend_seq.wrapping_sub(client_seq),
+            next: next_seq,
+        };
         exchange(
             client,
             backend,
             &mut client_buf,
             &mut backend_buf,
             max,
-            next_seq,
+            &mut seqs,
             &mut turn,
         )
         .await?;
         Ok(Authenticated {
             negotiated,
-            compressed: parsed.capabilities & CLIENT_COMPRESS != 0,
+            client_compressed: parsed.capabilities & CLIENT_COMPRESS != 0,
+            backend_compressed: plan.backend_compression,
             user: parsed.user,
             client_pending: client_buf,
             backend_pending: backend_buf,
         })
     };
-    let result = tokio::time::timeout(timeout, run).await;
+    let result = tokio::time::timeout(limits.timeout, run).await;
     result.unwrap_or_else(|_| {
-        let limit = humantime::format_duration(timeout).to_string();
+        let limit = humantime::format_duration(limits.timeout).to_string();
         Err(match turn {
             Side::Client => AuthError::ClientTimeout(limit),
             Side::Backend => AuthError::BackendTimeout(limit),
         })
     })
+}
+
+/// Sizes and time the connection phase may take.
+#[derive(Debug, Clone, Copy)]
+pub struct HandshakeLimits {
+    pub max_packet: usize,
+    pub timeout: Duration,
+    pub strip: Strip,
+}
+
+/// Reads the client's first packet; after an SSLRequest, takes the client leg to TLS and reads
+/// the HandshakeResponse inside it. A plaintext TCP client is refused here under `tls.require`.
+async fn client_response<C>(
+    client: &mut Leg<C>,
+    buf: &mut BytesMut,
+    plan: &LegPlan<'_>,
+    max: usize,
+    next_seq: &mut u8,
+) -> Result<Response, AuthError>
+where
+    C: AsyncRead + AsyncWrite + Unpin,
+{
+    // With TLS offered, the first packet is read to its last byte and no further: a client
+    // sends its ClientHello right behind the SSLRequest, and those bytes belong to the TLS
+    // handshake, not to a buffer of ours.
+    let first = match plan.client_tls {
+        Some(_) => read_packet_exact(client, max).await,
+        None => read_packet(client, buf, max).await,
+    }
+    .map_err(AuthError::ClientRead)?;
+    if first[3] != 1 {
+        return Err(AuthError::ClientSequence(first[3]));
+    }
+    *next_seq = 2;
+    let wants_tls = matches!(
+        parse_client_first(&first[4..]),
+        Ok(ClientFirst::SslRequest { .. })
+    );
+    if !wants_tls {
+        if plan.client_tls.is_some_and(|t| t.require) && !plan.client_local {
+            return Err(AuthError::InsecureTransport);
+        }
+        return Ok(Response {
+            packet: first,
+            client_seq: 1,
+        });
+    }
+    let Some(tls) = plan.client_tls else {
+        return Err(AuthError::ClientWantsTls);
+    };
+    let plain = client.take_plain().map_err(AuthError::ClientTls)?;
+    let stream = tls
+        .acceptor
+        .accept(plain)
+        .await
+        .map_err(AuthError::ClientTls)?;
+    *client = Leg::Tls(Box::new(TlsStream::Server(stream)));
+    let packet = read_packet(client, buf, max)
+        .await
+        .map_err(AuthError::ClientRead)?;
+    if packet[3] != 2 {
+        return Err(AuthError::ClientSequence(packet[3]));
+    }
+    *next_seq = 3;
+    Ok(Response {
+        packet,
+        client_seq: 2,
+    })
+}
+
+/// Sends the backend the SSLRequest that `response` implies and takes the backend leg to TLS.
+async fn backend_to_tls<B>(
+    backend: &mut Leg<B>,
+    response: &[u8],
+    greeting: &PatchedGreeting,
+    connector: &TlsConnector,
+    name: ServerName<'static>,
+) -> Result<(), AuthError>
+where
+    B: AsyncRead + AsyncWrite + Unpin,
+{
+    if !greeting.rest.is_empty() {
+        return Err(AuthError::BackendTls(std::io::Error::other(
+            "it sent bytes after its greeting, before the TLS handshake",
+        )));
+    }
+    let request = ssl_request_for(&response[4..]).map_err(AuthError::ClientHandshake)?;
+    let mut packet = Vec::with_capacity(4 + request.len());
+    packet.extend_from_slice(&[request.len() as u8, 0, 0, 1]);
+    packet.extend_from_slice(&request);
+    backend
+        .write_all(&packet)
+        .await
+        .map_err(AuthError::BackendWrite)?;
+    let plain = backend.take_plain().map_err(AuthError::BackendTls)?;
+    let stream = connector
+        .connect(name, plain)
+        .await
+        .map_err(AuthError::BackendTls)?;
+    *backend = Leg::Tls(Box::new(TlsStream::Client(stream)));
+    Ok(())
+}
+
+/// Reads one packet exactly, leaving every byte behind it in the stream.
+async fn read_packet_exact<S: AsyncRead + Unpin>(
+    stream: &mut S,
+    max: usize,
+) -> Result<BytesMut, PacketReadError> {
+    let mut header = [0u8; 4];
+    let mut got = 0;
+    while got < 4 {
+        match stream.read(&mut header[got..]).await? {
+            0 if got == 0 => return Err(PacketReadError::Closed),
+            0 => return Err(PacketReadError::Truncated),
+            n => got += n,
+        }
+    }
+    let len = u32::from_le_bytes([header[0], header[1], header[2], 0]) as usize;
+    if len > max {
+        return Err(PacketReadError::TooLarge { len, max });
+    }
+    let mut packet = BytesMut::zeroed(4 + len);
+    packet[..4].copy_from_slice(&header);
+    stream
+        .read_exact(&mut packet[4..])
+        .await
+        .map_err(|e| match e.kind() {
+            std::io::ErrorKind::UnexpectedEof => PacketReadError::Truncated,
+            _ => PacketReadError::Io(e),
+        })?;
+    Ok(packet)
 }
 
 /// Parses the client's HandshakeResponse payload and clears the bits to strip in place. Returns
@@ -197,10 +389,9 @@ fn patch_response(
 ) -> Result<(ClientResponse, Negotiated), AuthError> {
     let mut parsed = match parse_client_first(payload) {
         Ok(ClientFirst::Response(r)) => r,
-        Ok(ClientFirst::SslRequest { .. }) => return Err(AuthError::ClientWantsTls),
+        Ok(ClientFirst::SslRequest { .. }) => return Err(AuthError::ClientSslRequestTwice),
         Err(e) => return Err(AuthError::ClientHandshake(e)),
     };
-    let strip = compression_strip(parsed.capabilities, greeting.backend_capabilities, strip)?;
     patch_client_first_with(payload, strip).map_err(AuthError::ClientHandshake)?;
     let client_caps = parsed.capabilities;
     parsed.capabilities &= !strip.capabilities;
@@ -216,28 +407,9 @@ fn patch_response(
         attributes = ?parsed.attributes,
         "client handshake response"
     );
+    // The client's own wish for compression is kept for the client leg.
+    parsed.capabilities |= client_caps & CLIENT_COMPRESS;
     Ok((parsed, negotiated))
-}
-
-/// Some clients (mysqlnd, Connector/Python's pure mode) ask for compression even when the
-/// greeting does not offer it, and switch to compressed frames after the OK whatever the server
-/// said. Clearing the bit would leave them talking compressed to a plain server (a hang); pass it
-/// on when the backend offers compression, else refuse.
-fn compression_strip(
-    client_caps: u32,
-    backend_caps: u32,
-    strip: Strip,
-) -> Result<Strip, AuthError> {
-    if client_caps & CLIENT_COMPRESS == 0 {
-        Ok(strip)
-    } else if backend_caps & CLIENT_COMPRESS != 0 {
-        Ok(Strip {
-            capabilities: strip.capabilities & !CLIENT_COMPRESS,
-            ..strip
-        })
-    } else {
-        Err(AuthError::ClientWantsCompression)
-    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -246,17 +418,25 @@ enum Side {
     Backend,
 }
 
+/// Sequence ids across the two legs during the auth exchange: where only one leg had an
+/// SSLRequest, the backend's ids run one ahead of (or behind) the client's.
+struct Sequences<'a> {
+    backend_ahead: u8,
+    /// The client-leg id our own ERR would take next.
+    next: &'a mut u8,
+}
+
 /// Relays auth packets both ways until the backend sends OK (0x00) or ERR (0xFF). Either side may
 /// speak next depending on the plugin (auth switch, ed25519, caching_sha2 more-data, PAM dialog),
-/// so both are read at once rather than guessing whose turn it is. `next_seq` follows the exchange
-/// so an error of our own can be sent in sequence.
+/// so both are read at once rather than guessing whose turn it is. Each packet's sequence id is
+/// moved to the numbering of the leg it is forwarded on.
 async fn exchange<C, B>(
     client: &mut C,
     backend: &mut B,
     client_buf: &mut BytesMut,
     backend_buf: &mut BytesMut,
     max: usize,
-    next_seq: &mut u8,
+    seqs: &mut Sequences<'_>,
     turn: &mut Side,
 ) -> Result<(), AuthError>
 where
@@ -268,9 +448,10 @@ where
         // them, so dropping the one that loses the race loses nothing.
         tokio::select! {
             packet = read_packet(backend, backend_buf, max) => {
-                let packet = packet.map_err(AuthError::BackendRead)?;
+                let mut packet = packet.map_err(AuthError::BackendRead)?;
+                packet[3] = packet[3].wrapping_sub(seqs.backend_ahead);
                 client.write_all(&packet).await.map_err(AuthError::ClientWrite)?;
-                *next_seq = packet[3].wrapping_add(1);
+                *seqs.next = packet[3].wrapping_add(1);
                 *turn = Side::Client;
                 match packet.get(4) {
                     Some(0x00) => return Ok(()),
@@ -282,9 +463,10 @@ where
                 }
             }
             packet = read_packet(client, client_buf, max) => {
-                let packet = packet.map_err(AuthError::ClientRead)?;
+                let mut packet = packet.map_err(AuthError::ClientRead)?;
+                *seqs.next = packet[3].wrapping_add(1);
+                packet[3] = packet[3].wrapping_add(seqs.backend_ahead);
                 backend.write_all(&packet).await.map_err(AuthError::BackendWrite)?;
-                *next_seq = packet[3].wrapping_add(1);
                 *turn = Side::Backend;
             }
         }

@@ -9,6 +9,7 @@ pub mod balancer;
 pub mod config;
 pub mod health;
 pub mod kill;
+pub mod leg;
 pub mod limits;
 pub mod metrics;
 pub mod protocol;
@@ -18,6 +19,7 @@ pub mod server;
 pub mod session;
 pub mod state;
 pub mod stream;
+pub mod tls;
 pub mod workers;
 
 use std::sync::Arc;
@@ -61,6 +63,8 @@ impl Proxy {
     /// Binds every listen address of `config` (port 0 picks a free port) and starts the
     /// session worker threads (`worker_threads`, default one per CPU).
     pub async fn bind(config: &Config) -> Result<Self, ServerError> {
+        // Certificates first: a bad file is reported before anything listens.
+        let legs = state::Legs::load(config)?;
         let metrics = Arc::new(Metrics::new());
         // Started first: a TCP listener gets one socket per worker.
         let workers =
@@ -94,7 +98,8 @@ impl Proxy {
                 .open_fds_limit
                 .set(i64::try_from(soft).unwrap_or(i64::MAX));
         }
-        let shared = Arc::new(ProxyState::new(config, Arc::clone(&metrics)));
+        let shared = Arc::new(ProxyState::new(config, Arc::clone(&metrics)).with_legs(legs));
+        shared.export_certificate_expiry();
         if let Err(e) = metrics.register(shared.backends().script_errors_collector()) {
             tracing::warn!("script error metric not registered: {e}");
         }

@@ -55,6 +55,8 @@ pub struct Metrics {
     disconnections: IntCounterVec,
     pub open_fds_limit: IntGauge,
     pub max_connections: IntGauge,
+    tls_sessions: IntCounterVec,
+    compressed_sessions: IntCounterVec,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -193,14 +195,30 @@ impl Metrics {
                 "max_connections",
                 "Client connections admitted at once (after fitting the fd limit).",
             ),
+            tls_sessions: int_counter_vec(
+                "tls_sessions_total",
+                "Sessions established with TLS, per leg (client, backend).",
+                &["leg"],
+            ),
+            compressed_sessions: int_counter_vec(
+                "compressed_sessions_total",
+                "Sessions established with protocol compression, per leg (client, backend).",
+                &["leg"],
+            ),
         };
         m.register_all();
+        for leg in ["client", "backend"] {
+            m.tls_sessions.with_label_values(&[leg]);
+            m.compressed_sessions.with_label_values(&[leg]);
+        }
         m
     }
 
     fn register_all(&self) {
         let mut collectors = self.backends.collectors();
-        collectors.extend::<[Box<dyn prometheus::core::Collector>; 8]>([
+        collectors.extend::<[Box<dyn prometheus::core::Collector>; 10]>([
+            Box::new(self.tls_sessions.clone()),
+            Box::new(self.compressed_sessions.clone()),
             Box::new(SharedLatencies(Arc::clone(&self.latencies))),
             Box::new(self.worker_sessions.clone()),
             Box::new(self.client_connections.clone()),
@@ -235,6 +253,21 @@ impl Metrics {
         };
         stats.up.set(1);
         stats
+    }
+
+    /// Counts an established session's encrypted and compressed legs.
+    pub fn session_legs(&self, tls: [bool; 2], compressed: [bool; 2]) {
+        for (leg, (t, c)) in ["client", "backend"]
+            .into_iter()
+            .zip(tls.into_iter().zip(compressed))
+        {
+            if t {
+                self.tls_sessions.with_label_values(&[leg]).inc();
+            }
+            if c {
+                self.compressed_sessions.with_label_values(&[leg]).inc();
+            }
+        }
     }
 
     /// Registers a collector owned elsewhere (e.g. the Lua host's error counter).

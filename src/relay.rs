@@ -237,6 +237,13 @@ where
             }
         }
         if ready > 0 {
+            // A TLS or compressing leg may hold written bytes back until flushed (a plain socket
+            // flushes as a no-op): nothing is read again until they are on their way.
+            match Pin::new(&mut *dst).poll_flush(cx) {
+                Poll::Ready(Ok(())) => {}
+                Poll::Ready(Err(e)) => return Poll::Ready(Step::Io(e, Side::Write)),
+                Poll::Pending => return Poll::Pending,
+            }
             hooks.written();
             // A read that filled the buffer suggests a bulk transfer: give the next one all the
             // room at once (one large allocation, which the allocator maps apart from its heap and
@@ -497,52 +504,4 @@ fn prescan(dir: &mut Direction, hooks: &mut impl Hooks) {
         let fresh = dir.buf.len();
         scan_into(dir, fresh, hooks);
     }
-}
-
-/// Counts bytes for the observer and looks at nothing else.
-struct Opaque<'a, O> {
-    observer: &'a mut O,
-    to_backend: bool,
-}
-
-impl<O: Observer> Hooks for Opaque<'_, O> {
-    fn scan(&mut self, _buf: &mut BytesMut, fresh: usize) -> Result<usize, TrackError> {
-        self.observer.relayed(self.to_backend, fresh);
-        Ok(0)
-    }
-}
-
-/// Relays bytes both ways without reading them, for a session whose framing the tracker cannot
-/// follow (the compressed protocol): no command boundaries, so no drain at one and no idle
-/// timeout; it ends when either side does (or when the session is dropped).
-pub async fn relay_opaque<C, B>(
-    client: &mut C,
-    backend: &mut B,
-    initial_client: BytesMut,
-    initial_backend: BytesMut,
-    observer: &mut impl Observer,
-) -> RelayEnd
-where
-    C: AsyncRead + AsyncWrite + Unpin,
-    B: AsyncRead + AsyncWrite + Unpin,
-{
-    let mut up = Direction::new(initial_client);
-    let mut down = Direction::new(initial_backend);
-    poll_fn(|cx| {
-        let mut hooks = Opaque {
-            observer: &mut *observer,
-            to_backend: true,
-        };
-        // Unread bytes: a clean close counts as a quit, and nothing is known to be pending.
-        if let Poll::Ready(step) = poll_direction(cx, &mut up, client, backend, &mut hooks) {
-            return Poll::Ready(upstream_end(step, true));
-        }
-        let mut hooks = Opaque {
-            observer: &mut *observer,
-            to_backend: false,
-        };
-        poll_direction(cx, &mut down, backend, client, &mut hooks)
-            .map(|step| downstream_end(step, false, 0))
-    })
-    .await
 }

@@ -4,8 +4,10 @@
 //! The new configuration is read and validated first (the script too); anything invalid is logged
 //! and the running configuration stays. A valid one becomes a new backend set, swapped in whole:
 //! backends kept by name, address and type keep their sessions, counts, health and metrics;
-//! removed ones keep their sessions until they end but get no new clients. Settings that only take
-//! effect at start (listeners, limits, timeouts, health checks) are reported as needing a restart.
+//! removed ones keep their sessions until they end but get no new clients. TLS certificates and
+//! keys are read again every time (new sessions use them; running ones keep their TLS state).
+//! Settings that only take effect at start (listeners, limits, timeouts, health checks) are
+//! reported as needing a restart.
 
 use std::sync::Arc;
 
@@ -26,6 +28,8 @@ pub enum ReloadError {
     Config(#[from] ConfigError),
     #[error("{0}")]
     Script(#[from] ScriptError),
+    #[error("{0}")]
+    Tls(#[from] crate::tls::TlsError),
 }
 
 /// What a reload changed, for the log and for tests.
@@ -40,6 +44,9 @@ pub struct Summary {
 /// Puts `new`'s backends and balancer in force.
 pub fn apply(shared: &ProxyState, new: &Config) -> Result<Summary, ReloadError> {
     crate::balancer::script::check(new)?;
+    // Certificates and keys are read again at every reload, changed configuration or not: a
+    // renewed certificate under the same path is the usual case.
+    let legs = crate::state::Legs::load(new)?;
     let current = shared.backends();
     let next = current.rebuild(
         &new.backends,
@@ -75,6 +82,8 @@ pub fn apply(shared: &ProxyState, new: &Config) -> Result<Summary, ReloadError> 
         },
     };
     shared.replace_backends(next);
+    shared.replace_legs(legs);
+    shared.export_certificate_expiry();
     Ok(summary)
 }
 
@@ -124,6 +133,7 @@ fn restart_keys(old: &Config, new: &Config) -> Vec<&'static str> {
         "allow_local_infile",
     );
     check(old.worker_threads != new.worker_threads, "worker_threads");
+    check(old.compression != new.compression, "compression");
     check(old.log_level != new.log_level, "log.level");
     check(old.log_format != new.log_format, "log.format");
     keys

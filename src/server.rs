@@ -40,6 +40,8 @@ pub enum ServerError {
     SocketInUse { path: PathBuf },
     #[error("cannot start the worker threads: {0}")]
     Workers(io::Error),
+    #[error("{0}")]
+    Tls(#[from] crate::tls::TlsError),
 }
 
 /// A bound listener. TCP: one socket per worker, all bound to the same address with SO_REUSEPORT,
@@ -381,8 +383,8 @@ async fn run_session(
         let worker = admitted.placement.worker();
         let session = async {
             match stream {
-                Accepted::Tcp(s) => session::run(shared, s, &peer, worker, &drain).await,
-                Accepted::Unix(s) => session::run(shared, s, &peer, worker, &drain).await,
+                Accepted::Tcp(s) => session::run(shared, s, false, &peer, worker, &drain).await,
+                Accepted::Unix(s) => session::run(shared, s, true, &peer, worker, &drain).await,
             }
         };
         // Past the drain deadline (or on a second signal) sessions are dropped, which closes

@@ -5,7 +5,10 @@
 //! set, swapped whole by a reload; the KILL registry) is behind its own synchronisation; what is
 //! fixed at start ([`SessionSettings`]) is plain data.
 
+use std::collections::HashSet;
 use std::sync::{Arc, Mutex, RwLock};
+
+use arc_swap::ArcSwap;
 use std::time::Duration;
 
 use tokio::sync::watch;
@@ -16,6 +19,7 @@ use crate::kill;
 use crate::metrics::Metrics;
 use crate::protocol::caps::CLIENT_LOCAL_FILES;
 use crate::protocol::handshake::Strip;
+use crate::tls::{TlsError, TlsMaterial};
 
 /// Proxy-wide state, one per running proxy, passed by `Arc`.
 #[derive(Debug)]
@@ -31,6 +35,45 @@ pub struct ProxyState {
     pub metrics: Arc<Metrics>,
     /// Read by every session, fixed at start (a reload reports changes as needing a restart).
     pub session: SessionSettings,
+    /// TLS material and compression per leg; a reload swaps it whole (new sessions use the new
+    /// one, running sessions keep what they negotiated).
+    legs: ArcSwap<Legs>,
+}
+
+/// What each leg of a new session may encrypt or compress, from the configuration.
+#[derive(Default)]
+pub struct Legs {
+    pub tls: TlsMaterial,
+    /// Backends (by name) whose leg is compressed when they offer it.
+    compressed_backends: HashSet<String>,
+}
+
+impl std::fmt::Debug for Legs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Legs")
+            .field("client_tls", &self.tls.client.is_some())
+            .field("compressed_backends", &self.compressed_backends)
+            .finish()
+    }
+}
+
+impl Legs {
+    /// Reads every certificate and key file the configuration names.
+    pub fn load(config: &Config) -> Result<Legs, TlsError> {
+        Ok(Legs {
+            tls: TlsMaterial::load(config)?,
+            compressed_backends: config
+                .backends
+                .iter()
+                .filter(|b| b.compression)
+                .map(|b| b.name.clone())
+                .collect(),
+        })
+    }
+
+    pub fn compress_backend(&self, name: &str) -> bool {
+        self.compressed_backends.contains(name)
+    }
 }
 
 /// Per-session limits and timeouts, from the configuration at start.
@@ -45,6 +88,8 @@ pub struct SessionSettings {
     pub tcp_keepalive: Option<crate::config::TcpKeepalive>,
     /// Capability bits cleared in both directions.
     pub strip: Strip,
+    /// CLIENT_COMPRESS offered to clients.
+    pub offer_compression: bool,
 }
 
 impl SessionSettings {
@@ -61,6 +106,7 @@ impl SessionSettings {
             } else {
                 Strip::UNSUPPORTED.and(CLIENT_LOCAL_FILES)
             },
+            offer_compression: config.compression,
         }
     }
 }
@@ -81,7 +127,30 @@ impl ProxyState {
             kills: kill::Registry::default(),
             metrics,
             session: SessionSettings::from_config(config),
+            legs: ArcSwap::from_pointee(Legs::default()),
         }
+    }
+
+    /// With the TLS material and compression settings `legs` (built by [`Legs::load`]).
+    pub fn with_legs(self, legs: Legs) -> Self {
+        self.legs.store(Arc::new(legs));
+        self
+    }
+
+    /// What new sessions' legs may use now.
+    pub fn legs(&self) -> Arc<Legs> {
+        self.legs.load_full()
+    }
+
+    /// Publishes the expiry of the certificates the configuration names (the ones backends
+    /// present are published as each handshake sees them).
+    pub fn export_certificate_expiry(&self) {
+        self.legs().tls.export_expiry(&self.metrics);
+    }
+
+    /// Puts `legs` in force for new sessions (see `crate::reload`).
+    pub(crate) fn replace_legs(&self, legs: Legs) {
+        self.legs.store(Arc::new(legs));
     }
 
     /// The backends in force now.

@@ -11,6 +11,8 @@ pub mod code {
     pub const UNKNOWN_ERROR: u16 = 1105;
     pub const NET_PACKET_TOO_LARGE: u16 = 1153;
     pub const NET_PACKETS_OUT_OF_ORDER: u16 = 1156;
+    /// ER_SECURE_TRANSPORT_REQUIRED: a plaintext TCP client where TLS is required.
+    pub const SECURE_TRANSPORT_REQUIRED: u16 = 3159;
 }
 
 /// Every message the proxy writes starts with this, so users can tell ours from the server's.

@@ -176,6 +176,44 @@ pub fn patch_greeting_with(payload: &mut [u8], strip: Strip) -> Result<Greeting,
     Ok(greeting)
 }
 
+/// Sets standard capability `bits` in a greeting: what the proxy itself offers on the client
+/// leg (TLS, compression) whatever the backend offered.
+pub fn offer_in_greeting(payload: &mut [u8], bits: u32) -> Result<(), HandshakeError> {
+    let (_, layout) = read_greeting(payload)?;
+    let g = Packet::Greeting;
+    set_bits(payload, layout.fixed + G_CAPS_LOWER, 2, bits, g)?;
+    set_bits(payload, layout.fixed + G_CAPS_UPPER, 2, bits >> 16, g)
+}
+
+/// Sets then clears standard capability bits of a client's SSLRequest or HandshakeResponse41:
+/// what the backend leg asks for (TLS, compression) is decided apart from the client leg.
+pub fn set_client_bits(payload: &mut [u8], set: u32, clear: u32) -> Result<(), HandshakeError> {
+    client_capabilities(payload)?;
+    let r = Packet::ClientResponse;
+    set_bits(payload, R_CAPS, 4, set, r)?;
+    clear_bits(payload, R_CAPS, 4, clear, r)
+}
+
+/// The SSLRequest that goes before `response` (a HandshakeResponse41 payload) on a leg that
+/// switches to TLS: the response's first 32 bytes (capabilities, max packet size, character set,
+/// filler and MariaDB's extended capabilities) with CLIENT_SSL set.
+pub fn ssl_request_for(response: &[u8]) -> Result<[u8; R_HEADER_LEN], HandshakeError> {
+    client_capabilities(response)?;
+    let mut request = [0u8; R_HEADER_LEN];
+    let head = response
+        .get(..R_HEADER_LEN)
+        .ok_or_else(|| truncated(Packet::ClientResponse, "fixed header"))?;
+    request.copy_from_slice(head);
+    set_bits(
+        &mut request,
+        R_CAPS,
+        4,
+        caps::CLIENT_SSL,
+        Packet::ClientResponse,
+    )?;
+    Ok(request)
+}
+
 /// Overwrites the 4-byte connection id (for later use: proxy-unique ids). Returns the old id.
 pub fn set_greeting_connection_id(payload: &mut [u8], id: u32) -> Result<u32, HandshakeError> {
     let (greeting, layout) = read_greeting(payload)?;
@@ -428,6 +466,22 @@ fn clear_bits(
         .ok_or_else(|| truncated(packet, "capability flags"))?;
     for (byte, mask_byte) in field.iter_mut().zip(mask.to_le_bytes()) {
         *byte &= !mask_byte;
+    }
+    Ok(())
+}
+
+fn set_bits(
+    payload: &mut [u8],
+    at: usize,
+    width: usize,
+    mask: u32,
+    packet: Packet,
+) -> Result<(), HandshakeError> {
+    let field = payload
+        .get_mut(at..at + width)
+        .ok_or_else(|| truncated(packet, "capability flags"))?;
+    for (byte, mask_byte) in field.iter_mut().zip(mask.to_le_bytes()) {
+        *byte |= mask_byte;
     }
     Ok(())
 }

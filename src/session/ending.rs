@@ -46,10 +46,38 @@ pub(super) async fn handshake_failed<C: AsyncWrite + Unpin>(
             );
             EndReason::AuthFailed
         }
+        AuthError::InsecureTransport => {
+            info!(client = peer, backend, "refused: {e}");
+            let packet = err_packet(
+                next_seq,
+                code::SECURE_TRANSPORT_REQUIRED,
+                Some(sqlstate_for(code::SECURE_TRANSPORT_REQUIRED)),
+                "Connections using insecure transport are prohibited while \
+                 --require_secure_transport=ON.",
+            );
+            send(client, &packet).await;
+            EndReason::TlsRequired
+        }
+        AuthError::ClientTls(_) => {
+            // Nothing can be said to a client whose TLS handshake failed.
+            info!(client = peer, backend, "closing: {e}");
+            EndReason::TlsHandshake
+        }
+        AuthError::BackendTls(_) => {
+            warn!(client = peer, backend, "closing: {e}");
+            let packet = err_packet(
+                next_seq,
+                code::UNKNOWN_ERROR,
+                Some(sqlstate_for(code::UNKNOWN_ERROR)),
+                &format!("backend {backend}: {e}"),
+            );
+            send(client, &packet).await;
+            EndReason::TlsHandshake
+        }
         AuthError::ClientHandshake(_)
         | AuthError::ClientSequence(_)
         | AuthError::ClientWantsTls
-        | AuthError::ClientWantsCompression
+        | AuthError::ClientSslRequestTwice
         | AuthError::ClientRead(PacketReadError::TooLarge { .. }) => {
             warn!(client = peer, backend, "closing: {e}");
             send(client, &client_err(format!("Bad handshake: {e}"))).await;

@@ -12,16 +12,23 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, trace, warn};
 
-use crate::auth::{read_greeting, relay_connection_phase, AuthError, PatchedGreeting};
+use crate::auth::{
+    read_greeting, relay_connection_phase, AuthError, HandshakeLimits, LegPlan, PatchedGreeting,
+};
 use crate::balancer::{Backend, ClientInfo, Lease};
+use crate::config::BackendAddr;
 use crate::kill;
+use crate::leg::Leg;
 use crate::metrics::{BackendStats, Refusal};
+use crate::protocol::caps::{CLIENT_COMPRESS, CLIENT_SSL};
 use crate::protocol::errors::{code, pre_greeting_err};
 use crate::protocol::handshake::set_greeting_connection_id;
 use crate::protocol::response::{Completed, Tracker};
-use crate::relay::{relay, relay_opaque, Observer, Stop};
-use crate::state::ProxyState;
+use crate::relay::{relay, Observer, Stop};
+use crate::state::{Legs, ProxyState};
 use crate::stream::BackendStream;
+use rustls_pki_types::ServerName;
+use tokio_rustls::TlsConnector;
 
 mod ending;
 
@@ -39,6 +46,10 @@ pub enum EndReason {
     NoBackend,
     Shutdown,
     IdleTimeout,
+    /// A TLS handshake failed on either leg (the log line names the side).
+    TlsHandshake,
+    /// A plaintext TCP client refused under `tls.require`.
+    TlsRequired,
 }
 
 impl EndReason {
@@ -52,16 +63,20 @@ impl EndReason {
             Self::NoBackend => "no_backend",
             Self::Shutdown => "shutdown",
             Self::IdleTimeout => "idle_timeout",
+            Self::TlsHandshake => "tls_handshake",
+            Self::TlsRequired => "tls_required",
         }
     }
 }
 
-/// Runs one client session to its end. `peer` names the client in logs; `worker` is the index of
-/// the worker thread running it (its latency samples go to that worker's shard). Once `drain` is
-/// cancelled the session ends at its next command boundary.
+/// Runs one client session to its end. `local` says the client came over a unix socket; `peer`
+/// names it in logs; `worker` is the index of the worker thread running it (its latency samples
+/// go to that worker's shard). Once `drain` is cancelled the session ends at its next command
+/// boundary.
 pub async fn run<C>(
     shared: Arc<ProxyState>,
-    mut client: C,
+    client: C,
+    local: bool,
     peer: &str,
     worker: usize,
     drain: &CancellationToken,
@@ -69,21 +84,40 @@ pub async fn run<C>(
 where
     C: AsyncRead + AsyncWrite + Unpin,
 {
-    let (lease, mut backend, mut greeting) =
+    let mut client = Leg::Plain(client);
+    let (lease, backend, mut greeting) =
         match connect_backend(&shared, &ClientInfo { addr: peer }).await {
             Ok(found) => found,
             Err(tried) => return refuse_no_backend(&shared, &mut client, peer, &tried).await,
         };
+    let Connected {
+        stream,
+        tls: backend_tls,
+    } = backend;
+    let mut backend = Leg::Plain(stream);
     let backend_name = lease.backend().name.clone();
     let _registered = register_proxy_id(&shared.kills, lease.backend(), &mut greeting, peer);
+    let legs = shared.legs();
+    let plan = LegPlan {
+        client_tls: legs.tls.client.as_ref(),
+        client_local: local,
+        offer_compression: shared.session.offer_compression,
+        backend_tls: backend_tls.as_ref().map(|(c, n)| (c, n.clone())),
+        backend_compression: greeting.backend_capabilities & CLIENT_COMPRESS != 0
+            && legs.compress_backend(&backend_name),
+    };
     let mut next_seq = 2;
+    let limits = HandshakeLimits {
+        max_packet: shared.session.max_handshake_packet_size,
+        timeout: shared.session.handshake_timeout,
+        strip: shared.session.strip,
+    };
     let auth = relay_connection_phase(
         &mut client,
         &mut backend,
         greeting,
-        shared.session.max_handshake_packet_size,
-        shared.session.handshake_timeout,
-        shared.session.strip,
+        limits,
+        &plan,
         &mut next_seq,
     )
     .await;
@@ -91,7 +125,20 @@ where
         Ok(auth) => auth,
         Err(e) => return handshake_failed(&mut client, e, next_seq, peer, &backend_name).await,
     };
-    debug!(client = peer, backend = %backend_name, user = %auth.user, "session established");
+    debug!(
+        client = peer,
+        backend = %backend_name,
+        user = %auth.user,
+        client_tls = client.tls_description().as_deref().unwrap_or("off"),
+        backend_tls = backend.tls_description().as_deref().unwrap_or("off"),
+        client_compression = auth.client_compressed,
+        backend_compression = auth.backend_compressed,
+        "session established"
+    );
+    shared.metrics.session_legs(
+        [client.is_tls(), backend.is_tls()],
+        [auth.client_compressed, auth.backend_compressed],
+    );
     let mut tracker = Tracker::new(auth.negotiated, shared.session.max_packet_size);
     let mut observer = Recorder {
         stats: &lease.backend().stats,
@@ -99,36 +146,19 @@ where
         backend: lease.backend(),
         kills: &shared.kills,
     };
-    let end = if auth.compressed {
-        info!(
-            client = peer,
-            backend = %backend_name,
-            "client uses protocol compression it was not offered: relaying its bytes unread \
-             (no per-command metrics, KILL mapping or drain at a command boundary for this session)"
-        );
-        relay_opaque(
-            &mut client,
-            &mut backend,
-            auth.client_pending,
-            auth.backend_pending,
-            &mut observer,
-        )
-        .await
-    } else {
-        relay(
-            &mut client,
-            &mut backend,
-            &mut tracker,
-            auth.client_pending,
-            auth.backend_pending,
-            Stop {
-                drain,
-                idle_timeout: shared.session.idle_timeout,
-            },
-            &mut observer,
-        )
-        .await
-    };
+    let end = relay(
+        &mut client,
+        &mut backend,
+        &mut tracker,
+        auth.client_pending,
+        auth.backend_pending,
+        Stop {
+            drain,
+            idle_timeout: shared.session.idle_timeout,
+        },
+        &mut observer,
+    )
+    .await;
     relay_ended(&mut client, end, &tracker, peer, &backend_name).await
 }
 
@@ -226,8 +256,9 @@ impl Observer for Recorder<'_> {
 async fn connect_backend(
     shared: &ProxyState,
     client: &ClientInfo<'_>,
-) -> Result<(Lease, BackendStream, PatchedGreeting), Vec<String>> {
+) -> Result<(Lease, Connected, PatchedGreeting), Vec<String>> {
     let mut tried = Vec::new();
+    let legs = shared.legs();
     for backend in shared.backends().candidates_for(Instant::now(), client) {
         let started = Instant::now();
         // Err carries the reason and whether the backend itself is unreachable or broken (taken out
@@ -251,7 +282,8 @@ async fn connect_backend(
                 let broken = !matches!(e, AuthError::BackendRefused { .. });
                 (e.to_string(), broken)
             })?;
-            Ok((stream, greeting))
+            let tls = backend_tls(&legs, &backend, &greeting).map_err(|e| (e, true))?;
+            Ok((Connected { stream, tls }, greeting))
         };
         let result = match tokio::time::timeout(shared.session.connect_timeout, attempt).await {
             Ok(r) => r,
@@ -298,4 +330,33 @@ async fn connect_backend(
         tried.push("no backend configured".to_owned());
     }
     Err(tried)
+}
+
+/// A backend connection that greeted, and how its leg goes on.
+struct Connected {
+    stream: BackendStream,
+    /// The leg switches to TLS during the connection phase, with this connector and name.
+    tls: Option<(TlsConnector, ServerName<'static>)>,
+}
+
+/// Whether the backend leg switches to TLS, from the backend's mode and its greeting. A backend
+/// that cannot meet its mode (no TLS offered under `required`) fails like one that did not greet.
+fn backend_tls(
+    legs: &Legs,
+    backend: &Backend,
+    greeting: &PatchedGreeting,
+) -> Result<Option<(TlsConnector, ServerName<'static>)>, String> {
+    let Some(leg) = legs.tls.backend(&backend.name) else {
+        return Ok(None);
+    };
+    let offered = greeting.backend_capabilities & CLIENT_SSL != 0;
+    let unix = matches!(backend.address, BackendAddr::Unix(_));
+    match leg.uses_tls(offered, unix) {
+        Ok(true) => Ok(leg
+            .connector
+            .as_ref()
+            .map(|c| (c.clone(), leg.server_name.clone()))),
+        Ok(false) => Ok(None),
+        Err(reason) => Err(format!("tls mode {} but {reason}", leg.mode.as_str())),
+    }
 }

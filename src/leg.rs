@@ -1,0 +1,112 @@
+//! One leg of a session (client or backend) as the relay sees it: the socket itself, or TLS over
+//! it, with protocol compression optionally on top.
+//!
+//! A leg starts plain and is upgraded in place during the connection phase: TLS after an
+//! SSLRequest, compression after the final OK. One enum rather than a generic per layer keeps the
+//! relay compiled once per socket type instead of once per combination of layers, and costs one
+//! branch per read or write. [`Leg::Closed`] is what is left when an upgrade failed half way (the
+//! socket went into the TLS handshake and did not come back): every I/O on it fails.
+
+use std::io;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio_rustls::TlsStream;
+
+/// A leg's byte stream.
+pub enum Leg<S> {
+    Plain(S),
+    Tls(Box<TlsStream<S>>),
+    Closed,
+}
+
+impl<S> Leg<S> {
+    /// Whether the leg is encrypted.
+    pub fn is_tls(&self) -> bool {
+        matches!(self, Self::Tls(_))
+    }
+
+    /// Takes the plain socket out for an upgrade, leaving [`Leg::Closed`] behind.
+    pub fn take_plain(&mut self) -> io::Result<S> {
+        match std::mem::replace(self, Self::Closed) {
+            Self::Plain(s) => Ok(s),
+            other => {
+                *self = other;
+                Err(io::Error::other("the leg is already upgraded"))
+            }
+        }
+    }
+
+    /// The negotiated TLS version and cipher suite, for the session's debug line.
+    pub fn tls_description(&self) -> Option<String> {
+        match self {
+            Self::Tls(s) => Some(crate::tls::describe(match s.as_ref() {
+                TlsStream::Client(c) => c.get_ref().1,
+                TlsStream::Server(c) => c.get_ref().1,
+            })),
+            _ => None,
+        }
+    }
+
+    /// The peer's leaf certificate, when the leg is TLS and the peer sent one.
+    pub fn peer_certificate(&self) -> Option<rustls_pki_types::CertificateDer<'static>> {
+        let Self::Tls(s) = self else { return None };
+        let certs = match s.as_ref() {
+            TlsStream::Client(c) => c.get_ref().1.peer_certificates(),
+            TlsStream::Server(c) => c.get_ref().1.peer_certificates(),
+        }?;
+        certs.first().map(|c| c.clone().into_owned())
+    }
+}
+
+fn closed() -> io::Error {
+    io::Error::new(
+        io::ErrorKind::NotConnected,
+        "the connection was lost during the TLS handshake",
+    )
+}
+
+impl<S: AsyncRead + AsyncWrite + Unpin> AsyncRead for Leg<S> {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Self::Plain(s) => Pin::new(s).poll_read(cx, buf),
+            Self::Tls(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
+            Self::Closed => Poll::Ready(Err(closed())),
+        }
+    }
+}
+
+impl<S: AsyncRead + AsyncWrite + Unpin> AsyncWrite for Leg<S> {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            Self::Plain(s) => Pin::new(s).poll_write(cx, buf),
+            Self::Tls(s) => Pin::new(s.as_mut()).poll_write(cx, buf),
+            Self::Closed => Poll::Ready(Err(closed())),
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Self::Plain(s) => Pin::new(s).poll_flush(cx),
+            Self::Tls(s) => Pin::new(s.as_mut()).poll_flush(cx),
+            Self::Closed => Poll::Ready(Err(closed())),
+        }
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Self::Plain(s) => Pin::new(s).poll_shutdown(cx),
+            Self::Tls(s) => Pin::new(s.as_mut()).poll_shutdown(cx),
+            Self::Closed => Poll::Ready(Ok(())),
+        }
+    }
+}
