@@ -93,6 +93,8 @@ pub struct Authenticated {
     pub client_compressed: bool,
     /// The backend leg speaks compressed frames from here.
     pub backend_compressed: bool,
+    /// The auth plugin that ran sends the password as it is (PAM's dialog, clear_password).
+    pub cleartext_password: bool,
 }
 
 /// A greeting read from a backend, patched and ready to forward.
@@ -219,6 +221,7 @@ where
         let mut seqs = Sequences {
             backend_ahead: backend_seq.wrapping_sub(client_seq),
             next: next_seq,
+            plugin: parsed.auth_plugin.clone(),
         };
         exchange(
             client,
@@ -231,6 +234,7 @@ where
         )
         .await?;
         Ok(Authenticated {
+            cleartext_password: seqs.plugin.as_deref().is_some_and(sends_cleartext),
             negotiated,
             client_compressed: parsed.capabilities & CLIENT_COMPRESS != 0,
             backend_compressed: plan.backend_compression,
@@ -350,6 +354,17 @@ where
     Ok(())
 }
 
+/// The plugin an AuthSwitchRequest names (its payload after the 0xFE).
+fn switched_plugin(rest: &[u8]) -> Option<String> {
+    let name = rest.split(|&b| b == 0).next()?;
+    Some(String::from_utf8_lossy(name).into_owned())
+}
+
+/// Plugins whose answer is the password itself, readable by anyone on an unencrypted leg.
+fn sends_cleartext(plugin: &str) -> bool {
+    matches!(plugin, "mysql_clear_password" | "dialog")
+}
+
 /// Reads one packet exactly, leaving every byte behind it in the stream.
 async fn read_packet_exact<S: AsyncRead + Unpin>(
     stream: &mut S,
@@ -424,6 +439,8 @@ struct Sequences<'a> {
     backend_ahead: u8,
     /// The client-leg id our own ERR would take next.
     next: &'a mut u8,
+    /// The auth plugin in use: the client's choice, then each AuthSwitchRequest's.
+    plugin: Option<String>,
 }
 
 /// Relays auth packets both ways until the backend sends OK (0x00) or ERR (0xFF). Either side may
@@ -455,6 +472,7 @@ where
                 *turn = Side::Client;
                 match packet.get(4) {
                     Some(0x00) => return Ok(()),
+                    Some(0xFE) => seqs.plugin = switched_plugin(&packet[5..]),
                     Some(0xFF) => {
                         let ServerErr { code, message } = ServerErr::parse_lenient(&packet[4..]);
                         return Err(AuthError::Denied { code, message });

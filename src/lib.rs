@@ -65,6 +65,7 @@ impl Proxy {
     pub async fn bind(config: &Config) -> Result<Self, ServerError> {
         // Certificates first: a bad file is reported before anything listens.
         let legs = state::Legs::load(config)?;
+        warn_plaintext_backend_legs(config);
         let metrics = Arc::new(Metrics::new());
         // Started first: a TCP listener gets one socket per worker.
         let workers =
@@ -222,5 +223,26 @@ impl Proxy {
         // Every session has ended: the worker threads stop (and are joined) here.
         drop(self.workers);
         tracing::info!("shut down");
+    }
+}
+
+/// With TLS on the client leg, a TCP backend whose leg is never encrypted would carry a
+/// clear-text plugin's password (PAM's dialog, mysql_clear_password) unencrypted: said once per
+/// backend at start, and refused nowhere (the plugins keep working).
+fn warn_plaintext_backend_legs(config: &Config) {
+    if config.tls.is_none() {
+        return;
+    }
+    for b in &config.backends {
+        if b.tls.mode == config::BackendTlsMode::Disabled
+            && matches!(b.address, config::BackendAddr::Tcp { .. })
+        {
+            tracing::warn!(
+                backend = %b.name,
+                "clients connect with TLS but this backend's leg is plaintext (tls mode disabled): \
+                 passwords of clear-text auth plugins (PAM dialog, mysql_clear_password) would \
+                 cross it unencrypted"
+            );
+        }
     }
 }

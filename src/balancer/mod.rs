@@ -52,6 +52,8 @@ pub struct Backend {
     passes: AtomicU32,
     failures: AtomicU32,
     last_check: Mutex<Option<CheckRecord>>,
+    /// A clear-text password was seen crossing to this backend unencrypted (warned once).
+    cleartext_warned: AtomicBool,
     pub stats: BackendStats,
 }
 
@@ -71,6 +73,13 @@ pub enum Transition {
 }
 
 impl Backend {
+    /// True the first time it is called: for a warning logged once per backend.
+    pub fn first_cleartext_warning(&self) -> bool {
+        !self
+            .cleartext_warned
+            .swap(true, std::sync::atomic::Ordering::Relaxed)
+    }
+
     /// How messages name the backend: its name, with the address when the name is not it.
     pub fn label(&self) -> String {
         let address = self.address.to_string();
@@ -252,6 +261,7 @@ impl BackendSet {
                         passes: AtomicU32::new(0),
                         failures: AtomicU32::new(0),
                         last_check: Mutex::new(None),
+                        cleartext_warned: AtomicBool::new(false),
                         stats: metrics.backend(&c.name),
                     }),
                 }

@@ -135,6 +135,18 @@ where
         backend_compression = auth.backend_compressed,
         "session established"
     );
+    if auth.cleartext_password
+        && client.is_tls()
+        && !backend.is_tls()
+        && lease.backend().first_cleartext_warning()
+    {
+        warn!(
+            backend = %backend_name,
+            "a clear-text password (PAM dialog or mysql_clear_password) crossed the plaintext \
+             backend leg of a TLS client session: set this backend's tls mode to required or \
+             stricter (logged once per backend)"
+        );
+    }
     shared.metrics.session_legs(
         [client.is_tls(), backend.is_tls()],
         [auth.client_compressed, auth.backend_compressed],
