@@ -25,13 +25,18 @@ use tracing::{debug, info, warn};
 
 use crate::balancer::{Backend, Transition};
 use crate::config::{BackendAddr, HealthCheckConfig};
+use crate::leg::Leg;
+use crate::protocol::caps::{CLIENT_PROTOCOL_41, CLIENT_SECURE_CONNECTION, CLIENT_SSL};
 use crate::protocol::codec::header;
 use crate::protocol::errors::ServerErr;
-use crate::protocol::handshake::{greeting_scramble, parse_greeting, HandshakeError};
+use crate::protocol::handshake::{
+    greeting_scramble, parse_greeting, set_client_bits, ssl_request_for, HandshakeError,
+};
 use crate::protocol::login::{native_answer, native_login, AuthSwitch, LoginError, NATIVE_PLUGIN};
 use crate::protocol::resultset::{column_count, column_name, is_eof, text_row};
 use crate::state::ProxyState;
 use crate::stream::{read_packet, BackendStream, PacketReadError};
+use crate::tls::BackendLeg;
 
 /// Largest packet a check accepts; status rows are a few KiB.
 const MAX_PACKET: usize = 1 << 20;
@@ -64,6 +69,7 @@ pub struct CheckOk {
 pub enum Stage {
     Connect,
     Greeting,
+    Tls,
     Login,
     Query(&'static str),
 }
@@ -73,6 +79,7 @@ impl fmt::Display for Stage {
         match self {
             Stage::Connect => f.write_str("connect"),
             Stage::Greeting => f.write_str("greeting"),
+            Stage::Tls => f.write_str("TLS handshake"),
             Stage::Login => f.write_str("login as monitor"),
             Stage::Query(q) => f.write_str(q),
         }
@@ -86,6 +93,8 @@ pub enum CheckError {
     Connect(std::io::Error),
     #[error("greeting: {0}")]
     Greeting(HandshakeError),
+    #[error("TLS: {0}")]
+    Tls(&'static str),
     #[error("{stage}: no answer within {}", humantime::format_duration(*after))]
     TimedOut { stage: Stage, after: Duration },
     #[error("{stage}: {source}")]
@@ -209,7 +218,7 @@ async fn check_loop(
         }
         let result = tokio::select! {
             _ = shutdown.cancelled() => return,
-            r = check_backend(&backend.address, &cfg) => r,
+            r = check_backend_with(&backend.address, shared.legs().tls.backend(&backend.name).cloned(), &cfg) => r,
         };
         if cfg.max_replication_lag.is_some() {
             let lag = match &result {
@@ -255,8 +264,24 @@ pub async fn check_backend(
     address: &BackendAddr,
     cfg: &HealthCheckConfig,
 ) -> Result<CheckOk, CheckError> {
+    check_backend_with(address, None, cfg).await
+}
+
+/// As [`check_backend`], with the backend leg's TLS as sessions use it: where a session would
+/// switch to TLS, so does the check (before logging in, if it does), so a backend whose
+/// certificate no longer verifies, or that stopped offering TLS its mode requires, is taken out
+/// of rotation rather than failing every client.
+pub async fn check_backend_with(
+    address: &BackendAddr,
+    tls: Option<Arc<BackendLeg>>,
+    cfg: &HealthCheckConfig,
+) -> Result<CheckOk, CheckError> {
     let mut stage = Stage::Connect;
-    let outcome = tokio::time::timeout(cfg.timeout, check_stages(address, cfg, &mut stage)).await;
+    let outcome = tokio::time::timeout(
+        cfg.timeout,
+        check_stages(address, tls.as_deref(), cfg, &mut stage),
+    )
+    .await;
     match outcome {
         Ok(result) => result,
         Err(_) => Err(CheckError::TimedOut {
@@ -268,6 +293,7 @@ pub async fn check_backend(
 
 async fn check_stages(
     address: &BackendAddr,
+    tls: Option<&BackendLeg>,
     cfg: &HealthCheckConfig,
     stage: &mut Stage,
 ) -> Result<CheckOk, CheckError> {
@@ -276,22 +302,43 @@ async fn check_stages(
         .map_err(CheckError::Connect)?;
     *stage = Stage::Greeting;
     let mut conn = Conn {
-        stream,
+        stream: Leg::Plain(stream),
         buf: BytesMut::with_capacity(1024),
     };
     let greeting = conn.read(Stage::Greeting).await?;
     let payload = &greeting[4..];
     let parsed = parse_greeting(payload).map_err(CheckError::Greeting)?;
-    let Some(user) = cfg.user.as_deref() else {
+    let user = cfg.user.as_deref();
+    let password = cfg.password.as_deref().unwrap_or("");
+    let mut login = match user {
+        Some(user) => Some({
+            let nonce = greeting_scramble(payload).map_err(CheckError::Greeting)?;
+            native_login(parsed.capabilities, &nonce, user, password).map_err(|e| match e {
+                LoginError::MissingCapability(name) => CheckError::OldServer(name),
+                LoginError::UserTooLong => CheckError::BadResult {
+                    query: "login",
+                    detail: "user name too long".to_owned(),
+                },
+            })?
+        }),
+        None => None,
+    };
+    if let Some(leg) = tls {
+        let unix = matches!(address, BackendAddr::Unix(_));
+        let offered = parsed.capabilities & CLIENT_SSL != 0;
+        if leg.uses_tls(offered, unix).map_err(CheckError::Tls)? {
+            *stage = Stage::Tls;
+            conn.start_tls(leg, login.as_mut(), parsed.capabilities)
+                .await?;
+        }
+    }
+    let Some(response) = login else {
         // All a check without credentials can have; the server counts it as an aborted
         // connect (see `run`).
         return Ok(CheckOk::default());
     };
-    let nonce = greeting_scramble(payload).map_err(CheckError::Greeting)?;
     *stage = Stage::Login;
-    let password = cfg.password.as_deref().unwrap_or("");
-    conn.login(parsed.capabilities, &nonce, user, password)
-        .await?;
+    conn.login(&response, password).await?;
 
     *stage = Stage::Query(SELECT_1);
     conn.query(SELECT_1).await?;
@@ -318,6 +365,60 @@ async fn check_stages(
     Ok(ok)
 }
 
+impl Conn<Leg<BackendStream>> {
+    /// An SSLRequest, then the TLS handshake; `login`, the response to send next, gets
+    /// CLIENT_SSL and sequence id 2 to match.
+    async fn start_tls(
+        &mut self,
+        leg: &BackendLeg,
+        login: Option<&mut Vec<u8>>,
+        server_caps: u32,
+    ) -> Result<(), CheckError> {
+        let Some(connector) = &leg.connector else {
+            return Ok(());
+        };
+        if !self.buf.is_empty() {
+            return Err(CheckError::Tls("it sent bytes after its greeting"));
+        }
+        let request = match login {
+            Some(response) => {
+                let _ = set_client_bits(&mut response[4..], CLIENT_SSL, 0);
+                response[3] = 2;
+                ssl_request_for(&response[4..]).map_err(CheckError::Greeting)?
+            }
+            None => ssl_request_only(server_caps),
+        };
+        let mut packet = vec![request.len() as u8, 0, 0, 1];
+        packet.extend_from_slice(&request);
+        self.write(Stage::Tls, &packet).await?;
+        let plain = self.stream.take_plain().map_err(|e| CheckError::Io {
+            stage: Stage::Tls,
+            source: PacketReadError::Io(e),
+        })?;
+        let tls = connector
+            .connect(leg.server_name.clone(), plain)
+            .await
+            .map_err(|e| CheckError::Io {
+                stage: Stage::Tls,
+                source: PacketReadError::Io(e),
+            })?;
+        self.stream = Leg::Tls(Box::new(tokio_rustls::TlsStream::Client(tls)));
+        Ok(())
+    }
+}
+
+/// An SSLRequest for a check that does not log in: protocol 4.1 and TLS, nothing else asked.
+fn ssl_request_only(server_caps: u32) -> [u8; 32] {
+    let caps = (CLIENT_PROTOCOL_41 | CLIENT_SSL | CLIENT_SECURE_CONNECTION) & server_caps
+        | CLIENT_PROTOCOL_41
+        | CLIENT_SSL;
+    let mut request = [0u8; 32];
+    request[..4].copy_from_slice(&caps.to_le_bytes());
+    request[4..8].copy_from_slice(&(1u32 << 24).to_le_bytes());
+    request[8] = 33; // utf8mb3_general_ci, what the checks' queries need
+    request
+}
+
 /// The monitor's side of one connection: the stream and what was read past the last packet.
 struct Conn<S> {
     stream: S,
@@ -341,22 +442,10 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<S> {
             })
     }
 
-    /// HandshakeResponse41 with mysql_native_password, then at most one AuthSwitchRequest.
-    async fn login(
-        &mut self,
-        server_caps: u32,
-        nonce: &[u8],
-        user: &str,
-        password: &str,
-    ) -> Result<(), CheckError> {
-        let response = native_login(server_caps, nonce, user, password).map_err(|e| match e {
-            LoginError::MissingCapability(name) => CheckError::OldServer(name),
-            LoginError::UserTooLong => CheckError::BadResult {
-                query: "login",
-                detail: "user name too long".to_owned(),
-            },
-        })?;
-        self.write(Stage::Login, &response).await?;
+    /// `response` (a HandshakeResponse41 with mysql_native_password), then at most one
+    /// AuthSwitchRequest.
+    async fn login(&mut self, response: &[u8], password: &str) -> Result<(), CheckError> {
+        self.write(Stage::Login, response).await?;
         let reply = self.read(Stage::Login).await?;
         let seq = reply[3];
         match reply.get(4) {
