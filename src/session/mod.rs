@@ -8,7 +8,7 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, trace, warn};
 
@@ -123,7 +123,11 @@ where
     .await;
     let auth = match auth {
         Ok(auth) => auth,
-        Err(e) => return handshake_failed(&mut client, e, next_seq, peer, &backend_name).await,
+        Err(e) => {
+            let reason = handshake_failed(&mut client, e, next_seq, peer, &backend_name).await;
+            close_tls(&mut client).await;
+            return reason;
+        }
     };
     debug!(
         client = peer,
@@ -171,8 +175,22 @@ where
         &mut observer,
     )
     .await;
-    relay_ended(&mut client, end, &tracker, peer, &backend_name).await
+    let reason = relay_ended(&mut client, end, &tracker, peer, &backend_name).await;
+    close_tls(&mut client).await;
+    close_tls(&mut backend).await;
+    reason
 }
+
+/// Ends a TLS leg with a close_notify, as a server or client library does, so the peer reads a
+/// clean end rather than a truncation; bounded, since the peer may be gone.
+async fn close_tls<S: AsyncRead + AsyncWrite + Unpin>(leg: &mut Leg<S>) {
+    if leg.is_tls() {
+        let _ = tokio::time::timeout(CLOSE_NOTIFY_BUDGET, leg.shutdown()).await;
+    }
+}
+
+/// How long a close_notify may take to leave.
+const CLOSE_NOTIFY_BUDGET: std::time::Duration = std::time::Duration::from_millis(200);
 
 /// Tells a client that no backend could be connected (before any greeting), naming each one tried.
 async fn refuse_no_backend<C>(
