@@ -1651,4 +1651,50 @@ mod tests {
             exercise_everything(&bytes);
         }
     }
+
+    #[test]
+    fn offering_tls_and_compression_sets_only_those_greeting_bits() {
+        let mut g = mariadb_greeting();
+        let before = parse_greeting(&g).unwrap();
+        patch_greeting_with(&mut g, Strip::UNSUPPORTED).unwrap();
+        let stripped = g.clone();
+        offer_in_greeting(&mut g, CLIENT_SSL | CLIENT_COMPRESS).unwrap();
+        let after = parse_greeting(&g).unwrap();
+        assert_ne!(after.capabilities & CLIENT_SSL, 0);
+        assert_ne!(after.capabilities & CLIENT_COMPRESS, 0);
+        let expected = (before.capabilities & !caps::UNSUPPORTED) | CLIENT_SSL | CLIENT_COMPRESS;
+        assert_eq!(after.capabilities, expected);
+        let lower = read_greeting(&g).unwrap().1.fixed + G_CAPS_LOWER;
+        let changed: Vec<usize> = (0..g.len()).filter(|&i| g[i] != stripped[i]).collect();
+        assert!(
+            !changed.is_empty() && changed.iter().all(|&i| i == lower || i == lower + 1),
+            "only the lower capability bytes change: {changed:?}"
+        );
+    }
+
+    #[test]
+    fn the_ssl_request_is_the_responses_first_32_bytes_with_ssl_set() {
+        let mut response = mariadb_cli_response();
+        set_client_bits(&mut response, CLIENT_COMPRESS, CLIENT_LOCAL_FILES).unwrap();
+        let request = ssl_request_for(&response).unwrap();
+        let caps = u32::from_le_bytes(request[..4].try_into().unwrap());
+        let response_caps = u32::from_le_bytes(response[..4].try_into().unwrap());
+        assert_eq!(caps, response_caps | CLIENT_SSL);
+        assert_ne!(response_caps & CLIENT_COMPRESS, 0);
+        assert_eq!(response_caps & CLIENT_LOCAL_FILES, 0);
+        assert_eq!(&request[4..], &response[4..32]);
+        assert!(matches!(
+            parse_client_first(&request),
+            Ok(ClientFirst::SslRequest { .. })
+        ));
+    }
+
+    #[test]
+    fn the_ssl_request_refuses_a_short_or_pre_41_response() {
+        assert!(ssl_request_for(&mariadb_cli_response()[..20]).is_err());
+        let mut old = mariadb_cli_response();
+        old[1] &= !((CLIENT_PROTOCOL_41 >> 8) as u8);
+        assert!(ssl_request_for(&old).is_err());
+        assert!(set_client_bits(&mut old, CLIENT_SSL, 0).is_err());
+    }
 }
