@@ -18,6 +18,7 @@ pub mod server;
 pub mod session;
 pub mod state;
 pub mod stream;
+pub mod tls;
 pub mod workers;
 
 use std::sync::Arc;
