@@ -196,9 +196,9 @@ impl Metrics {
             ),
             certificate_expiry: int_gauge_vec(
                 "tls_certificate_expiry_timestamp_seconds",
-                "notAfter of a TLS certificate, unix seconds: leg=\"client\" the one mysql-lb \
-                 serves to clients, leg=\"backend\" the one a backend presented at its latest \
-                 handshake, leg=\"backend_client\" the one mysql-lb presents to a backend.",
+                "notAfter of a TLS certificate, unix seconds. leg client: the one mysql-lb serves to \
+                 clients; leg backend: the one a backend presented at its latest handshake; leg \
+                 backend_client: the one mysql-lb presents to a backend.",
                 &["leg", "backend"],
             ),
         };
@@ -542,7 +542,8 @@ mod tests {
         )));
         m.remove_certificate_expiry("client", "");
         let text = String::from_utf8(m.render()).unwrap();
-        assert!(!text.contains("leg=\"client\""), "{text}");
+        assert!(!text.contains("leg=\"client\"}"), "{text}");
+        assert!(text.contains("leg=\"backend\"}"), "{text}");
     }
 
     #[test]
