@@ -576,7 +576,7 @@ fn tls_keys_parse_with_their_defaults() {
 
     let c = Config::from_yaml_str(&format!(
         "backends: [h:1]\ntls: {{cert: {d}/cert.pem, key: {d}/key.pem, ca: {d}/ca.pem, \
-         verify_client: true, require: true, min_version: \"1.3\"}}"
+         verify_client: true, require: true, min_version: 1.3}}"
     ))
     .unwrap();
     let tls = c.tls.unwrap();
