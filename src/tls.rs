@@ -30,7 +30,7 @@ use crate::config::{BackendAddr, BackendConfig, BackendTlsMode, ClientTls, Confi
 use crate::metrics::Metrics;
 
 /// TLS sessions the client leg remembers for TLS 1.2 session-id resumption (TLS 1.3 uses
-/// stateless tickets). About 200 bytes each.
+/// stateless tickets).
 const SERVER_SESSION_CACHE: usize = 4096;
 
 /// Everything TLS for one configuration: the client leg, and one leg per backend.

@@ -501,7 +501,7 @@ fn presenting(c: &Certs, pair: Option<&CertPair>) -> Arc<BackendLeg> {
 
 #[tokio::test]
 async fn mutual_tls_refuses_a_client_without_a_certificate_or_with_another_cas() {
-    let (dir, c) = fixture();
+    let (_dir, c) = fixture();
     let server = mutual(&c, true);
     let outcome = handshake(&server.acceptor, &presenting(&c, None)).await;
     let err = outcome.server.expect_err("the server refuses");
@@ -516,7 +516,6 @@ async fn mutual_tls_refuses_a_client_without_a_certificate_or_with_another_cas()
     assert!(outcome.server.is_err(), "{:?}", outcome.server);
 
     assert_ok(&handshake(&server.acceptor, &presenting(&c, Some(&c.client))).await);
-    drop(dir);
 }
 
 #[tokio::test]
@@ -570,7 +569,7 @@ async fn min_version_1_3_refuses_a_tls_1_2_client() {
     };
     let strict = load(Some(tls), vec![]).unwrap().client.unwrap();
     let outcome = handshake_with(&strict.acceptor, &tls12, name).await;
-    assert_refused(&outcome, "");
+    assert_refused(&outcome, "ProtocolVersion");
 }
 
 #[tokio::test]
@@ -725,4 +724,54 @@ fn presenting_mode(mode: BackendTlsMode) -> Arc<BackendLeg> {
     )
     .unwrap();
     Arc::clone(m.backend("db").unwrap())
+}
+
+#[test]
+fn key_files_are_read_by_their_pem_label_and_an_unusable_key_is_named() {
+    let (dir, c) = fixture();
+    let pkcs1 = dir.path().join("rsa-key.pem");
+    std::fs::write(
+        &pkcs1,
+        "-----BEGIN RSA PRIVATE KEY-----\nAAECAw==\n-----END RSA PRIVATE KEY-----\n",
+    )
+    .unwrap();
+    assert!(matches!(
+        pem::private_key("k", &pkcs1).unwrap(),
+        PrivateKeyDer::Pkcs1(_)
+    ));
+    let tls = ClientTls {
+        key: pkcs1.clone(),
+        ..client_tls(&c.server)
+    };
+    let got = load_err(Some(tls), vec![]);
+    let want = format!(
+        "tls.key {}: the private key is not usable: ",
+        pkcs1.display()
+    );
+    assert!(got.starts_with(&want), "{got}");
+
+    let two = dir.path().join("two-keys.pem");
+    let key = std::fs::read_to_string(&c.server.key).unwrap();
+    std::fs::write(&two, format!("{key}{key}")).unwrap();
+    let tls = ClientTls {
+        key: two.clone(),
+        ..client_tls(&c.server)
+    };
+    let got = load_err(Some(tls), vec![]);
+    let want = format!(
+        "tls.key {}: more than one private key in the file",
+        two.display()
+    );
+    assert!(got.starts_with(&want), "{got}");
+
+    // A certificate and its key in one file serve as both `cert` and `key`.
+    let both = dir.path().join("both.pem");
+    let cert = std::fs::read_to_string(&c.server.cert).unwrap();
+    std::fs::write(&both, format!("{cert}{key}")).unwrap();
+    let tls = ClientTls {
+        cert: both.clone(),
+        key: both,
+        ..client_tls(&c.server)
+    };
+    assert!(load(Some(tls), vec![]).unwrap().client.is_some());
 }
