@@ -27,6 +27,11 @@ fn main() -> ExitCode {
             eprintln!("mysql-lb: {e}");
             return ExitCode::from(2);
         }
+        // The certificate files' contents, not only their presence.
+        if let Err(e) = mysql_lb::tls::TlsMaterial::load(&config) {
+            eprintln!("mysql-lb: {e}");
+            return ExitCode::from(2);
+        }
         println!(
             "configuration OK: {} listener(s), {} backend(s)",
             config.listen.len(),

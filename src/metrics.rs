@@ -57,6 +57,7 @@ pub struct Metrics {
     pub max_connections: IntGauge,
     tls_sessions: IntCounterVec,
     compressed_sessions: IntCounterVec,
+    certificate_expiry: IntGaugeVec,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -205,6 +206,13 @@ impl Metrics {
                 "Sessions established with protocol compression, per leg (client, backend).",
                 &["leg"],
             ),
+            certificate_expiry: int_gauge_vec(
+                "tls_certificate_expiry_timestamp_seconds",
+                "notAfter of a TLS certificate, unix seconds. leg client: the one mysql-lb serves to \
+                 clients; leg backend: the one a backend presented at its latest handshake; leg \
+                 backend_client: the one mysql-lb presents to a backend.",
+                &["leg", "backend"],
+            ),
         };
         m.register_all();
         for leg in ["client", "backend"] {
@@ -216,7 +224,7 @@ impl Metrics {
 
     fn register_all(&self) {
         let mut collectors = self.backends.collectors();
-        collectors.extend::<[Box<dyn prometheus::core::Collector>; 10]>([
+        collectors.extend::<[Box<dyn prometheus::core::Collector>; 11]>([
             Box::new(self.tls_sessions.clone()),
             Box::new(self.compressed_sessions.clone()),
             Box::new(SharedLatencies(Arc::clone(&self.latencies))),
@@ -226,6 +234,7 @@ impl Metrics {
             Box::new(self.disconnections.clone()),
             Box::new(self.open_fds_limit.clone()),
             Box::new(self.max_connections.clone()),
+            Box::new(self.certificate_expiry.clone()),
             Box::new(prometheus::process_collector::ProcessCollector::for_self()),
         ]);
         for c in collectors {
@@ -302,6 +311,20 @@ impl Metrics {
                 let _ = lag.remove_label_values(&[backend]);
             }
         }
+    }
+
+    /// A certificate's expiry: `leg` is `client` (served to clients; `backend` is ""),
+    /// `backend` (presented by backend `backend`) or `backend_client` (presented to it).
+    pub fn set_certificate_expiry(&self, leg: &str, backend: &str, not_after: i64) {
+        self.certificate_expiry
+            .with_label_values(&[leg, backend])
+            .set(not_after);
+    }
+
+    /// Removes a certificate's expiry series (TLS turned off, backend removed).
+    pub fn remove_certificate_expiry(&self, leg: &str, backend: &str) {
+        // Absent already is the state wanted.
+        let _ = self.certificate_expiry.remove_label_values(&[leg, backend]);
     }
 
     pub fn disconnected(&self, reason: &str) {
@@ -531,6 +554,29 @@ mod tests {
             ),
             "{text}"
         );
+    }
+
+    #[test]
+    fn certificate_expiry_is_set_per_leg_and_backend_and_removed() {
+        let m = Metrics::new();
+        m.set_certificate_expiry("client", "", 2_000_000_000);
+        m.set_certificate_expiry("backend", "db1", 1_900_000_000);
+        m.remove_certificate_expiry("backend", "db2");
+        let text = String::from_utf8(m.render()).unwrap();
+        let family = "mysql_lb_tls_certificate_expiry_timestamp_seconds";
+        assert!(
+            text.contains(&format!(
+                "{family}{{backend=\"\",leg=\"client\"}} 2000000000"
+            )),
+            "{text}"
+        );
+        assert!(text.contains(&format!(
+            "{family}{{backend=\"db1\",leg=\"backend\"}} 1900000000"
+        )));
+        m.remove_certificate_expiry("client", "");
+        let text = String::from_utf8(m.render()).unwrap();
+        assert!(!text.contains("leg=\"client\"}"), "{text}");
+        assert!(text.contains("leg=\"backend\"}"), "{text}");
     }
 
     #[test]

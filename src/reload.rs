@@ -83,7 +83,6 @@ pub fn apply(shared: &ProxyState, new: &Config) -> Result<Summary, ReloadError> 
     };
     shared.replace_backends(next);
     shared.replace_legs(legs);
-    shared.export_certificate_expiry();
     Ok(summary)
 }
 

@@ -144,13 +144,16 @@ impl ProxyState {
 
     /// Publishes the expiry of the certificates the configuration names (the ones backends
     /// present are published as each handshake sees them).
-    pub fn export_certificate_expiry(&self) {
-        self.legs().tls.export_expiry(&self.metrics);
+    pub fn export_certificate_expiry(&self, previous: Option<&Legs>) {
+        self.legs()
+            .tls
+            .export_expiry(&self.metrics, previous.map(|p| &p.tls));
     }
 
     /// Puts `legs` in force for new sessions (see `crate::reload`).
     pub(crate) fn replace_legs(&self, legs: Legs) {
-        self.legs.store(Arc::new(legs));
+        let previous = self.legs.swap(Arc::new(legs));
+        self.export_certificate_expiry(Some(&previous));
     }
 
     /// The backends in force now.

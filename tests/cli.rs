@@ -72,6 +72,35 @@ fn check_config_names_an_unknown_key_and_its_line() {
 }
 
 #[test]
+fn check_config_reads_the_tls_files_and_names_a_bad_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let certs = common::certs::Certs::generate(dir.path());
+    let check = |cert: &std::path::Path, key: &std::path::Path| {
+        let path = dir.path().join("tls.yaml");
+        let yaml = format!(
+            "backends: [\"127.0.0.1:3306\"]\ntls: {{cert: {}, key: {}}}\n",
+            cert.display(),
+            key.display()
+        );
+        std::fs::write(&path, yaml).unwrap();
+        Command::new(BIN)
+            .args(["--config", path.to_str().unwrap(), "--check-config"])
+            .output()
+            .unwrap()
+    };
+    let good = check(&certs.server.cert, &certs.server.key);
+    assert!(
+        good.status.success(),
+        "{}",
+        String::from_utf8_lossy(&good.stderr)
+    );
+    let bad = check(&certs.server.cert, &certs.client.key);
+    assert_eq!(bad.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&bad.stderr);
+    assert!(err.contains("tls.key does not match tls.cert"), "{err}");
+}
+
+#[test]
 fn bad_flag_value_is_an_error_naming_the_flag() {
     let out = Command::new(BIN)
         .args([

@@ -545,3 +545,143 @@ fn shipped_example_config_loads() {
     assert_eq!(addrs, ["127.0.0.1:3306", "127.0.0.1:3307"]);
     assert_eq!(c.listen, Config::default().listen);
 }
+
+/// A directory with empty files `cert.pem`, `key.pem`, `ca.pem`: config checks only that TLS
+/// paths are readable files (their contents are the TLS material's to check).
+fn tls_files() -> (tempfile::TempDir, String) {
+    let dir = tempfile::tempdir().unwrap();
+    for f in ["cert.pem", "key.pem", "ca.pem"] {
+        std::fs::write(dir.path().join(f), "").unwrap();
+    }
+    let d = dir.path().display().to_string();
+    (dir, d)
+}
+
+#[test]
+fn tls_keys_parse_with_their_defaults() {
+    let (_dir, d) = tls_files();
+    let c = Config::from_yaml_str(&format!(
+        "backends: [h:1]\ntls: {{cert: {d}/cert.pem, key: {d}/key.pem}}"
+    ))
+    .unwrap();
+    let tls = c.tls.unwrap();
+    assert_eq!(tls.cert, PathBuf::from(format!("{d}/cert.pem")));
+    assert_eq!(tls.key, PathBuf::from(format!("{d}/key.pem")));
+    assert_eq!(tls.ca, None);
+    assert!(!tls.verify_client);
+    assert!(!tls.require);
+    assert_eq!(tls.min_version, TlsVersion::V1_2);
+    assert_eq!(c.backends[0].tls, BackendTls::default());
+    assert_eq!(c.backends[0].tls.mode, BackendTlsMode::Preferred);
+
+    let c = Config::from_yaml_str(&format!(
+        "backends: [h:1]\ntls: {{cert: {d}/cert.pem, key: {d}/key.pem, ca: {d}/ca.pem, \
+         verify_client: true, require: true, min_version: 1.3}}"
+    ))
+    .unwrap();
+    let tls = c.tls.unwrap();
+    assert_eq!(tls.ca, Some(PathBuf::from(format!("{d}/ca.pem"))));
+    assert!(tls.verify_client && tls.require);
+    assert_eq!(tls.min_version, TlsVersion::V1_3);
+}
+
+#[test]
+fn a_backends_own_tls_keys_override_backend_tls_one_by_one() {
+    let (_dir, d) = tls_files();
+    let c = Config::from_yaml_str(&format!(
+        "backend_tls: {{mode: verify_identity, ca: {d}/ca.pem, min_version: \"1.3\"}}\n\
+         backends:\n\
+         - h:1\n\
+         - {{address: \"h:2\", tls: {{mode: verify_ca}}}}\n\
+         - {{address: \"h:3\", tls: {{mode: disabled}}}}\n\
+         - {{address: \"h:4\", tls: {{cert: {d}/cert.pem, key: {d}/key.pem}}}}\n"
+    ))
+    .unwrap();
+    let ca = Some(PathBuf::from(format!("{d}/ca.pem")));
+    let b = &c.backends;
+    assert_eq!(b[0].tls.mode, BackendTlsMode::VerifyIdentity);
+    assert_eq!(b[0].tls.ca, ca);
+    assert_eq!(b[0].tls.min_version, TlsVersion::V1_3);
+    assert_eq!(
+        (b[1].tls.mode, &b[1].tls.ca),
+        (BackendTlsMode::VerifyCa, &ca)
+    );
+    assert_eq!(b[1].tls.min_version, TlsVersion::V1_3);
+    assert_eq!(b[2].tls.mode, BackendTlsMode::Disabled);
+    assert_eq!(b[3].tls.mode, BackendTlsMode::VerifyIdentity);
+    assert_eq!(b[3].tls.cert, Some(PathBuf::from(format!("{d}/cert.pem"))));
+    assert_eq!(b[3].tls.key, Some(PathBuf::from(format!("{d}/key.pem"))));
+    assert_eq!(b[0].tls.cert, None);
+}
+
+#[test]
+fn every_backend_tls_mode_name_parses() {
+    let names = [
+        ("disabled", BackendTlsMode::Disabled),
+        ("preferred", BackendTlsMode::Preferred),
+        ("required", BackendTlsMode::Required),
+    ];
+    for (name, mode) in names {
+        let c = Config::from_yaml_str(&format!("backend_tls: {{mode: {name}}}\nbackends: [h:1]"))
+            .unwrap();
+        assert_eq!(c.backends[0].tls.mode, mode);
+        assert_eq!(mode.as_str(), name);
+    }
+}
+
+#[test]
+fn tls_errors_name_the_key() {
+    let (_dir, d) = tls_files();
+    let cases = [
+        (
+            "tls: {cert: /nonexistent/cert.pem, key: /nonexistent/key.pem}".to_owned(),
+            "tls.cert: cannot read /nonexistent/cert.pem".to_owned(),
+        ),
+        (
+            format!("tls: {{cert: {d}/cert.pem, key: {d}/missing.pem}}"),
+            format!("tls.key: cannot read {d}/missing.pem"),
+        ),
+        (
+            format!("tls: {{cert: {d}/cert.pem, key: {d}/key.pem, verify_client: true}}"),
+            "tls.verify_client: needs `tls.ca`".to_owned(),
+        ),
+        (
+            format!("tls: {{cert: {d}/cert.pem}}"),
+            "missing field `key`".to_owned(),
+        ),
+        (
+            format!("tls: {{cert: {d}/cert.pem, key: {d}/key.pem, min_version: \"1.1\"}}"),
+            "tls.min_version: unknown variant `1.1`".to_owned(),
+        ),
+        (
+            format!("tls: {{cert: {d}/cert.pem, key: {d}/key.pem, crt: x}}"),
+            "tls: unknown field `crt`".to_owned(),
+        ),
+        (
+            "backend_tls: {mode: verify_full}".to_owned(),
+            "backend_tls.mode: unknown variant `verify_full`".to_owned(),
+        ),
+        (
+            "backend_tls: {mode: verify_ca}".to_owned(),
+            "backends[0].tls.ca: mode verify_ca needs `ca`".to_owned(),
+        ),
+        (
+            format!("backend_tls: {{cert: {d}/cert.pem}}"),
+            "backends[0].tls.cert: a client certificate needs both `cert` and `key`".to_owned(),
+        ),
+        (
+            format!("backend_tls: {{ca: {d}/nope.pem}}"),
+            format!("backends[0].tls.ca: cannot read {d}/nope.pem"),
+        ),
+    ];
+    for (yaml, want) in cases {
+        let yaml = format!("backends: [h:1]\n{yaml}");
+        let e = err(&yaml);
+        assert!(e.contains(&want), "{yaml:?}: got {e:?}, want {want:?}");
+    }
+    let e = err("backends: [{address: \"h:1\", tls: {mode: verify_identity}}]");
+    assert!(
+        e.contains("backends[0].tls.ca: mode verify_identity needs `ca`"),
+        "{e}"
+    );
+}

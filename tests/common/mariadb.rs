@@ -446,7 +446,8 @@ fn private_tmpdir(base: &Path) -> PathBuf {
     dir
 }
 
-fn new_temp_dir(name: &str) -> PathBuf {
+/// A fresh directory under the temp dir, removed when the test process exits.
+pub fn new_temp_dir(name: &str) -> PathBuf {
     // Short, path-safe names keep the socket path under the sun_path limit.
     let clean: String = name
         .chars()

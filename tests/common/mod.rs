@@ -1,6 +1,7 @@
 //! Shared test support: real MariaDB servers, a raw protocol client, and mysql-lb in-process.
 #![allow(dead_code)]
 
+pub mod certs;
 pub mod daemon;
 pub mod mariadb;
 pub mod proxy;
