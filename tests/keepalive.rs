@@ -149,9 +149,10 @@ fn proxy_inside(ns: &Netns, unix: Option<PathBuf>, backend: String) -> TestProxy
     cfg.admin_address = None;
     let proxy = ns.inside(move || TestProxy::start_with(cfg));
     // The workers start once the proxy runs, a moment after it reported its addresses.
-    common::wait_until("the proxy's session workers running in the namespace", || {
-        ns.threads_named("mysql-lb-w") == WORKERS
-    });
+    common::wait_until(
+        "the proxy's session workers running in the namespace",
+        || ns.threads_named("mysql-lb-w") == WORKERS,
+    );
     drop(taken);
     proxy
 }
