@@ -3,7 +3,7 @@
 #
 #   scripts/fuzz.sh [SECONDS_PER_TARGET] [TARGET...]     default: 600 s each, all targets
 #
-# Targets (fuzz/fuzz_targets/): codec, greeting, handshake_response, tracker; their checks are in
+# Targets (fuzz/fuzz_targets/): codec, greeting, handshake_response, tracker, compress; their checks are in
 # fuzz/src/checks.rs, shared with tests/properties.rs. Each target runs on one core; a crash is
 # saved under fuzz/artifacts/TARGET/ and libFuzzer is started again for the time left. Seeds are read
 # from fuzz/corpus/TARGET (committed, captured from a real MariaDB); what libFuzzer adds goes to
@@ -18,7 +18,7 @@ seconds=${1:-600}
 shift || true
 targets=("$@")
 if [ ${#targets[@]} -eq 0 ]; then
-    targets=(codec greeting handshake_response tracker)
+    targets=(codec greeting handshake_response tracker compress)
 fi
 case $seconds in
 '' | *[!0-9]*)

@@ -13,10 +13,12 @@ use proptest::collection::vec;
 use proptest::prelude::*;
 use proptest::test_runner::Config;
 
+use bytes::BytesMut;
 use checks::{Segment, TrackerInput, XorShift};
 use mysql_lb::kill;
 use mysql_lb::protocol::caps::{self, Negotiated};
 use mysql_lb::protocol::codec::{header, PacketScanner, MAX_CHUNK, PREFIX_LEN};
+use mysql_lb::protocol::compress::{FrameDecoder, FrameEncoder, Role};
 use mysql_lb::protocol::handshake::{parse_client_first, parse_greeting, ClientFirst};
 use mysql_lb::protocol::response::{cmd, may_be_kill};
 
@@ -1019,6 +1021,76 @@ fn kill_after_a_vertical_tab_is_offered_for_mapping() {
 }
 
 // ---------------------------------------------------------------------------------------------
+// compress
+
+proptest! {
+    #![proptest_config(config(128))]
+
+    #[test]
+    fn compress_check_holds_for_any_bytes(data in vec(any::<u8>(), 0..2048)) {
+        checks::compress(&data);
+    }
+
+    #[test]
+    fn compress_check_holds_for_mutated_captures(
+        pick in any::<usize>(),
+        edits in vec((any::<usize>(), any::<u8>()), 0..6),
+        cut in 0usize..64,
+        control in any::<u8>(),
+    ) {
+        let mut data = mutated(&seeds("compress"), pick, &edits, cut);
+        if let Some(first) = data.first_mut() {
+            *first = control;
+        }
+        checks::compress(&data);
+    }
+
+    /// Well-formed plain packets, written in any split, come back whole through both roles,
+    /// and the client role gives every command (inner id 0, not a continuation) a frame of
+    /// its own with id 0.
+    #[test]
+    fn packets_round_trip_through_frames_in_both_roles(
+        packets in vec((0u8..4, vec(any::<u8>(), 0..300)), 0..24),
+        control in any::<u8>(),
+    ) {
+        let mut plain = Vec::new();
+        let mut command_starts = Vec::new();
+        for (seq, payload) in &packets {
+            if *seq == 0 {
+                command_starts.push(plain.len());
+            }
+            plain.extend(packet(*seq, payload));
+        }
+        let mut data = vec![control];
+        data.extend_from_slice(&plain);
+        checks::compress(&data);
+        let mut e = FrameEncoder::new(Role::Client);
+        e.on_frame_read(41);
+        let mut wire = BytesMut::new();
+        for w in checks::split(&plain, control) {
+            e.encode(w, &mut wire);
+        }
+        let mut at = 0;
+        let mut pos = 0;
+        while pos < wire.len() {
+            let h = &wire[pos..pos + 7];
+            let len = u32::from_le_bytes([h[0], h[1], h[2], 0]) as usize;
+            let mut frame = BytesMut::new();
+            FrameDecoder::new().decode(&wire[pos..pos + 7 + len], &mut frame).unwrap();
+            if command_starts.contains(&at) {
+                prop_assert_eq!(h[3], 0, "a command starting at {} in a frame of its own", at);
+            }
+            for &c in &command_starts {
+                prop_assert!(!(at < c && c < at + frame.len()), "command at {} inside a frame", c);
+            }
+            at += frame.len();
+            pos += 7 + len;
+        }
+        prop_assert_eq!(at, plain.len());
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
 // seeds and crash reproducers
 
 /// Every committed seed (fuzz/corpus/) and every crash reproducer (fuzz/artifacts/) passes its
@@ -1026,8 +1098,9 @@ fn kill_after_a_vertical_tab_is_offered_for_mapping() {
 #[test]
 fn fuzz_seeds_and_crash_reproducers_pass_the_checks() {
     type Check = fn(&[u8]);
-    let targets: [(&str, Check); 4] = [
+    let targets: [(&str, Check); 5] = [
         ("codec", checks::codec),
+        ("compress", checks::compress),
         ("greeting", checks::greeting),
         ("handshake_response", checks::handshake_response),
         ("tracker", checks::tracker),

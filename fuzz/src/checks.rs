@@ -7,12 +7,17 @@
 
 use std::time::{Duration, Instant};
 
+use bytes::BytesMut;
 use mysql_lb::kill;
 use mysql_lb::protocol::caps::{
     Negotiated, CLIENT_DEPRECATE_EOF, CLIENT_LOCAL_FILES, CLIENT_MYSQL, MARIADB_CLIENT_PROGRESS,
     MARIADB_UNSUPPORTED, UNSUPPORTED,
 };
 use mysql_lb::protocol::codec::{FrameError, PacketScanner, MAX_CHUNK, PREFIX_LEN};
+use mysql_lb::protocol::compress::{
+    CompressError, FrameDecoder, FrameEncoder, Role, HEADER_LEN, MAX_FRAME_PAYLOAD,
+    MIN_COMPRESS_LEN,
+};
 use mysql_lb::protocol::handshake::{
     negotiate, parse_client_first, parse_greeting, patch_client_first, patch_greeting,
     patch_greeting_with, set_greeting_connection_id, ClientFirst, Greeting, Strip,
@@ -610,6 +615,178 @@ fn check_kill_packet(buf: &[u8], start: usize, end: usize) {
     if let Some(k) = kill::parse(&packet[4..]) {
         assert!(k.prefix.is_empty() || k.prefix.to_ascii_uppercase().starts_with("KILL"));
     }
+}
+
+// ---------------------------------------------------------------------------------------------
+// compress
+
+/// What decoding raw frames gave: the plain bytes, and the fault that stopped it, if any.
+#[derive(Debug)]
+pub struct Decoded {
+    pub plain: Vec<u8>,
+    pub error: Option<CompressError>,
+    pub at_boundary: bool,
+    pub last_seq: Option<u8>,
+}
+
+/// Decodes `chunks` as successive reads, into output rooms of `room` bytes at a time.
+pub fn decode_chunks(chunks: &[&[u8]], room: usize) -> Decoded {
+    let mut d = FrameDecoder::new();
+    let mut plain = Vec::new();
+    let mut out = vec![0u8; room];
+    for chunk in chunks {
+        let mut pos = 0;
+        loop {
+            match d.decode_into(&chunk[pos..], &mut out) {
+                Ok(p) => {
+                    assert!(p.consumed <= chunk.len() - pos && p.written <= room);
+                    plain.extend_from_slice(&out[..p.written]);
+                    pos += p.consumed;
+                    if p.consumed == 0 && p.written == 0 {
+                        assert_eq!(pos, chunk.len(), "stalled with input left");
+                        break;
+                    }
+                }
+                Err(e) => {
+                    return Decoded {
+                        plain,
+                        error: Some(e),
+                        at_boundary: d.at_boundary(),
+                        last_seq: d.last_seq(),
+                    }
+                }
+            }
+        }
+    }
+    let error = d.failure().cloned();
+    Decoded {
+        plain,
+        error,
+        at_boundary: d.at_boundary(),
+        last_seq: d.last_seq(),
+    }
+}
+
+/// The most plain bytes `raw` may decode to: what each header (whole or begun) declares.
+fn declared_bound(raw: &[u8]) -> usize {
+    let mut bound = 0;
+    let mut pos = 0;
+    while raw.len() - pos >= HEADER_LEN {
+        let h = &raw[pos..pos + HEADER_LEN];
+        let len = u32::from_le_bytes([h[0], h[1], h[2], 0]) as usize;
+        let ulen = u32::from_le_bytes([h[4], h[5], h[6], 0]) as usize;
+        bound += if ulen > 0 { ulen } else { len };
+        pos += HEADER_LEN + len.min(raw.len() - pos - HEADER_LEN);
+    }
+    bound
+}
+
+/// The same fault, or the two that one frame may give depending on output room: zlib decodes
+/// ahead as far as the room allows, so corrupt data past the declared length is found as
+/// corruption with room to spare and as a too-long payload without.
+fn same_fault(a: &CompressError, b: &CompressError) -> bool {
+    use mysql_lb::protocol::compress::Inflated::MoreThanDeclared;
+    let seq = |e: &CompressError| match e {
+        CompressError::Corrupt { seq, .. } | CompressError::LengthMismatch { seq, .. } => *seq,
+    };
+    let either = |e: &CompressError| {
+        matches!(
+            e,
+            CompressError::Corrupt { .. }
+                | CompressError::LengthMismatch {
+                    inflated: MoreThanDeclared,
+                    ..
+                }
+        )
+    };
+    match (a, b) {
+        (CompressError::Corrupt { seq: x, .. }, CompressError::Corrupt { seq: y, .. }) => x == y,
+        _ if either(a) && either(b) => seq(a) == seq(b),
+        _ => a == b,
+    }
+}
+
+/// Byte 0 chooses the split, the output room, the role and the level; the rest is decoded as
+/// raw frames (whole and split: same bytes, same fault, never more than the headers declare)
+/// and, as plain bytes, encoded and decoded back in both roles.
+pub fn compress(data: &[u8]) {
+    let Some((&control, rest)) = data.split_first() else {
+        return;
+    };
+    let whole = decode_chunks(&[rest], 64 * 1024);
+    assert!(
+        whole.plain.len() <= declared_bound(rest),
+        "inflated past the declared lengths"
+    );
+    let room = [1, 7, 100, 4096][usize::from(control >> 6)];
+    let parts = decode_chunks(&split(rest, control), room);
+    match (&whole.error, &parts.error) {
+        (None, None) => {
+            assert!(
+                whole.plain == parts.plain,
+                "split decoding gave other bytes"
+            );
+            assert_eq!(whole.at_boundary, parts.at_boundary);
+            assert_eq!(whole.last_seq, parts.last_seq);
+        }
+        (Some(a), Some(b)) => {
+            assert!(same_fault(a, b), "faults differ: whole {a}, split {b}");
+            let n = whole.plain.len().min(parts.plain.len());
+            assert!(
+                whole.plain[..n] == parts.plain[..n],
+                "bytes before the fault differ"
+            );
+        }
+        (a, b) => panic!("a fault on one side only: whole {a:?}, split {b:?}"),
+    }
+    let level = [0, 1, 6, 9][usize::from(control >> 4 & 3)];
+    for role in [Role::Server, Role::Client] {
+        round_trip(rest, &split(rest, control.rotate_left(3)), role, level);
+    }
+}
+
+/// Encodes `writes` in `role`, checks every frame's header, and decodes them back to `plain`.
+fn round_trip(plain: &[u8], writes: &[&[u8]], role: Role, level: u32) {
+    let mut e = FrameEncoder::with_level(role, level);
+    e.on_frame_read(0xFE);
+    let mut wire = BytesMut::new();
+    for w in writes {
+        e.encode(w, &mut wire);
+        assert!(e.held_back() < 4);
+    }
+    e.finish(&mut wire);
+    assert_eq!(e.held_back(), 0);
+    let mut pos = 0;
+    let mut expected_seq = 0xFFu8;
+    let mut framed = 0;
+    while pos < wire.len() {
+        let h = &wire[pos..pos + HEADER_LEN];
+        let len = u32::from_le_bytes([h[0], h[1], h[2], 0]) as usize;
+        let ulen = u32::from_le_bytes([h[4], h[5], h[6], 0]) as usize;
+        assert!(len <= MAX_FRAME_PAYLOAD && ulen <= MAX_FRAME_PAYLOAD);
+        if ulen == 0 {
+            framed += len;
+        } else {
+            assert!(
+                ulen >= MIN_COMPRESS_LEN && len < ulen,
+                "compressed {ulen} into {len}"
+            );
+            framed += ulen;
+        }
+        if role == Role::Server {
+            assert_eq!(
+                h[3], expected_seq,
+                "server frames count on from the client's + 1"
+            );
+            expected_seq = expected_seq.wrapping_add(1);
+        }
+        pos += HEADER_LEN + len;
+    }
+    assert_eq!(framed, plain.len());
+    let back = decode_chunks(&[&wire], 64 * 1024);
+    assert!(back.error.is_none(), "own frames fail: {:?}", back.error);
+    assert!(back.plain == plain, "{role:?} round trip changed the bytes");
+    assert!(back.at_boundary);
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -1,9 +1,11 @@
-//! Sans-IO MySQL protocol pieces: framing, handshake parsing and patching, response tracking, ERR
-//! packets (the proxy's own, and reading servers'), the health monitor's login and the small text
-//! result sets it reads. Nothing here touches a socket, so all of it is tested with byte fixtures.
+//! Sans-IO MySQL protocol pieces: framing, compressed-protocol frames, handshake parsing and
+//! patching, response tracking, ERR packets (the proxy's own, and reading servers'), the health
+//! monitor's login and the small text result sets it reads. Nothing here touches a socket, so
+//! all of it is tested with byte fixtures.
 
 pub mod caps;
 pub mod codec;
+pub mod compress;
 pub mod errors;
 pub mod handshake;
 pub mod login;

@@ -172,6 +172,18 @@ impl RawClient {
         Ok(client)
     }
 
+    /// Puts another stream under the client (after login: a compression layer, say). `wrap`
+    /// gets the stream and the bytes already read from it but not parsed yet.
+    #[allow(dead_code)]
+    pub fn rewrap(self, wrap: impl FnOnce(Box<dyn Stream>, Vec<u8>) -> Box<dyn Stream>) -> Self {
+        let buffered = self.stream.buffer().to_vec();
+        let stream = wrap(self.stream.into_inner(), buffered);
+        RawClient {
+            stream: BufReader::new(stream),
+            ..self
+        }
+    }
+
     pub async fn send_packet(&mut self, seq: u8, payload: &[u8]) -> Result<(), String> {
         let len = u32::try_from(payload.len())
             .ok()

@@ -2,6 +2,9 @@
 //!
 //! Sessions are generic over the client's stream (TCP or unix today, TLS later); backends are one
 //! enum so the balancer can hand out TCP and unix-socket backends alike without boxing.
+//! [`compressed::Compressed`] wraps either leg's stream when it speaks the compressed protocol.
+
+pub mod compressed;
 
 use std::io;
 use std::pin::Pin;
