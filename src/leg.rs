@@ -11,20 +11,38 @@ use std::io;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
+use bytes::BytesMut;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio_rustls::TlsStream;
+
+use crate::protocol::compress::Role;
+use crate::relay::GiveBack;
+use crate::stream::compressed::Compressed;
 
 /// A leg's byte stream.
 pub enum Leg<S> {
     Plain(S),
     Tls(Box<TlsStream<S>>),
+    /// Compressed frames over a plain or TLS leg: reads give plain packets, writes are framed.
+    Compressed(Box<Compressed<Leg<S>>>),
     Closed,
 }
 
 impl<S> Leg<S> {
     /// Whether the leg is encrypted.
     pub fn is_tls(&self) -> bool {
-        matches!(self, Self::Tls(_))
+        match self {
+            Self::Tls(_) => true,
+            Self::Compressed(c) => c.get_ref().is_tls(),
+            _ => false,
+        }
+    }
+
+    /// From here on the leg speaks compressed frames; `already_read` holds raw bytes read past
+    /// the connection phase's last packet (the first frames).
+    pub fn compress(&mut self, role: Role, already_read: BytesMut) {
+        let inner = std::mem::replace(self, Self::Closed);
+        *self = Self::Compressed(Box::new(Compressed::new(inner, role, already_read)));
     }
 
     /// Takes the plain socket out for an upgrade, leaving [`Leg::Closed`] behind.
@@ -41,6 +59,7 @@ impl<S> Leg<S> {
     /// The negotiated TLS version and cipher suite, for the session's debug line.
     pub fn tls_description(&self) -> Option<String> {
         match self {
+            Self::Compressed(c) => c.get_ref().tls_description(),
             Self::Tls(s) => Some(crate::tls::describe(match s.as_ref() {
                 TlsStream::Client(c) => c.get_ref().1,
                 TlsStream::Server(c) => c.get_ref().1,
@@ -51,6 +70,9 @@ impl<S> Leg<S> {
 
     /// The peer's leaf certificate, when the leg is TLS and the peer sent one.
     pub fn peer_certificate(&self) -> Option<rustls_pki_types::CertificateDer<'static>> {
+        if let Self::Compressed(c) = self {
+            return c.get_ref().peer_certificate();
+        }
         let Self::Tls(s) = self else { return None };
         let certs = match s.as_ref() {
             TlsStream::Client(c) => c.get_ref().1.peer_certificates(),
@@ -76,6 +98,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> AsyncRead for Leg<S> {
         match self.get_mut() {
             Self::Plain(s) => Pin::new(s).poll_read(cx, buf),
             Self::Tls(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
+            Self::Compressed(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
             Self::Closed => Poll::Ready(Err(closed())),
         }
     }
@@ -90,6 +113,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> AsyncWrite for Leg<S> {
         match self.get_mut() {
             Self::Plain(s) => Pin::new(s).poll_write(cx, buf),
             Self::Tls(s) => Pin::new(s.as_mut()).poll_write(cx, buf),
+            Self::Compressed(s) => Pin::new(s.as_mut()).poll_write(cx, buf),
             Self::Closed => Poll::Ready(Err(closed())),
         }
     }
@@ -98,6 +122,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> AsyncWrite for Leg<S> {
         match self.get_mut() {
             Self::Plain(s) => Pin::new(s).poll_flush(cx),
             Self::Tls(s) => Pin::new(s.as_mut()).poll_flush(cx),
+            Self::Compressed(s) => Pin::new(s.as_mut()).poll_flush(cx),
             Self::Closed => Poll::Ready(Err(closed())),
         }
     }
@@ -106,7 +131,20 @@ impl<S: AsyncRead + AsyncWrite + Unpin> AsyncWrite for Leg<S> {
         match self.get_mut() {
             Self::Plain(s) => Pin::new(s).poll_shutdown(cx),
             Self::Tls(s) => Pin::new(s.as_mut()).poll_shutdown(cx),
+            Self::Compressed(s) => Pin::new(s.as_mut()).poll_shutdown(cx),
             Self::Closed => Poll::Ready(Ok(())),
+        }
+    }
+}
+
+impl<S> GiveBack for Leg<S> {
+    fn holds_memory(&self) -> bool {
+        matches!(self, Self::Compressed(c) if c.holds_memory())
+    }
+
+    fn give_back(&mut self) {
+        if let Self::Compressed(c) = self {
+            c.shrink();
         }
     }
 }

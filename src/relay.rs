@@ -276,6 +276,13 @@ where
     }
 }
 
+/// Memory a leg holds beyond the relay's buffers (a compressed leg's zlib states and frame
+/// buffers), given back with them once the session has been quiet for a second.
+pub trait GiveBack {
+    fn holds_memory(&self) -> bool;
+    fn give_back(&mut self);
+}
+
 /// When a relay should stop on its own.
 #[derive(Debug, Clone, Copy)]
 pub struct Stop<'a> {
@@ -298,8 +305,8 @@ pub async fn relay<C, B>(
     observer: &mut impl Observer,
 ) -> RelayEnd
 where
-    C: AsyncRead + AsyncWrite + Unpin,
-    B: AsyncRead + AsyncWrite + Unpin,
+    C: AsyncRead + AsyncWrite + Unpin + GiveBack,
+    B: AsyncRead + AsyncWrite + Unpin + GiveBack,
 {
     let draining = stop.drain.cancelled();
     tokio::pin!(draining);
@@ -334,12 +341,16 @@ where
                 return Poll::Ready(RelayEnd::IdleTimeout);
             }
         }
-        shrink.poll(cx, &mut session.up, &mut session.down);
+        if shrink.poll(cx, &mut session.up, &mut session.down) {
+            session.client.give_back();
+            session.backend.give_back();
+        }
         if let Poll::Ready(end) = session.poll_upstream(cx) {
             return Poll::Ready(end);
         }
         let step = session.poll_downstream(cx);
-        shrink.arm_if_grown(&session.up, &session.down);
+        let legs_hold = session.client.holds_memory() || session.backend.holds_memory();
+        shrink.arm_if_grown(&session.up, &session.down, legs_hold);
         match step {
             Poll::Ready(end) => Poll::Ready(end),
             Poll::Pending if drain_now && session.boundary() => Poll::Ready(RelayEnd::Drained),

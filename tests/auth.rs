@@ -409,12 +409,14 @@ fn compressed_frame(seq: u8, payload: &[u8]) -> Vec<u8> {
     frame
 }
 
-#[tokio::test]
-async fn client_asking_for_unoffered_compression_gets_it_from_the_backend() {
-    // mysqlnd and Connector/Python's pure mode set CLIENT_COMPRESS although the proxy's greeting
-    // does not offer it, then switch to compressed frames after the OK.
+/// Logs in with CLIENT_COMPRESS through a proxy that offers compression or not, and runs three
+/// queries in compressed frames. The backend leg stays plain (`backend_compression` is off): the
+/// proxy itself speaks the compressed protocol on the client's leg.
+async fn compressed_client_leg(offered: bool) {
     let pair = shared_pair();
-    let proxy = TestProxy::start(&[pair[0].tcp_addr()]);
+    let mut cfg = config(&[pair[0].tcp_addr()]);
+    cfg.compression = offered;
+    let proxy = TestProxy::start_with(cfg);
     let mut client = RawClient::connect_tcp(
         &proxy.addr_string(),
         BENCH_USER,
@@ -425,7 +427,11 @@ async fn client_asking_for_unoffered_compression_gets_it_from_the_backend() {
     )
     .await
     .expect("login with CLIENT_COMPRESS set");
-    assert_eq!(client.server_caps & CLIENT_COMPRESS, 0, "not offered");
+    assert_eq!(
+        client.server_caps & CLIENT_COMPRESS != 0,
+        offered,
+        "offered"
+    );
     for round in 0..3 {
         let sql = b"SELECT 42";
         let mut query = vec![sql.len() as u8 + 1, 0, 0, 0, COM_QUERY];
@@ -443,6 +449,15 @@ async fn client_asking_for_unoffered_compression_gets_it_from_the_backend() {
             "round {round}: the row is in the answer: {plain:02x?}"
         );
     }
+    let metrics = String::from_utf8(proxy.shared.metrics.render()).unwrap();
+    assert!(
+        metrics.contains("mysql_lb_compressed_sessions_total{leg=\"client\"} 1"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("mysql_lb_compressed_sessions_total{leg=\"backend\"} 0"),
+        "{metrics}"
+    );
     client
         .send_raw(&compressed_frame(0, &[1, 0, 0, 0, COM_QUIT]))
         .await
@@ -455,13 +470,13 @@ async fn client_asking_for_unoffered_compression_gets_it_from_the_backend() {
 }
 
 #[tokio::test]
-async fn client_asking_for_compression_no_backend_offers_gets_a_clear_error() {
-    let fake = FakeBackend::start(Behaviour::Serve);
-    let proxy = TestProxy::start(&[fake.addr_string()]);
-    let e = RawClient::connect_tcp(&proxy.addr_string(), "u", "p", None, CLIENT_COMPRESS, 0)
-        .await
-        .err()
-        .expect("refused");
-    assert!(e.starts_with("1043"), "{e}");
-    assert!(e.contains("compression"), "{e}");
+async fn a_client_compressing_its_leg_is_served_compressed_over_a_plain_backend_leg() {
+    compressed_client_leg(true).await;
+}
+
+#[tokio::test]
+async fn a_client_compressing_without_the_offer_is_served_compressed_too() {
+    // mysqlnd and Connector/Python's pure mode set CLIENT_COMPRESS although the greeting does not
+    // offer it, then switch to compressed frames after the OK whatever the server said.
+    compressed_client_leg(false).await;
 }

@@ -214,6 +214,11 @@ impl FrameDecoder {
         }
     }
 
+    /// Whether an inflate state is allocated (what [`shrink`](Self::shrink) frees).
+    pub fn holds_state(&self) -> bool {
+        self.inflate.is_some()
+    }
+
     /// Decodes all of `input`, appending the plain bytes to `out` (which grows only as output is
     /// actually produced). Returns the bytes consumed, all of them; on a fault `out` keeps the
     /// bytes that came before it.
@@ -532,6 +537,11 @@ impl FrameEncoder {
     /// Drops the zlib state; it is made again for the next frame worth compressing.
     pub fn shrink(&mut self) {
         self.deflate = None;
+    }
+
+    /// Whether a deflate state is allocated (what [`shrink`](Self::shrink) frees).
+    pub fn holds_state(&self) -> bool {
+        self.deflate.is_some()
     }
 
     /// Wraps `plain` into frames appended to `out`. In the client role a trailing partial

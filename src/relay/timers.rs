@@ -61,8 +61,9 @@ pub(super) struct Shrinker {
 }
 
 impl Shrinker {
-    pub(super) fn arm_if_grown(&mut self, up: &Direction, down: &Direction) {
-        if self.armed || !(up.grown() || down.grown()) {
+    /// `legs_hold`: the legs hold memory of their own (see [`GiveBack`](super::GiveBack)).
+    pub(super) fn arm_if_grown(&mut self, up: &Direction, down: &Direction, legs_hold: bool) {
+        if self.armed || !(up.grown() || down.grown() || legs_hold) {
             return;
         }
         let deadline = tokio::time::Instant::now() + QUIET;
@@ -75,26 +76,37 @@ impl Shrinker {
         self.reads_at_arm = (up.reads, down.reads);
     }
 
-    pub(super) fn poll(&mut self, cx: &mut Context<'_>, up: &mut Direction, down: &mut Direction) {
+    /// True when both directions were quiet for the whole period: the legs' own memory may go
+    /// too.
+    pub(super) fn poll(
+        &mut self,
+        cx: &mut Context<'_>,
+        up: &mut Direction,
+        down: &mut Direction,
+    ) -> bool {
         let Some(sleep) = self.sleep.as_mut().filter(|_| self.armed) else {
-            return;
+            return false;
         };
         if sleep.as_mut().poll(cx).is_pending() {
-            return;
+            return false;
         }
         self.armed = false;
-        if up.reads == self.reads_at_arm.0 {
+        let up_quiet = up.reads == self.reads_at_arm.0;
+        let down_quiet = down.reads == self.reads_at_arm.1;
+        if up_quiet {
             up.shrink();
         }
-        if down.reads == self.reads_at_arm.1 {
+        if down_quiet {
             down.shrink();
         }
-        // Whatever is still large (busy, or holding unwritten bytes) is looked at again later.
-        self.arm_if_grown(up, down);
+        // Whatever is still large (busy, or holding unwritten bytes) is looked at again later;
+        // legs that gave nothing back (activity) are re-armed by the relay.
+        self.arm_if_grown(up, down, !(up_quiet && down_quiet));
         if self.armed {
             if let Some(sleep) = self.sleep.as_mut() {
                 let _ = sleep.as_mut().poll(cx);
             }
         }
+        up_quiet && down_quiet
     }
 }

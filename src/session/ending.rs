@@ -18,6 +18,7 @@ use tracing::{debug, info, warn};
 
 use super::EndReason;
 use crate::auth::AuthError;
+use crate::protocol::compress::CompressError;
 use crate::protocol::errors::{code, err_packet, pre_greeting_err, sqlstate_for};
 use crate::protocol::response::{TrackError, Tracker};
 use crate::relay::RelayEnd;
@@ -152,9 +153,31 @@ pub(super) async fn relay_ended<C: AsyncRead + AsyncWrite + Unpin>(
             );
             EndReason::ClientNetwork
         }
+        RelayEnd::ClientIo(e) if corrupt_frame(&e) => {
+            warn!(
+                client = peer,
+                backend, "closing: client sent a bad compressed frame ({e})"
+            );
+            if tracker.server_at_boundary() {
+                let message = format!("client sent a bad compressed frame ({e})");
+                send(
+                    client,
+                    &server_side_err(tracker, code::UNKNOWN_ERROR, &message),
+                )
+                .await;
+            }
+            EndReason::Malformed
+        }
         RelayEnd::ClientIo(e) => {
             info!(client = peer, backend, "client connection failed: {e}");
             EndReason::ClientNetwork
+        }
+        RelayEnd::BackendIo(e) if corrupt_frame(&e) => {
+            warn!(
+                client = peer,
+                backend, "closing: backend sent a bad compressed frame ({e}): closing the client's connection too"
+            );
+            EndReason::Malformed
         }
         RelayEnd::BackendClosed { pending, .. } => {
             if pending == 0 {
@@ -199,6 +222,12 @@ pub(super) async fn relay_ended<C: AsyncRead + AsyncWrite + Unpin>(
             EndReason::Malformed
         }
     }
+}
+
+/// A compressed leg's frame that does not decode (bad zlib data, a wrong declared length).
+fn corrupt_frame(e: &std::io::Error) -> bool {
+    e.get_ref()
+        .is_some_and(|inner| inner.downcast_ref::<CompressError>().is_some())
 }
 
 fn protocol_error_code(e: &TrackError) -> u16 {

@@ -21,12 +21,14 @@ use crate::kill;
 use crate::leg::Leg;
 use crate::metrics::{BackendStats, Refusal};
 use crate::protocol::caps::{CLIENT_COMPRESS, CLIENT_SSL};
+use crate::protocol::compress::Role;
 use crate::protocol::errors::{code, pre_greeting_err};
 use crate::protocol::handshake::set_greeting_connection_id;
 use crate::protocol::response::{Completed, Tracker};
 use crate::relay::{relay, Observer, Stop};
 use crate::state::{Legs, ProxyState};
 use crate::stream::BackendStream;
+use crate::tls;
 use rustls_pki_types::ServerName;
 use tokio_rustls::TlsConnector;
 
@@ -151,10 +153,23 @@ where
              stricter (logged once per backend)"
         );
     }
+    if let Some(not_after) = backend.peer_certificate().as_ref().and_then(tls::not_after) {
+        shared
+            .metrics
+            .set_certificate_expiry("backend", &backend_name, not_after);
+    }
     shared.metrics.session_legs(
         [client.is_tls(), backend.is_tls()],
         [auth.client_compressed, auth.backend_compressed],
     );
+    // Compression starts after the OK: what was read past it is already compressed frames.
+    let (mut client_pending, mut backend_pending) = (auth.client_pending, auth.backend_pending);
+    if auth.client_compressed {
+        client.compress(Role::Server, std::mem::take(&mut client_pending));
+    }
+    if auth.backend_compressed {
+        backend.compress(Role::Client, std::mem::take(&mut backend_pending));
+    }
     let mut tracker = Tracker::new(auth.negotiated, shared.session.max_packet_size);
     let mut observer = Recorder {
         stats: &lease.backend().stats,
@@ -166,8 +181,8 @@ where
         &mut client,
         &mut backend,
         &mut tracker,
-        auth.client_pending,
-        auth.backend_pending,
+        client_pending,
+        backend_pending,
         Stop {
             drain,
             idle_timeout: shared.session.idle_timeout,

@@ -103,6 +103,14 @@ impl<S> Compressed<S> {
         }
     }
 
+    /// Whether [`shrink`](Self::shrink) would give anything back.
+    pub fn holds_memory(&self) -> bool {
+        self.raw_in.capacity() > KEEP
+            || self.raw_out.capacity() > KEEP
+            || self.decoder.holds_state()
+            || self.encoder.holds_state()
+    }
+
     /// Tells the encoder of frames read since it was last told, so its answers number on.
     fn sync_seq(&mut self) {
         if self.decoder.frames() != self.frames_seen {
