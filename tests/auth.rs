@@ -19,7 +19,6 @@ use common::rawclient::{
     CLIENT_LONG_FLAG, CLIENT_PLUGIN_AUTH, CLIENT_PROTOCOL_41, CLIENT_SECURE_CONNECTION,
     CLIENT_TRANSACTIONS, COM_QUERY, COM_QUIT,
 };
-use fakebackend::{Behaviour, FakeBackend};
 use mysql_async::prelude::*;
 use mysql_common::auth::plugins::mysql_native_password::scramble_native;
 use mysql_lb::config::ListenAddr;
