@@ -6,6 +6,7 @@ pub mod daemon;
 pub mod mariadb;
 pub mod proxy;
 pub mod rawclient;
+pub mod scripts;
 pub mod tls_server;
 
 /// Polls `cond` every 20 ms until it holds; panics naming `what` after 20 s.
