@@ -61,6 +61,40 @@ const COMMON_ARGS: [&str; 5] = [
     "--innodb-buffer-pool-load-at-startup=OFF",
 ];
 
+/// A `REQUIRE SSL` account (all privileges) that [`MariaDb::create_tls_users`] adds.
+pub const SSL_USER: &str = "ssl_only";
+pub const SSL_PASS: &str = "ssl-pass";
+/// A `REQUIRE X509` account: it must present a certificate the server's `ssl_ca` signed.
+pub const X509_USER: &str = "x509_only";
+pub const X509_PASS: &str = "x509-pass";
+
+/// TLS for a server: `ssl_cert`, `ssl_key` and (for client certificates) `ssl_ca`, as PEM files.
+pub struct ServerTls<'a> {
+    pub cert: &'a Path,
+    pub key: &'a Path,
+    pub ca: Option<&'a Path>,
+    /// `require_secure_transport=ON`: plaintext TCP logins are refused (the unix socket stays
+    /// usable, as it counts as secure).
+    pub require_secure_transport: bool,
+}
+
+impl ServerTls<'_> {
+    /// The `mariadbd` options that say it.
+    pub fn args(&self) -> Vec<String> {
+        let mut args = vec![
+            format!("--ssl-cert={}", self.cert.display()),
+            format!("--ssl-key={}", self.key.display()),
+        ];
+        if let Some(ca) = self.ca {
+            args.push(format!("--ssl-ca={}", ca.display()));
+        }
+        if self.require_secure_transport {
+            args.push("--require-secure-transport=ON".to_string());
+        }
+        args
+    }
+}
+
 /// One `mariadbd` process with its own datadir, TCP port and unix socket.
 pub struct MariaDb {
     pub name: String,
@@ -125,6 +159,37 @@ impl MariaDb {
             db.name,
             db.error_log_tail()
         );
+    }
+
+    /// Like [`start`](Self::start), with TLS; fails the test if the server does not report
+    /// `have_ssl=YES` (it starts without TLS when it cannot load the files).
+    pub fn start_tls(name: &str, tls: &ServerTls<'_>) -> MariaDb {
+        let args = tls.args();
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let db = Self::start_with_args(name, &args);
+        let have_ssl = db.root_query("SELECT @@have_ssl");
+        assert_eq!(
+            have_ssl.trim(),
+            "YES",
+            "{name}: TLS did not come up; error log tail:\n{}",
+            db.error_log_tail()
+        );
+        db
+    }
+
+    /// Adds [`SSL_USER`] (`REQUIRE SSL`) and [`X509_USER`] (`REQUIRE X509`), each for `%` and
+    /// `localhost`, with all privileges.
+    pub fn create_tls_users(&self) {
+        let mut sql = String::new();
+        for (user, pass, require) in [(SSL_USER, SSL_PASS, "SSL"), (X509_USER, X509_PASS, "X509")] {
+            for host in ["%", "localhost"] {
+                sql.push_str(&format!(
+                    "CREATE USER IF NOT EXISTS '{user}'@'{host}' IDENTIFIED BY '{pass}' \
+                     REQUIRE {require}; GRANT ALL PRIVILEGES ON *.* TO '{user}'@'{host}'; "
+                ));
+            }
+        }
+        self.root_exec(&sql);
     }
 
     /// SIGTERM to our pid, wait up to 30 s, then SIGKILL. A no-op when not running.
@@ -365,6 +430,11 @@ pub fn tcp_opts(addr: &str, user: &str, pass: &str) -> mysql_async::Opts {
         .pass(Some(pass))
         .prefer_socket(false)
         .into()
+}
+
+/// A new temp dir (short name) removed when the test process exits, for files a test makes.
+pub fn scratch_dir(name: &str) -> PathBuf {
+    new_temp_dir(name)
 }
 
 /// A port nobody listens on right now (the caller must cope with losing it to a race).

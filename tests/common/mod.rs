@@ -1,11 +1,14 @@
 //! Shared test support: real MariaDB servers, a raw protocol client, and mysql-lb in-process.
 #![allow(dead_code)]
 
+pub mod bulk;
 pub mod certs;
 pub mod daemon;
 pub mod mariadb;
 pub mod proxy;
 pub mod rawclient;
+pub mod scripts;
+pub mod tls_server;
 
 /// Polls `cond` every 20 ms until it holds; panics naming `what` after 20 s.
 pub fn wait_until(what: &str, cond: impl Fn() -> bool) {

@@ -8,6 +8,7 @@
 #![allow(dead_code)]
 
 use std::path::Path;
+use std::sync::Arc;
 use std::time::Duration;
 
 use mysql_common::auth::plugins::mysql_native_password::scramble_native;
@@ -71,6 +72,17 @@ pub struct RawClient {
     pub greeting_payload: Vec<u8>,
     pub server_version: String,
     pub connection_id: u32,
+    /// The TLS session this client negotiated, when it logged in with [`RawClient::connect_tls`].
+    pub tls: Option<TlsInfo>,
+}
+
+/// What the client's own end of a TLS session says it uses.
+#[derive(Debug, Clone)]
+pub struct TlsInfo {
+    /// `TLSv1_3`, `TLSv1_2`.
+    pub version: String,
+    /// e.g. `TLS13_AES_256_GCM_SHA384`.
+    pub cipher: String,
 }
 
 impl RawClient {
@@ -115,29 +127,108 @@ impl RawClient {
         removed_caps: u32,
     ) -> Result<RawClient, String> {
         let mut client = RawClient::greeted(stream).await?;
-        let greeting = parse_greeting(&client.greeting_payload)?;
-        client.server_caps = greeting.caps;
-        client.server_version = greeting.version;
-        client.connection_id = greeting.connection_id;
+        let greeting = client.take_greeting(db, extra_caps, removed_caps)?;
+        client.authenticate(1, &greeting, user, pass, db).await?;
+        Ok(client)
+    }
 
-        let mut caps = DEFAULT_CAPS & greeting.caps;
-        if db.is_some() {
-            caps |= CLIENT_CONNECT_WITH_DB & greeting.caps;
+    /// Logs in over TLS: greeting, SSLRequest (sequence 1), the TLS handshake with `config`
+    /// for `host`, then the HandshakeResponse inside it (sequence 2). Fails when the greeting
+    /// does not offer CLIENT_SSL.
+    #[allow(clippy::too_many_arguments)]
+    pub async fn connect_tls(
+        addr: &str,
+        config: Arc<rustls::ClientConfig>,
+        host: &str,
+        user: &str,
+        pass: &str,
+        db: Option<&str>,
+        extra_caps: u32,
+        removed_caps: u32,
+    ) -> Result<RawClient, String> {
+        let mut tcp = TcpStream::connect(addr)
+            .await
+            .map_err(|e| format!("connect {addr}: {e}"))?;
+        tcp.set_nodelay(true).map_err(|e| e.to_string())?;
+        let (_, payload) = tokio::time::timeout(READ_TIMEOUT, read_packet_from(&mut tcp))
+            .await
+            .map_err(|_| format!("no greeting within {READ_TIMEOUT:?}"))??;
+        if payload.first() == Some(&0xff) {
+            return Err(parse_err(&payload));
         }
-        client.caps = (caps | extra_caps) & !removed_caps;
+        let offered = parse_greeting(&payload)?.caps;
+        if offered & CLIENT_SSL == 0 {
+            return Err("the greeting does not offer CLIENT_SSL".to_string());
+        }
+        let caps = choose_caps(offered, db, extra_caps | CLIENT_SSL, removed_caps);
+        let request = ssl_request(caps);
+        let mut header = u32::try_from(request.len()).unwrap_or(0).to_le_bytes();
+        header[3] = 1;
+        tcp.write_all(&[&header[..], &request].concat())
+            .await
+            .map_err(|e| format!("write the SSLRequest: {e}"))?;
+        let connector = tokio_rustls::TlsConnector::from(config);
+        let name = rustls::pki_types::ServerName::try_from(host.to_string())
+            .map_err(|e| format!("server name {host}: {e}"))?;
+        let tls = tokio::time::timeout(READ_TIMEOUT, connector.connect(name, tcp))
+            .await
+            .map_err(|_| format!("no TLS handshake within {READ_TIMEOUT:?}"))?
+            .map_err(|e| format!("TLS handshake: {e}"))?;
+        let (_, session) = tls.get_ref();
+        let info = TlsInfo {
+            version: session
+                .protocol_version()
+                .map(|v| format!("{v:?}"))
+                .unwrap_or_default(),
+            cipher: session
+                .negotiated_cipher_suite()
+                .map(|c| format!("{:?}", c.suite()))
+                .unwrap_or_default(),
+        };
+        let mut client = RawClient::new(Box::new(tls));
+        client.tls = Some(info);
+        client.greeting_payload = payload;
+        let greeting = client.take_greeting(db, extra_caps | CLIENT_SSL, removed_caps)?;
+        client.authenticate(2, &greeting, user, pass, db).await?;
+        Ok(client)
+    }
 
+    /// Parses the greeting already read and chooses the capabilities to answer with.
+    fn take_greeting(
+        &mut self,
+        db: Option<&str>,
+        extra_caps: u32,
+        removed_caps: u32,
+    ) -> Result<Greeting, String> {
+        let greeting = parse_greeting(&self.greeting_payload)?;
+        self.server_caps = greeting.caps;
+        self.server_version = greeting.version.clone();
+        self.connection_id = greeting.connection_id;
+        self.caps = choose_caps(greeting.caps, db, extra_caps, removed_caps);
+        Ok(greeting)
+    }
+
+    /// Sends the HandshakeResponse with sequence id `seq` and follows an auth switch.
+    async fn authenticate(
+        &mut self,
+        seq: u8,
+        greeting: &Greeting,
+        user: &str,
+        pass: &str,
+        db: Option<&str>,
+    ) -> Result<(), String> {
         let plugin = if greeting.plugin.is_empty() {
             NATIVE_PLUGIN
         } else {
             greeting.plugin.as_str()
         };
         let auth = auth_response(plugin, &greeting.nonce, pass);
-        let response = handshake_response(client.caps, user, &auth, db, plugin);
-        client.send_packet(1, &response).await?;
+        let response = handshake_response(self.caps, user, &auth, db, plugin);
+        self.send_packet(seq, &response).await?;
 
-        let (seq, reply) = client.read_packet().await?;
+        let (seq, reply) = self.read_packet().await?;
         match reply.first() {
-            Some(0x00) => Ok(client),
+            Some(0x00) => Ok(()),
             Some(0xff) => Err(parse_err(&reply)),
             Some(0xfe) => {
                 let (plugin, nonce) = parse_auth_switch(&reply)?;
@@ -145,25 +236,29 @@ impl RawClient {
                     return Err(format!("unsupported auth switch to {plugin}"));
                 }
                 let auth = auth_response(&plugin, &nonce, pass);
-                client.send_packet(seq.wrapping_add(1), &auth).await?;
-                client.read_ok().await?;
-                Ok(client)
+                self.send_packet(seq.wrapping_add(1), &auth).await?;
+                self.read_ok().await
             }
             _ => Err(format!("unexpected auth reply {reply:02x?}")),
         }
     }
 
-    /// Reads only the server's first packet: for tests that want to do the rest by hand.
-    /// Fails with the ERR's `code: message` when the server (or proxy) refuses at once.
-    pub async fn greeted(stream: Box<dyn Stream>) -> Result<RawClient, String> {
-        let mut client = RawClient {
+    fn new(stream: Box<dyn Stream>) -> RawClient {
+        RawClient {
             stream: BufReader::new(stream),
             server_caps: 0,
             caps: 0,
             greeting_payload: Vec::new(),
             server_version: String::new(),
             connection_id: 0,
-        };
+            tls: None,
+        }
+    }
+
+    /// Reads only the server's first packet: for tests that want to do the rest by hand.
+    /// Fails with the ERR's `code: message` when the server (or proxy) refuses at once.
+    pub async fn greeted(stream: Box<dyn Stream>) -> Result<RawClient, String> {
+        let mut client = RawClient::new(stream);
         let (_, greeting) = client.read_packet().await?;
         if greeting.first() == Some(&0xff) {
             return Err(parse_err(&greeting));
@@ -375,7 +470,44 @@ impl RawClient {
     }
 }
 
-/// A connected TCP stream with nothing sent yet (for hand-written handshakes).
+/// The default set within what the server offers, `extra_caps` added, `removed_caps` taken.
+fn choose_caps(offered: u32, db: Option<&str>, extra_caps: u32, removed_caps: u32) -> u32 {
+    let mut caps = DEFAULT_CAPS & offered;
+    if db.is_some() {
+        caps |= CLIENT_CONNECT_WITH_DB & offered;
+    }
+    (caps | extra_caps) & !removed_caps
+}
+
+/// One packet from a bare stream: (sequence id, payload).
+pub async fn read_packet_from<S: AsyncRead + Unpin>(
+    stream: &mut S,
+) -> Result<(u8, Vec<u8>), String> {
+    let mut head = [0u8; 4];
+    stream
+        .read_exact(&mut head)
+        .await
+        .map_err(|e| format!("read header: {e}"))?;
+    let len = u32::from_le_bytes([head[0], head[1], head[2], 0]) as usize;
+    let mut payload = vec![0u8; len];
+    stream
+        .read_exact(&mut payload)
+        .await
+        .map_err(|e| format!("read payload of {len} bytes: {e}"))?;
+    Ok((head[3], payload))
+}
+
+/// The 32-byte SSLRequest payload: capabilities (CLIENT_SSL among them), max packet size,
+/// character set, filler.
+pub fn ssl_request(caps: u32) -> Vec<u8> {
+    let mut p = Vec::with_capacity(32);
+    p.extend_from_slice(&(caps | CLIENT_SSL).to_le_bytes());
+    p.extend_from_slice(&(16u32 << 20).to_le_bytes());
+    p.push(UTF8MB4_GENERAL_CI);
+    p.extend_from_slice(&[0; 23]);
+    p
+}
+
 /// Reads one packet from a bare stream: (sequence id, payload); panics after 30 s or on EOF.
 pub async fn read_raw_packet<S: AsyncRead + Unpin>(stream: &mut S) -> (u8, Vec<u8>) {
     let read = async {
