@@ -52,7 +52,11 @@ pub enum AuthError {
     #[error("client TLS handshake: {0}")]
     ClientTls(std::io::Error),
     #[error("client did not switch to TLS, which `tls.require` demands of TCP clients")]
-    InsecureTransport,
+    InsecureTransport {
+        user: String,
+        /// Refuse as MariaDB does (1045) rather than as MySQL (3159).
+        mariadb: bool,
+    },
     #[error("backend TLS handshake: {0}")]
     BackendTls(std::io::Error),
     #[error("client did not finish the handshake within {0}")]
@@ -150,6 +154,8 @@ pub struct LegPlan<'a> {
     pub backend_tls: Option<(&'a TlsConnector, ServerName<'static>)>,
     /// The backend leg is compressed (the backend offered it and it is configured).
     pub backend_compression: bool,
+    /// The backend is MariaDB: refusals of our own take MariaDB's codes where it has its own.
+    pub mariadb: bool,
 }
 
 /// The client's HandshakeResponse and the sequence ids it has on each leg.
@@ -285,13 +291,17 @@ where
         return Err(AuthError::ClientSequence(first[3]));
     }
     *next_seq = 2;
-    let wants_tls = matches!(
-        parse_client_first(&first[4..]),
-        Ok(ClientFirst::SslRequest { .. })
-    );
+    let parsed = parse_client_first(&first[4..]);
+    let wants_tls = matches!(parsed, Ok(ClientFirst::SslRequest { .. }));
     if !wants_tls {
         if plan.client_tls.is_some_and(|t| t.require) && !plan.client_local {
-            return Err(AuthError::InsecureTransport);
+            return Err(AuthError::InsecureTransport {
+                user: match parsed {
+                    Ok(ClientFirst::Response(r)) => r.user,
+                    _ => String::new(),
+                },
+                mariadb: plan.mariadb,
+            });
         }
         return Ok(Response {
             packet: first,

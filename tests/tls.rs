@@ -778,14 +778,34 @@ async fn failed_backend_verification_fails_over_and_leaves_sessions_alone() {
     cfg.tls = Some(client_leg(false, false));
     let p = TestProxy::start_with(cfg);
     let mut first = raw_tls(&p.addr_string(), None).await;
-    for i in 0..4 {
-        let (mut conn, port) = p.connect().await;
-        assert_eq!(
-            port, good.port,
-            "session {i} must land on the verified backend"
-        );
-        conn.query_drop("DO 1").await.unwrap();
+    // The backend leg's TLS starts after the client answered that backend's greeting, so the
+    // one session that meets the expired certificate cannot move elsewhere: it gets ERR 1105
+    // naming the TLS failure, and the backend leaves rotation; every later session lands on
+    // the verified backend.
+    let mut refused = 0;
+    for i in 0..6 {
+        match mysql_async::Conn::new(p.opts(BENCH_USER, BENCH_PASS)).await {
+            Err(mysql_async::Error::Server(e)) => {
+                assert_eq!(e.code, 1105, "{e:?}");
+                assert!(e.message.contains("certificate expired"), "{e:?}");
+                refused += 1;
+            }
+            Err(e) => panic!("session {i}: {e}"),
+            Ok(mut conn) => {
+                let port: u16 = conn.query_first("SELECT @@port").await.unwrap().unwrap();
+                assert_eq!(
+                    port, good.port,
+                    "session {i} must land on the verified backend"
+                );
+                conn.query_drop("DO 1").await.unwrap();
+                let _ = conn.disconnect().await;
+            }
+        }
     }
+    assert!(
+        refused <= 1,
+        "{refused} sessions met the expired certificate"
+    );
     assert_alive(&mut first, "the session opened first").await;
     let text = String::from_utf8(p.shared.metrics.render()).unwrap();
     let bad_name = format!("backend=\"{}\"", bad.tcp_addr());

@@ -8,6 +8,7 @@
 pub mod code {
     pub const TOO_MANY_CONNECTIONS: u16 = 1040;
     pub const HANDSHAKE_ERROR: u16 = 1043;
+    pub const ACCESS_DENIED: u16 = 1045;
     pub const UNKNOWN_ERROR: u16 = 1105;
     pub const NET_PACKET_TOO_LARGE: u16 = 1153;
     pub const NET_PACKETS_OUT_OF_ORDER: u16 = 1156;
@@ -53,6 +54,7 @@ pub fn pre_greeting_err(code: u16, message: &str) -> Vec<u8> {
 pub fn sqlstate_for(code: u16) -> &'static str {
     match code {
         code::TOO_MANY_CONNECTIONS => "08004",
+        code::ACCESS_DENIED => "28000",
         code::HANDSHAKE_ERROR | code::NET_PACKETS_OUT_OF_ORDER | code::NET_PACKET_TOO_LARGE => {
             "08S01"
         }

@@ -47,15 +47,27 @@ pub(super) async fn handshake_failed<C: AsyncWrite + Unpin>(
             );
             EndReason::AuthFailed
         }
-        AuthError::InsecureTransport => {
-            info!(client = peer, backend, "refused: {e}");
-            let packet = err_packet(
-                next_seq,
-                code::SECURE_TRANSPORT_REQUIRED,
-                Some(sqlstate_for(code::SECURE_TRANSPORT_REQUIRED)),
-                "Connections using insecure transport are prohibited while \
-                 --require_secure_transport=ON.",
-            );
+        AuthError::InsecureTransport { ref user, mariadb } => {
+            info!(client = peer, backend, user, "refused: {e}");
+            // As the backend's own server would refuse it: MariaDB denies access (1045, it has
+            // no error of its own for this), MySQL says ER_SECURE_TRANSPORT_REQUIRED.
+            let (code, message) = if mariadb {
+                (
+                    code::ACCESS_DENIED,
+                    format!(
+                        "Access denied for user '{user}': connections using insecure transport \
+                         are prohibited (tls.require)"
+                    ),
+                )
+            } else {
+                (
+                    code::SECURE_TRANSPORT_REQUIRED,
+                    "Connections using insecure transport are prohibited while \
+                     --require_secure_transport=ON."
+                        .to_owned(),
+                )
+            };
+            let packet = err_packet(next_seq, code, Some(sqlstate_for(code)), &message);
             send(client, &packet).await;
             EndReason::TlsRequired
         }

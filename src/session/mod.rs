@@ -107,6 +107,7 @@ where
         backend_tls: backend_tls.as_ref().map(|(c, n)| (c, n.clone())),
         backend_compression: greeting.backend_capabilities & CLIENT_COMPRESS != 0
             && legs.compress_backend(&backend_name),
+        mariadb: greeting.greeting.is_mariadb,
     };
     let mut next_seq = 2;
     let limits = HandshakeLimits {
@@ -126,6 +127,13 @@ where
     let auth = match auth {
         Ok(auth) => auth,
         Err(e) => {
+            if matches!(e, AuthError::BackendTls(_))
+                && shared.backends().mark_down(lease.backend(), Instant::now())
+            {
+                // Its certificate does not verify (or it cannot do TLS): every client would fail
+                // the same way, so it leaves rotation until a health check or the cool-off.
+                warn!(backend = %backend_name, "backend marked down: {e}");
+            }
             let reason = handshake_failed(&mut client, e, next_seq, peer, &backend_name).await;
             close_tls(&mut client).await;
             return reason;
