@@ -184,45 +184,15 @@ where
     // Whose packet the exchange waits for, so a timeout blames the right side.
     let mut turn = Side::Client;
     let run = async {
-        let mut offers = 0;
-        if plan.client_tls.is_some() {
-            offers |= CLIENT_SSL;
-        }
-        if plan.offer_compression {
-            offers |= CLIENT_COMPRESS;
-        }
-        offer_in_greeting(&mut greeting.packet[4..], offers).map_err(AuthError::BackendGreeting)?;
-        client
-            .write_all(&greeting.packet)
-            .await
-            .map_err(AuthError::ClientWrite)?;
+        send_greeting(client, &mut greeting.packet, plan).await?;
         let mut client_buf = BytesMut::with_capacity(512);
         let Response {
             mut packet,
             client_seq,
         } = client_response(client, &mut client_buf, plan, max, next_seq).await?;
         let (parsed, negotiated) = patch_response(&mut packet[4..], &greeting, limits.strip)?;
-        let mut set = 0;
-        if plan.backend_compression {
-            set |= CLIENT_COMPRESS;
-        }
-        if plan.backend_tls.is_some() {
-            set |= CLIENT_SSL;
-        }
-        set_client_bits(&mut packet[4..], set, 0).map_err(AuthError::ClientHandshake)?;
         turn = Side::Backend;
-        let backend_seq = match plan.backend_tls {
-            Some((connector, ref name)) => {
-                backend_to_tls(backend, &packet, &greeting, connector, name.clone()).await?;
-                2
-            }
-            None => 1,
-        };
-        packet[3] = backend_seq;
-        backend
-            .write_all(&packet)
-            .await
-            .map_err(AuthError::BackendWrite)?;
+        let backend_seq = forward_response(backend, &mut packet, &greeting, plan).await?;
         let mut backend_buf = greeting.rest;
         let mut seqs = Sequences {
             backend_ahead: backend_seq.wrapping_sub(client_seq),
@@ -257,6 +227,64 @@ where
             Side::Backend => AuthError::BackendTimeout(limit),
         })
     })
+}
+
+/// The greeting as the client leg offers it: CLIENT_SSL and CLIENT_COMPRESS set where this leg
+/// provides them, whatever the backend offered.
+async fn send_greeting<C>(
+    client: &mut Leg<C>,
+    packet: &mut BytesMut,
+    plan: &LegPlan<'_>,
+) -> Result<(), AuthError>
+where
+    C: AsyncRead + AsyncWrite + Unpin,
+{
+    let mut offers = 0;
+    if plan.client_tls.is_some() {
+        offers |= CLIENT_SSL;
+    }
+    if plan.offer_compression {
+        offers |= CLIENT_COMPRESS;
+    }
+    offer_in_greeting(&mut packet[4..], offers).map_err(AuthError::BackendGreeting)?;
+    client
+        .write_all(packet)
+        .await
+        .map_err(AuthError::ClientWrite)
+}
+
+/// Sends the client's (patched) response to the backend with the bits of the backend leg,
+/// after taking that leg to TLS where planned; returns the sequence id it went with.
+async fn forward_response<B>(
+    backend: &mut Leg<B>,
+    packet: &mut BytesMut,
+    greeting: &PatchedGreeting,
+    plan: &LegPlan<'_>,
+) -> Result<u8, AuthError>
+where
+    B: AsyncRead + AsyncWrite + Unpin,
+{
+    let mut set = 0;
+    if plan.backend_compression {
+        set |= CLIENT_COMPRESS;
+    }
+    if plan.backend_tls.is_some() {
+        set |= CLIENT_SSL;
+    }
+    set_client_bits(&mut packet[4..], set, 0).map_err(AuthError::ClientHandshake)?;
+    let seq = match plan.backend_tls {
+        Some((connector, ref name)) => {
+            backend_to_tls(backend, packet, greeting, connector, name.clone()).await?;
+            2
+        }
+        None => 1,
+    };
+    packet[3] = seq;
+    backend
+        .write_all(packet)
+        .await
+        .map_err(AuthError::BackendWrite)?;
+    Ok(seq)
 }
 
 /// Sizes and time the connection phase may take.

@@ -93,6 +93,15 @@ pub struct SessionSettings {
 }
 
 impl SessionSettings {
+    /// What the connection phase may take, in packet size and time.
+    pub fn handshake_limits(&self) -> crate::auth::HandshakeLimits {
+        crate::auth::HandshakeLimits {
+            max_packet: self.max_handshake_packet_size,
+            timeout: self.handshake_timeout,
+            strip: self.strip,
+        }
+    }
+
     pub fn from_config(config: &Config) -> Self {
         Self {
             connect_timeout: config.connect_timeout,

@@ -8,31 +8,28 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio_util::sync::CancellationToken;
-use tracing::{debug, info, trace, warn};
+use tracing::{info, trace, warn};
 
-use crate::auth::{
-    read_greeting, relay_connection_phase, AuthError, HandshakeLimits, LegPlan, PatchedGreeting,
-};
+use crate::auth::{read_greeting, relay_connection_phase, AuthError, PatchedGreeting};
 use crate::balancer::{Backend, ClientInfo, Lease};
 use crate::config::BackendAddr;
 use crate::kill;
 use crate::leg::Leg;
 use crate::metrics::{BackendStats, Refusal};
-use crate::protocol::caps::{CLIENT_COMPRESS, CLIENT_SSL};
-use crate::protocol::compress::Role;
+use crate::protocol::caps::CLIENT_SSL;
 use crate::protocol::errors::{code, pre_greeting_err};
 use crate::protocol::handshake::set_greeting_connection_id;
 use crate::protocol::response::{Completed, Tracker};
 use crate::relay::{relay, Observer, Stop};
 use crate::state::{Legs, ProxyState};
 use crate::stream::BackendStream;
-use crate::tls;
 use rustls_pki_types::ServerName;
 use tokio_rustls::TlsConnector;
 
 mod ending;
+mod legs;
 
 pub use ending::refuse;
 use ending::{handshake_failed, relay_ended, send};
@@ -100,21 +97,16 @@ where
     let backend_name = lease.backend().name.clone();
     let _registered = register_proxy_id(&shared.kills, lease.backend(), &mut greeting, peer);
     let legs = shared.legs();
-    let plan = LegPlan {
-        client_tls: legs.tls.client.as_ref(),
-        client_local: local,
-        offer_compression: shared.session.offer_compression,
-        backend_tls: backend_tls.as_ref().map(|(c, n)| (c, n.clone())),
-        backend_compression: greeting.backend_capabilities & CLIENT_COMPRESS != 0
-            && legs.compress_backend(&backend_name),
-        mariadb: greeting.greeting.is_mariadb,
-    };
+    let plan = legs::plan(
+        &shared,
+        &legs,
+        local,
+        &backend_tls,
+        &greeting,
+        &backend_name,
+    );
     let mut next_seq = 2;
-    let limits = HandshakeLimits {
-        max_packet: shared.session.max_handshake_packet_size,
-        timeout: shared.session.handshake_timeout,
-        strip: shared.session.strip,
-    };
+    let limits = shared.session.handshake_limits();
     let auth = relay_connection_phase(
         &mut client,
         &mut backend,
@@ -122,62 +114,17 @@ where
         limits,
         &plan,
         &mut next_seq,
-    )
-    .await;
-    let auth = match auth {
+    );
+    let auth = auth.await;
+    let mut auth = match auth {
         Ok(auth) => auth,
         Err(e) => {
-            if matches!(e, AuthError::BackendTls(_))
-                && shared.backends().mark_down(lease.backend(), Instant::now())
-            {
-                // Its certificate does not verify (or it cannot do TLS): every client would fail
-                // the same way, so it leaves rotation until a health check or the cool-off.
-                warn!(backend = %backend_name, "backend marked down: {e}");
-            }
-            let reason = handshake_failed(&mut client, e, next_seq, peer, &backend_name).await;
-            close_tls(&mut client).await;
-            return reason;
+            return connection_phase_failed(&shared, &mut client, e, next_seq, peer, &lease).await
         }
     };
-    debug!(
-        client = peer,
-        backend = %backend_name,
-        user = %auth.user,
-        client_tls = client.tls_description().as_deref().unwrap_or("off"),
-        backend_tls = backend.tls_description().as_deref().unwrap_or("off"),
-        client_compression = auth.client_compressed,
-        backend_compression = auth.backend_compressed,
-        "session established"
-    );
-    if auth.cleartext_password
-        && client.is_tls()
-        && !backend.is_tls()
-        && lease.backend().first_cleartext_warning()
-    {
-        warn!(
-            backend = %backend_name,
-            "a clear-text password (PAM dialog or mysql_clear_password) crossed the plaintext \
-             backend leg of a TLS client session: set this backend's tls mode to required or \
-             stricter (logged once per backend)"
-        );
-    }
-    if let Some(not_after) = backend.peer_certificate().as_ref().and_then(tls::not_after) {
-        shared
-            .metrics
-            .set_certificate_expiry("backend", &backend_name, not_after);
-    }
-    shared.metrics.session_legs(
-        [client.is_tls(), backend.is_tls()],
-        [auth.client_compressed, auth.backend_compressed],
-    );
-    // Compression starts after the OK: what was read past it is already compressed frames.
-    let (mut client_pending, mut backend_pending) = (auth.client_pending, auth.backend_pending);
-    if auth.client_compressed {
-        client.compress(Role::Server, std::mem::take(&mut client_pending));
-    }
-    if auth.backend_compressed {
-        backend.compress(Role::Client, std::mem::take(&mut backend_pending));
-    }
+    legs::established(&shared, peer, lease.backend(), &client, &backend, &auth);
+    let (client_pending, backend_pending) =
+        legs::start_compression(&mut client, &mut backend, &mut auth);
     let mut tracker = Tracker::new(auth.negotiated, shared.session.max_packet_size);
     let mut observer = Recorder {
         stats: &lease.backend().stats,
@@ -199,21 +146,31 @@ where
     )
     .await;
     let reason = relay_ended(&mut client, end, &tracker, peer, &backend_name).await;
-    close_tls(&mut client).await;
-    close_tls(&mut backend).await;
+    legs::close_tls(&mut client).await;
+    legs::close_tls(&mut backend).await;
     reason
 }
 
-/// Ends a TLS leg with a close_notify, as a server or client library does, so the peer reads a
-/// clean end rather than a truncation; bounded, since the peer may be gone.
-async fn close_tls<S: AsyncRead + AsyncWrite + Unpin>(leg: &mut Leg<S>) {
-    if leg.is_tls() {
-        let _ = tokio::time::timeout(CLOSE_NOTIFY_BUDGET, leg.shutdown()).await;
+/// Ends a session whose connection phase failed; a backend whose TLS handshake failed (its
+/// certificate does not verify, or it cannot do TLS) leaves rotation, since every client would
+/// fail the same way, until a health check or the cool-off brings it back.
+async fn connection_phase_failed<C: AsyncRead + AsyncWrite + Unpin>(
+    shared: &ProxyState,
+    client: &mut Leg<C>,
+    e: AuthError,
+    next_seq: u8,
+    peer: &str,
+    lease: &Lease,
+) -> EndReason {
+    let backend = lease.backend();
+    if matches!(e, AuthError::BackendTls(_)) && shared.backends().mark_down(backend, Instant::now())
+    {
+        warn!(backend = %backend.name, "backend marked down: {e}");
     }
+    let reason = handshake_failed(client, e, next_seq, peer, &backend.name).await;
+    legs::close_tls(client).await;
+    reason
 }
-
-/// How long a close_notify may take to leave.
-const CLOSE_NOTIFY_BUDGET: std::time::Duration = std::time::Duration::from_millis(200);
 
 /// Tells a client that no backend could be connected (before any greeting), naming each one tried.
 async fn refuse_no_backend<C>(
