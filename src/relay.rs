@@ -147,7 +147,7 @@ impl<O: Observer> Hooks for Upstream<'_, O> {
         self.observer.relayed(true, fresh);
         // Held bytes are not written yet; a client trickling a command into them is not idle.
         *self.active = Some(Instant::now());
-        let scan = self.tracker.on_client(buf);
+        let scan = self.tracker.on_client_mut(buf);
         if let Err(e) = &scan {
             keep_good_part(buf, e);
         }
@@ -204,7 +204,9 @@ impl<O: Observer> Hooks for Downstream<'_, O> {
         observer.relayed(false, fresh);
         let now = Instant::now();
         *self.active = Some(now);
-        let scan = self.tracker.on_server(buf, now, |c| observer.completed(&c));
+        let scan = self
+            .tracker
+            .on_server_mut(buf, now, |c| observer.completed(&c));
         if let Err(e) = &scan {
             keep_good_part(buf, e);
         }

@@ -919,12 +919,91 @@ proptest! {
                 });
             }
         }
-        let run = checks::run_tracker(&TrackerInput { caps, max_packet: 1 << 30, segments });
+        let run = checks::run_tracker(&TrackerInput {
+            caps,
+            max_packet: 1 << 30,
+            renumber: (false, false),
+            segments,
+        });
         prop_assert_eq!(run.error, None);
         prop_assert_eq!(run.completed, expected);
         prop_assert_eq!(run.pending, 0);
         prop_assert!(run.idle);
     }
+}
+
+proptest! {
+    #![proptest_config(config(128))]
+
+    /// The same generated exchanges with every packet's sequence id replaced by a random one, as
+    /// behind a compressed leg, through a tracker renumbering both directions: what it lets
+    /// through is the plain exchange byte for byte, and every command completes once, in order.
+    #[test]
+    fn drifting_ids_are_renumbered_to_the_generated_exchange(
+        commands in vec(command(), 1..12),
+        deprecate_eof in any::<bool>(),
+        seed in any::<u64>(),
+        largest in prop_oneof![1usize..8, 8usize..600],
+    ) {
+        let mut caps = Negotiated::default();
+        if deprecate_eof {
+            caps.capabilities |= caps::CLIENT_DEPRECATE_EOF;
+        }
+        let mut expected = Vec::new();
+        let mut runs: Vec<(bool, Vec<u8>)> = Vec::new();
+        for c in &commands {
+            let (packets, completed) = exchange(c, caps);
+            expected.extend(completed);
+            for (client, bytes) in packets {
+                match runs.last_mut() {
+                    Some((c, b)) if *c == client => b.extend_from_slice(&bytes),
+                    _ => runs.push((client, bytes)),
+                }
+            }
+        }
+        let drifted: Vec<Vec<u8>> = runs
+            .iter()
+            .enumerate()
+            .map(|(i, (_, bytes))| drift(bytes, seed ^ ((i as u64) << 32)))
+            .collect();
+        let mut segments = Vec::new();
+        for (i, ((client, _), bytes)) in runs.iter().zip(&drifted).enumerate() {
+            for piece in cut(bytes, seed ^ i as u64, largest) {
+                segments.push(if *client {
+                    Segment::Client { bytes: piece, written: true }
+                } else {
+                    Segment::Server(piece)
+                });
+            }
+        }
+        let run = checks::run_tracker(&TrackerInput {
+            caps,
+            max_packet: 1 << 30,
+            renumber: (true, true),
+            segments,
+        });
+        prop_assert_eq!(run.error, None);
+        prop_assert_eq!(run.completed, expected);
+        let plain = |side: bool| -> Vec<u8> {
+            runs.iter().filter(|r| r.0 == side).flat_map(|r| r.1.clone()).collect()
+        };
+        prop_assert!(run.client_out == plain(true), "client bytes not renumbered to plain");
+        prop_assert!(run.server_out == plain(false), "server bytes not renumbered to plain");
+        prop_assert!(run.idle);
+    }
+}
+
+/// `bytes` (whole packets below 16 MiB) with every header's sequence id replaced by one drawn
+/// from `seed`.
+fn drift(bytes: &[u8], seed: u64) -> Vec<u8> {
+    let mut rng = XorShift(seed | 1);
+    let mut out = bytes.to_vec();
+    let mut at = 0;
+    while at + 4 <= out.len() {
+        out[at + 3] = rng.next_u64() as u8;
+        at += 4 + u32::from_le_bytes([out[at], out[at + 1], out[at + 2], 0]) as usize;
+    }
+    out
 }
 
 /// Real sessions captured from MariaDB 10.11 (mariadb CLI and a raw client: text and binary
@@ -939,6 +1018,12 @@ fn captured_sessions_complete_every_command() {
         assert_eq!(run.pending, 0, "{name}");
         assert_eq!(run.completed.len(), run.commands, "{name}");
         assert!(run.idle, "{name}");
+        // Plain numbering already: renumbering both directions changes nothing.
+        let renumbered = checks::run_tracker(&TrackerInput {
+            renumber: (true, true),
+            ..input
+        });
+        assert_eq!(renumbered, run, "{name}");
     }
 }
 
@@ -952,6 +1037,7 @@ fn kill_offsets_span_one_packet_in_the_buffer_scanned() {
     let input = TrackerInput {
         caps: Negotiated::default(),
         max_packet: 1 << 30,
+        renumber: (false, false),
         segments: vec![
             Segment::Client {
                 bytes: &first,

@@ -435,13 +435,15 @@ pub enum Segment<'a> {
 pub struct TrackerInput<'a> {
     pub caps: Negotiated,
     pub max_packet: u64,
+    /// Renumber the client's / the server's sequence ids (see `Tracker::renumber`).
+    pub renumber: (bool, bool),
     pub segments: Vec<Segment<'a>>,
 }
 
 const TRACKER_MAX_PACKET: [u64; 4] = [1 << 30, 16, 1024, MAX_CHUNK as u64 + 1];
 
 /// Byte 0: bit 0 CLIENT_DEPRECATE_EOF, bit 1 MARIADB_CLIENT_PROGRESS, bits 2..3 the client's
-/// packet size limit. Then segments: a tag byte (bit 0 server, else client; bit 1 "written"),
+/// packet size limit, bits 4 and 5 renumber the client's and the server's ids. Then segments: a tag byte (bit 0 server, else client; bit 1 "written"),
 /// a little-endian u16 length (cut to what is left), the bytes.
 pub fn decode_tracker(data: &[u8]) -> Option<TrackerInput<'_>> {
     let (&config, mut rest) = data.split_first()?;
@@ -474,6 +476,7 @@ pub fn decode_tracker(data: &[u8]) -> Option<TrackerInput<'_>> {
     Some(TrackerInput {
         caps,
         max_packet,
+        renumber: (config & 0x10 != 0, config & 0x20 != 0),
         segments,
     })
 }
@@ -505,62 +508,47 @@ pub struct TrackerRun {
     pub error: Option<TrackError>,
     pub pending: usize,
     pub idle: bool,
+    /// The bytes the tracker let through, per direction, as rewritten: what a relay forwards
+    /// (held client bytes last, as a relay would once the stream ends).
+    pub client_out: Vec<u8>,
+    pub server_out: Vec<u8>,
 }
 
 /// Feeds decoded segments to a tracker: it must never panic, keep `pending()` bounded and
 /// consistent with what it reported, blame the side that sent the bytes, and report offsets
-/// inside the buffer just scanned. Stops at the first error, as the relay does.
+/// inside the buffer just scanned. Stops at the first error, as the relay does. A direction it
+/// renumbers must change nothing but the sequence bytes of packet headers, and never be refused
+/// for an id.
 pub fn run_tracker(input: &TrackerInput<'_>) -> TrackerRun {
     let mut tracker = Tracker::new(input.caps, input.max_packet);
+    tracker.renumber(input.renumber.0, input.renumber.1);
     let mut run = TrackerRun::default();
     let base = Instant::now();
     // Client bytes the tracker held back (a KILL not whole yet) come again first, as in the relay.
     let mut held = Vec::new();
     for (i, segment) in input.segments.iter().enumerate() {
         let now = base + Duration::from_micros(i as u64);
-        match *segment {
+        let step = match *segment {
             Segment::Client { bytes, written } => {
                 held.extend_from_slice(bytes);
                 let buf = std::mem::take(&mut held);
-                match tracker.on_client(&buf) {
-                    Ok(scan) => {
-                        run.commands += scan.commands;
-                        assert!(
-                            scan.held <= buf.len(),
-                            "held {} of {}",
-                            scan.held,
-                            buf.len()
-                        );
-                        for &(start, end) in tracker.kill_candidates() {
-                            check_kill_packet(&buf, start, end);
-                            assert!(end <= buf.len() - scan.held, "a held KILL reported whole");
-                        }
-                        held = buf[buf.len() - scan.held..].to_vec();
-                        if written {
-                            tracker.on_written(now);
-                        }
-                    }
-                    Err(e) => {
-                        assert!(e.is_client(), "client bytes blamed on the backend: {e}");
-                        check_error_start(&e, &buf);
-                        run.error = Some(e);
-                        break;
-                    }
-                }
+                client_step(
+                    &mut tracker,
+                    &mut run,
+                    buf,
+                    &mut held,
+                    written.then_some(now),
+                )
             }
-            Segment::Server(bytes) => {
-                let completed = &mut run.completed;
-                let result = tracker.on_server(bytes, now, |c| {
-                    assert!(c.first_byte <= c.latency, "{c:?}");
-                    completed.push(c.command);
-                });
-                if let Err(e) = result {
-                    assert!(!e.is_client(), "backend bytes blamed on the client: {e}");
-                    check_error_start(&e, bytes);
-                    run.error = Some(e);
-                    break;
-                }
-            }
+            Segment::Server(bytes) => server_step(&mut tracker, &mut run, bytes, now),
+        };
+        if let Err(e) = step {
+            assert!(
+                !renumbered_id_refused(&e, input.renumber),
+                "a renumbered direction refused for its ids: {e}"
+            );
+            run.error = Some(e);
+            break;
         }
         let pending = tracker.pending();
         assert!(pending <= MAX_PENDING, "pending {pending} over the bound");
@@ -574,9 +562,122 @@ pub fn run_tracker(input: &TrackerInput<'_>) -> TrackerRun {
             assert_eq!(pending, 0);
         }
     }
+    run.client_out.extend_from_slice(&held);
     run.pending = tracker.pending();
     run.idle = tracker.idle();
     run
+}
+
+/// One client read: `buf` is what was held plus the new bytes; what the tracker holds back
+/// goes to `held`, what it lets through to `run.client_out`.
+fn client_step(
+    tracker: &mut Tracker,
+    run: &mut TrackerRun,
+    mut buf: Vec<u8>,
+    held: &mut Vec<u8>,
+    written: Option<Instant>,
+) -> Result<(), TrackError> {
+    let before = buf.clone();
+    let result = tracker.on_client_mut(&mut buf);
+    check_rewrites(&run.client_out, &before, &buf);
+    match result {
+        Ok(scan) => {
+            run.commands += scan.commands;
+            assert!(
+                scan.held <= buf.len(),
+                "held {} of {}",
+                scan.held,
+                buf.len()
+            );
+            for &(start, end) in tracker.kill_candidates() {
+                check_kill_packet(&buf, start, end);
+                assert!(end <= buf.len() - scan.held, "a held KILL reported whole");
+            }
+            let keep = buf.len() - scan.held;
+            run.client_out.extend_from_slice(&buf[..keep]);
+            *held = buf[keep..].to_vec();
+            if let Some(now) = written {
+                tracker.on_written(now);
+            }
+            Ok(())
+        }
+        Err(e) => {
+            assert!(e.is_client(), "client bytes blamed on the backend: {e}");
+            check_error_start(&e, &buf);
+            run.client_out
+                .extend_from_slice(&buf[..e.start().unwrap_or(0)]);
+            Err(e)
+        }
+    }
+}
+
+fn server_step(
+    tracker: &mut Tracker,
+    run: &mut TrackerRun,
+    bytes: &[u8],
+    now: Instant,
+) -> Result<(), TrackError> {
+    let mut buf = bytes.to_vec();
+    let completed = &mut run.completed;
+    let result = tracker.on_server_mut(&mut buf, now, |c| {
+        assert!(c.first_byte <= c.latency, "{c:?}");
+        completed.push(c.command);
+    });
+    check_rewrites(&run.server_out, bytes, &buf);
+    match result {
+        Ok(()) => {
+            run.server_out.extend_from_slice(&buf);
+            Ok(())
+        }
+        Err(e) => {
+            assert!(!e.is_client(), "backend bytes blamed on the client: {e}");
+            check_error_start(&e, bytes);
+            run.server_out
+                .extend_from_slice(&buf[..e.start().unwrap_or(0)]);
+            Err(e)
+        }
+    }
+}
+
+/// True for an error about sequence ids from a direction the tracker renumbers.
+fn renumbered_id_refused(e: &TrackError, (client, server): (bool, bool)) -> bool {
+    let chunk = |f: &FrameError| matches!(f, FrameError::ChunkOutOfOrder { .. });
+    match e {
+        TrackError::ClientOutOfOrder { .. } => client,
+        TrackError::ClientFrame(f) => client && chunk(f),
+        TrackError::BackendOutOfOrder { .. } => server,
+        TrackError::BackendFrame(f) => server && chunk(f),
+        _ => false,
+    }
+}
+
+/// A scan of `before` (which continues the stream `sent`, a packet boundary apart from a
+/// partial packet in progress) left `after`: every byte that differs must be the sequence byte
+/// of a packet header, found by walking the headers from the start of the stream.
+fn check_rewrites(sent: &[u8], before: &[u8], after: &[u8]) {
+    assert_eq!(
+        before.len(),
+        after.len(),
+        "a scan changed the buffer's length"
+    );
+    if before == after {
+        return;
+    }
+    let stream = [sent, before].concat();
+    let mut seq_bytes = Vec::new();
+    let mut at = 0;
+    while at + 4 <= stream.len() {
+        seq_bytes.push(at + 3);
+        at += 4 + u32::from_le_bytes([stream[at], stream[at + 1], stream[at + 2], 0]) as usize;
+    }
+    for (i, (b, a)) in before.iter().zip(after).enumerate() {
+        if b != a {
+            assert!(
+                seq_bytes.binary_search(&(sent.len() + i)).is_ok(),
+                "byte {i} of the buffer changed ({b:#04x} -> {a:#04x}) and is no header's id"
+            );
+        }
+    }
 }
 
 /// The fuzz target: decode, then [`run_tracker`].

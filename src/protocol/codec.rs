@@ -5,6 +5,10 @@
 //! reads (a split header, the first bytes of the payload for classification, the chunks of a packet
 //! of 16 MiB or more) and reports each logical packet once it has been seen whole. Nothing here
 //! allocates, and sizes are checked from the header before any payload is accepted.
+//! Behind a compressed leg the inner sequence ids do not follow the plain numbering (servers and
+//! Connector/C restart them from the frame counter), so a scan can also rewrite each header's
+//! sequence byte in place as it completes ([`PacketScanner::scan_renumbering`]): a chunk's header
+//! may lie in an earlier read than the packet's end, so waiting for the end would be too late.
 
 use thiserror::Error;
 
@@ -55,6 +59,23 @@ pub enum FrameError {
         got: u8,
         start: Option<usize>,
     },
+}
+
+/// What [`PacketScanner::advance`] stopped at.
+enum Event {
+    NeedMore,
+    Header { start: Option<usize> },
+    Packet,
+}
+
+/// The caller's side of [`PacketScanner::scan_renumbering`].
+pub trait Renumber {
+    type Error: From<FrameError>;
+    /// The sequence id the packet whose first header just completed must carry, or `None` to
+    /// leave it as sent.
+    fn first_seq(&mut self) -> Option<u8>;
+    /// A logical packet ended in `buf` (the buffer being scanned, rewritten up to here).
+    fn packet(&mut self, p: Packet<'_>, buf: &[u8]) -> Result<(), Self::Error>;
 }
 
 /// Incremental scanner over one direction of a connection.
@@ -109,39 +130,94 @@ impl PacketScanner {
         buf: &[u8],
         mut on_packet: impl FnMut(Packet<'_>) -> Result<(), E>,
     ) -> Result<(), E> {
+        self.enter();
+        let mut pos = 0;
+        loop {
+            match self.advance(buf, &mut pos) {
+                Event::NeedMore => return Ok(()),
+                Event::Header { start } => self.begin_chunk(start)?,
+                Event::Packet => on_packet(self.packet(pos))?,
+            }
+        }
+    }
+
+    /// As [`scan`](Self::scan), but a chunk whose sequence id is not the one the plain protocol
+    /// expects is renumbered instead of refused: its header's sequence byte is overwritten in
+    /// `buf`. A continuation chunk must carry the previous chunk's id + 1; the id of a packet's
+    /// first chunk is whatever [`Renumber::first_seq`] says when that header completes (after
+    /// every earlier packet went to [`Renumber::packet`]). Every [`Packet`] reports the ids as
+    /// rewritten.
+    pub fn scan_renumbering<R: Renumber>(
+        &mut self,
+        buf: &mut [u8],
+        sink: &mut R,
+    ) -> Result<(), R::Error> {
+        self.enter();
+        let mut pos = 0;
+        loop {
+            match self.advance(buf, &mut pos) {
+                Event::NeedMore => return Ok(()),
+                Event::Header { start } => {
+                    let expected = if self.continuation {
+                        Some(self.last_seq.wrapping_add(1))
+                    } else {
+                        sink.first_seq()
+                    };
+                    // The sequence byte is the header's last: it always lies in this buffer.
+                    if let Some(seq) = expected.filter(|&seq| seq != self.header[3]) {
+                        self.header[3] = seq;
+                        buf[pos - 1] = seq;
+                    }
+                    self.begin_chunk(start)?;
+                }
+                Event::Packet => sink.packet(self.packet(pos), buf)?,
+            }
+        }
+    }
+
+    /// Starts a scan of a new buffer.
+    fn enter(&mut self) {
         if self.in_payload || self.continuation {
             // The packet in progress began in an earlier buffer: no offset in this one.
             self.start = None;
         }
-        let mut pos = 0;
+    }
+
+    /// Consumes `buf` from `pos` up to the next thing the caller acts on: a chunk header just
+    /// completed (the caller applies it with [`begin_chunk`](Self::begin_chunk) before the next
+    /// call), a logical packet ended at `pos`, or the end of the buffer.
+    #[inline(always)]
+    fn advance(&mut self, buf: &[u8], pos: &mut usize) -> Event {
         loop {
             if !self.in_payload {
-                if pos == buf.len() {
-                    return Ok(());
+                if *pos == buf.len() {
+                    return Event::NeedMore;
                 }
-                let take = (4 - self.header_len).min(buf.len() - pos);
+                let take = (4 - self.header_len).min(buf.len() - *pos);
                 self.header[self.header_len..self.header_len + take]
-                    .copy_from_slice(&buf[pos..pos + take]);
+                    .copy_from_slice(&buf[*pos..*pos + take]);
                 let whole_header_here = self.header_len == 0 && take == 4;
                 self.header_len += take;
-                pos += take;
+                *pos += take;
                 if self.header_len < 4 {
-                    return Ok(());
+                    return Event::NeedMore;
                 }
                 self.header_len = 0;
-                self.begin_chunk(whole_header_here.then(|| pos - 4))?;
+                return Event::Header {
+                    start: whole_header_here.then(|| *pos - 4),
+                };
             }
-            let take = self.remaining.min(buf.len() - pos);
+            let take = self.remaining.min(buf.len() - *pos);
             if self.prefix_len < PREFIX_LEN {
                 let keep = (PREFIX_LEN - self.prefix_len).min(take);
                 self.prefix[self.prefix_len..self.prefix_len + keep]
-                    .copy_from_slice(&buf[pos..pos + keep]);
+                    .copy_from_slice(&buf[*pos..*pos + keep]);
                 self.prefix_len += keep;
             }
             self.remaining -= take;
-            pos += take;
+            *pos += take;
             if self.remaining > 0 {
-                return Ok(());
+                return Event::NeedMore;
             }
             self.in_payload = false;
             if self.chunk_len == MAX_CHUNK {
@@ -149,15 +225,20 @@ impl PacketScanner {
                 continue;
             }
             self.continuation = false;
-            on_packet(Packet {
-                first_seq: self.first_seq,
-                last_seq: self.last_seq,
-                first_chunk_len: self.first_chunk_len,
-                len: self.total,
-                prefix: &self.prefix[..self.prefix_len],
-                start: self.start,
-                end: pos,
-            })?;
+            return Event::Packet;
+        }
+    }
+
+    /// The logical packet that just ended at `end`.
+    fn packet(&self, end: usize) -> Packet<'_> {
+        Packet {
+            first_seq: self.first_seq,
+            last_seq: self.last_seq,
+            first_chunk_len: self.first_chunk_len,
+            len: self.total,
+            prefix: &self.prefix[..self.prefix_len],
+            start: self.start,
+            end,
         }
     }
 

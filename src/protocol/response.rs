@@ -24,7 +24,7 @@ use super::caps::{
     Negotiated, CLIENT_DEPRECATE_EOF, MARIADB_CLIENT_PROGRESS, SERVER_MORE_RESULTS_EXISTS,
     SERVER_STATUS_CURSOR_EXISTS,
 };
-use super::codec::{lenenc_int, FrameError, Packet, PacketScanner, MAX_CHUNK};
+use super::codec::{lenenc_int, FrameError, Packet, PacketScanner, Renumber, MAX_CHUNK};
 
 /// Command bytes the tracker needs to tell apart.
 pub mod cmd {
@@ -225,6 +225,10 @@ pub struct Tracker {
     kills: Vec<(usize, usize)>,
     /// Packets the backend sent with no command outstanding (e.g. a shutdown notice).
     pub unsolicited: u64,
+    /// Rewrite, rather than refuse, sequence ids off the plain numbering, per direction (see
+    /// [`renumber`](Self::renumber)).
+    renumber_client: bool,
+    renumber_server: bool,
 }
 
 impl Tracker {
@@ -240,7 +244,23 @@ impl Tracker {
             client_mode: ClientMode::Commands,
             kills: Vec::new(),
             unsolicited: 0,
+            renumber_client: false,
+            renumber_server: false,
         }
+    }
+
+    /// Per direction, whether [`on_client_mut`](Self::on_client_mut) and
+    /// [`on_server_mut`](Self::on_server_mut) rewrite sequence ids to the plain protocol's
+    /// numbering instead of refusing the ones off it. For a direction whose source is a
+    /// compressed leg: its inner ids restart from the frame counter at every flush, and compressed
+    /// readers never check them, so rewriting is harmless even when the destination compresses.
+    /// A command's first packet gets 0, every later packet of its exchange (either direction) the
+    /// previous packet's last id + 1, every continuation chunk the previous chunk's + 1. Packets
+    /// nothing is expected of are left as sent: server packets with no command outstanding, and
+    /// the client's inside a binlog stream.
+    pub fn renumber(&mut self, client: bool, server: bool) {
+        self.renumber_client = client;
+        self.renumber_server = server;
     }
 
     /// Commands sent and not yet fully answered.
@@ -282,29 +302,54 @@ impl Tracker {
 
     /// Scans bytes read from the client (before they are written to the backend). Bytes the
     /// returned [`ClientScan::held`] counts were not taken: pass them again, first, next time.
+    /// Read-only, so it never renumbers: ids off the plain numbering are errors.
     pub fn on_client(&mut self, buf: &[u8]) -> Result<ClientScan, TrackError> {
-        let mut scan = ClientScan::default();
+        let (client, mut side) = self.client_side();
+        let result = client.scan(buf, |p| side.packet(p, buf));
+        let (scan, open_at) = (side.scan, side.open_at);
+        self.client_scanned(buf, scan, open_at, result)
+    }
+
+    /// As [`on_client`](Self::on_client), and when client renumbering is on (see
+    /// [`renumber`](Self::renumber)) rewrites sequence ids in `buf`; the KILL candidates and
+    /// everything else the tracker reports then see the rewritten bytes.
+    pub fn on_client_mut(&mut self, buf: &mut [u8]) -> Result<ClientScan, TrackError> {
+        if !self.renumber_client {
+            return self.on_client(buf);
+        }
+        let (client, mut side) = self.client_side();
+        let result = client.scan_renumbering(buf, &mut side);
+        let (scan, open_at) = (side.scan, side.open_at);
+        self.client_scanned(buf, scan, open_at, result)
+    }
+
+    fn client_side(&mut self) -> (&mut PacketScanner, ClientSide<'_>) {
         self.kills.clear();
         // Where the packet in progress at the end began, if it began in this buffer.
-        let mut open_at = self.client.at_boundary().then_some(0);
-        let Self {
-            client,
-            queue,
-            client_mode,
-            kills,
-            ..
-        } = self;
-        client
-            .scan(buf, |p| {
-                open_at = Some(p.end);
-                let whole = p.start.map(|start| &buf[start..p.end]);
-                Self::client_packet(queue, client_mode, &p, whole, &mut scan, kills)
-            })
-            // The closure never yields a backend error: a framing error here is the client's.
-            .map_err(|e| match e {
-                TrackError::BackendFrame(f) => TrackError::ClientFrame(f),
-                other => other,
-            })?;
+        let open_at = self.client.at_boundary().then_some(0);
+        let side = ClientSide {
+            queue: &mut self.queue,
+            mode: &mut self.client_mode,
+            kills: &mut self.kills,
+            scan: ClientScan::default(),
+            open_at,
+        };
+        (&mut self.client, side)
+    }
+
+    /// After a client scan: blames framing errors on the client, holds back a KILL not whole yet.
+    fn client_scanned(
+        &mut self,
+        buf: &[u8],
+        mut scan: ClientScan,
+        open_at: Option<usize>,
+        result: Result<(), TrackError>,
+    ) -> Result<ClientScan, TrackError> {
+        // The sink never yields a backend error: a framing error here is the client's.
+        result.map_err(|e| match e {
+            TrackError::BackendFrame(f) => TrackError::ClientFrame(f),
+            other => other,
+        })?;
         if let Some(at) = open_at.filter(|&at| at < buf.len()) {
             if self.client_mode == ClientMode::Commands && may_become_kill(&buf[at..]) {
                 // Forget the partial packet: it is scanned again, whole, from its header.
@@ -417,58 +462,144 @@ impl Tracker {
     }
 
     /// Scans bytes read from the backend (before they are written to the client); every command
-    /// answered in full is passed to `done`.
+    /// answered in full is passed to `done`. Read-only, so it never renumbers.
     pub fn on_server(
         &mut self,
         buf: &[u8],
         now: Instant,
         mut done: impl FnMut(Completed),
     ) -> Result<(), TrackError> {
-        let Self {
-            caps,
-            server,
-            queue,
-            client_mode,
-            unsolicited,
-            ..
-        } = self;
-        let caps = *caps;
-        server.scan(buf, |p| {
-            let Some(head) = queue.front_mut() else {
-                *unsolicited += 1;
-                return Ok(());
-            };
-            if p.first_seq != head.next_seq {
-                return Err(TrackError::BackendOutOfOrder {
-                    expected: head.next_seq,
-                    got: p.first_seq,
-                    start: p.start,
+        let (server, mut side) = self.server_side(now, &mut done);
+        server.scan(buf, |p| side.packet(p))
+    }
+
+    /// As [`on_server`](Self::on_server), and when server renumbering is on (see
+    /// [`renumber`](Self::renumber)) rewrites sequence ids in `buf`.
+    pub fn on_server_mut(
+        &mut self,
+        buf: &mut [u8],
+        now: Instant,
+        mut done: impl FnMut(Completed),
+    ) -> Result<(), TrackError> {
+        if !self.renumber_server {
+            return self.on_server(buf, now, done);
+        }
+        let (server, mut side) = self.server_side(now, &mut done);
+        server.scan_renumbering(buf, &mut side)
+    }
+
+    fn server_side<'t, F: FnMut(Completed)>(
+        &'t mut self,
+        now: Instant,
+        done: &'t mut F,
+    ) -> (&'t mut PacketScanner, ServerSide<'t, F>) {
+        let side = ServerSide {
+            caps: self.caps,
+            queue: &mut self.queue,
+            client_mode: &mut self.client_mode,
+            unsolicited: &mut self.unsolicited,
+            now,
+            done,
+        };
+        (&mut self.server, side)
+    }
+}
+
+/// What a client scan updates besides the scanner: one packet at a time, in stream order.
+struct ClientSide<'t> {
+    queue: &'t mut VecDeque<Pending>,
+    mode: &'t mut ClientMode,
+    kills: &'t mut Vec<(usize, usize)>,
+    scan: ClientScan,
+    /// Where the packet in progress at the end began, if it began in this buffer.
+    open_at: Option<usize>,
+}
+
+impl ClientSide<'_> {
+    fn packet(&mut self, p: Packet<'_>, buf: &[u8]) -> Result<(), TrackError> {
+        self.open_at = Some(p.end);
+        let whole = p.start.map(|start| &buf[start..p.end]);
+        Tracker::client_packet(self.queue, self.mode, &p, whole, &mut self.scan, self.kills)
+    }
+}
+
+impl Renumber for ClientSide<'_> {
+    type Error = TrackError;
+
+    fn first_seq(&mut self) -> Option<u8> {
+        match *self.mode {
+            ClientMode::Commands => Some(0),
+            ClientMode::Infile | ClientMode::Auth => self.queue.front().map(|head| head.next_seq),
+            // Semi-sync acknowledgements are not followed (nor checked).
+            ClientMode::Binlog => None,
+        }
+    }
+
+    fn packet(&mut self, p: Packet<'_>, buf: &[u8]) -> Result<(), TrackError> {
+        ClientSide::packet(self, p, buf)
+    }
+}
+
+/// What a server scan updates besides the scanner.
+struct ServerSide<'t, F> {
+    caps: Negotiated,
+    queue: &'t mut VecDeque<Pending>,
+    client_mode: &'t mut ClientMode,
+    unsolicited: &'t mut u64,
+    now: Instant,
+    done: &'t mut F,
+}
+
+impl<F: FnMut(Completed)> ServerSide<'_, F> {
+    fn packet(&mut self, p: Packet<'_>) -> Result<(), TrackError> {
+        let (queue, now) = (&mut *self.queue, self.now);
+        let Some(head) = queue.front_mut() else {
+            *self.unsolicited += 1;
+            return Ok(());
+        };
+        if p.first_seq != head.next_seq {
+            return Err(TrackError::BackendOutOfOrder {
+                expected: head.next_seq,
+                got: p.first_seq,
+                start: p.start,
+            });
+        }
+        head.next_seq = p.last_seq.wrapping_add(1);
+        if head.first_byte_at.is_none() {
+            head.first_byte_at = Some(now);
+        }
+        if !step(self.caps, head, self.client_mode, &p)? {
+            return Ok(());
+        }
+        if let Some(head) = queue.pop_front() {
+            let written = head.written_at.unwrap_or(now);
+            let first = head.first_byte_at.unwrap_or(now);
+            if !matches!(head.expect, Expect::Binlog) {
+                (self.done)(Completed {
+                    command: head.command,
+                    latency: now.saturating_duration_since(written),
+                    first_byte: first.saturating_duration_since(written),
                 });
             }
-            head.next_seq = p.last_seq.wrapping_add(1);
-            if head.first_byte_at.is_none() {
-                head.first_byte_at = Some(now);
-            }
-            let finished = step(caps, head, client_mode, &p)?;
-            if finished {
-                if let Some(head) = queue.pop_front() {
-                    let written = head.written_at.unwrap_or(now);
-                    let first = head.first_byte_at.unwrap_or(now);
-                    if !matches!(head.expect, Expect::Binlog) {
-                        done(Completed {
-                            command: head.command,
-                            latency: now.saturating_duration_since(written),
-                            first_byte: first.saturating_duration_since(written),
-                        });
-                    }
-                }
-                *client_mode = match queue.front().map(|p| p.expect) {
-                    Some(Expect::Binlog) => ClientMode::Binlog,
-                    _ => ClientMode::Commands,
-                };
-            }
-            Ok(())
-        })
+        }
+        *self.client_mode = match queue.front().map(|p| p.expect) {
+            Some(Expect::Binlog) => ClientMode::Binlog,
+            _ => ClientMode::Commands,
+        };
+        Ok(())
+    }
+}
+
+impl<F: FnMut(Completed)> Renumber for ServerSide<'_, F> {
+    type Error = TrackError;
+
+    fn first_seq(&mut self) -> Option<u8> {
+        // With nothing outstanding (a shutdown notice) no id is expected.
+        self.queue.front().map(|head| head.next_seq)
+    }
+
+    fn packet(&mut self, p: Packet<'_>, _buf: &[u8]) -> Result<(), TrackError> {
+        ServerSide::packet(self, p)
     }
 }
 
