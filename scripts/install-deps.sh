@@ -41,6 +41,9 @@ perl -MDBD::MariaDB -e 'exit 0' 2>/dev/null || { missing+=(DBD::MariaDB); packag
 have node || { missing+=(node); packages+=(nodejs); }
 have npm || { missing+=(npm); packages+=(npm); }
 have python3 || { missing+=(python3); packages+=(python3); }
+# The TLS tests make their certificates with rcgen; tests/other_clients.rs and the load
+# benchmark's TLS paths make theirs with `openssl req`.
+have openssl || { missing+=(openssl); packages+=(openssl); }
 # tests/keepalive.rs runs the proxy in a network namespace of its own (`ip netns`) and makes a
 # peer vanish by having that namespace's loopback drop every packet (`nft`).
 have ip || { missing+=(ip); packages+=(iproute2); }
@@ -68,7 +71,7 @@ if [ "${#missing[@]}" -gt 0 ]; then
     ${sudo[@]+"${sudo[@]}"} apt-get update
     ${sudo[@]+"${sudo[@]}"} env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
         "${packages[@]}"
-    for tool in mariadbd mariadb-install-db mariadb sysbench haproxy php node npm python3 java javac ip nft; do
+    for tool in mariadbd mariadb-install-db mariadb sysbench haproxy php node npm python3 java javac ip nft openssl; do
         if ! have "$tool"; then
             echo "install-deps: $tool still missing after apt-get install" >&2
             exit 1

@@ -335,3 +335,49 @@ def nofile_limits(pid):
                 parts = line.split()
                 return parts[3], parts[4]
     return None
+
+
+# --- TLS material and configuration files --------------------------------------------------------
+
+
+def make_tls_files(base):
+    """A throwaway CA, a server certificate for 127.0.0.1/localhost (the backends and mysql-lb
+    present it) and a client certificate, made with openssl. sysbench 1.0 reads its TLS files
+    from fixed names in its working directory (cacert.pem, client-cert.pem, client-key.pem), so
+    they are laid out that way in `sysbench_dir`."""
+    d = os.path.join(base, "tls")
+    sb = os.path.join(d, "sysbench")
+    os.makedirs(sb)
+
+    def openssl(*argv):
+        out = subprocess.run([find_binary("openssl")] + list(argv), cwd=d, stdin=subprocess.DEVNULL,
+                             capture_output=True, timeout=60)
+        if out.returncode != 0:
+            raise RuntimeError("openssl %s failed:\n%s" % (argv[0], out.stderr.decode()))
+
+    openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", "/CN=bench CA",
+            "-keyout", "ca.key", "-out", "ca.pem")
+    with open(os.path.join(d, "server.ext"), "w") as f:
+        f.write("subjectAltName=DNS:localhost,IP:127.0.0.1\nextendedKeyUsage=serverAuth\n")
+    with open(os.path.join(d, "client.ext"), "w") as f:
+        f.write("extendedKeyUsage=clientAuth\n")
+    for name in ("server", "client"):
+        openssl("req", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=bench " + name,
+                "-keyout", name + ".key", "-out", name + ".csr")
+        openssl("x509", "-req", "-in", name + ".csr", "-CA", "ca.pem", "-CAkey", "ca.key",
+                "-CAcreateserial", "-days", "2", "-extfile", name + ".ext", "-out", name + ".pem")
+    for src, dst in (("ca.pem", "cacert.pem"), ("client.pem", "client-cert.pem"), ("client.key", "client-key.pem")):
+        shutil.copy(os.path.join(d, src), os.path.join(sb, dst))
+    return {
+        "ca": os.path.join(d, "ca.pem"),
+        "cert": os.path.join(d, "server.pem"),
+        "key": os.path.join(d, "server.key"),
+        "sysbench_dir": sb,
+    }
+
+
+def write_config(path, backends, body):
+    """A mysql-lb YAML file: `backends` (the flags replace them anyway) and `body` (YAML text)."""
+    with open(path, "w") as f:
+        f.write("backends:\n" + "".join("  - %s\n" % b for b in backends) + body)
+    return path

@@ -22,6 +22,16 @@ a shared machine hits all paths alike. Paths:
   direct unix     sysbench -> the backends' unix sockets (comma-separated --mysql-socket)
   bare relay unix sysbench -> pump.rs's unix socket -> backends' unix sockets
   mysql-lb unix   sysbench -> mysql-lb's unix socket -> backends' unix sockets
+  direct tls      sysbench --mysql-ssl=on -> the backends (TLS; sysbench 1.0 cannot verify)
+  mysql-lb tls    sysbench --mysql-ssl=on -> mysql-lb (TLS) -> backends (plaintext)
+  mysql-lb tls both
+                  sysbench --mysql-ssl=on -> mysql-lb (TLS) -> backends (TLS, verify_identity)
+  direct compressed, mysql-lb compressed
+                  sysbench --mysql-compression=on -> the backends / mysql-lb (its backend leg
+                  uncompressed)
+
+The backends speak TLS (a throwaway CA and certificates made with openssl); the plaintext
+mysql-lb paths set `backend_tls: {mode: disabled}` so they stay plaintext on both legs.
 
 Per cell: median qps (min-max over rounds), qps relative to direct TCP, median p95 latency, the
 proxy process's CPU seconds (utime+stime from /proc, all threads) per 10k queries, syscalls per
@@ -206,10 +216,14 @@ def versions(binary):
 class Target:
     """One way of reaching the backends."""
 
-    def __init__(self, name, conn_args, proc=None):
+    def __init__(self, name, conn_args, proc=None, cwd=None, probe=None):
         self.name = name
         self.conn_args = conn_args
         self.proc = proc
+        # sysbench's working directory: where it finds its TLS files.
+        self.cwd = cwd
+        # (address, CLI flags) the `mariadb` CLI checks this path's TLS or compression with.
+        self.probe = probe
 
     @property
     def pid(self):
@@ -264,9 +278,9 @@ def parse_sysbench(text):
     }
 
 
-def run_capture(reg, argv, timeout, name="sysbench"):
+def run_capture(reg, argv, timeout, name="sysbench", cwd=None):
     """Runs a command to completion in its own session (stopped on Ctrl-C like every child)."""
-    proc, log_path = reg.spawn(name, argv, log_name="%s-%d" % (name, time.monotonic_ns()))
+    proc, log_path = reg.spawn(name, argv, log_name="%s-%d" % (name, time.monotonic_ns()), cwd=cwd)
     try:
         proc.wait(timeout)
     except subprocess.TimeoutExpired:
@@ -421,9 +435,11 @@ class Bench:
 
     def start(self):
         template = procs.make_template(self.reg)
+        self.tls = procs.make_tls_files(self.reg.base)
         self.backends = [procs.MariaDB(self.reg, "db%d" % i, template) for i in (1, 2, 3)]
         for b in self.backends:
-            b.start()
+            b.start(["--ssl-cert=" + self.tls["cert"], "--ssl-key=" + self.tls["key"],
+                     "--ssl-ca=" + self.tls["ca"]])
         log("backends: " + ", ".join("%s 127.0.0.1:%d %s" % (b.name, b.port, b.socket) for b in self.backends))
         self.prepare()
         hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
@@ -449,9 +465,14 @@ class Bench:
         lb_addr = ("127.0.0.1", procs.free_port())
         extra = self.args.lb_args.split()
         tcp_backends = ["127.0.0.1:%d" % b.port for b in self.backends]
+        # The backends offer TLS, which mysql-lb takes by default (`preferred`): the plaintext
+        # paths say no, so they stay what they measure.
+        plain = extra + ["--config", procs.write_config(
+            os.path.join(self.reg.base, "plain.yaml"), tcp_backends, "backend_tls: {mode: disabled}\n")]
         lb, self.lb_admin, _ = procs.start_mysql_lb(
-            self.reg, self.binary, "mysql-lb", lb_addr, tcp_backends, extra
+            self.reg, self.binary, "mysql-lb", lb_addr, tcp_backends, plain
         )
+        self.lb_addr = lb_addr
         lb_sock = os.path.join(self.reg.base, "mysql-lb.sock")
         lbu, self.lbu_admin, _ = procs.start_mysql_lb(
             self.reg, self.binary, "mysql-lb-unix", lb_sock, [b.socket for b in self.backends], extra
@@ -462,7 +483,7 @@ class Bench:
             addr = ("127.0.0.1", procs.free_port())
             proc, _, _ = procs.start_mysql_lb(
                 self.reg, self.binary, "mysql-lb-" + name.replace(" ", "-"), addr, tcp_backends,
-                extra + flags.split(),
+                plain + flags.split(),
             )
             variants.append(Target("mysql-lb " + name, tcp_args([addr]), proc))
         baseline, baseline_unix = [], []
@@ -488,10 +509,11 @@ class Bench:
         self.lb = Target("mysql-lb", tcp_args([lb_addr]), lb)
         self.direct_unix = Target("direct unix", socket_args([b.socket for b in self.backends]))
         self.lb_unix = Target("mysql-lb unix", socket_args([lb_sock]), lbu)
+        tls_targets, tls_proxies = self.start_tls_proxies(extra, tcp_backends)
         self.targets = [self.direct, self.haproxy, self.pump, self.lb] + baseline + variants + [
-            self.direct_unix, self.pump_unix, self.lb_unix] + baseline_unix
+            self.direct_unix, self.pump_unix, self.lb_unix] + baseline_unix + tls_targets
         self.proxies = [self.haproxy, self.pump, self.lb] + baseline + variants + [
-            self.pump_unix, self.lb_unix] + baseline_unix
+            self.pump_unix, self.lb_unix] + baseline_unix + tls_proxies
         if self.args.paths:
             unknown = set(self.args.paths) - {t.name for t in self.targets}
             if unknown:
@@ -500,6 +522,80 @@ class Bench:
             self.proxies = [t for t in self.proxies if t.name in self.args.paths]
         log("haproxy pid %d (maxconn %d), mysql-lb pid %d (admin %d), mysql-lb unix pid %d (admin %d)"
             % (hp.pid, self.haproxy_maxconn, lb.pid, self.lb_admin, lbu.pid, self.lbu_admin))
+
+    def start_tls_proxies(self, extra, tcp_backends):
+        """The TLS and compressed paths: (targets, the proxies among them)."""
+        t = self.tls
+        ssl = ["--mysql-ssl=on"]
+        zlib = ["--mysql-compression=on"]
+        client_leg = "tls: {cert: %s, key: %s}\n" % (t["cert"], t["key"])
+        cli_tls = ["--ssl", "--ssl-ca=" + t["ca"], "--ssl-verify-server-cert"]
+        configs = {
+            "mysql-lb tls": client_leg + "backend_tls: {mode: disabled}\n",
+            "mysql-lb tls both": client_leg + "backend_tls: {mode: verify_identity, ca: %s}\n" % t["ca"],
+        }
+        targets, proxies = [], []
+        for name, body in configs.items():
+            slug = name.replace(" ", "-")
+            cfg = procs.write_config(os.path.join(self.reg.base, slug + ".yaml"), tcp_backends, body)
+            addr = ("127.0.0.1", procs.free_port())
+            proc, _, _ = procs.start_mysql_lb(
+                self.reg, self.binary, slug, addr, tcp_backends, extra + ["--config", cfg])
+            target = Target(name, tcp_args([addr]) + ssl, proc, cwd=t["sysbench_dir"],
+                            probe=(addr, cli_tls))
+            targets.append(target)
+            proxies.append(target)
+        first = self.backends[0].addr
+        direct_tls = Target("direct tls", tcp_args([b.addr for b in self.backends]) + ssl,
+                            cwd=t["sysbench_dir"], probe=(first, cli_tls))
+        direct_zlib = Target("direct compressed", tcp_args([b.addr for b in self.backends]) + zlib,
+                             probe=(first, ["--compress"]))
+        lb_zlib = Target("mysql-lb compressed", self.lb.conn_args + zlib, self.lb.proc,
+                         probe=(self.lb_addr, ["--compress"]))
+        return [direct_tls] + targets + [direct_zlib, lb_zlib], proxies + [lb_zlib]
+
+    def check_tls(self):
+        """Each TLS or compressed path must be what it says: sysbench 1.0 falls back to plaintext
+        (and uncompressed) without a word when the server does not offer it. The `mariadb` CLI,
+        which refuses to fall back, checks the client leg (`status`: "Cipher in use", "Protocol:
+        Compressed"); where the backends can tell (direct tls, mysql-lb tls both), a 1 s
+        connection loop must raise their Ssl_finished_accepts. A path that fails is dropped from
+        the run with a note, the rest goes on."""
+        script = os.path.join(HERE, "connect.lua")
+        for target in [t for t in self.targets if t.probe]:
+            (host, port), flags = target.probe
+            out = subprocess.run(
+                ["mariadb", "--no-defaults", "--protocol=tcp", "--host=" + host, "--port=%d" % port,
+                 "--user=" + procs.BENCH_USER, "--password=" + procs.BENCH_PASS] + flags + ["-e", "status"],
+                stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60)
+            want = "Cipher in use" if "--ssl" in flags else "Compressed"
+            problem = None
+            if out.returncode != 0 or want not in out.stdout:
+                problem = "the mariadb CLI (%s) did not get it: %s" % (
+                    " ".join(flags[:1]), (out.stderr.strip() or "no %r in its status" % want)[:200])
+            elif target.name in ("direct tls", "mysql-lb tls both"):
+                before = self.ssl_accepts()
+                rc, _ = run_capture(self.reg, sysbench_argv(script, target, 1, 1), 60, cwd=target.cwd)
+                gained = self.ssl_accepts() - before
+                if rc != 0 or gained <= 0:
+                    problem = "sysbench made %d TLS handshakes at the backends (exit %s)" % (gained, rc)
+                else:
+                    log("%s: %d TLS handshakes at the backends in a 1 s check" % (target.name, gained))
+            if problem:
+                log("%s: dropped: %s" % (target.name, problem))
+                self.notes.append("Path `%s` was dropped: %s." % (target.name, problem))
+                self.targets = [t for t in self.targets if t is not target]
+                self.proxies = [t for t in self.proxies if t is not target]
+
+    def ssl_accepts(self):
+        total = 0
+        for b in self.backends:
+            c = b.connect()
+            try:
+                total += int(c.query("SHOW GLOBAL STATUS LIKE 'Ssl_finished_accepts'")[0][1])
+            finally:
+                c.close()
+        return total
 
     # the sysbench matrix
 
@@ -524,7 +620,7 @@ class Bench:
         q0 = monitor.questions()
         cpu0 = procs.cpu_seconds(target.pid) if target.pid else None
         own0, (busy0, total0) = self.reg.own_cpu(), procs.machine_busy()
-        rc, text = run_capture(self.reg, argv, self.args.time + 120)
+        rc, text = run_capture(self.reg, argv, self.args.time + 120, cwd=target.cwd)
         own1, (busy1, total1) = self.reg.own_cpu(), procs.machine_busy()
         cpu1 = procs.cpu_seconds(target.pid) if target.pid else None
         q1 = monitor.questions()
@@ -567,7 +663,8 @@ class Bench:
                     # Long enough for any attach delay; stopped as soon as the sample is taken.
                     seconds = int(warm + self.args.sample + 30)
                     argv = sysbench_argv(test, target, threads, seconds)
-                    sb, sb_log = self.reg.spawn("sysbench", argv, log_name="sample-%d" % time.monotonic_ns())
+                    sb, sb_log = self.reg.spawn("sysbench", argv, log_name="sample-%d" % time.monotonic_ns(),
+                                                cwd=target.cwd)
                     counter = None
                     try:
                         time.sleep(warm)
@@ -614,7 +711,7 @@ class Bench:
                 argv = sysbench_argv(script, target, self.args.connect_workers, self.args.connect_time)
                 cpu0 = procs.cpu_seconds(target.pid) if target.pid else None
                 own0, (busy0, total0) = self.reg.own_cpu(), procs.machine_busy()
-                rc, text = run_capture(self.reg, argv, self.args.connect_time + 120)
+                rc, text = run_capture(self.reg, argv, self.args.connect_time + 120, cwd=target.cwd)
                 own1, (busy1, total1) = self.reg.own_cpu(), procs.machine_busy()
                 cpu1 = procs.cpu_seconds(target.pid) if target.pid else None
                 res = parse_sysbench(text)
@@ -787,7 +884,7 @@ class Bench:
             w("")
         goals = self.goals()
         if goals:
-            w("## Issue 5 goals on this run")
+            w("## Issue 5 and issue 11 goals on this run")
             w("")
             for g in goals:
                 w("- " + g)
@@ -914,6 +1011,37 @@ class Bench:
         if hp and lb:
             r = statistics.median(x["rate"] for x in lb) / statistics.median(x["rate"] for x in hp)
             out.append("8. connection setup ≥ 0.8× HAProxy: %.2f — %s" % (r, verdict(r >= 0.8)))
+        return out + self.tls_goals(verdict)
+
+    def tls_goals(self, verdict):
+        """Issue 11's goals: TLS and compressed paths beside plaintext mysql-lb."""
+        out = []
+        for name, goal in (("mysql-lb tls", 0.85), ("mysql-lb tls both", 0.75)):
+            ratios = []
+            for test, threads in self.cells():
+                t, p = self.median_qps(test, threads, name), self.median_qps(test, threads, "mysql-lb")
+                if t and p:
+                    ratios.append(t / p)
+            if ratios:
+                out.append("11. %s ≥ %.2f× plaintext mysql-lb qps: lowest %.2f — %s"
+                           % (name, goal, min(ratios), verdict(min(ratios) >= goal)))
+        lt, dt = self.connect.get("mysql-lb tls"), self.connect.get("direct tls")
+        if lt and dt:
+            r = statistics.median(x["rate"] for x in lt) / statistics.median(x["rate"] for x in dt)
+            out.append("11. TLS connection setup through mysql-lb ≥ 0.8× direct TLS: %.2f — %s"
+                       % (r, verdict(r >= 0.8)))
+        parts = []
+        for test, threads in self.cells():
+            cpu = {}
+            for name in ("mysql-lb", "mysql-lb tls", "mysql-lb tls both", "mysql-lb compressed"):
+                runs = self.results.get((test, threads, name)) or []
+                vals = [r["cpu"] / r["queries"] * 1e4 for r in runs if r.get("cpu") is not None]
+                if vals:
+                    cpu[name] = statistics.median(vals)
+            if len(cpu) > 1:
+                parts.append("%s %dt: %s" % (test, threads, ", ".join("%s %.3f" % kv for kv in cpu.items())))
+        if parts:
+            out.append("11. proxy CPU s / 10k q, plaintext vs TLS vs compressed (reported): " + "; ".join(parts))
         return out
 
 
@@ -1006,6 +1134,7 @@ def main():
             phase = time.monotonic()
 
         bench.start()
+        bench.check_tls()
         done("set-up")
         if "matrix" not in args.skip:
             bench.run_matrix()
