@@ -575,8 +575,15 @@ mod tests {
         )));
         m.remove_certificate_expiry("client", "");
         let text = String::from_utf8(m.render()).unwrap();
-        assert!(!text.contains("leg=\"client\"}"), "{text}");
-        assert!(text.contains("leg=\"backend\"}"), "{text}");
+        let expiry: Vec<&str> = text.lines().filter(|l| l.starts_with(family)).collect();
+        assert!(
+            !expiry.iter().any(|l| l.contains("leg=\"client\"}")),
+            "{text}"
+        );
+        assert!(
+            expiry.iter().any(|l| l.contains("leg=\"backend\"}")),
+            "{text}"
+        );
     }
 
     #[test]

@@ -126,6 +126,9 @@ where
     let (client_pending, backend_pending) =
         legs::start_compression(&mut client, &mut backend, &mut auth);
     let mut tracker = Tracker::new(auth.negotiated, shared.session.max_packet_size);
+    // Inside compressed frames the peers number packets by the frame counter: each direction
+    // read from a compressed leg is renumbered to the plain protocol's ids as it passes.
+    tracker.renumber(auth.client_compressed, auth.backend_compressed);
     let mut observer = Recorder {
         stats: &lease.backend().stats,
         worker,
