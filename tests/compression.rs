@@ -131,6 +131,10 @@ impl Compressed {
             if p.first() == Some(&0xfe) && p.len() < 9 {
                 return Ok(rows);
             }
+            if p.first() == Some(&0xff) {
+                // An error in row position (a KILL QUERY interrupting the statement).
+                return Err(common::rawclient::parse_err(&p));
+            }
             rows.push(text_row(&p, columns));
         }
     }
@@ -578,4 +582,12 @@ async fn wrong_uncompressed_length_closes_only_that_session() {
     let mut bad = frame(0, &packet, true);
     bad[4] = u8::try_from(packet.len() + 7).unwrap();
     assert_bad_frame_closes_only_its_session(bad, "wrong uncompressed length").await;
+}
+
+/// The reference for the bulk test above: the same client straight to MariaDB.
+#[tokio::test]
+async fn direct_blob_both_ways_compressed() {
+    let db = shared_pair()[0].tcp_addr();
+    let mut conn = Conn::new(compressed_opts(&db)).await.unwrap();
+    blob_both_ways(&mut conn, "direct, compressed").await;
 }

@@ -349,7 +349,12 @@ impl FrameDecoder {
             if !f.ended {
                 return Err(CompressError::Corrupt {
                     seq: f.seq,
-                    reason: "the zlib stream is cut short by the end of the frame".into(),
+                    reason: format!(
+                        "the zlib stream is cut short by the end of the frame ({} of {} bytes \
+                         inflated)",
+                        f.declared - f.out_left,
+                        f.declared
+                    ),
                 });
             }
             if f.out_left > 0 {
@@ -391,7 +396,17 @@ impl FrameDecoder {
             &mut out[p.written..p.written + room]
         };
         let (in_before, out_before) = (z.total_in(), z.total_out());
-        let status = z.decompress(chunk, dst, FlushDecompress::None);
+        // zlib decodes the last symbols of its input only once told that no input follows
+        // (it may otherwise wait for bytes that would never come), so the rest of the frame's
+        // payload goes with Finish. Not on a stream's first call: there Finish means "all the
+        // output fits", which bounded output room cannot promise; such a call is followed by
+        // one with no input, which finishes.
+        let flush = if chunk.len() == f.payload_left && z.total_in() > 0 {
+            FlushDecompress::Finish
+        } else {
+            FlushDecompress::None
+        };
+        let status = z.decompress(chunk, dst, flush);
         let used = (z.total_in() - in_before) as usize;
         let made = (z.total_out() - out_before) as usize;
         let status = status.map_err(|e| CompressError::Corrupt {

@@ -549,3 +549,61 @@ fn shrink_drops_zlib_state_and_encoding_goes_on() {
         assert!(e.deflate.is_none() && d.inflate.is_none());
     }
 }
+
+#[test]
+fn a_large_compressed_frame_fed_in_socket_sized_reads_decodes() {
+    // A 16 MiB-class frame as mysql_async and libmariadb send it (pattern data, zlib default),
+    // arriving in 64 KiB reads with 8 KiB of output room at a time, as the relay reads it.
+    let plain: Vec<u8> = (0..(MAX_FRAME_PAYLOAD as u32))
+        .map(|i| (i % 251) as u8 ^ (i >> 13) as u8)
+        .collect();
+    let frame = zframe(0, &plain, plain.len());
+    let mut d = FrameDecoder::new();
+    let mut got = Vec::with_capacity(plain.len());
+    let mut out = vec![0u8; 8192];
+    for input in frame.chunks(65536) {
+        let mut at = 0;
+        loop {
+            let p = d.decode_into(&input[at..], &mut out).expect("decodes");
+            got.extend_from_slice(&out[..p.written]);
+            at += p.consumed;
+            if p.written == 0 && at == input.len() {
+                break;
+            }
+        }
+    }
+    assert_eq!(got.len(), plain.len());
+    assert!(got == plain);
+    assert!(d.at_boundary());
+}
+
+#[test]
+fn mysql_commons_frames_of_a_20_mib_packet_decode() {
+    let plain: Vec<u8> = (0..(20u32 << 20)).map(|i| (i % 251) as u8).collect();
+    let mut src = BytesMut::from(&plain[..]);
+    let mut dst = BytesMut::new();
+    mysql_common::proto::codec::compress(
+        0,
+        flate2::Compression::default(),
+        64 << 20,
+        &mut src,
+        &mut dst,
+    )
+    .unwrap();
+    let mut d = FrameDecoder::new();
+    let mut got = Vec::new();
+    let mut out = vec![0u8; 8192];
+    for input in dst.chunks(65536) {
+        let mut at = 0;
+        loop {
+            let p = d.decode_into(&input[at..], &mut out).expect("decodes");
+            got.extend_from_slice(&out[..p.written]);
+            at += p.consumed;
+            if p.written == 0 && at == input.len() {
+                break;
+            }
+        }
+    }
+    assert_eq!(got.len(), plain.len());
+    assert!(got == plain);
+}
