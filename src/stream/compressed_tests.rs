@@ -1,3 +1,4 @@
+use crate::protocol::codec::header;
 use std::time::Duration;
 
 use tokio::io::{duplex, AsyncReadExt, AsyncWriteExt, DuplexStream};
@@ -440,7 +441,7 @@ impl AsyncWrite for Stuck {
 #[tokio::test]
 async fn a_peer_that_does_not_read_stalls_the_writer_with_bounded_memory() {
     let mut s = Compressed::with_level(Stuck::default(), Role::Server, BytesMut::new(), 0);
-    let plain = vec![b'p'; 1 << 20];
+    let plain = whole_packets(b'p', 1 << 20);
     let mut accepted = 0;
     let waker = std::task::Waker::noop();
     let mut cx = Context::from_waker(waker);
@@ -471,7 +472,7 @@ async fn shrink_gives_back_buffer_capacity_after_a_large_transfer() {
     already.extend_from_slice(&stored(0, b"early"));
     let mut reader = Compressed::new(a, Role::Client, already);
     let mut writer = Compressed::with_level(b, Role::Server, BytesMut::new(), 0);
-    let big = vec![b'b'; 600 * 1024];
+    let big = whole_packets(b'b', 600 * 1024);
     let task = tokio::spawn(async move {
         writer.write_all(&big).await.unwrap();
         writer.flush().await.unwrap();
@@ -480,6 +481,7 @@ async fn shrink_gives_back_buffer_capacity_after_a_large_transfer() {
     let mut got = 0;
     let mut buf = vec![0u8; 256 * 1024];
     while got < 5 + 600 * 1024 {
+        // (`whole_packets` makes exactly the length asked for.)
         let n = tokio::time::timeout(DEADLINE, reader.read(&mut buf))
             .await
             .unwrap()
@@ -504,7 +506,59 @@ async fn shrink_gives_back_buffer_capacity_after_a_large_transfer() {
         reader.raw_in.capacity()
     );
     // Both go on working after shrinking.
-    writer.write_all(b"more").await.unwrap();
+    let more = whole_packets(b'm', 8);
+    writer.write_all(&more).await.unwrap();
     writer.flush().await.unwrap();
-    assert_eq!(read_exact_timed(&mut reader, 4).await, b"more");
+    assert_eq!(read_exact_timed(&mut reader, 8).await, more);
+}
+
+/// `len` bytes of plain packets (1 KiB each, the last one shorter) filled with `fill`: what a
+/// server-role stream frames as it is written.
+fn whole_packets(fill: u8, len: usize) -> Vec<u8> {
+    let mut out = Vec::with_capacity(len);
+    while out.len() < len {
+        let payload = (len - out.len() - 4).min(1020);
+        out.extend_from_slice(&header(payload, 1));
+        out.resize(out.len() + payload, fill);
+    }
+    out
+}
+
+#[test]
+fn the_server_role_frames_whole_packets_however_they_are_written() {
+    let packets = [whole_packets(b'a', 3000), whole_packets(b'z', 70_000)].concat();
+    for cut in [1, 3, 4, 5, 1023, 1024, 1025, 2999, 3000, 3001, 40_000] {
+        let mut s = Compressed::with_level(Vec::new(), Role::Server, BytesMut::new(), 0);
+        let waker = std::task::Waker::noop();
+        let mut cx = Context::from_waker(waker);
+        for piece in [&packets[..cut], &packets[cut..]] {
+            let mut at = 0;
+            while at < piece.len() {
+                match Pin::new(&mut s).poll_write(&mut cx, &piece[at..]) {
+                    Poll::Ready(Ok(n)) => at += n,
+                    other => panic!("{other:?}"),
+                }
+            }
+        }
+        assert!(Pin::new(&mut s).poll_flush(&mut cx).is_ready());
+        let wire = s.get_ref().clone();
+        let mut at = 0;
+        let mut plain = Vec::new();
+        while at < wire.len() {
+            let len = usize::from(wire[at])
+                | usize::from(wire[at + 1]) << 8
+                | usize::from(wire[at + 2]) << 16;
+            let frame = &wire[at + 7..at + 7 + len];
+            // Level 0 stores: the frame holds the plain bytes, and they end at a packet end.
+            let mut p = 0;
+            while p < frame.len() {
+                let n = usize::from(frame[p]) | usize::from(frame[p + 1]) << 8;
+                p += 4 + n;
+            }
+            assert_eq!(p, frame.len(), "cut {cut}: a frame ends inside a packet");
+            plain.extend_from_slice(frame);
+            at += 7 + len;
+        }
+        assert_eq!(plain, packets, "cut {cut}");
+    }
 }
