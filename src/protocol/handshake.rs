@@ -461,13 +461,7 @@ fn clear_bits(
     mask: u32,
     packet: Packet,
 ) -> Result<(), HandshakeError> {
-    let field = payload
-        .get_mut(at..at + width)
-        .ok_or_else(|| truncated(packet, "capability flags"))?;
-    for (byte, mask_byte) in field.iter_mut().zip(mask.to_le_bytes()) {
-        *byte &= !mask_byte;
-    }
-    Ok(())
+    patch_bits(payload, at, width, packet, |byte, m| byte & !m, mask)
 }
 
 fn set_bits(
@@ -477,11 +471,24 @@ fn set_bits(
     mask: u32,
     packet: Packet,
 ) -> Result<(), HandshakeError> {
+    patch_bits(payload, at, width, packet, |byte, m| byte | m, mask)
+}
+
+/// Applies `op` to each byte of the `width`-byte capability field at `at` with the matching
+/// byte of `mask`.
+fn patch_bits(
+    payload: &mut [u8],
+    at: usize,
+    width: usize,
+    packet: Packet,
+    op: fn(u8, u8) -> u8,
+    mask: u32,
+) -> Result<(), HandshakeError> {
     let field = payload
         .get_mut(at..at + width)
         .ok_or_else(|| truncated(packet, "capability flags"))?;
     for (byte, mask_byte) in field.iter_mut().zip(mask.to_le_bytes()) {
-        *byte |= mask_byte;
+        *byte = op(*byte, mask_byte);
     }
     Ok(())
 }
