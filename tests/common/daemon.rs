@@ -75,6 +75,24 @@ impl Daemon {
         );
     }
 
+    /// Waits for a log line containing `needle` among those not seen yet: for a line a test
+    /// expects again (each reload's), where [`Daemon::wait_for_line`] would find the old one.
+    pub fn wait_for_new_line(&mut self, needle: &str) -> String {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while Instant::now() < deadline {
+            if let Ok(line) = self.lines.recv_timeout(Duration::from_millis(100)) {
+                self.seen.push(line.clone());
+                if line.contains(needle) {
+                    return line;
+                }
+            }
+        }
+        panic!(
+            "no new log line with {needle:?}; got:\n{}",
+            self.seen.join("\n")
+        );
+    }
+
     pub fn stop(&mut self) -> std::process::ExitStatus {
         let pid = self.child.id() as i32;
         // SIGTERM: the daemon drains and exits on its own.

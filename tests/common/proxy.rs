@@ -132,24 +132,31 @@ impl TestProxy {
     /// GET `path` from the admin endpoint: (status code, body). Plain HTTP/1.0 over a socket keeps
     /// the tests free of an HTTP client dependency.
     pub fn admin_get(&self, path: &str) -> (u16, String) {
-        use std::io::{Read, Write};
-        let addr = self.admin.expect("admin endpoint enabled");
-        let mut s = std::net::TcpStream::connect(addr).expect("admin connect");
-        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-        write!(s, "GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n").unwrap();
-        let mut response = String::new();
-        s.read_to_string(&mut response).expect("admin response");
-        let status = response
-            .split_whitespace()
-            .nth(1)
-            .and_then(|c| c.parse().ok())
-            .unwrap_or(0);
-        let body = response
-            .split_once("\r\n\r\n")
-            .map(|(_, b)| b.to_owned())
-            .unwrap_or_default();
-        (status, body)
+        http_get(self.admin.expect("admin endpoint enabled"), path).expect("admin response")
     }
+}
+
+/// GET `path` from an HTTP server at `addr` (an admin endpoint): (status code, body), or why
+/// the request failed.
+pub fn http_get(addr: SocketAddr, path: &str) -> Result<(u16, String), String> {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).map_err(|e| format!("connect {addr}: {e}"))?;
+    s.set_read_timeout(Some(Duration::from_secs(10)))
+        .map_err(|e| e.to_string())?;
+    write!(s, "GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n").map_err(|e| e.to_string())?;
+    let mut response = String::new();
+    s.read_to_string(&mut response)
+        .map_err(|e| format!("read the response from {addr}: {e}"))?;
+    let status = response
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    let body = response
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_owned())
+        .unwrap_or_default();
+    Ok((status, body))
 }
 
 /// A new connection to `addr` (a proxy) and the backend port it landed on.

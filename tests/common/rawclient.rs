@@ -83,6 +83,8 @@ pub struct TlsInfo {
     pub version: String,
     /// e.g. `TLS13_AES_256_GCM_SHA384`.
     pub cipher: String,
+    /// The DER of the leaf certificate the server presented (empty if it sent none).
+    pub peer_cert: Vec<u8>,
 }
 
 impl RawClient {
@@ -183,6 +185,11 @@ impl RawClient {
             cipher: session
                 .negotiated_cipher_suite()
                 .map(|c| format!("{:?}", c.suite()))
+                .unwrap_or_default(),
+            peer_cert: session
+                .peer_certificates()
+                .and_then(|chain| chain.first())
+                .map(|leaf| leaf.to_vec())
                 .unwrap_or_default(),
         };
         let mut client = RawClient::new(Box::new(tls));
