@@ -24,11 +24,28 @@ use script::{ErrorReason, ScriptError, ScriptErrors, ScriptHost};
 /// Backends handled without a heap allocation per pick.
 const INLINE: usize = 16;
 
-/// Who is connecting, as a script sees it (`proxy.connection.client.src`).
-#[derive(Debug, Clone, Copy)]
+/// Who is connecting, as a script sees it (`proxy.connection.client.src`, and in deferred mode
+/// `client.username`, `client.default_db` and `proxy.connection.pool`).
+#[derive(Debug, Clone, Copy, Default)]
 pub struct ClientInfo<'a> {
     /// `ip:port` (`[v6]:port`), or `unix:PATH` for a unix socket listener.
     pub addr: &'a str,
+    /// The user the client logs in as; known only in deferred mode.
+    pub user: Option<&'a str>,
+    /// The database the client names in its HandshakeResponse (deferred mode).
+    pub default_db: Option<&'a str>,
+    /// The pool the routes chose.
+    pub pool: Option<&'a str>,
+}
+
+impl<'a> ClientInfo<'a> {
+    /// A client known only by its address (before the greeting).
+    pub fn at(addr: &'a str) -> Self {
+        Self {
+            addr,
+            ..Self::default()
+        }
+    }
 }
 
 /// One server behind the proxy.

@@ -85,7 +85,7 @@ where
 {
     let mut client = Leg::Plain(client);
     let (lease, backend, mut greeting) =
-        match connect_backend(&shared, &ClientInfo { addr: peer }).await {
+        match connect_backend(&shared, &ClientInfo::at(peer)).await {
             Ok(found) => found,
             Err(tried) => return refuse_no_backend(&shared, &mut client, peer, &tried).await,
         };
