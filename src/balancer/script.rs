@@ -655,7 +655,7 @@ mod tests {
             let (s, _f) = set(source);
             assert_eq!(s.script_errors(ErrorReason::Load), 1, "{source}");
             assert_eq!(choose(&s, "1.1.1.1:1"), None);
-            let c = s.candidates_for(Instant::now(), &ClientInfo::at("1.1.1.1:1"));
+            let c = s.candidates_for(Instant::now(), &ClientInfo::at("1.1.1.1:1"), None);
             assert_eq!(c.len(), 3);
         }
     }
@@ -684,7 +684,7 @@ mod tests {
         let client = ClientInfo::at("1.1.1.1:1");
         for _ in 0..4 {
             let order: Vec<_> = s
-                .candidates_for(Instant::now(), &client)
+                .candidates_for(Instant::now(), &client, None)
                 .iter()
                 .map(|b| b.index())
                 .collect();
@@ -762,7 +762,7 @@ mod tests {
         let host = s.script().unwrap();
         assert!(host.wants_disconnect());
         let client = ClientInfo::at("[::1]:7000");
-        let first = s.candidates_for(Instant::now(), &client).remove(0);
+        let first = s.candidates_for(Instant::now(), &client, None).remove(0);
         assert_eq!(first.name, "b2");
         drop(s.lease_for(&first, &client));
         s.client_refused(&ClientInfo::at("unix:/tmp/x.sock"));
