@@ -515,6 +515,7 @@ mod tests {
                 kind: BackendKind::Rw,
                 tls: Default::default(),
                 compression: false,
+                pool: "default".into(),
             })
             .collect();
         BackendSet::new(&configs, Duration::from_secs(5), false, &Metrics::new())
@@ -555,6 +556,7 @@ mod tests {
             kind: BackendKind::Rw,
             tls: Default::default(),
             compression: false,
+            pool: "default".into(),
         }];
         let s = BackendSet::new(&configs, Duration::from_secs(1), true, &Metrics::new());
         let b = &s.backends()[0];
@@ -619,6 +621,7 @@ mod tests {
                 kind: BackendKind::Rw,
                 tls: Default::default(),
                 compression: false,
+                pool: "default".into(),
             })
             .collect();
         let config = BalancerConfig {
