@@ -482,6 +482,7 @@ mod tests {
                 kind: Default::default(),
                 tls: Default::default(),
                 compression: false,
+                pool: "default".into(),
             })
             .collect();
         BackendSet::new(&configs, Duration::from_secs(1), false, &Metrics::new())

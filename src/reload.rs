@@ -213,6 +213,7 @@ mod tests {
             kind: Default::default(),
             tls: Default::default(),
             compression: false,
+            pool: "default".into(),
         }
     }
 

@@ -577,6 +577,7 @@ mod tests {
                 kind: BackendKind::Rw,
                 tls: Default::default(),
                 compression: false,
+                pool: "default".into(),
             })
             .collect();
         BackendSet::new(&configs, Duration::from_secs(5), false, &Metrics::new())
@@ -617,6 +618,7 @@ mod tests {
             kind: BackendKind::Rw,
             tls: Default::default(),
             compression: false,
+            pool: "default".into(),
         }];
         let s = BackendSet::new(&configs, Duration::from_secs(1), true, &Metrics::new());
         let b = &s.backends()[0];
@@ -681,6 +683,7 @@ mod tests {
                 kind: BackendKind::Rw,
                 tls: Default::default(),
                 compression: false,
+                pool: "default".into(),
             })
             .collect();
         let config = BalancerConfig {

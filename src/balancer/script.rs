@@ -430,6 +430,7 @@ mod tests {
                 kind,
                 tls: Default::default(),
                 compression: false,
+                pool: "default".into(),
             })
             .collect()
     }
