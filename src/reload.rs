@@ -48,14 +48,15 @@ pub fn apply(shared: &ProxyState, new: &Config) -> Result<Summary, ReloadError> 
     // renewed certificate under the same path is the usual case.
     let legs = crate::state::Legs::load(new)?;
     let current = shared.backends();
-    let next = current.rebuild(
-        &new.backends,
-        new.down_cooloff,
-        !new.health_check.interval.is_zero(),
-        &shared.metrics,
-        &new.balancer,
-    )
-    .with_routing_of(new);
+    let next = current
+        .rebuild(
+            &new.backends,
+            new.down_cooloff,
+            !new.health_check.interval.is_zero(),
+            &shared.metrics,
+            &new.balancer,
+        )
+        .with_routing_of(new);
     let names = |set: &crate::balancer::BackendSet| -> Vec<String> {
         set.backends().iter().map(|b| b.name.clone()).collect()
     };

@@ -266,14 +266,12 @@ impl BackendSet {
             .enumerate()
             .map(|(index, c)| {
                 let kept = previous.and_then(|p| {
-                    p.backends
-                        .iter()
-                        .find(|b| {
-                            b.name == c.name
-                                && b.address == c.address
-                                && b.kind == c.kind
-                                && b.pool == c.pool
-                        })
+                    p.backends.iter().find(|b| {
+                        b.name == c.name
+                            && b.address == c.address
+                            && b.kind == c.kind
+                            && b.pool == c.pool
+                    })
                 });
                 match kept {
                     Some(b) => {
@@ -284,22 +282,22 @@ impl BackendSet {
                     None => Arc::new({
                         metrics.backend_pool(&c.name, &c.pool);
                         Backend {
-                        name: c.name.clone(),
-                        pool: c.pool.clone(),
-                        address: c.address.clone(),
-                        weight: AtomicU32::new(c.weight),
-                        kind: c.kind,
-                        index: AtomicUsize::new(index),
-                        seen_up: AtomicBool::new(false),
-                        down: AtomicBool::new(false),
-                        down_until: AtomicU64::new(0),
-                        active: AtomicUsize::new(0),
-                        passes: AtomicU32::new(0),
-                        failures: AtomicU32::new(0),
-                        last_check: Mutex::new(None),
-                        cleartext_warned: AtomicBool::new(false),
-                        greeting: ArcSwapOption::empty(),
-                        stats: metrics.backend(&c.name),
+                            name: c.name.clone(),
+                            pool: c.pool.clone(),
+                            address: c.address.clone(),
+                            weight: AtomicU32::new(c.weight),
+                            kind: c.kind,
+                            index: AtomicUsize::new(index),
+                            seen_up: AtomicBool::new(false),
+                            down: AtomicBool::new(false),
+                            down_until: AtomicU64::new(0),
+                            active: AtomicUsize::new(0),
+                            passes: AtomicU32::new(0),
+                            failures: AtomicU32::new(0),
+                            last_check: Mutex::new(None),
+                            cleartext_warned: AtomicBool::new(false),
+                            greeting: ArcSwapOption::empty(),
+                            stats: metrics.backend(&c.name),
                         }
                     }),
                 }
@@ -398,8 +396,7 @@ impl BackendSet {
             Some(p) => (&p.members[..], p.policy, &p.next),
             None => (&self.backends[..], self.policy, &self.next),
         };
-        let (mut up, mut down): (Vec<_>, Vec<_>) =
-            members.iter().partition(|b| self.is_up(b, now));
+        let (mut up, mut down): (Vec<_>, Vec<_>) = members.iter().partition(|b| self.is_up(b, now));
         if !up.is_empty() {
             let first = self.policy_pick(policy, next, &up);
             up.rotate_left(first);

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use bytes::BytesMut;
 
 use super::{Backend, BackendSet};
-use crate::config::{Config, ConnectMode, PoolConfig, Policy};
+use crate::config::{Config, ConnectMode, Policy, PoolConfig};
 use crate::protocol::handshake::{patch_greeting_with, Greeting, Strip};
 use crate::route::{Routes, Who};
 

@@ -70,7 +70,14 @@ where
     };
     let mut next_seq = 2;
     let limits = shared.session.handshake_limits();
-    let hello = greet_client(&mut client, &mut greeting, limits, &client_plan, &mut next_seq).await;
+    let hello = greet_client(
+        &mut client,
+        &mut greeting,
+        limits,
+        &client_plan,
+        &mut next_seq,
+    )
+    .await;
     let hello = match hello {
         Ok(hello) => hello,
         Err(e) => {
@@ -87,9 +94,7 @@ where
         ..from.who()
     };
     let Some(pool) = set.route(&who) else {
-        let message = format!(
-            "no route matches user '{user}' and no default_pool is configured"
-        );
+        let message = format!("no route matches user '{user}' and no default_pool is configured");
         return refuse_after_greeting(shared, &mut client, next_seq, peer, &message).await;
     };
     let info = ClientInfo {
@@ -98,14 +103,14 @@ where
         default_db: database.as_deref(),
         pool: Some(&pool.name),
     };
-    let (lease, connected, backend_greeting) =
-        match connect_backend(shared, set, &info, pool).await {
-            Ok(found) => found,
-            Err(tried) => {
-                let message = no_backend_message(pool, &tried);
-                return refuse_after_greeting(shared, &mut client, next_seq, peer, &message).await;
-            }
-        };
+    let (lease, connected, backend_greeting) = match connect_backend(shared, set, &info, pool).await
+    {
+        Ok(found) => found,
+        Err(tried) => {
+            let message = no_backend_message(pool, &tried);
+            return refuse_after_greeting(shared, &mut client, next_seq, peer, &message).await;
+        }
+    };
     if let Some(r) = &registration {
         r.bind(kill::Target {
             backend: Arc::clone(lease.backend()),

@@ -104,11 +104,7 @@ impl<'a> Origin<'a> {
         Who {
             user: None,
             schema: None,
-            client: if self.local {
-                None
-            } else {
-                peer_ip(self.peer)
-            },
+            client: if self.local { None } else { peer_ip(self.peer) },
             listener: self.listener,
         }
     }
@@ -440,11 +436,7 @@ async fn connect_backend(
                 if set.mark_up(&backend) {
                     info!(backend = %backend.name, "backend back in rotation: connect succeeded");
                 }
-                return Ok((
-                    set.lease_for(&backend, client),
-                    stream,
-                    greeting,
-                ));
+                return Ok((set.lease_for(&backend, client), stream, greeting));
             }
             Err((reason, broken)) => {
                 if broken && set.mark_down(&backend, Instant::now()) {
