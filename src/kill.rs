@@ -48,6 +48,16 @@ pub struct Target {
     pub thread_id: u32,
 }
 
+impl Target {
+    /// The backend session that greeted with `greeting`.
+    pub fn of(backend: &Arc<Backend>, greeting: &crate::auth::PatchedGreeting) -> Target {
+        Target {
+            backend: Arc::clone(backend),
+            thread_id: greeting.greeting.connection_id,
+        }
+    }
+}
+
 /// Live sessions by proxy id.
 #[derive(Debug, Default)]
 pub struct Registry {

@@ -299,7 +299,7 @@ impl BackendSet {
                             last_check: Mutex::new(None),
                             cleartext_warned: AtomicBool::new(false),
                             greeting: ArcSwapOption::empty(),
-                        routed: metrics.routed(&c.pool),
+                            routed: metrics.routed(&c.pool),
                             stats: metrics.backend(&c.name),
                         }
                     }),

@@ -22,7 +22,7 @@ use super::{
     command_phase, connect_backend, connection_phase_failed, legs, no_backend_message, EndReason,
     Established, Origin,
 };
-use crate::auth::{finish_deferred, greet_client, read_greeting, LegPlan};
+use crate::auth::{finish_deferred, greet_client, read_greeting, ClientHello, LegPlan};
 use crate::balancer::{BackendSet, ClientInfo};
 use crate::kill;
 use crate::leg::Leg;
@@ -50,41 +50,10 @@ where
     C: AsyncRead + AsyncWrite + Unpin,
 {
     let peer = from.peer;
-    let Some((mut greeting, template)) = greeting_for(shared, set).await else {
-        let message = "no backend has greeted yet (a deferred connect greets clients as its \
-                       backends do): every backend is unreachable";
-        warn!(client = peer, "refused: {message}");
-        shared.metrics.rejected(Refusal::NoBackend);
-        send(&mut client, &pre_greeting_err(code::UNKNOWN_ERROR, message)).await;
-        return EndReason::NoBackend;
-    };
-    let registration = own_greeting(&shared.kills, &mut greeting, peer);
-    let legs = shared.legs();
-    let client_plan = LegPlan {
-        client_tls: legs.tls.client.as_ref(),
-        client_local: from.local,
-        offer_compression: shared.session.offer_compression,
-        backend_tls: None,
-        backend_compression: false,
-        mariadb: template.is_mariadb,
-    };
     let mut next_seq = 2;
-    let limits = shared.session.handshake_limits();
-    let hello = greet_client(
-        &mut client,
-        &mut greeting,
-        limits,
-        &client_plan,
-        &mut next_seq,
-    )
-    .await;
-    let hello = match hello {
-        Ok(hello) => hello,
-        Err(e) => {
-            let reason = handshake_failed(&mut client, e, next_seq, peer, NO_BACKEND_YET).await;
-            legs::close_tls(&mut client).await;
-            return reason;
-        }
+    let (hello, registration) = match greet(shared, set, &mut client, from, &mut next_seq).await {
+        Ok(greeted) => greeted,
+        Err(reason) => return reason,
     };
     let user = hello.response.user.clone();
     let database = hello.response.database.clone();
@@ -107,26 +76,25 @@ where
     {
         Ok(found) => found,
         Err(tried) => {
-            let message = no_backend_message(pool, &tried);
+            let message = no_backend_message(set, pool, &tried);
             return refuse_after_greeting(shared, &mut client, next_seq, peer, &message).await;
         }
     };
     if let Some(r) = &registration {
-        r.bind(kill::Target {
-            backend: Arc::clone(lease.backend()),
-            thread_id: backend_greeting.greeting.connection_id,
-        });
+        r.bind(kill::Target::of(lease.backend(), &backend_greeting));
     }
     let mut backend = Leg::Plain(connected.stream);
-    let backend_name = lease.backend().name.clone();
+    let legs = shared.legs();
+    let name = &lease.backend().name;
     let plan = legs::plan(
         shared,
         &legs,
         from.local,
         &connected.tls,
         &backend_greeting,
-        &backend_name,
+        name,
     );
+    let limits = shared.session.handshake_limits();
     let auth = finish_deferred(
         &mut client,
         &mut backend,
@@ -135,9 +103,8 @@ where
         limits,
         &plan,
         &mut next_seq,
-    )
-    .await;
-    let auth = match auth {
+    );
+    let auth = match auth.await {
         Ok(auth) => auth,
         Err(e) => {
             return connection_phase_failed(shared, &mut client, e, next_seq, peer, &lease).await
@@ -150,6 +117,48 @@ where
         lease,
     };
     command_phase(shared, session, peer, worker, drain).await
+}
+
+/// Greets the client as a backend would and reads its HandshakeResponse; on failure the client
+/// has been told (where it still can be) and the session's end is returned.
+async fn greet<'a, C>(
+    shared: &'a ProxyState,
+    set: &BackendSet,
+    client: &mut Leg<C>,
+    from: Origin<'_>,
+    next_seq: &mut u8,
+) -> Result<(ClientHello, Option<kill::Registration<'a>>), EndReason>
+where
+    C: AsyncRead + AsyncWrite + Unpin,
+{
+    let peer = from.peer;
+    let Some((mut greeting, template)) = greeting_for(shared, set).await else {
+        let message = "no backend has greeted yet (a deferred connect greets clients as its \
+                       backends do): every backend is unreachable";
+        warn!(client = peer, "refused: {message}");
+        shared.metrics.rejected(Refusal::NoBackend);
+        send(client, &pre_greeting_err(code::UNKNOWN_ERROR, message)).await;
+        return Err(EndReason::NoBackend);
+    };
+    let registration = own_greeting(&shared.kills, &mut greeting, peer);
+    let legs = shared.legs();
+    let plan = LegPlan {
+        client_tls: legs.tls.client.as_ref(),
+        client_local: from.local,
+        offer_compression: shared.session.offer_compression,
+        backend_tls: None,
+        backend_compression: false,
+        mariadb: template.is_mariadb,
+    };
+    let limits = shared.session.handshake_limits();
+    match greet_client(client, &mut greeting, limits, &plan, next_seq).await {
+        Ok(hello) => Ok((hello, registration)),
+        Err(e) => {
+            let reason = handshake_failed(client, e, *next_seq, peer, NO_BACKEND_YET).await;
+            legs::close_tls(client).await;
+            Err(reason)
+        }
+    }
 }
 
 /// The greeting a deferred connect sends: learned from the backends' greetings, or, when none

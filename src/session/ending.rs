@@ -31,6 +31,51 @@ pub(super) async fn handshake_failed<C: AsyncWrite + Unpin>(
     peer: &str,
     backend: &str,
 ) -> EndReason {
+    match e {
+        AuthError::Denied { code, ref message } => {
+            info!(
+                client = peer,
+                backend, code, "authentication failed: {message}"
+            );
+            EndReason::AuthFailed
+        }
+        AuthError::BackendTls(_) => {
+            warn!(client = peer, backend, "closing: {e}");
+            send(
+                client,
+                &unknown_err(next_seq, &format!("backend {backend}: {e}")),
+            )
+            .await;
+            EndReason::TlsHandshake
+        }
+        AuthError::BackendRead(_)
+        | AuthError::BackendWrite(_)
+        | AuthError::BackendTimeout(_)
+        | AuthError::BackendGreeting(_)
+        | AuthError::BackendGreetingRead(_)
+        | AuthError::BackendRefused { .. } => {
+            let cause = e.cause();
+            warn!(
+                client = peer,
+                backend, "backend failed during authentication: {cause}"
+            );
+            let message = format!("backend {backend} failed during authentication: {cause}");
+            send(client, &unknown_err(next_seq, &message)).await;
+            EndReason::BackendNetwork
+        }
+        other => client_failed(client, other, next_seq, peer, backend).await,
+    }
+}
+
+/// The client side's failures in the connection phase: a bad or unsupported handshake gets an
+/// ERR it can still read, a client that left or timed out is only logged.
+async fn client_failed<C: AsyncWrite + Unpin>(
+    client: &mut C,
+    e: AuthError,
+    next_seq: u8,
+    peer: &str,
+    backend: &str,
+) -> EndReason {
     let client_err = |message: String| {
         err_packet(
             next_seq,
@@ -40,51 +85,14 @@ pub(super) async fn handshake_failed<C: AsyncWrite + Unpin>(
         )
     };
     match e {
-        AuthError::Denied { code, ref message } => {
-            info!(
-                client = peer,
-                backend, code, "authentication failed: {message}"
-            );
-            EndReason::AuthFailed
-        }
         AuthError::InsecureTransport { ref user, mariadb } => {
             info!(client = peer, backend, user, "refused: {e}");
-            // As the backend's own server would refuse it: MariaDB denies access (1045, it has
-            // no error of its own for this), MySQL says ER_SECURE_TRANSPORT_REQUIRED.
-            let (code, message) = if mariadb {
-                (
-                    code::ACCESS_DENIED,
-                    format!(
-                        "Access denied for user '{user}': connections using insecure transport \
-                         are prohibited (tls.require)"
-                    ),
-                )
-            } else {
-                (
-                    code::SECURE_TRANSPORT_REQUIRED,
-                    "Connections using insecure transport are prohibited while \
-                     --require_secure_transport=ON."
-                        .to_owned(),
-                )
-            };
-            let packet = err_packet(next_seq, code, Some(sqlstate_for(code)), &message);
-            send(client, &packet).await;
+            send(client, &insecure_transport_err(next_seq, user, mariadb)).await;
             EndReason::TlsRequired
         }
         AuthError::ClientTls(_) => {
             // Nothing can be said to a client whose TLS handshake failed.
             info!(client = peer, backend, "closing: {e}");
-            EndReason::TlsHandshake
-        }
-        AuthError::BackendTls(_) => {
-            warn!(client = peer, backend, "closing: {e}");
-            let packet = err_packet(
-                next_seq,
-                code::UNKNOWN_ERROR,
-                Some(sqlstate_for(code::UNKNOWN_ERROR)),
-                &format!("backend {backend}: {e}"),
-            );
-            send(client, &packet).await;
             EndReason::TlsHandshake
         }
         AuthError::ClientHandshake(_)
@@ -117,27 +125,56 @@ pub(super) async fn handshake_failed<C: AsyncWrite + Unpin>(
             );
             EndReason::ClientNetwork
         }
-        AuthError::BackendRead(_)
-        | AuthError::BackendWrite(_)
-        | AuthError::BackendTimeout(_)
-        | AuthError::BackendGreeting(_)
-        | AuthError::BackendGreetingRead(_)
-        | AuthError::BackendRefused { .. } => {
-            let cause = e.cause();
-            warn!(
-                client = peer,
-                backend, "backend failed during authentication: {cause}"
-            );
-            let packet = err_packet(
-                next_seq,
-                code::UNKNOWN_ERROR,
-                Some(sqlstate_for(code::UNKNOWN_ERROR)),
-                &format!("backend {backend} failed during authentication: {cause}"),
-            );
-            send(client, &packet).await;
-            EndReason::BackendNetwork
+        other => {
+            warn!(client = peer, backend, "closing: {other}");
+            EndReason::Malformed
         }
     }
+}
+
+/// The log line of a backend that closed its connection: expected when idle, a lost server
+/// mid-response.
+fn backend_closed(peer: &str, backend: &str, pending: usize) {
+    if pending == 0 {
+        info!(client = peer, backend, "backend closed the idle connection");
+    } else {
+        warn!(
+            client = peer,
+            backend,
+            pending,
+            "backend closed the connection mid-response: closing the client's too, \
+             as a lost server would"
+        );
+    }
+}
+
+/// An ERR 1105 in the client's sequence.
+fn unknown_err(seq: u8, message: &str) -> Vec<u8> {
+    let code = code::UNKNOWN_ERROR;
+    err_packet(seq, code, Some(sqlstate_for(code)), message)
+}
+
+/// The refusal of a plaintext client under `tls.require`, as the backend's own server would
+/// refuse it: MariaDB denies access (1045, it has no error of its own for this), MySQL says
+/// ER_SECURE_TRANSPORT_REQUIRED.
+fn insecure_transport_err(seq: u8, user: &str, mariadb: bool) -> Vec<u8> {
+    let (code, message) = if mariadb {
+        (
+            code::ACCESS_DENIED,
+            format!(
+                "Access denied for user '{user}': connections using insecure transport \
+                 are prohibited (tls.require)"
+            ),
+        )
+    } else {
+        (
+            code::SECURE_TRANSPORT_REQUIRED,
+            "Connections using insecure transport are prohibited while \
+             --require_secure_transport=ON."
+                .to_owned(),
+        )
+    };
+    err_packet(seq, code, Some(sqlstate_for(code)), &message)
 }
 
 pub(super) async fn relay_ended<C: AsyncRead + AsyncWrite + Unpin>(
@@ -178,14 +215,8 @@ pub(super) async fn relay_ended<C: AsyncRead + AsyncWrite + Unpin>(
                 client = peer,
                 backend, "closing: client sent a bad compressed frame ({e})"
             );
-            if tracker.server_at_boundary() {
-                let message = format!("client sent a bad compressed frame ({e})");
-                send(
-                    client,
-                    &server_side_err(tracker, code::UNKNOWN_ERROR, &message),
-                )
-                .await;
-            }
+            let message = format!("client sent a bad compressed frame ({e})");
+            answer_between_commands(client, tracker, &message).await;
             EndReason::Malformed
         }
         RelayEnd::ClientIo(e) => {
@@ -200,17 +231,7 @@ pub(super) async fn relay_ended<C: AsyncRead + AsyncWrite + Unpin>(
             EndReason::Malformed
         }
         RelayEnd::BackendClosed { pending, .. } => {
-            if pending == 0 {
-                info!(client = peer, backend, "backend closed the idle connection");
-            } else {
-                warn!(
-                    client = peer,
-                    backend,
-                    pending,
-                    "backend closed the connection mid-response: closing the client's too, \
-                     as a lost server would"
-                );
-            }
+            backend_closed(peer, backend, pending);
             EndReason::BackendNetwork
         }
         RelayEnd::BackendIo(e) => {
@@ -224,22 +245,47 @@ pub(super) async fn relay_ended<C: AsyncRead + AsyncWrite + Unpin>(
         }
         RelayEnd::Protocol(e) => {
             warn!(client = peer, backend, "closing: {e}");
-            let can_inject = if e.is_client() {
-                tracker.server_at_boundary()
-            } else {
-                e.start().is_some()
-            };
-            if can_inject {
-                let code = protocol_error_code(&e);
-                send(client, &server_side_err(tracker, code, &e.to_string())).await;
-                if code == code::NET_PACKET_TOO_LARGE {
-                    // A client writing a huge packet reads only once it is written: closing with
-                    // its bytes unread would reset the connection and lose the ERR, so swallow
-                    // the rest first (bounded), as the server does.
-                    discard_input(client, 64 << 20, Duration::from_secs(2)).await;
-                }
-            }
+            answer_protocol_error(client, tracker, &e).await;
             EndReason::Malformed
+        }
+    }
+}
+
+/// An ERR 1105 to the client when it is between responses (it reads one in a response's place).
+async fn answer_between_commands<C: AsyncRead + AsyncWrite + Unpin>(
+    client: &mut C,
+    tracker: &Tracker,
+    message: &str,
+) {
+    if tracker.server_at_boundary() {
+        send(
+            client,
+            &server_side_err(tracker, code::UNKNOWN_ERROR, message),
+        )
+        .await;
+    }
+}
+
+/// Tells the client of a protocol violation where an ERR can still be read in place of a
+/// response (a client's, between responses; a backend's, at a packet start).
+async fn answer_protocol_error<C: AsyncRead + AsyncWrite + Unpin>(
+    client: &mut C,
+    tracker: &Tracker,
+    e: &TrackError,
+) {
+    let can_inject = if e.is_client() {
+        tracker.server_at_boundary()
+    } else {
+        e.start().is_some()
+    };
+    if can_inject {
+        let code = protocol_error_code(e);
+        send(client, &server_side_err(tracker, code, &e.to_string())).await;
+        if code == code::NET_PACKET_TOO_LARGE {
+            // A client writing a huge packet reads only once it is written: closing with
+            // its bytes unread would reset the connection and lose the ERR, so swallow
+            // the rest first (bounded), as the server does.
+            discard_input(client, 64 << 20, Duration::from_secs(2)).await;
         }
     }
 }

@@ -139,7 +139,9 @@ where
     };
     let (lease, backend, mut greeting) = match connect_backend(&shared, &set, &info, pool).await {
         Ok(found) => found,
-        Err(tried) => return refuse_no_backend(&shared, &mut client, peer, pool, &tried).await,
+        Err(tried) => {
+            return refuse_no_backend(&shared, &mut client, peer, (&set, pool), &tried).await
+        }
     };
     let Connected {
         stream,
@@ -269,13 +271,13 @@ async fn refuse_no_backend<C>(
     shared: &ProxyState,
     client: &mut C,
     peer: &str,
-    pool: &Pool,
+    (set, pool): (&BackendSet, &Pool),
     tried: &[String],
 ) -> EndReason
 where
     C: AsyncWrite + Unpin,
 {
-    let message = no_backend_message(pool, tried);
+    let message = no_backend_message(set, pool, tried);
     warn!(client = peer, pool = %pool.name, "refused: {message}");
     shared.metrics.rejected(Refusal::NoBackend);
     send(client, &pre_greeting_err(code::UNKNOWN_ERROR, &message)).await;
@@ -283,12 +285,13 @@ where
 }
 
 /// "all backends are down", naming the pool when there are several.
-fn no_backend_message(pool: &Pool, tried: &[String]) -> String {
-    format!(
-        "all backends of pool {} are down; tried {}",
-        pool.name,
-        tried.join("; ")
-    )
+fn no_backend_message(set: &BackendSet, pool: &Pool, tried: &[String]) -> String {
+    let tried = tried.join("; ");
+    if set.pools().len() > 1 {
+        format!("all backends of pool {} are down; tried {tried}", pool.name)
+    } else {
+        format!("all backends are down; tried {tried}")
+    }
 }
 
 /// Tells a client that no route matches it and there is no default pool.
