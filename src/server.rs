@@ -377,7 +377,8 @@ async fn run_session(
     drain: CancellationToken,
     abort: CancellationToken,
 ) {
-    let span = tracing::info_span!("session", client = %peer);
+    // `pool` is recorded once the session is routed, so every later line of it names its pool.
+    let span = tracing::info_span!("session", client = %peer, pool = tracing::field::Empty);
     async move {
         let stream = match stream {
             Incoming::Here(s) => s,

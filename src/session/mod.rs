@@ -388,6 +388,7 @@ async fn connect_backend(
 ) -> Result<(Lease, Connected, PatchedGreeting), Vec<String>> {
     let mut tried = Vec::new();
     let legs = shared.legs();
+    tracing::Span::current().record("pool", pool.name.as_str());
     for backend in set.candidates_for(Instant::now(), client, Some(pool)) {
         let started = Instant::now();
         // Err carries the reason and whether the backend itself is unreachable or broken (taken out
