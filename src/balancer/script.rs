@@ -551,6 +551,34 @@ mod tests {
         no_script_errors(&s);
     }
 
+    #[test]
+    fn many_distinct_users_each_arrive_as_themselves() {
+        let (s, _f) = set(r#"
+            function connect_server()
+                local c = proxy.connection
+                local n = tonumber(c.client.username:match("^user(%d+)$"))
+                if c.client.default_db == "db" .. n and c.pool == "pool" .. n % 2 then
+                    proxy.connection.backend_ndx = n % 3 + 1
+                end
+            end"#);
+        for round in 0..2 {
+            for n in 0..50 {
+                let (user, db, pool) = (
+                    format!("user{n}"),
+                    format!("db{n}"),
+                    format!("pool{}", n % 2),
+                );
+                let client = known(&user, Some(&db), &pool);
+                assert_eq!(
+                    choose_for(&s, &client),
+                    Some(n % 3),
+                    "{user}, round {round}"
+                );
+            }
+        }
+        no_script_errors(&s);
+    }
+
     /// Chooses 1 when username, default_db and pool are all nil, else 2.
     const ALL_NIL: &str = r#"
         local function unknown()

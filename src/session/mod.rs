@@ -84,11 +84,11 @@ where
     C: AsyncRead + AsyncWrite + Unpin,
 {
     let mut client = Leg::Plain(client);
-    let (lease, backend, mut greeting) =
-        match connect_backend(&shared, &ClientInfo::at(peer)).await {
-            Ok(found) => found,
-            Err(tried) => return refuse_no_backend(&shared, &mut client, peer, &tried).await,
-        };
+    let (lease, backend, mut greeting) = match connect_backend(&shared, &ClientInfo::at(peer)).await
+    {
+        Ok(found) => found,
+        Err(tried) => return refuse_no_backend(&shared, &mut client, peer, &tried).await,
+    };
     let Connected {
         stream,
         tls: backend_tls,

@@ -72,7 +72,13 @@ pub fn response_for_backend(payload: &[u8]) -> Result<Vec<u8>, HandshakeError> {
     out.extend_from_slice(DEFERRED_PLUGIN.as_bytes());
     out.push(0);
     out.extend_from_slice(rest);
-    set_bits(&mut out, R_CAPS, 4, caps::CLIENT_PLUGIN_AUTH, Packet::ClientResponse)?;
+    set_bits(
+        &mut out,
+        R_CAPS,
+        4,
+        caps::CLIENT_PLUGIN_AUTH,
+        Packet::ClientResponse,
+    )?;
     Ok(out)
 }
 
@@ -115,7 +121,13 @@ mod tests {
     #[test]
     fn the_backend_gets_every_field_but_the_auth_data_and_the_plugin() {
         let caps = BASE | CLIENT_CONNECT_WITH_DB | CLIENT_CONNECT_ATTRS;
-        let client = response(caps, "alice", &[7; 20], Some("reports"), "mysql_native_password");
+        let client = response(
+            caps,
+            "alice",
+            &[7; 20],
+            Some("reports"),
+            "mysql_native_password",
+        );
         let out = response_for_backend(&client).unwrap();
         let ClientFirst::Response(parsed) = parse_client_first(&out).unwrap() else {
             panic!("not a response");
@@ -151,7 +163,13 @@ mod tests {
 
     #[test]
     fn a_truncated_response_is_an_error_not_a_panic() {
-        let client = response(BASE | CLIENT_CONNECT_WITH_DB, "alice", &[7; 20], Some("db"), "x");
+        let client = response(
+            BASE | CLIENT_CONNECT_WITH_DB,
+            "alice",
+            &[7; 20],
+            Some("db"),
+            "x",
+        );
         for cut in 0..client.len() - 4 {
             let _ = response_for_backend(&client[..cut]);
         }
