@@ -314,7 +314,7 @@ impl ScriptHost {
             return None;
         }
         let view = |b: &Backend| (b.active(), self.rotation.health(b, now));
-        let outcome = self.with_engine(|e| e.connect(&self.backends, &view, client.addr))?;
+        let outcome = self.with_engine(|e| e.connect(&self.backends, &view, client))?;
         match outcome {
             Ok(Some(i)) if self.rotation.health(&self.backends[i], now) == Health::Down => {
                 let b = &self.backends[i];
@@ -337,8 +337,14 @@ impl ScriptHost {
         }
     }
 
+    /// Runs `disconnect_client()` for a client known by its address only (`client.username`,
+    /// `default_db` and `proxy.connection.pool` are nil), which used backend `index`.
+    pub fn disconnect(&self, addr: &str, index: Option<usize>, now: Instant) {
+        self.disconnect_client(&ClientInfo::at(addr), index, now);
+    }
+
     /// Runs `disconnect_client()` for `client`, which used backend `index` (None: no backend).
-    pub fn disconnect(&self, client: &str, index: Option<usize>, now: Instant) {
+    pub fn disconnect_client(&self, client: &ClientInfo<'_>, index: Option<usize>, now: Instant) {
         if !self.loaded.load(Relaxed) || !self.wants_disconnect() {
             return;
         }
@@ -497,6 +503,205 @@ mod tests {
         for r in ErrorReason::ALL {
             assert_eq!(s.script_errors(r), 0, "{r:?}");
         }
+    }
+
+    /// A deferred-mode client: logs in as `user`, names `db`, routed to `pool`.
+    fn known<'a>(user: &'a str, db: Option<&'a str>, pool: &'a str) -> ClientInfo<'a> {
+        ClientInfo {
+            addr: "10.9.8.7:4000",
+            user: Some(user),
+            default_db: db,
+            pool: Some(pool),
+        }
+    }
+
+    fn choose_for(set: &BackendSet, client: &ClientInfo<'_>) -> Option<usize> {
+        set.script().unwrap().choose(client, Instant::now())
+    }
+
+    fn no_script_errors(set: &BackendSet) {
+        for r in ErrorReason::ALL {
+            assert_eq!(set.script_errors(r), 0, "{r:?}");
+        }
+    }
+
+    #[test]
+    fn connect_server_chooses_by_username_default_db_and_pool() {
+        let (s, _f) = set(r#"
+            function connect_server()
+                local c = proxy.connection.client
+                if c.username == "reporting" and c.default_db == "analytics"
+                   and proxy.connection.pool == "reports" then
+                    proxy.connection.backend_ndx = 3
+                elseif c.username == "etl" and c.default_db == nil then
+                    proxy.connection.backend_ndx = 2
+                elseif proxy.connection.pool == "default" then
+                    proxy.connection.backend_ndx = 1
+                end
+            end"#);
+        let reporting = known("reporting", Some("analytics"), "reports");
+        assert_eq!(choose_for(&s, &reporting), Some(2));
+        assert_eq!(choose_for(&s, &known("etl", None, "reports")), Some(1));
+        // "" is no database: nil, like a client that named none.
+        assert_eq!(choose_for(&s, &known("etl", Some(""), "reports")), Some(1));
+        assert_eq!(choose_for(&s, &known("etl", Some("x"), "default")), Some(0));
+        assert_eq!(choose_for(&s, &known("other", Some("x"), "reports")), None);
+        // Names are passed as they are, not as globs or lowercased.
+        let cased = known("Reporting", Some("analytics"), "reports");
+        assert_eq!(choose_for(&s, &cased), None);
+        no_script_errors(&s);
+    }
+
+    #[test]
+    fn many_distinct_users_each_arrive_as_themselves() {
+        let (s, _f) = set(r#"
+            function connect_server()
+                local c = proxy.connection
+                local n = tonumber(c.client.username:match("^user(%d+)$"))
+                if c.client.default_db == "db" .. n and c.pool == "pool" .. n % 2 then
+                    proxy.connection.backend_ndx = n % 3 + 1
+                end
+            end"#);
+        for round in 0..2 {
+            for n in 0..50 {
+                let (user, db, pool) = (
+                    format!("user{n}"),
+                    format!("db{n}"),
+                    format!("pool{}", n % 2),
+                );
+                let client = known(&user, Some(&db), &pool);
+                assert_eq!(
+                    choose_for(&s, &client),
+                    Some(n % 3),
+                    "{user}, round {round}"
+                );
+            }
+        }
+        no_script_errors(&s);
+    }
+
+    /// Chooses 1 when username, default_db and pool are all nil, else 2.
+    const ALL_NIL: &str = r#"
+        local function unknown()
+            local c = proxy.connection
+            return c.client.username == nil and c.client.default_db == nil and c.pool == nil
+        end
+        function connect_server()
+            proxy.connection.backend_ndx = unknown() and 1 or 2
+        end"#;
+
+    #[test]
+    fn immediate_mode_gives_nil_username_default_db_and_pool() {
+        let (s, _f) = set(ALL_NIL);
+        assert_eq!(choose(&s, "10.1.2.3:5000"), Some(0));
+        assert_eq!(choose(&s, "unix:/run/lb.sock"), Some(0));
+        assert_eq!(
+            choose_for(&s, &known("u", None, "p")),
+            Some(1),
+            "the probe can fail"
+        );
+        no_script_errors(&s);
+    }
+
+    #[test]
+    fn a_previous_clients_identity_never_leaks_into_the_next_call() {
+        let (s, _f) = set(r#"
+            calls = 0
+            function connect_server()
+                calls = calls + 1
+                local c = proxy.connection
+                local unknown = c.client.username == nil and c.client.default_db == nil
+                    and c.pool == nil
+                c.backend_ndx = unknown and 1 or 2
+                if c.client.src.name == nil then c.backend_ndx = 3 end
+                -- Replacement tables holding this client's values must not come back.
+                c.client = { username = c.client.username, default_db = "kept", src = {} }
+                proxy.connection = { client = c.client, pool = c.pool or "kept" }
+            end"#);
+        for _ in 0..3 {
+            assert_eq!(choose_for(&s, &known("alice", Some("shop"), "p")), Some(1));
+            assert_eq!(choose(&s, "1.1.1.1:1"), Some(0), "alice's identity leaked");
+        }
+        // One state (this thread's home slot) saw all six calls, so the leak was possible.
+        let host = s.script().unwrap();
+        let calls: Vec<i64> = host
+            .slots
+            .iter()
+            .map(|slot| {
+                let guard = slot.lock().unwrap();
+                guard.as_ref().unwrap().lua.globals().get("calls").unwrap()
+            })
+            .filter(|&n| n > 0)
+            .collect();
+        assert_eq!(calls, [6]);
+        no_script_errors(&s);
+    }
+
+    #[test]
+    fn non_string_values_assigned_to_the_identity_fields_harm_nothing() {
+        let (s, _f) = set(r#"
+            local n = 0
+            function connect_server()
+                n = n + 1
+                local c = proxy.connection
+                if c.client.username ~= "bob" or c.client.default_db ~= "db" or c.pool ~= "p" then
+                    return
+                end
+                if n == 1 then
+                    c.client.username, c.client.default_db = 42, { "table" }
+                    c.pool = function() end
+                elseif n == 2 then
+                    c.client.username, c.client.default_db, c.pool = true, 1.5, coroutine.create(print)
+                elseif n == 3 then
+                    c.client = 7
+                end
+                proxy.connection.backend_ndx = 2
+            end
+            function disconnect_client()
+                proxy.connection.client.username = {}
+                proxy.connection.pool = 0
+            end"#);
+        let bob = known("bob", Some("db"), "p");
+        for _ in 0..4 {
+            assert_eq!(choose_for(&s, &bob), Some(1));
+            s.script()
+                .unwrap()
+                .disconnect_client(&bob, Some(1), Instant::now());
+        }
+        no_script_errors(&s);
+    }
+
+    #[test]
+    fn disconnect_client_sees_the_identity_it_is_given() {
+        let (s, _f) = set(r#"
+            seen = {}
+            function disconnect_client()
+                local c = proxy.connection
+                seen[#seen + 1] = table.concat({
+                    tostring(c.client.username), tostring(c.client.default_db), tostring(c.pool),
+                    c.backend_ndx }, "/")
+            end"#);
+        let host = s.script().unwrap();
+        let now = Instant::now();
+        host.disconnect_client(&known("carol", Some("crm"), "sales"), Some(2), now);
+        host.disconnect_client(&known("dave", None, "default"), None, now);
+        host.disconnect("1.1.1.1:1", Some(0), now);
+        let seen: Vec<String> = host
+            .slots
+            .iter()
+            .flat_map(|slot| {
+                let guard = slot.lock().unwrap();
+                let t: Table = guard.as_ref().unwrap().lua.globals().get("seen").unwrap();
+                t.sequence_values::<String>()
+                    .map(Result::unwrap)
+                    .collect::<Vec<_>>()
+            })
+            .collect();
+        assert_eq!(
+            seen,
+            ["carol/crm/sales/3", "dave/nil/default/0", "nil/nil/nil/1"]
+        );
+        no_script_errors(&s);
     }
 
     #[test]

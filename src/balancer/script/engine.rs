@@ -20,7 +20,7 @@ use mlua::{
 use tracing::info;
 
 use super::{ErrorReason, ScriptError};
-use crate::balancer::{Backend, Health};
+use crate::balancer::{Backend, ClientInfo, Health};
 use crate::config::{BackendAddr, BackendKind};
 
 /// `proxy.BACKEND_STATE_*` and `proxy.BACKEND_TYPE_*`, with MySQL Proxy's values.
@@ -85,19 +85,24 @@ pub(super) struct Engine {
 
 /// Internal, compiled before the script runs so the script cannot change what it captures.
 /// Arguments: the hook (1 = connect_server, 2 = disconnect_client), the client's name, address
-/// and port, `backend_ndx`, then `connected_clients, state` for each backend in order. Returns
-/// whether the hook is defined, its first result, and `backend_ndx` after it ran.
+/// and port, its username, default_db and pool (each nil when unknown), `backend_ndx`, then
+/// `connected_clients, state` for each backend in order. Returns whether the hook is defined, its
+/// first result, and `backend_ndx` after it ran. Every field is written on every call, and the
+/// tables holding them are put back, so nothing of one client (or of a script's replacement
+/// tables) is seen in the next call.
 const TRAMPOLINE: &str = r##"
-local G, tables, connection, src = ...
+local G, proxy, tables, connection, client, src = ...
 local rawget, select, type = rawget, select, type
 local hooks = { "connect_server", "disconnect_client" }
-return function(which, name, address, port, ndx, ...)
+return function(which, name, address, port, username, default_db, pool, ndx, ...)
     for i = 1, select("#", ...), 2 do
         local b = tables[(i + 1) // 2]
         b.connected_clients, b.state = select(i, ...)
     end
+    proxy.connection, connection.client, client.src = connection, client, src
     src.name, src.address, src.port = name, address, port
-    connection.backend_ndx = ndx
+    client.username, client.default_db = username, default_db
+    connection.pool, connection.backend_ndx = pool, ndx
     local hook = rawget(G, hooks[which])
     if type(hook) ~= "function" then
         return false
@@ -214,13 +219,14 @@ impl Engine {
             proxy,
             tables,
             connection,
+            client,
             src,
         } = proxy_table(&lua, backends)?;
-        globals.raw_set("proxy", proxy)?;
+        globals.raw_set("proxy", &proxy)?;
         let trampoline: Function = lua
             .load(TRAMPOLINE)
             .set_name("=mysql-lb")
-            .call((&globals, tables, connection, src))?;
+            .call((&globals, proxy, tables, connection, client, src))?;
         install_budget(&lua, &globals, clock)?;
         let chunk = lua
             .load(source)
@@ -247,7 +253,7 @@ impl Engine {
         &mut self,
         backends: &[Arc<Backend>],
         view: &dyn Fn(&Backend) -> (usize, Health),
-        client: &str,
+        client: &ClientInfo<'_>,
     ) -> Result<Option<usize>, Failure> {
         let Some((returned, ndx)) = self.call(Hook::ConnectServer, backends, view, client, 0)?
         else {
@@ -269,7 +275,7 @@ impl Engine {
         &mut self,
         backends: &[Arc<Backend>],
         view: &dyn Fn(&Backend) -> (usize, Health),
-        client: &str,
+        client: &ClientInfo<'_>,
         index: Option<usize>,
     ) -> Result<(), Failure> {
         let ndx = index.map_or(0, |i| i as i64 + 1);
@@ -284,7 +290,7 @@ impl Engine {
         hook: Hook,
         backends: &[Arc<Backend>],
         view: &dyn Fn(&Backend) -> (usize, Health),
-        client: &str,
+        client: &ClientInfo<'_>,
         backend_ndx: i64,
     ) -> Result<Option<(Value, Value)>, Failure> {
         let mut per_backend = std::mem::take(&mut self.args);
@@ -298,9 +304,21 @@ impl Engine {
                 Health::Down => BACKEND_STATE_DOWN,
             });
         }
-        let (address, port) = split_client(client);
+        let (address, port) = split_client(client.addr);
+        // A client that named no database has none: nil, never "".
+        let default_db = client.default_db.filter(|db| !db.is_empty());
         let per_backend = Variadic::from(per_backend);
-        let args = (hook as i64, client, address, port, backend_ndx, per_backend);
+        let args = (
+            hook as i64,
+            client.addr,
+            address,
+            port,
+            client.user,
+            default_db,
+            client.pool,
+            backend_ndx,
+            per_backend,
+        );
         let result = self.run(self.trampoline.clone(), args, self.budget);
         let name = hook.name();
         let mut values = match result {
@@ -391,6 +409,8 @@ struct ProxyTable {
     /// The backend tables in order, the trampoline's own (the script may change `list`).
     tables: Table,
     connection: Table,
+    /// `proxy.connection.client`: `username` and `default_db` (deferred connect only).
+    client: Table,
     /// `proxy.connection.client.src`.
     src: Table,
 }
@@ -430,13 +450,14 @@ fn proxy_table(lua: &Lua, backends: &[Arc<Backend>]) -> mlua::Result<ProxyTable>
     let client = lua.create_table()?;
     client.raw_set("src", &src)?;
     let connection = lua.create_table()?;
-    connection.raw_set("client", client)?;
+    connection.raw_set("client", &client)?;
     connection.raw_set("backend_ndx", 0)?;
     proxy.raw_set("connection", &connection)?;
     Ok(ProxyTable {
         proxy,
         tables,
         connection,
+        client,
         src,
     })
 }
