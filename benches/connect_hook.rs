@@ -176,9 +176,9 @@ fn batch_ns_per_call(set: &BackendSet, threads: usize, calls: u32) -> f64 {
         for t in 0..threads {
             s.spawn(move || {
                 let addr = format!("10.0.0.{t}:40000");
-                let client = ClientInfo { addr: &addr };
+                let client = ClientInfo::at(&addr);
                 for _ in 0..calls {
-                    let order = set.candidates_for(Instant::now(), &client);
+                    let order = set.candidates_for(Instant::now(), &client, None);
                     std::hint::black_box(order);
                 }
             });

@@ -56,6 +56,7 @@ fn legs() -> Legs {
             ..BackendTls::default()
         },
         compression: false,
+        pool: "default".into(),
     };
     let config = Config {
         tls: Some(ClientTls {

@@ -188,6 +188,7 @@ pub fn backends_json(shared: &ProxyState, recent: &Recent) -> serde_json::Value 
             });
             json!({
                 "name": b.name,
+                "pool": b.pool,
                 "address": b.address.to_string(),
                 "state": if shared.backends().is_up(b, now) { "up" } else { "down" },
                 "weight": b.weight(),

@@ -28,6 +28,9 @@ use crate::protocol::handshake::{
 use crate::stream::{read_packet, PacketReadError};
 use crate::tls::ClientLeg;
 
+mod deferred;
+pub use deferred::{finish_deferred, greet_client, ClientHello};
+
 /// Why the connection phase failed, and on which side.
 #[derive(Debug, Error)]
 pub enum AuthError {
@@ -47,6 +50,8 @@ pub enum AuthError {
     ClientSequence(u8),
     #[error("client asked for TLS, which is not configured here (see `tls:`)")]
     ClientWantsTls,
+    #[error("client cannot be switched to another auth plugin (no CLIENT_PLUGIN_AUTH), which a deferred connect needs")]
+    ClientNoPluginAuth,
     #[error("client sent a second SSLRequest inside TLS")]
     ClientSslRequestTwice,
     #[error("client TLS handshake: {0}")]
@@ -209,24 +214,46 @@ where
             &mut turn,
         )
         .await?;
-        Ok(Authenticated {
-            cleartext_password: seqs.plugin.as_deref().is_some_and(sends_cleartext),
+        Ok(authenticated(
+            parsed,
             negotiated,
-            client_compressed: parsed.capabilities & CLIENT_COMPRESS != 0,
-            backend_compressed: plan.backend_compression,
-            user: parsed.user,
-            client_pending: client_buf,
-            backend_pending: backend_buf,
-        })
+            plan,
+            seqs.plugin.as_deref(),
+            client_buf,
+            backend_buf,
+        ))
     };
     let result = tokio::time::timeout(limits.timeout, run).await;
-    result.unwrap_or_else(|_| {
-        let limit = humantime::format_duration(limits.timeout).to_string();
-        Err(match turn {
-            Side::Client => AuthError::ClientTimeout(limit),
-            Side::Backend => AuthError::BackendTimeout(limit),
-        })
-    })
+    result.unwrap_or_else(|_| Err(timed_out(turn, limits.timeout)))
+}
+
+/// The phase's timeout, blaming the side whose packet was awaited.
+fn timed_out(turn: Side, limit: Duration) -> AuthError {
+    let limit = humantime::format_duration(limit).to_string();
+    match turn {
+        Side::Client => AuthError::ClientTimeout(limit),
+        Side::Backend => AuthError::BackendTimeout(limit),
+    }
+}
+
+/// What a finished exchange leaves for the command phase.
+fn authenticated(
+    parsed: ClientResponse,
+    negotiated: Negotiated,
+    plan: &LegPlan<'_>,
+    plugin: Option<&str>,
+    client_pending: BytesMut,
+    backend_pending: BytesMut,
+) -> Authenticated {
+    Authenticated {
+        cleartext_password: plugin.is_some_and(sends_cleartext),
+        negotiated,
+        client_compressed: parsed.capabilities & CLIENT_COMPRESS != 0,
+        backend_compressed: plan.backend_compression,
+        user: parsed.user,
+        client_pending,
+        backend_pending,
+    }
 }
 
 /// The greeting as the client leg offers it: CLIENT_SSL and CLIENT_COMPRESS set where this leg

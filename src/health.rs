@@ -62,6 +62,8 @@ const SECONDS_BEHIND: [&str; 2] = ["Seconds_Behind_Master", "Seconds_Behind_Sour
 pub struct CheckOk {
     /// Set when replication was checked and the server is a replica.
     pub replication_lag: Option<Duration>,
+    /// The greeting as the server sent it (deferred connects greet clients with it).
+    pub greeting: Vec<u8>,
 }
 
 /// Where a check was when it failed or ran out of time.
@@ -231,6 +233,7 @@ async fn check_loop(
         let error = match result {
             Ok(ok) => {
                 debug!(backend = %backend.name, lag = ?ok.replication_lag, "health check passed");
+                backend.learn_raw_greeting(&ok.greeting, shared.session.strip);
                 None
             }
             Err(e) => {
@@ -335,14 +338,20 @@ async fn check_stages(
     let Some(response) = login else {
         // All a check without credentials can have; the server counts it as an aborted
         // connect (see `run`).
-        return Ok(CheckOk::default());
+        return Ok(CheckOk {
+            greeting: greeting.to_vec(),
+            ..CheckOk::default()
+        });
     };
     *stage = Stage::Login;
     conn.login(&response, password).await?;
 
     *stage = Stage::Query(SELECT_1);
     conn.query(SELECT_1).await?;
-    let mut ok = CheckOk::default();
+    let mut ok = CheckOk {
+        greeting: greeting.to_vec(),
+        ..CheckOk::default()
+    };
     if let Some(limit) = cfg.max_replication_lag {
         *stage = Stage::Query(SHOW_REPLICA_STATUS);
         let status = match conn.query(SHOW_REPLICA_STATUS).await {

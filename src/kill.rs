@@ -59,7 +59,8 @@ pub struct Registry {
 struct Ids {
     /// The counter part of the next id to try.
     next: u32,
-    sessions: HashMap<u32, Target>,
+    /// None while a deferred connect has greeted its client but not yet chosen a backend.
+    sessions: HashMap<u32, Option<Target>>,
 }
 
 impl Registry {
@@ -75,6 +76,17 @@ impl Registry {
     /// only if every id of this instance is in use (the session then keeps its backend's id).
     #[must_use = "the session is unregistered when the guard drops"]
     pub fn register(&self, target: Target) -> Option<Registration<'_>> {
+        self.insert(Some(target))
+    }
+
+    /// Gives a session its proxy id before its backend is known (a deferred connect greets the
+    /// client first); a KILL naming it is answered as unknown until [`Registration::bind`].
+    #[must_use = "the session is unregistered when the guard drops"]
+    pub fn reserve(&self) -> Option<Registration<'_>> {
+        self.insert(None)
+    }
+
+    fn insert(&self, target: Option<Target>) -> Option<Registration<'_>> {
         let mut ids = self.ids.lock().ok()?;
         let first = ids.next;
         loop {
@@ -98,7 +110,15 @@ impl Registry {
     }
 
     pub fn lookup(&self, id: u32) -> Option<Target> {
-        self.ids.lock().ok()?.sessions.get(&id).cloned()
+        self.ids.lock().ok()?.sessions.get(&id).cloned().flatten()
+    }
+
+    fn bind(&self, id: u32, target: Target) {
+        if let Ok(mut ids) = self.ids.lock() {
+            if let Some(slot) = ids.sessions.get_mut(&id) {
+                *slot = Some(target);
+            }
+        }
     }
 }
 
@@ -113,6 +133,11 @@ impl Registration<'_> {
     /// The proxy id the client is greeted with.
     pub fn id(&self) -> u32 {
         self.id
+    }
+
+    /// Names the backend session a reserved id stands for, from now on.
+    pub fn bind(&self, target: Target) {
+        self.registry.bind(self.id, target);
     }
 }
 
@@ -457,6 +482,7 @@ mod tests {
                 kind: Default::default(),
                 tls: Default::default(),
                 compression: false,
+                pool: "default".into(),
             })
             .collect();
         BackendSet::new(&configs, Duration::from_secs(1), false, &Metrics::new())
@@ -464,6 +490,28 @@ mod tests {
 
     fn sql_of(packet: &[u8]) -> String {
         String::from_utf8(packet[5..].to_vec()).unwrap()
+    }
+
+    #[test]
+    fn a_reserved_id_is_unknown_until_bound_and_free_once_dropped() {
+        let set = two_backends();
+        let a = &set.backends()[0];
+        let reg = Registry::default();
+        let reserved = reg.reserve().unwrap();
+        let id = reserved.id();
+        assert!(is_proxy_id(id));
+        assert!(reg.lookup(id).is_none());
+        let req = parse(&query(&format!("KILL {id}"))).unwrap();
+        assert_eq!(rewrite(&req, &reg, a).unwrap().0, Mapping::Unknown);
+        // Another session never gets the reserved id.
+        assert_ne!(reg.register(target(a, 1)).unwrap().id(), id);
+        reserved.bind(target(a, 77));
+        assert_eq!(reg.lookup(id).map(|t| t.thread_id), Some(77));
+        let (mapping, packet) = rewrite(&req, &reg, a).unwrap();
+        assert_eq!(mapping, Mapping::Mapped);
+        assert_eq!(sql_of(&packet), "KILL 77");
+        drop(reserved);
+        assert!(reg.lookup(id).is_none());
     }
 
     #[test]

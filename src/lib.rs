@@ -15,6 +15,7 @@ pub mod metrics;
 pub mod protocol;
 pub mod relay;
 pub mod reload;
+pub mod route;
 pub mod server;
 pub mod session;
 pub mod state;

@@ -33,9 +33,11 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
         println!(
-            "configuration OK: {} listener(s), {} backend(s)",
+            "configuration OK: {} listener(s), {} backend(s) in {} pool(s), {} route(s)",
             config.listen.len(),
-            config.backends.len()
+            config.backends.len(),
+            config.pools.len(),
+            config.routes.len()
         );
         return ExitCode::SUCCESS;
     }

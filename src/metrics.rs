@@ -58,6 +58,30 @@ pub struct Metrics {
     tls_sessions: IntCounterVec,
     compressed_sessions: IntCounterVec,
     certificate_expiry: IntGaugeVec,
+    pools: PoolFamilies,
+}
+
+/// Which pool each backend is in, and the sessions each pool got.
+struct PoolFamilies {
+    backend_pool: IntGaugeVec,
+    routed: IntCounterVec,
+}
+
+impl PoolFamilies {
+    fn new() -> Self {
+        Self {
+            backend_pool: int_gauge_vec(
+                "backend_pool",
+                "1 for the pool each backend is in (join on `backend` to group other series by pool).",
+                &["backend", "pool"],
+            ),
+            routed: int_counter_vec(
+                "routed_sessions_total",
+                "Sessions established, by the pool of their backend.",
+                &["pool"],
+            ),
+        }
+    }
 }
 
 impl std::fmt::Debug for Metrics {
@@ -213,6 +237,7 @@ impl Metrics {
                  backend_client: the one mysql-lb presents to a backend.",
                 &["leg", "backend"],
             ),
+            pools: PoolFamilies::new(),
         };
         m.register_all();
         for leg in ["client", "backend"] {
@@ -224,7 +249,9 @@ impl Metrics {
 
     fn register_all(&self) {
         let mut collectors = self.backends.collectors();
-        collectors.extend::<[Box<dyn prometheus::core::Collector>; 11]>([
+        collectors.extend::<[Box<dyn prometheus::core::Collector>; 13]>([
+            Box::new(self.pools.backend_pool.clone()),
+            Box::new(self.pools.routed.clone()),
             Box::new(self.tls_sessions.clone()),
             Box::new(self.compressed_sessions.clone()),
             Box::new(SharedLatencies(Arc::clone(&self.latencies))),
@@ -285,6 +312,19 @@ impl Metrics {
         collector: Box<dyn prometheus::core::Collector>,
     ) -> prometheus::Result<()> {
         self.registry.register(collector)
+    }
+
+    /// Says which pool `backend` is in.
+    pub fn backend_pool(&self, backend: &str, pool: &str) {
+        self.pools
+            .backend_pool
+            .with_label_values(&[backend, pool])
+            .set(1);
+    }
+
+    /// Counts a session established on a backend of `pool`.
+    pub fn routed(&self, pool: &str) {
+        self.pools.routed.with_label_values(&[pool]).inc();
     }
 
     pub fn rejected(&self, reason: Refusal) {

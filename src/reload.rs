@@ -48,13 +48,15 @@ pub fn apply(shared: &ProxyState, new: &Config) -> Result<Summary, ReloadError> 
     // renewed certificate under the same path is the usual case.
     let legs = crate::state::Legs::load(new)?;
     let current = shared.backends();
-    let next = current.rebuild(
-        &new.backends,
-        new.down_cooloff,
-        !new.health_check.interval.is_zero(),
-        &shared.metrics,
-        &new.balancer,
-    );
+    let next = current
+        .rebuild(
+            &new.backends,
+            new.down_cooloff,
+            !new.health_check.interval.is_zero(),
+            &shared.metrics,
+            &new.balancer,
+        )
+        .with_routing_of(new);
     let names = |set: &crate::balancer::BackendSet| -> Vec<String> {
         set.backends().iter().map(|b| b.name.clone()).collect()
     };
@@ -75,6 +77,10 @@ pub fn apply(shared: &ProxyState, new: &Config) -> Result<Summary, ReloadError> 
                 let keys = restart_keys(&applied, new);
                 applied.backends = new.backends.clone();
                 applied.balancer = new.balancer.clone();
+                applied.pools = new.pools.clone();
+                applied.routes = new.routes.clone();
+                applied.default_pool = new.default_pool.clone();
+                applied.connect_mode = new.connect_mode;
                 applied.down_cooloff = new.down_cooloff;
                 keys
             }
@@ -208,6 +214,7 @@ mod tests {
             kind: Default::default(),
             tls: Default::default(),
             compression: false,
+            pool: "default".into(),
         }
     }
 

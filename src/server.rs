@@ -99,16 +99,24 @@ impl Listener {
     pub fn acceptors(&mut self, workers: usize) -> io::Result<Vec<(usize, StdAcceptor)>> {
         use std::os::fd::AsFd;
         match self {
-            Self::Tcp(_, group) => Ok(std::mem::take(group)
-                .into_iter()
-                .enumerate()
-                .map(|(worker, l)| (worker % workers.max(1), StdAcceptor::Tcp(l)))
-                .collect()),
+            Self::Tcp(addr, group) => {
+                let name: Arc<str> = Arc::from(ListenAddr::Tcp(*addr).to_string());
+                Ok(std::mem::take(group)
+                    .into_iter()
+                    .enumerate()
+                    .map(|(worker, l)| {
+                        (
+                            worker % workers.max(1),
+                            StdAcceptor::Tcp(l, Arc::clone(&name)),
+                        )
+                    })
+                    .collect())
+            }
             Self::Unix(l, file) => (0..workers.max(1))
                 .map(|worker| {
                     let dup =
                         std::os::unix::net::UnixListener::from(l.as_fd().try_clone_to_owned()?);
-                    let name = format!("unix:{}", file.0.display());
+                    let name = Arc::from(format!("unix:{}", file.0.display()));
                     Ok((worker, StdAcceptor::Unix(dup, name)))
                 })
                 .collect(),
@@ -192,16 +200,18 @@ async fn remove_stale_socket(path: &Path) -> Result<(), ServerError> {
 /// One worker's listening socket, registered with that worker's reactor.
 #[derive(Debug)]
 pub enum Acceptor {
-    Tcp(TcpListener),
-    /// The listener and how clients are named in logs (`unix:PATH`).
-    Unix(UnixListener, String),
+    /// The listener and its name (`listen:` as displayed, `ip:port`).
+    Tcp(TcpListener, Arc<str>),
+    /// The listener and its name, which also names its clients in logs (`unix:PATH`).
+    Unix(UnixListener, Arc<str>),
 }
 
 /// A worker's listening socket, not yet registered with its reactor.
 #[derive(Debug)]
 pub enum StdAcceptor {
-    Tcp(std::net::TcpListener),
-    Unix(std::os::unix::net::UnixListener, String),
+    /// The socket and the listener's name (`listen:` as displayed), as routes match it.
+    Tcp(std::net::TcpListener, Arc<str>),
+    Unix(std::os::unix::net::UnixListener, Arc<str>),
 }
 
 impl StdAcceptor {
@@ -209,24 +219,24 @@ impl StdAcceptor {
     /// the flag belongs to the shared open file).
     pub fn register(self) -> io::Result<Acceptor> {
         Ok(match self {
-            Self::Tcp(l) => Acceptor::Tcp(TcpListener::from_std(l)?),
+            Self::Tcp(l, name) => Acceptor::Tcp(TcpListener::from_std(l)?, name),
             Self::Unix(l, name) => Acceptor::Unix(UnixListener::from_std(l)?, name),
         })
     }
 }
 
 impl Acceptor {
-    /// One connection, with the client's name for logs.
+    /// One connection, with the client's name for logs and the listener's name for routes.
     /// TCP connections come with TCP_NODELAY and keepalive set: see `bind_tcp_group`.
-    async fn accept(&self) -> io::Result<(Accepted, String)> {
+    async fn accept(&self) -> io::Result<(Accepted, String, Arc<str>)> {
         match self {
-            Self::Tcp(l) => {
+            Self::Tcp(l, name) => {
                 let (s, peer) = l.accept().await?;
-                Ok((Accepted::Tcp(s), peer.to_string()))
+                Ok((Accepted::Tcp(s), peer.to_string(), Arc::clone(name)))
             }
             Self::Unix(l, name) => {
                 let (s, _) = l.accept().await?;
-                Ok((Accepted::Unix(s), name.clone()))
+                Ok((Accepted::Unix(s), name.to_string(), Arc::clone(name)))
             }
         }
     }
@@ -265,7 +275,7 @@ pub async fn accept_loop(listener: Acceptor, sessions: Sessions, me: usize, plac
             _ = shutdown.cancelled() => return,
             a = listener.accept() => a,
         };
-        let (stream, peer) = match accepted {
+        let (stream, peer, listener_name) = match accepted {
             Ok(a) => a,
             Err(e) if is_fd_exhaustion(&e) => {
                 if last_emfile_log.is_none_or(|t| t.elapsed() > Duration::from_secs(5)) {
@@ -307,7 +317,7 @@ pub async fn accept_loop(listener: Acceptor, sessions: Sessions, me: usize, plac
         let session = run_session(
             Arc::clone(&shared),
             incoming,
-            peer,
+            (peer, listener_name),
             admitted,
             tokens.drain(worker),
             tokens.abort(worker),
@@ -362,7 +372,7 @@ enum StdAccepted {
 async fn run_session(
     shared: Arc<ProxyState>,
     stream: Incoming,
-    peer: String,
+    (peer, listener): (String, Arc<str>),
     admitted: Admitted,
     drain: CancellationToken,
     abort: CancellationToken,
@@ -383,8 +393,14 @@ async fn run_session(
         let worker = admitted.placement.worker();
         let session = async {
             match stream {
-                Accepted::Tcp(s) => session::run(shared, s, false, &peer, worker, &drain).await,
-                Accepted::Unix(s) => session::run(shared, s, true, &peer, worker, &drain).await,
+                Accepted::Tcp(s) => {
+                    let from = session::Origin::tcp(&peer, &listener);
+                    session::run(shared, s, from, worker, &drain).await
+                }
+                Accepted::Unix(s) => {
+                    let from = session::Origin::unix(&peer, &listener);
+                    session::run(shared, s, from, worker, &drain).await
+                }
             }
         };
         // Past the drain deadline (or on a second signal) sessions are dropped, which closes

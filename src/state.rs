@@ -128,7 +128,8 @@ impl ProxyState {
             !config.health_check.interval.is_zero(),
             &metrics,
         )
-        .with_balancer(&config.balancer);
+        .with_balancer(&config.balancer)
+        .with_routing_of(config);
         Self {
             set: RwLock::new(Arc::new(set)),
             reloads: watch::channel(0).0,

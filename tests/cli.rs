@@ -101,6 +101,45 @@ fn check_config_reads_the_tls_files_and_names_a_bad_one() {
 }
 
 #[test]
+fn check_config_refuses_a_route_to_an_unknown_pool() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("routes.yaml");
+    let yaml = "backends: [\"127.0.0.1:3306\"]\npools:\n  reporting: {backends: [\"127.0.0.1:3307\"]}\nroutes:\n  - {user: report, pool: reporting}\n  - {schema: \"analytics*\", pool: reportng}\n";
+    std::fs::write(&path, yaml).unwrap();
+    let out = Command::new(BIN)
+        .args(["--config", path.to_str().unwrap(), "--check-config"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        out.stdout.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(r#"routes[1].pool: unknown pool "reportng" (pools: default, reporting)"#),
+        "{err}"
+    );
+    // The same file with the pool spelled right passes and counts pools and routes.
+    std::fs::write(&path, yaml.replace("reportng", "reporting")).unwrap();
+    let out = Command::new(BIN)
+        .args(["--config", path.to_str().unwrap(), "--check-config"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        said.contains("2 backend(s) in 2 pool(s), 2 route(s)"),
+        "{said}"
+    );
+}
+
+#[test]
 fn bad_flag_value_is_an_error_naming_the_flag() {
     let out = Command::new(BIN)
         .args([

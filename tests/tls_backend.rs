@@ -62,6 +62,7 @@ fn leg(tls: BackendTls, host: &str) -> Arc<BackendLeg> {
         kind: BackendKind::Rw,
         tls,
         compression: false,
+        pool: "default".into(),
     };
     let config = Config {
         backends: vec![backend],

@@ -8,6 +8,7 @@
 //! the rest are the fallbacks a session tries when a connect fails.
 
 pub mod least_conn;
+pub mod pools;
 pub mod random;
 pub mod round_robin;
 pub mod script;
@@ -19,22 +20,44 @@ use std::time::{Duration, Instant};
 
 use crate::config::{BackendAddr, BackendConfig, BackendKind, BalancerConfig, Policy};
 use crate::metrics::{BackendStats, Metrics};
+use crate::route::Routes;
+use arc_swap::ArcSwapOption;
+pub use pools::{LearnedGreeting, Pool};
 use script::{ErrorReason, ScriptError, ScriptErrors, ScriptHost};
 
 /// Backends handled without a heap allocation per pick.
 const INLINE: usize = 16;
 
-/// Who is connecting, as a script sees it (`proxy.connection.client.src`).
-#[derive(Debug, Clone, Copy)]
+/// Who is connecting, as a script sees it (`proxy.connection.client.src`, and in deferred mode
+/// `client.username`, `client.default_db` and `proxy.connection.pool`).
+#[derive(Debug, Clone, Copy, Default)]
 pub struct ClientInfo<'a> {
     /// `ip:port` (`[v6]:port`), or `unix:PATH` for a unix socket listener.
     pub addr: &'a str,
+    /// The user the client logs in as; known only in deferred mode.
+    pub user: Option<&'a str>,
+    /// The database the client names in its HandshakeResponse (deferred mode).
+    pub default_db: Option<&'a str>,
+    /// The pool the routes chose.
+    pub pool: Option<&'a str>,
+}
+
+impl<'a> ClientInfo<'a> {
+    /// A client known only by its address (before the greeting).
+    pub fn at(addr: &'a str) -> Self {
+        Self {
+            addr,
+            ..Self::default()
+        }
+    }
 }
 
 /// One server behind the proxy.
 #[derive(Debug)]
 pub struct Backend {
     pub name: String,
+    /// The pool it belongs to (`default` for the top-level `backends:`).
+    pub pool: String,
     pub address: BackendAddr,
     pub kind: BackendKind,
     /// Mutable so a reload can change it while sessions keep the same backend (and its counts).
@@ -54,6 +77,8 @@ pub struct Backend {
     last_check: Mutex<Option<CheckRecord>>,
     /// A clear-text password was seen crossing to this backend unencrypted (warned once).
     cleartext_warned: AtomicBool,
+    /// Its latest greeting, for deferred connects to greet clients with.
+    greeting: ArcSwapOption<LearnedGreeting>,
     pub stats: BackendStats,
 }
 
@@ -197,6 +222,9 @@ pub struct BackendSet {
     rng: random::Rng,
     script: Option<Arc<ScriptHost>>,
     script_errors: ScriptErrors,
+    pools: Vec<Pool>,
+    routes: Routes,
+    deferred: bool,
 }
 
 impl BackendSet {
@@ -238,9 +266,12 @@ impl BackendSet {
             .enumerate()
             .map(|(index, c)| {
                 let kept = previous.and_then(|p| {
-                    p.backends
-                        .iter()
-                        .find(|b| b.name == c.name && b.address == c.address && b.kind == c.kind)
+                    p.backends.iter().find(|b| {
+                        b.name == c.name
+                            && b.address == c.address
+                            && b.kind == c.kind
+                            && b.pool == c.pool
+                    })
                 });
                 match kept {
                     Some(b) => {
@@ -248,26 +279,35 @@ impl BackendSet {
                         b.index.store(index, Relaxed);
                         Arc::clone(b)
                     }
-                    None => Arc::new(Backend {
-                        name: c.name.clone(),
-                        address: c.address.clone(),
-                        weight: AtomicU32::new(c.weight),
-                        kind: c.kind,
-                        index: AtomicUsize::new(index),
-                        seen_up: AtomicBool::new(false),
-                        down: AtomicBool::new(false),
-                        down_until: AtomicU64::new(0),
-                        active: AtomicUsize::new(0),
-                        passes: AtomicU32::new(0),
-                        failures: AtomicU32::new(0),
-                        last_check: Mutex::new(None),
-                        cleartext_warned: AtomicBool::new(false),
-                        stats: metrics.backend(&c.name),
+                    None => Arc::new({
+                        metrics.backend_pool(&c.name, &c.pool);
+                        Backend {
+                            name: c.name.clone(),
+                            pool: c.pool.clone(),
+                            address: c.address.clone(),
+                            weight: AtomicU32::new(c.weight),
+                            kind: c.kind,
+                            index: AtomicUsize::new(index),
+                            seen_up: AtomicBool::new(false),
+                            down: AtomicBool::new(false),
+                            down_until: AtomicU64::new(0),
+                            active: AtomicUsize::new(0),
+                            passes: AtomicU32::new(0),
+                            failures: AtomicU32::new(0),
+                            last_check: Mutex::new(None),
+                            cleartext_warned: AtomicBool::new(false),
+                            greeting: ArcSwapOption::empty(),
+                            stats: metrics.backend(&c.name),
+                        }
                     }),
                 }
             })
-            .collect();
+            .collect::<Vec<_>>();
+        let pools = pools::group(&backends, previous);
         Self {
+            pools,
+            routes: Routes::new(&[], Some(crate::config::DEFAULT_POOL)),
+            deferred: false,
             backends,
             next: AtomicUsize::new(previous.map_or(0, |p| p.next.load(Relaxed))),
             cooloff,
@@ -287,6 +327,9 @@ impl BackendSet {
     /// logged and counted, and the policy serves alone until a reload succeeds.
     pub fn with_balancer(mut self, config: &BalancerConfig) -> Self {
         self.policy = config.policy;
+        for pool in &mut self.pools {
+            pool.policy = config.policy;
+        }
         self.script = config.script.as_ref().map(|path| {
             Arc::new(ScriptHost::new(
                 path.clone(),
@@ -343,34 +386,50 @@ impl BackendSet {
     /// among the up backends first, then the other up ones, then — only so a recovered server is
     /// not refused while its cool-off runs — those cooling off, soonest back first.
     pub fn candidates(&self, now: Instant) -> Vec<Arc<Backend>> {
-        let (mut up, mut down): (Vec<_>, Vec<_>) =
-            self.backends.iter().partition(|b| self.is_up(b, now));
+        self.candidates_in(now, None)
+    }
+
+    /// As [`candidates`](Self::candidates), among `pool`'s backends by its policy (None: every
+    /// backend by the set's policy).
+    pub fn candidates_in(&self, now: Instant, pool: Option<&Pool>) -> Vec<Arc<Backend>> {
+        let (members, policy, next) = match pool {
+            Some(p) => (&p.members[..], p.policy, &p.next),
+            None => (&self.backends[..], self.policy, &self.next),
+        };
+        let (mut up, mut down): (Vec<_>, Vec<_>) = members.iter().partition(|b| self.is_up(b, now));
         if !up.is_empty() {
-            let first = self.policy_pick(&up);
+            let first = self.policy_pick(policy, next, &up);
             up.rotate_left(first);
         }
         down.sort_by_key(|b| b.down_until.load(Relaxed));
         up.into_iter().chain(down).cloned().collect()
     }
 
-    /// Like [`candidates`](Self::candidates), but a script's `connect_server()` may choose the
-    /// first one for this client; the policy's order follows as the fallback.
-    pub fn candidates_for(&self, now: Instant, client: &ClientInfo<'_>) -> Vec<Arc<Backend>> {
+    /// Like [`candidates_in`](Self::candidates_in), but a script's `connect_server()` may choose
+    /// the first one for this client, from any pool; the policy's order follows as the fallback.
+    pub fn candidates_for(
+        &self,
+        now: Instant,
+        client: &ClientInfo<'_>,
+        pool: Option<&Pool>,
+    ) -> Vec<Arc<Backend>> {
         let chosen = self.script.as_ref().and_then(|s| s.choose(client, now));
-        let mut order = self.candidates(now);
+        let mut order = self.candidates_in(now, pool);
         if let Some(i) = chosen {
             if let Some(pos) = order.iter().position(|b| b.index() == i) {
                 order[..=pos].rotate_right(1);
+            } else if let Some(b) = self.backends.get(i) {
+                order.insert(0, Arc::clone(b));
             }
         }
         order
     }
 
     /// The policy's choice, as an index into `up` (not empty).
-    fn policy_pick(&self, up: &[&Arc<Backend>]) -> usize {
-        match self.policy {
+    fn policy_pick(&self, policy: Policy, next: &AtomicUsize, up: &[&Arc<Backend>]) -> usize {
+        match policy {
             Policy::RoundRobin => {
-                let counter = self.next.fetch_add(1, Relaxed);
+                let counter = next.fetch_add(1, Relaxed);
                 with_inline(up, |b| b.weight(), |w| round_robin::pick(w, counter))
             }
             Policy::Random => {
@@ -378,7 +437,7 @@ impl BackendSet {
                 with_inline(up, |b| b.weight(), |w| random::pick(w, r))
             }
             Policy::LeastConnections => {
-                let counter = self.next.fetch_add(1, Relaxed);
+                let counter = next.fetch_add(1, Relaxed);
                 with_inline(
                     up,
                     |b| (b.active(), b.weight()),
@@ -515,6 +574,7 @@ mod tests {
                 kind: BackendKind::Rw,
                 tls: Default::default(),
                 compression: false,
+                pool: "default".into(),
             })
             .collect();
         BackendSet::new(&configs, Duration::from_secs(5), false, &Metrics::new())
@@ -555,6 +615,7 @@ mod tests {
             kind: BackendKind::Rw,
             tls: Default::default(),
             compression: false,
+            pool: "default".into(),
         }];
         let s = BackendSet::new(&configs, Duration::from_secs(1), true, &Metrics::new());
         let b = &s.backends()[0];
@@ -619,6 +680,7 @@ mod tests {
                 kind: BackendKind::Rw,
                 tls: Default::default(),
                 compression: false,
+                pool: "default".into(),
             })
             .collect();
         let config = BalancerConfig {

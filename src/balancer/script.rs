@@ -430,6 +430,7 @@ mod tests {
                 kind,
                 tls: Default::default(),
                 compression: false,
+                pool: "default".into(),
             })
             .collect()
     }
@@ -473,7 +474,7 @@ mod tests {
     fn choose(set: &BackendSet, client: &str) -> Option<usize> {
         set.script()
             .unwrap()
-            .choose(&ClientInfo { addr: client }, Instant::now())
+            .choose(&ClientInfo::at(client), Instant::now())
     }
 
     #[test]
@@ -655,7 +656,7 @@ mod tests {
             let (s, _f) = set(source);
             assert_eq!(s.script_errors(ErrorReason::Load), 1, "{source}");
             assert_eq!(choose(&s, "1.1.1.1:1"), None);
-            let c = s.candidates_for(Instant::now(), &ClientInfo { addr: "1.1.1.1:1" });
+            let c = s.candidates_for(Instant::now(), &ClientInfo::at("1.1.1.1:1"), None);
             assert_eq!(c.len(), 3);
         }
     }
@@ -681,10 +682,10 @@ mod tests {
     #[test]
     fn the_script_choice_goes_first_and_the_policy_order_follows() {
         let (s, _f) = set("function connect_server() proxy.connection.backend_ndx = 3 end");
-        let client = ClientInfo { addr: "1.1.1.1:1" };
+        let client = ClientInfo::at("1.1.1.1:1");
         for _ in 0..4 {
             let order: Vec<_> = s
-                .candidates_for(Instant::now(), &client)
+                .candidates_for(Instant::now(), &client, None)
                 .iter()
                 .map(|b| b.index())
                 .collect();
@@ -761,13 +762,11 @@ mod tests {
             end"#);
         let host = s.script().unwrap();
         assert!(host.wants_disconnect());
-        let client = ClientInfo { addr: "[::1]:7000" };
-        let first = s.candidates_for(Instant::now(), &client).remove(0);
+        let client = ClientInfo::at("[::1]:7000");
+        let first = s.candidates_for(Instant::now(), &client, None).remove(0);
         assert_eq!(first.name, "b2");
         drop(s.lease_for(&first, &client));
-        s.client_refused(&ClientInfo {
-            addr: "unix:/tmp/x.sock",
-        });
+        s.client_refused(&ClientInfo::at("unix:/tmp/x.sock"));
         // Every state saw its share; gather from all of them.
         let mut seen = Vec::new();
         for slot in host.slots.iter() {

@@ -109,8 +109,10 @@ pub(super) fn apply_cli(config: &mut Config, cli: &Cli) -> Result<Vec<&'static s
                 .map_err(|e| cli_error("--proxy-backend-addresses", e))
         })
         .collect::<Result<Vec<BackendConfig>, _>>()?;
+    // Flags name backends of the default pool; the other pools' backends stay, after them.
     if !backends.is_empty() {
-        config.backends = backends;
+        config.backends.retain(|b| b.pool != DEFAULT_POOL);
+        config.backends.splice(0..0, backends);
         replaced.push("backends");
     }
     for s in split_list(&cli.proxy_read_only_backend_addresses) {
@@ -118,7 +120,12 @@ pub(super) fn apply_cli(config: &mut Config, cli: &Cli) -> Result<Vec<&'static s
             .parse()
             .map_err(|e| cli_error("--proxy-read-only-backend-addresses", e))?;
         let backend = config.backend_from_flag(address, BackendKind::Ro);
-        config.backends.push(backend);
+        let end = config
+            .backends
+            .iter()
+            .take_while(|b| b.pool == DEFAULT_POOL)
+            .count();
+        config.backends.insert(end, backend);
     }
     if let Some(path) = &cli.proxy_lua_script {
         config.balancer.script = Some(path.clone());

@@ -9,12 +9,14 @@
 mod address;
 mod cli;
 mod keepalive;
+mod pools;
 mod raw;
 mod tls;
 
 pub use address::{AddressError, BackendAddr, ListenAddr};
 pub use cli::Cli;
 pub use keepalive::TcpKeepalive;
+pub use pools::{ConnectMode, PoolConfig, RouteConfig, DEFAULT_POOL};
 pub use tls::{BackendTls, BackendTlsMode, ClientTls, TlsVersion};
 
 use cli::{apply_cli, attribute};
@@ -60,6 +62,9 @@ pub struct BackendConfig {
     /// Compress the backend leg when the backend offers it (`backend_compression`, or this
     /// backend's `compression`).
     pub compression: bool,
+    /// The pool it belongs to: [`DEFAULT_POOL`] for `backends:` and command-line backends, else
+    /// its `pools:` key.
+    pub pool: String,
 }
 
 /// A backend's role, MySQL Proxy's `BACKEND_TYPE_RW` / `BACKEND_TYPE_RO`.
@@ -119,7 +124,19 @@ pub enum LogFormat {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Config {
     pub listen: Vec<ListenAddr>,
+    /// Every backend of every pool, pools in `pools` order ("default" first), each pool's
+    /// backends in file order.
     pub backends: Vec<BackendConfig>,
+    /// Every pool that has backends, "default" (`backends:`) first when present, then `pools:` in
+    /// file order. `validate` adds the pools of backends built in code or given by flags.
+    pub pools: Vec<PoolConfig>,
+    /// `routes:` in file order; the first whose conditions all match picks the pool.
+    pub routes: Vec<RouteConfig>,
+    /// The pool of clients no route matches; None refuses them. `validate` resolves None to
+    /// "default" when that pool exists (as an absent `default_pool:` means).
+    pub default_pool: Option<String>,
+    /// When the backend is connected: at accept, or after the client's HandshakeResponse.
+    pub connect_mode: ConnectMode,
     pub max_connections: usize,
     /// Whether `max_connections` was chosen (file or flag) rather than defaulted: a default is
     /// fitted to the descriptor limit quietly, a chosen value that cannot be honoured is warned of.
@@ -206,6 +223,10 @@ impl Default for Config {
         Config {
             listen: vec![ListenAddr::Tcp(DEFAULT_LISTEN)],
             backends: Vec::new(),
+            pools: Vec::new(),
+            routes: Vec::new(),
+            default_pool: None,
+            connect_mode: ConnectMode::Immediate,
             max_connections: DEFAULT_MAX_CONNECTIONS,
             max_connections_chosen: false,
             max_open_files: None,
@@ -341,6 +362,7 @@ impl Config {
                     error,
                 })?;
                 RawConfig::parse(&text)
+                    .map(|raw| raw.with_policy_flag(cli.balancer))
                     .and_then(RawConfig::into_config)
                     .map_err(|e| e.in_file(path))?
             }
@@ -356,9 +378,14 @@ impl Config {
     }
 
     /// Checks what serde cannot (ranges, duplicates, combinations); each error names its key.
-    pub fn validate(self) -> Result<Config, ConfigError> {
+    /// Also completes what a config built in code or by flags leaves implicit: the pools of its
+    /// backends, and `default_pool` (see [`Config::pools`]).
+    pub fn validate(mut self) -> Result<Config, ConfigError> {
+        self.complete_pools();
         self.validate_listen()?;
+        self.validate_pools()?;
         self.validate_backends()?;
+        self.validate_routes()?;
         self.validate_limits()?;
         keepalive::validate(self.tcp_keepalive.as_ref())?;
         check_log_filter(&self.log_level).map_err(|m| ConfigError::invalid("log.level", m))?;
@@ -372,7 +399,7 @@ impl Config {
         self.balancer.validate()?;
         tls::validate_client(self.tls.as_ref())?;
         for (i, b) in self.backends.iter().enumerate() {
-            tls::validate_backend(&format!("backends[{i}].tls"), &b.tls)?;
+            tls::validate_backend(&format!("{}.tls", self.backend_key(i)), &b.tls)?;
         }
         Ok(self)
     }
@@ -404,29 +431,28 @@ impl Config {
         if self.backends.is_empty() {
             return Err(ConfigError::invalid(
                 "backends",
-                "no backend configured; list them under `backends:` or pass --proxy-backend-addresses",
+                "no backend configured; list them under `backends:` (or `pools:`) or pass --proxy-backend-addresses",
             ));
         }
         let mut names = HashMap::new();
         for (i, b) in self.backends.iter().enumerate() {
+            let key = self.backend_key(i);
             if b.name.trim().is_empty() || b.name.contains(char::is_control) {
                 return Err(ConfigError::invalid(
-                    format!("backends[{i}].name"),
+                    format!("{key}.name"),
                     "must be non-empty printable text",
                 ));
             }
             if b.weight == 0 {
-                return Err(ConfigError::invalid(
-                    format!("backends[{i}].weight"),
-                    "must be > 0",
-                ));
+                return Err(ConfigError::invalid(format!("{key}.weight"), "must be > 0"));
             }
             if let Some(first) = names.insert(b.name.as_str(), i) {
                 return Err(ConfigError::invalid(
-                    format!("backends[{i}].name"),
+                    format!("{key}.name"),
                     format!(
-                        "duplicate backend name `{}` (same as backends[{first}]); give each a distinct `name:`",
-                        b.name
+                        "duplicate backend name `{}` (same as {}); give each a distinct `name:`",
+                        b.name,
+                        self.backend_key(first)
                     ),
                 ));
             }

@@ -95,6 +95,12 @@ pub(super) struct RawConfig {
     #[serde(default)]
     backend_tls: super::tls::RawBackendTls,
     backend_compression: Option<bool>,
+    #[serde(default)]
+    pools: super::pools::RawPools,
+    #[serde(default)]
+    routes: Vec<super::pools::RawRoute>,
+    default_pool: Option<String>,
+    connect_mode: Option<super::pools::RawConnectMode>,
 }
 
 #[derive(Default, Deserialize)]
@@ -174,7 +180,7 @@ impl<'de> Deserialize<'de> for RawBackend {
 }
 
 impl RawBackend {
-    fn into_backend(self, tls: &BackendTls, compression: bool) -> BackendConfig {
+    pub(super) fn into_backend(self, tls: &BackendTls, compression: bool) -> BackendConfig {
         let (address, name, weight, kind, own_tls, own_compression) = match self {
             RawBackend::Short(address) => (address, None, None, None, None, None),
             RawBackend::Full(m) => (m.address, m.name, m.weight, m.kind, m.tls, m.compression),
@@ -200,6 +206,7 @@ impl BackendConfig {
             kind,
             tls: BackendTls::default(),
             compression: false,
+            pool: DEFAULT_POOL.to_owned(),
         }
     }
 }
@@ -229,6 +236,14 @@ impl RawConfig {
         Ok(raw.unwrap_or_default())
     }
 
+    /// `--balancer` replaces `balancer.policy` before the pools without a `policy:` inherit it.
+    pub(super) fn with_policy_flag(mut self, policy: Option<Policy>) -> RawConfig {
+        if policy.is_some() {
+            self.balancer.policy = policy;
+        }
+        self
+    }
+
     pub(super) fn into_config(self) -> Result<Config, ConfigError> {
         let d = Config::default();
         let max_handshake_packet_size = match self.max_handshake_packet_size {
@@ -239,13 +254,25 @@ impl RawConfig {
         };
         let backend_tls = self.backend_tls.over(&BackendTls::default());
         let backend_compression = self.backend_compression.unwrap_or(false);
+        let (backends, pools) = super::pools::build_pools(
+            self.backends,
+            self.pools,
+            self.balancer.policy.unwrap_or(d.balancer.policy),
+            &backend_tls,
+            backend_compression,
+        )?;
+        let routes: Vec<RouteConfig> = self
+            .routes
+            .into_iter()
+            .map(super::pools::RawRoute::into_route)
+            .collect();
         Ok(Config {
             listen: self.listen.unwrap_or(d.listen),
-            backends: self
-                .backends
-                .into_iter()
-                .map(|b| b.into_backend(&backend_tls, backend_compression))
-                .collect(),
+            backends,
+            pools,
+            connect_mode: super::pools::RawConnectMode::resolve(self.connect_mode, &routes),
+            routes,
+            default_pool: self.default_pool,
             max_connections: self.max_connections.unwrap_or(d.max_connections),
             max_connections_chosen: self.max_connections.is_some(),
             max_open_files: self.max_open_files,

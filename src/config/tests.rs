@@ -50,7 +50,13 @@ fn minimal_yaml_takes_defaults_for_everything_else() {
                 kind: BackendKind::Rw,
                 tls: Default::default(),
                 compression: false,
+                pool: "default".into(),
             }],
+            pools: vec![PoolConfig {
+                name: "default".into(),
+                policy: Policy::RoundRobin,
+            }],
+            default_pool: Some("default".into()),
             ..Config::default()
         }
     );
@@ -110,6 +116,7 @@ fn shorthand_backend_string_gets_address_as_name_and_weight_one() {
             kind: BackendKind::Rw,
             tls: Default::default(),
             compression: false,
+            pool: "default".into(),
         }]
     );
 }
@@ -684,4 +691,503 @@ fn tls_errors_name_the_key() {
         e.contains("backends[0].tls.ca: mode verify_identity needs `ca`"),
         "{e}"
     );
+}
+
+// ---- pools, routes, default_pool, connect_mode ----
+
+const POOLS_YAML: &str = r#"
+listen: ["127.0.0.1:3306", "127.0.0.1:3307", "/tmp/mysql-lb-test.sock"]
+backends:
+  - {name: a1, address: 127.0.0.1:3310}
+pools:
+  reporting:
+    policy: least_connections
+    backends:
+      - {name: r1, address: 127.0.0.1:3311, weight: 2}
+      - 127.0.0.1:3312
+  etl:
+    backends: [{name: e1, address: "127.0.0.1:3313", type: ro}]
+routes:
+  - {user: reporting, pool: reporting}
+  - {schema: "analytics*", pool: reporting}
+  - {client: 10.1.0.0/16, pool: reporting}
+  - {listener: "127.0.0.1:3307", pool: reporting}
+  - {user: "etl_*", schema: staging, pool: etl}
+  - {listener: /tmp/mysql-lb-test.sock, pool: etl}
+"#;
+
+fn pool(name: &str, policy: Policy) -> PoolConfig {
+    PoolConfig {
+        name: name.into(),
+        policy,
+    }
+}
+
+fn route_to(pool: &str) -> RouteConfig {
+    RouteConfig {
+        user: None,
+        schema: None,
+        client: None,
+        listener: None,
+        pool: pool.into(),
+    }
+}
+
+/// `POOLS_YAML` with `extra` top-level keys appended.
+fn pools_err(extra: &str) -> String {
+    err(&format!("{POOLS_YAML}{extra}"))
+}
+
+#[test]
+fn pools_and_routes_parse_into_one_flat_backend_list() {
+    let c = Config::from_yaml_str(POOLS_YAML).unwrap();
+    let flat: Vec<(&str, &str, u32)> = c
+        .backends
+        .iter()
+        .map(|b| (b.name.as_str(), b.pool.as_str(), b.weight))
+        .collect();
+    assert_eq!(
+        flat,
+        [
+            ("a1", "default", 1),
+            ("r1", "reporting", 2),
+            ("127.0.0.1:3312", "reporting", 1),
+            ("e1", "etl", 1)
+        ]
+    );
+    assert_eq!(c.backends[3].kind, BackendKind::Ro);
+    assert_eq!(
+        c.pools,
+        [
+            pool("default", Policy::RoundRobin),
+            pool("reporting", Policy::LeastConnections),
+            pool("etl", Policy::RoundRobin)
+        ]
+    );
+    assert_eq!(c.default_pool.as_deref(), Some("default"));
+    assert_eq!(
+        c.connect_mode,
+        ConnectMode::Deferred,
+        "auto, with user routes"
+    );
+    assert_eq!(c.routes.len(), 6);
+    assert_eq!(
+        c.routes[0],
+        RouteConfig {
+            user: Some("reporting".into()),
+            ..route_to("reporting")
+        }
+    );
+    assert_eq!(c.routes[2].client, Some("10.1.0.0/16".parse().unwrap()));
+    assert_eq!(
+        c.routes[4],
+        RouteConfig {
+            user: Some("etl_*".into()),
+            schema: Some("staging".into()),
+            ..route_to("etl")
+        }
+    );
+    // A unix listener written as a path is kept as the listener displays it.
+    assert_eq!(
+        c.routes[5].listener.as_deref(),
+        Some("unix:/tmp/mysql-lb-test.sock")
+    );
+}
+
+#[test]
+fn pools_inherit_the_balancer_policy_and_the_backend_defaults() {
+    let c = Config::from_yaml_str(
+        r#"
+balancer: {policy: random}
+backend_tls: {mode: required}
+backend_compression: true
+backends: [h:1]
+pools:
+  own: {policy: round_robin, backends: [h:2]}
+  inherits:
+    backends:
+      - h:3
+      - {address: "h:4", compression: false, tls: {mode: disabled}}
+"#,
+    )
+    .unwrap();
+    assert_eq!(
+        c.pools,
+        [
+            pool("default", Policy::Random),
+            pool("own", Policy::RoundRobin),
+            pool("inherits", Policy::Random)
+        ]
+    );
+    let legs: Vec<(BackendTlsMode, bool)> = c
+        .backends
+        .iter()
+        .map(|b| (b.tls.mode, b.compression))
+        .collect();
+    assert_eq!(
+        legs,
+        [
+            (BackendTlsMode::Required, true),
+            (BackendTlsMode::Required, true),
+            (BackendTlsMode::Required, true),
+            (BackendTlsMode::Disabled, false)
+        ]
+    );
+}
+
+#[test]
+fn pools_without_top_level_backends_have_no_default_pool() {
+    let c = Config::from_yaml_str("pools:\n  r: {backends: [h:1]}\n").unwrap();
+    assert_eq!(c.pools, [pool("r", Policy::RoundRobin)]);
+    assert_eq!(c.backends[0].pool, "r");
+    assert_eq!(c.default_pool, None, "unmatched clients are refused");
+    assert_eq!(c.connect_mode, ConnectMode::Immediate);
+    let c = Config::from_yaml_str("pools:\n  r: {backends: [h:1]}\ndefault_pool: r\n").unwrap();
+    assert_eq!(c.default_pool.as_deref(), Some("r"));
+    // An explicit default_pool wins over "default".
+    let c = Config::from_yaml_str(&format!("{POOLS_YAML}default_pool: etl\n")).unwrap();
+    assert_eq!(c.default_pool.as_deref(), Some("etl"));
+}
+
+#[test]
+fn no_pools_and_no_routes_is_the_old_configuration() {
+    let c = Config::from_yaml_str("backends: [h:1, h:2]\npools: {}\nroutes: []\n").unwrap();
+    assert_eq!(c.pools, [pool("default", Policy::RoundRobin)]);
+    assert!(c.backends.iter().all(|b| b.pool == DEFAULT_POOL));
+    assert!(c.routes.is_empty());
+    assert_eq!(c.connect_mode, ConnectMode::Immediate);
+    assert_eq!(
+        Config::from_yaml_str("backends: [h:1]\npools:\n")
+            .unwrap()
+            .pools
+            .len(),
+        1
+    );
+}
+
+#[test]
+fn route_to_an_unknown_pool_lists_the_pools() {
+    let e = err("backends: [h:1]\npools:\n  reporting: {backends: [h:2]}\nroutes:\n  - {user: a, pool: reporting}\n  - {user: b, pool: reporting}\n  - {user: c, pool: x}\n");
+    assert!(
+        e.ends_with(r#"routes[2].pool: unknown pool "x" (pools: default, reporting)"#),
+        "{e}"
+    );
+    let e = pools_err("default_pool: nope\n");
+    assert!(
+        e.ends_with(r#"default_pool: unknown pool "nope" (pools: default, reporting, etl)"#),
+        "{e}"
+    );
+    // Without `backends:` there is no "default" pool to name.
+    let e = err("pools:\n  r: {backends: [h:1]}\nroutes: [{user: u, pool: default}]\n");
+    assert!(
+        e.ends_with(r#"routes[0].pool: unknown pool "default" (pools: r)"#),
+        "{e}"
+    );
+    let e = err("pools:\n  r: {backends: [h:1]}\ndefault_pool: default\n");
+    assert!(e.contains("default_pool: unknown pool \"default\""), "{e}");
+}
+
+#[test]
+fn route_without_a_condition_points_to_default_pool() {
+    let e = err("backends: [h:1]\nroutes:\n  - {user: u, pool: default}\n  - {pool: default}\n");
+    assert!(e.contains("routes[1]: no condition"), "{e}");
+    assert!(e.contains("use default_pool"), "{e}");
+    // `user:` with no value is YAML null: no condition either.
+    let e = err("backends: [h:1]\nroutes:\n  - {user: , pool: default}\n");
+    assert!(e.contains("routes[0]: no condition"), "{e}");
+}
+
+#[test]
+fn bad_cidrs_and_patterns_name_the_key() {
+    let cases = [
+        ("{client: 10.1.0.0/33, pool: default}", "routes[0].client: `10.1.0.0/33`: prefix length `33` is not 0..=32"),
+        ("{client: 10.1.2.3/16, pool: default}", "routes[0].client: `10.1.2.3/16`: host bits are set past the /16; did you mean 10.1.0.0/16?"),
+        ("{client: db.example, pool: default}", "routes[0].client: `db.example`: `db.example` is not an IP address"),
+        ("{client: [1], pool: default}", "routes[0].client: invalid type: sequence"),
+        ("{user: \"\", pool: default}", "routes[0].user: empty pattern"),
+        ("{schema: \"\", pool: default}", "routes[0].schema: empty pattern"),
+        ("{user: \"a\\tb\", pool: default}", "routes[0].user: pattern \"a\\tb\" contains a control character"),
+        ("{usr: a, pool: default}", "routes[0]: unknown field `usr`"),
+        ("{user: a}", "routes[0]: missing field `pool`"),
+    ];
+    for (route, want) in cases {
+        let e = err(&format!("backends: [h:1]\nroutes:\n  - {route}\n"));
+        assert!(e.contains(want), "{route}: got {e:?}, want {want:?}");
+    }
+    // serde errors also carry the line.
+    let e = err("backends: [h:1]\nroutes:\n  - {user: a, pool: default}\n  - {client: 300.0.0.0/8, pool: default}\n");
+    assert!(
+        e.contains("routes[1].client") && e.contains("line 4"),
+        "{e}"
+    );
+}
+
+#[test]
+fn v6_networks_and_bare_addresses_parse_when_quoted() {
+    let c = Config::from_yaml_str(
+        "backends: [h:1]\nroutes:\n  - {client: \"fd00::/8\", pool: default}\n  - {client: 192.0.2.7, pool: default}\n",
+    )
+    .unwrap();
+    assert_eq!(c.routes[0].client.unwrap().to_string(), "fd00::/8");
+    assert_eq!(c.routes[1].client.unwrap().to_string(), "192.0.2.7/32");
+}
+
+#[test]
+fn connect_mode_resolves_auto_and_refuses_immediate_with_identity_routes() {
+    let client_only = "backends: [h:1]\nroutes: [{client: 10.0.0.0/8, pool: default}]\n";
+    let c = Config::from_yaml_str(client_only).unwrap();
+    assert_eq!(
+        c.connect_mode,
+        ConnectMode::Immediate,
+        "auto, no identity route"
+    );
+    let c = Config::from_yaml_str(&format!("{client_only}connect_mode: deferred\n")).unwrap();
+    assert_eq!(c.connect_mode, ConnectMode::Deferred);
+    let c = Config::from_yaml_str(&format!("{client_only}connect_mode: immediate\n")).unwrap();
+    assert_eq!(c.connect_mode, ConnectMode::Immediate);
+    let c = Config::from_yaml_str("backends: [h:1]\nconnect_mode: deferred\n").unwrap();
+    assert_eq!(
+        c.connect_mode,
+        ConnectMode::Deferred,
+        "deferred without routes"
+    );
+    let e = pools_err("connect_mode: immediate\n");
+    assert!(
+        e.contains("connect_mode: immediate connects before the client names its user and schema, but routes[0] matches on them"),
+        "{e}"
+    );
+    let e = err("backends: [h:1]\nroutes: [{client: \"::1\", pool: default}, {schema: s, pool: default}]\nconnect_mode: immediate\n");
+    assert!(e.contains("routes[1] matches on them"), "{e}");
+    let e = err("backends: [h:1]\nconnect_mode: later\n");
+    assert!(e.contains("connect_mode: unknown variant `later`"), "{e}");
+}
+
+#[test]
+fn listener_route_must_name_a_listen_entry() {
+    let e = err("listen: [\"127.0.0.1:4040\", /tmp/x.sock]\nbackends: [h:1]\nroutes: [{listener: \"127.0.0.1:4041\", pool: default}]\n");
+    assert!(
+        e.contains("routes[0].listener: `127.0.0.1:4041` is not a listen address (listen: 127.0.0.1:4040, unix:/tmp/x.sock)"),
+        "{e}"
+    );
+    for written in ["/tmp/x.sock", "unix:/tmp/x.sock"] {
+        let c = Config::from_yaml_str(&format!(
+            "listen: [\"unix:/tmp/x.sock\"]\nbackends: [h:1]\nroutes: [{{listener: \"{written}\", pool: default}}]\n"
+        ))
+        .unwrap();
+        assert_eq!(c.routes[0].listener.as_deref(), Some("unix:/tmp/x.sock"));
+    }
+    // ":4040" is 0.0.0.0:4040, as in `listen:`.
+    let c = Config::from_yaml_str(
+        "listen: [\":4040\"]\nbackends: [h:1]\nroutes: [{listener: \"0.0.0.0:4040\", pool: default}]\n",
+    )
+    .unwrap();
+    assert_eq!(c.routes[0].listener.as_deref(), Some("0.0.0.0:4040"));
+    let e = err("backends: [h:1]\nroutes: [{listener: \"127.0.0.1:x\", pool: default}]\n");
+    assert!(
+        e.contains("routes[0].listener: `127.0.0.1:x`: invalid port"),
+        "{e}"
+    );
+}
+
+#[test]
+fn pool_names_and_pool_contents_are_checked() {
+    let e = err("backends: [h:1]\npools:\n  r: {backends: [h:2]}\n  r: {backends: [h:3]}\n");
+    assert!(e.contains("duplicate pool name `r`"), "{e}");
+    let e = err("backends: [h:1]\npools:\n  default: {backends: [h:2]}\n");
+    assert!(
+        e.contains("pools.default: \"default\" is the pool of the top-level `backends:`"),
+        "{e}"
+    );
+    let e = err("backends: [h:1]\npools:\n  empty: {policy: random}\n");
+    assert!(
+        e.contains("pools.empty.backends: no backend: a pool needs at least one"),
+        "{e}"
+    );
+    let e = err("backends: [h:1]\npools:\n  empty: {backends: []}\n");
+    assert!(e.contains("pools.empty.backends: no backend"), "{e}");
+    let e = err("backends: [h:1]\npools:\n  \"\": {backends: [h:2]}\n");
+    assert!(
+        e.contains("pools: pool name \"\" must be non-empty printable text"),
+        "{e}"
+    );
+    let e = err("backends: [h:1]\npools:\n  r: {policy: fastest, backends: [h:2]}\n");
+    assert!(
+        e.contains("pools.r.policy: unknown variant `fastest`"),
+        "{e}"
+    );
+    let e = err("backends: [h:1]\npools:\n  r:\n    backends: [h:2]\n    wieght: 2\n");
+    assert!(
+        e.contains("pools.r: unknown field `wieght`") && e.contains("line 5"),
+        "{e}"
+    );
+    let e = err("backends: [h:1]\npools:\n  r:\n    backends: [{address: h:2, wieght: 2}]\n");
+    assert!(
+        e.contains("pools.r.backends[0]: unknown field `wieght`"),
+        "{e}"
+    );
+    let e = err("backends: [h:1]\npools: [r]\n");
+    assert!(
+        e.contains("pools: invalid type: sequence, expected a map"),
+        "{e}"
+    );
+}
+
+#[test]
+fn backend_checks_name_the_pool_the_backend_is_in() {
+    let e = err("backends: [{name: x, address: h:1}]\npools:\n  r: {backends: [h:2, {name: x, address: h:3}]}\n");
+    assert!(
+        e.contains("pools.r.backends[1].name: duplicate backend name `x` (same as backends[0])"),
+        "{e}"
+    );
+    let e = err("pools:\n  r: {backends: [{name: x, address: h:1}]}\n  s: {backends: [{name: x, address: h:2}]}\n");
+    assert!(
+        e.contains(
+            "pools.s.backends[0].name: duplicate backend name `x` (same as pools.r.backends[0])"
+        ),
+        "{e}"
+    );
+    let e = err("backends: [h:1]\npools:\n  r: {backends: [h:2, {address: h:3, weight: 0}]}\n");
+    assert!(e.contains("pools.r.backends[1].weight: must be > 0"), "{e}");
+    let e =
+        err("backends: [h:1]\npools:\n  r: {backends: [{address: h:2, tls: {mode: verify_ca}}]}\n");
+    assert!(
+        e.contains("pools.r.backends[0].tls.ca: mode verify_ca needs `ca`"),
+        "{e}"
+    );
+    let e = err("pools: {}\n");
+    assert!(e.contains("backends: no backend configured"), "{e}");
+}
+
+#[test]
+fn backend_flags_replace_only_the_default_pool() {
+    let f = write_temp(
+        "backends: [h:1, h:2]\npools:\n  r: {backends: [h:3]}\nroutes: [{user: u, pool: r}]\n",
+    );
+    let cli = Cli::parse_from([
+        "mysql-lb",
+        "--config",
+        f.path().to_str().unwrap(),
+        "--proxy-backend-addresses",
+        "db:1",
+        "--proxy-read-only-backend-addresses",
+        "ro:1",
+    ]);
+    let c = Config::load(&cli).unwrap();
+    let flat: Vec<(&str, &str)> = c
+        .backends
+        .iter()
+        .map(|b| (b.name.as_str(), b.pool.as_str()))
+        .collect();
+    assert_eq!(
+        flat,
+        [("db:1", "default"), ("ro:1", "default"), ("h:3", "r")]
+    );
+    assert_eq!(c.backends[1].kind, BackendKind::Ro);
+    // Read-only flags add to the default pool, before the other pools' backends.
+    let cli = Cli::parse_from([
+        "mysql-lb",
+        "--config",
+        f.path().to_str().unwrap(),
+        "--proxy-read-only-backend-addresses",
+        "ro:1",
+    ]);
+    let names: Vec<String> = Config::load(&cli)
+        .unwrap()
+        .backends
+        .into_iter()
+        .map(|b| b.name)
+        .collect();
+    assert_eq!(names, ["h:1", "h:2", "ro:1", "h:3"]);
+}
+
+#[test]
+fn backend_flags_create_the_default_pool_when_the_file_has_none() {
+    let f = write_temp("pools:\n  r: {backends: [h:3]}\nroutes: [{user: u, pool: r}]\n");
+    let cli = Cli::parse_from([
+        "mysql-lb",
+        "--config",
+        f.path().to_str().unwrap(),
+        "--proxy-backend-addresses",
+        "db:1",
+        "--balancer",
+        "random",
+    ]);
+    let c = Config::load(&cli).unwrap();
+    assert_eq!(
+        c.pools,
+        [pool("default", Policy::Random), pool("r", Policy::Random)]
+    );
+    assert_eq!(c.default_pool.as_deref(), Some("default"));
+    assert_eq!(c.backends[0].pool, "default");
+    // Flags only, no file: one default pool with the flag's policy.
+    let cli = Cli::parse_from(["mysql-lb", "--proxy-backend-addresses", "a:1,b:2"]);
+    let c = Config::load(&cli).unwrap();
+    assert_eq!(c.pools, [pool("default", Policy::RoundRobin)]);
+    assert_eq!(c.default_pool.as_deref(), Some("default"));
+}
+
+#[test]
+fn balancer_flag_reaches_pools_without_their_own_policy() {
+    let f = write_temp("backends: [h:1]\npools:\n  own: {policy: least_connections, backends: [h:2]}\n  inherits: {backends: [h:3]}\n");
+    let cli = Cli::parse_from([
+        "mysql-lb",
+        "--config",
+        f.path().to_str().unwrap(),
+        "--balancer",
+        "random",
+    ]);
+    let c = Config::load(&cli).unwrap();
+    assert_eq!(
+        c.pools,
+        [
+            pool("default", Policy::Random),
+            pool("own", Policy::LeastConnections),
+            pool("inherits", Policy::Random)
+        ]
+    );
+}
+
+#[test]
+fn validate_completes_a_config_built_in_code() {
+    let backend = |name: &str, pool: &str| BackendConfig {
+        pool: pool.into(),
+        ..BackendConfig::new(tcp(name, 1), None, None, BackendKind::Rw)
+    };
+    let c = Config {
+        backends: vec![backend("r", "reporting"), backend("d", DEFAULT_POOL)],
+        routes: vec![RouteConfig {
+            client: Some("127.0.0.0/8".parse().unwrap()),
+            ..route_to("reporting")
+        }],
+        balancer: BalancerConfig {
+            policy: Policy::LeastConnections,
+            ..BalancerConfig::default()
+        },
+        ..Config::default()
+    }
+    .validate()
+    .unwrap();
+    assert_eq!(
+        c.pools,
+        [
+            pool("default", Policy::LeastConnections),
+            pool("reporting", Policy::LeastConnections)
+        ]
+    );
+    let order: Vec<&str> = c.backends.iter().map(|b| b.pool.as_str()).collect();
+    assert_eq!(order, ["default", "reporting"], "grouped, default first");
+    assert_eq!(c.default_pool.as_deref(), Some("default"));
+    // A code-built identity route needs a deferred connect_mode, as in the file.
+    let e = Config {
+        backends: vec![backend("d", DEFAULT_POOL)],
+        routes: vec![RouteConfig {
+            user: Some("u".into()),
+            ..route_to(DEFAULT_POOL)
+        }],
+        ..Config::default()
+    }
+    .validate()
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("connect_mode: immediate"), "{e}");
 }

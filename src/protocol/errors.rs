@@ -11,6 +11,8 @@ pub mod code {
     pub const ACCESS_DENIED: u16 = 1045;
     pub const UNKNOWN_ERROR: u16 = 1105;
     pub const NET_PACKET_TOO_LARGE: u16 = 1153;
+    /// ER_NOT_SUPPORTED_AUTH_MODE: the client cannot follow the auth plugin asked for.
+    pub const NOT_SUPPORTED_AUTH_MODE: u16 = 1251;
     pub const NET_PACKETS_OUT_OF_ORDER: u16 = 1156;
     /// ER_SECURE_TRANSPORT_REQUIRED: a plaintext TCP client where TLS is required.
     pub const SECURE_TRANSPORT_REQUIRED: u16 = 3159;
@@ -53,7 +55,7 @@ pub fn pre_greeting_err(code: u16, message: &str) -> Vec<u8> {
 /// The SQLSTATE a proxy error carries once the client speaks protocol 4.1.
 pub fn sqlstate_for(code: u16) -> &'static str {
     match code {
-        code::TOO_MANY_CONNECTIONS => "08004",
+        code::TOO_MANY_CONNECTIONS | code::NOT_SUPPORTED_AUTH_MODE => "08004",
         code::ACCESS_DENIED => "28000",
         code::HANDSHAKE_ERROR | code::NET_PACKETS_OUT_OF_ORDER | code::NET_PACKET_TOO_LARGE => {
             "08S01"

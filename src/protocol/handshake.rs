@@ -98,6 +98,9 @@ pub struct ClientResponse {
     pub attributes: Vec<(String, String)>,
 }
 
+mod deferred;
+pub use deferred::{nonce_from, response_for_backend, set_greeting_scramble, DEFERRED_PLUGIN};
+
 // Greeting layout after the NUL-terminated server version: offsets into the fixed 31-byte block.
 const G_CONNECTION_ID: usize = 0;
 /// Auth-plugin-data part 1: the first 8 bytes of the scramble.
@@ -616,7 +619,7 @@ mod tests {
             .collect()
     }
 
-    fn mariadb_greeting() -> Vec<u8> {
+    pub(super) fn mariadb_greeting() -> Vec<u8> {
         unhex(MARIADB_GREETING_HEX)
     }
 

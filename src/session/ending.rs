@@ -96,6 +96,14 @@ pub(super) async fn handshake_failed<C: AsyncWrite + Unpin>(
             send(client, &client_err(format!("Bad handshake: {e}"))).await;
             EndReason::Malformed
         }
+        AuthError::ClientNoPluginAuth => {
+            warn!(client = peer, backend, "refused: {e}");
+            let code = code::NOT_SUPPORTED_AUTH_MODE;
+            let message = format!("{e}; use a client with plugin authentication (MySQL 5.5+)");
+            let packet = err_packet(next_seq, code, Some(sqlstate_for(code)), &message);
+            send(client, &packet).await;
+            EndReason::Malformed
+        }
         AuthError::ClientTimeout(_) => {
             info!(client = peer, backend, "closing: {e}");
             EndReason::ClientNetwork

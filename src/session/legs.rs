@@ -55,6 +55,7 @@ pub(super) fn established<C, B>(
     debug!(
         client = peer,
         backend = %backend.name,
+        pool = %backend.pool,
         user = %auth.user,
         client_tls = client.tls_description().as_deref().unwrap_or("off"),
         backend_tls = backend_leg.tls_description().as_deref().unwrap_or("off"),

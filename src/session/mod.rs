@@ -12,8 +12,10 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio_util::sync::CancellationToken;
 use tracing::{info, trace, warn};
 
-use crate::auth::{read_greeting, relay_connection_phase, AuthError, PatchedGreeting};
-use crate::balancer::{Backend, ClientInfo, Lease};
+use crate::auth::{
+    read_greeting, relay_connection_phase, AuthError, Authenticated, PatchedGreeting,
+};
+use crate::balancer::{Backend, BackendSet, ClientInfo, Lease, Pool};
 use crate::config::BackendAddr;
 use crate::kill;
 use crate::leg::Leg;
@@ -23,11 +25,13 @@ use crate::protocol::errors::{code, pre_greeting_err};
 use crate::protocol::handshake::set_greeting_connection_id;
 use crate::protocol::response::{Completed, Tracker};
 use crate::relay::{relay, Observer, Stop};
+use crate::route::{peer_ip, Who};
 use crate::state::{Legs, ProxyState};
 use crate::stream::BackendStream;
 use rustls_pki_types::ServerName;
 use tokio_rustls::TlsConnector;
 
+mod deferred;
 mod ending;
 mod legs;
 
@@ -68,15 +72,52 @@ impl EndReason {
     }
 }
 
-/// Runs one client session to its end. `local` says the client came over a unix socket; `peer`
-/// names it in logs; `worker` is the index of the worker thread running it (its latency samples
-/// go to that worker's shard). Once `drain` is cancelled the session ends at its next command
-/// boundary.
+/// Where a client came from: its name in logs (`ip:port`, or the socket for a unix listener),
+/// whether it is local (a unix socket, secure as a server counts it), and the listener's name
+/// (`listen:` as displayed), which routes may match.
+#[derive(Debug, Clone, Copy)]
+pub struct Origin<'a> {
+    pub peer: &'a str,
+    pub local: bool,
+    pub listener: &'a str,
+}
+
+impl<'a> Origin<'a> {
+    pub fn tcp(peer: &'a str, listener: &'a str) -> Self {
+        Self {
+            peer,
+            local: false,
+            listener,
+        }
+    }
+
+    pub fn unix(peer: &'a str, listener: &'a str) -> Self {
+        Self {
+            peer,
+            local: true,
+            listener,
+        }
+    }
+
+    /// What routes match on before the client has said who it is.
+    fn who(&self) -> Who<'a> {
+        Who {
+            user: None,
+            schema: None,
+            client: if self.local { None } else { peer_ip(self.peer) },
+            listener: self.listener,
+        }
+    }
+}
+
+/// Runs one client session to its end. `worker` is the index of the worker thread running it
+/// (its latency samples go to that worker's shard). Once `drain` is cancelled the session ends
+/// at its next command boundary. The backend is connected at once and its greeting relayed, or,
+/// in deferred mode, after the proxy greeted the client and read who it is.
 pub async fn run<C>(
     shared: Arc<ProxyState>,
     client: C,
-    local: bool,
-    peer: &str,
+    from: Origin<'_>,
     worker: usize,
     drain: &CancellationToken,
 ) -> EndReason
@@ -84,11 +125,22 @@ where
     C: AsyncRead + AsyncWrite + Unpin,
 {
     let mut client = Leg::Plain(client);
-    let (lease, backend, mut greeting) =
-        match connect_backend(&shared, &ClientInfo { addr: peer }).await {
-            Ok(found) => found,
-            Err(tried) => return refuse_no_backend(&shared, &mut client, peer, &tried).await,
-        };
+    let set = shared.backends();
+    if set.deferred() {
+        return deferred::run(&shared, &set, client, from, worker, drain).await;
+    }
+    let peer = from.peer;
+    let Some(pool) = set.route(&from.who()) else {
+        return refuse_unrouted(&shared, &mut client, peer).await;
+    };
+    let info = ClientInfo {
+        pool: Some(&pool.name),
+        ..ClientInfo::at(peer)
+    };
+    let (lease, backend, mut greeting) = match connect_backend(&shared, &set, &info, pool).await {
+        Ok(found) => found,
+        Err(tried) => return refuse_no_backend(&shared, &mut client, peer, pool, &tried).await,
+    };
     let Connected {
         stream,
         tls: backend_tls,
@@ -100,7 +152,7 @@ where
     let plan = legs::plan(
         &shared,
         &legs,
-        local,
+        from.local,
         &backend_tls,
         &greeting,
         &backend_name,
@@ -115,14 +167,49 @@ where
         &plan,
         &mut next_seq,
     );
-    let auth = auth.await;
-    let mut auth = match auth {
+    let auth = match auth.await {
         Ok(auth) => auth,
         Err(e) => {
             return connection_phase_failed(&shared, &mut client, e, next_seq, peer, &lease).await
         }
     };
-    legs::established(&shared, peer, lease.backend(), &client, &backend, &auth);
+    let session = Established {
+        client,
+        backend,
+        auth,
+        lease,
+    };
+    command_phase(&shared, session, peer, worker, drain).await
+}
+
+/// A session past its connection phase.
+struct Established<C, B> {
+    client: Leg<C>,
+    backend: Leg<B>,
+    auth: Authenticated,
+    lease: Lease,
+}
+
+/// Relays the command phase to its end, then closes both legs.
+async fn command_phase<C, B>(
+    shared: &Arc<ProxyState>,
+    session: Established<C, B>,
+    peer: &str,
+    worker: usize,
+    drain: &CancellationToken,
+) -> EndReason
+where
+    C: AsyncRead + AsyncWrite + Unpin,
+    B: AsyncRead + AsyncWrite + Unpin,
+{
+    let Established {
+        mut client,
+        mut backend,
+        mut auth,
+        lease,
+    } = session;
+    legs::established(shared, peer, lease.backend(), &client, &backend, &auth);
+    shared.metrics.routed(&lease.backend().pool);
     let (client_pending, backend_pending) =
         legs::start_compression(&mut client, &mut backend, &mut auth);
     let mut tracker = Tracker::new(auth.negotiated, shared.session.max_packet_size);
@@ -148,7 +235,8 @@ where
         &mut observer,
     )
     .await;
-    let reason = relay_ended(&mut client, end, &tracker, peer, &backend_name).await;
+    let backend_name = &lease.backend().name;
+    let reason = relay_ended(&mut client, end, &tracker, peer, backend_name).await;
     legs::close_tls(&mut client).await;
     legs::close_tls(&mut backend).await;
     reason
@@ -175,20 +263,43 @@ async fn connection_phase_failed<C: AsyncRead + AsyncWrite + Unpin>(
     reason
 }
 
-/// Tells a client that no backend could be connected (before any greeting), naming each one tried.
+/// Tells a client that no backend of its pool could be connected (before any greeting), naming
+/// the pool and each backend tried.
 async fn refuse_no_backend<C>(
     shared: &ProxyState,
     client: &mut C,
     peer: &str,
+    pool: &Pool,
     tried: &[String],
 ) -> EndReason
 where
     C: AsyncWrite + Unpin,
 {
-    let message = format!("all backends are down; tried {}", tried.join("; "));
-    warn!(client = peer, "refused: {message}");
+    let message = no_backend_message(pool, tried);
+    warn!(client = peer, pool = %pool.name, "refused: {message}");
     shared.metrics.rejected(Refusal::NoBackend);
     send(client, &pre_greeting_err(code::UNKNOWN_ERROR, &message)).await;
+    EndReason::NoBackend
+}
+
+/// "all backends are down", naming the pool when there are several.
+fn no_backend_message(pool: &Pool, tried: &[String]) -> String {
+    format!(
+        "all backends of pool {} are down; tried {}",
+        pool.name,
+        tried.join("; ")
+    )
+}
+
+/// Tells a client that no route matches it and there is no default pool.
+async fn refuse_unrouted<C>(shared: &ProxyState, client: &mut C, peer: &str) -> EndReason
+where
+    C: AsyncWrite + Unpin,
+{
+    let message = "no route matches this client and no default_pool is configured";
+    warn!(client = peer, "refused: {message}");
+    shared.metrics.rejected(Refusal::NoBackend);
+    send(client, &pre_greeting_err(code::UNKNOWN_ERROR, message)).await;
     EndReason::NoBackend
 }
 
@@ -268,11 +379,13 @@ impl Observer for Recorder<'_> {
 /// one greets; returns what each failed one said.
 async fn connect_backend(
     shared: &ProxyState,
+    set: &BackendSet,
     client: &ClientInfo<'_>,
+    pool: &Pool,
 ) -> Result<(Lease, Connected, PatchedGreeting), Vec<String>> {
     let mut tried = Vec::new();
     let legs = shared.legs();
-    for backend in shared.backends().candidates_for(Instant::now(), client) {
+    for backend in set.candidates_for(Instant::now(), client, Some(pool)) {
         let started = Instant::now();
         // Err carries the reason and whether the backend itself is unreachable or broken (taken out
         // of rotation) rather than alive and refusing, e.g. its own "Too many connections".
@@ -315,21 +428,18 @@ async fn connect_backend(
         };
         match result {
             Ok((stream, greeting)) => {
+                backend.learn_greeting(&greeting.packet, &greeting.greeting);
                 backend
                     .stats
                     .connect
                     .observe(started.elapsed().as_secs_f64());
-                if shared.backends().mark_up(&backend) {
+                if set.mark_up(&backend) {
                     info!(backend = %backend.name, "backend back in rotation: connect succeeded");
                 }
-                return Ok((
-                    shared.backends().lease_for(&backend, client),
-                    stream,
-                    greeting,
-                ));
+                return Ok((set.lease_for(&backend, client), stream, greeting));
             }
             Err((reason, broken)) => {
-                if broken && shared.backends().mark_down(&backend, Instant::now()) {
+                if broken && set.mark_down(&backend, Instant::now()) {
                     warn!(backend = %backend.name, address = %backend.address, "backend marked down: {reason}");
                 } else if !broken {
                     info!(backend = %backend.name, "backend refused a connection: {reason}");
@@ -338,7 +448,7 @@ async fn connect_backend(
             }
         }
     }
-    shared.backends().client_refused(client);
+    set.client_refused(client);
     if tried.is_empty() {
         tried.push("no backend configured".to_owned());
     }

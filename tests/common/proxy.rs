@@ -48,6 +48,7 @@ pub fn config(backends: &[String]) -> Config {
                     kind: Default::default(),
                     tls: Default::default(),
                     compression: false,
+                    pool: "default".into(),
                 }
             })
             .collect(),

@@ -1,0 +1,241 @@
+//! A deferred connect: the proxy greets the client itself, reads who it is, and only then routes
+//! and connects a backend.
+//!
+//! The greeting is a backend's (learned from sessions and health checks, so clients see the same
+//! version and capabilities as directly) with the proxy's own nonce and connection id. The
+//! client's answer to that nonce is thrown away: the backend is sent a response with no auth
+//! data that names a plugin no account uses, and its AuthSwitchRequest (the account's real
+//! plugin, the backend's nonce) is relayed to the client, which then authenticates to the
+//! backend itself. Errors before a backend is chosen come from the proxy, in the client's
+//! sequence; from then on they are the backend's own, relayed unchanged.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use bytes::BytesMut;
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio_util::sync::CancellationToken;
+use tracing::warn;
+
+use super::ending::{handshake_failed, send};
+use super::{
+    command_phase, connect_backend, connection_phase_failed, legs, no_backend_message, EndReason,
+    Established, Origin,
+};
+use crate::auth::{finish_deferred, greet_client, read_greeting, LegPlan};
+use crate::balancer::{BackendSet, ClientInfo};
+use crate::kill;
+use crate::leg::Leg;
+use crate::metrics::Refusal;
+use crate::protocol::errors::{code, err_packet, pre_greeting_err, sqlstate_for};
+use crate::protocol::handshake::{
+    nonce_from, set_greeting_connection_id, set_greeting_scramble, Greeting,
+};
+use crate::route::Who;
+use crate::state::ProxyState;
+use crate::stream::BackendStream;
+
+/// Names no backend in logs of a session that has not chosen one yet.
+const NO_BACKEND_YET: &str = "(not chosen yet)";
+
+pub(super) async fn run<C>(
+    shared: &Arc<ProxyState>,
+    set: &Arc<BackendSet>,
+    mut client: Leg<C>,
+    from: Origin<'_>,
+    worker: usize,
+    drain: &CancellationToken,
+) -> EndReason
+where
+    C: AsyncRead + AsyncWrite + Unpin,
+{
+    let peer = from.peer;
+    let Some((mut greeting, template)) = greeting_for(shared, set).await else {
+        let message = "no backend has greeted yet (a deferred connect greets clients as its \
+                       backends do): every backend is unreachable";
+        warn!(client = peer, "refused: {message}");
+        shared.metrics.rejected(Refusal::NoBackend);
+        send(&mut client, &pre_greeting_err(code::UNKNOWN_ERROR, message)).await;
+        return EndReason::NoBackend;
+    };
+    let registration = own_greeting(&shared.kills, &mut greeting, peer);
+    let legs = shared.legs();
+    let client_plan = LegPlan {
+        client_tls: legs.tls.client.as_ref(),
+        client_local: from.local,
+        offer_compression: shared.session.offer_compression,
+        backend_tls: None,
+        backend_compression: false,
+        mariadb: template.is_mariadb,
+    };
+    let mut next_seq = 2;
+    let limits = shared.session.handshake_limits();
+    let hello = greet_client(
+        &mut client,
+        &mut greeting,
+        limits,
+        &client_plan,
+        &mut next_seq,
+    )
+    .await;
+    let hello = match hello {
+        Ok(hello) => hello,
+        Err(e) => {
+            let reason = handshake_failed(&mut client, e, next_seq, peer, NO_BACKEND_YET).await;
+            legs::close_tls(&mut client).await;
+            return reason;
+        }
+    };
+    let user = hello.response.user.clone();
+    let database = hello.response.database.clone();
+    let who = Who {
+        user: Some(&user),
+        schema: database.as_deref(),
+        ..from.who()
+    };
+    let Some(pool) = set.route(&who) else {
+        let message = format!("no route matches user '{user}' and no default_pool is configured");
+        return refuse_after_greeting(shared, &mut client, next_seq, peer, &message).await;
+    };
+    let info = ClientInfo {
+        addr: peer,
+        user: Some(&user),
+        default_db: database.as_deref(),
+        pool: Some(&pool.name),
+    };
+    let (lease, connected, backend_greeting) = match connect_backend(shared, set, &info, pool).await
+    {
+        Ok(found) => found,
+        Err(tried) => {
+            let message = no_backend_message(pool, &tried);
+            return refuse_after_greeting(shared, &mut client, next_seq, peer, &message).await;
+        }
+    };
+    if let Some(r) = &registration {
+        r.bind(kill::Target {
+            backend: Arc::clone(lease.backend()),
+            thread_id: backend_greeting.greeting.connection_id,
+        });
+    }
+    let mut backend = Leg::Plain(connected.stream);
+    let backend_name = lease.backend().name.clone();
+    let plan = legs::plan(
+        shared,
+        &legs,
+        from.local,
+        &connected.tls,
+        &backend_greeting,
+        &backend_name,
+    );
+    let auth = finish_deferred(
+        &mut client,
+        &mut backend,
+        hello,
+        backend_greeting,
+        limits,
+        &plan,
+        &mut next_seq,
+    )
+    .await;
+    let auth = match auth {
+        Ok(auth) => auth,
+        Err(e) => {
+            return connection_phase_failed(shared, &mut client, e, next_seq, peer, &lease).await
+        }
+    };
+    let session = Established {
+        client,
+        backend,
+        auth,
+        lease,
+    };
+    command_phase(shared, session, peer, worker, drain).await
+}
+
+/// The greeting a deferred connect sends: learned from the backends' greetings, or, when none
+/// has greeted yet (no health checks, the first client), from a connect made for it now.
+async fn greeting_for(shared: &ProxyState, set: &BackendSet) -> Option<(BytesMut, Greeting)> {
+    if let Some(found) = set.greeting_template() {
+        return Some(found);
+    }
+    for backend in set.candidates(Instant::now()) {
+        let attempt = async {
+            let mut stream =
+                BackendStream::open(&backend.address, shared.session.tcp_keepalive.as_ref())
+                    .await
+                    .ok()?;
+            read_greeting(
+                &mut stream,
+                shared.session.max_handshake_packet_size,
+                shared.session.strip,
+            )
+            .await
+            .ok()
+        };
+        if let Ok(Some(g)) = tokio::time::timeout(shared.session.connect_timeout, attempt).await {
+            backend.learn_greeting(&g.packet, &g.greeting);
+            break;
+        }
+    }
+    set.greeting_template()
+}
+
+/// Puts the proxy's connection id and a fresh nonce in the greeting. The id is reserved now
+/// and bound to the backend session once there is one, so a KILL naming it is mapped.
+fn own_greeting<'a>(
+    kills: &'a kill::Registry,
+    greeting: &mut BytesMut,
+    peer: &str,
+) -> Option<kill::Registration<'a>> {
+    let registration = kills.reserve();
+    match &registration {
+        Some(r) => {
+            if let Err(e) = set_greeting_connection_id(&mut greeting[4..], r.id()) {
+                warn!(client = peer, "greeting without a proxy id: {e}");
+            }
+        }
+        None => warn!(
+            client = peer,
+            "every proxy connection id is in use: KILL is not mapped"
+        ),
+    }
+    // The nonce guards nothing here (the client's answer to it goes nowhere), but clients
+    // expect one that differs per connection; without the system's randomness it is the time's.
+    let mut random = [0u8; 20];
+    if getrandom::getrandom(&mut random).is_err() {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos());
+        for (i, r) in random.iter_mut().enumerate() {
+            *r = (nanos >> (i % 16 * 8)) as u8 ^ i as u8;
+        }
+    }
+    if let Err(e) = set_greeting_scramble(&mut greeting[4..], &nonce_from(&random)) {
+        warn!(client = peer, "greeting keeps the backend's nonce: {e}");
+    }
+    registration
+}
+
+/// Refuses a client the proxy greeted (its HandshakeResponse read): an ERR in its sequence.
+async fn refuse_after_greeting<C>(
+    shared: &ProxyState,
+    client: &mut Leg<C>,
+    seq: u8,
+    peer: &str,
+    message: &str,
+) -> EndReason
+where
+    C: AsyncRead + AsyncWrite + Unpin,
+{
+    warn!(client = peer, "refused: {message}");
+    shared.metrics.rejected(Refusal::NoBackend);
+    let packet = err_packet(
+        seq,
+        code::UNKNOWN_ERROR,
+        Some(sqlstate_for(code::UNKNOWN_ERROR)),
+        message,
+    );
+    send(client, &packet).await;
+    legs::close_tls(client).await;
+    EndReason::NoBackend
+}
