@@ -20,7 +20,7 @@ use mlua::{
 use tracing::info;
 
 use super::{ErrorReason, ScriptError};
-use crate::balancer::{Backend, Health};
+use crate::balancer::{Backend, ClientInfo, Health};
 use crate::config::{BackendAddr, BackendKind};
 
 /// `proxy.BACKEND_STATE_*` and `proxy.BACKEND_TYPE_*`, with MySQL Proxy's values.
@@ -85,18 +85,20 @@ pub(super) struct Engine {
 
 /// Internal, compiled before the script runs so the script cannot change what it captures.
 /// Arguments: the hook (1 = connect_server, 2 = disconnect_client), the client's name, address
-/// and port, `backend_ndx`, then `connected_clients, state` for each backend in order. Returns
+/// and port, `backend_ndx`, the user, default database and pool (nil before a deferred login),
+/// then `connected_clients, state` for each backend in order. Returns
 /// whether the hook is defined, its first result, and `backend_ndx` after it ran.
 const TRAMPOLINE: &str = r##"
-local G, tables, connection, src = ...
+local G, tables, connection, src, client = ...
 local rawget, select, type = rawget, select, type
 local hooks = { "connect_server", "disconnect_client" }
-return function(which, name, address, port, ndx, ...)
+return function(which, name, address, port, ndx, user, db, pool, ...)
     for i = 1, select("#", ...), 2 do
         local b = tables[(i + 1) // 2]
         b.connected_clients, b.state = select(i, ...)
     end
     src.name, src.address, src.port = name, address, port
+    client.username, client.default_db, connection.pool = user, db, pool
     connection.backend_ndx = ndx
     local hook = rawget(G, hooks[which])
     if type(hook) ~= "function" then
@@ -215,12 +217,13 @@ impl Engine {
             tables,
             connection,
             src,
+            client,
         } = proxy_table(&lua, backends)?;
         globals.raw_set("proxy", proxy)?;
         let trampoline: Function = lua
             .load(TRAMPOLINE)
             .set_name("=mysql-lb")
-            .call((&globals, tables, connection, src))?;
+            .call((&globals, tables, connection, src, client))?;
         install_budget(&lua, &globals, clock)?;
         let chunk = lua
             .load(source)
@@ -247,7 +250,7 @@ impl Engine {
         &mut self,
         backends: &[Arc<Backend>],
         view: &dyn Fn(&Backend) -> (usize, Health),
-        client: &str,
+        client: &ClientInfo<'_>,
     ) -> Result<Option<usize>, Failure> {
         let Some((returned, ndx)) = self.call(Hook::ConnectServer, backends, view, client, 0)?
         else {
@@ -273,8 +276,14 @@ impl Engine {
         index: Option<usize>,
     ) -> Result<(), Failure> {
         let ndx = index.map_or(0, |i| i as i64 + 1);
-        self.call(Hook::DisconnectClient, backends, view, client, ndx)
-            .map(drop)
+        self.call(
+            Hook::DisconnectClient,
+            backends,
+            view,
+            &ClientInfo::at(client),
+            ndx,
+        )
+        .map(drop)
     }
 
     /// Runs `hook` through the trampoline. None when the script does not define it, else its
@@ -284,7 +293,7 @@ impl Engine {
         hook: Hook,
         backends: &[Arc<Backend>],
         view: &dyn Fn(&Backend) -> (usize, Health),
-        client: &str,
+        client: &ClientInfo<'_>,
         backend_ndx: i64,
     ) -> Result<Option<(Value, Value)>, Failure> {
         let mut per_backend = std::mem::take(&mut self.args);
@@ -298,9 +307,19 @@ impl Engine {
                 Health::Down => BACKEND_STATE_DOWN,
             });
         }
-        let (address, port) = split_client(client);
+        let (address, port) = split_client(client.addr);
         let per_backend = Variadic::from(per_backend);
-        let args = (hook as i64, client, address, port, backend_ndx, per_backend);
+        let args = (
+            hook as i64,
+            client.addr,
+            address,
+            port,
+            backend_ndx,
+            client.user,
+            client.default_db,
+            client.pool,
+            per_backend,
+        );
         let result = self.run(self.trampoline.clone(), args, self.budget);
         let name = hook.name();
         let mut values = match result {
@@ -393,6 +412,8 @@ struct ProxyTable {
     connection: Table,
     /// `proxy.connection.client.src`.
     src: Table,
+    /// `proxy.connection.client` (`username`, `default_db`).
+    client: Table,
 }
 
 fn proxy_table(lua: &Lua, backends: &[Arc<Backend>]) -> mlua::Result<ProxyTable> {
@@ -430,7 +451,7 @@ fn proxy_table(lua: &Lua, backends: &[Arc<Backend>]) -> mlua::Result<ProxyTable>
     let client = lua.create_table()?;
     client.raw_set("src", &src)?;
     let connection = lua.create_table()?;
-    connection.raw_set("client", client)?;
+    connection.raw_set("client", &client)?;
     connection.raw_set("backend_ndx", 0)?;
     proxy.raw_set("connection", &connection)?;
     Ok(ProxyTable {
@@ -438,6 +459,7 @@ fn proxy_table(lua: &Lua, backends: &[Arc<Backend>]) -> mlua::Result<ProxyTable>
         tables,
         connection,
         src,
+        client,
     })
 }
 
