@@ -322,9 +322,10 @@ impl Metrics {
             .set(1);
     }
 
-    /// Counts a session established on a backend of `pool`.
-    pub fn routed(&self, pool: &str) {
-        self.pools.routed.with_label_values(&[pool]).inc();
+    /// The count of sessions established on backends of `pool` (a handle, resolved once per
+    /// backend).
+    pub fn routed(&self, pool: &str) -> prometheus::IntCounter {
+        self.pools.routed.with_label_values(&[pool])
     }
 
     pub fn rejected(&self, reason: Refusal) {

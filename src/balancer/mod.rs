@@ -79,6 +79,8 @@ pub struct Backend {
     cleartext_warned: AtomicBool,
     /// Its latest greeting, for deferred connects to greet clients with.
     greeting: ArcSwapOption<LearnedGreeting>,
+    /// Sessions established on it, counted under its pool.
+    pub routed: prometheus::IntCounter,
     pub stats: BackendStats,
 }
 
@@ -297,6 +299,7 @@ impl BackendSet {
                             last_check: Mutex::new(None),
                             cleartext_warned: AtomicBool::new(false),
                             greeting: ArcSwapOption::empty(),
+                        routed: metrics.routed(&c.pool),
                             stats: metrics.backend(&c.name),
                         }
                     }),

@@ -209,7 +209,7 @@ where
         lease,
     } = session;
     legs::established(shared, peer, lease.backend(), &client, &backend, &auth);
-    shared.metrics.routed(&lease.backend().pool);
+    lease.backend().routed.inc();
     let (client_pending, backend_pending) =
         legs::start_compression(&mut client, &mut backend, &mut auth);
     let mut tracker = Tracker::new(auth.negotiated, shared.session.max_packet_size);
