@@ -29,6 +29,10 @@ a shared machine hits all paths alike. Paths:
   direct compressed, mysql-lb compressed
                   sysbench --mysql-compression=on -> the backends / mysql-lb (its backend leg
                   uncompressed)
+  mysql-lb deferred
+                  sysbench -> mysql-lb with `connect_mode: deferred` -> backends (TCP): mysql-lb
+                  greets the client itself, reads its login, then connects a backend, whose
+                  AuthSwitchRequest does the real exchange (one round trip more per connection)
 
 The backends speak TLS (a throwaway CA and certificates made with openssl); the plaintext
 mysql-lb paths set `backend_tls: {mode: disabled}` so they stay plaintext on both legs.
@@ -473,6 +477,15 @@ class Bench:
             self.reg, self.binary, "mysql-lb", lb_addr, tcp_backends, plain
         )
         self.lb_addr = lb_addr
+        # Issue 12's deferred connect: the same plaintext proxy, greeting clients itself.
+        lbd_addr = ("127.0.0.1", procs.free_port())
+        deferred = extra + ["--config", procs.write_config(
+            os.path.join(self.reg.base, "deferred.yaml"), tcp_backends,
+            "backend_tls: {mode: disabled}\nconnect_mode: deferred\n")]
+        lbd, _, _ = procs.start_mysql_lb(
+            self.reg, self.binary, "mysql-lb-deferred", lbd_addr, tcp_backends, deferred
+        )
+        self.lb_deferred = Target("mysql-lb deferred", tcp_args([lbd_addr]), lbd)
         lb_sock = os.path.join(self.reg.base, "mysql-lb.sock")
         lbu, self.lbu_admin, _ = procs.start_mysql_lb(
             self.reg, self.binary, "mysql-lb-unix", lb_sock, [b.socket for b in self.backends], extra
@@ -510,9 +523,9 @@ class Bench:
         self.direct_unix = Target("direct unix", socket_args([b.socket for b in self.backends]))
         self.lb_unix = Target("mysql-lb unix", socket_args([lb_sock]), lbu)
         tls_targets, tls_proxies = self.start_tls_proxies(extra, tcp_backends)
-        self.targets = [self.direct, self.haproxy, self.pump, self.lb] + baseline + variants + [
+        self.targets = [self.direct, self.haproxy, self.pump, self.lb, self.lb_deferred] + baseline + variants + [
             self.direct_unix, self.pump_unix, self.lb_unix] + baseline_unix + tls_targets
-        self.proxies = [self.haproxy, self.pump, self.lb] + baseline + variants + [
+        self.proxies = [self.haproxy, self.pump, self.lb, self.lb_deferred] + baseline + variants + [
             self.pump_unix, self.lb_unix] + baseline_unix + tls_proxies
         if self.args.paths:
             unknown = set(self.args.paths) - {t.name for t in self.targets}
@@ -1011,6 +1024,10 @@ class Bench:
         if hp and lb:
             r = statistics.median(x["rate"] for x in lb) / statistics.median(x["rate"] for x in hp)
             out.append("8. connection setup ≥ 0.8× HAProxy: %.2f — %s" % (r, verdict(r >= 0.8)))
+        lbd = self.connect.get("mysql-lb deferred")
+        if lbd and lb:
+            r = statistics.median(x["rate"] for x in lbd) / statistics.median(x["rate"] for x in lb)
+            out.append("12. connection setup with deferred connect vs immediate mysql-lb (reported): %.2f" % r)
         return out + self.tls_goals(verdict)
 
     def tls_goals(self, verdict):

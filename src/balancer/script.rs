@@ -705,6 +705,34 @@ mod tests {
     }
 
     #[test]
+    fn connect_server_sees_the_deferred_login_and_nil_before_it() {
+        let (s, _f) = set(r#"
+            function connect_server()
+                local c = proxy.connection
+                if c.client.username == nil then
+                    assert(c.client.default_db == nil and c.pool == nil)
+                    return
+                end
+                assert(c.client.username == "carol" and c.client.default_db == "sales")
+                assert(c.pool == "reporting")
+                c.backend_ndx = 3
+            end"#);
+        let deferred = ClientInfo {
+            addr: "10.1.2.3:5000",
+            user: Some("carol"),
+            default_db: Some("sales"),
+            pool: Some("reporting"),
+        };
+        let script = s.script().unwrap();
+        assert_eq!(script.choose(&deferred, Instant::now()), Some(2));
+        // The next call's values replace the last one's: an immediate client sees nil.
+        assert_eq!(choose(&s, "10.1.2.3:5001"), None);
+        for r in ErrorReason::ALL {
+            assert_eq!(s.script_errors(r), 0, "{r:?}");
+        }
+    }
+
+    #[test]
     fn state_and_connected_clients_follow_the_set() {
         let (s, _f) = set(r#"
             function connect_server()
