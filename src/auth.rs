@@ -191,40 +191,85 @@ where
     let run = async {
         send_greeting(client, &mut greeting.packet, plan).await?;
         let mut client_buf = BytesMut::with_capacity(512);
-        let Response {
-            mut packet,
-            client_seq,
-        } = client_response(client, &mut client_buf, plan, max, next_seq).await?;
-        let (parsed, negotiated) = patch_response(&mut packet[4..], &greeting, limits.strip)?;
+        let Response { packet, client_seq } =
+            client_response(client, &mut client_buf, plan, max, next_seq).await?;
         turn = Side::Backend;
-        let backend_seq = forward_response(backend, &mut packet, &greeting, plan).await?;
-        let mut backend_buf = greeting.rest;
-        let mut seqs = Sequences {
-            backend_ahead: backend_seq.wrapping_sub(client_seq),
-            next: next_seq,
-            plugin: parsed.auth_plugin.clone(),
-        };
-        exchange(
-            client,
-            backend,
-            &mut client_buf,
-            &mut backend_buf,
-            max,
-            &mut seqs,
-            &mut turn,
-        )
-        .await?;
-        Ok(authenticated(
-            parsed,
-            negotiated,
-            plan,
-            seqs.plugin.as_deref(),
+        let response = ForBackend {
+            packet,
+            client_seq,
             client_buf,
-            backend_buf,
-        ))
+            plugin_known: true,
+            greeting,
+        };
+        log_in(client, backend, response, limits, plan, next_seq, &mut turn).await
     };
     let result = tokio::time::timeout(limits.timeout, run).await;
     result.unwrap_or_else(|_| Err(timed_out(turn, limits.timeout)))
+}
+
+/// The response the backend gets, and what the client leg has seen so far.
+struct ForBackend {
+    /// The HandshakeResponse for the backend (header included), not yet patched.
+    packet: BytesMut,
+    /// The client-leg sequence id of the client's response: 1, or 2 after an SSLRequest.
+    client_seq: u8,
+    /// Bytes the client sent after its response.
+    client_buf: BytesMut,
+    /// The response names the plugin the client answered with (not so in a deferred connect,
+    /// where the backend's auth switch names it).
+    plugin_known: bool,
+    /// The backend's greeting.
+    greeting: PatchedGreeting,
+}
+
+/// From the response on: patches it for the backend leg, sends it (after taking that leg to TLS
+/// where planned), and relays every auth packet both ways until the backend's OK or ERR.
+async fn log_in<C, B>(
+    client: &mut Leg<C>,
+    backend: &mut Leg<B>,
+    response: ForBackend,
+    limits: HandshakeLimits,
+    plan: &LegPlan<'_>,
+    next_seq: &mut u8,
+    turn: &mut Side,
+) -> Result<Authenticated, AuthError>
+where
+    C: AsyncRead + AsyncWrite + Unpin,
+    B: AsyncRead + AsyncWrite + Unpin,
+{
+    let ForBackend {
+        mut packet,
+        client_seq,
+        mut client_buf,
+        plugin_known,
+        greeting,
+    } = response;
+    let (parsed, negotiated) = patch_response(&mut packet[4..], &greeting, limits.strip)?;
+    let backend_seq = forward_response(backend, &mut packet, &greeting, plan).await?;
+    let mut backend_buf = greeting.rest;
+    let mut seqs = Sequences {
+        backend_ahead: backend_seq.wrapping_sub(client_seq),
+        next: next_seq,
+        plugin: parsed.auth_plugin.clone().filter(|_| plugin_known),
+    };
+    exchange(
+        client,
+        backend,
+        &mut client_buf,
+        &mut backend_buf,
+        limits.max_packet,
+        &mut seqs,
+        turn,
+    )
+    .await?;
+    Ok(authenticated(
+        parsed,
+        negotiated,
+        plan,
+        seqs.plugin.as_deref(),
+        client_buf,
+        backend_buf,
+    ))
 }
 
 /// The phase's timeout, blaming the side whose packet was awaited.

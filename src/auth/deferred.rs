@@ -92,7 +92,7 @@ where
     let ClientHello {
         packet: sent,
         client_seq,
-        mut client_buf,
+        client_buf,
         offered,
         ..
     } = hello;
@@ -106,32 +106,14 @@ where
         let mut packet = BytesMut::with_capacity(4 + payload.len());
         packet.extend_from_slice(&header(payload.len(), 1));
         packet.extend_from_slice(&payload);
-        let (parsed, negotiated) = patch_response(&mut packet[4..], &greeting, limits.strip)?;
-        let backend_seq = forward_response(backend, &mut packet, &greeting, plan).await?;
-        let mut backend_buf = greeting.rest;
-        let mut seqs = Sequences {
-            backend_ahead: backend_seq.wrapping_sub(client_seq),
-            next: next_seq,
-            plugin: None,
-        };
-        exchange(
-            client,
-            backend,
-            &mut client_buf,
-            &mut backend_buf,
-            limits.max_packet,
-            &mut seqs,
-            &mut turn,
-        )
-        .await?;
-        Ok(authenticated(
-            parsed,
-            negotiated,
-            plan,
-            seqs.plugin.as_deref(),
+        let response = ForBackend {
+            packet,
+            client_seq,
             client_buf,
-            backend_buf,
-        ))
+            plugin_known: false,
+            greeting,
+        };
+        log_in(client, backend, response, limits, plan, next_seq, &mut turn).await
     };
     let result = tokio::time::timeout(limits.timeout, run).await;
     result.unwrap_or_else(|_| Err(timed_out(turn, limits.timeout)))
