@@ -200,6 +200,7 @@ pub fn backends_json(shared: &ProxyState, recent: &Recent) -> serde_json::Value 
                 "recent_commands": buckets[LATENCY_BUCKETS.len()],
                 "recent_p50_seconds": quantile(&buckets, 0.50),
                 "recent_p99_seconds": quantile(&buckets, 0.99),
+                "recent_latency_seconds": b.latency.average().as_secs_f64(),
                 "last_check": check,
             })
         })

@@ -218,6 +218,7 @@ async fn check_loop(
             _ = shutdown.cancelled() => return,
             _ = ticks.tick() => {}
         }
+        let started = std::time::Instant::now();
         let result = tokio::select! {
             _ = shutdown.cancelled() => return,
             r = check_backend_with(&backend.address, shared.legs().tls.backend(&backend.name).cloned(), &cfg) => r,
@@ -234,6 +235,7 @@ async fn check_loop(
             Ok(ok) => {
                 debug!(backend = %backend.name, lag = ?ok.replication_lag, "health check passed");
                 backend.learn_raw_greeting(&ok.greeting, shared.session.strip);
+                backend.latency.check_round_trip(started.elapsed());
                 None
             }
             Err(e) => {

@@ -177,6 +177,10 @@ impl Proxy {
             self.health.clone(),
             shutdown.clone(),
         ));
+        accept_loops.spawn(balancer::latency::run(
+            Arc::clone(&self.shared),
+            shutdown.clone(),
+        ));
         accept_loops.spawn(reload::on_hangup(
             Arc::clone(&self.shared),
             self.loader.clone(),

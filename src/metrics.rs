@@ -410,6 +410,11 @@ impl BackendStats {
         self.latency.record(worker, c);
     }
 
+    /// Completed commands of every kind and the sum of their latencies (seconds).
+    pub fn latency_totals(&self) -> (u64, f64) {
+        self.latency.totals()
+    }
+
     /// Completed commands of every kind.
     pub fn total_commands(&self) -> u64 {
         self.latency.total_commands()

@@ -144,3 +144,40 @@ async fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
+
+/// `least_latency` against two real servers: sessions whose commands on one backend take 40 ms
+/// (`SELECT SLEEP(0.04)`) make it lose every comparison once the next tick has folded them in,
+/// while the other answers `SELECT 1` at once; held sessions on the fast one do not tip it back.
+#[tokio::test]
+async fn least_latency_sends_new_sessions_away_from_a_slow_backend() {
+    use mysql_async::prelude::*;
+    let pair = shared_pair();
+    let proxy = TestProxy::start_with(pair_config(Policy::LeastLatency));
+    // One session on each backend (least_latency has no samples yet; retry until both are held).
+    let mut by_port = std::collections::HashMap::new();
+    for _ in 0..40 {
+        let (conn, port) = proxy.connect().await;
+        by_port.entry(port).or_insert(conn);
+        if by_port.len() == 2 {
+            break;
+        }
+    }
+    assert_eq!(by_port.len(), 2, "both backends reached");
+    let (slow_port, fast_port) = (pair[0].port, pair[1].port);
+    for _ in 0..5 {
+        let slow = by_port.get_mut(&slow_port).expect("slow session");
+        let _: Vec<i64> = slow.query("SELECT SLEEP(0.04)").await.expect("sleep");
+        let fast = by_port.get_mut(&fast_port).expect("fast session");
+        let _: Vec<i64> = fast.query("SELECT 1").await.expect("select 1");
+    }
+    // The averages are folded in once a second.
+    tokio::time::sleep(mysql_lb::balancer::latency::TICK * 2).await;
+    let mut held = Vec::new();
+    for _ in 0..10 {
+        held.push(proxy.connect().await);
+    }
+    let on_fast = held.iter().filter(|(_, p)| *p == fast_port).count();
+    assert_eq!(on_fast, 10, "every new session went to the fast backend");
+    let json = proxy.admin_get("/backends").1;
+    assert!(json.contains("recent_latency_seconds"), "{json}");
+}

@@ -7,6 +7,7 @@
 //! optional Lua [`script`] may put its own choice first. Only the first candidate is a choice;
 //! the rest are the fallbacks a session tries when a connect fails.
 
+pub mod latency;
 pub mod least_conn;
 pub mod pools;
 pub mod random;
@@ -81,6 +82,8 @@ pub struct Backend {
     greeting: ArcSwapOption<LearnedGreeting>,
     /// Sessions established on it, counted under its pool.
     pub routed: prometheus::IntCounter,
+    /// Its recent command latency, for `least_latency`.
+    pub latency: latency::LatencyScore,
     pub stats: BackendStats,
 }
 
@@ -300,6 +303,7 @@ impl BackendSet {
                             cleartext_warned: AtomicBool::new(false),
                             greeting: ArcSwapOption::empty(),
                             routed: metrics.routed(&c.pool),
+                            latency: latency::LatencyScore::default(),
                             stats: metrics.backend(&c.name),
                         }
                     }),
@@ -439,6 +443,15 @@ impl BackendSet {
                 let r = self.rng.next_u64();
                 with_inline(up, |b| b.weight(), |w| random::pick(w, r))
             }
+            Policy::LeastLatency if up.len() > 1 => {
+                let r = self.rng.next_u64();
+                let n = up.len() as u64;
+                let a = (r % n) as usize;
+                // A second, different one: an offset of 1..n from the first.
+                let b = (a + 1 + ((r >> 32) % (n - 1)) as usize) % up.len();
+                latency::better_of(up, a, b)
+            }
+            Policy::LeastLatency => 0,
             Policy::LeastConnections => {
                 let counter = next.fetch_add(1, Relaxed);
                 with_inline(
@@ -710,13 +723,72 @@ mod tests {
         let s = weighted(&[3, 1], Policy::Random);
         let counts = first_counts(&s, 4000, now);
         assert!((2700..=3300).contains(&counts[0]), "{counts:?}");
-        for policy in [Policy::RoundRobin, Policy::Random, Policy::LeastConnections] {
+        for policy in [
+            Policy::RoundRobin,
+            Policy::Random,
+            Policy::LeastConnections,
+            Policy::LeastLatency,
+        ] {
             let s = weighted(&[1, 5, 1], policy);
             s.mark_down(&s.backends()[1], now);
             let counts = first_counts(&s, 100, now);
             assert_eq!(counts[1], 0, "{policy:?}: {counts:?}");
             assert!(counts[0] > 25 && counts[2] > 25, "{policy:?}: {counts:?}");
         }
+    }
+
+    #[test]
+    fn least_latency_moves_new_sessions_off_a_slow_backend_and_back_once_it_recovers() {
+        let s = weighted(&[1, 1, 1], Policy::LeastLatency);
+        let now = Instant::now();
+        let [fast_a, slow, fast_b] = [0, 1, 2].map(|i| &s.backends()[i].latency);
+        fast_a.update(1000, 1.0); // 1 ms
+        fast_b.update(1000, 1.0);
+        slow.update(1000, 50.0); // 50 ms
+        let mut counts = [0usize; 3];
+        for _ in 0..300 {
+            counts[s.candidates(now)[0].index()] += 1;
+        }
+        assert_eq!(
+            counts[1], 0,
+            "{counts:?}: the slow one loses every comparison"
+        );
+        assert!(
+            counts[0] > 100 && counts[2] > 100,
+            "{counts:?}: the fast ones share"
+        );
+        // It recovers (commands at 1 ms again) while the others turn slower (10 ms): a faster
+        // interval lowers its average gradually, so it takes some ticks (`latency::DECAY`).
+        for tick in 1..=30u64 {
+            let n = 1000 + 1000 * tick;
+            slow.update(n, 50.0 + tick as f64);
+            fast_a.update(n, 1.0 + 10.0 * tick as f64);
+            fast_b.update(n, 1.0 + 10.0 * tick as f64);
+        }
+        let mut counts = [0usize; 3];
+        for _ in 0..300 {
+            counts[s.candidates(now)[0].index()] += 1;
+        }
+        assert!(
+            counts[1] > 150,
+            "{counts:?}: the recovered one gets traffic back"
+        );
+    }
+
+    #[test]
+    fn least_latency_counts_sessions_and_weights() {
+        let s = weighted(&[1, 3], Policy::LeastLatency);
+        let now = Instant::now();
+        for b in s.backends() {
+            b.latency.update(100, 0.1);
+        }
+        let mut leases = Vec::new();
+        for _ in 0..8 {
+            let first = s.candidates(now).remove(0);
+            leases.push(s.lease(&first));
+        }
+        let active: Vec<_> = s.backends().iter().map(|b| b.active()).collect();
+        assert_eq!(active, [2, 6], "equal latency: sessions split by weight");
     }
 
     #[test]
@@ -741,7 +813,12 @@ mod tests {
 
     #[test]
     fn all_down_are_still_tried_soonest_back_first_by_every_policy() {
-        for policy in [Policy::RoundRobin, Policy::Random, Policy::LeastConnections] {
+        for policy in [
+            Policy::RoundRobin,
+            Policy::Random,
+            Policy::LeastConnections,
+            Policy::LeastLatency,
+        ] {
             let s = weighted(&[1, 1, 1], policy);
             let now = Instant::now();
             s.mark_down(&s.backends()[2], now);

@@ -86,6 +86,8 @@ pub enum Policy {
     RoundRobin,
     /// Fewest active sessions relative to weight.
     LeastConnections,
+    /// The better of two random up backends by recent latency × (sessions + 1) / weight.
+    LeastLatency,
     /// Weighted random.
     Random,
 }

@@ -103,6 +103,16 @@ impl BackendLatency {
             .sum()
     }
 
+    /// Completed commands of every kind over every shard, and their latency sum in seconds.
+    pub fn totals(&self) -> (u64, f64) {
+        self.shards
+            .iter()
+            .flat_map(|s| &s.query)
+            .fold((0, 0.0), |(n, sum), h| {
+                (n + h.get_sample_count(), sum + h.get_sample_sum())
+            })
+    }
+
     /// Cumulative bucket counts of all kinds and shards together (the last slot is the total).
     pub fn buckets(&self) -> [u64; LATENCY_BUCKETS.len() + 1] {
         let mut out = [0u64; LATENCY_BUCKETS.len() + 1];
