@@ -176,6 +176,7 @@ impl Backend {
     pub fn set_admin_state(&self, state: AdminState) -> AdminState {
         let old = AdminState::from_u8(self.admin.swap(state as u8, Relaxed));
         self.stats.set_admin_state(state.as_str());
+        self.export_up();
         old
     }
 
@@ -191,8 +192,14 @@ impl Backend {
 
     fn set_down(&self, down: bool) -> bool {
         let was = self.down.swap(down, Relaxed);
-        self.stats.up.set(i64::from(!down));
+        self.export_up();
         was != down
+    }
+
+    /// `backend_up`: 1 when healthy and not in maintenance.
+    fn export_up(&self) {
+        let up = !self.down.load(Relaxed) && self.admin_state() != AdminState::Maintenance;
+        self.stats.up.set(i64::from(up));
     }
 }
 
@@ -843,9 +850,11 @@ mod tests {
             s.record_check(b1, None, 2, 2);
         }
         assert!(!s.is_up(b1, now), "passing checks do not bring it back");
+        assert_eq!(b1.stats.up.get(), 0);
         assert!(s.candidates(now).iter().all(|b| b.index() != 1));
         b1.set_admin_state(AdminState::Ready);
         assert!(s.is_up(b1, now));
+        assert_eq!(b1.stats.up.get(), 1);
         assert_eq!(first_counts(&s, 30, now), [10, 10, 10]);
         // A failing check during maintenance still counts: ready then finds it down.
         b1.set_admin_state(AdminState::Maintenance);
