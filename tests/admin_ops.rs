@@ -1,7 +1,7 @@
 //! Runtime operations on the admin endpoint against real MariaDB backends: drain keeps running
 //! sessions and sends new clients elsewhere, maintenance holds whatever the health checks say and
-//! across a reload, ready restores, a runtime weight changes the split, and bad requests get a
-//! 4xx with a JSON error (the token ones included).
+//! across a reload, ready restores, a runtime weight changes the split, a Lua choice of a drained
+//! backend is overruled, and bad requests get a 4xx with a JSON error (the token ones included).
 
 mod common;
 
@@ -222,4 +222,33 @@ async fn bad_requests_get_a_json_error_and_change_nothing() {
     assert_eq!(entry(&proxy, &name)["weight"], 7);
     let (s, _) = proxy.admin_get("/healthz");
     assert_eq!(s, 200, "still serving");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_script_choosing_a_draining_backend_is_overruled() {
+    let pair = shared_pair();
+    let (a, b) = (&pair[0], &pair[1]);
+    let script = tempfile::Builder::new().suffix(".lua").tempfile().unwrap();
+    std::fs::write(
+        script.path(),
+        "function connect_server()\n  proxy.connection.backend_ndx = 1\nend\n",
+    )
+    .unwrap();
+    let mut cfg = config(&backends(pair));
+    cfg.balancer.script = Some(script.path().to_owned());
+    let proxy = TestProxy::start_with(cfg);
+    let seen = proxy.spread(4).await;
+    assert_eq!(
+        seen.get(&a.port),
+        Some(&4),
+        "the script pins backend 1: {seen:?}"
+    );
+    let (status, _) = proxy.admin_post(&format!("/backends/{}/drain", a.tcp_addr()), &[]);
+    assert_eq!(status, 200);
+    let seen = proxy.spread(4).await;
+    assert_eq!(
+        seen.get(&b.port),
+        Some(&4),
+        "not even the script's choice: {seen:?}"
+    );
 }
