@@ -39,6 +39,7 @@ use workers::Workers;
 pub struct Proxy {
     listeners: Vec<Listener>,
     admin: Option<tokio::net::TcpListener>,
+    admin_token: Option<config::AdminToken>,
     shared: Arc<ProxyState>,
     max_connections: usize,
     health: config::HealthCheckConfig,
@@ -108,6 +109,7 @@ impl Proxy {
         Ok(Self {
             listeners,
             admin,
+            admin_token: config.admin_token.clone(),
             shared,
             max_connections: config.max_connections,
             health: config.health_check.clone(),
@@ -169,6 +171,7 @@ impl Proxy {
             accept_loops.spawn(admin::serve(
                 admin,
                 Arc::clone(&self.shared),
+                self.admin_token.clone(),
                 shutdown.clone(),
             ));
         }

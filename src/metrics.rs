@@ -99,6 +99,7 @@ struct BackendFamilies {
     up: IntGaugeVec,
     bytes: IntCounterVec,
     health_checks: IntCounterVec,
+    admin_state: IntGaugeVec,
     replication_lag: GaugeVec,
 }
 
@@ -168,6 +169,12 @@ impl BackendFamilies {
                 "Health checks by result (ok, failed).",
                 &["backend", "result"],
             ),
+            admin_state: int_gauge_vec(
+                "backend_admin_state",
+                "1 for the admin state set on the admin endpoint (ready, draining, maintenance), \
+                 0 for the others.",
+                &["backend", "state"],
+            ),
             replication_lag: GaugeVec::new(replication_lag, backend).expect("valid metric"),
         }
     }
@@ -181,6 +188,7 @@ impl BackendFamilies {
             Box::new(self.up.clone()),
             Box::new(self.bytes.clone()),
             Box::new(self.health_checks.clone()),
+            Box::new(self.admin_state.clone()),
             Box::new(self.replication_lag.clone()),
         ]
     }
@@ -286,8 +294,11 @@ impl Metrics {
             bytes_from_backend: f.bytes.with_label_values(&[name, "from_backend"]),
             checks_ok: f.health_checks.with_label_values(&[name, "ok"]),
             checks_failed: f.health_checks.with_label_values(&[name, "failed"]),
+            admin_states: ["ready", "draining", "maintenance"]
+                .map(|state| (state, f.admin_state.with_label_values(&[name, state]))),
         };
         stats.up.set(1);
+        stats.set_admin_state("ready");
         stats
     }
 
@@ -401,6 +412,8 @@ pub struct BackendStats {
     pub bytes_from_backend: IntCounter,
     pub checks_ok: IntCounter,
     pub checks_failed: IntCounter,
+    /// `mysql_lb_backend_admin_state{backend,state}`, one gauge per state, in AdminState order.
+    pub admin_states: [(&'static str, IntGauge); 3],
 }
 
 impl BackendStats {
@@ -413,6 +426,13 @@ impl BackendStats {
     /// Completed commands of every kind and the sum of their latencies (seconds).
     pub fn latency_totals(&self) -> (u64, f64) {
         self.latency.totals()
+    }
+
+    /// Sets the admin state gauge of `state` to 1 and the others to 0.
+    pub fn set_admin_state(&self, state: &str) {
+        for (name, g) in &self.admin_states {
+            g.set(i64::from(*name == state));
+        }
     }
 
     /// Completed commands of every kind.

@@ -102,6 +102,10 @@ fn restart_keys(old: &Config, new: &Config) -> Vec<&'static str> {
     };
     check(old.listen != new.listen, "listen");
     check(old.admin_address != new.admin_address, "admin_address");
+    check(
+        old.admin_token_file != new.admin_token_file || old.admin_token != new.admin_token,
+        "admin_token_file",
+    );
     // A default max_connections is fitted to the descriptor limit at start: only a chosen value
     // that differs is a change.
     check(

@@ -14,7 +14,9 @@ pub mod random;
 pub mod round_robin;
 pub mod script;
 
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering::Relaxed};
+use std::sync::atomic::{
+    AtomicBool, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering::Relaxed,
+};
 use std::sync::Arc;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -80,6 +82,8 @@ pub struct Backend {
     cleartext_warned: AtomicBool,
     /// Its latest greeting, for deferred connects to greet clients with.
     greeting: ArcSwapOption<LearnedGreeting>,
+    /// What an operator set on the admin endpoint ([`AdminState`] as u8); kept across reloads.
+    admin: AtomicU8,
     /// Sessions established on it, counted under its pool.
     pub routed: prometheus::IntCounter,
     /// Its recent command latency, for `least_latency`.
@@ -93,6 +97,37 @@ pub struct CheckRecord {
     pub at: std::time::SystemTime,
     /// None when the check passed, else why it failed.
     pub error: Option<String>,
+}
+
+/// What an operator set on the admin endpoint, apart from (and above) the health state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AdminState {
+    /// In rotation when healthy.
+    Ready,
+    /// No new clients; its sessions run on; health as the checks say.
+    Draining,
+    /// As draining, and reported down whatever the checks say until made ready again.
+    Maintenance,
+}
+
+impl AdminState {
+    pub const ALL: [AdminState; 3] = [Self::Ready, Self::Draining, Self::Maintenance];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Ready => "ready",
+            Self::Draining => "draining",
+            Self::Maintenance => "maintenance",
+        }
+    }
+
+    fn from_u8(v: u8) -> Self {
+        match v {
+            1 => Self::Draining,
+            2 => Self::Maintenance,
+            _ => Self::Ready,
+        }
+    }
 }
 
 /// A state change the caller should log (once).
@@ -135,6 +170,24 @@ impl Backend {
         self.weight.load(Relaxed)
     }
 
+    /// What an operator set: ready, draining or maintenance.
+    pub fn admin_state(&self) -> AdminState {
+        AdminState::from_u8(self.admin.load(Relaxed))
+    }
+
+    /// Sets the admin state and its gauges; returns the previous one.
+    pub fn set_admin_state(&self, state: AdminState) -> AdminState {
+        let old = AdminState::from_u8(self.admin.swap(state as u8, Relaxed));
+        self.stats.set_admin_state(state.as_str());
+        self.export_up();
+        old
+    }
+
+    /// Changes the weight at runtime (a reload re-applies the file's); returns the previous one.
+    pub fn set_weight(&self, weight: u32) -> u32 {
+        self.weight.swap(weight.max(1), Relaxed)
+    }
+
     /// The latest health check's outcome, if one ran.
     pub fn last_check(&self) -> Option<CheckRecord> {
         self.last_check.lock().map(|g| g.clone()).unwrap_or(None)
@@ -142,8 +195,14 @@ impl Backend {
 
     fn set_down(&self, down: bool) -> bool {
         let was = self.down.swap(down, Relaxed);
-        self.stats.up.set(i64::from(!down));
+        self.export_up();
         was != down
+    }
+
+    /// `backend_up`: 1 when healthy and not in maintenance.
+    fn export_up(&self) {
+        let up = !self.down.load(Relaxed) && self.admin_state() != AdminState::Maintenance;
+        self.stats.up.set(i64::from(up));
     }
 }
 
@@ -170,6 +229,9 @@ impl Rotation {
     }
 
     fn is_up(&self, backend: &Backend, now: Instant) -> bool {
+        if backend.admin_state() == AdminState::Maintenance {
+            return false;
+        }
         !backend.down.load(Relaxed)
             || (!self.checked && backend.down_until.load(Relaxed) <= self.nanos_since_epoch(now))
     }
@@ -302,6 +364,7 @@ impl BackendSet {
                             last_check: Mutex::new(None),
                             cleartext_warned: AtomicBool::new(false),
                             greeting: ArcSwapOption::empty(),
+                            admin: AtomicU8::new(AdminState::Ready as u8),
                             routed: metrics.routed(&c.pool),
                             latency: latency::LatencyScore::default(),
                             stats: metrics.backend(&c.name),
@@ -351,6 +414,11 @@ impl BackendSet {
 
     pub fn backends(&self) -> &[Arc<Backend>] {
         &self.backends
+    }
+
+    /// The backend named `name`, if configured.
+    pub fn by_name(&self, name: &str) -> Option<&Arc<Backend>> {
+        self.backends.iter().find(|b| b.name == name)
     }
 
     pub fn policy(&self) -> Policy {
@@ -403,7 +471,11 @@ impl BackendSet {
             Some(p) => (&p.members[..], p.policy, &p.next),
             None => (&self.backends[..], self.policy, &self.next),
         };
-        let (mut up, mut down): (Vec<_>, Vec<_>) = members.iter().partition(|b| self.is_up(b, now));
+        // Draining and maintenance backends take no new clients, not even as a last resort.
+        let (mut up, mut down): (Vec<_>, Vec<_>) = members
+            .iter()
+            .filter(|b| b.admin_state() == AdminState::Ready)
+            .partition(|b| self.is_up(b, now));
         if !up.is_empty() {
             let first = self.policy_pick(policy, next, &up);
             up.rotate_left(first);
@@ -420,7 +492,15 @@ impl BackendSet {
         client: &ClientInfo<'_>,
         pool: Option<&Pool>,
     ) -> Vec<Arc<Backend>> {
-        let chosen = self.script.as_ref().and_then(|s| s.choose(client, now));
+        let chosen = self
+            .script
+            .as_ref()
+            .and_then(|s| s.choose(client, now))
+            .filter(|&i| {
+                self.backends
+                    .get(i)
+                    .is_some_and(|b| b.admin_state() == AdminState::Ready)
+            });
         let mut order = self.candidates_in(now, pool);
         if let Some(i) = chosen {
             if let Some(pos) = order.iter().position(|b| b.index() == i) {
@@ -827,6 +907,39 @@ mod tests {
             let order: Vec<_> = s.candidates(now).iter().map(|b| b.index()).collect();
             assert_eq!(order, [2, 0, 1], "{policy:?}");
         }
+    }
+
+    #[test]
+    fn admin_states_take_a_backend_out_whatever_the_checks_say() {
+        let s = set(3);
+        let now = Instant::now();
+        let b1 = &s.backends()[1];
+        assert_eq!(b1.set_admin_state(AdminState::Draining), AdminState::Ready);
+        assert_eq!(b1.stats.admin_states[1].1.get(), 1);
+        assert_eq!(b1.stats.admin_states[0].1.get(), 0);
+        assert!(s.is_up(b1, now), "draining keeps its health state");
+        for _ in 0..6 {
+            let c = s.candidates(now);
+            assert!(c.iter().all(|b| b.index() != 1), "not even as a fallback");
+        }
+        b1.set_admin_state(AdminState::Maintenance);
+        for _ in 0..3 {
+            s.record_check(b1, None, 2, 2);
+        }
+        assert!(!s.is_up(b1, now), "passing checks do not bring it back");
+        assert_eq!(b1.stats.up.get(), 0);
+        assert!(s.candidates(now).iter().all(|b| b.index() != 1));
+        b1.set_admin_state(AdminState::Ready);
+        assert!(s.is_up(b1, now));
+        assert_eq!(b1.stats.up.get(), 1);
+        assert_eq!(first_counts(&s, 30, now), [10, 10, 10]);
+        // A failing check during maintenance still counts: ready then finds it down.
+        b1.set_admin_state(AdminState::Maintenance);
+        s.record_check(b1, Some("refused".into()), 1, 1);
+        b1.set_admin_state(AdminState::Ready);
+        assert!(!s.is_up(b1, now));
+        assert_eq!(b1.set_weight(7), 1);
+        assert_eq!(b1.weight(), 7);
     }
 
     #[test]

@@ -171,6 +171,11 @@ pub struct Config {
     pub log_format: LogFormat,
     /// Admin HTTP listener; None disables it.
     pub admin_address: Option<SocketAddr>,
+    /// `admin_token_file`: a file whose trimmed content is the bearer token the admin endpoint's
+    /// POST/PUT operations require. Needed to bind the admin listener off loopback.
+    pub admin_token_file: Option<PathBuf>,
+    /// The token read from `admin_token_file` by [`Config::validate`].
+    pub admin_token: Option<AdminToken>,
     /// When false, CLIENT_LOCAL_FILES is cleared in both directions so no LOAD DATA LOCAL INFILE
     /// can run through the proxy.
     pub allow_local_infile: bool,
@@ -244,6 +249,8 @@ impl Default for Config {
             log_level: "info".to_owned(),
             log_format: LogFormat::Text,
             admin_address: Some(DEFAULT_ADMIN),
+            admin_token_file: None,
+            admin_token: None,
             allow_local_infile: true,
             health_check: HealthCheckConfig::default(),
             balancer: BalancerConfig::default(),
@@ -322,6 +329,33 @@ impl ConfigError {
     }
 }
 
+/// The admin endpoint's bearer token; Debug never shows it.
+#[derive(Clone, PartialEq, Eq)]
+pub struct AdminToken(String);
+
+impl AdminToken {
+    pub fn as_bytes(&self) -> &[u8] {
+        self.0.as_bytes()
+    }
+}
+
+impl std::fmt::Debug for AdminToken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("AdminToken(..)")
+    }
+}
+
+/// Reads the token (trimmed; must not be empty) from `path`.
+fn read_admin_token(path: &Path) -> Result<AdminToken, String> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    let token = text.trim();
+    if token.is_empty() {
+        return Err(format!("{} holds no token", path.display()));
+    }
+    Ok(AdminToken(token.to_owned()))
+}
+
 /// Rejects bare words that are not levels: EnvFilter would read "debgu" as a target name and
 /// silently log nothing.
 fn check_log_filter(filter: &str) -> Result<(), String> {
@@ -397,6 +431,7 @@ impl Config {
                 "must be > 0 (leave it out for one per CPU)",
             ));
         }
+        self.validate_admin()?;
         self.health_check.validate()?;
         self.balancer.validate()?;
         tls::validate_client(self.tls.as_ref())?;
@@ -404,6 +439,29 @@ impl Config {
             tls::validate_backend(&format!("{}.tls", self.backend_key(i)), &b.tls)?;
         }
         Ok(self)
+    }
+
+    /// Reads the admin token, and refuses an admin listener off loopback without one: its
+    /// operations change the rotation.
+    fn validate_admin(&mut self) -> Result<(), ConfigError> {
+        self.admin_token = match &self.admin_token_file {
+            Some(path) => Some(
+                read_admin_token(path).map_err(|m| ConfigError::invalid("admin_token_file", m))?,
+            ),
+            None => None,
+        };
+        if let Some(addr) = self.admin_address {
+            if !addr.ip().is_loopback() && self.admin_token.is_none() {
+                return Err(ConfigError::invalid(
+                    "admin_address",
+                    format!(
+                        "{addr} is not a loopback address: set admin_token_file so that its \
+                         operations need a token"
+                    ),
+                ));
+            }
+        }
+        Ok(())
     }
 
     fn validate_listen(&self) -> Result<(), ConfigError> {

@@ -85,6 +85,7 @@ pub(super) struct RawConfig {
     #[serde(default)]
     log: RawLog,
     admin_address: Option<String>,
+    admin_token_file: Option<PathBuf>,
     allow_local_infile: Option<bool>,
     #[serde(default)]
     health_check: RawHealthCheck,
@@ -293,6 +294,8 @@ impl RawConfig {
                     parse_admin_address(&a).map_err(|m| ConfigError::invalid("admin_address", m))?
                 }
             },
+            admin_token_file: self.admin_token_file,
+            admin_token: None,
             allow_local_infile: self.allow_local_infile.unwrap_or(d.allow_local_infile),
             health_check: {
                 let h = self.health_check;

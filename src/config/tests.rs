@@ -1191,3 +1191,45 @@ fn validate_completes_a_config_built_in_code() {
     .to_string();
     assert!(e.contains("connect_mode: immediate"), "{e}");
 }
+
+#[test]
+fn admin_off_loopback_needs_a_token_file() {
+    let base = "backends: [{address: 127.0.0.1:3306}]\n";
+    let e = err(&format!("{base}admin_address: 0.0.0.0:9090\n"));
+    assert!(
+        e.contains("admin_address") && e.contains("admin_token_file"),
+        "{e}"
+    );
+    let c = Config::from_yaml_str(&format!("{base}admin_address: \"[::1]:9090\"\n")).unwrap();
+    assert_eq!(c.admin_token, None);
+
+    let token = write_temp("  s3cret \n");
+    let c = Config::from_yaml_str(&format!(
+        "{base}admin_address: 0.0.0.0:9090\nadmin_token_file: {}\n",
+        token.path().display()
+    ))
+    .unwrap();
+    assert_eq!(
+        c.admin_token.as_ref().map(|t| t.as_bytes()),
+        Some(&b"s3cret"[..])
+    );
+    assert!(
+        !format!("{c:?}").contains("s3cret"),
+        "Debug hides the token"
+    );
+
+    let empty = write_temp(" \n");
+    let e = err(&format!(
+        "{base}admin_token_file: {}\n",
+        empty.path().display()
+    ));
+    assert!(
+        e.contains("admin_token_file") && e.contains("no token"),
+        "{e}"
+    );
+    let e = err(&format!("{base}admin_token_file: /nonexistent/token\n"));
+    assert!(
+        e.contains("admin_token_file") && e.contains("cannot read"),
+        "{e}"
+    );
+}

@@ -137,14 +137,49 @@ impl TestProxy {
     }
 }
 
+impl TestProxy {
+    /// POST `path` (an admin operation, no body) with optional extra header lines.
+    pub fn admin_post(&self, path: &str, headers: &[&str]) -> (u16, String) {
+        let admin = self.admin.expect("admin endpoint enabled");
+        http_request(admin, "POST", path, headers, b"").expect("admin response")
+    }
+
+    /// PUT `body` to `path` with optional extra header lines.
+    pub fn admin_put(&self, path: &str, headers: &[&str], body: &[u8]) -> (u16, String) {
+        let admin = self.admin.expect("admin endpoint enabled");
+        http_request(admin, "PUT", path, headers, body).expect("admin response")
+    }
+}
+
 /// GET `path` from an HTTP server at `addr` (an admin endpoint): (status code, body), or why
 /// the request failed.
 pub fn http_get(addr: SocketAddr, path: &str) -> Result<(u16, String), String> {
+    http_request(addr, "GET", path, &[], b"")
+}
+
+/// One HTTP/1.0 request (`headers` are whole lines without CRLF): (status code, body).
+pub fn http_request(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    headers: &[&str],
+    body: &[u8],
+) -> Result<(u16, String), String> {
     use std::io::{Read, Write};
     let mut s = std::net::TcpStream::connect(addr).map_err(|e| format!("connect {addr}: {e}"))?;
     s.set_read_timeout(Some(Duration::from_secs(10)))
         .map_err(|e| e.to_string())?;
-    write!(s, "GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n").map_err(|e| e.to_string())?;
+    let mut head = format!("{method} {path} HTTP/1.0\r\nHost: localhost\r\n");
+    for h in headers {
+        head += h;
+        head += "\r\n";
+    }
+    if method != "GET" {
+        head += &format!("Content-Length: {}\r\n", body.len());
+    }
+    head += "\r\n";
+    s.write_all(head.as_bytes()).map_err(|e| e.to_string())?;
+    s.write_all(body).map_err(|e| e.to_string())?;
     let mut response = String::new();
     s.read_to_string(&mut response)
         .map_err(|e| format!("read the response from {addr}: {e}"))?;

@@ -1,17 +1,22 @@
-//! The admin HTTP endpoint: `/metrics` (Prometheus text), `/healthz` and `/backends` (JSON).
+//! The admin HTTP endpoint: `/metrics` (Prometheus text), `/healthz` and `/backends` (JSON), and
+//! the runtime operations of [`ops`] (drain, maintenance, ready, weight).
 //!
 //! Served by hyper on its own listener (loopback by default), apart from the MySQL listeners, so
 //! scraping never competes with client accepts and needs no credentials on a private address.
+//! Off loopback the operations need a bearer token (config validation insists on one).
+
+pub mod ops;
 
 use std::collections::VecDeque;
 use std::convert::Infallible;
+use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, UNIX_EPOCH};
 
 use bytes::Bytes;
-use http_body_util::Full;
+use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Incoming;
-use hyper::header::{HeaderValue, CONTENT_TYPE};
+use hyper::header::{HeaderValue, AUTHORIZATION, CONTENT_LENGTH, CONTENT_TYPE};
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper::{Method, Request, Response, StatusCode};
@@ -20,8 +25,9 @@ use serde_json::json;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
-use tracing::debug;
+use tracing::{debug, info};
 
+use crate::config::AdminToken;
 use crate::metrics::{quantile, LATENCY_BUCKETS};
 use crate::state::ProxyState;
 
@@ -71,8 +77,14 @@ impl Recent {
     }
 }
 
-/// Serves admin requests until `shutdown`.
-pub async fn serve(listener: TcpListener, shared: Arc<ProxyState>, shutdown: CancellationToken) {
+/// Serves admin requests until `shutdown`; with `token`, operations need it as bearer token.
+pub async fn serve(
+    listener: TcpListener,
+    shared: Arc<ProxyState>,
+    token: Option<AdminToken>,
+    shutdown: CancellationToken,
+) {
+    let token = token.map(Arc::new);
     let connections = TaskTracker::new();
     let recent = Arc::new(Recent::default());
     let mut tick = tokio::time::interval(SNAPSHOT_EVERY);
@@ -95,12 +107,20 @@ pub async fn serve(listener: TcpListener, shared: Arc<ProxyState>, shutdown: Can
         };
         let shared = Arc::clone(&shared);
         let recent = Arc::clone(&recent);
+        let token = token.clone();
         let shutdown = shutdown.clone();
         connections.spawn(async move {
             let service = service_fn(move |req| {
                 let shared = Arc::clone(&shared);
                 let recent = Arc::clone(&recent);
-                async move { Ok::<_, Infallible>(route(&shared, &recent, &req)) }
+                let token = token.clone();
+                async move {
+                    let caller = Caller {
+                        peer,
+                        token: token.as_deref(),
+                    };
+                    Ok::<_, Infallible>(route(&shared, &recent, caller, req).await)
+                }
             });
             let conn = http1::Builder::new().serve_connection(TokioIo::new(stream), service);
             tokio::pin!(conn);
@@ -116,7 +136,26 @@ pub async fn serve(listener: TcpListener, shared: Arc<ProxyState>, shutdown: Can
     connections.wait().await;
 }
 
-fn route(shared: &ProxyState, recent: &Recent, req: &Request<Incoming>) -> Response<Full<Bytes>> {
+/// Who sent a request, and the token operations need (if one is configured).
+#[derive(Clone, Copy)]
+struct Caller<'a> {
+    peer: SocketAddr,
+    token: Option<&'a AdminToken>,
+}
+
+async fn route(
+    shared: &ProxyState,
+    recent: &Recent,
+    caller: Caller<'_>,
+    req: Request<Incoming>,
+) -> Response<Full<Bytes>> {
+    let path = req.uri().path().to_owned();
+    if let Some(parsed) = ops::parse(req.method().as_str(), &path) {
+        return match operate(shared, caller, parsed, req).await {
+            Ok(body) => json_response(StatusCode::OK, &body),
+            Err(e) => error_response(&e),
+        };
+    }
     if req.method() != Method::GET && req.method() != Method::HEAD {
         return text(StatusCode::METHOD_NOT_ALLOWED, "only GET\n");
     }
@@ -158,6 +197,101 @@ fn route(shared: &ProxyState, recent: &Recent, req: &Request<Incoming>) -> Respo
     }
 }
 
+/// Checks the token, reads the body (PUT) and applies one operation; the new state as JSON.
+async fn operate(
+    shared: &ProxyState,
+    caller: Caller<'_>,
+    parsed: Result<ops::OpRequest, ops::OpError>,
+    req: Request<Incoming>,
+) -> Result<serde_json::Value, ops::OpError> {
+    let request = parsed?;
+    if let Some(token) = caller.token {
+        let header = req.headers().get(AUTHORIZATION).map(HeaderValue::as_bytes);
+        if !ops::authorized(header, token.as_bytes()) {
+            info!(caller = %caller.peer, backend = %request.backend, "admin operation refused: no valid token");
+            return Err(ops::OpError::Unauthorized);
+        }
+    }
+    let body = read_body(req).await?;
+    let set = shared.backends();
+    let backend = set
+        .by_name(&request.backend)
+        .ok_or_else(|| ops::OpError::UnknownBackend(request.backend.clone()))?;
+    match request.op {
+        ops::Op::SetState(state) => {
+            let old = backend.set_admin_state(state);
+            info!(
+                caller = %caller.peer,
+                backend = %backend.name,
+                old = old.as_str(),
+                new = state.as_str(),
+                active_connections = backend.active(),
+                "admin state changed"
+            );
+        }
+        ops::Op::SetWeight => {
+            let weight = ops::parse_weight(&body)?;
+            let old = backend.set_weight(weight);
+            info!(
+                caller = %caller.peer,
+                backend = %backend.name,
+                old,
+                new = weight,
+                "weight changed (until a reload re-applies the file's)"
+            );
+        }
+    }
+    Ok(json!({
+        "name": backend.name,
+        "admin_state": backend.admin_state().as_str(),
+        "weight": backend.weight(),
+        "active_connections": backend.active(),
+    }))
+}
+
+/// The request body, refused with 413 past [`ops::MAX_BODY`] (by its Content-Length, or while
+/// reading one sent without).
+async fn read_body(req: Request<Incoming>) -> Result<Bytes, ops::OpError> {
+    let declared = req
+        .headers()
+        .get(CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok());
+    if declared.is_some_and(|n| n > ops::MAX_BODY as u64) {
+        return Err(ops::OpError::TooLarge);
+    }
+    match Limited::new(req.into_body(), ops::MAX_BODY).collect().await {
+        Ok(collected) => Ok(collected.to_bytes()),
+        Err(e)
+            if e.downcast_ref::<http_body_util::LengthLimitError>()
+                .is_some() =>
+        {
+            Err(ops::OpError::TooLarge)
+        }
+        Err(e) => Err(ops::OpError::BadRequest(format!(
+            "cannot read the body: {e}"
+        ))),
+    }
+}
+
+fn json_response(status: StatusCode, body: &serde_json::Value) -> Response<Full<Bytes>> {
+    let mut r = Response::new(Full::new(Bytes::from(body.to_string())));
+    *r.status_mut() = status;
+    r.headers_mut()
+        .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    r
+}
+
+fn error_response(e: &ops::OpError) -> Response<Full<Bytes>> {
+    let status = StatusCode::from_u16(e.status()).unwrap_or(StatusCode::BAD_REQUEST);
+    let mut r = json_response(status, &json!({ "error": e.to_string() }));
+    if matches!(e, ops::OpError::Unauthorized) {
+        r.headers_mut()
+            .insert("www-authenticate", HeaderValue::from_static("Bearer"));
+    }
+    r
+}
+
 fn text(status: StatusCode, body: &str) -> Response<Full<Bytes>> {
     let mut r = Response::new(Full::new(Bytes::from(body.to_owned())));
     *r.status_mut() = status;
@@ -192,6 +326,7 @@ pub fn backends_json(shared: &ProxyState, recent: &Recent) -> serde_json::Value 
                 "address": b.address.to_string(),
                 "state": if shared.backends().is_up(b, now) { "up" } else { "down" },
                 "weight": b.weight(),
+                "admin_state": b.admin_state().as_str(),
                 "type": match b.kind { crate::config::BackendKind::Rw => "rw", crate::config::BackendKind::Ro => "ro" },
                 "active_connections": b.active(),
                 "total_connections": b.stats.connections_total.get(),
