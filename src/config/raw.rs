@@ -297,19 +297,7 @@ impl RawConfig {
             admin_token_file: self.admin_token_file,
             admin_token: None,
             allow_local_infile: self.allow_local_infile.unwrap_or(d.allow_local_infile),
-            health_check: {
-                let h = self.health_check;
-                let dh = d.health_check;
-                HealthCheckConfig {
-                    interval: h.interval.unwrap_or(dh.interval),
-                    timeout: h.timeout.unwrap_or(dh.timeout),
-                    fall: h.fall.unwrap_or(dh.fall),
-                    rise: h.rise.unwrap_or(dh.rise),
-                    user: h.user,
-                    password: h.password,
-                    max_replication_lag: h.max_replication_lag,
-                }
-            },
+            health_check: self.health_check.into_config(d.health_check),
             balancer: {
                 let b = self.balancer;
                 let db = d.balancer;
@@ -325,5 +313,20 @@ impl RawConfig {
             backend_tls,
             backend_compression,
         })
+    }
+}
+
+impl RawHealthCheck {
+    /// The `health_check:` section, with `d`'s value for every key not given.
+    fn into_config(self, d: HealthCheckConfig) -> HealthCheckConfig {
+        HealthCheckConfig {
+            interval: self.interval.unwrap_or(d.interval),
+            timeout: self.timeout.unwrap_or(d.timeout),
+            fall: self.fall.unwrap_or(d.fall),
+            rise: self.rise.unwrap_or(d.rise),
+            user: self.user,
+            password: self.password,
+            max_replication_lag: self.max_replication_lag,
+        }
     }
 }
