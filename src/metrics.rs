@@ -100,6 +100,9 @@ struct BackendFamilies {
     bytes: IntCounterVec,
     health_checks: IntCounterVec,
     admin_state: IntGaugeVec,
+    ejections: IntCounterVec,
+    ejected: IntGaugeVec,
+    session_failures: IntCounterVec,
     replication_lag: GaugeVec,
 }
 
@@ -175,6 +178,22 @@ impl BackendFamilies {
                  0 for the others.",
                 &["backend", "state"],
             ),
+            ejections: int_counter_vec(
+                "backend_ejections_total",
+                "Times the backend was ejected (outlier ejection: its sessions kept failing).",
+                backend,
+            ),
+            ejected: int_gauge_vec(
+                "backend_ejected",
+                "1 while the backend is ejected (its backoff or its trial running), else 0.",
+                backend,
+            ),
+            session_failures: int_counter_vec(
+                "backend_session_failures_total",
+                "Client sessions that failed on the backend's side, by kind (connect, handshake, \
+                 mid_command): what outlier ejection counts.",
+                &["backend", "kind"],
+            ),
             replication_lag: GaugeVec::new(replication_lag, backend).expect("valid metric"),
         }
     }
@@ -189,6 +208,9 @@ impl BackendFamilies {
             Box::new(self.bytes.clone()),
             Box::new(self.health_checks.clone()),
             Box::new(self.admin_state.clone()),
+            Box::new(self.ejections.clone()),
+            Box::new(self.ejected.clone()),
+            Box::new(self.session_failures.clone()),
             Box::new(self.replication_lag.clone()),
         ]
     }
@@ -296,6 +318,10 @@ impl Metrics {
             checks_failed: f.health_checks.with_label_values(&[name, "failed"]),
             admin_states: ["ready", "draining", "maintenance"]
                 .map(|state| (state, f.admin_state.with_label_values(&[name, state]))),
+            ejections: f.ejections.with_label_values(&[name]),
+            ejected: f.ejected.with_label_values(&[name]),
+            session_failures: ["connect", "handshake", "mid_command"]
+                .map(|kind| f.session_failures.with_label_values(&[name, kind])),
         };
         stats.up.set(1);
         stats.set_admin_state("ready");
@@ -414,6 +440,10 @@ pub struct BackendStats {
     pub checks_failed: IntCounter,
     /// `mysql_lb_backend_admin_state{backend,state}`, one gauge per state, in AdminState order.
     pub admin_states: [(&'static str, IntGauge); 3],
+    pub ejections: IntCounter,
+    pub ejected: IntGauge,
+    /// `backend_session_failures_total{kind}`: connect, handshake, mid_command.
+    pub session_failures: [IntCounter; 3],
 }
 
 impl BackendStats {

@@ -320,6 +320,13 @@ pub fn backends_json(shared: &ProxyState, recent: &Recent) -> serde_json::Value 
                     "at_unix_ms": c.at.duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0),
                 })
             });
+            let (standing, remaining) = shared.backends().ejection_of(b, now);
+            let ejection = json!({
+                "standing": standing.as_str(),
+                "remaining_seconds": remaining.map(|d| d.as_secs_f64()),
+                "ejections": b.stats.ejections.get(),
+                "in_a_row": b.ejection.streak(),
+            });
             json!({
                 "name": b.name,
                 "pool": b.pool,
@@ -337,6 +344,7 @@ pub fn backends_json(shared: &ProxyState, recent: &Recent) -> serde_json::Value 
                 "recent_p99_seconds": quantile(&buckets, 0.99),
                 "recent_latency_seconds": b.latency.average().as_secs_f64(),
                 "last_check": check,
+                "ejection": ejection,
             })
         })
         .collect();

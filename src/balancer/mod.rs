@@ -7,6 +7,7 @@
 //! optional Lua [`script`] may put its own choice first. Only the first candidate is a choice;
 //! the rest are the fallbacks a session tries when a connect fails.
 
+pub mod ejection;
 pub mod latency;
 pub mod least_conn;
 pub mod pools;
@@ -24,7 +25,9 @@ use std::sync::Arc;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use crate::config::{BackendAddr, BackendConfig, BackendKind, BalancerConfig, Policy};
+use crate::config::{
+    BackendAddr, BackendConfig, BackendKind, BalancerConfig, EjectionConfig, Policy,
+};
 use crate::metrics::{BackendStats, Metrics};
 use crate::route::Routes;
 use arc_swap::ArcSwapOption;
@@ -91,6 +94,8 @@ pub struct Backend {
     pub routed: prometheus::IntCounter,
     /// Its recent command latency, for `least_latency`.
     pub latency: latency::LatencyScore,
+    /// Outlier ejection: out for a backoff after its sessions kept failing; kept across reloads.
+    pub ejection: ejection::Ejection,
     pub stats: BackendStats,
 }
 
@@ -254,6 +259,9 @@ pub struct BackendSet {
     pools: Vec<Pool>,
     routes: Routes,
     deferred: bool,
+    ejection: EjectionConfig,
+    /// Held while deciding an ejection, so two at once cannot both take a pool's last room.
+    ejecting: Mutex<()>,
 }
 
 impl BackendSet {
@@ -329,6 +337,7 @@ impl BackendSet {
                             admin: AtomicU8::new(AdminState::Ready as u8),
                             routed: metrics.routed(&c.pool),
                             latency: latency::LatencyScore::default(),
+                            ejection: ejection::Ejection::default(),
                             stats: metrics.backend(&c.name),
                         }
                     }),
@@ -347,7 +356,10 @@ impl BackendSet {
                 // Down deadlines of kept backends are relative to the epoch: keep it.
                 epoch: previous.map_or_else(Instant::now, |p| p.rotation.epoch),
                 checked,
+                trial_timeout: EjectionConfig::default().backoff,
             },
+            ejection: EjectionConfig::off(),
+            ejecting: Mutex::new(()),
             policy: Policy::RoundRobin,
             rng: random::Rng::from_entropy(),
             script: None,
@@ -359,6 +371,16 @@ impl BackendSet {
     /// logged and counted, and the policy serves alone until a reload succeeds.
     pub fn with_balancer(mut self, config: &BalancerConfig) -> Self {
         self.policy = config.policy;
+        self.ejection = config.ejection;
+        self.rotation.trial_timeout = config.ejection.backoff;
+        if !config.ejection.enabled() {
+            for b in &self.backends {
+                if b.ejection.clear() {
+                    b.stats.ejected.set(0);
+                    tracing::info!(backend = %b.name, "ejection is off: ejected backend back in rotation");
+                }
+            }
+        }
         for pool in &mut self.pools {
             pool.policy = config.policy;
         }
@@ -438,12 +460,13 @@ impl BackendSet {
             .iter()
             .filter(|b| b.admin_state() == AdminState::Ready)
             .partition(|b| self.is_up(b, now));
+        let trial = self.rotation.take_trial(&mut up, &mut down, now);
         if !up.is_empty() {
             let first = self.policy_pick(policy, next, &up);
             up.rotate_left(first);
         }
-        down.sort_by_key(|b| b.down_until.load(Relaxed));
-        up.into_iter().chain(down).cloned().collect()
+        down.sort_by_key(|b| self.rotation.back_at(b, now));
+        trial.into_iter().chain(up).chain(down).cloned().collect()
     }
 
     /// Like [`candidates_in`](Self::candidates_in), but a script's `connect_server()` may choose

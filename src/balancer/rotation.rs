@@ -1,10 +1,14 @@
 //! Whether a backend is in rotation: down after a failed connect (for `down_cooloff`) or after
-//! `fall` failed health checks (until `rise` pass), out while an operator drains it or holds it
-//! in maintenance.
+//! `fall` failed health checks (until `rise` pass), out while ejected for failing sessions (see
+//! [`ejection`](super::ejection)), out while an operator drains it or holds it in maintenance.
 
 use std::sync::atomic::Ordering::Relaxed;
-use std::time::Instant;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
+use tracing::{info, warn};
+
+use super::ejection::{Failure, Standing, Verdict};
 use super::{AdminState, Backend, BackendSet, CheckRecord, Transition};
 
 /// A backend's state as a script sees it (`proxy.BACKEND_STATE_*`).
@@ -22,6 +26,8 @@ pub(crate) struct Rotation {
     pub(super) epoch: Instant,
     /// With health checks running, only they bring a down backend back.
     pub(super) checked: bool,
+    /// How long a trial session holds other clients off an ejected backend.
+    pub(super) trial_timeout: Duration,
 }
 
 impl Rotation {
@@ -33,8 +39,54 @@ impl Rotation {
         if backend.admin_state() == AdminState::Maintenance {
             return false;
         }
-        !backend.down.load(Relaxed)
-            || (!self.checked && backend.down_until.load(Relaxed) <= self.nanos_since_epoch(now))
+        let at = self.nanos_since_epoch(now);
+        if matches!(
+            backend.ejection.standing(at, self.trial_timeout),
+            Standing::Ejected | Standing::OnTrial
+        ) {
+            return false;
+        }
+        !backend.down.load(Relaxed) || (!self.checked && backend.down_until.load(Relaxed) <= at)
+    }
+
+    /// Moves out of `up` the backends whose ejection ended and returns the one whose trial this
+    /// pick hands out (it goes first); the others wait in `down` for that trial's verdict.
+    pub(super) fn take_trial<'a>(
+        &self,
+        up: &mut Vec<&'a Arc<Backend>>,
+        down: &mut Vec<&'a Arc<Backend>>,
+        now: Instant,
+    ) -> Option<&'a Arc<Backend>> {
+        if up.iter().all(|b| !b.ejection.is_out()) {
+            return None;
+        }
+        let at = self.nanos_since_epoch(now);
+        let mut trial = None;
+        let mut i = 0;
+        while i < up.len() {
+            let b = up[i];
+            if !b.ejection.is_out() {
+                i += 1;
+                continue;
+            }
+            up.remove(i);
+            if trial.is_none() && b.ejection.claim_trial(at, self.trial_timeout) {
+                info!(backend = %b.name, "trial session for an ejected backend");
+                trial = Some(b);
+            } else {
+                down.push(b);
+            }
+        }
+        trial
+    }
+
+    /// When a backend out of rotation is due back, for ordering the last resorts.
+    pub(super) fn back_at(&self, backend: &Backend, now: Instant) -> u64 {
+        let ejected = backend
+            .ejection
+            .remaining(self.nanos_since_epoch(now))
+            .map_or(0, |d| self.nanos_since_epoch(now + d));
+        backend.down_until.load(Relaxed).max(ejected)
     }
 
     pub(crate) fn health(&self, backend: &Backend, now: Instant) -> Health {
@@ -106,5 +158,96 @@ impl BackendSet {
             }
         }
         None
+    }
+}
+
+impl BackendSet {
+    /// A session failed on `backend`'s side: counted, and when its sessions keep failing the
+    /// backend is ejected (logged once, with `reason`, the latest failure).
+    pub fn session_failed(&self, backend: &Backend, failure: Failure, reason: &str, now: Instant) {
+        backend.stats.session_failures[failure as usize].inc();
+        let config = &self.ejection;
+        if !config.enabled() {
+            return;
+        }
+        let at = self.rotation.nanos_since_epoch(now);
+        let _deciding = self.ejecting.lock();
+        let verdict = backend
+            .ejection
+            .failed(at, config, || self.room_to_eject(backend));
+        match verdict {
+            Verdict::Counted => {}
+            Verdict::Ejected {
+                backoff,
+                streak,
+                failures,
+            } => {
+                backend.stats.ejections.inc();
+                backend.stats.ejected.set(1);
+                let why = if failures == 0 {
+                    "its trial session failed".to_owned()
+                } else {
+                    format!(
+                        "{failures} failed sessions within {}",
+                        humantime::format_duration(config.window)
+                    )
+                };
+                warn!(
+                    backend = %backend.name,
+                    backoff = %humantime::format_duration(backoff),
+                    ejection = streak,
+                    "backend ejected: {why} (last: {}: {reason}); a trial session follows the backoff",
+                    failure.as_str()
+                );
+            }
+            Verdict::Spared { ejected, members } => warn!(
+                backend = %backend.name,
+                "backend not ejected despite {} failed sessions within {}: {ejected} of the {members} backends of pool {} are ejected already (max_share {})",
+                config.failures,
+                humantime::format_duration(config.window),
+                backend.pool,
+                config.max_share
+            ),
+        }
+    }
+
+    /// A session's connection phase completed on `backend`: ends an ejection whose backoff is over
+    /// (the trial's success).
+    pub fn session_succeeded(&self, backend: &Backend, now: Instant) {
+        if !backend.ejection.is_out() {
+            return;
+        }
+        if backend
+            .ejection
+            .succeeded(self.rotation.nanos_since_epoch(now))
+        {
+            backend.stats.ejected.set(0);
+            info!(backend = %backend.name, "ejected backend back in rotation: its trial session succeeded");
+        }
+    }
+
+    /// Where `backend` stands on ejection at `now`, and how much of its backoff is left.
+    pub fn ejection_of(&self, backend: &Backend, now: Instant) -> (Standing, Option<Duration>) {
+        let at = self.rotation.nanos_since_epoch(now);
+        (
+            backend.ejection.standing(at, self.rotation.trial_timeout),
+            backend.ejection.remaining(at),
+        )
+    }
+
+    /// Whether `backend`'s pool can lose one more backend to ejection; else how many of how many
+    /// are out.
+    fn room_to_eject(&self, backend: &Backend) -> Result<(), (usize, usize)> {
+        let members = self
+            .pools
+            .iter()
+            .find(|p| p.name == backend.pool)
+            .map_or(&[][..], |p| &p.members[..]);
+        let out = members.iter().filter(|b| b.ejection.is_out()).count();
+        if out < self.ejection.allowed(members.len()) {
+            Ok(())
+        } else {
+            Err((out, members.len()))
+        }
     }
 }

@@ -1,7 +1,11 @@
 use super::*;
 
 fn set(n: u16) -> BackendSet {
-    let configs: Vec<_> = (0..n)
+    BackendSet::new(&configs(n), Duration::from_secs(5), false, &Metrics::new())
+}
+
+fn configs(n: u16) -> Vec<BackendConfig> {
+    (0..n)
         .map(|i| BackendConfig {
             name: format!("b{i}"),
             address: BackendAddr::Tcp {
@@ -14,8 +18,7 @@ fn set(n: u16) -> BackendSet {
             compression: false,
             pool: "default".into(),
         })
-        .collect();
-    BackendSet::new(&configs, Duration::from_secs(5), false, &Metrics::new())
+        .collect()
 }
 
 #[test]
@@ -294,4 +297,103 @@ fn lease_counts_active_sessions() {
     assert_eq!(b.active(), 1);
     drop(l2);
     assert_eq!(b.active(), 0);
+}
+
+fn ejecting(s: BackendSet, failures: u32, max_share: f64) -> BackendSet {
+    s.with_balancer(&BalancerConfig {
+        ejection: EjectionConfig {
+            failures,
+            window: Duration::from_secs(10),
+            backoff: Duration::from_millis(200),
+            max_backoff: Duration::from_secs(2),
+            max_share,
+        },
+        ..BalancerConfig::default()
+    })
+}
+
+fn names(order: &[Arc<Backend>]) -> Vec<&str> {
+    order.iter().map(|b| b.name.as_str()).collect()
+}
+
+#[test]
+fn an_ejected_backend_is_a_last_resort_then_gets_one_trial() {
+    let s = ejecting(set(3), 2, 0.5);
+    let b1 = Arc::clone(&s.backends()[1]);
+    let now = Instant::now();
+    s.session_failed(&b1, ejection::Failure::MidCommand, "cut", now);
+    assert!(s.is_up(&b1, now), "one failure is not enough");
+    s.session_failed(&b1, ejection::Failure::Handshake, "cut", now);
+    assert!(!s.is_up(&b1, now));
+    assert_eq!(b1.stats.ejections.get(), 1);
+    assert_eq!(b1.stats.ejected.get(), 1);
+    assert_eq!(b1.stats.session_failures[1].get(), 1);
+    for _ in 0..6 {
+        let order = s.candidates(now);
+        assert_eq!(order.len(), 3);
+        assert_eq!(order[2].name, "b1", "ejected last: {:?}", names(&order));
+    }
+    let later = now + Duration::from_millis(250);
+    let order = s.candidates(later);
+    assert_eq!(names(&order)[0], "b1", "the trial goes first");
+    let next = s.candidates(later);
+    assert_eq!(names(&next)[2], "b1", "one trial at a time");
+    s.session_succeeded(&b1, later);
+    assert!(s.is_up(&b1, later));
+    assert_eq!(b1.stats.ejected.get(), 0);
+}
+
+#[test]
+fn a_failed_trial_doubles_the_backoff() {
+    let s = ejecting(set(2), 1, 0.5);
+    let b0 = Arc::clone(&s.backends()[0]);
+    let now = Instant::now();
+    s.session_failed(&b0, ejection::Failure::Connect, "refused", now);
+    let (_, left) = s.ejection_of(&b0, now);
+    assert_eq!(left, Some(Duration::from_millis(200)));
+    let t = now + Duration::from_millis(200);
+    assert_eq!(names(&s.candidates(t))[0], "b0");
+    s.session_failed(&b0, ejection::Failure::Handshake, "no answer", t);
+    let (standing, left) = s.ejection_of(&b0, t);
+    assert_eq!(standing, ejection::Standing::Ejected);
+    assert_eq!(left, Some(Duration::from_millis(400)));
+    assert_eq!(b0.stats.ejections.get(), 2);
+}
+
+#[test]
+fn never_more_than_max_share_of_a_pool_is_ejected() {
+    let s = ejecting(set(3), 1, 0.5);
+    let now = Instant::now();
+    for b in s.backends() {
+        s.session_failed(b, ejection::Failure::Connect, "refused", now);
+    }
+    let out = s.backends().iter().filter(|b| !s.is_up(b, now)).count();
+    assert_eq!(out, 1, "0.5 of 3 is 1");
+    let alone = ejecting(set(1), 1, 0.5);
+    alone.session_failed(&alone.backends()[0], ejection::Failure::Connect, "x", now);
+    assert!(
+        alone.is_up(&alone.backends()[0], now),
+        "a pool of one is never ejected"
+    );
+}
+
+#[test]
+fn turning_ejection_off_brings_ejected_backends_back() {
+    let s = ejecting(set(2), 1, 0.5);
+    let now = Instant::now();
+    s.session_failed(&s.backends()[0], ejection::Failure::Connect, "x", now);
+    assert!(!s.is_up(&s.backends()[0], now));
+    let m = Metrics::new();
+    let off = s.rebuild(
+        &configs(2),
+        Duration::from_secs(5),
+        false,
+        &m,
+        &BalancerConfig {
+            ejection: EjectionConfig::off(),
+            ..BalancerConfig::default()
+        },
+    );
+    assert!(off.is_up(&off.backends()[0], now));
+    assert_eq!(off.backends()[0].stats.ejected.get(), 0);
 }

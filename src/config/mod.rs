@@ -8,6 +8,7 @@
 
 mod address;
 mod cli;
+mod ejection;
 mod keepalive;
 mod pools;
 mod raw;
@@ -15,6 +16,7 @@ mod tls;
 
 pub use address::{AddressError, BackendAddr, ListenAddr};
 pub use cli::Cli;
+pub use ejection::EjectionConfig;
 pub use keepalive::TcpKeepalive;
 pub use pools::{ConnectMode, PoolConfig, RouteConfig, DEFAULT_POOL};
 pub use tls::{BackendTls, BackendTlsMode, ClientTls, TlsVersion};
@@ -102,6 +104,8 @@ pub struct BalancerConfig {
     pub script_budget: Duration,
     /// Opens `os`, `io`, `package`/`require`, `load*` and `dofile` to the script.
     pub script_allow_unsafe: bool,
+    /// Takes backends whose sessions keep failing out of rotation for a while.
+    pub ejection: EjectionConfig,
 }
 
 impl Default for BalancerConfig {
@@ -111,6 +115,7 @@ impl Default for BalancerConfig {
             script: None,
             script_budget: DEFAULT_SCRIPT_BUDGET,
             script_allow_unsafe: false,
+            ejection: EjectionConfig::default(),
         }
     }
 }
@@ -606,7 +611,7 @@ impl BalancerConfig {
         if let Some(path) = &self.script {
             check_readable_file(path).map_err(|m| ConfigError::invalid("balancer.script", m))?;
         }
-        Ok(())
+        self.ejection.validate()
     }
 }
 

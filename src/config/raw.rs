@@ -112,6 +112,7 @@ pub(super) struct RawBalancer {
     #[serde(default, with = "humantime_serde")]
     script_budget: Option<Duration>,
     script_allow_unsafe: Option<bool>,
+    ejection: Option<super::ejection::RawEjection>,
 }
 
 #[derive(Default, Deserialize)]
@@ -306,6 +307,7 @@ impl RawConfig {
                     script: b.script,
                     script_budget: b.script_budget.unwrap_or(db.script_budget),
                     script_allow_unsafe: b.script_allow_unsafe.unwrap_or(db.script_allow_unsafe),
+                    ejection: super::ejection::RawEjection::into_config(b.ejection),
                 }
             },
             tls: self.tls.map(super::tls::RawClientTls::into_tls),

@@ -447,6 +447,7 @@ fn balancer_keys_and_backend_type_parse() {
             script: Some(script.path().to_owned()),
             script_budget: Duration::from_millis(25),
             script_allow_unsafe: true,
+            ejection: EjectionConfig::default(),
         }
     );
     let d = Config::from_yaml_str("backends: [h:1]\nbalancer: {policy: random}").unwrap();
@@ -1232,4 +1233,49 @@ fn admin_off_loopback_needs_a_token_file() {
         e.contains("admin_token_file") && e.contains("cannot read"),
         "{e}"
     );
+}
+
+#[test]
+fn ejection_section_parses_with_defaults_and_switches() {
+    let c = Config::from_yaml_str(
+        "backends: [h:1]\nbalancer:\n  ejection:\n    failures: 3\n    window: 5s\n    max_share: 0.34\n",
+    )
+    .unwrap();
+    let e = c.balancer.ejection;
+    assert_eq!(e.failures, 3);
+    assert_eq!(e.window, Duration::from_secs(5));
+    assert_eq!(e.backoff, EjectionConfig::default().backoff);
+    assert_eq!(e.max_share, 0.34);
+    for off in ["off", "false"] {
+        let c = Config::from_yaml_str(&format!("backends: [h:1]\nbalancer: {{ejection: {off}}}"))
+            .unwrap();
+        assert!(!c.balancer.ejection.enabled(), "{off}");
+    }
+    let on = Config::from_yaml_str("backends: [h:1]\nbalancer: {ejection: on}").unwrap();
+    assert_eq!(on.balancer.ejection, EjectionConfig::default());
+    let none = Config::from_yaml_str("backends: [h:1]").unwrap();
+    assert!(none.balancer.ejection.enabled(), "on by default");
+}
+
+#[test]
+fn bad_ejection_values_name_their_key() {
+    for (yaml, key) in [
+        ("{failures: 2, window: 0s}", "balancer.ejection.window"),
+        (
+            "{backoff: 1m, max_backoff: 10s}",
+            "balancer.ejection.max_backoff",
+        ),
+        ("{max_share: 1.5}", "balancer.ejection.max_share"),
+        ("{max_share: -0.1}", "balancer.ejection.max_share"),
+        ("{max_share: .nan}", "balancer.ejection.max_share"),
+    ] {
+        let e = Config::from_yaml_str(&format!("backends: [h:1]\nbalancer: {{ejection: {yaml}}}"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains(key), "{yaml}: {e}");
+    }
+    let e = Config::from_yaml_str("backends: [h:1]\nbalancer: {ejection: {failure: 2}}")
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("ejection"), "{e}");
 }

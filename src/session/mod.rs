@@ -15,6 +15,7 @@ use tracing::{info, trace, warn};
 use crate::auth::{
     read_greeting, relay_connection_phase, AuthError, Authenticated, PatchedGreeting,
 };
+use crate::balancer::ejection::Failure;
 use crate::balancer::{Backend, BackendSet, ClientInfo, Lease, Pool};
 use crate::config::BackendAddr;
 use crate::kill;
@@ -24,7 +25,7 @@ use crate::protocol::caps::CLIENT_SSL;
 use crate::protocol::errors::{code, pre_greeting_err};
 use crate::protocol::handshake::set_greeting_connection_id;
 use crate::protocol::response::{Completed, Tracker};
-use crate::relay::{relay, Observer, Stop};
+use crate::relay::{relay, Observer, RelayEnd, Stop};
 use crate::route::{peer_ip, Who};
 use crate::state::{Legs, ProxyState};
 use crate::stream::BackendStream;
@@ -212,6 +213,9 @@ where
     } = session;
     legs::established(shared, peer, lease.backend(), &client, &backend, &auth);
     lease.backend().routed.inc();
+    shared
+        .backends()
+        .session_succeeded(lease.backend(), Instant::now());
     let (client_pending, backend_pending) =
         legs::start_compression(&mut client, &mut backend, &mut auth);
     let mut tracker = Tracker::new(auth.negotiated, shared.session.max_packet_size);
@@ -237,6 +241,14 @@ where
         &mut observer,
     )
     .await;
+    if let Some(cause) = cut_mid_command(&end, &tracker) {
+        shared.backends().session_failed(
+            lease.backend(),
+            Failure::MidCommand,
+            &cause,
+            Instant::now(),
+        );
+    }
     let backend_name = &lease.backend().name;
     let reason = relay_ended(&mut client, end, &tracker, peer, backend_name).await;
     legs::close_tls(&mut client).await;
@@ -256,9 +268,21 @@ async fn connection_phase_failed<C: AsyncRead + AsyncWrite + Unpin>(
     lease: &Lease,
 ) -> EndReason {
     let backend = lease.backend();
-    if matches!(e, AuthError::BackendTls(_)) && shared.backends().mark_down(backend, Instant::now())
-    {
+    let set = shared.backends();
+    let now = Instant::now();
+    if matches!(e, AuthError::BackendTls(_)) && set.mark_down(backend, now) {
         warn!(backend = %backend.name, "backend marked down: {e}");
+    }
+    match &e {
+        AuthError::BackendTls(_)
+        | AuthError::BackendRead(_)
+        | AuthError::BackendWrite(_)
+        | AuthError::BackendTimeout(_) => {
+            set.session_failed(backend, Failure::Handshake, &e.cause(), now)
+        }
+        // The backend answered, if only to refuse the login.
+        AuthError::Denied { .. } => set.session_succeeded(backend, now),
+        _ => {}
     }
     let reason = handshake_failed(client, e, next_seq, peer, &backend.name).await;
     legs::close_tls(client).await;
@@ -443,6 +467,9 @@ async fn connect_backend(
                 return Ok((set.lease_for(&backend, client), stream, greeting));
             }
             Err((reason, broken)) => {
+                if broken {
+                    set.session_failed(&backend, Failure::Connect, &reason, Instant::now());
+                }
                 if broken && set.mark_down(&backend, Instant::now()) {
                     warn!(backend = %backend.name, address = %backend.address, "backend marked down: {reason}");
                 } else if !broken {
@@ -457,6 +484,19 @@ async fn connect_backend(
         tried.push("no backend configured".to_owned());
     }
     Err(tried)
+}
+
+/// Why the relay's end counts against the backend: it closed the connection, or the connection
+/// failed, while a command was unanswered. None for every other end (an idle backend closing
+/// after its `wait_timeout` is not a failure).
+fn cut_mid_command(end: &RelayEnd, tracker: &Tracker) -> Option<String> {
+    match end {
+        RelayEnd::BackendClosed { pending } if *pending > 0 => Some(format!(
+            "closed the connection with {pending} command(s) unanswered"
+        )),
+        RelayEnd::BackendIo(e) if tracker.pending() > 0 => Some(e.to_string()),
+        _ => None,
+    }
 }
 
 /// A backend connection that greeted, and how its leg goes on.

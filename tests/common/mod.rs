@@ -4,6 +4,7 @@
 pub mod bulk;
 pub mod certs;
 pub mod daemon;
+pub mod faultgate;
 pub mod mariadb;
 pub mod proxy;
 pub mod rawclient;
