@@ -3,16 +3,23 @@
 //! (a CRD those schemas do not have) by the fields the Prometheus Operator requires, checked
 //! here, and what no schema can see: the objects agreeing with each other and with the
 //! config.yaml they carry (ports, probe paths, selectors, mounts, the grace period against the
-//! shutdown timing), and that config.yaml passing `mysql-lb --check-config`.
+//! shutdown timing), that config.yaml passing `mysql-lb --check-config`, and the real binary
+//! with it (moved to loopback) answering the probe paths as the Deployment expects.
+
+mod common;
 
 use std::collections::BTreeSet;
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
 use serde_yaml::Value;
 
-const BIN: &str = env!("CARGO_BIN_EXE_mysql-lb");
+use common::daemon::{Daemon, BIN};
+use common::mariadb::free_port;
+use common::proxy::http_get;
+use common::wait_until;
 /// The Kubernetes versions validated against: the oldest we claim (topologySpreadConstraints'
 /// `matchLabelKeys` is on by default from 1.27) and the newest the pinned validator knows.
 const KUBERNETES_VERSIONS: [&str; 2] = ["1.30.0", "1.37.0"];
@@ -379,18 +386,25 @@ fn pods_run_unprivileged_bounded_and_spread() {
     );
 }
 
-/// Writes `config` with `admin_token_file` pointing at a token file in `dir` (the Secret's
-/// mount does not exist here) and runs `--check-config` on it: (success, stderr).
-fn check_config(dir: &Path, config: &Value) -> (bool, String) {
+/// Points `admin_token_file` at a token file in `dir`: the Secret's mount does not exist here.
+fn use_test_token(dir: &Path, config: &mut Value) {
     let token = dir.join("token");
     std::fs::write(&token, "test-token\n").expect("write the token");
-    let mut config = config.clone();
     config["admin_token_file"] = Value::from(token.to_string_lossy().into_owned());
+}
+
+/// Writes `config` to `dir/config.yaml`; its path.
+fn write_config(dir: &Path, config: &Value) -> PathBuf {
     let path = dir.join("config.yaml");
-    std::fs::write(&path, serde_yaml::to_string(&config).expect("serialize")).expect("write");
+    std::fs::write(&path, serde_yaml::to_string(config).expect("serialize")).expect("write");
+    path
+}
+
+/// `--check-config` on `config`: (success, stderr).
+fn check_config(dir: &Path, config: &Value) -> (bool, String) {
     let out = Command::new(BIN)
         .arg("--config")
-        .arg(&path)
+        .arg(write_config(dir, config))
         .arg("--check-config")
         .output()
         .expect("run mysql-lb --check-config");
@@ -410,24 +424,81 @@ fn strip_pending_key(config: &mut Value, stderr: &str) -> Option<&'static str> {
     Some(key)
 }
 
-#[test]
-fn check_config_accepts_the_configmaps_config() {
-    let dir = tempfile::tempdir().expect("temp dir");
+/// The ConfigMap's config (with a test token) once `--check-config` accepts it, and the
+/// pending keys that had to go; panics on any other refusal.
+fn accepted_config(dir: &Path) -> (Value, Vec<&'static str>) {
     let mut config = proxy_config();
+    use_test_token(dir, &mut config);
     let mut stripped = Vec::new();
     loop {
-        let (ok, stderr) = check_config(dir.path(), &config);
+        let (ok, stderr) = check_config(dir, &config);
         if ok {
-            break;
+            return (config, stripped);
         }
         match strip_pending_key(&mut config, &stderr) {
             Some(key) => stripped.push(key),
             None => panic!("--check-config refused the ConfigMap's config.yaml: {stderr}"),
         }
     }
+}
+
+#[test]
+fn check_config_accepts_the_configmaps_config() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (_, stripped) = accepted_config(dir.path());
     if stripped.is_empty() {
         eprintln!("every key is known: PENDING_KEYS in tests/kubernetes.rs can go");
     } else {
         eprintln!("tolerated keys not on this branch yet: {stripped:?}");
+    }
+}
+
+/// Paths the probes use that other branches of issue 14 add (`/readyz`: branch lifecycle);
+/// until they are merged the admin endpoint answers 404 for them, which
+/// [`probes_answer_as_the_deployment_expects_while_every_backend_is_down`] tolerates for
+/// these only. Remove with [`PENDING_KEYS`].
+const PENDING_PATHS: &[&str] = &["/readyz"];
+
+/// The kit's config on loopback: MySQL on a free port, admin on `admin`, and every backend's
+/// address a closed loopback port (names kept), so all of them are down.
+fn on_loopback(mut config: Value, admin: SocketAddr) -> Value {
+    config["listen"] = Value::Sequence(vec![Value::from("127.0.0.1:0")]);
+    config["admin_address"] = Value::from(admin.to_string());
+    let closed = format!("127.0.0.1:{}", free_port());
+    for b in config["backends"].as_sequence_mut().expect("backends") {
+        b["address"] = Value::from(closed.clone());
+    }
+    config
+}
+
+#[test]
+fn probes_answer_as_the_deployment_expects_while_every_backend_is_down() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (config, _) = accepted_config(dir.path());
+    let admin: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+    let path = write_config(dir.path(), &on_loopback(config, admin));
+    let _daemon = Daemon::start(&["--config".to_owned(), path.display().to_string()], None);
+    let status = |path: &str| http_get(admin, path).map(|(code, _)| code);
+    wait_until("the admin endpoint", || status("/metrics").is_ok());
+    // Why liveness is not /healthz: with no backend up it fails, and the kubelet would restart
+    // a proxy that is fine.
+    wait_until("/healthz to report no backend up", || {
+        status("/healthz") == Ok(503)
+    });
+    let deployment = manifest("deployment.yaml");
+    let c = container(&deployment);
+    let liveness = text(c, "livenessProbe.httpGet.path");
+    assert_eq!(
+        status(liveness),
+        Ok(200),
+        "liveness {liveness} with every backend down"
+    );
+    let readiness = text(c, "readinessProbe.httpGet.path");
+    match status(readiness) {
+        Ok(200) => {}
+        Ok(404) if PENDING_PATHS.contains(&readiness) => {
+            eprintln!("tolerated: {readiness} is not on this branch yet (404)")
+        }
+        other => panic!("readiness {readiness} while serving: {other:?}, expected 200"),
     }
 }
