@@ -340,10 +340,11 @@ fn config_and_token_are_mounted_where_the_config_says() {
     let v = volume(&deployment, text(mount, "name"));
     let secret = manifest("secret.yaml");
     assert_eq!(text(v, "secret.secretName"), text(&secret, "metadata.name"));
-    assert!(
-        at(&secret, "stringData").get(key).is_some(),
-        "Secret has no {key}"
-    );
+    // `stringData` as shipped; `data` (base64) as `kubectl create secret -o yaml` writes it.
+    let has_key = ["stringData", "data"]
+        .iter()
+        .any(|field| secret.get(field).and_then(|d| d.get(key)).is_some());
+    assert!(has_key, "Secret has no {key}");
 }
 
 #[test]
