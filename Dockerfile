@@ -23,10 +23,13 @@ FROM debian:bookworm-slim
 RUN apt-get update \
     && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends ca-certificates \
     && rm -rf /var/lib/apt/lists/* \
-    && useradd --system --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin mysql-lb
+    && groupadd --system --gid 10001 mysql-lb \
+    && useradd --system --uid 10001 --gid 10001 --no-create-home --home-dir /nonexistent \
+        --shell /usr/sbin/nologin mysql-lb
 COPY --from=build /usr/local/bin/mysql-lb /usr/local/bin/mysql-lb
 COPY config/mysql-lb.yaml /etc/mysql-lb/mysql-lb.yaml
-USER mysql-lb
+# Numeric, so that Kubernetes' runAsNonRoot can verify it (deploy/kubernetes runs it as 10001).
+USER 10001:10001
 # 4040: MySQL clients; 4041: admin/metrics HTTP.
 EXPOSE 4040 4041
 ENTRYPOINT ["mysql-lb", "--config", "/etc/mysql-lb/mysql-lb.yaml"]

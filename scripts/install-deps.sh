@@ -15,6 +15,8 @@ CLIENTS="$ROOT/.test-clients"
 # The versions tests/clients/ was verified with.
 PY_CLIENTS=(PyMySQL==1.2.4 mysql-connector-python==26.10.0)
 NODE_CLIENTS=(mysql2@3.24.6)
+# tests/kubernetes.rs validates deploy/kubernetes/ with it (schemas for Kubernetes 1.25-1.37).
+K8S_VALIDATE=kubernetes-validate==1.37.0
 
 have() {
     command -v "$1" >/dev/null 2>&1 || [ -x "/usr/sbin/$1" ] || [ -x "/usr/bin/$1" ]
@@ -93,6 +95,11 @@ if ! "$CLIENTS/venv/bin/python3" -c "import pymysql, mysql.connector" 2>/dev/nul
     rm -rf "$CLIENTS/venv"
     python3 -m venv "$CLIENTS/venv"
     "$CLIENTS/venv/bin/python3" -m pip install --quiet --disable-pip-version-check "${PY_CLIENTS[@]}"
+fi
+# The manifest validator, in the same venv.
+if ! "$CLIENTS/venv/bin/kubernetes-validate" --version 2>/dev/null | grep -qx "${K8S_VALIDATE#*==}"; then
+    echo "install-deps: installing $K8S_VALIDATE into $CLIENTS/venv" >&2
+    "$CLIENTS/venv/bin/python3" -m pip install --quiet --disable-pip-version-check "$K8S_VALIDATE"
 fi
 # Node's mysql2 under an npm prefix of its own.
 if [ ! -f "$CLIENTS/node/node_modules/mysql2/package.json" ]; then
