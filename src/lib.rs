@@ -75,8 +75,9 @@ impl Proxy {
         let mut listeners = Vec::with_capacity(config.listen.len());
         let mut acceptors = Vec::new();
         for addr in &config.listen {
-            let mut listener =
-                Listener::bind(addr, workers.len(), config.tcp_keepalive.as_ref()).await?;
+            let keepalive = config.tcp_keepalive.as_ref();
+            let shared_port = config.instances.reuse_port;
+            let mut listener = Listener::bind(addr, workers.len(), keepalive, shared_port).await?;
             acceptors.extend(listener.acceptors(workers.len()).map_err(|source| {
                 ServerError::Bind {
                     addr: listener.local_addr(),
