@@ -103,6 +103,11 @@ impl Proxy {
                 .set(i64::try_from(soft).unwrap_or(i64::MAX));
         }
         let shared = Arc::new(ProxyState::new(config, Arc::clone(&metrics)).with_legs(legs));
+        tracing::info!(
+            instance_id = config.instances.instance_id,
+            "{}",
+            config.instances.summary()
+        );
         shared.export_certificate_expiry(None);
         if let Err(e) = metrics.register(shared.backends().script_errors_collector()) {
             tracing::warn!("script error metric not registered: {e}");

@@ -59,6 +59,25 @@ impl PeerUrl {
 }
 
 impl InstanceConfig {
+    /// One line for `--check-config` and the start-up log.
+    pub fn summary(&self) -> String {
+        let peers: Vec<String> = self
+            .peers
+            .iter()
+            .map(|p| format!("{} at {}", p.instance_id, p.admin_url))
+            .collect();
+        format!(
+            "instance_id {}, reuse_port {}, peers: {}",
+            self.instance_id,
+            if self.reuse_port { "on" } else { "off" },
+            if peers.is_empty() {
+                "none".to_owned()
+            } else {
+                peers.join(", ")
+            }
+        )
+    }
+
     /// The peer that owns ids of `instance`, if one is configured.
     pub fn peer(&self, instance: u8) -> Option<&Peer> {
         self.peers.iter().find(|p| p.instance_id == instance)
@@ -171,6 +190,10 @@ mod tests {
             "http://[::1]:5041"
         );
         assert!(c.instances.peer(255).is_none());
+        assert_eq!(
+            c.instances.summary(),
+            "instance_id 255, reuse_port on, peers: 0 at http://127.0.0.1:4041, 7 at http://[::1]:5041"
+        );
     }
 
     #[test]

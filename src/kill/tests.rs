@@ -237,3 +237,64 @@ fn maps_to_the_thread_on_the_same_backend_and_refuses_across() {
     let negative = parse(&query("KILL QUERY -1073741823")).unwrap();
     assert_eq!(rewrite(&negative, &reg, a), None);
 }
+
+#[test]
+fn an_id_of_another_instance_is_refused_naming_it_never_passed_on() {
+    let set = two_backends();
+    let a = &set.backends()[0];
+    let here = Registry::with_instance(1);
+    let _own = here.register(target(a, 42)).unwrap();
+    let there = Registry::with_instance(3);
+    let theirs = there.register(target(a, 42)).unwrap().id();
+    assert_eq!(instance_of(theirs), 3);
+    let req = parse(&query(&format!("KILL QUERY {theirs}"))).unwrap();
+    let (mapping, packet) = rewrite(&req, &here, a).unwrap();
+    assert_eq!(mapping, Mapping::OtherInstance(3));
+    let sql = sql_of(&packet);
+    assert!(sql.starts_with("SIGNAL SQLSTATE"), "{sql}");
+    assert!(
+        sql.contains("1094") && sql.contains("instance 3") && sql.contains("peers:"),
+        "{sql}"
+    );
+    assert!(!sql.contains("KILL QUERY 42"), "{sql}");
+}
+
+#[test]
+fn a_remote_answer_is_mapped_as_an_own_id_would_be() {
+    let set = two_backends();
+    let (a, b) = (&set.backends()[0], &set.backends()[1]);
+    let id = ID_BASE | 3 << INSTANCE_SHIFT | 9;
+    let req = parse(&query(&format!("KILL QUERY {id}"))).unwrap();
+    let on = |backend: &Arc<Backend>| -> RemoteAnswer {
+        Ok(Some(RemoteTarget {
+            backend: backend.name.clone(),
+            address: backend.address.to_string(),
+            thread_id: 42,
+        }))
+    };
+    let (mapping, same) = rewrite_remote(&req, &on(a), a);
+    assert_eq!(
+        (mapping, sql_of(&same).as_str()),
+        (Mapping::Mapped, "KILL QUERY 42")
+    );
+    let (mapping, across) = rewrite_remote(&req, &on(b), a);
+    assert_eq!(mapping, Mapping::OtherBackend);
+    assert!(sql_of(&across).contains("1095"));
+    // Same name, other address: not the same server.
+    let renamed = Ok(Some(RemoteTarget {
+        backend: a.name.clone(),
+        address: "127.0.0.9:1".into(),
+        thread_id: 42,
+    }));
+    assert_eq!(rewrite_remote(&req, &renamed, a).0, Mapping::OtherBackend);
+    let (mapping, gone) = rewrite_remote(&req, &Ok(None), a);
+    assert_eq!(mapping, Mapping::Unknown);
+    assert!(sql_of(&gone).contains("Unknown thread id"));
+    let (mapping, failed) = rewrite_remote(&req, &Err("timed out".into()), a);
+    assert_eq!(mapping, Mapping::PeerFailed);
+    let failed = sql_of(&failed);
+    assert!(
+        failed.contains("1105") && failed.contains("instance 3") && failed.contains("timed out"),
+        "{failed}"
+    );
+}
