@@ -11,7 +11,6 @@
 //! The client is a minimal HTTP/1.1 exchange over a TCP stream: one request, `Connection:
 //! close`, a bounded response under one deadline. Parsing is sans-IO ([`parse_response`]).
 
-use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -57,26 +56,23 @@ pub struct ConnectionInfo {
 
 /// Asks `peer` about the id `request` names and maps its answer as an own id would be (see
 /// [`rewrite_remote`]): the packet to send this session's backend instead of the KILL.
-pub fn resolve(
+pub async fn resolve(
     request: KillRequest,
     peer: Peer,
     token: Option<AdminToken>,
     own_backend: Arc<Backend>,
-) -> impl Future<Output = Vec<u8>> + Send + 'static {
-    async move {
-        let id = u32::try_from(request.id).unwrap_or(0);
-        let answer = ask(&peer, token.as_ref(), id).await;
-        let (mapping, packet) = rewrite_remote(&request, &answer, &own_backend);
-        match &answer {
-            Err(why) => {
-                warn!(backend = %own_backend.name, target = id, peer = %peer.admin_url, "{}: {why}", mapping.describe())
-            }
-            Ok(_) => {
-                info!(backend = %own_backend.name, target = id, peer = %peer.admin_url, "{} (asked instance {})", mapping.describe(), peer.instance_id)
-            }
+) -> Vec<u8> {
+    let id = u32::try_from(request.id).unwrap_or(0);
+    let answer = ask(&peer, token.as_ref(), id).await;
+    let (mapping, packet) = rewrite_remote(&request, &answer, &own_backend);
+    let (backend, url) = (&own_backend.name, &peer.admin_url);
+    match &answer {
+        Err(why) => warn!(%backend, target = id, peer = %url, "{}: {why}", mapping.describe()),
+        Ok(_) => {
+            info!(%backend, target = id, peer = %url, "{} (asked its instance)", mapping.describe())
         }
-        packet
     }
+    packet
 }
 
 /// Asks `peer` where its session `id` is; every failure is the reason, for the client's ERR.
