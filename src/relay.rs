@@ -21,10 +21,10 @@ use tokio_util::sync::CancellationToken;
 
 use crate::protocol::response::{Completed, TrackError, Tracker};
 
-mod pending;
+mod kill_rewrite;
 mod timers;
-use pending::Pending;
-pub use pending::{Answer, KillRewrite};
+use kill_rewrite::{rewrite_kills, Pending};
+pub use kill_rewrite::{Answer, KillRewrite};
 use timers::{IdleTimer, Shrinker};
 
 /// Buffers start small (most sessions idle most of the time) and grow for bulk transfers.
@@ -180,41 +180,6 @@ impl<O: Observer> Hooks for Upstream<'_, O> {
 
     fn writable(&mut self, cx: &mut Context<'_>, buf: &mut BytesMut) -> Option<usize> {
         self.pending.poll(cx, buf)
-    }
-}
-
-/// Replaces each KILL the observer maps; rare, so rebuilding the buffer once is fine. A KILL
-/// whose rewrite comes later stays as it is, in `pending`, until then.
-fn rewrite_kills(
-    buf: &mut BytesMut,
-    kills: &[(usize, usize)],
-    observer: &mut impl Observer,
-    pending: &mut Pending,
-) {
-    let mut out: Option<BytesMut> = None;
-    let mut copied = 0;
-    for &(start, end) in kills {
-        let Some(candidate) = buf.get(start..end) else {
-            continue;
-        };
-        match observer.rewrite_kill(candidate) {
-            Some(KillRewrite::Now(packet)) => {
-                let out = out.get_or_insert_with(|| BytesMut::with_capacity(buf.capacity()));
-                out.extend_from_slice(&buf[copied..start]);
-                out.extend_from_slice(&packet);
-                copied = end;
-            }
-            Some(KillRewrite::Later(answer)) => {
-                // Where the packet will sit in the rebuilt buffer (all before it is copied as is).
-                let at = out.as_ref().map_or(start, |o| o.len() + start - copied);
-                pending.push(at..at + (end - start), answer);
-            }
-            None => {}
-        }
-    }
-    if let Some(mut out) = out {
-        out.extend_from_slice(&buf[copied..]);
-        *buf = out;
     }
 }
 

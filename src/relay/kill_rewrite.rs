@@ -1,7 +1,8 @@
-//! KILLs whose rewrite is not known yet: another instance is being asked where its session is.
+//! KILLs replaced in the client-to-backend buffer, at once or once their rewrite is known (another
+//! instance is being asked where its session is).
 //!
-//! The client-to-backend direction writes everything before the first such KILL, then waits for
-//! its answer before writing anything after it, so pipelined commands keep their order and the
+//! For the latter the direction writes everything before the first such KILL, then waits for its
+//! answer before writing anything after it, so pipelined commands keep their order and the
 //! response the client reads for the KILL is the one its mapping produced. Reading the client
 //! stops meanwhile (nothing is read before everything read is written), which bounds the wait's
 //! memory to what one read brought. Rare, so splicing by copying the buffer's tail is fine.
@@ -12,6 +13,8 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 
 use bytes::BytesMut;
+
+use super::Observer;
 
 /// The packet to send instead of a KILL, once known.
 pub type Answer = Pin<Box<dyn Future<Output = Vec<u8>> + Send>>;
@@ -30,6 +33,41 @@ impl std::fmt::Debug for KillRewrite {
             Self::Now(p) => f.debug_tuple("Now").field(&p.len()).finish(),
             Self::Later(_) => f.write_str("Later"),
         }
+    }
+}
+
+/// Replaces each KILL the observer maps; rare, so rebuilding the buffer once is fine. A KILL
+/// whose rewrite comes later stays as it is, in `pending`, until then.
+pub(super) fn rewrite_kills(
+    buf: &mut BytesMut,
+    kills: &[(usize, usize)],
+    observer: &mut impl Observer,
+    pending: &mut Pending,
+) {
+    let mut out: Option<BytesMut> = None;
+    let mut copied = 0;
+    for &(start, end) in kills {
+        let Some(candidate) = buf.get(start..end) else {
+            continue;
+        };
+        match observer.rewrite_kill(candidate) {
+            Some(KillRewrite::Now(packet)) => {
+                let out = out.get_or_insert_with(|| BytesMut::with_capacity(buf.capacity()));
+                out.extend_from_slice(&buf[copied..start]);
+                out.extend_from_slice(&packet);
+                copied = end;
+            }
+            Some(KillRewrite::Later(answer)) => {
+                // Where the packet will sit in the rebuilt buffer (all before it is copied as is).
+                let at = out.as_ref().map_or(start, |o| o.len() + start - copied);
+                pending.push(at..at + (end - start), answer);
+            }
+            None => {}
+        }
+    }
+    if let Some(mut out) = out {
+        out.extend_from_slice(&buf[copied..]);
+        *buf = out;
     }
 }
 
