@@ -14,11 +14,14 @@
 //! client): an id past it comes back negative in their KILL (`KILL QUERY -1073741823`). Servers
 //! count their thread ids up from 1 and do not get near 1.6 billion connections in practice, so
 //! smaller ids are the servers' own (from SHOW PROCESSLIST or `CONNECTION_ID()`) and pass
-//! unchanged. The instance bits (0 until several proxies share a pool of servers) keep
-//! proxies' ids apart; the counter wraps and skips ids still in use, which the 2 million ids of
-//! an instance leave plenty of room for. A KILL that writes an id in its negative 32-bit form (as
+//! unchanged. The instance bits (`instance_id`, 0 for a proxy on its own) keep proxies' ids
+//! apart and say which instance to ask about an id that is not ours (see [`peer`]); the counter
+//! wraps and skips ids still in use, which the 2 million ids of an instance leave plenty of
+//! room for. A KILL that writes an id in its negative 32-bit form (as
 //! a client that kept the greeting's 4 bytes in a signed int prints it) is read as that id; with
 //! every proxy id below 2^31 none has such a form, so these reach the server unchanged.
+
+pub mod peer;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -441,6 +444,5 @@ fn signal(code: u16, message: &str) -> String {
     format!("SIGNAL SQLSTATE 'HY000' SET MYSQL_ERRNO = {code}, MESSAGE_TEXT = '{escaped}'")
 }
 
-pub mod peer;
 #[cfg(test)]
 mod tests;

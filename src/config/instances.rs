@@ -77,11 +77,6 @@ impl InstanceConfig {
             }
         )
     }
-
-    /// The peer that owns ids of `instance`, if one is configured.
-    pub fn peer(&self, instance: u8) -> Option<&Peer> {
-        self.peers.iter().find(|p| p.instance_id == instance)
-    }
 }
 
 #[derive(Deserialize)]
@@ -181,15 +176,19 @@ mod tests {
         assert!(c.instances.reuse_port);
         assert_eq!(c.instances.instance_id, 255);
         assert_eq!(c.instances.peers.len(), 2);
+        let peers: Vec<(u8, String)> = c
+            .instances
+            .peers
+            .iter()
+            .map(|p| (p.instance_id, p.admin_url.to_string()))
+            .collect();
         assert_eq!(
-            c.instances.peer(0).unwrap().admin_url.to_string(),
-            "http://127.0.0.1:4041"
+            peers,
+            [
+                (0, "http://127.0.0.1:4041".into()),
+                (7, "http://[::1]:5041".into())
+            ]
         );
-        assert_eq!(
-            c.instances.peer(7).unwrap().admin_url.to_string(),
-            "http://[::1]:5041"
-        );
-        assert!(c.instances.peer(255).is_none());
         assert_eq!(
             c.instances.summary(),
             "instance_id 255, reuse_port on, peers: 0 at http://127.0.0.1:4041, 7 at http://[::1]:5041"
