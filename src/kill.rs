@@ -14,19 +14,20 @@
 //! client): an id past it comes back negative in their KILL (`KILL QUERY -1073741823`). Servers
 //! count their thread ids up from 1 and do not get near 1.6 billion connections in practice, so
 //! smaller ids are the servers' own (from SHOW PROCESSLIST or `CONNECTION_ID()`) and pass
-//! unchanged. The instance bits (0 until several proxies share a pool of servers) keep
-//! proxies' ids apart; the counter wraps and skips ids still in use, which the 2 million ids of
-//! an instance leave plenty of room for. A KILL that writes an id in its negative 32-bit form (as
+//! unchanged. The instance bits (`instance_id`, 0 for a proxy on its own) keep proxies' ids
+//! apart and say which instance to ask about an id that is not ours (see [`peer`]); the counter
+//! wraps and skips ids still in use, which the 2 million ids of an instance leave plenty of
+//! room for. A KILL that writes an id in its negative 32-bit form (as
 //! a client that kept the greeting's 4 bytes in a signed int prints it) is read as that id; with
 //! every proxy id below 2^31 none has such a form, so these reach the server unchanged.
+
+pub mod peer;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use crate::balancer::Backend;
 use crate::protocol::codec::header;
-#[cfg(test)]
-use crate::protocol::response::may_be_kill;
 use crate::protocol::response::{cmd, is_sql_space, statement_start};
 
 /// The lowest proxy id (instance 0, counter 0).
@@ -117,6 +118,11 @@ impl Registry {
         if let Ok(mut ids) = self.ids.lock() {
             ids.sessions.remove(&id);
         }
+    }
+
+    /// The instance bits of this registry's ids.
+    pub fn instance(&self) -> u8 {
+        self.instance
     }
 
     pub fn lookup(&self, id: u32) -> Option<Target> {
@@ -271,9 +277,45 @@ pub enum Mapping {
     OtherBackend,
     /// No such session (any more): answered with ERR 1094.
     Unknown,
+    /// The id belongs to this other instance, which has no entry in `peers:`: answered with
+    /// ERR 1094 naming it. With a peer the session asks it (see [`peer`]) and maps its answer
+    /// with [`rewrite_remote`].
+    OtherInstance(u8),
+    /// The peer owning the id could not be asked: answered with ERR 1105, nothing killed.
+    PeerFailed,
+}
+
+impl Mapping {
+    /// For the log line each mapped KILL gets.
+    pub fn describe(self) -> &'static str {
+        match self {
+            Mapping::Mapped => "KILL mapped to its session",
+            Mapping::OtherBackend => "KILL refused: its target is on another backend",
+            Mapping::Unknown => "KILL of an unknown proxy id answered 1094",
+            Mapping::OtherInstance(_) => {
+                "KILL refused: its id belongs to another instance, which has no entry in peers:"
+            }
+            Mapping::PeerFailed => "KILL refused: the instance owning its id could not be asked",
+        }
+    }
+}
+
+/// The instance whose ids include `id` (meaningful for a proxy id only).
+pub fn instance_of(id: u32) -> u8 {
+    ((id >> INSTANCE_SHIFT) & 0xFF) as u8
+}
+
+/// The session an id stands for, wherever it was looked up.
+struct Found<'a> {
+    backend: &'a str,
+    thread_id: u32,
+    /// Whether it is on the backend of the session that sent the KILL.
+    same_backend: bool,
 }
 
 /// What to send the backend instead of the client's KILL packet, if anything changes, and why.
+/// An id of another instance is refused here, naming the instance: the caller asks that
+/// instance's peer instead, when it has one.
 pub fn rewrite(
     request: &KillRequest,
     registry: &Registry,
@@ -282,8 +324,79 @@ pub fn rewrite(
     let proxy_id = u32::try_from(request.id)
         .ok()
         .filter(|id| is_proxy_id(*id))?;
-    let (mapping, sql) = match registry.lookup(proxy_id) {
-        Some(t) if Arc::ptr_eq(&t.backend, own_backend) => (
+    let instance = instance_of(proxy_id);
+    if instance != registry.instance {
+        let sql = signal(
+            1094,
+            &format!(
+                "Unknown thread id: {proxy_id} belongs to mysql-lb instance {instance}, which \
+                 has no entry in peers:; nothing was killed"
+            ),
+        );
+        return Some((Mapping::OtherInstance(instance), query_packet(&sql)));
+    }
+    let target = registry.lookup(proxy_id);
+    let found = target.as_ref().map(|t| Found {
+        backend: &t.backend.name,
+        thread_id: t.thread_id,
+        same_backend: Arc::ptr_eq(&t.backend, own_backend),
+    });
+    Some(decide(request, proxy_id, found, own_backend))
+}
+
+/// Another instance's answer for one of its ids: the backend (name and address, as its
+/// `/backends` shows them) and thread id, None when it has no such session, or why it could not
+/// be asked.
+pub type RemoteAnswer = Result<Option<RemoteTarget>, String>;
+
+/// Where another instance's session is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RemoteTarget {
+    pub backend: String,
+    pub address: String,
+    pub thread_id: u32,
+}
+
+/// Maps a KILL of another instance's id from that instance's answer, exactly as [`rewrite`]
+/// maps an own one: the KILL runs on this session's backend connection (so the server checks
+/// the client's own right to kill), and only when the target is on the same backend, which
+/// both name and address must show (instances may have been started with different files).
+pub fn rewrite_remote(
+    request: &KillRequest,
+    answer: &RemoteAnswer,
+    own_backend: &Arc<Backend>,
+) -> (Mapping, Vec<u8>) {
+    let proxy_id = u32::try_from(request.id).unwrap_or(0);
+    match answer {
+        Ok(target) => {
+            let found = target.as_ref().map(|t| Found {
+                backend: &t.backend,
+                thread_id: t.thread_id,
+                same_backend: t.backend == own_backend.name
+                    && t.address == own_backend.address.to_string(),
+            });
+            decide(request, proxy_id, found, own_backend)
+        }
+        Err(why) => {
+            let message = format!(
+                "mysql-lb: connection {proxy_id} belongs to mysql-lb instance {}, which could not \
+                 be asked ({why}); nothing was killed",
+                instance_of(proxy_id)
+            );
+            (Mapping::PeerFailed, query_packet(&signal(1105, &message)))
+        }
+    }
+}
+
+/// The one mapping rule, for own and remote ids alike.
+fn decide(
+    request: &KillRequest,
+    proxy_id: u32,
+    found: Option<Found<'_>>,
+    own_backend: &Backend,
+) -> (Mapping, Vec<u8>) {
+    let (mapping, sql) = match found {
+        Some(t) if t.same_backend => (
             Mapping::Mapped,
             format!("{}{}", kill_statement(&request.prefix), t.thread_id),
         ),
@@ -294,7 +407,7 @@ pub fn rewrite(
                 &format!(
                     "mysql-lb: connection {proxy_id} is on backend {} and this session on {}; \
                  KILL refused, nothing was killed (run it through a session on the same backend)",
-                    t.backend.name, own_backend.name
+                    t.backend, own_backend.name
                 ),
             ),
         ),
@@ -303,12 +416,17 @@ pub fn rewrite(
             signal(1094, &format!("Unknown thread id: {proxy_id}")),
         ),
     };
+    (mapping, query_packet(&sql))
+}
+
+/// A COM_QUERY packet carrying `sql`, sequence id 0.
+fn query_packet(sql: &str) -> Vec<u8> {
     let mut payload = Vec::with_capacity(1 + sql.len());
     payload.push(cmd::QUERY);
     payload.extend_from_slice(sql.as_bytes());
     let mut packet = header(payload.len(), 0).to_vec();
     packet.extend_from_slice(&payload);
-    Some((mapping, packet))
+    packet
 }
 
 /// COM_PROCESS_KILL kills the connection, as `KILL` does.
@@ -327,241 +445,4 @@ fn signal(code: u16, message: &str) -> String {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::balancer::BackendSet;
-    use crate::config::{BackendAddr, BackendConfig};
-    use crate::metrics::Metrics;
-    use std::time::Duration;
-
-    fn query(sql: &str) -> Vec<u8> {
-        let mut p = vec![cmd::QUERY];
-        p.extend_from_slice(sql.as_bytes());
-        p
-    }
-
-    #[test]
-    fn recognises_kill_statements() {
-        assert!(may_be_kill(&query("  kill query 5")));
-        assert!(may_be_kill(&[cmd::PROCESS_KILL, 1, 0, 0, 0]));
-        assert!(!may_be_kill(&query("SELECT 1")));
-        assert!(!may_be_kill(&query("kil")));
-        let k = parse(&query("KILL QUERY 3221225473;")).unwrap();
-        assert_eq!(k.id, 3221225473);
-        assert_eq!(k.prefix, "KILL QUERY ");
-        assert_eq!(parse(&query("kill hard connection 7")).unwrap().id, 7);
-        // A query id, not a connection: never mapped.
-        assert_eq!(parse(&query("KILL QUERY ID 9")), None);
-        assert_eq!(parse(&[cmd::PROCESS_KILL, 2, 0, 0, 0]).unwrap().id, 2);
-        assert_eq!(parse(&query("KILL USER bob")), None);
-        assert_eq!(parse(&query("KILL QUERY 1+1")), None);
-        assert_eq!(parse(&query("KILLALL 5")), None);
-        assert_eq!(parse(&[cmd::PROCESS_KILL, 2]), None);
-    }
-
-    #[test]
-    fn reads_ids_after_comments_and_in_quotes_or_parentheses() {
-        for sql in [
-            "/* app:checkout */ KILL QUERY 1610612737",
-            "# note\nKILL QUERY 1610612737",
-            "-- note\n  KILL QUERY 1610612737 ;",
-            "KILL QUERY '1610612737'",
-            "KILL QUERY \"1610612737\"",
-            "KILL QUERY (1610612737)",
-            "KILL QUERY 1610612737 /* traceparent='00-4bf9' */",
-            "KILL QUERY 1610612737 -- cancel",
-            "KILL/**/QUERY/**/1610612737",
-            "KILL QUERY  ( 1610612737 )",
-            "KILL QUERY 1610612737 ;",
-            "KILL QUERY +1610612737",
-        ] {
-            let k = parse(&query(sql)).unwrap_or_else(|| panic!("not parsed: {sql:?}"));
-            assert_eq!(
-                (k.id, k.prefix.as_str()),
-                (1610612737, "KILL QUERY "),
-                "{sql:?}"
-            );
-        }
-        for sql in [
-            "/*!KILL QUERY 1610612737 */",
-            "/*M!100000 KILL QUERY 1610612737 */",
-            "KILL QUERY 1610612737 /* unterminated",
-            "/* unterminated KILL QUERY 1610612737",
-            "--KILL QUERY 1610612737",
-            "KILL QUERY '1610612737",
-            "SELECT 1; KILL QUERY 1610612737",
-        ] {
-            assert_eq!(parse(&query(sql)), None, "{sql:?}");
-        }
-    }
-
-    #[test]
-    fn a_kill_after_comments_is_offered_for_mapping_and_held_while_cut() {
-        use crate::protocol::response::may_become_kill;
-        assert!(may_be_kill(&query("/* a */ -- b\n kill 5")));
-        assert!(!may_be_kill(&query("/* kill 5 */ SELECT 1")));
-        assert!(!may_be_kill(&query("/*!kill 5 */")));
-        let whole = [&[9, 0, 0, 0][..], &query("/* x */ k")].concat();
-        for cut in 4..whole.len() {
-            assert!(may_become_kill(&whole[..cut]), "cut at {cut}");
-        }
-        let select = [&[12, 0, 0, 0][..], &query("/* x */ SELE")].concat();
-        assert!(!may_become_kill(&select));
-    }
-
-    #[test]
-    fn reads_a_negative_id_as_its_32_bit_twos_complement() {
-        // Connector/J 2.7 keeps the greeting's id in an int: 0xC000_0001 came back as this.
-        let k = parse(&query("KILL QUERY -1073741823")).unwrap();
-        assert_eq!(k.id, 0xC000_0001);
-        assert_eq!(k.prefix, "KILL QUERY ");
-        assert_eq!(parse(&query("KILL -1")).unwrap().id, 0xFFFF_FFFF);
-        assert_eq!(parse(&query("KILL -2147483648")).unwrap().id, 0x8000_0000);
-        assert_eq!(parse(&query("KILL -2147483649")), None, "not a 32-bit id");
-        assert_eq!(parse(&query("KILL --5")), None);
-        // Unary minus with a space is the same expression.
-        assert_eq!(parse(&query("KILL - 5")).unwrap().id, 0xFFFF_FFFB);
-    }
-
-    fn target(backend: &Arc<Backend>, thread_id: u32) -> Target {
-        Target {
-            backend: Arc::clone(backend),
-            thread_id,
-        }
-    }
-
-    #[test]
-    fn ids_fit_a_signed_int_and_carry_the_instance() {
-        let set = two_backends();
-        let a = &set.backends()[0];
-        let first = Registry::default();
-        let r = first.register(target(a, 1)).unwrap();
-        assert_eq!(r.id(), 0x6000_0000);
-        assert_eq!(first.register(target(a, 2)).unwrap().id(), 0x6000_0001);
-        let last = Registry::with_instance(255);
-        let id = last.register(target(a, 3)).unwrap().id();
-        assert_eq!(id, 0x6000_0000 | 255 << 21);
-        last.ids.lock().unwrap().next = COUNTER_MASK;
-        let top = last.register(target(a, 4)).unwrap().id();
-        assert_eq!(top, 0x7FFF_FFFF, "the highest id of the highest instance");
-        for id in [r.id(), top] {
-            assert!(
-                i32::try_from(id).is_ok(),
-                "{id:#x} reads as negative in an int"
-            );
-            assert!(is_proxy_id(id), "{id:#x}");
-        }
-        // A server's own thread ids stay below the range.
-        assert!(!is_proxy_id(ID_BASE - 1));
-        assert!(!is_proxy_id(0x8000_0000) && !is_proxy_id(0xC000_0001));
-    }
-
-    #[test]
-    fn counter_wraps_and_skips_ids_still_in_use() {
-        let set = two_backends();
-        let a = &set.backends()[0];
-        let reg = Registry::default();
-        let zero = reg.register(target(a, 10)).unwrap();
-        let one = reg.register(target(a, 11)).unwrap();
-        let ended = reg.register(target(a, 12)).unwrap();
-        assert_eq!(ended.id(), ID_BASE + 2);
-        drop(ended);
-        reg.ids.lock().unwrap().next = COUNTER_MASK;
-        assert_eq!(
-            reg.register(target(a, 13)).unwrap().id(),
-            ID_BASE | COUNTER_MASK
-        );
-        let reused = reg.register(target(a, 14)).unwrap();
-        assert_eq!(
-            reused.id(),
-            ID_BASE + 2,
-            "0 and 1 are live, 2 is free again"
-        );
-        assert_eq!(reg.lookup(zero.id()).unwrap().thread_id, 10);
-        assert_eq!(reg.lookup(one.id()).unwrap().thread_id, 11);
-        assert_eq!(reg.lookup(reused.id()).unwrap().thread_id, 14);
-    }
-
-    fn two_backends() -> BackendSet {
-        let configs: Vec<_> = ["a", "b"]
-            .iter()
-            .map(|n| BackendConfig {
-                name: (*n).into(),
-                address: BackendAddr::Unix(format!("/tmp/{n}").into()),
-                weight: 1,
-                kind: Default::default(),
-                tls: Default::default(),
-                compression: false,
-                pool: "default".into(),
-            })
-            .collect();
-        BackendSet::new(&configs, Duration::from_secs(1), false, &Metrics::new())
-    }
-
-    fn sql_of(packet: &[u8]) -> String {
-        String::from_utf8(packet[5..].to_vec()).unwrap()
-    }
-
-    #[test]
-    fn a_reserved_id_is_unknown_until_bound_and_free_once_dropped() {
-        let set = two_backends();
-        let a = &set.backends()[0];
-        let reg = Registry::default();
-        let reserved = reg.reserve().unwrap();
-        let id = reserved.id();
-        assert!(is_proxy_id(id));
-        assert!(reg.lookup(id).is_none());
-        let req = parse(&query(&format!("KILL {id}"))).unwrap();
-        assert_eq!(rewrite(&req, &reg, a).unwrap().0, Mapping::Unknown);
-        // Another session never gets the reserved id.
-        assert_ne!(reg.register(target(a, 1)).unwrap().id(), id);
-        reserved.bind(target(a, 77));
-        assert_eq!(reg.lookup(id).map(|t| t.thread_id), Some(77));
-        let (mapping, packet) = rewrite(&req, &reg, a).unwrap();
-        assert_eq!(mapping, Mapping::Mapped);
-        assert_eq!(sql_of(&packet), "KILL 77");
-        drop(reserved);
-        assert!(reg.lookup(id).is_none());
-    }
-
-    #[test]
-    fn maps_to_the_thread_on_the_same_backend_and_refuses_across() {
-        let set = two_backends();
-        let (a, b) = (&set.backends()[0], &set.backends()[1]);
-        let reg = Registry::default();
-        let registration = reg.register(target(a, 42)).unwrap();
-        let id = registration.id();
-        let req = parse(&query(&format!("KILL QUERY {id}"))).unwrap();
-        let (mapping, same) = rewrite(&req, &reg, a).unwrap();
-        assert_eq!(mapping, Mapping::Mapped);
-        assert_eq!(sql_of(&same), "KILL QUERY 42");
-        assert_eq!(same[3], 0, "a command packet");
-        let (mapping, across) = rewrite(&req, &reg, b).unwrap();
-        assert_eq!(mapping, Mapping::OtherBackend);
-        let across = sql_of(&across);
-        assert!(across.starts_with("SIGNAL SQLSTATE"), "{across}");
-        assert!(across.contains("1095") && across.contains("nothing was killed"));
-        let binary = parse(&[cmd::PROCESS_KILL, 0, 0, 0, 0])
-            .map(|mut r| {
-                r.id = u64::from(id);
-                r
-            })
-            .unwrap();
-        assert_eq!(sql_of(&rewrite(&binary, &reg, a).unwrap().1), "KILL 42");
-        drop(registration);
-        let (mapping, gone) = rewrite(&req, &reg, a).unwrap();
-        assert_eq!(mapping, Mapping::Unknown);
-        let gone = sql_of(&gone);
-        assert!(
-            gone.contains("1094") && gone.contains("Unknown thread id"),
-            "{gone}"
-        );
-        // Real thread ids (below the range) pass untouched, and so does a negative form, which
-        // names no proxy id: the server answers it as it would directly.
-        assert_eq!(rewrite(&parse(&query("KILL 17")).unwrap(), &reg, a), None);
-        let below = format!("KILL QUERY {}", ID_BASE - 1);
-        assert_eq!(rewrite(&parse(&query(&below)).unwrap(), &reg, a), None);
-        let negative = parse(&query("KILL QUERY -1073741823")).unwrap();
-        assert_eq!(rewrite(&negative, &reg, a), None);
-    }
-}
+mod tests;

@@ -75,8 +75,9 @@ impl Proxy {
         let mut listeners = Vec::with_capacity(config.listen.len());
         let mut acceptors = Vec::new();
         for addr in &config.listen {
-            let mut listener =
-                Listener::bind(addr, workers.len(), config.tcp_keepalive.as_ref()).await?;
+            let keepalive = config.tcp_keepalive.as_ref();
+            let shared_port = config.instances.reuse_port;
+            let mut listener = Listener::bind(addr, workers.len(), keepalive, shared_port).await?;
             acceptors.extend(listener.acceptors(workers.len()).map_err(|source| {
                 ServerError::Bind {
                     addr: listener.local_addr(),
@@ -102,6 +103,11 @@ impl Proxy {
                 .set(i64::try_from(soft).unwrap_or(i64::MAX));
         }
         let shared = Arc::new(ProxyState::new(config, Arc::clone(&metrics)).with_legs(legs));
+        tracing::info!(
+            instance_id = config.instances.instance_id,
+            "{}",
+            config.instances.summary()
+        );
         shared.export_certificate_expiry(None);
         if let Err(e) = metrics.register(shared.backends().script_errors_collector()) {
             tracing::warn!("script error metric not registered: {e}");

@@ -39,6 +39,7 @@ fn main() -> ExitCode {
             config.pools.len(),
             config.routes.len()
         );
+        println!("{}", config.instances.summary());
         return ExitCode::SUCCESS;
     }
     init_logging(&config);

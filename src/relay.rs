@@ -21,7 +21,10 @@ use tokio_util::sync::CancellationToken;
 
 use crate::protocol::response::{Completed, TrackError, Tracker};
 
+mod kill_rewrite;
 mod timers;
+use kill_rewrite::{rewrite_kills, Pending};
+pub use kill_rewrite::{Answer, KillRewrite};
 use timers::{IdleTimer, Shrinker};
 
 /// Buffers start small (most sessions idle most of the time) and grow for bulk transfers.
@@ -120,6 +123,10 @@ trait Hooks {
     fn scan(&mut self, buf: &mut BytesMut, fresh: usize) -> Result<usize, TrackError>;
     /// Runs once everything read so far (but held bytes) has been written.
     fn written(&mut self) {}
+    /// Where the first byte that may not be written yet is (a KILL waiting for its rewrite).
+    fn writable(&mut self, _cx: &mut Context<'_>, _buf: &mut BytesMut) -> Option<usize> {
+        None
+    }
 }
 
 /// Sees what a session relays: completed commands and bytes moved, as they happen.
@@ -128,8 +135,8 @@ pub trait Observer {
     /// `n` bytes read from the client (`to_backend`) or from the backend, about to be forwarded.
     fn relayed(&mut self, to_backend: bool, n: usize);
     /// Given a command packet that may be a KILL (header included), returns the packet to send the
-    /// backend instead, if any.
-    fn rewrite_kill(&mut self, _packet: &[u8]) -> Option<Vec<u8>> {
+    /// backend instead, if any, or a future of it.
+    fn rewrite_kill(&mut self, _packet: &[u8]) -> Option<KillRewrite> {
         None
     }
 }
@@ -140,6 +147,7 @@ struct Upstream<'a, O> {
     quit: bool,
     /// When the client last sent bytes, read or written (for the idle timeout).
     active: &'a mut Option<Instant>,
+    pending: &'a mut Pending,
 }
 
 impl<O: Observer> Hooks for Upstream<'_, O> {
@@ -153,7 +161,8 @@ impl<O: Observer> Hooks for Upstream<'_, O> {
         }
         // KILLs before a bad packet are still forwarded, so they are mapped too.
         if !self.tracker.kill_candidates().is_empty() {
-            rewrite_kills(buf, self.tracker.kill_candidates(), &mut *self.observer);
+            let kills = self.tracker.kill_candidates();
+            rewrite_kills(buf, kills, &mut *self.observer, self.pending);
         }
         let scan = scan?;
         self.quit |= scan.quit;
@@ -168,26 +177,9 @@ impl<O: Observer> Hooks for Upstream<'_, O> {
         }
         *self.active = Some(now);
     }
-}
 
-/// Replaces each KILL the observer maps; rare, so rebuilding the buffer once is fine.
-fn rewrite_kills(buf: &mut BytesMut, kills: &[(usize, usize)], observer: &mut impl Observer) {
-    let mut out: Option<BytesMut> = None;
-    let mut copied = 0;
-    for &(start, end) in kills {
-        let Some(candidate) = buf.get(start..end) else {
-            continue;
-        };
-        if let Some(packet) = observer.rewrite_kill(candidate) {
-            let out = out.get_or_insert_with(|| BytesMut::with_capacity(buf.capacity()));
-            out.extend_from_slice(&buf[copied..start]);
-            out.extend_from_slice(&packet);
-            copied = end;
-        }
-    }
-    if let Some(mut out) = out {
-        out.extend_from_slice(&buf[copied..]);
-        *buf = out;
+    fn writable(&mut self, cx: &mut Context<'_>, buf: &mut BytesMut) -> Option<usize> {
+        self.pending.poll(cx, buf)
     }
 }
 
@@ -227,9 +219,11 @@ where
     W: AsyncWrite + Unpin,
 {
     loop {
+        let waiting = hooks.writable(cx, &mut dir.buf);
         let ready = dir.buf.len() - dir.held;
-        while dir.written < ready {
-            match Pin::new(&mut *dst).poll_write(cx, &dir.buf[dir.written..ready]) {
+        let limit = waiting.map_or(ready, |at| at.min(ready));
+        while dir.written < limit {
+            match Pin::new(&mut *dst).poll_write(cx, &dir.buf[dir.written..limit]) {
                 Poll::Ready(Ok(0)) => {
                     return Poll::Ready(Step::Io(io::ErrorKind::WriteZero.into(), Side::Write))
                 }
@@ -237,6 +231,13 @@ where
                 Poll::Ready(Err(e)) => return Poll::Ready(Step::Io(e, Side::Write)),
                 Poll::Pending => return Poll::Pending,
             }
+        }
+        if limit < ready {
+            // What precedes the KILL goes on its way; its answer's waker brings the relay back.
+            if let Poll::Ready(Err(e)) = Pin::new(&mut *dst).poll_flush(cx) {
+                return Poll::Ready(Step::Io(e, Side::Write));
+            }
+            return Poll::Pending;
         }
         if ready > 0 {
             // A TLS or compressing leg may hold written bytes back until flushed (a plain socket
@@ -326,6 +327,7 @@ where
         client_active: None,
         backend_active: None,
         client_failed: None,
+        pending: Pending::default(),
     };
     session.prescan();
     poll_fn(|cx| {
@@ -377,6 +379,8 @@ struct Session<'a, C, B, O> {
     backend_active: Option<Instant>,
     /// A client protocol error waiting for the commands before it to be answered.
     client_failed: Option<TrackError>,
+    /// KILLs read from the client waiting for their rewrite.
+    pending: Pending,
 }
 
 impl<C, B, O> Session<'_, C, B, O>
@@ -391,6 +395,7 @@ where
             observer: &mut *self.observer,
             quit: false,
             active: &mut self.client_active,
+            pending: &mut self.pending,
         };
         prescan(&mut self.up, &mut hooks);
         self.quit |= hooks.quit;
@@ -429,6 +434,7 @@ where
             observer: &mut *self.observer,
             quit: false,
             active: &mut self.client_active,
+            pending: &mut self.pending,
         };
         let step = poll_direction(cx, &mut self.up, self.client, self.backend, &mut hooks);
         self.quit |= hooks.quit;

@@ -128,6 +128,10 @@ fn restart_keys(old: &Config, new: &Config) -> Vec<&'static str> {
     );
     check(old.idle_timeout != new.idle_timeout, "idle_timeout");
     check(old.tcp_keepalive != new.tcp_keepalive, "tcp_keepalive");
+    let (oi, ni) = (&old.instances, &new.instances);
+    check(oi.reuse_port != ni.reuse_port, "reuse_port");
+    check(oi.instance_id != ni.instance_id, "instance_id");
+    check(oi.peers != ni.peers, "peers");
     check(
         old.max_packet_size != new.max_packet_size,
         "max_packet_size",

@@ -61,18 +61,21 @@ pub enum Listener {
 const BACKLOG: i32 = 1024;
 
 impl Listener {
-    /// Binds `addr` for `workers` worker threads; accepted TCP connections get `keepalive`.
+    /// Binds `addr` for `workers` worker threads; accepted TCP connections get `keepalive`. With
+    /// `shared_port` (`reuse_port: true`) a TCP port other mysql-lb processes listen on is shared
+    /// with them rather than refused.
     pub async fn bind(
         addr: &ListenAddr,
         workers: usize,
         keepalive: Option<&TcpKeepalive>,
+        shared_port: bool,
     ) -> Result<Self, ServerError> {
         let bind_err = |source| ServerError::Bind {
             addr: addr.clone(),
             source,
         };
         match addr {
-            ListenAddr::Tcp(sa) => bind_tcp_group(*sa, workers.max(1), keepalive)
+            ListenAddr::Tcp(sa) => bind_tcp_group(*sa, workers.max(1), keepalive, shared_port)
                 .map(|(addr, group)| Self::Tcp(addr, group))
                 .map_err(bind_err),
             ListenAddr::Unix(path) => {
@@ -126,7 +129,8 @@ impl Listener {
 
 /// `n` listening sockets sharing `addr` through SO_REUSEPORT. A plain bind comes first, so that
 /// an address someone already listens on fails as it would for a single socket: otherwise a
-/// second mysql-lb of the same user would silently share the port with the first.
+/// second mysql-lb of the same user would silently share the port with the first. With `shared`
+/// that sharing is what is asked for: the first socket sets SO_REUSEPORT too.
 ///
 /// TCP_NODELAY (every write is a whole request or response: never hold it back for Nagle) and
 /// the keepalive options are set here once: Linux copies a listening socket's options to each
@@ -135,8 +139,9 @@ fn bind_tcp_group(
     addr: SocketAddr,
     n: usize,
     keepalive: Option<&TcpKeepalive>,
+    shared: bool,
 ) -> io::Result<(SocketAddr, Vec<std::net::TcpListener>)> {
-    let probe = tcp_socket(addr, false)?;
+    let probe = tcp_socket(addr, shared)?;
     let addr = probe
         .local_addr()?
         .as_socket()
@@ -502,7 +507,7 @@ mod tests {
 
     #[test]
     fn a_tcp_listener_is_one_socket_per_worker_on_one_port() {
-        let (addr, group) = bind_tcp_group(local(0), 3, None).unwrap();
+        let (addr, group) = bind_tcp_group(local(0), 3, None, false).unwrap();
         assert_ne!(addr.port(), 0);
         let ports: Vec<u16> = group
             .iter()
@@ -513,10 +518,24 @@ mod tests {
 
     #[test]
     fn a_port_already_listened_on_is_refused_even_with_reuseport() {
-        let (addr, _group) = bind_tcp_group(local(0), 2, None).unwrap();
+        let (addr, _group) = bind_tcp_group(local(0), 2, None, false).unwrap();
         // A second mysql-lb (same user, SO_REUSEPORT too) must not silently share the port.
-        let second = bind_tcp_group(addr, 2, None).unwrap_err();
+        let second = bind_tcp_group(addr, 2, None, false).unwrap_err();
         assert_eq!(second.kind(), io::ErrorKind::AddrInUse);
+    }
+
+    #[test]
+    fn a_shared_port_is_joined_only_when_both_sides_share() {
+        let (addr, _first) = bind_tcp_group(local(0), 2, None, true).unwrap();
+        let (joined, group) = bind_tcp_group(addr, 2, None, true).unwrap();
+        assert_eq!((joined, group.len()), (addr, 2));
+        // A lone instance still refuses the port another one listens on, shared or not.
+        let lone = bind_tcp_group(addr, 1, None, false).unwrap_err();
+        assert_eq!(lone.kind(), io::ErrorKind::AddrInUse);
+        // Not a mysql-lb (no SO_REUSEPORT): nobody joins it.
+        let other = std::net::TcpListener::bind(local(0)).unwrap();
+        let taken = bind_tcp_group(other.local_addr().unwrap(), 1, None, true).unwrap_err();
+        assert_eq!(taken.kind(), io::ErrorKind::AddrInUse);
     }
 
     #[test]
@@ -526,7 +545,7 @@ mod tests {
             interval: Duration::from_secs(3),
             count: 4,
         };
-        let (addr, group) = bind_tcp_group(local(0), 1, Some(&keepalive)).unwrap();
+        let (addr, group) = bind_tcp_group(local(0), 1, Some(&keepalive), false).unwrap();
         let _client = std::net::TcpStream::connect(addr).unwrap();
         group[0].set_nonblocking(false).unwrap();
         let (accepted, _) = group[0].accept().unwrap();

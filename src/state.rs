@@ -32,6 +32,8 @@ pub struct ProxyState {
     pub(crate) applied: Mutex<Config>,
     /// Live sessions by the proxy-unique id their client was greeted with.
     pub kills: kill::Registry,
+    /// The other instances, asked about KILLs of their ids.
+    pub peers: kill::peer::Peers,
     pub metrics: Arc<Metrics>,
     /// Read by every session, fixed at start (a reload reports changes as needing a restart).
     pub session: SessionSettings,
@@ -134,7 +136,11 @@ impl ProxyState {
             set: RwLock::new(Arc::new(set)),
             reloads: watch::channel(0).0,
             applied: Mutex::new(config.clone()),
-            kills: kill::Registry::default(),
+            kills: kill::Registry::with_instance(config.instances.instance_id),
+            peers: kill::peer::Peers {
+                peers: config.instances.peers.clone(),
+                token: config.admin_token.clone(),
+            },
             metrics,
             session: SessionSettings::from_config(config),
             legs: ArcSwap::from_pointee(Legs::default()),

@@ -5,6 +5,7 @@
 //! scraping never competes with client accepts and needs no credentials on a private address.
 //! Off loopback the operations need a bearer token (config validation insists on one).
 
+mod connections;
 pub mod ops;
 
 use std::collections::VecDeque;
@@ -155,6 +156,13 @@ async fn route(
             Ok(body) => json_response(StatusCode::OK, &body),
             Err(e) => error_response(&e),
         };
+    }
+    let token = caller.token.map(AdminToken::as_bytes);
+    let authorization = req.headers().get(AUTHORIZATION);
+    if let Some((status, body)) =
+        connections::answer(shared, token, req.method(), &path, authorization)
+    {
+        return json_response(status, &body);
     }
     if req.method() != Method::GET && req.method() != Method::HEAD {
         return text(StatusCode::METHOD_NOT_ALLOWED, "only GET\n");
@@ -348,5 +356,5 @@ pub fn backends_json(shared: &ProxyState, recent: &Recent) -> serde_json::Value 
             })
         })
         .collect();
-    json!({ "backends": list })
+    json!({ "instance_id": shared.kills.instance(), "backends": list })
 }

@@ -9,6 +9,7 @@
 mod address;
 mod cli;
 mod ejection;
+mod instances;
 mod keepalive;
 mod pools;
 mod raw;
@@ -17,6 +18,7 @@ mod tls;
 pub use address::{AddressError, BackendAddr, ListenAddr};
 pub use cli::Cli;
 pub use ejection::EjectionConfig;
+pub use instances::{InstanceConfig, Peer, PeerUrl};
 pub use keepalive::TcpKeepalive;
 pub use pools::{ConnectMode, PoolConfig, RouteConfig, DEFAULT_POOL};
 pub use tls::{BackendTls, BackendTlsMode, ClientTls, TlsVersion};
@@ -194,6 +196,8 @@ pub struct Config {
     /// (those from the command line too).
     pub backend_tls: BackendTls,
     pub backend_compression: bool,
+    /// `reuse_port`, `instance_id` and `peers` (see `instances.rs`).
+    pub instances: InstanceConfig,
 }
 
 /// Background health checks of every backend.
@@ -263,6 +267,7 @@ impl Default for Config {
             compression: true,
             backend_tls: BackendTls::default(),
             backend_compression: false,
+            instances: InstanceConfig::default(),
         }
     }
 }
@@ -429,6 +434,7 @@ impl Config {
         self.validate_routes()?;
         self.validate_limits()?;
         keepalive::validate(self.tcp_keepalive.as_ref())?;
+        instances::validate(&self.instances)?;
         check_log_filter(&self.log_level).map_err(|m| ConfigError::invalid("log.level", m))?;
         if self.worker_threads == Some(0) {
             return Err(ConfigError::invalid(

@@ -102,6 +102,9 @@ pub(super) struct RawConfig {
     routes: Vec<super::pools::RawRoute>,
     default_pool: Option<String>,
     connect_mode: Option<super::pools::RawConnectMode>,
+    reuse_port: Option<bool>,
+    instance_id: Option<i64>,
+    peers: Option<Vec<super::instances::RawPeer>>,
 }
 
 #[derive(Default, Deserialize)]
@@ -314,6 +317,7 @@ impl RawConfig {
             compression: self.compression.unwrap_or(d.compression),
             backend_tls,
             backend_compression,
+            instances: super::instances::build(self.reuse_port, self.instance_id, self.peers)?,
         })
     }
 }

@@ -25,7 +25,7 @@ use crate::protocol::caps::CLIENT_SSL;
 use crate::protocol::errors::{code, pre_greeting_err};
 use crate::protocol::handshake::set_greeting_connection_id;
 use crate::protocol::response::{Completed, Tracker};
-use crate::relay::{relay, Observer, RelayEnd, Stop};
+use crate::relay::{relay, KillRewrite, Observer, RelayEnd, Stop};
 use crate::route::{peer_ip, Who};
 use crate::state::{Legs, ProxyState};
 use crate::stream::BackendStream;
@@ -227,6 +227,7 @@ where
         worker,
         backend: lease.backend(),
         kills: &shared.kills,
+        peers: &shared.peers,
     };
     let end = relay(
         &mut client,
@@ -365,6 +366,7 @@ struct Recorder<'a> {
     worker: usize,
     backend: &'a Arc<Backend>,
     kills: &'a kill::Registry,
+    peers: &'a kill::peer::Peers,
 }
 
 impl Observer for Recorder<'_> {
@@ -389,16 +391,19 @@ impl Observer for Recorder<'_> {
         counter.inc_by(n as u64);
     }
 
-    fn rewrite_kill(&mut self, packet: &[u8]) -> Option<Vec<u8>> {
+    fn rewrite_kill(&mut self, packet: &[u8]) -> Option<KillRewrite> {
         let request = kill::parse(packet.get(4..)?)?;
         let (mapping, packet) = kill::rewrite(&request, self.kills, self.backend)?;
-        let what = match mapping {
-            kill::Mapping::Mapped => "KILL mapped to its session",
-            kill::Mapping::OtherBackend => "KILL refused: its target is on another backend",
-            kill::Mapping::Unknown => "KILL of an unknown proxy id answered 1094",
-        };
-        info!(backend = %self.backend.name, target = request.id, "{what}");
-        Some(packet)
+        if let kill::Mapping::OtherInstance(instance) = mapping {
+            if let Some(peer) = self.peers.of(instance) {
+                let token = self.peers.token.clone();
+                let backend = Arc::clone(self.backend);
+                let resolved = kill::peer::resolve(request, peer.clone(), token, backend);
+                return Some(KillRewrite::Later(Box::pin(resolved)));
+            }
+        }
+        info!(backend = %self.backend.name, target = request.id, "{}", mapping.describe());
+        Some(KillRewrite::Now(packet))
     }
 }
 

@@ -1,0 +1,53 @@
+//! `GET /connections/{id}`: where one of this instance's sessions is, for the other instances.
+//!
+//! Another instance that receives a KILL of one of our ids asks here (see `crate::kill::peer`)
+//! and maps the KILL itself. The answer names backends and thread ids, so with an admin token
+//! configured it needs the token, as the operations do.
+
+use hyper::header::HeaderValue;
+use hyper::{Method, StatusCode};
+use serde_json::json;
+
+use crate::kill::peer::ConnectionInfo;
+use crate::state::ProxyState;
+
+/// The answer to a request for `path`, or None when the path is not under `/connections/`.
+pub(super) fn answer(
+    shared: &ProxyState,
+    token: Option<&[u8]>,
+    method: &Method,
+    path: &str,
+    authorization: Option<&HeaderValue>,
+) -> Option<(StatusCode, serde_json::Value)> {
+    let id = path.strip_prefix("/connections/")?;
+    if method != Method::GET {
+        let error = format!("{path} takes GET only");
+        return Some((StatusCode::METHOD_NOT_ALLOWED, json!({ "error": error })));
+    }
+    if let Some(token) = token {
+        if !super::ops::authorized(authorization.map(HeaderValue::as_bytes), token) {
+            let error = "missing or wrong bearer token";
+            return Some((StatusCode::UNAUTHORIZED, json!({ "error": error })));
+        }
+    }
+    let Ok(id) = id.parse::<u32>() else {
+        let error = format!("{id:?} is not a connection id");
+        return Some((StatusCode::BAD_REQUEST, json!({ "error": error })));
+    };
+    Some(match shared.kills.lookup(id) {
+        Some(target) => {
+            let info = ConnectionInfo {
+                id,
+                instance_id: shared.kills.instance(),
+                backend: target.backend.name.clone(),
+                address: target.backend.address.to_string(),
+                thread_id: target.thread_id,
+            };
+            (StatusCode::OK, json!(info))
+        }
+        None => {
+            let error = format!("no connection {id} on this instance");
+            (StatusCode::NOT_FOUND, json!({ "error": error }))
+        }
+    })
+}
