@@ -10,6 +10,7 @@ pub mod config;
 pub mod health;
 pub mod kill;
 pub mod leg;
+pub mod lifecycle;
 pub mod limits;
 pub mod metrics;
 pub mod protocol;
@@ -45,6 +46,9 @@ pub struct Proxy {
     health: config::HealthCheckConfig,
     shutdown_timeout: std::time::Duration,
     loader: Option<reload::Loader>,
+    /// The config file to watch (see `lifecycle::watch`), and who it wakes.
+    watch: Option<lifecycle::watch::ConfigWatch>,
+    file_changed: Arc<tokio::sync::Notify>,
     workers: Workers,
     /// The listening sockets each worker accepts on: (worker, socket).
     acceptors: Vec<(usize, server::StdAcceptor)>,
@@ -115,6 +119,8 @@ impl Proxy {
             health: config.health_check.clone(),
             shutdown_timeout: config.shutdown_timeout,
             loader: None,
+            watch: None,
+            file_changed: Arc::new(tokio::sync::Notify::new()),
             workers,
             acceptors,
         })
@@ -124,6 +130,14 @@ impl Proxy {
     /// flags); without it SIGHUP reloads only the Lua script.
     pub fn with_reload(mut self, load: reload::Loader) -> Self {
         self.loader = Some(load);
+        self
+    }
+
+    /// Reloads (as SIGHUP does) whenever the file at `path` changes; the version there now is
+    /// taken as the one the running configuration came from. Needs [`with_reload`](Self::with_reload)
+    /// to reload more than the Lua script.
+    pub fn with_config_watch(mut self, path: std::path::PathBuf) -> Self {
+        self.watch = Some(lifecycle::watch::ConfigWatch::new(path));
         self
     }
 
@@ -164,14 +178,30 @@ impl Proxy {
             abort: abort.clone(),
         };
         let accept_loops = TaskTracker::new();
-        if let Some(admin) = self.admin {
+        // The admin endpoint outlives the drain: `/healthz` answers until the process exits and
+        // `/readyz` says why it fails.
+        let admin_stop = CancellationToken::new();
+        let admin_task = self.admin.map(|admin| {
             if let Ok(addr) = admin.local_addr() {
-                tracing::info!(address = %addr, "admin HTTP listening (/metrics, /healthz, /backends)");
+                tracing::info!(address = %addr, "admin HTTP listening (/metrics, /healthz, /readyz, /backends)");
             }
-            accept_loops.spawn(admin::serve(
+            tokio::spawn(admin::serve(
                 admin,
                 Arc::clone(&self.shared),
                 self.admin_token.clone(),
+                admin_stop.clone(),
+            ))
+        });
+        accept_loops.spawn(lifecycle::not_ready_once(
+            Arc::clone(&self.shared),
+            shutdown.clone(),
+        ));
+        if let Some(watch) = self.watch.clone() {
+            accept_loops.spawn(lifecycle::watch::run(
+                watch,
+                lifecycle::watch::POLL_EVERY,
+                lifecycle::watch::QUIET,
+                Arc::clone(&self.file_changed),
                 shutdown.clone(),
             ));
         }
@@ -187,6 +217,7 @@ impl Proxy {
         accept_loops.spawn(reload::on_hangup(
             Arc::clone(&self.shared),
             self.loader.clone(),
+            Arc::clone(&self.file_changed),
             shutdown.clone(),
         ));
         let placer = self.workers.placer();
@@ -230,6 +261,10 @@ impl Proxy {
         }
         // Every session has ended: the worker threads stop (and are joined) here.
         drop(self.workers);
+        admin_stop.cancel();
+        if let Some(task) = admin_task {
+            let _ = task.await;
+        }
         tracing::info!("shut down");
     }
 }
