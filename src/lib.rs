@@ -181,30 +181,19 @@ impl Proxy {
         // The admin endpoint outlives the drain: `/healthz` answers until the process exits and
         // `/readyz` says why it fails.
         let admin_stop = CancellationToken::new();
-        let admin_task = self.admin.map(|admin| {
-            if let Ok(addr) = admin.local_addr() {
-                tracing::info!(address = %addr, "admin HTTP listening (/metrics, /healthz, /readyz, /backends)");
-            }
-            tokio::spawn(admin::serve(
-                admin,
-                Arc::clone(&self.shared),
-                self.admin_token.clone(),
-                admin_stop.clone(),
-            ))
-        });
-        accept_loops.spawn(lifecycle::not_ready_once(
+        let admin_task = start_admin(
+            self.admin,
             Arc::clone(&self.shared),
-            shutdown.clone(),
-        ));
-        if let Some(watch) = self.watch.clone() {
-            accept_loops.spawn(lifecycle::watch::run(
-                watch,
-                lifecycle::watch::POLL_EVERY,
-                lifecycle::watch::QUIET,
-                Arc::clone(&self.file_changed),
-                shutdown.clone(),
-            ));
-        }
+            self.admin_token.clone(),
+            admin_stop.clone(),
+        );
+        lifecycle::spawn(
+            &accept_loops,
+            Arc::clone(&self.shared),
+            self.watch.clone(),
+            Arc::clone(&self.file_changed),
+            &shutdown,
+        );
         accept_loops.spawn(health::run(
             Arc::clone(&self.shared),
             self.health.clone(),
@@ -240,25 +229,7 @@ impl Proxy {
         // Nobody accepts any more (each worker's TCP sockets closed with its accept loops): close
         // the unix listening sockets and remove their files now.
         drop(self.listeners);
-        sessions.close();
-        tracing::info!(
-            sessions = sessions.len(),
-            timeout = %humantime::format_duration(self.shutdown_timeout),
-            "stopped accepting; draining sessions"
-        );
-        let drained = tokio::select! {
-            _ = sessions.wait() => true,
-            _ = tokio::time::sleep(self.shutdown_timeout) => false,
-            _ = abort.cancelled() => false,
-        };
-        if !drained {
-            tracing::warn!(
-                sessions = sessions.len(),
-                "closing the sessions still open (drain deadline or second signal)"
-            );
-            abort.cancel();
-            sessions.wait().await;
-        }
+        drain(&sessions, self.shutdown_timeout, &abort).await;
         // Every session has ended: the worker threads stop (and are joined) here.
         drop(self.workers);
         admin_stop.cancel();
@@ -267,6 +238,44 @@ impl Proxy {
         }
         tracing::info!("shut down");
     }
+}
+
+/// Lets the sessions reach a command boundary for up to `timeout` (or until `abort`), then
+/// closes those still open; returns once every session has ended.
+async fn drain(sessions: &TaskTracker, timeout: std::time::Duration, abort: &CancellationToken) {
+    sessions.close();
+    tracing::info!(
+        sessions = sessions.len(),
+        timeout = %humantime::format_duration(timeout),
+        "stopped accepting; draining sessions"
+    );
+    let drained = tokio::select! {
+        _ = sessions.wait() => true,
+        _ = tokio::time::sleep(timeout) => false,
+        _ = abort.cancelled() => false,
+    };
+    if !drained {
+        tracing::warn!(
+            sessions = sessions.len(),
+            "closing the sessions still open (drain deadline or second signal)"
+        );
+        abort.cancel();
+        sessions.wait().await;
+    }
+}
+
+/// Serves the admin endpoint (if enabled) until `stop`.
+fn start_admin(
+    admin: Option<tokio::net::TcpListener>,
+    shared: Arc<ProxyState>,
+    token: Option<config::AdminToken>,
+    stop: CancellationToken,
+) -> Option<tokio::task::JoinHandle<()>> {
+    let admin = admin?;
+    if let Ok(addr) = admin.local_addr() {
+        tracing::info!(address = %addr, "admin HTTP listening (/metrics, /healthz, /readyz, /backends)");
+    }
+    Some(tokio::spawn(admin::serve(admin, shared, token, stop)))
 }
 
 /// With TLS on the client leg, a TCP backend whose leg is never encrypted would carry a

@@ -16,6 +16,7 @@ use std::time::Duration;
 
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 use tracing::{info, warn};
 
 use crate::state::ProxyState;
@@ -87,6 +88,27 @@ fn shutdown_delay(shared: &ProxyState) -> Duration {
     match shared.applied.lock() {
         Ok(c) => c.lifecycle.shutdown_delay,
         Err(poisoned) => poisoned.into_inner().lifecycle.shutdown_delay,
+    }
+}
+
+/// Starts, on `tasks`, what runs until the drain: the readiness flip at its start, and the
+/// config-file watch when there is one (it wakes `file_changed`, the reload task's trigger).
+pub fn spawn(
+    tasks: &TaskTracker,
+    shared: Arc<ProxyState>,
+    watch: Option<watch::ConfigWatch>,
+    file_changed: Arc<tokio::sync::Notify>,
+    drain: &CancellationToken,
+) {
+    tasks.spawn(not_ready_once(shared, drain.clone()));
+    if let Some(w) = watch {
+        tasks.spawn(watch::run(
+            w,
+            watch::POLL_EVERY,
+            watch::QUIET,
+            file_changed,
+            drain.clone(),
+        ));
     }
 }
 
