@@ -234,7 +234,9 @@ impl Proxy {
         drop(self.workers);
         admin_stop.cancel();
         if let Some(task) = admin_task {
-            let _ = task.await;
+            if let Err(e) = task.await {
+                tracing::warn!("the admin endpoint's task failed: {e}");
+            }
         }
         tracing::info!("shut down");
     }
