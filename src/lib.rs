@@ -10,6 +10,7 @@ pub mod config;
 pub mod health;
 pub mod kill;
 pub mod leg;
+pub mod lifecycle;
 pub mod limits;
 pub mod metrics;
 pub mod protocol;
@@ -45,6 +46,9 @@ pub struct Proxy {
     health: config::HealthCheckConfig,
     shutdown_timeout: std::time::Duration,
     loader: Option<reload::Loader>,
+    /// The config file to watch (see `lifecycle::watch`), and who it wakes.
+    watch: Option<lifecycle::watch::ConfigWatch>,
+    file_changed: Arc<tokio::sync::Notify>,
     workers: Workers,
     /// The listening sockets each worker accepts on: (worker, socket).
     acceptors: Vec<(usize, server::StdAcceptor)>,
@@ -121,6 +125,8 @@ impl Proxy {
             health: config.health_check.clone(),
             shutdown_timeout: config.shutdown_timeout,
             loader: None,
+            watch: None,
+            file_changed: Arc::new(tokio::sync::Notify::new()),
             workers,
             acceptors,
         })
@@ -130,6 +136,14 @@ impl Proxy {
     /// flags); without it SIGHUP reloads only the Lua script.
     pub fn with_reload(mut self, load: reload::Loader) -> Self {
         self.loader = Some(load);
+        self
+    }
+
+    /// Reloads (as SIGHUP does) whenever the file at `path` changes; the version there now is
+    /// taken as the one the running configuration came from. Needs [`with_reload`](Self::with_reload)
+    /// to reload more than the Lua script.
+    pub fn with_config_watch(mut self, path: std::path::PathBuf) -> Self {
+        self.watch = Some(lifecycle::watch::ConfigWatch::new(path));
         self
     }
 
@@ -170,17 +184,22 @@ impl Proxy {
             abort: abort.clone(),
         };
         let accept_loops = TaskTracker::new();
-        if let Some(admin) = self.admin {
-            if let Ok(addr) = admin.local_addr() {
-                tracing::info!(address = %addr, "admin HTTP listening (/metrics, /healthz, /backends)");
-            }
-            accept_loops.spawn(admin::serve(
-                admin,
-                Arc::clone(&self.shared),
-                self.admin_token.clone(),
-                shutdown.clone(),
-            ));
-        }
+        // The admin endpoint outlives the drain: `/healthz` answers until the process exits and
+        // `/readyz` says why it fails.
+        let admin_stop = CancellationToken::new();
+        let admin_task = start_admin(
+            self.admin,
+            Arc::clone(&self.shared),
+            self.admin_token.clone(),
+            admin_stop.clone(),
+        );
+        lifecycle::spawn(
+            &accept_loops,
+            Arc::clone(&self.shared),
+            self.watch.clone(),
+            Arc::clone(&self.file_changed),
+            &shutdown,
+        );
         accept_loops.spawn(health::run(
             Arc::clone(&self.shared),
             self.health.clone(),
@@ -193,6 +212,7 @@ impl Proxy {
         accept_loops.spawn(reload::on_hangup(
             Arc::clone(&self.shared),
             self.loader.clone(),
+            Arc::clone(&self.file_changed),
             shutdown.clone(),
         ));
         let placer = self.workers.placer();
@@ -215,29 +235,55 @@ impl Proxy {
         // Nobody accepts any more (each worker's TCP sockets closed with its accept loops): close
         // the unix listening sockets and remove their files now.
         drop(self.listeners);
-        sessions.close();
-        tracing::info!(
-            sessions = sessions.len(),
-            timeout = %humantime::format_duration(self.shutdown_timeout),
-            "stopped accepting; draining sessions"
-        );
-        let drained = tokio::select! {
-            _ = sessions.wait() => true,
-            _ = tokio::time::sleep(self.shutdown_timeout) => false,
-            _ = abort.cancelled() => false,
-        };
-        if !drained {
-            tracing::warn!(
-                sessions = sessions.len(),
-                "closing the sessions still open (drain deadline or second signal)"
-            );
-            abort.cancel();
-            sessions.wait().await;
-        }
+        drain(&sessions, self.shutdown_timeout, &abort).await;
         // Every session has ended: the worker threads stop (and are joined) here.
         drop(self.workers);
+        admin_stop.cancel();
+        if let Some(task) = admin_task {
+            if let Err(e) = task.await {
+                tracing::warn!("the admin endpoint's task failed: {e}");
+            }
+        }
         tracing::info!("shut down");
     }
+}
+
+/// Lets the sessions reach a command boundary for up to `timeout` (or until `abort`), then
+/// closes those still open; returns once every session has ended.
+async fn drain(sessions: &TaskTracker, timeout: std::time::Duration, abort: &CancellationToken) {
+    sessions.close();
+    tracing::info!(
+        sessions = sessions.len(),
+        timeout = %humantime::format_duration(timeout),
+        "stopped accepting; draining sessions"
+    );
+    let drained = tokio::select! {
+        _ = sessions.wait() => true,
+        _ = tokio::time::sleep(timeout) => false,
+        _ = abort.cancelled() => false,
+    };
+    if !drained {
+        tracing::warn!(
+            sessions = sessions.len(),
+            "closing the sessions still open (drain deadline or second signal)"
+        );
+        abort.cancel();
+        sessions.wait().await;
+    }
+}
+
+/// Serves the admin endpoint (if enabled) until `stop`.
+fn start_admin(
+    admin: Option<tokio::net::TcpListener>,
+    shared: Arc<ProxyState>,
+    token: Option<config::AdminToken>,
+    stop: CancellationToken,
+) -> Option<tokio::task::JoinHandle<()>> {
+    let admin = admin?;
+    if let Ok(addr) = admin.local_addr() {
+        tracing::info!(address = %addr, "admin HTTP listening (/metrics, /healthz, /readyz, /backends)");
+    }
+    Some(tokio::spawn(admin::serve(admin, shared, token, stop)))
 }
 
 /// With TLS on the client leg, a TCP backend whose leg is never encrypted would carry a

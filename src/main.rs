@@ -5,7 +5,6 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use clap::Parser;
-use tokio_util::sync::CancellationToken;
 use tracing_subscriber::EnvFilter;
 
 use mysql_lb::config::{Cli, Config, LogFormat};
@@ -81,39 +80,17 @@ fn run(config: &mut Config, cli: &Cli) -> anyhow::Result<()> {
         .context("starting the runtime")?;
     runtime.block_on(async {
         let reload_cli = cli.clone();
-        let proxy = Proxy::bind(config)
+        let mut proxy = Proxy::bind(config)
             .await?
             .with_reload(std::sync::Arc::new(move || Config::load(&reload_cli)));
-        let shutdown = CancellationToken::new();
-        let abort = CancellationToken::new();
-        let (first, second) = (shutdown.clone(), abort.clone());
-        tokio::spawn(async move {
-            wait_for_signal().await;
-            tracing::info!("signal received: draining (a second signal closes every session)");
-            first.cancel();
-            wait_for_signal().await;
-            tracing::warn!("second signal: closing every session now");
-            second.cancel();
-        });
-        proxy.run_with_abort(shutdown, abort).await;
+        if let (Some(path), true) = (&cli.config, config.lifecycle.watch_config) {
+            proxy = proxy.with_config_watch(path.clone());
+        }
+        // SIGTERM/SIGINT: not ready, shutdown_delay, drain; see `mysql_lb::lifecycle`.
+        let stop = mysql_lb::lifecycle::on_signals(proxy.shared());
+        proxy.run_with_abort(stop.drain, stop.abort).await;
         Ok(())
     })
-}
-
-async fn wait_for_signal() {
-    use tokio::signal::unix::{signal, SignalKind};
-    match signal(SignalKind::terminate()) {
-        Ok(mut term) => {
-            tokio::select! {
-                _ = term.recv() => {}
-                _ = tokio::signal::ctrl_c() => {}
-            }
-        }
-        Err(e) => {
-            tracing::warn!("cannot listen for SIGTERM ({e}); only Ctrl-C stops the proxy");
-            let _ = tokio::signal::ctrl_c().await;
-        }
-    }
 }
 
 /// A relay buffer that grew for a bulk transfer (256 KiB) is freed once its session goes quiet.

@@ -82,6 +82,8 @@ pub fn apply(shared: &ProxyState, new: &Config) -> Result<Summary, ReloadError> 
                 applied.default_pool = new.default_pool.clone();
                 applied.connect_mode = new.connect_mode;
                 applied.down_cooloff = new.down_cooloff;
+                // Read at the first stop signal: in force from now on.
+                applied.lifecycle.shutdown_delay = new.lifecycle.shutdown_delay;
                 keys
             }
             Err(_) => Vec::new(),
@@ -127,6 +129,10 @@ fn restart_keys(old: &Config, new: &Config) -> Vec<&'static str> {
         "shutdown_timeout",
     );
     check(old.idle_timeout != new.idle_timeout, "idle_timeout");
+    check(
+        old.lifecycle.watch_config != new.lifecycle.watch_config,
+        "watch_config",
+    );
     check(old.tcp_keepalive != new.tcp_keepalive, "tcp_keepalive");
     let (oi, ni) = (&old.instances, &new.instances);
     check(oi.reuse_port != ni.reuse_port, "reuse_port");
@@ -152,40 +158,56 @@ fn restart_keys(old: &Config, new: &Config) -> Vec<&'static str> {
     keys
 }
 
-/// Reloads on every SIGHUP until `shutdown`: the whole configuration through `load` when the
-/// proxy has one, else just the Lua script.
-pub async fn on_hangup(shared: Arc<ProxyState>, load: Option<Loader>, shutdown: CancellationToken) {
+/// Reloads on every SIGHUP, and each time `file_changed` is notified (the config-file watch),
+/// until `shutdown`: the whole configuration through `load` when the proxy has one, else just
+/// the Lua script. One task for both, so two reloads never run at once.
+pub async fn on_hangup(
+    shared: Arc<ProxyState>,
+    load: Option<Loader>,
+    file_changed: Arc<tokio::sync::Notify>,
+    shutdown: CancellationToken,
+) {
     use tokio::signal::unix::{signal, SignalKind};
     let mut hangup = match signal(SignalKind::hangup()) {
-        Ok(s) => s,
+        Ok(s) => Some(s),
         Err(e) => {
-            warn!("cannot listen for SIGHUP ({e}); live reload is off");
-            return;
+            warn!("cannot listen for SIGHUP ({e}); reload on SIGHUP is off");
+            None
         }
     };
     loop {
-        tokio::select! {
+        let trigger = tokio::select! {
             _ = shutdown.cancelled() => return,
-            got = hangup.recv() => if got.is_none() { return },
-        }
+            _ = file_changed.notified() => "config file changed",
+            got = async {
+                match hangup.as_mut() {
+                    Some(h) => h.recv().await,
+                    None => std::future::pending().await,
+                }
+            } => match got {
+                Some(()) => "SIGHUP received",
+                None => return,
+            },
+        };
         let shared = Arc::clone(&shared);
         let load = load.clone();
         // Reading files and compiling Lua: off the async workers.
-        let done = tokio::task::spawn_blocking(move || reload_once(&shared, load.as_ref())).await;
+        let done =
+            tokio::task::spawn_blocking(move || reload_once(&shared, load.as_ref(), trigger)).await;
         if let Err(e) = done {
             error!("reload task failed: {e}");
         }
     }
 }
 
-fn reload_once(shared: &ProxyState, load: Option<&Loader>) {
+fn reload_once(shared: &ProxyState, load: Option<&Loader>, trigger: &str) {
     let Some(load) = load else {
-        info!("SIGHUP received: reloading the Lua script");
+        info!("{trigger}: reloading the Lua script");
         // Logs and counts its own failures.
         let _ = shared.backends().reload_script();
         return;
     };
-    info!("SIGHUP received: reloading the configuration");
+    info!("{trigger}: reloading the configuration");
     match load()
         .map_err(ReloadError::from)
         .and_then(|c| apply(shared, &c))

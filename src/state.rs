@@ -40,6 +40,8 @@ pub struct ProxyState {
     /// TLS material and compression per leg; a reload swaps it whole (new sessions use the new
     /// one, running sessions keep what they negotiated).
     legs: ArcSwap<Legs>,
+    /// Fails from the first stop signal on (`/readyz`; see `crate::lifecycle`).
+    pub readiness: crate::lifecycle::Readiness,
 }
 
 /// What each leg of a new session may encrypt or compress, from the configuration.
@@ -144,6 +146,7 @@ impl ProxyState {
             metrics,
             session: SessionSettings::from_config(config),
             legs: ArcSwap::from_pointee(Legs::default()),
+            readiness: crate::lifecycle::Readiness::default(),
         }
     }
 

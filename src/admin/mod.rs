@@ -1,5 +1,5 @@
-//! The admin HTTP endpoint: `/metrics` (Prometheus text), `/healthz` and `/backends` (JSON), and
-//! the runtime operations of [`ops`] (drain, maintenance, ready, weight).
+//! The admin HTTP endpoint: `/metrics` (Prometheus text), `/healthz`, `/readyz`, `/backends`
+//! (JSON), and the runtime operations of [`ops`] (drain, maintenance, ready, weight).
 //!
 //! Served by hyper on its own listener (loopback by default), apart from the MySQL listeners, so
 //! scraping never competes with client accepts and needs no credentials on a private address.
@@ -190,6 +190,14 @@ async fn route(
                 text(StatusCode::SERVICE_UNAVAILABLE, "no backend is up\n")
             }
         }
+        // Readiness only: whether this instance wants new clients (see `crate::lifecycle`).
+        "/readyz" => match shared.readiness.not_ready() {
+            None => text(StatusCode::OK, "ready\n"),
+            Some(why) => text(
+                StatusCode::SERVICE_UNAVAILABLE,
+                &format!("not ready: {why}\n"),
+            ),
+        },
         "/backends" => {
             let mut r = Response::new(Full::new(Bytes::from(
                 backends_json(shared, recent).to_string(),
@@ -200,7 +208,7 @@ async fn route(
         }
         _ => text(
             StatusCode::NOT_FOUND,
-            "not found; try /metrics, /healthz or /backends\n",
+            "not found; try /metrics, /healthz, /readyz or /backends\n",
         ),
     }
 }

@@ -11,6 +11,7 @@ mod cli;
 mod ejection;
 mod instances;
 mod keepalive;
+mod lifecycle;
 mod pools;
 mod raw;
 mod tls;
@@ -20,6 +21,7 @@ pub use cli::Cli;
 pub use ejection::EjectionConfig;
 pub use instances::{InstanceConfig, Peer, PeerUrl};
 pub use keepalive::TcpKeepalive;
+pub use lifecycle::LifecycleConfig;
 pub use pools::{ConnectMode, PoolConfig, RouteConfig, DEFAULT_POOL};
 pub use tls::{BackendTls, BackendTlsMode, ClientTls, TlsVersion};
 
@@ -169,6 +171,8 @@ pub struct Config {
     /// On SIGTERM/SIGINT, sessions get this long to reach a command boundary before they are
     /// closed regardless.
     pub shutdown_timeout: Duration,
+    /// `shutdown_delay` and `watch_config`.
+    pub lifecycle: LifecycleConfig,
     /// Logical packet size limit in the command phase.
     pub max_packet_size: u64,
     /// Cap for each handshake/auth packet.
@@ -250,6 +254,7 @@ impl Default for Config {
             down_cooloff: DEFAULT_DOWN_COOLOFF,
             handshake_timeout: DEFAULT_HANDSHAKE_TIMEOUT,
             shutdown_timeout: Duration::from_secs(30),
+            lifecycle: LifecycleConfig::default(),
             idle_timeout: None,
             tcp_keepalive: Some(TcpKeepalive::default()),
             worker_threads: None,
@@ -443,6 +448,7 @@ impl Config {
             ));
         }
         self.validate_admin()?;
+        self.lifecycle.validate()?;
         self.health_check.validate()?;
         self.balancer.validate()?;
         tls::validate_client(self.tls.as_ref())?;

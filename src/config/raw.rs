@@ -77,6 +77,9 @@ pub(super) struct RawConfig {
     #[serde(default, with = "humantime_serde")]
     shutdown_timeout: Option<Duration>,
     #[serde(default, with = "humantime_serde")]
+    shutdown_delay: Option<Duration>,
+    watch_config: Option<bool>,
+    #[serde(default, with = "humantime_serde")]
     idle_timeout: Option<Duration>,
     tcp_keepalive: Option<super::keepalive::RawKeepalive>,
     worker_threads: Option<usize>,
@@ -285,6 +288,7 @@ impl RawConfig {
             down_cooloff: self.down_cooloff.unwrap_or(d.down_cooloff),
             handshake_timeout: self.handshake_timeout.unwrap_or(d.handshake_timeout),
             shutdown_timeout: self.shutdown_timeout.unwrap_or(d.shutdown_timeout),
+            lifecycle: super::LifecycleConfig::from_raw(self.shutdown_delay, self.watch_config),
             idle_timeout: self.idle_timeout.filter(|t| !t.is_zero()),
             tcp_keepalive: self.tcp_keepalive.map_or(d.tcp_keepalive, |k| k.0),
             worker_threads: self.worker_threads,
