@@ -25,12 +25,6 @@ use common::wait_until;
 const KUBERNETES_VERSIONS: [&str; 2] = ["1.30.0", "1.37.0"];
 const PODMONITOR: &str = "podmonitor.yaml";
 
-/// Keys the ConfigMap's config.yaml sets that other branches of issue 14 add, and that
-/// `--check-config` on main refuses as unknown until they are merged: `shutdown_delay`
-/// (branch lifecycle). The check strips exactly these, and only after a refusal naming one.
-/// Remove this list (and `strip_pending_key`) once they are merged.
-const PENDING_KEYS: &[&str] = &["shutdown_delay"];
-
 fn kit_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/kubernetes")
 }
@@ -415,50 +409,28 @@ fn check_config(dir: &Path, config: &Value) -> (bool, String) {
     )
 }
 
-/// The pending key `--check-config` refused in `stderr`, removed from `config`; None if it
-/// refused anything else.
-fn strip_pending_key(config: &mut Value, stderr: &str) -> Option<&'static str> {
-    let key = PENDING_KEYS
-        .iter()
-        .find(|k| stderr.contains(&format!("unknown field `{k}`")))?;
-    config.as_mapping_mut()?.remove(*key)?;
-    Some(key)
-}
-
-/// The ConfigMap's config (with a test token) once `--check-config` accepts it, and the
-/// pending keys that had to go; panics on any other refusal.
-fn accepted_config(dir: &Path) -> (Value, Vec<&'static str>) {
+/// The ConfigMap's config (with a test token), after `--check-config` accepted it; panics with
+/// what it said otherwise.
+fn accepted_config(dir: &Path) -> Value {
     let mut config = proxy_config();
     use_test_token(dir, &mut config);
-    let mut stripped = Vec::new();
-    loop {
-        let (ok, stderr) = check_config(dir, &config);
-        if ok {
-            return (config, stripped);
-        }
-        match strip_pending_key(&mut config, &stderr) {
-            Some(key) => stripped.push(key),
-            None => panic!("--check-config refused the ConfigMap's config.yaml: {stderr}"),
-        }
-    }
+    let (ok, stderr) = check_config(dir, &config);
+    assert!(
+        ok,
+        "--check-config refused the ConfigMap's config.yaml: {stderr}"
+    );
+    config
 }
 
 #[test]
 fn check_config_accepts_the_configmaps_config() {
     let dir = tempfile::tempdir().expect("temp dir");
-    let (_, stripped) = accepted_config(dir.path());
-    if stripped.is_empty() {
-        eprintln!("every key is known: PENDING_KEYS in tests/kubernetes.rs can go");
-    } else {
-        eprintln!("tolerated keys not on this branch yet: {stripped:?}");
-    }
+    let config = accepted_config(dir.path());
+    assert!(
+        config.get("shutdown_delay").is_some(),
+        "the kit sets shutdown_delay"
+    );
 }
-
-/// Paths the probes use that other branches of issue 14 add (`/readyz`: branch lifecycle);
-/// until they are merged the admin endpoint answers 404 for them, which
-/// [`probes_answer_as_the_deployment_expects_while_every_backend_is_down`] tolerates for
-/// these only. Remove with [`PENDING_KEYS`].
-const PENDING_PATHS: &[&str] = &["/readyz"];
 
 /// The kit's config on loopback: MySQL on a free port, admin on `admin`, and every backend's
 /// address a closed loopback port (names kept), so all of them are down.
@@ -475,7 +447,7 @@ fn on_loopback(mut config: Value, admin: SocketAddr) -> Value {
 #[test]
 fn probes_answer_as_the_deployment_expects_while_every_backend_is_down() {
     let dir = tempfile::tempdir().expect("temp dir");
-    let (config, _) = accepted_config(dir.path());
+    let config = accepted_config(dir.path());
     let admin: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
     let path = write_config(dir.path(), &on_loopback(config, admin));
     let _daemon = Daemon::start(&["--config".to_owned(), path.display().to_string()], None);
@@ -497,9 +469,6 @@ fn probes_answer_as_the_deployment_expects_while_every_backend_is_down() {
     let readiness = text(c, "readinessProbe.httpGet.path");
     match status(readiness) {
         Ok(200) => {}
-        Ok(404) if PENDING_PATHS.contains(&readiness) => {
-            eprintln!("tolerated: {readiness} is not on this branch yet (404)")
-        }
         other => panic!("readiness {readiness} while serving: {other:?}, expected 200"),
     }
 }
