@@ -320,6 +320,21 @@ class Hetero:
             if q and rr:
                 out.append("uniform pool, %s-lived: least_latency ≥ 0.97× round_robin: %.2f× — %s"
                            % (case, q / rr, verdict(q / rr >= 0.97)))
+        return out + self.burst_notes()
+
+    def burst_notes(self):
+        """Names the uniform-pool runs where least_latency left a backend without a session."""
+        out = []
+        for (pool, case, path), runs in self.results.items():
+            sessions = summed(runs, "sessions")
+            if pool != "uniform" or path != "mysql-lb least_latency" or not sessions or min(sessions) > 0:
+                continue
+            out.append(
+                "uniform pool, %s-lived, %s: db%d got no session in any round. sysbench opens all its "
+                "connections at once, and mysql-lb counts a session on its backend only once the "
+                "backend's greeting has arrived, so every choice in such a burst sees the same "
+                "session counts; least_latency then gives each pair to the lower average, and the "
+                "backend with the highest one gets nothing." % (case, path, sessions.index(0) + 1))
         return out
 
 

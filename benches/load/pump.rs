@@ -226,3 +226,59 @@ where
     };
     tokio::join!(reader, writer);
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const DELAY: Duration = Duration::from_millis(100);
+
+    #[tokio::test]
+    async fn every_chunk_arrives_a_delay_after_it_was_read_in_order_then_eof() {
+        let (mut backend, from) = tokio::io::duplex(64 * 1024);
+        let (to, mut client) = tokio::io::duplex(64 * 1024);
+        let relay = tokio::spawn(delayed_copy(from, to, DELAY));
+        let start = Instant::now();
+        backend.write_all(b"first").await.unwrap();
+        let mut buf = [0u8; 5];
+        client.read_exact(&mut buf).await.unwrap();
+        let first = start.elapsed();
+        assert_eq!(&buf, b"first");
+        assert!(first >= DELAY, "the first chunk came after {first:?}");
+        let sent: Vec<u8> = (0..=255u8).cycle().take(100_000).collect();
+        for part in sent.chunks(1000) {
+            backend.write_all(part).await.unwrap();
+        }
+        drop(backend);
+        let mut got = Vec::new();
+        client.read_to_end(&mut got).await.unwrap();
+        assert!(
+            got == sent,
+            "bytes lost or reordered: {} of {}",
+            got.len(),
+            sent.len()
+        );
+        relay.await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_waiting_chunk_does_not_hold_back_the_reading_of_the_next() {
+        let (mut backend, from) = tokio::io::duplex(64 * 1024);
+        let (to, mut client) = tokio::io::duplex(64 * 1024);
+        tokio::spawn(delayed_copy(from, to, DELAY));
+        let start = Instant::now();
+        backend.write_all(b"a").await.unwrap();
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        backend.write_all(b"b").await.unwrap();
+        let mut buf = [0u8; 1];
+        client.read_exact(&mut buf).await.unwrap();
+        client.read_exact(&mut buf).await.unwrap();
+        let second = start.elapsed();
+        assert_eq!(&buf, b"b");
+        // Delays one after the other would put "b" at 2 x DELAY or later.
+        assert!(
+            second < DELAY * 19 / 10,
+            "the second chunk came after {second:?}"
+        );
+    }
+}
