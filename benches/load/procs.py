@@ -241,11 +241,13 @@ class MariaDB:
         return myclient.Conn(self.socket, BENCH_USER, BENCH_PASS)
 
 
-def start_haproxy(reg, backends, maxconn):
+def start_haproxy(reg, backends, maxconn, balance="roundrobin", name="haproxy"):
+    """backends: MariaDB objects, or ("127.0.0.1", port) pairs."""
     port = free_port()
-    cfg = os.path.join(reg.base, "haproxy.cfg")
+    cfg = os.path.join(reg.base, name + ".cfg")
     servers = "\n".join(
-        "    server db%d 127.0.0.1:%d" % (i + 1, b.port) for i, b in enumerate(backends)
+        "    server db%d 127.0.0.1:%d" % (i + 1, b[1] if isinstance(b, tuple) else b.port)
+        for i, b in enumerate(backends)
     )
     with open(cfg, "w") as f:
         f.write(
@@ -264,21 +266,21 @@ frontend mysql
     default_backend dbs
 
 backend dbs
-    balance roundrobin
+    balance {balance}
 {servers}
 """
         )
     # -db: stay in the foreground, one process (threads: nbthread defaults to the CPU count).
-    proc, log_path = reg.spawn("haproxy", [find_binary("haproxy"), "-db", "-f", cfg])
-    wait_until("haproxy", lambda: myclient.greets(("127.0.0.1", port)), 30, proc, log_path)
+    proc, log_path = reg.spawn(name, [find_binary("haproxy"), "-db", "-f", cfg])
+    wait_until(name, lambda: myclient.greets(("127.0.0.1", port)), 30, proc, log_path)
     return proc, ("127.0.0.1", port)
 
 
-def start_pump(reg, binary, name, listen, backends):
+def start_pump(reg, binary, name, listen, backends, extra_args=()):
     """The bare relay (benches/load/pump.rs). listen: ("127.0.0.1", port) or a socket path;
-    backends: strings (ip:port or socket paths)."""
+    backends: strings (ip:port or socket paths); extra_args e.g. ["--delay-ms", "5"]."""
     listen_s = listen if isinstance(listen, str) else "%s:%d" % listen
-    proc, log_path = reg.spawn(name, [binary, listen_s] + list(backends))
+    proc, log_path = reg.spawn(name, [binary, listen_s] + list(backends) + list(extra_args))
     wait_until(name, lambda: myclient.greets(listen), 30, proc, log_path)
     return proc
 

@@ -52,6 +52,11 @@ and 10,000 concurrent client connections held by a fresh mysql-lb started under
 `prlimit --nofile=1024:<hard>` (it must raise its own soft limit), with the backends restarted
 with --thread-handling=pool-of-threads, every connection then answering SELECT 1.
 
+`--only hetero` runs instead the balancing part of issue 13 (benches/load/hetero.py): mysql-lb's
+policies and HAProxy's over a pool whose third backend answers --delay-ms later, with short- and
+long-lived clients, and the split of sessions and queries per backend; it writes
+benches/load/results-balancing.md.
+
 The table is printed and written to --out (default benches/load/results.md). Everything started
 here is stopped by pid and the temp dir removed on exit, Ctrl-C included.
 """
@@ -72,6 +77,8 @@ import time
 import urllib.request
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+# hetero.py imports this file as `run`: let it find this very module rather than load it again.
+sys.modules.setdefault("run", sys.modules[__name__])
 ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, HERE)
@@ -107,7 +114,8 @@ def parse_args():
     ap.add_argument("--conns", type=int, help="concurrent connections test size (default 10000; quick 2000)")
     ap.add_argument("--connect-time", type=int, help="seconds per connection-rate run (default 5; quick 3)")
     ap.add_argument("--connect-workers", type=int, default=16, help="parallel connecting clients (default 16)")
-    ap.add_argument("--out", default=os.path.join(HERE, "results.md"), help="markdown output file")
+    ap.add_argument("--out", help="markdown output file (default benches/load/results.md; "
+                    "with --only hetero benches/load/results-balancing.md)")
     ap.add_argument("--no-build", action="store_true", help="use the existing target/release/mysql-lb")
     ap.add_argument(
         "--lb-args",
@@ -136,8 +144,16 @@ def parse_args():
     ap.add_argument(
         "--only",
         default="",
-        help="comma-separated parts to run, the rest skipped (e.g. --only connect-rate: about 3 min)",
+        help="comma-separated parts to run, the rest skipped (e.g. --only connect-rate: about 3 min); "
+        "`hetero` (balancing over a pool with one slow backend, benches/load/hetero.py, about 9 min) "
+        "runs only when asked for, and alone",
     )
+    ap.add_argument("--delay-ms", type=int, default=5,
+                    help="hetero: delay added to every response of the slow backend (default 5)")
+    ap.add_argument("--hetero-threads", type=int, default=8,
+                    help="hetero: sysbench threads in every run (default 8)")
+    ap.add_argument("--short-queries", type=int, default=3,
+                    help="hetero: point selects per short-lived connection (default 3)")
     ap.add_argument(
         "--paths",
         default="",
@@ -151,12 +167,16 @@ def parse_args():
     args.threads = [int(t) for t in args.threads.split(",") if t]
     args.tests = [t for t in args.tests.split(",") if t]
     args.skip = {s for s in args.skip.split(",") if s}
-    parts = {"matrix", "syscalls", "connect-rate", "conns"}
+    parts = {"matrix", "syscalls", "connect-rate", "conns", "hetero"}
     only = {s for s in args.only.split(",") if s}
     if only - parts or args.skip - parts:
         ap.error("parts are: " + ", ".join(sorted(parts)))
-    if only:
-        args.skip |= parts - only
+    if "hetero" in only and len(only) > 1:
+        ap.error("--only hetero runs alone (it starts its own backends and proxies)")
+    args.skip |= (parts - only) if only else {"hetero"}
+    if args.delay_ms < 1 or args.hetero_threads < 1 or args.short_queries < 1:
+        ap.error("--delay-ms, --hetero-threads and --short-queries must be at least 1")
+    args.out = args.out or os.path.join(HERE, "results-balancing.md" if "hetero" in only else "results.md")
     args.paths = [p.strip() for p in args.paths.split(",") if p.strip()]
     return args
 
@@ -1138,6 +1158,11 @@ def main():
     ensure_deps(args)
     binary = build(args)
     info = versions(binary)
+    if "hetero" not in args.skip:
+        import hetero
+
+        info["load average at start"] = " ".join("%.2f" % x for x in os.getloadavg())
+        sys.exit(hetero.main(args, binary, info))
     if args.baseline:
         info["baseline"] = args.baseline
     reg = procs.Registry()
