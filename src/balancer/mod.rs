@@ -245,6 +245,32 @@ impl Drop for Lease {
     }
 }
 
+/// A connect in progress, counted in its backend's active sessions until it becomes a
+/// [`Lease`] or is dropped.
+#[derive(Debug)]
+pub struct Attempt {
+    backend: Arc<Backend>,
+    /// The count passed on to a lease.
+    leased: bool,
+}
+
+impl Attempt {
+    /// The connect succeeded: the session keeps the count (and the script hears of its end, as
+    /// [`BackendSet::lease_for`]).
+    pub fn into_lease(mut self, set: &BackendSet, client: &ClientInfo<'_>) -> Lease {
+        self.leased = true;
+        set.counted_lease_for(&self.backend, client)
+    }
+}
+
+impl Drop for Attempt {
+    fn drop(&mut self) {
+        if !self.leased {
+            self.backend.active.fetch_sub(1, Relaxed);
+        }
+    }
+}
+
 /// The configured backends with their policy, optional script, and down state.
 #[derive(Debug)]
 pub struct BackendSet {
@@ -528,9 +554,25 @@ impl BackendSet {
         }
     }
 
+    /// Counts a connect to `backend` in progress in its active sessions, so the choices made for
+    /// other clients meanwhile (a burst of connects) see it; [`Attempt::into_lease`] keeps the
+    /// count for the session, dropping the attempt (the connect failed) gives it back.
+    pub fn attempt(&self, backend: &Arc<Backend>) -> Attempt {
+        backend.active.fetch_add(1, Relaxed);
+        Attempt {
+            backend: Arc::clone(backend),
+            leased: false,
+        }
+    }
+
     /// Counts a session on `backend` until the lease is dropped.
     pub fn lease(&self, backend: &Arc<Backend>) -> Lease {
         backend.active.fetch_add(1, Relaxed);
+        self.counted_lease(backend)
+    }
+
+    /// A lease for a session already counted in `backend.active`.
+    fn counted_lease(&self, backend: &Arc<Backend>) -> Lease {
         backend.stats.connections.inc();
         backend.stats.connections_total.inc();
         Lease {
@@ -542,7 +584,12 @@ impl BackendSet {
     /// Like [`lease`](Self::lease); when the script defines `disconnect_client()`, dropping the
     /// lease calls it for `client`.
     pub fn lease_for(&self, backend: &Arc<Backend>, client: &ClientInfo<'_>) -> Lease {
-        let mut lease = self.lease(backend);
+        backend.active.fetch_add(1, Relaxed);
+        self.counted_lease_for(backend, client)
+    }
+
+    fn counted_lease_for(&self, backend: &Arc<Backend>, client: &ClientInfo<'_>) -> Lease {
+        let mut lease = self.counted_lease(backend);
         lease.farewell = self
             .script
             .as_ref()

@@ -397,3 +397,29 @@ fn turning_ejection_off_brings_ejected_backends_back() {
     assert!(off.is_up(&off.backends()[0], now));
     assert_eq!(off.backends()[0].stats.ejected.get(), 0);
 }
+
+#[test]
+fn a_connect_in_progress_counts_for_the_next_choice_and_a_failed_one_gives_it_back() {
+    let s = set(2).with_balancer(&BalancerConfig {
+        policy: Policy::LeastConnections,
+        ..BalancerConfig::default()
+    });
+    let now = Instant::now();
+    let first = Arc::clone(&s.candidates(now)[0]);
+    let attempt = s.attempt(&first);
+    assert_eq!(first.active(), 1);
+    assert_ne!(
+        s.candidates(now)[0].name,
+        first.name,
+        "the next client goes to the other backend while the first connect runs"
+    );
+    drop(attempt);
+    assert_eq!(first.active(), 0, "a failed connect gives the count back");
+    let lease = s
+        .attempt(&first)
+        .into_lease(&s, &ClientInfo::at("127.0.0.1:1"));
+    assert_eq!(first.active(), 1, "the session keeps the attempt's count");
+    assert_eq!(first.stats.connections.get(), 1);
+    drop(lease);
+    assert_eq!(first.active(), 0);
+}

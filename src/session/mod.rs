@@ -425,6 +425,8 @@ async fn connect_backend(
         // One deadline for connect and greeting (one timer per connect); whether the connect
         // had completed says which of the two the backend missed.
         let connected = std::sync::atomic::AtomicBool::new(false);
+        // Counted in the backend's active sessions from now, so clients choosing meanwhile see it.
+        let counted = set.attempt(&backend);
         let attempt = async {
             let mut stream =
                 BackendStream::open(&backend.address, shared.session.tcp_keepalive.as_ref())
@@ -469,7 +471,7 @@ async fn connect_backend(
                 if set.mark_up(&backend) {
                     info!(backend = %backend.name, "backend back in rotation: connect succeeded");
                 }
-                return Ok((set.lease_for(&backend, client), stream, greeting));
+                return Ok((counted.into_lease(set, client), stream, greeting));
             }
             Err((reason, broken)) => {
                 if broken {
