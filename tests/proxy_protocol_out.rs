@@ -4,7 +4,8 @@
 //! v1 and v2; a grant restricted to that host works through mysql-lb and refuses the same user
 //! from another address; a unix-socket client is sent as the proxy's own connection; health
 //! checks keep such a backend up, and a header really is sent (a server without the option
-//! refuses it); without `proxy_protocol` the server sees the proxy's address.
+//! refuses it); a deferred connect and a reload that turns it on send it too; without
+//! `proxy_protocol` the server sees the proxy's address; `--check-config` shows the setting.
 
 mod common;
 
@@ -15,7 +16,9 @@ use std::time::Duration;
 use common::mariadb::{MariaDb, BENCH_PASS, BENCH_USER};
 use common::proxy::{config, TestProxy};
 use common::rawclient::RawClient;
-use mysql_lb::config::{BackendAddr, Config, HealthCheckConfig, ListenAddr, ProxyProtocol};
+use mysql_lb::config::{
+    BackendAddr, Config, ConnectMode, HealthCheckConfig, ListenAddr, ProxyProtocol,
+};
 use mysql_lb::health::{check_backend_with, CheckLeg};
 use mysql_lb::protocol::proxy_out::Version;
 use tokio::net::{TcpSocket, UnixStream};
@@ -276,4 +279,74 @@ async fn a_check_really_sends_the_header_a_server_without_the_option_refuses() {
             .await
             .unwrap_or_else(|e| panic!("{version:?}: accepted by the other server: {e}"));
     }
+}
+
+#[test]
+fn check_config_shows_the_setting_and_the_backends_that_differ() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("pp.yaml");
+    std::fs::write(
+        &path,
+        "proxy_protocol: v2\nbackends:\n  - 127.0.0.1:3306\n  \
+         - {name: plain, address: \"127.0.0.1:3307\", proxy_protocol: off}\n",
+    )
+    .unwrap();
+    let out = std::process::Command::new(common::daemon::BIN)
+        .args(["--config", path.to_str().unwrap(), "--check-config"])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.contains("proxy_protocol to backends: v2 (except plain off)"),
+        "{stdout}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deferred_connect_sends_the_client_address_too() {
+    let mut cfg = config(&[accepting().tcp_addr()]);
+    cfg.connect_mode = ConnectMode::Deferred;
+    cfg.proxy_protocol = ProxyProtocol::V2;
+    let proxy = TestProxy::start_with(cfg);
+    let (mut client, local) = login_from(CLIENT_IP, proxy.addr, HOST_USER, HOST_PASS)
+        .await
+        .expect("the host-restricted user logs in through a deferred connect");
+    assert_eq!(
+        value(&mut client, "SELECT USER()").await,
+        format!("{HOST_USER}@{CLIENT_IP}")
+    );
+    assert_eq!(processlist_host(&mut client).await, local.to_string());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_turns_the_header_on_for_new_connections() {
+    let cfg = config(&[accepting().tcp_addr()]);
+    let proxy = TestProxy::start_with(cfg.clone());
+    let (mut before, _) = login_from(CLIENT_IP, proxy.addr, BENCH_USER, BENCH_PASS)
+        .await
+        .expect("login");
+    assert_eq!(
+        value(&mut before, "SELECT USER()").await,
+        format!("{BENCH_USER}@127.0.0.1")
+    );
+    let mut on = cfg;
+    on.proxy_protocol = ProxyProtocol::V2;
+    mysql_lb::reload::apply(&proxy.shared, &on.validate().unwrap()).expect("reload");
+    let (mut after, _) = login_from(CLIENT_IP, proxy.addr, BENCH_USER, BENCH_PASS)
+        .await
+        .expect("login");
+    assert_eq!(
+        value(&mut after, "SELECT USER()").await,
+        format!("{BENCH_USER}@{CLIENT_IP}")
+    );
+    assert_eq!(
+        value(&mut before, "SELECT USER()").await,
+        format!("{BENCH_USER}@127.0.0.1"),
+        "a running session keeps its connection"
+    );
 }
