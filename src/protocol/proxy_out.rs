@@ -172,6 +172,7 @@ fn v6(ip: IpAddr) -> Ipv6Addr {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
 
     fn addr(s: &str) -> SocketAddr {
         s.parse().unwrap()
@@ -271,5 +272,38 @@ mod tests {
             "PROXY TCP4 127.0.0.2 127.0.0.1 5000 4040\r\n"
         );
         assert_eq!(encode(Version::V2, addrs).as_bytes()[13], 0x11);
+    }
+
+    fn any_addr() -> impl Strategy<Value = SocketAddr> {
+        prop_oneof![
+            (any::<[u8; 4]>(), any::<u16>()).prop_map(|(ip, p)| SocketAddr::from((ip, p))),
+            (any::<[u8; 16]>(), any::<u16>()).prop_map(|(ip, p)| SocketAddr::from((ip, p))),
+        ]
+    }
+
+    proptest! {
+        /// Whatever the addresses: v1 is one CRLF-terminated line within the spec's 107 bytes
+        /// whose fields read back as the addresses sent; v2's length field matches its body and
+        /// the family its size.
+        #[test]
+        fn headers_are_well_formed_for_any_addresses(src in any_addr(), dst in any_addr()) {
+            let (s, d) = same_family(src, dst);
+            let v1 = encode(Version::V1, Some((src, dst)));
+            let line = std::str::from_utf8(v1.as_bytes()).unwrap();
+            prop_assert!(line.len() <= 107);
+            let fields: Vec<&str> = line.strip_suffix("\r\n").unwrap().split(' ').collect();
+            prop_assert_eq!(fields.len(), 6);
+            prop_assert_eq!(fields[2].parse::<IpAddr>().unwrap(), s.ip());
+            prop_assert_eq!(fields[3].parse::<IpAddr>().unwrap(), d.ip());
+            prop_assert_eq!(fields[4].parse::<u16>().unwrap(), src.port());
+            prop_assert_eq!(fields[5].parse::<u16>().unwrap(), dst.port());
+
+            let v2 = encode(Version::V2, Some((src, dst)));
+            let b = v2.as_bytes();
+            prop_assert_eq!(&b[..12], &V2_SIGNATURE);
+            prop_assert_eq!(usize::from(u16::from_be_bytes([b[14], b[15]])), b.len() - 16);
+            let want = if s.is_ipv4() { (V2_TCP4, 12) } else { (V2_TCP6, 36) };
+            prop_assert_eq!((b[13], b.len() - 16), want);
+        }
     }
 }
