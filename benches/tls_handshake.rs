@@ -56,6 +56,7 @@ fn legs() -> Legs {
             ..BackendTls::default()
         },
         compression: false,
+        proxy_protocol: None,
         pool: "default".into(),
     };
     let config = Config {

@@ -33,6 +33,7 @@ use crate::protocol::handshake::{
     greeting_scramble, parse_greeting, set_client_bits, ssl_request_for, HandshakeError,
 };
 use crate::protocol::login::{native_answer, native_login, AuthSwitch, LoginError, NATIVE_PLUGIN};
+use crate::protocol::proxy_out::Version as ProxyVersion;
 use crate::protocol::resultset::{column_count, column_name, is_eof, text_row};
 use crate::state::ProxyState;
 use crate::stream::{read_packet, BackendStream, PacketReadError};
@@ -203,6 +204,14 @@ pub async fn run(shared: Arc<ProxyState>, cfg: HealthCheckConfig, shutdown: Canc
     }
 }
 
+fn check_leg(shared: &ProxyState, backend: &Backend) -> CheckLeg {
+    let legs = shared.legs();
+    CheckLeg {
+        tls: legs.tls.backend(&backend.name).cloned(),
+        proxy_protocol: legs.proxy_protocol(&backend.name),
+    }
+}
+
 async fn check_loop(
     shared: Arc<ProxyState>,
     backend: Arc<Backend>,
@@ -221,7 +230,7 @@ async fn check_loop(
         let started = std::time::Instant::now();
         let result = tokio::select! {
             _ = shutdown.cancelled() => return,
-            r = check_backend_with(&backend.address, shared.legs().tls.backend(&backend.name).cloned(), &cfg) => r,
+            r = check_backend_with(&backend.address, check_leg(&shared, &backend), &cfg) => r,
         };
         if cfg.max_replication_lag.is_some() {
             let lag = match &result {
@@ -269,24 +278,31 @@ pub async fn check_backend(
     address: &BackendAddr,
     cfg: &HealthCheckConfig,
 ) -> Result<CheckOk, CheckError> {
-    check_backend_with(address, None, cfg).await
+    check_backend_with(address, CheckLeg::default(), cfg).await
 }
 
-/// As [`check_backend`], with the backend leg's TLS as sessions use it: where a session would
-/// switch to TLS, so does the check (before logging in, if it does), so a backend whose
-/// certificate no longer verifies, or that stopped offering TLS its mode requires, is taken out
-/// of rotation rather than failing every client.
+/// How a check's backend connection starts, as a session's to that backend would.
+#[derive(Debug, Clone, Default)]
+pub struct CheckLeg {
+    /// The backend leg's TLS (see [`check_backend_with`]).
+    pub tls: Option<Arc<BackendLeg>>,
+    /// A PROXY protocol header first, in the proxy's own name (the check socket's address as
+    /// source), so a backend that requires one from the proxy does not refuse the check.
+    pub proxy_protocol: Option<ProxyVersion>,
+}
+
+/// As [`check_backend`], with the backend leg as sessions use it (TLS, a PROXY protocol
+/// header). Where a session would switch to TLS, so does the check (before logging in, if it
+/// does), so a backend whose certificate no longer verifies, or that stopped offering TLS its
+/// mode requires, is taken out of rotation rather than failing every client.
 pub async fn check_backend_with(
     address: &BackendAddr,
-    tls: Option<Arc<BackendLeg>>,
+    leg: CheckLeg,
     cfg: &HealthCheckConfig,
 ) -> Result<CheckOk, CheckError> {
     let mut stage = Stage::Connect;
-    let outcome = tokio::time::timeout(
-        cfg.timeout,
-        check_stages(address, tls.as_deref(), cfg, &mut stage),
-    )
-    .await;
+    let outcome =
+        tokio::time::timeout(cfg.timeout, check_stages(address, &leg, cfg, &mut stage)).await;
     match outcome {
         Ok(result) => result,
         Err(_) => Err(CheckError::TimedOut {
@@ -298,13 +314,21 @@ pub async fn check_backend_with(
 
 async fn check_stages(
     address: &BackendAddr,
-    tls: Option<&BackendLeg>,
+    leg: &CheckLeg,
     cfg: &HealthCheckConfig,
     stage: &mut Stage,
 ) -> Result<CheckOk, CheckError> {
-    let stream = BackendStream::connect(address, cfg.timeout)
+    let mut stream = BackendStream::connect(address, cfg.timeout)
         .await
         .map_err(CheckError::Connect)?;
+    if let Some(version) = leg.proxy_protocol {
+        let own = stream.own_addrs();
+        stream
+            .send_proxy_header(version, own)
+            .await
+            .map_err(CheckError::Connect)?;
+    }
+    let tls = leg.tls.as_deref();
     *stage = Stage::Greeting;
     let mut conn = Conn {
         stream: Leg::Plain(stream),

@@ -39,6 +39,7 @@ fn main() -> ExitCode {
             config.routes.len()
         );
         println!("{}", config.instances.summary());
+        println!("{}", config.proxy_protocol_summary());
         return ExitCode::SUCCESS;
     }
     init_logging(&config);

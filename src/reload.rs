@@ -244,6 +244,7 @@ mod tests {
             kind: Default::default(),
             tls: Default::default(),
             compression: false,
+            proxy_protocol: None,
             pool: "default".into(),
         }
     }

@@ -400,7 +400,8 @@ async fn run_session(
         let session = async {
             match stream {
                 Accepted::Tcp(s) => {
-                    let from = session::Origin::tcp(&peer, &listener);
+                    let addrs = s.peer_addr().and_then(|p| Ok((p, s.local_addr()?))).ok();
+                    let from = session::Origin::tcp(&peer, &listener, addrs);
                     session::run(shared, s, from, worker, &drain).await
                 }
                 Accepted::Unix(s) => {

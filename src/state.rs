@@ -5,7 +5,7 @@
 //! set, swapped whole by a reload; the KILL registry) is behind its own synchronisation; what is
 //! fixed at start ([`SessionSettings`]) is plain data.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, RwLock};
 
 use arc_swap::ArcSwap;
@@ -19,6 +19,7 @@ use crate::kill;
 use crate::metrics::Metrics;
 use crate::protocol::caps::CLIENT_LOCAL_FILES;
 use crate::protocol::handshake::Strip;
+use crate::protocol::proxy_out::Version as ProxyVersion;
 use crate::tls::{TlsError, TlsMaterial};
 
 /// Proxy-wide state, one per running proxy, passed by `Arc`.
@@ -50,6 +51,8 @@ pub struct Legs {
     pub tls: TlsMaterial,
     /// Backends (by name) whose leg is compressed when they offer it.
     compressed_backends: HashSet<String>,
+    /// Backends (by name) whose connections start with a PROXY protocol header, and which.
+    proxy_protocol: HashMap<String, ProxyVersion>,
 }
 
 impl std::fmt::Debug for Legs {
@@ -57,6 +60,7 @@ impl std::fmt::Debug for Legs {
         f.debug_struct("Legs")
             .field("client_tls", &self.tls.client.is_some())
             .field("compressed_backends", &self.compressed_backends)
+            .field("proxy_protocol", &self.proxy_protocol)
             .finish()
     }
 }
@@ -72,7 +76,13 @@ impl Legs {
                 .filter(|b| b.compression)
                 .map(|b| b.name.clone())
                 .collect(),
+            proxy_protocol: config.proxy_protocol_backends(),
         })
+    }
+
+    /// The PROXY protocol header version backend `name` is sent, if any.
+    pub fn proxy_protocol(&self, name: &str) -> Option<ProxyVersion> {
+        self.proxy_protocol.get(name).copied()
     }
 
     pub fn compress_backend(&self, name: &str) -> bool {

@@ -62,6 +62,7 @@ fn leg(tls: BackendTls, host: &str) -> Arc<BackendLeg> {
         kind: BackendKind::Rw,
         tls,
         compression: false,
+        proxy_protocol: None,
         pool: "default".into(),
     };
     let config = Config {

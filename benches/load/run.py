@@ -33,6 +33,11 @@ a shared machine hits all paths alike. Paths:
                   sysbench -> mysql-lb with `connect_mode: deferred` -> backends (TCP): mysql-lb
                   greets the client itself, reads its login, then connects a backend, whose
                   AuthSwitchRequest does the real exchange (one round trip more per connection)
+  mysql-lb pp v1, mysql-lb pp v2
+                  only with --proxy-protocol: the plaintext mysql-lb with `proxy_protocol: v1` /
+                  `v2`, each backend connection starting with the PROXY header; the backends then
+                  run with --proxy-protocol-networks=127.0.0.0/8,localhost on every path (a
+                  connection without a header is served as before)
 
 The backends speak TLS (a throwaway CA and certificates made with openssl); the plaintext
 mysql-lb paths set `backend_tls: {mode: disabled}` so they stay plaintext on both legs.
@@ -129,6 +134,12 @@ def parse_args():
         metavar="NAME=FLAGS",
         help="one more mysql-lb (TCP) in the matrix with these extra flags, e.g. "
         "\"1 thread=--worker-threads 1\" (repeatable)",
+    )
+    ap.add_argument(
+        "--proxy-protocol",
+        action="store_true",
+        help="backends accept PROXY headers from loopback; adds the \"mysql-lb pp v1\" and "
+        "\"mysql-lb pp v2\" paths (e.g. --only connect-rate --paths \"mysql-lb,mysql-lb pp v2\")",
     )
     ap.add_argument(
         "--skip",
@@ -461,9 +472,10 @@ class Bench:
         template = procs.make_template(self.reg)
         self.tls = procs.make_tls_files(self.reg.base)
         self.backends = [procs.MariaDB(self.reg, "db%d" % i, template) for i in (1, 2, 3)]
+        pp = ["--proxy-protocol-networks=127.0.0.0/8,localhost"] if self.args.proxy_protocol else []
         for b in self.backends:
             b.start(["--ssl-cert=" + self.tls["cert"], "--ssl-key=" + self.tls["key"],
-                     "--ssl-ca=" + self.tls["ca"]])
+                     "--ssl-ca=" + self.tls["ca"]] + pp)
         log("backends: " + ", ".join("%s 127.0.0.1:%d %s" % (b.name, b.port, b.socket) for b in self.backends))
         self.prepare()
         hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
@@ -519,6 +531,14 @@ class Bench:
                 plain + flags.split(),
             )
             variants.append(Target("mysql-lb " + name, tcp_args([addr]), proc))
+        for version in ("v1", "v2") if self.args.proxy_protocol else ():
+            addr = ("127.0.0.1", procs.free_port())
+            flags = extra + ["--config", procs.write_config(
+                os.path.join(self.reg.base, "pp-%s.yaml" % version), tcp_backends,
+                "backend_tls: {mode: disabled}\nproxy_protocol: %s\n" % version)]
+            proc, _, _ = procs.start_mysql_lb(
+                self.reg, self.binary, "mysql-lb-pp-" + version, addr, tcp_backends, flags)
+            variants.append(Target("mysql-lb pp " + version, tcp_args([addr]), proc))
         baseline, baseline_unix = [], []
         if self.args.baseline:
             addr = ("127.0.0.1", procs.free_port())

@@ -16,6 +16,7 @@ fn configs(n: u16) -> Vec<BackendConfig> {
             kind: BackendKind::Rw,
             tls: Default::default(),
             compression: false,
+            proxy_protocol: None,
             pool: "default".into(),
         })
         .collect()
@@ -56,6 +57,7 @@ fn with_checks_a_failed_connect_needs_passes_to_come_back() {
         kind: BackendKind::Rw,
         tls: Default::default(),
         compression: false,
+        proxy_protocol: None,
         pool: "default".into(),
     }];
     let s = BackendSet::new(&configs, Duration::from_secs(1), true, &Metrics::new());
@@ -121,6 +123,7 @@ fn weighted(weights: &[u32], policy: Policy) -> BackendSet {
             kind: BackendKind::Rw,
             tls: Default::default(),
             compression: false,
+            proxy_protocol: None,
             pool: "default".into(),
         })
         .collect();

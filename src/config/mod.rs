@@ -13,6 +13,7 @@ mod instances;
 mod keepalive;
 mod lifecycle;
 mod pools;
+mod proxy_protocol;
 mod raw;
 mod tls;
 
@@ -23,6 +24,7 @@ pub use instances::{InstanceConfig, Peer, PeerUrl};
 pub use keepalive::TcpKeepalive;
 pub use lifecycle::LifecycleConfig;
 pub use pools::{ConnectMode, PoolConfig, RouteConfig, DEFAULT_POOL};
+pub use proxy_protocol::ProxyProtocol;
 pub use tls::{BackendTls, BackendTlsMode, ClientTls, TlsVersion};
 
 use cli::{apply_cli, attribute};
@@ -68,6 +70,8 @@ pub struct BackendConfig {
     /// Compress the backend leg when the backend offers it (`backend_compression`, or this
     /// backend's `compression`).
     pub compression: bool,
+    /// Its own `proxy_protocol:` (None: the global one, see [`Config::proxy_protocol_of`]).
+    pub proxy_protocol: Option<ProxyProtocol>,
     /// The pool it belongs to: [`DEFAULT_POOL`] for `backends:` and command-line backends, else
     /// its `pools:` key.
     pub pool: String,
@@ -202,6 +206,8 @@ pub struct Config {
     pub backend_compression: bool,
     /// `reuse_port`, `instance_id` and `peers` (see `instances.rs`).
     pub instances: InstanceConfig,
+    /// `proxy_protocol`: the header backends without their own key are sent.
+    pub proxy_protocol: ProxyProtocol,
 }
 
 /// Background health checks of every backend.
@@ -273,6 +279,7 @@ impl Default for Config {
             backend_tls: BackendTls::default(),
             backend_compression: false,
             instances: InstanceConfig::default(),
+            proxy_protocol: ProxyProtocol::Off,
         }
     }
 }

@@ -108,6 +108,7 @@ pub(super) struct RawConfig {
     reuse_port: Option<bool>,
     instance_id: Option<i64>,
     peers: Option<Vec<super::instances::RawPeer>>,
+    proxy_protocol: Option<ProxyProtocol>,
 }
 
 #[derive(Default, Deserialize)]
@@ -153,6 +154,7 @@ pub(super) struct RawBackendMap {
     kind: Option<BackendKind>,
     tls: Option<super::tls::RawBackendTls>,
     compression: Option<bool>,
+    proxy_protocol: Option<ProxyProtocol>,
 }
 
 /// A backend entry: a plain address string, or a map. Written by hand rather than `untagged` because
@@ -189,13 +191,22 @@ impl<'de> Deserialize<'de> for RawBackend {
 
 impl RawBackend {
     pub(super) fn into_backend(self, tls: &BackendTls, compression: bool) -> BackendConfig {
-        let (address, name, weight, kind, own_tls, own_compression) = match self {
-            RawBackend::Short(address) => (address, None, None, None, None, None),
-            RawBackend::Full(m) => (m.address, m.name, m.weight, m.kind, m.tls, m.compression),
+        let (address, name, weight, kind, own_tls, own_compression, proxy_protocol) = match self {
+            RawBackend::Short(address) => (address, None, None, None, None, None, None),
+            RawBackend::Full(m) => (
+                m.address,
+                m.name,
+                m.weight,
+                m.kind,
+                m.tls,
+                m.compression,
+                m.proxy_protocol,
+            ),
         };
         let mut b = BackendConfig::new(address, name, weight, kind.unwrap_or_default());
         b.tls = own_tls.unwrap_or_default().over(tls);
         b.compression = own_compression.unwrap_or(compression);
+        b.proxy_protocol = proxy_protocol;
         b
     }
 }
@@ -214,6 +225,7 @@ impl BackendConfig {
             kind,
             tls: BackendTls::default(),
             compression: false,
+            proxy_protocol: None,
             pool: DEFAULT_POOL.to_owned(),
         }
     }
@@ -322,6 +334,7 @@ impl RawConfig {
             backend_tls,
             backend_compression,
             instances: super::instances::build(self.reuse_port, self.instance_id, self.peers)?,
+            proxy_protocol: self.proxy_protocol.unwrap_or_default(),
         })
     }
 }

@@ -50,6 +50,7 @@ fn minimal_yaml_takes_defaults_for_everything_else() {
                 kind: BackendKind::Rw,
                 tls: Default::default(),
                 compression: false,
+                proxy_protocol: None,
                 pool: "default".into(),
             }],
             pools: vec![PoolConfig {
@@ -116,6 +117,7 @@ fn shorthand_backend_string_gets_address_as_name_and_weight_one() {
             kind: BackendKind::Rw,
             tls: Default::default(),
             compression: false,
+            proxy_protocol: None,
             pool: "default".into(),
         }]
     );

@@ -165,6 +165,7 @@ fn two_backends() -> BackendSet {
             kind: Default::default(),
             tls: Default::default(),
             compression: false,
+            proxy_protocol: None,
             pool: "default".into(),
         })
         .collect();

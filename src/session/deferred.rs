@@ -72,8 +72,8 @@ where
         default_db: database.as_deref(),
         pool: Some(&pool.name),
     };
-    let (lease, connected, backend_greeting) = match connect_backend(shared, set, &info, pool).await
-    {
+    let connect = connect_backend(shared, set, &info, pool, from.addrs);
+    let (lease, connected, backend_greeting) = match connect.await {
         Ok(found) => found,
         Err(tried) => {
             let message = no_backend_message(set, pool, &tried);

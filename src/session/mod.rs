@@ -5,6 +5,7 @@
 //! sequence id 0 and no SQLSTATE marker) whose message starts `mysql-lb:`; the rest are closed with
 //! a logged reason. Nothing here can disturb another session.
 
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -74,21 +75,27 @@ impl EndReason {
 }
 
 /// Where a client came from: its name in logs (`ip:port`, or the socket for a unix listener),
-/// whether it is local (a unix socket, secure as a server counts it), and the listener's name
-/// (`listen:` as displayed), which routes may match.
+/// whether it is local (a unix socket, secure as a server counts it), the listener's name
+/// (`listen:` as displayed), which routes may match, and its socket addresses.
 #[derive(Debug, Clone, Copy)]
 pub struct Origin<'a> {
     pub peer: &'a str,
     pub local: bool,
     pub listener: &'a str,
+    /// The client's address and the one it connected to: what backends are told in a PROXY
+    /// protocol header, read from here alone. None for a unix-socket client (the header then
+    /// says the connection is the proxy's own).
+    pub addrs: Option<(SocketAddr, SocketAddr)>,
 }
 
 impl<'a> Origin<'a> {
-    pub fn tcp(peer: &'a str, listener: &'a str) -> Self {
+    /// `addrs`: the client's address, then the local address it connected to.
+    pub fn tcp(peer: &'a str, listener: &'a str, addrs: Option<(SocketAddr, SocketAddr)>) -> Self {
         Self {
             peer,
             local: false,
             listener,
+            addrs,
         }
     }
 
@@ -97,6 +104,7 @@ impl<'a> Origin<'a> {
             peer,
             local: true,
             listener,
+            addrs: None,
         }
     }
 
@@ -138,7 +146,8 @@ where
         pool: Some(&pool.name),
         ..ClientInfo::at(peer)
     };
-    let (lease, backend, mut greeting) = match connect_backend(&shared, &set, &info, pool).await {
+    let connect = connect_backend(&shared, &set, &info, pool, from.addrs);
+    let (lease, backend, mut greeting) = match connect.await {
         Ok(found) => found,
         Err(tried) => {
             return refuse_no_backend(&shared, &mut client, peer, (&set, pool), &tried).await
@@ -408,12 +417,14 @@ impl Observer for Recorder<'_> {
 }
 
 /// Tries backends in the balancer's order (a script may choose the first for this client) until
-/// one greets; returns what each failed one said.
+/// one greets; returns what each failed one said. A backend with `proxy_protocol` is first sent
+/// the header naming `addrs` (the session's [`Origin::addrs`]).
 async fn connect_backend(
     shared: &ProxyState,
     set: &BackendSet,
     client: &ClientInfo<'_>,
     pool: &Pool,
+    addrs: Option<(SocketAddr, SocketAddr)>,
 ) -> Result<(Lease, Connected, PatchedGreeting), Vec<String>> {
     let mut tried = Vec::new();
     let legs = shared.legs();
@@ -433,6 +444,10 @@ async fn connect_backend(
                     .await
                     .map_err(|e| (e.to_string(), true))?;
             connected.store(true, std::sync::atomic::Ordering::Relaxed);
+            if let Some(version) = legs.proxy_protocol(&backend.name) {
+                let sent = stream.send_proxy_header(version, addrs).await;
+                sent.map_err(|e| (format!("sending the PROXY protocol header: {e}"), true))?;
+            }
             let greeting = read_greeting(
                 &mut stream,
                 shared.session.max_handshake_packet_size,

@@ -5,6 +5,7 @@
 //! [`compressed::Compressed`] wraps either leg's stream when it speaks the compressed protocol.
 
 pub mod compressed;
+mod proxy;
 
 use std::io;
 use std::pin::Pin;

@@ -46,6 +46,7 @@ fn backend(name: &str, address: BackendAddr, tls: BackendTls) -> BackendConfig {
         kind: BackendKind::Rw,
         tls,
         compression: false,
+        proxy_protocol: None,
         pool: "default".into(),
     }
 }

@@ -48,6 +48,7 @@ pub fn config(backends: &[String]) -> Config {
                     kind: Default::default(),
                     tls: Default::default(),
                     compression: false,
+                    proxy_protocol: None,
                     pool: "default".into(),
                 }
             })

@@ -19,6 +19,7 @@ fn backends(kinds: &[BackendKind]) -> Vec<BackendConfig> {
             kind,
             tls: Default::default(),
             compression: false,
+            proxy_protocol: None,
             pool: "default".into(),
         })
         .collect()
