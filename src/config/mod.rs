@@ -6,6 +6,7 @@
 //! errors that name the key. Listen addresses that are host names are resolved once, here, with the
 //! system resolver (first result): the daemon binds what the name meant at start-up.
 
+mod accept_proxy;
 mod address;
 mod cli;
 mod ejection;
@@ -202,6 +203,9 @@ pub struct Config {
     pub backend_compression: bool,
     /// `reuse_port`, `instance_id` and `peers` (see `instances.rs`).
     pub instances: InstanceConfig,
+    /// `accept_proxy_protocol`: TCP clients from these networks must send a PROXY protocol
+    /// header first, and the address it carries is the client's (empty: no header is read).
+    pub accept_proxy_protocol: Vec<crate::route::Cidr>,
 }
 
 /// Background health checks of every backend.
@@ -273,6 +277,7 @@ impl Default for Config {
             backend_tls: BackendTls::default(),
             backend_compression: false,
             instances: InstanceConfig::default(),
+            accept_proxy_protocol: Vec::new(),
         }
     }
 }
@@ -440,6 +445,7 @@ impl Config {
         self.validate_limits()?;
         keepalive::validate(self.tcp_keepalive.as_ref())?;
         instances::validate(&self.instances)?;
+        accept_proxy::validate(&self.accept_proxy_protocol, &self.listen)?;
         check_log_filter(&self.log_level).map_err(|m| ConfigError::invalid("log.level", m))?;
         if self.worker_threads == Some(0) {
             return Err(ConfigError::invalid(

@@ -108,6 +108,8 @@ pub(super) struct RawConfig {
     reuse_port: Option<bool>,
     instance_id: Option<i64>,
     peers: Option<Vec<super::instances::RawPeer>>,
+    #[serde(default)]
+    accept_proxy_protocol: Vec<super::accept_proxy::RawCidr>,
 }
 
 #[derive(Default, Deserialize)]
@@ -322,6 +324,11 @@ impl RawConfig {
             backend_tls,
             backend_compression,
             instances: super::instances::build(self.reuse_port, self.instance_id, self.peers)?,
+            accept_proxy_protocol: self
+                .accept_proxy_protocol
+                .into_iter()
+                .map(|c| c.0)
+                .collect(),
         })
     }
 }

@@ -5,6 +5,7 @@
 //! sequence id 0 and no SQLSTATE marker) whose message starts `mysql-lb:`; the rest are closed with
 //! a logged reason. Nothing here can disturb another session.
 
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -35,6 +36,7 @@ use tokio_rustls::TlsConnector;
 mod deferred;
 mod ending;
 mod legs;
+pub mod proxied;
 
 pub use ending::refuse;
 use ending::{handshake_failed, relay_ended, send};
@@ -54,6 +56,10 @@ pub enum EndReason {
     TlsHandshake,
     /// A plaintext TCP client refused under `tls.require`.
     TlsRequired,
+    /// A connection from `accept_proxy_protocol` without a valid PROXY protocol header in time.
+    ProxyHeader,
+    /// A PROXY protocol header from a network not in `accept_proxy_protocol`.
+    ProxyHeaderUnlisted,
 }
 
 impl EndReason {
@@ -69,18 +75,26 @@ impl EndReason {
             Self::IdleTimeout => "idle_timeout",
             Self::TlsHandshake => "tls_handshake",
             Self::TlsRequired => "tls_required",
+            Self::ProxyHeader => "proxy_header",
+            Self::ProxyHeaderUnlisted => "proxy_header_unlisted",
         }
     }
 }
 
 /// Where a client came from: its name in logs (`ip:port`, or the socket for a unix listener),
 /// whether it is local (a unix socket, secure as a server counts it), and the listener's name
-/// (`listen:` as displayed), which routes may match.
+/// (`listen:` as displayed), which routes may match. Behind a load balancer in
+/// `accept_proxy_protocol`, `peer` and `source` are the client its PROXY header named.
 #[derive(Debug, Clone, Copy)]
 pub struct Origin<'a> {
     pub peer: &'a str,
     pub local: bool,
     pub listener: &'a str,
+    /// The client's address (None for a unix-socket client).
+    pub source: Option<SocketAddr>,
+    /// The address the client connected to, when a PROXY header said it (None otherwise: the
+    /// listener's own address).
+    pub destination: Option<SocketAddr>,
 }
 
 impl<'a> Origin<'a> {
@@ -89,6 +103,8 @@ impl<'a> Origin<'a> {
             peer,
             local: false,
             listener,
+            source: None,
+            destination: None,
         }
     }
 
@@ -97,6 +113,21 @@ impl<'a> Origin<'a> {
             peer,
             local: true,
             listener,
+            source: None,
+            destination: None,
+        }
+    }
+
+    /// With the client's socket address, and where it connected to if a PROXY header said so.
+    pub fn with_addresses(
+        self,
+        source: Option<SocketAddr>,
+        destination: Option<SocketAddr>,
+    ) -> Self {
+        Self {
+            source,
+            destination,
+            ..self
         }
     }
 
