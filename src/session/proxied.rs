@@ -104,7 +104,7 @@ pub(crate) async fn run(
     let client = header.source.unwrap_or(peer);
     let name = client.to_string();
     tracing::Span::current().record("client", name.as_str());
-    debug!(version = header.version, via = %peer, "PROXY protocol header read");
+    debug!(version = header.version, "PROXY protocol header read");
     let from = Origin::tcp(&name, listener).with_addresses(Some(client), header.destination);
     if rest.is_empty() {
         super::run(shared, stream, from, worker, drain).await
