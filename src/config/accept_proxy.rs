@@ -53,3 +53,49 @@ pub(super) fn validate(networks: &[Cidr], listen: &[ListenAddr]) -> Result<(), C
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::config::Config;
+
+    fn load(extra: &str) -> Result<Config, String> {
+        Config::from_yaml_str(&format!("backends: [\"127.0.0.1:3306\"]\n{extra}"))
+            .map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn networks_parse_and_default_to_none() {
+        assert!(load("").unwrap().accept_proxy_protocol.is_empty());
+        let c = load("accept_proxy_protocol: [10.0.0.0/8, \"fd00::/8\", 192.0.2.7]").unwrap();
+        let shown: Vec<String> = c
+            .accept_proxy_protocol
+            .iter()
+            .map(|n| n.to_string())
+            .collect();
+        assert_eq!(shown, ["10.0.0.0/8", "fd00::/8", "192.0.2.7/32"]);
+    }
+
+    #[test]
+    fn a_bad_network_names_the_key_and_the_entry() {
+        let e = load("accept_proxy_protocol: [10.0.0.0/8, 10.0.0.1/8]").unwrap_err();
+        assert!(e.contains("accept_proxy_protocol[1]"), "{e}");
+        assert!(e.contains("host bits"), "{e}");
+        let e = load("accept_proxy_protocol: 10.0.0.0/8").unwrap_err();
+        assert!(e.contains("accept_proxy_protocol"), "{e}");
+    }
+
+    #[test]
+    fn duplicates_and_unix_only_listeners_are_refused_by_key() {
+        let e = load("accept_proxy_protocol: [10.0.0.0/8, 10.0.0.0/8]").unwrap_err();
+        assert!(
+            e.contains("accept_proxy_protocol[1]") && e.contains("twice"),
+            "{e}"
+        );
+        let e = load("listen: [/tmp/mysql-lb-test.sock]\naccept_proxy_protocol: [10.0.0.0/8]")
+            .unwrap_err();
+        assert!(
+            e.contains("accept_proxy_protocol") && e.contains("unix"),
+            "{e}"
+        );
+    }
+}
