@@ -305,3 +305,60 @@ async fn a_listed_client_that_sends_no_header_is_closed_after_handshake_timeout(
     );
     assert_eq!(metric(&lb, "timeout"), 1);
 }
+
+/// HAProxy (its `send-proxy-v2` and `send-proxy` server options, as the README configures it),
+/// killed by pid on drop.
+struct Haproxy(std::process::Child);
+
+impl Drop for Haproxy {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn haproxy_send_proxy_v2_and_v1_in_front_carry_the_client_address() {
+    let pair = shared_pair();
+    // HAProxy connects from 127.0.0.2 (listed); the header names the test client, 127.0.0.1,
+    // which the route sends to pool `lb`: a session there proves the header was used.
+    let (mut lb, _file) = start("routes: [{client: 127.0.0.1, pool: lb}]\n");
+    let (v2_port, v1_port) = (free_port(), free_port());
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("haproxy.cfg");
+    std::fs::write(
+        &cfg,
+        format!(
+            "global\n    maxconn 64\ndefaults\n    mode tcp\n    timeout connect 5s\n    \
+             timeout client 60s\n    timeout server 60s\n\
+             listen mysql\n    bind 127.0.0.1:{v2_port}\n    option httpchk GET /healthz\n    \
+             server lb 127.0.0.1:{p} send-proxy-v2 source {BALANCER_IP} check port {a} inter 200ms\n\
+             listen mysql_v1\n    bind 127.0.0.1:{v1_port}\n    \
+             server lb 127.0.0.1:{p} send-proxy source {BALANCER_IP}\n",
+            p = lb.port,
+            a = lb.admin.port()
+        ),
+    )
+    .unwrap();
+    let _haproxy = Haproxy(
+        std::process::Command::new("haproxy")
+            .args(["-db", "-f"])
+            .arg(&cfg)
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .expect("start haproxy (scripts/install-deps.sh installs it)"),
+    );
+    for port in [v2_port, v1_port] {
+        common::daemon::wait_connectable(port);
+        let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+        assert_eq!(
+            port_via(addr).await,
+            pair[1].port,
+            "through haproxy on {port}"
+        );
+        lb.daemon
+            .wait_for_new_line("client quit client=\"127.0.0.1:");
+    }
+    // Its health checks went to /healthz on the admin port, so no PROXY header was refused.
+    assert_eq!(metric(&lb, "malformed") + metric(&lb, "timeout"), 0);
+}
