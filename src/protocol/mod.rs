@@ -1,8 +1,7 @@
 //! Sans-IO MySQL protocol pieces: framing, compressed-protocol frames, handshake parsing and
 //! patching, response tracking, ERR packets (the proxy's own, and reading servers'), the health
 //! monitor's login and the small text result sets it reads, and PROXY protocol headers from an L4
-//! load balancer. Nothing here touches a socket, so
-//! all of it is tested with byte fixtures.
+//! load balancer. Nothing here touches a socket, so all of it is tested with byte fixtures.
 
 pub mod caps;
 pub mod codec;
