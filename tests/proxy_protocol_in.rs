@@ -239,7 +239,10 @@ async fn a_header_from_an_unlisted_network_is_refused_and_normal_clients_keep_wo
             "closing: a PROXY protocol header came from a network not in accept_proxy_protocol",
         );
     }
-    assert_eq!(metric(&lb, "unlisted"), 2);
+    // Counted as the session task ends, just after the connection is closed.
+    common::wait_until("both unlisted headers counted", || {
+        metric(&lb, "unlisted") == 2
+    });
     let port: u16 = steady.query_first("SELECT @@port").await.unwrap().unwrap();
     assert_eq!(port, pair[0].port);
     steady.disconnect().await.unwrap();
