@@ -52,6 +52,7 @@ pub struct Metrics {
     worker_sessions: IntGaugeVec,
     pub client_connections: IntGauge,
     client_rejected: IntCounterVec,
+    proxy_protocol_rejected: IntCounterVec,
     disconnections: IntCounterVec,
     pub open_fds_limit: IntGauge,
     pub max_connections: IntGauge,
@@ -237,6 +238,13 @@ impl Metrics {
                 "Clients refused before reaching a backend, by reason.",
                 &["reason"],
             ),
+            proxy_protocol_rejected: int_counter_vec(
+                "proxy_protocol_rejected_total",
+                "Connections closed over their PROXY protocol header: malformed (also truncated or \
+                 oversized) or timeout from a network in accept_proxy_protocol, unlisted when one \
+                 came from elsewhere.",
+                &["reason"],
+            ),
             disconnections: int_counter_vec(
                 "client_disconnections_total",
                 "Client sessions ended, by reason.",
@@ -270,6 +278,13 @@ impl Metrics {
             pools: PoolFamilies::new(),
         };
         m.register_all();
+        // Registered apart from `register_all`'s list, and its series shown at zero.
+        m.registry
+            .register(Box::new(m.proxy_protocol_rejected.clone()))
+            .expect("metric registered once");
+        for reason in ["malformed", "timeout", "unlisted"] {
+            m.proxy_protocol_rejected.with_label_values(&[reason]);
+        }
         for leg in ["client", "backend"] {
             m.tls_sessions.with_label_values(&[leg]);
             m.compressed_sessions.with_label_values(&[leg]);
@@ -403,6 +418,13 @@ impl Metrics {
     pub fn remove_certificate_expiry(&self, leg: &str, backend: &str) {
         // Absent already is the state wanted.
         let _ = self.certificate_expiry.remove_label_values(&[leg, backend]);
+    }
+
+    /// A connection closed over its PROXY protocol header: `malformed`, `timeout` or `unlisted`.
+    pub fn proxy_protocol_rejected(&self, reason: &str) {
+        self.proxy_protocol_rejected
+            .with_label_values(&[reason])
+            .inc();
     }
 
     pub fn disconnected(&self, reason: &str) {

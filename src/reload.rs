@@ -153,6 +153,10 @@ fn restart_keys(old: &Config, new: &Config) -> Vec<&'static str> {
     );
     check(old.worker_threads != new.worker_threads, "worker_threads");
     check(old.compression != new.compression, "compression");
+    check(
+        old.accept_proxy_protocol != new.accept_proxy_protocol,
+        "accept_proxy_protocol",
+    );
     check(old.log_level != new.log_level, "log.level");
     check(old.log_format != new.log_format, "log.format");
     keys

@@ -383,7 +383,25 @@ async fn run_session(
     abort: CancellationToken,
 ) {
     // `pool` is recorded once the session is routed, so every later line of it names its pool.
-    let span = tracing::info_span!("session", client = %peer, pool = tracing::field::Empty);
+    // From a load balancer in `accept_proxy_protocol`, `client` is recorded once its PROXY header
+    // named the client, and the balancer's own address is `via`.
+    let tcp_peer: Option<SocketAddr> = matches!(
+        stream,
+        Incoming::Here(Accepted::Tcp(_)) | Incoming::Moved(StdAccepted::Tcp(_))
+    )
+    .then(|| peer.parse().ok())
+    .flatten();
+    let balancer =
+        tcp_peer.filter(|a| session::proxied::from_balancer(&shared.accept_proxy_protocol, *a));
+    let span = match balancer {
+        Some(via) => tracing::info_span!(
+            "session",
+            client = tracing::field::Empty,
+            via = %via,
+            pool = tracing::field::Empty
+        ),
+        None => tracing::info_span!("session", client = %peer, pool = tracing::field::Empty),
+    };
     async move {
         let stream = match stream {
             Incoming::Here(s) => s,
@@ -399,11 +417,16 @@ async fn run_session(
         let worker = admitted.placement.worker();
         let session = async {
             match stream {
-                Accepted::Tcp(s) => {
-                    let addrs = s.peer_addr().and_then(|p| Ok((p, s.local_addr()?))).ok();
-                    let from = session::Origin::tcp(&peer, &listener, addrs);
-                    session::run(shared, s, from, worker, &drain).await
-                }
+                Accepted::Tcp(s) => match balancer {
+                    Some(via) => {
+                        session::proxied::run(shared, s, (via, &listener), worker, &drain).await
+                    }
+                    None => {
+                        let addrs = tcp_peer.and_then(|p| Some((p, s.local_addr().ok()?)));
+                        let from = session::Origin::tcp(&peer, &listener, addrs);
+                        session::run(shared, s, from, worker, &drain).await
+                    }
+                },
                 Accepted::Unix(s) => {
                     let from = session::Origin::unix(&peer, &listener);
                     session::run(shared, s, from, worker, &drain).await
@@ -417,6 +440,9 @@ async fn run_session(
             _ = abort.cancelled() => session::EndReason::Shutdown,
         };
         debug!(reason = reason.as_str(), "session ended");
+        if reason == session::EndReason::ProxyHeaderUnlisted {
+            admitted.metrics.proxy_protocol_rejected("unlisted");
+        }
         admitted.metrics.disconnected(reason.as_str());
     }
     .instrument(span)

@@ -38,6 +38,8 @@ pub struct ProxyState {
     pub metrics: Arc<Metrics>,
     /// Read by every session, fixed at start (a reload reports changes as needing a restart).
     pub session: SessionSettings,
+    /// `accept_proxy_protocol`, fixed at start like `session`.
+    pub accept_proxy_protocol: Vec<crate::route::Cidr>,
     /// TLS material and compression per leg; a reload swaps it whole (new sessions use the new
     /// one, running sessions keep what they negotiated).
     legs: ArcSwap<Legs>,
@@ -155,6 +157,7 @@ impl ProxyState {
             },
             metrics,
             session: SessionSettings::from_config(config),
+            accept_proxy_protocol: config.accept_proxy_protocol.clone(),
             legs: ArcSwap::from_pointee(Legs::default()),
             readiness: crate::lifecycle::Readiness::default(),
         }

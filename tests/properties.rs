@@ -6,6 +6,8 @@
 #[allow(dead_code)]
 #[path = "../fuzz/src/checks.rs"]
 mod checks;
+#[path = "../fuzz/src/proxy_in.rs"]
+mod proxy_in_checks;
 
 use std::path::{Path, PathBuf};
 
@@ -1184,12 +1186,13 @@ proptest! {
 #[test]
 fn fuzz_seeds_and_crash_reproducers_pass_the_checks() {
     type Check = fn(&[u8]);
-    let targets: [(&str, Check); 5] = [
+    let targets: [(&str, Check); 6] = [
         ("codec", checks::codec),
         ("compress", checks::compress),
         ("greeting", checks::greeting),
         ("handshake_response", checks::handshake_response),
         ("tracker", checks::tracker),
+        ("proxy_header", proxy_in_checks::proxy_header),
     ];
     let mut failed = Vec::new();
     for (target, check) in targets {
@@ -1205,4 +1208,21 @@ fn fuzz_seeds_and_crash_reproducers_pass_the_checks() {
         }
     }
     assert!(failed.is_empty(), "checks fail on: {failed:#?}");
+}
+
+// ---------------------------------------------------------------------------------------------
+// PROXY protocol headers
+
+proptest! {
+    #![proptest_config(config(300))]
+
+    /// The fuzz target's check (verdicts stable as bytes arrive) on mutated seed headers.
+    #[test]
+    fn proxy_header_check_holds_for_mutated_seeds(
+        pick in any::<usize>(),
+        edits in vec((any::<usize>(), any::<u8>()), 0..4),
+        cut in 0usize..16,
+    ) {
+        proxy_in_checks::proxy_header(&mutated(&seeds("proxy_header"), pick, &edits, cut));
+    }
 }

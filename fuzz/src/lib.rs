@@ -3,3 +3,4 @@
 //! `tests/properties.rs` (which includes `checks.rs` too), and in a debugger.
 
 pub mod checks;
+pub mod proxy_in;

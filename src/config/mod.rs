@@ -6,6 +6,7 @@
 //! errors that name the key. Listen addresses that are host names are resolved once, here, with the
 //! system resolver (first result): the daemon binds what the name meant at start-up.
 
+mod accept_proxy;
 mod address;
 mod cli;
 mod ejection;
@@ -208,6 +209,9 @@ pub struct Config {
     pub instances: InstanceConfig,
     /// `proxy_protocol`: the header backends without their own key are sent.
     pub proxy_protocol: ProxyProtocol,
+    /// `accept_proxy_protocol`: TCP clients from these networks must send a PROXY protocol
+    /// header first, and the address it carries is the client's (empty: no header is read).
+    pub accept_proxy_protocol: Vec<crate::route::Cidr>,
 }
 
 /// Background health checks of every backend.
@@ -280,6 +284,7 @@ impl Default for Config {
             backend_compression: false,
             instances: InstanceConfig::default(),
             proxy_protocol: ProxyProtocol::Off,
+            accept_proxy_protocol: Vec::new(),
         }
     }
 }
@@ -447,6 +452,7 @@ impl Config {
         self.validate_limits()?;
         keepalive::validate(self.tcp_keepalive.as_ref())?;
         instances::validate(&self.instances)?;
+        accept_proxy::validate(&self.accept_proxy_protocol, &self.listen)?;
         check_log_filter(&self.log_level).map_err(|m| ConfigError::invalid("log.level", m))?;
         if self.worker_threads == Some(0) {
             return Err(ConfigError::invalid(

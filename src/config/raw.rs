@@ -109,6 +109,8 @@ pub(super) struct RawConfig {
     instance_id: Option<i64>,
     peers: Option<Vec<super::instances::RawPeer>>,
     proxy_protocol: Option<ProxyProtocol>,
+    #[serde(default)]
+    accept_proxy_protocol: Vec<super::accept_proxy::RawCidr>,
 }
 
 #[derive(Default, Deserialize)]
@@ -335,6 +337,11 @@ impl RawConfig {
             backend_compression,
             instances: super::instances::build(self.reuse_port, self.instance_id, self.peers)?,
             proxy_protocol: self.proxy_protocol.unwrap_or_default(),
+            accept_proxy_protocol: self
+                .accept_proxy_protocol
+                .into_iter()
+                .map(|c| c.0)
+                .collect(),
         })
     }
 }

@@ -1,7 +1,7 @@
 //! Sans-IO MySQL protocol pieces: framing, compressed-protocol frames, handshake parsing and
-//! patching, response tracking, ERR packets (the proxy's own, and reading servers'), the PROXY
-//! protocol header sent to backends, the health monitor's login and the small text result sets
-//! it reads. Nothing here touches a socket, so
+//! patching, response tracking, ERR packets (the proxy's own, and reading servers'), the health
+//! monitor's login and the small text result sets it reads, and PROXY protocol headers: those
+//! sent to backends and those read from an L4 load balancer. Nothing here touches a socket, so
 //! all of it is tested with byte fixtures.
 
 pub mod caps;
@@ -10,6 +10,7 @@ pub mod compress;
 pub mod errors;
 pub mod handshake;
 pub mod login;
+pub mod proxy_in;
 pub mod proxy_out;
 pub mod response;
 pub mod resultset;

@@ -95,6 +95,16 @@ async fn client_failed<C: AsyncWrite + Unpin>(
             info!(client = peer, backend, "closing: {e}");
             EndReason::TlsHandshake
         }
+        AuthError::ClientRead(PacketReadError::TooLarge { len, .. })
+            if crate::protocol::proxy_in::AS_PACKET_LENGTHS.contains(&len) =>
+        {
+            warn!(
+                client = peer,
+                backend,
+                "closing: a PROXY protocol header came from a network not in accept_proxy_protocol"
+            );
+            EndReason::ProxyHeaderUnlisted
+        }
         AuthError::ClientHandshake(_)
         | AuthError::ClientSequence(_)
         | AuthError::ClientWantsTls

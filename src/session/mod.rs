@@ -36,6 +36,7 @@ use tokio_rustls::TlsConnector;
 mod deferred;
 mod ending;
 mod legs;
+pub mod proxied;
 
 pub use ending::refuse;
 use ending::{handshake_failed, relay_ended, send};
@@ -55,6 +56,10 @@ pub enum EndReason {
     TlsHandshake,
     /// A plaintext TCP client refused under `tls.require`.
     TlsRequired,
+    /// A connection from `accept_proxy_protocol` without a valid PROXY protocol header in time.
+    ProxyHeader,
+    /// A PROXY protocol header from a network not in `accept_proxy_protocol`.
+    ProxyHeaderUnlisted,
 }
 
 impl EndReason {
@@ -70,13 +75,16 @@ impl EndReason {
             Self::IdleTimeout => "idle_timeout",
             Self::TlsHandshake => "tls_handshake",
             Self::TlsRequired => "tls_required",
+            Self::ProxyHeader => "proxy_header",
+            Self::ProxyHeaderUnlisted => "proxy_header_unlisted",
         }
     }
 }
 
 /// Where a client came from: its name in logs (`ip:port`, or the socket for a unix listener),
 /// whether it is local (a unix socket, secure as a server counts it), the listener's name
-/// (`listen:` as displayed), which routes may match, and its socket addresses.
+/// (`listen:` as displayed), which routes may match, and its socket addresses. Behind a load
+/// balancer in `accept_proxy_protocol`, `peer` and `addrs` are the client its PROXY header named.
 #[derive(Debug, Clone, Copy)]
 pub struct Origin<'a> {
     pub peer: &'a str,
