@@ -439,51 +439,9 @@ async fn connect_backend(
     tracing::Span::current().record("pool", pool.name.as_str());
     for backend in set.candidates_for(Instant::now(), client, Some(pool)) {
         let started = Instant::now();
-        // Err carries the reason and whether the backend itself is unreachable or broken (taken out
-        // of rotation) rather than alive and refusing, e.g. its own "Too many connections".
-        // One deadline for connect and greeting (one timer per connect); whether the connect
-        // had completed says which of the two the backend missed.
-        let connected = std::sync::atomic::AtomicBool::new(false);
         // Counted in the backend's active sessions from now, so clients choosing meanwhile see it.
         let counted = set.attempt(&backend);
-        let attempt = async {
-            let mut stream =
-                BackendStream::open(&backend.address, shared.session.tcp_keepalive.as_ref())
-                    .await
-                    .map_err(|e| (e.to_string(), true))?;
-            connected.store(true, std::sync::atomic::Ordering::Relaxed);
-            if let Some(version) = legs.proxy_protocol(&backend.name) {
-                let sent = stream.send_proxy_header(version, addrs).await;
-                sent.map_err(|e| (format!("sending the PROXY protocol header: {e}"), true))?;
-            }
-            let greeting = read_greeting(
-                &mut stream,
-                shared.session.max_handshake_packet_size,
-                shared.session.strip,
-            )
-            .await
-            .map_err(|e| {
-                let broken = !matches!(e, AuthError::BackendRefused { .. });
-                (e.to_string(), broken)
-            })?;
-            let tls = backend_tls(&legs, &backend, &greeting).map_err(|e| (e, true))?;
-            Ok((Connected { stream, tls }, greeting))
-        };
-        let result = match tokio::time::timeout(shared.session.connect_timeout, attempt).await {
-            Ok(r) => r,
-            Err(_) => Err((
-                format!(
-                    "{} within {}",
-                    if connected.load(std::sync::atomic::Ordering::Relaxed) {
-                        "no greeting"
-                    } else {
-                        "connect timed out"
-                    },
-                    humantime::format_duration(shared.session.connect_timeout)
-                ),
-                true,
-            )),
-        };
+        let result = open_backend(shared, &legs, &backend, addrs).await;
         match result {
             Ok((stream, greeting)) => {
                 backend.learn_greeting(&greeting.packet, &greeting.greeting);
@@ -514,6 +472,57 @@ async fn connect_backend(
         tried.push("no backend configured".to_owned());
     }
     Err(tried)
+}
+
+/// Connects `backend` and reads its greeting under one deadline (one timer per connect); whether
+/// the connect had completed says which of the two the backend missed. Err carries the reason
+/// and whether the backend itself is unreachable or broken (taken out of rotation) rather than
+/// alive and refusing, e.g. its own "Too many connections".
+async fn open_backend(
+    shared: &ProxyState,
+    legs: &Legs,
+    backend: &Backend,
+    addrs: Option<(SocketAddr, SocketAddr)>,
+) -> Result<(Connected, PatchedGreeting), (String, bool)> {
+    let connected = std::sync::atomic::AtomicBool::new(false);
+    let attempt = async {
+        let mut stream =
+            BackendStream::open(&backend.address, shared.session.tcp_keepalive.as_ref())
+                .await
+                .map_err(|e| (e.to_string(), true))?;
+        connected.store(true, std::sync::atomic::Ordering::Relaxed);
+        if let Some(version) = legs.proxy_protocol(&backend.name) {
+            let sent = stream.send_proxy_header(version, addrs).await;
+            sent.map_err(|e| (format!("sending the PROXY protocol header: {e}"), true))?;
+        }
+        let greeting = read_greeting(
+            &mut stream,
+            shared.session.max_handshake_packet_size,
+            shared.session.strip,
+        )
+        .await
+        .map_err(|e| {
+            let broken = !matches!(e, AuthError::BackendRefused { .. });
+            (e.to_string(), broken)
+        })?;
+        let tls = backend_tls(legs, backend, &greeting).map_err(|e| (e, true))?;
+        Ok((Connected { stream, tls }, greeting))
+    };
+    match tokio::time::timeout(shared.session.connect_timeout, attempt).await {
+        Ok(r) => r,
+        Err(_) => Err((
+            format!(
+                "{} within {}",
+                if connected.load(std::sync::atomic::Ordering::Relaxed) {
+                    "no greeting"
+                } else {
+                    "connect timed out"
+                },
+                humantime::format_duration(shared.session.connect_timeout)
+            ),
+            true,
+        )),
+    }
 }
 
 /// Why the relay's end counts against the backend: it closed the connection, or the connection
