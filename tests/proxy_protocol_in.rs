@@ -10,10 +10,11 @@ use std::time::{Duration, Instant};
 
 use common::daemon::Daemon;
 use common::mariadb::{free_port, shared_pair, tcp_opts, BENCH_PASS, BENCH_USER};
+use common::pp::{balancer, connect_from, v1, v2, Haproxy};
 use common::proxy::http_get;
 use mysql_async::prelude::Queryable;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpSocket, TcpStream};
+use tokio::net::TcpStream;
 
 const BALANCER_IP: &str = "127.0.0.2";
 const CLIENT: &str = "10.9.8.7";
@@ -53,55 +54,6 @@ fn start(extra: &str) -> (Lb, tempfile::NamedTempFile) {
         },
         file,
     )
-}
-
-fn v1(source: SocketAddr, dest_port: u16) -> Vec<u8> {
-    format!(
-        "PROXY TCP4 {} 127.0.0.1 {} {dest_port}\r\n",
-        source.ip(),
-        source.port()
-    )
-    .into_bytes()
-}
-
-fn v2(source: SocketAddr, dest_port: u16) -> Vec<u8> {
-    let SocketAddr::V4(s) = source else {
-        panic!("v4 only here")
-    };
-    let mut h = b"\r\n\r\n\0\r\nQUIT\n\x21\x11\x00\x0c".to_vec();
-    h.extend_from_slice(&s.ip().octets());
-    h.extend_from_slice(&[127, 0, 0, 1]);
-    h.extend_from_slice(&s.port().to_be_bytes());
-    h.extend_from_slice(&dest_port.to_be_bytes());
-    h
-}
-
-/// A TCP connection to mysql-lb from `from` (a loopback address).
-async fn connect_from(from: &str, port: u16) -> TcpStream {
-    let socket = TcpSocket::new_v4().unwrap();
-    socket.bind(format!("{from}:0").parse().unwrap()).unwrap();
-    socket
-        .connect(format!("127.0.0.1:{port}").parse().unwrap())
-        .await
-        .expect("connect to mysql-lb")
-}
-
-/// The L4 stand-in: accepts on 127.0.0.1, connects to mysql-lb from `from`, writes `header`
-/// and splices. Returns the address clients connect to.
-async fn balancer(from: &'static str, port: u16, header: Vec<u8>) -> SocketAddr {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        while let Ok((mut client, _)) = listener.accept().await {
-            let header = header.clone();
-            tokio::spawn(async move {
-                let mut upstream = connect_from(from, port).await;
-                upstream.write_all(&header).await.unwrap();
-                let _ = tokio::io::copy_bidirectional(&mut client, &mut upstream).await;
-            });
-        }
-    });
-    addr
 }
 
 async fn port_via(addr: SocketAddr) -> u16 {
@@ -309,17 +261,6 @@ async fn a_listed_client_that_sends_no_header_is_closed_after_handshake_timeout(
     assert_eq!(metric(&lb, "timeout"), 1);
 }
 
-/// HAProxy (its `send-proxy-v2` and `send-proxy` server options, as the README configures it),
-/// killed by pid on drop.
-struct Haproxy(std::process::Child);
-
-impl Drop for Haproxy {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn haproxy_send_proxy_v2_and_v1_in_front_carry_the_client_address() {
     let pair = shared_pair();
@@ -328,10 +269,9 @@ async fn haproxy_send_proxy_v2_and_v1_in_front_carry_the_client_address() {
     let (mut lb, _file) = start("routes: [{client: 127.0.0.1, pool: lb}]\n");
     let (v2_port, v1_port) = (free_port(), free_port());
     let dir = tempfile::tempdir().unwrap();
-    let cfg = dir.path().join("haproxy.cfg");
-    std::fs::write(
-        &cfg,
-        format!(
+    let _haproxy = Haproxy::start(
+        dir.path(),
+        &format!(
             "global\n    maxconn 64\ndefaults\n    mode tcp\n    timeout connect 5s\n    \
              timeout client 60s\n    timeout server 60s\n\
              listen mysql\n    bind 127.0.0.1:{v2_port}\n    option httpchk GET /healthz\n    \
@@ -341,15 +281,6 @@ async fn haproxy_send_proxy_v2_and_v1_in_front_carry_the_client_address() {
             p = lb.port,
             a = lb.admin.port()
         ),
-    )
-    .unwrap();
-    let _haproxy = Haproxy(
-        std::process::Command::new("haproxy")
-            .args(["-db", "-f"])
-            .arg(&cfg)
-            .stdout(std::process::Stdio::null())
-            .spawn()
-            .expect("start haproxy (scripts/install-deps.sh installs it)"),
     );
     for port in [v2_port, v1_port] {
         common::daemon::wait_connectable(port);

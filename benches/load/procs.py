@@ -241,12 +241,13 @@ class MariaDB:
         return myclient.Conn(self.socket, BENCH_USER, BENCH_PASS)
 
 
-def start_haproxy(reg, backends, maxconn, balance="roundrobin", name="haproxy"):
-    """backends: MariaDB objects, or ("127.0.0.1", port) pairs."""
+def start_haproxy(reg, backends, maxconn, balance="roundrobin", name="haproxy", server_opts=""):
+    """backends: MariaDB objects, or ("127.0.0.1", port) pairs; server_opts is appended to each
+    `server` line (e.g. "send-proxy-v2")."""
     port = free_port()
     cfg = os.path.join(reg.base, name + ".cfg")
     servers = "\n".join(
-        "    server db%d 127.0.0.1:%d" % (i + 1, b[1] if isinstance(b, tuple) else b.port)
+        ("    server db%d 127.0.0.1:%d " % (i + 1, b[1] if isinstance(b, tuple) else b.port) + server_opts).rstrip()
         for i, b in enumerate(backends)
     )
     with open(cfg, "w") as f:
@@ -285,8 +286,10 @@ def start_pump(reg, binary, name, listen, backends, extra_args=()):
     return proc
 
 
-def start_mysql_lb(reg, binary, name, listen, backends, extra_args=(), prlimit_nofile=None):
-    """listen: ("127.0.0.1", port) or a socket path; backends: strings for the flag."""
+def start_mysql_lb(reg, binary, name, listen, backends, extra_args=(), prlimit_nofile=None, ready=None):
+    """listen: ("127.0.0.1", port) or a socket path; backends: strings for the flag. ready: the
+    readiness probe (default: `listen` greets), e.g. for a listener that wants a PROXY header
+    first."""
     admin_port = free_port()
     listen_s = listen if isinstance(listen, str) else "%s:%d" % listen
     argv = [binary, "--proxy-address", listen_s]
@@ -298,7 +301,8 @@ def start_mysql_lb(reg, binary, name, listen, backends, extra_args=(), prlimit_n
         # prlimit execs the command: the pid we get is mysql-lb's own.
         argv = [find_binary("prlimit"), "--nofile=%s" % prlimit_nofile, "--"] + argv
     proc, log_path = reg.spawn(name, argv)
-    wait_until(name, lambda: myclient.greets(listen), 30, proc, log_path)
+    probe = ready or (lambda: myclient.greets(listen))
+    wait_until(name, probe, 30, proc, log_path)
     return proc, admin_port, log_path
 
 

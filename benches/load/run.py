@@ -38,6 +38,12 @@ a shared machine hits all paths alike. Paths:
                   `v2`, each backend connection starting with the PROXY header; the backends then
                   run with --proxy-protocol-networks=127.0.0.0/8,localhost on every path (a
                   connection without a header is served as before)
+  haproxy+mysql-lb, haproxy+mysql-lb pp both
+                  only with --proxy-protocol: sysbench -> HAProxy (tcp mode) -> a plaintext
+                  mysql-lb of its own -> backends; without headers, and with HAProxy's
+                  `send-proxy-v2` into `accept_proxy_protocol: [127.0.0.0/8]` and
+                  `proxy_protocol: v2` to the backends (the header on both legs). Their CPU
+                  column is the mysql-lb process's
 
 The backends speak TLS (a throwaway CA and certificates made with openssl); the plaintext
 mysql-lb paths set `backend_tls: {mode: disabled}` so they stay plaintext on both legs.
@@ -539,6 +545,8 @@ class Bench:
             proc, _, _ = procs.start_mysql_lb(
                 self.reg, self.binary, "mysql-lb-pp-" + version, addr, tcp_backends, flags)
             variants.append(Target("mysql-lb pp " + version, tcp_args([addr]), proc))
+        if self.args.proxy_protocol:
+            variants += self.start_haproxy_fronted(extra, tcp_backends)
         baseline, baseline_unix = [], []
         if self.args.baseline:
             addr = ("127.0.0.1", procs.free_port())
@@ -575,6 +583,31 @@ class Bench:
             self.proxies = [t for t in self.proxies if t.name in self.args.paths]
         log("haproxy pid %d (maxconn %d), mysql-lb pid %d (admin %d), mysql-lb unix pid %d (admin %d)"
             % (hp.pid, self.haproxy_maxconn, lb.pid, self.lb_admin, lbu.pid, self.lbu_admin))
+
+    def start_haproxy_fronted(self, extra, tcp_backends):
+        """HAProxy (tcp mode) in front of a mysql-lb of its own: without headers, and with
+        `send-proxy-v2` into `accept_proxy_protocol` and `proxy_protocol: v2` on to the backends.
+        Each target's CPU is its mysql-lb's."""
+        paths = {
+            "haproxy+mysql-lb": ("", ""),
+            "haproxy+mysql-lb pp both": (
+                "accept_proxy_protocol: [127.0.0.0/8]\nproxy_protocol: v2\n", "send-proxy-v2"),
+        }
+        targets = []
+        for name, (body, server_opts) in paths.items():
+            slug = name.replace(" ", "-").replace("+", "-")
+            cfg = procs.write_config(os.path.join(self.reg.base, slug + ".yaml"), tcp_backends,
+                                     "backend_tls: {mode: disabled}\n" + body)
+            addr = ("127.0.0.1", procs.free_port())
+            # A listener in accept_proxy_protocol waits for a header before it greets: the
+            # readiness probe is then start_haproxy's, a greeting through the whole chain.
+            proc, _, _ = procs.start_mysql_lb(
+                self.reg, self.binary, slug, addr, tcp_backends, extra + ["--config", cfg],
+                ready=(lambda: True) if server_opts else None)
+            _, hp_addr = procs.start_haproxy(self.reg, [addr], self.haproxy_maxconn,
+                                             name="haproxy-" + slug, server_opts=server_opts)
+            targets.append(Target(name, tcp_args([hp_addr]), proc))
+        return targets
 
     def start_tls_proxies(self, extra, tcp_backends):
         """The TLS and compressed paths: (targets, the proxies among them)."""
