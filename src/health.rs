@@ -312,6 +312,41 @@ pub async fn check_backend_with(
     }
 }
 
+/// The check user's mysql_native_password login for the greeting `payload`.
+fn login_packet(
+    payload: &[u8],
+    capabilities: u32,
+    user: &str,
+    password: &str,
+) -> Result<Vec<u8>, CheckError> {
+    let nonce = greeting_scramble(payload).map_err(CheckError::Greeting)?;
+    native_login(capabilities, &nonce, user, password).map_err(|e| match e {
+        LoginError::MissingCapability(name) => CheckError::OldServer(name),
+        LoginError::UserTooLong => CheckError::BadResult {
+            query: "login",
+            detail: "user name too long".to_owned(),
+        },
+    })
+}
+
+/// `SHOW REPLICA STATUS`, or `SHOW SLAVE STATUS` on a server that does not know the former.
+async fn replica_status<S: AsyncRead + AsyncWrite + Unpin>(
+    conn: &mut Conn<S>,
+    stage: &mut Stage,
+) -> Result<ResultSet, CheckError> {
+    *stage = Stage::Query(SHOW_REPLICA_STATUS);
+    match conn.query(SHOW_REPLICA_STATUS).await {
+        Err(CheckError::QueryFailed {
+            code: ER_PARSE_ERROR,
+            ..
+        }) => {
+            *stage = Stage::Query(SHOW_SLAVE_STATUS);
+            conn.query(SHOW_SLAVE_STATUS).await
+        }
+        other => other,
+    }
+}
+
 async fn check_stages(
     address: &BackendAddr,
     leg: &CheckLeg,
@@ -337,19 +372,9 @@ async fn check_stages(
     let greeting = conn.read(Stage::Greeting).await?;
     let payload = &greeting[4..];
     let parsed = parse_greeting(payload).map_err(CheckError::Greeting)?;
-    let user = cfg.user.as_deref();
     let password = cfg.password.as_deref().unwrap_or("");
-    let mut login = match user {
-        Some(user) => Some({
-            let nonce = greeting_scramble(payload).map_err(CheckError::Greeting)?;
-            native_login(parsed.capabilities, &nonce, user, password).map_err(|e| match e {
-                LoginError::MissingCapability(name) => CheckError::OldServer(name),
-                LoginError::UserTooLong => CheckError::BadResult {
-                    query: "login",
-                    detail: "user name too long".to_owned(),
-                },
-            })?
-        }),
+    let mut login = match cfg.user.as_deref() {
+        Some(user) => Some(login_packet(payload, parsed.capabilities, user, password)?),
         None => None,
     };
     if let Some(leg) = tls {
@@ -379,17 +404,7 @@ async fn check_stages(
         ..CheckOk::default()
     };
     if let Some(limit) = cfg.max_replication_lag {
-        *stage = Stage::Query(SHOW_REPLICA_STATUS);
-        let status = match conn.query(SHOW_REPLICA_STATUS).await {
-            Err(CheckError::QueryFailed {
-                code: ER_PARSE_ERROR,
-                ..
-            }) => {
-                *stage = Stage::Query(SHOW_SLAVE_STATUS);
-                conn.query(SHOW_SLAVE_STATUS).await?
-            }
-            other => other?,
-        };
+        let status = replica_status(&mut conn, stage).await?;
         ok.replication_lag = evaluate_replication(&status, limit)?;
     }
     // Polite goodbye so the server does not log an aborted connection; a failure here changes

@@ -455,13 +455,14 @@ async fn connect_backend(
                 return Ok((counted.into_lease(set, client), stream, greeting));
             }
             Err((reason, broken)) => {
-                if broken {
-                    set.session_failed(&backend, Failure::Connect, &reason, Instant::now());
-                }
-                if broken && set.mark_down(&backend, Instant::now()) {
-                    warn!(backend = %backend.name, address = %backend.address, "backend marked down: {reason}");
-                } else if !broken {
+                if !broken {
                     info!(backend = %backend.name, "backend refused a connection: {reason}");
+                } else {
+                    let now = Instant::now();
+                    set.session_failed(&backend, Failure::Connect, &reason, now);
+                    if set.mark_down(&backend, now) {
+                        warn!(backend = %backend.name, address = %backend.address, "backend marked down: {reason}");
+                    }
                 }
                 tried.push(format!("{}: {reason}", backend.label()));
             }
