@@ -11,11 +11,10 @@ use std::net::SocketAddr;
 use std::sync::OnceLock;
 
 use common::mariadb::{free_port, MariaDb, BENCH_PASS, BENCH_USER};
-use common::pp::{balancer, v1, v2, Haproxy};
+use common::pp::{balancer, login_from, processlist_host, v1, v2, value, Haproxy};
 use common::proxy::{config, TestProxy};
 use common::rawclient::RawClient;
 use mysql_lb::config::ProxyProtocol;
-use tokio::net::TcpSocket;
 
 /// Where the balancer stand-in connects to mysql-lb from: the only network mysql-lb takes
 /// headers from.
@@ -73,42 +72,10 @@ async fn balancer_for(proxy: &TestProxy, inbound: Leg, client: SocketAddr) -> So
     balancer(BALANCER_IP, port, header).await
 }
 
-/// Logs in to `to` from a socket bound to `from_ip`; the client and its own address.
-async fn login_from(
-    from_ip: &str,
-    to: SocketAddr,
-    user: &str,
-    pass: &str,
-) -> Result<(RawClient, SocketAddr), String> {
-    let socket = TcpSocket::new_v4().map_err(|e| e.to_string())?;
-    let bind: SocketAddr = format!("{from_ip}:0").parse().map_err(|_| "bad ip")?;
-    socket.bind(bind).map_err(|e| format!("bind {bind}: {e}"))?;
-    let stream = socket
-        .connect(to)
-        .await
-        .map_err(|e| format!("connect {to}: {e}"))?;
-    let local = stream.local_addr().map_err(|e| e.to_string())?;
-    let client = RawClient::login(Box::new(stream), user, pass, None, 0, 0).await?;
-    Ok((client, local))
-}
-
-/// One text value.
-async fn value(client: &mut RawClient, sql: &str) -> String {
-    let rows = client.query_text(sql).await.expect(sql);
-    rows.first()
-        .and_then(|r| r.first().cloned().flatten())
-        .unwrap_or_else(|| panic!("{sql}: no value in {rows:?}"))
-}
-
 /// `USER()` and the processlist `HOST` (`ip:port`) the backend shows for this session.
 async fn seen_by_backend(client: &mut RawClient) -> (String, String) {
     let user = value(client, "SELECT USER()").await;
-    let host = value(
-        client,
-        "SELECT HOST FROM information_schema.PROCESSLIST WHERE ID = CONNECTION_ID()",
-    )
-    .await;
-    (user, host)
+    (user, processlist_host(client).await)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -9,11 +9,11 @@
 
 mod common;
 
-use std::net::SocketAddr;
 use std::sync::OnceLock;
 use std::time::Duration;
 
 use common::mariadb::{MariaDb, BENCH_PASS, BENCH_USER};
+use common::pp::{login_from, processlist_host, value};
 use common::proxy::{config, TestProxy};
 use common::rawclient::RawClient;
 use mysql_lb::config::{
@@ -21,7 +21,7 @@ use mysql_lb::config::{
 };
 use mysql_lb::health::{check_backend_with, CheckLeg};
 use mysql_lb::protocol::proxy_out::Version;
-use tokio::net::{TcpSocket, UnixStream};
+use tokio::net::UnixStream;
 
 /// A host-restricted account: only a client from CLIENT_IP may log in as it.
 const HOST_USER: &str = "pp_host";
@@ -54,44 +54,6 @@ fn proxy_to(backend: String, version: ProxyProtocol) -> TestProxy {
     let mut cfg = config(&[backend]);
     cfg.proxy_protocol = version;
     TestProxy::start_with(cfg)
-}
-
-/// Logs in to `to` over TCP from a socket bound to `from_ip`; returns the client and its own
-/// address (what the server should see).
-async fn login_from(
-    from_ip: &str,
-    to: SocketAddr,
-    user: &str,
-    pass: &str,
-) -> Result<(RawClient, SocketAddr), String> {
-    let socket = TcpSocket::new_v4().map_err(|e| e.to_string())?;
-    let bind: SocketAddr = format!("{from_ip}:0").parse().map_err(|_| "bad ip")?;
-    socket.bind(bind).map_err(|e| format!("bind {bind}: {e}"))?;
-    let stream = socket
-        .connect(to)
-        .await
-        .map_err(|e| format!("connect {to}: {e}"))?;
-    stream.set_nodelay(true).map_err(|e| e.to_string())?;
-    let local = stream.local_addr().map_err(|e| e.to_string())?;
-    let client = RawClient::login(Box::new(stream), user, pass, None, 0, 0).await?;
-    Ok((client, local))
-}
-
-/// One text value.
-async fn value(client: &mut RawClient, sql: &str) -> String {
-    let rows = client.query_text(sql).await.expect(sql);
-    rows.first()
-        .and_then(|r| r.first().cloned().flatten())
-        .unwrap_or_else(|| panic!("{sql}: no value in {rows:?}"))
-}
-
-/// The `HOST` the server shows for this session in the processlist (`ip:port`, or `localhost`).
-async fn processlist_host(client: &mut RawClient) -> String {
-    value(
-        client,
-        "SELECT HOST FROM information_schema.PROCESSLIST WHERE ID = CONNECTION_ID()",
-    )
-    .await
 }
 
 async fn sees_the_client_address(version: ProxyProtocol, backend: String) {

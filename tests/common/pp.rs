@@ -7,6 +7,8 @@ use std::net::SocketAddr;
 use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpSocket, TcpStream};
 
+use super::rawclient::RawClient;
+
 /// A v1 header naming `source` as the client and 127.0.0.1:`dest_port` as the destination.
 pub fn v1(source: SocketAddr, dest_port: u16) -> Vec<u8> {
     format!(
@@ -83,4 +85,42 @@ impl Drop for Haproxy {
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
+}
+
+/// Logs in to `to` over TCP from a socket bound to `from_ip`; returns the client and its own
+/// address (what a server told by a PROXY header should see).
+pub async fn login_from(
+    from_ip: &str,
+    to: SocketAddr,
+    user: &str,
+    pass: &str,
+) -> Result<(RawClient, SocketAddr), String> {
+    let socket = TcpSocket::new_v4().map_err(|e| e.to_string())?;
+    let bind: SocketAddr = format!("{from_ip}:0").parse().map_err(|_| "bad ip")?;
+    socket.bind(bind).map_err(|e| format!("bind {bind}: {e}"))?;
+    let stream = socket
+        .connect(to)
+        .await
+        .map_err(|e| format!("connect {to}: {e}"))?;
+    stream.set_nodelay(true).map_err(|e| e.to_string())?;
+    let local = stream.local_addr().map_err(|e| e.to_string())?;
+    let client = RawClient::login(Box::new(stream), user, pass, None, 0, 0).await?;
+    Ok((client, local))
+}
+
+/// One text value.
+pub async fn value(client: &mut RawClient, sql: &str) -> String {
+    let rows = client.query_text(sql).await.expect(sql);
+    rows.first()
+        .and_then(|r| r.first().cloned().flatten())
+        .unwrap_or_else(|| panic!("{sql}: no value in {rows:?}"))
+}
+
+/// The `HOST` the server shows for this session in the processlist (`ip:port`, or `localhost`).
+pub async fn processlist_host(client: &mut RawClient) -> String {
+    value(
+        client,
+        "SELECT HOST FROM information_schema.PROCESSLIST WHERE ID = CONNECTION_ID()",
+    )
+    .await
 }
