@@ -106,7 +106,12 @@ impl Proxy {
                 .open_fds_limit
                 .set(i64::try_from(soft).unwrap_or(i64::MAX));
         }
-        let shared = Arc::new(ProxyState::new(config, Arc::clone(&metrics)).with_legs(legs));
+        let identity = crate::stream::identity::SocketIdentity::for_config(config)?;
+        let shared = Arc::new(
+            ProxyState::new(config, Arc::clone(&metrics))
+                .with_legs(legs)
+                .with_socket_identity(identity),
+        );
         tracing::info!(
             instance_id = config.instances.instance_id,
             "{}",

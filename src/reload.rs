@@ -152,6 +152,10 @@ fn restart_keys(old: &Config, new: &Config) -> Vec<&'static str> {
         "allow_local_infile",
     );
     check(old.worker_threads != new.worker_threads, "worker_threads");
+    check(
+        old.backend_socket_user != new.backend_socket_user,
+        "backend_socket_user",
+    );
     check(old.compression != new.compression, "compression");
     check(
         old.accept_proxy_protocol != new.accept_proxy_protocol,
