@@ -8,6 +8,7 @@ pub mod auth;
 pub mod balancer;
 pub mod config;
 pub mod health;
+pub mod identity_check;
 pub mod kill;
 pub mod leg;
 pub mod lifecycle;
@@ -106,7 +107,8 @@ impl Proxy {
                 .open_fds_limit
                 .set(i64::try_from(soft).unwrap_or(i64::MAX));
         }
-        let identity = crate::stream::identity::SocketIdentity::for_config(config)?;
+        let identity = Arc::new(crate::stream::identity::SocketIdentity::for_config(config)?);
+        identity_check::verify(&identity, config, &legs).await?;
         let shared = Arc::new(
             ProxyState::new(config, Arc::clone(&metrics))
                 .with_legs(legs)

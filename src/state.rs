@@ -168,8 +168,8 @@ impl ProxyState {
     }
 
     /// With `identity` for unix-socket backends (built by [`SocketIdentity::for_config`]).
-    pub fn with_socket_identity(mut self, identity: SocketIdentity) -> Self {
-        self.socket_identity = Arc::new(identity);
+    pub fn with_socket_identity(mut self, identity: Arc<SocketIdentity>) -> Self {
+        self.socket_identity = identity;
         self
     }
 

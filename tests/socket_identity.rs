@@ -118,12 +118,14 @@ fn root_cannot_log_in_through_a_unix_socket_backend_immediate_or_deferred() {
 fn a_login_under_the_identity_mysql_lb_connects_as_is_refused_by_mysql_lb() {
     // An account for the OS user mysql-lb connects as (here `nobody`, the default): the server
     // would admit it by the socket's peer, so mysql-lb refuses it before the server sees it.
+    // `backend_socket_user: daemon` below must then start: the probe at start asks as `daemon`.
+    // Created after mysql-lb started (at start it would have refused the backend, see below).
     let db = debian_server("sockid2");
+    let (_proxy, port) = proxy(&db.socket, "");
     db.root_exec(
         "CREATE USER 'nobody'@'localhost' IDENTIFIED VIA unix_socket; \
          GRANT SELECT ON *.* TO 'nobody'@'localhost';",
     );
-    let (_proxy, port) = proxy(&db.socket, "");
     let out = cli(port, "nobody", None, "SELECT CURRENT_USER()");
     let t = text(&out);
     assert!(!out.status.success(), "nobody was admitted: {t}");
@@ -171,4 +173,49 @@ fn backend_socket_user_that_does_not_exist_or_is_root_stops_the_start() {
         assert!(!out.status.success(), "{user}: started: {t}");
         assert!(t.contains(says), "{user}: {t}");
     }
+}
+
+#[test]
+fn a_backend_that_admits_the_identity_stops_the_start_and_is_refused_on_reload() {
+    // mysql-lb run as an OS user that has a socket-authenticated account (as Debian's `mysql`
+    // does): any client's COM_CHANGE_USER to it would be admitted, so the configuration is.
+    let db = debian_server("sockid3");
+    db.root_exec("CREATE USER 'daemon'@'localhost' IDENTIFIED VIA unix_socket;");
+    let dir = common::mariadb::new_temp_dir("sockid-adm");
+    let file = dir.join("mysql-lb.yaml");
+    let port = free_port();
+    let with_socket = format!(
+        "listen: [\"127.0.0.1:{port}\"]\nadmin_address: \"off\"\nbackend_socket_user: daemon\n\
+         backends: [\"{}\"]\n",
+        db.socket.display()
+    );
+    std::fs::write(&file, &with_socket).unwrap();
+    let out = std::process::Command::new(common::daemon::BIN)
+        .arg(format!("--config={}", file.display()))
+        .output()
+        .unwrap();
+    let t = text(&out);
+    assert!(!out.status.success(), "started: {t}");
+    assert!(
+        t.contains("admits mysql-lb's OS user `daemon`") && t.contains("as account `daemon`"),
+        "{t}"
+    );
+    // Started on TCP alone, a reload that adds the socket is refused and changes nothing.
+    let tcp_only = format!(
+        "listen: [\"127.0.0.1:{port}\"]\nadmin_address: \"off\"\nbackend_socket_user: daemon\n\
+         backends: [\"{}\"]\n",
+        db.tcp_addr()
+    );
+    std::fs::write(&file, &tcp_only).unwrap();
+    let mut proxy = Daemon::start(&[format!("--config={}", file.display())], None);
+    wait_connectable(port);
+    std::fs::write(&file, &with_socket).unwrap();
+    proxy.signal(libc::SIGHUP);
+    let line = proxy.wait_for_line("reload refused");
+    assert!(
+        line.contains("admits mysql-lb's OS user `daemon`"),
+        "{line}"
+    );
+    let out = cli(port, "bench", Some("bench"), "SELECT @@socket IS NOT NULL");
+    assert!(out.status.success(), "{}", text(&out));
 }

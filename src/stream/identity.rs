@@ -51,6 +51,19 @@ pub enum IdentityError {
     Switch { user: String, source: io::Error },
     #[error("no identity was set up for unix-socket backends")]
     NotSetUp,
+    #[error("unix-socket backends cannot be used: at start, {0}")]
+    Unavailable(String),
+    #[error(
+        "unix-socket backend {backend} admits mysql-lb's OS user {identity} as account \
+         `{user}` without a password (unix_socket/auth_socket), so a client could log in as it \
+         through mysql-lb: run mysql-lb as root (it then connects as `backend_socket_user`, \
+         default `nobody`) or as an OS user with no database account, or reach this server over TCP"
+    )]
+    Admitted {
+        backend: String,
+        identity: String,
+        user: String,
+    },
 }
 
 /// One connect request for the switched thread: the socket path and where to send the result.
