@@ -21,7 +21,7 @@ mod tls;
 pub use address::{AddressError, BackendAddr, ListenAddr};
 pub use cli::Cli;
 pub use ejection::EjectionConfig;
-pub use instances::{InstanceConfig, Peer, PeerUrl};
+pub use instances::{parse_instance_id, InstanceConfig, Peer, PeerTemplate, PeerUrl};
 pub use keepalive::TcpKeepalive;
 pub use lifecycle::LifecycleConfig;
 pub use pools::{ConnectMode, PoolConfig, RouteConfig, DEFAULT_POOL};
@@ -205,7 +205,7 @@ pub struct Config {
     /// (those from the command line too).
     pub backend_tls: BackendTls,
     pub backend_compression: bool,
-    /// `reuse_port`, `instance_id` and `peers` (see `instances.rs`).
+    /// `reuse_port`, `instance_id`, `peers` and `peers_from` (see `instances.rs`).
     pub instances: InstanceConfig,
     /// `proxy_protocol`: the header backends without their own key are sent.
     pub proxy_protocol: ProxyProtocol,
@@ -451,7 +451,7 @@ impl Config {
         self.validate_routes()?;
         self.validate_limits()?;
         keepalive::validate(self.tcp_keepalive.as_ref())?;
-        instances::validate(&self.instances)?;
+        instances::validate(&mut self.instances)?;
         accept_proxy::validate(&self.accept_proxy_protocol, &self.listen)?;
         check_log_filter(&self.log_level).map_err(|m| ConfigError::invalid("log.level", m))?;
         if self.worker_threads == Some(0) {

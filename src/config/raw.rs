@@ -108,6 +108,7 @@ pub(super) struct RawConfig {
     reuse_port: Option<bool>,
     instance_id: Option<i64>,
     peers: Option<Vec<super::instances::RawPeer>>,
+    peers_from: Option<super::instances::RawPeersFrom>,
     proxy_protocol: Option<ProxyProtocol>,
     #[serde(default)]
     accept_proxy_protocol: Vec<super::accept_proxy::RawCidr>,
@@ -335,7 +336,12 @@ impl RawConfig {
             compression: self.compression.unwrap_or(d.compression),
             backend_tls,
             backend_compression,
-            instances: super::instances::build(self.reuse_port, self.instance_id, self.peers)?,
+            instances: super::instances::build(
+                self.reuse_port,
+                self.instance_id,
+                self.peers,
+                self.peers_from,
+            )?,
             proxy_protocol: self.proxy_protocol.unwrap_or_default(),
             accept_proxy_protocol: self
                 .accept_proxy_protocol
