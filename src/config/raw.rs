@@ -136,6 +136,7 @@ pub(super) struct RawHealthCheck {
     rise: Option<u32>,
     user: Option<String>,
     password: Option<String>,
+    password_file: Option<PathBuf>,
     #[serde(default, with = "humantime_serde")]
     max_replication_lag: Option<Duration>,
 }
@@ -320,7 +321,7 @@ impl RawConfig {
             admin_token_file: self.admin_token_file,
             admin_token: None,
             allow_local_infile: self.allow_local_infile.unwrap_or(d.allow_local_infile),
-            health_check: self.health_check.into_config(d.health_check),
+            health_check: self.health_check.into_config(d.health_check)?,
             balancer: {
                 let b = self.balancer;
                 let db = d.balancer;
@@ -354,15 +355,22 @@ impl RawConfig {
 
 impl RawHealthCheck {
     /// The `health_check:` section, with `d`'s value for every key not given.
-    fn into_config(self, d: HealthCheckConfig) -> HealthCheckConfig {
-        HealthCheckConfig {
+    fn into_config(self, d: HealthCheckConfig) -> Result<HealthCheckConfig, ConfigError> {
+        if self.password.is_some() && self.password_file.is_some() {
+            return Err(ConfigError::invalid(
+                "health_check.password_file",
+                "set either health_check.password or health_check.password_file, not both",
+            ));
+        }
+        Ok(HealthCheckConfig {
             interval: self.interval.unwrap_or(d.interval),
             timeout: self.timeout.unwrap_or(d.timeout),
             fall: self.fall.unwrap_or(d.fall),
             rise: self.rise.unwrap_or(d.rise),
             user: self.user,
-            password: self.password,
+            password: self.password.map(super::Secret::new),
+            password_file: self.password_file,
             max_replication_lag: self.max_replication_lag,
-        }
+        })
     }
 }
