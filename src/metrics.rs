@@ -280,7 +280,7 @@ impl Metrics {
             peer_requests: int_counter_vec(
                 "peer_requests_total",
                 "Lookups of another instance's connection id (a KILL naming it) at that peer's \
-                 admin endpoint, by peer and outcome: found, not_found, error, timeout, busy.",
+                 admin endpoint, by peer and outcome: found, not_found, error, timeout.",
                 &["peer", "outcome"],
             ),
         };

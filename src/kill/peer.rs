@@ -101,7 +101,7 @@ impl Peers {
             Ok(Some(t)) => ("found", Ok(Some(t))),
             Ok(None) => ("not_found", Ok(None)),
             Err(Outcome::Failed(why)) => ("error", Err(why)),
-            Err(Outcome::Busy) => ("busy", Err("the proxy is shutting down".into())),
+            Err(Outcome::Busy) => ("error", Err("the proxy is shutting down".into())),
             Err(Outcome::TimedOut) => (
                 "timeout",
                 Err(format!(

@@ -20,7 +20,8 @@ pub(super) struct Recorder<'a> {
     backend: &'a Arc<Backend>,
     shared: &'a Arc<ProxyState>,
     /// Who the client authenticated as: a KILL runs elsewhere only for a target of this user.
-    user: &'a str,
+    /// None once it sent a COM_CHANGE_USER (who it is then is not read from the exchange).
+    user: Option<&'a str>,
     /// The session's own proxy id (its recorded user is cleared on COM_CHANGE_USER).
     proxy_id: Option<u32>,
     /// One KILL needing a peer or another backend in flight per session.
@@ -40,7 +41,7 @@ impl<'a> Recorder<'a> {
             worker,
             backend,
             shared,
-            user,
+            user: Some(user),
             proxy_id,
             turn: Arc::new(Semaphore::new(1)),
         }
@@ -49,7 +50,7 @@ impl<'a> Recorder<'a> {
     fn killer(&self) -> kill::Killer<'_> {
         kill::Killer {
             backend: self.backend,
-            user: Some(self.user),
+            user: self.user,
             can_kill_elsewhere: self.shared.killer.configured(),
         }
     }
@@ -58,13 +59,13 @@ impl<'a> Recorder<'a> {
     fn ask_peer(&self, request: KillRequest, peer: crate::config::Peer) -> KillRewrite {
         let shared = Arc::clone(self.shared);
         let backend = Arc::clone(self.backend);
-        let user = self.user.to_owned();
+        let user = self.user.map(str::to_owned);
         let turn = Arc::clone(&self.turn);
         KillRewrite::Later(Box::pin(async move {
             let answer = shared.peers.ask(&peer, &request, Arc::clone(&turn)).await;
             let killer = kill::Killer {
                 backend: &backend,
-                user: Some(&user),
+                user: user.as_deref(),
                 can_kill_elsewhere: shared.killer.configured(),
             };
             let ours = shared.backends().backends().to_vec();
@@ -95,7 +96,8 @@ impl Observer for Recorder<'_> {
         self.stats.record(self.worker, c);
         if c.command == cmd::CHANGE_USER {
             // Who the session is now is not read from the exchange: from here on a KILL from
-            // another backend is refused as another user's.
+            // another backend is refused as another user's, and so are its own KILLs there.
+            self.user = None;
             if let Some(id) = self.proxy_id {
                 self.shared.kills.set_user(id, None);
             }
