@@ -310,3 +310,48 @@ async fn mariadb_cli_kill_query_from_a_second_connection_interrupts_everywhere()
         assert_interrupted(&mut victim, started, &format!("attempt {i}")).await;
     }
 }
+
+/// A session that switched user (COM_CHANGE_USER, here app → eve) is no longer app's: app's
+/// KILL from another backend is refused, as the server would refuse it, and kills nothing.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_session_that_changed_user_is_not_killed_for_its_login_user() {
+    use mysql_async::prelude::Queryable;
+    let proxy = proxy(true);
+    let mut switched = mysql_async::Conn::new(common::mariadb::tcp_opts(
+        &proxy.addr_string(),
+        "app",
+        "app",
+    ))
+    .await
+    .expect("app through the proxy");
+    let port: Option<u16> = switched.query_first("SELECT @@port").await.unwrap();
+    let port = port.expect("a port").to_string();
+    switched
+        .change_user(
+            mysql_async::ChangeUserOpts::default()
+                .with_user(Some("eve".into()))
+                .with_pass(Some("eve".into())),
+        )
+        .await
+        .expect("COM_CHANGE_USER to eve");
+    let id = switched.id();
+    let other = servers()
+        .iter()
+        .map(|s| s.port.to_string())
+        .find(|p| *p != port)
+        .expect("another server");
+    let mut app = session_on(&proxy, "app", &other).await;
+    let err = app
+        .query_text(&format!("KILL CONNECTION {id}"))
+        .await
+        .expect_err("the session is eve's now");
+    assert!(
+        err.starts_with("1095") && err.contains("You are not owner of thread"),
+        "{err}"
+    );
+    let me: Option<String> = switched.query_first("SELECT USER()").await.unwrap();
+    assert!(
+        me.is_some_and(|u| u.starts_with("eve@")),
+        "eve's session lives on"
+    );
+}
