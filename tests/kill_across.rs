@@ -137,7 +137,7 @@ async fn another_users_kill_across_backends_is_refused_with_the_servers_1095() {
             .expect_err("eve may not kill app's query");
         assert!(err.starts_with("1095"), "eve on {port}: {err}");
         assert!(
-            err.contains(&format!("You are not owner of thread")),
+            err.contains("You are not owner of thread"),
             "eve on {port}: {err}"
         );
         assert!(running_anywhere("not-eves"), "app's query runs on");
@@ -353,5 +353,36 @@ async fn a_session_that_changed_user_is_not_killed_for_its_login_user() {
     assert!(
         me.is_some_and(|u| u.starts_with("eve@")),
         "eve's session lives on"
+    );
+}
+
+/// A `kill:` account the backends refuse: the KILL fails with an ERR saying why, nothing is
+/// killed, and the session stays in sync.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_kill_account_the_backend_refuses_gets_an_err_and_kills_nothing() {
+    let addrs: Vec<String> = servers().iter().map(|s| s.tcp_addr()).collect();
+    let mut cfg = config(&addrs);
+    cfg.kill = kill_account();
+    cfg.kill.password = Some("wrong".into());
+    let proxy = TestProxy::start_with(cfg);
+    let ports: Vec<String> = servers().iter().map(|s| s.port.to_string()).collect();
+    let mut victim = session_on(&proxy, "app", &ports[0]).await;
+    start_sleeping(&mut victim, "bad-kill-account").await;
+    let mut killer = session_on(&proxy, "app", &ports[1]).await;
+    let err = killer
+        .query_text(&format!("KILL QUERY {}", victim.connection_id))
+        .await
+        .expect_err("the kill account cannot log in");
+    assert!(
+        err.starts_with("1105")
+            && err.contains("login as the kill account: 1045")
+            && err.contains("nothing was killed"),
+        "{err}"
+    );
+    assert!(running_anywhere("bad-kill-account"), "the query runs on");
+    assert_eq!(
+        port_of(&mut killer).await,
+        ports[1],
+        "the killer is in sync"
     );
 }

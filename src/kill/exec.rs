@@ -36,9 +36,11 @@ pub enum ExecError {
     NoAccount,
     #[error("no answer within {}", humantime::format_duration(TIMEOUT))]
     TimedOut,
-    /// Connecting, logging in, or the KILL itself failed on the target's backend.
+    #[error("login as the kill account: {code} {message}")]
+    Denied { code: u16, message: String },
+    /// Connecting, or the KILL itself, failed on the target's backend.
     #[error("{0}")]
-    Backend(#[from] CheckError),
+    Backend(CheckError),
 }
 
 /// The `kill:` account and the proxy-wide bound on its connections.
@@ -46,6 +48,15 @@ pub enum ExecError {
 pub struct Executor {
     account: Option<(String, String)>,
     slots: Semaphore,
+}
+
+impl From<CheckError> for ExecError {
+    fn from(e: CheckError) -> Self {
+        match e {
+            CheckError::Denied { code, message } => ExecError::Denied { code, message },
+            other => ExecError::Backend(other),
+        }
+    }
 }
 
 impl Executor {
