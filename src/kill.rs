@@ -3,10 +3,13 @@
 //! `KILL QUERY n` (the CLI's Ctrl-C, Connector/J's `Statement.cancel()` and query timeouts)
 //! arrives on a *new* connection, which the balancer may send to another backend, where thread
 //! `n` is a stranger. So each client is greeted with a proxy-unique id, mapped to (backend,
-//! thread id); a KILL naming such an id is rewritten to the backend's thread id when the killing
-//! session is on the same backend, and answered with an ERR otherwise (by turning it into a
-//! `SIGNAL` the backend answers in sequence). The parsing here is sans-IO; the session owns the
-//! registry.
+//! thread id, user); a KILL naming such an id is rewritten to the backend's thread id when the
+//! killing session is on the same backend (the server then checks the client's own right).
+//! On another backend it is run by the proxy over its own `kill:` account ([`exec`]) when the
+//! killer's user name is the target's (the server's rule for a user without the kill
+//! privilege), and refused with the server's own ERR 1095 otherwise; every refusal is a
+//! `SIGNAL` the killer's backend answers in sequence. The parsing ([`parse`]) and the mapping
+//! here are sans-IO; the session owns the registry.
 //!
 //! Id layout: `0b011` in the top bits, then 8 instance bits, then a 21-bit counter:
 //! `0x6000_0000 | instance << 21 | counter`, so every id lies in [`ID_BASE`, 2^31). Below 2^31
