@@ -54,6 +54,12 @@ fn instance(id: u8, port: u16, admin: SocketAddr, peers: &[(u8, SocketAddr)]) ->
     cfg
 }
 
+/// One test at a time: the many client sockets of one would race another's `free_port` picks.
+async fn turn() -> tokio::sync::MutexGuard<'static, ()> {
+    static TURN: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+    TURN.lock().await
+}
+
 fn admin_addr() -> SocketAddr {
     SocketAddr::from(([127, 0, 0, 1], free_port()))
 }
@@ -83,6 +89,7 @@ async fn session(addr: &str, user: &str, id: u8, port: &str, same: bool) -> RawC
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_peers_session_on_another_backend_is_killed_for_its_own_user_only() {
+    let _turn = turn().await;
     let (admin_a, admin_b) = (admin_addr(), admin_addr());
     let a = TestProxy::start_with(instance(1, 0, admin_a, &[(2, admin_b)]));
     let b = TestProxy::start_with(instance(2, a.addr.port(), admin_b, &[(1, admin_a)]));
@@ -144,58 +151,84 @@ async fn start_sleeping(victim: &mut RawClient, marker: &str) {
     });
 }
 
+/// What a stand-in peer saw.
+#[derive(Default)]
+struct Seen {
+    accepted: AtomicUsize,
+    requests: AtomicUsize,
+    in_flight: AtomicUsize,
+    max_in_flight: AtomicUsize,
+    open: AtomicUsize,
+    max_open: AtomicUsize,
+}
+
 /// An admin endpoint standing in for instance 2: every request is answered 404 (no such
-/// session) on a kept-alive connection; counts connections and requests.
-async fn stand_in_peer() -> (SocketAddr, Arc<AtomicUsize>, Arc<AtomicUsize>) {
+/// session) after `delay`, on a kept-alive connection; counts connections and requests.
+async fn stand_in_peer(delay: Duration) -> (SocketAddr, Arc<Seen>) {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
-    let (accepted, requests) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
-    let (acc, req) = (Arc::clone(&accepted), Arc::clone(&requests));
+    let seen = Arc::new(Seen::default());
+    let counts = Arc::clone(&seen);
     tokio::spawn(async move {
-        while let Ok((mut stream, _)) = listener.accept().await {
-            acc.fetch_add(1, Ordering::SeqCst);
-            let req = Arc::clone(&req);
+        while let Ok((stream, _)) = listener.accept().await {
+            counts.accepted.fetch_add(1, Ordering::SeqCst);
+            let now = counts.open.fetch_add(1, Ordering::SeqCst) + 1;
+            counts.max_open.fetch_max(now, Ordering::SeqCst);
+            let counts = Arc::clone(&counts);
             tokio::spawn(async move {
-                let mut buf = Vec::new();
-                let mut chunk = [0u8; 1024];
-                loop {
-                    while let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-                        buf.drain(..end + 4);
-                        req.fetch_add(1, Ordering::SeqCst);
-                        let body = r#"{"error":"no such connection"}"#;
-                        let answer = format!(
-                            "HTTP/1.1 404 Not Found\r\ncontent-type: application/json\r\n\
-                             content-length: {}\r\n\r\n{body}",
-                            body.len()
-                        );
-                        if stream.write_all(answer.as_bytes()).await.is_err() {
-                            return;
-                        }
-                    }
-                    match stream.read(&mut chunk).await {
-                        Ok(0) | Err(_) => return,
-                        Ok(n) => buf.extend_from_slice(&chunk[..n]),
-                    }
-                }
+                answer_404s(stream, Arc::clone(&counts), delay).await;
+                counts.open.fetch_sub(1, Ordering::SeqCst);
             });
         }
     });
-    (addr, accepted, requests)
+    (addr, seen)
+}
+
+async fn answer_404s(mut stream: tokio::net::TcpStream, seen: Arc<Seen>, delay: Duration) {
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 1024];
+    loop {
+        while let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            buf.drain(..end + 4);
+            seen.requests.fetch_add(1, Ordering::SeqCst);
+            let now = seen.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+            seen.max_in_flight.fetch_max(now, Ordering::SeqCst);
+            tokio::time::sleep(delay).await;
+            seen.in_flight.fetch_sub(1, Ordering::SeqCst);
+            let body = r#"{"error":"no such connection"}"#;
+            let answer = format!(
+                "HTTP/1.1 404 Not Found\r\ncontent-type: application/json\r\n\
+                 content-length: {}\r\n\r\n{body}",
+                body.len()
+            );
+            if stream.write_all(answer.as_bytes()).await.is_err() {
+                return;
+            }
+        }
+        match stream.read(&mut chunk).await {
+            Ok(0) | Err(_) => return,
+            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+        }
+    }
+}
+
+/// `KILL QUERY` of instance 2's id with counter `i`, as a COM_QUERY packet.
+fn kill_of_theirs(i: usize) -> Vec<u8> {
+    let theirs = 0x6000_0000u32 | 2 << 21 | i as u32;
+    let sql = format!("KILL QUERY {theirs}");
+    let mut packet = vec![(sql.len() + 1) as u8, 0, 0, 0, 0x03];
+    packet.extend_from_slice(sql.as_bytes());
+    packet
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn pipelined_kills_of_a_peers_ids_reuse_one_connection_and_are_counted() {
-    let (peer, accepted, requests) = stand_in_peer().await;
+    let _turn = turn().await;
+    let (peer, seen) = stand_in_peer(Duration::ZERO).await;
     let proxy = TestProxy::start_with(instance(1, 0, admin_addr(), &[(2, peer)]));
     let mut killer = login_as(&proxy.addr_string(), "app").await;
     const KILLS: usize = 100;
-    let mut burst = Vec::new();
-    for i in 0..KILLS {
-        let theirs = 0x6000_0000u32 | 2 << 21 | i as u32;
-        let sql = format!("KILL QUERY {theirs}");
-        burst.extend_from_slice(&[(sql.len() + 1) as u8, 0, 0, 0, 0x03]);
-        burst.extend_from_slice(sql.as_bytes());
-    }
+    let burst: Vec<u8> = (0..KILLS).flat_map(kill_of_theirs).collect();
     killer.send_raw(&burst).await.expect("one write");
     for i in 0..KILLS {
         let err = killer
@@ -207,12 +240,12 @@ async fn pipelined_kills_of_a_peers_ids_reuse_one_connection_and_are_counted() {
     let rows = killer.query_text("SELECT 5").await.unwrap();
     assert_eq!(rows[0][0].as_deref(), Some("5"), "the killer is in sync");
     assert_eq!(
-        requests.load(Ordering::SeqCst),
+        seen.requests.load(Ordering::SeqCst),
         KILLS,
         "one lookup per KILL"
     );
     assert_eq!(
-        accepted.load(Ordering::SeqCst),
+        seen.accepted.load(Ordering::SeqCst),
         1,
         "one session's lookups go one at a time over one kept-alive connection"
     );
@@ -221,4 +254,38 @@ async fn pipelined_kills_of_a_peers_ids_reuse_one_connection_and_are_counted() {
         "mysql_lb_peer_requests_total{{outcome=\"not_found\",peer=\"http://{peer}\"}} {KILLS}"
     );
     assert!(metrics.contains(&series), "{series} in:\n{metrics}");
+}
+
+/// Many sessions asking at once: never more than 64 lookups in flight at the peer; the rest
+/// wait for a slot and are answered too.
+#[tokio::test(flavor = "multi_thread")]
+async fn lookups_in_flight_are_capped_across_sessions() {
+    let _turn = turn().await;
+    let (peer, seen) = stand_in_peer(Duration::from_millis(500)).await;
+    let proxy = TestProxy::start_with(instance(1, 0, admin_addr(), &[(2, peer)]));
+    const SESSIONS: usize = 80;
+    let mut clients = Vec::new();
+    for _ in 0..SESSIONS {
+        clients.push(login_as(&proxy.addr_string(), "app").await);
+    }
+    for (i, c) in clients.iter_mut().enumerate() {
+        c.send_raw(&[kill_of_theirs(i), kill_of_theirs(i + SESSIONS)].concat())
+            .await
+            .expect("two KILLs in one write");
+    }
+    for (i, c) in clients.iter_mut().enumerate() {
+        for _ in 0..2 {
+            let err = c.read_results().await.expect_err("unknown at the peer");
+            assert!(err.starts_with("1094"), "session {i}: {err}");
+        }
+    }
+    assert_eq!(seen.requests.load(Ordering::SeqCst), 2 * SESSIONS);
+    let max = seen.max_in_flight.load(Ordering::SeqCst);
+    assert_eq!(
+        max, 64,
+        "at most 64 lookups at once, and the cap was reached"
+    );
+    // In use (64 at most) and kept idle for reuse (4 per peer at most), never more at once.
+    let open = seen.max_open.load(Ordering::SeqCst);
+    assert!(open <= 64 + 4, "{open} sockets open at once");
 }
