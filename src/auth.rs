@@ -25,6 +25,7 @@ use crate::protocol::handshake::{
     patch_greeting_with, set_client_bits, ssl_request_for, ClientFirst, ClientResponse, Greeting,
     HandshakeError, Strip,
 };
+use crate::stream::identity::SocketIdentity;
 use crate::stream::{read_packet, PacketReadError};
 use crate::tls::ClientLeg;
 
@@ -63,6 +64,15 @@ pub enum AuthError {
         user: String,
         /// Refuse as MariaDB does (1045) rather than as MySQL (3159).
         mariadb: bool,
+    },
+    #[error(
+        "client logs in as `{user}`, the OS user {identity} that unix-socket backend {backend} \
+         authenticates mysql-lb's own connections as"
+    )]
+    OwnIdentity {
+        user: String,
+        backend: String,
+        identity: String,
     },
     #[error("backend TLS handshake: {0}")]
     BackendTls(std::io::Error),
@@ -163,6 +173,11 @@ pub struct LegPlan<'a> {
     pub backend_compression: bool,
     /// The backend is MariaDB: refusals of our own take MariaDB's codes where it has its own.
     pub mariadb: bool,
+    /// Set when the backend is a unix socket: the OS identity it authenticates our connection
+    /// as, under whose name no client may log in (see `crate::stream::identity`).
+    pub socket_identity: Option<&'a SocketIdentity>,
+    /// The backend's name, for refusals.
+    pub backend: &'a str,
 }
 
 /// The client's HandshakeResponse and the sequence ids it has on each leg.
@@ -247,6 +262,13 @@ where
         greeting,
     } = response;
     let (parsed, negotiated) = patch_response(&mut packet[4..], &greeting, limits.strip)?;
+    if let Some(identity) = plan.socket_identity.filter(|id| !id.admits(&parsed.user)) {
+        return Err(AuthError::OwnIdentity {
+            user: parsed.user,
+            backend: plan.backend.to_owned(),
+            identity: identity.describe(),
+        });
+    }
     let backend_seq = forward_response(backend, &mut packet, &greeting, plan).await?;
     let mut backend_buf = greeting.rest;
     let mut seqs = Sequences {

@@ -363,7 +363,7 @@ async fn a_kill_account_the_backend_refuses_gets_an_err_and_kills_nothing() {
     let addrs: Vec<String> = servers().iter().map(|s| s.tcp_addr()).collect();
     let mut cfg = config(&addrs);
     cfg.kill = kill_account();
-    cfg.kill.password = Some("wrong".into());
+    cfg.kill.password = Some(mysql_lb::config::Secret::new("wrong"));
     let proxy = TestProxy::start_with(cfg);
     let ports: Vec<String> = servers().iter().map(|s| s.port.to_string()).collect();
     let mut victim = session_on(&proxy, "app", &ports[0]).await;

@@ -48,7 +48,7 @@ fn instance(id: u8, port: u16, admin: SocketAddr, peers: &[(u8, SocketAddr)]) ->
         .iter()
         .map(|&(instance_id, addr)| Peer {
             instance_id,
-            admin_url: PeerUrl(addr),
+            admin_url: PeerUrl::from(addr),
         })
         .collect();
     cfg

@@ -1297,7 +1297,10 @@ fn kill_account_and_peer_token_file_are_read_and_checked() {
     ))
     .unwrap();
     assert_eq!(
-        (c.kill.user.as_deref(), c.kill.password.as_deref()),
+        (
+            c.kill.user.as_deref(),
+            c.kill.password.as_ref().map(|p| p.expose())
+        ),
         (Some("lbkill"), Some("pw"))
     );
     assert_eq!(

@@ -255,7 +255,7 @@ pub(crate) async fn open(
     stage: &mut Stage,
 ) -> Result<(Conn<Leg<BackendStream>>, Vec<u8>), CheckError> {
     *stage = Stage::Connect;
-    let mut stream = BackendStream::connect(address, timeout)
+    let mut stream = BackendStream::connect(address, timeout, &leg.socket_identity)
         .await
         .map_err(CheckError::Connect)?;
     if let Some(version) = leg.proxy_protocol {

@@ -63,7 +63,8 @@ impl Executor {
     pub fn new(config: &KillConfig) -> Executor {
         Executor {
             account: config.user.clone().map(|user| {
-                let password = config.password.clone().unwrap_or_default();
+                let password = config.password.as_ref().map(|p| p.expose().to_owned());
+                let password = password.unwrap_or_default();
                 (user, password)
             }),
             slots: Semaphore::new(MAX_IN_FLIGHT),

@@ -13,9 +13,8 @@
 //! [`MAX_LOOKUPS`] proxy-wide. Parsing is sans-IO ([`parse_response`], [`response_len`]).
 
 use std::collections::HashMap;
-use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use prometheus::IntCounterVec;
 use serde::{Deserialize, Serialize};
@@ -32,6 +31,8 @@ use crate::config::{AdminToken, Peer};
 /// One ask, from getting a slot to the last byte: the killing client waits for it, its own
 /// backend connection idle meanwhile.
 pub const TIMEOUT: Duration = Duration::from_secs(2);
+/// A kept-alive connection idle longer is not reused (its peer may have gone without a word).
+const MAX_IDLE: Duration = Duration::from_secs(10);
 /// Lookups in flight at once, proxy-wide.
 pub const MAX_LOOKUPS: usize = 64;
 /// Idle keep-alive connections kept per peer.
@@ -47,7 +48,8 @@ pub struct Peers {
     pub token: Option<AdminToken>,
     /// `peer_token_file`'s token, which this instance's `GET /connections/{id}` accepts too.
     pub accepted: Option<AdminToken>,
-    idle: Mutex<HashMap<SocketAddr, Vec<TcpStream>>>,
+    /// Kept-alive connections by peer `host:port`.
+    idle: Mutex<HashMap<String, Vec<(TcpStream, Instant)>>>,
     slots: Option<Semaphore>,
     /// `mysql_lb_peer_requests_total{peer,outcome}`.
     requests: Option<IntCounterVec>,
@@ -87,7 +89,7 @@ impl Peers {
         let Ok(_turn) = turn.acquire_owned().await else {
             return Err("the session is ending".into());
         };
-        let url = peer.admin_url;
+        let url = &peer.admin_url;
         let asked = tokio::time::timeout(TIMEOUT, async {
             let _slot = match &self.slots {
                 Some(slots) => Some(slots.acquire().await.map_err(|_| Outcome::Busy)?),
@@ -121,34 +123,41 @@ impl Peers {
     /// One request on a reused connection (retried once on a fresh one if the reused one turns
     /// out closed) or a fresh one.
     async fn exchange(&self, peer: &Peer, id: u32) -> Result<Option<RemoteTarget>, String> {
-        let url = peer.admin_url;
+        let url = &peer.admin_url;
+        let key = url.authority();
         let packet = request(peer, self.token.as_ref(), id);
-        if let Some(mut stream) = self.take_idle(url.0) {
-            if let Ok((response, reusable)) = send_and_read(&mut stream, &packet, &url).await {
-                self.put_idle(url.0, stream, reusable);
+        if let Some(mut stream) = self.take_idle(&key) {
+            // A kept connection the peer closed fails at once: then a fresh one is made.
+            if let Ok((response, reusable)) = send_and_read(&mut stream, &packet, url).await {
+                self.put_idle(key, stream, reusable);
                 return parse_response(&response, id).map_err(|e| format!("{url}: {e}"));
             }
         }
-        let mut stream = TcpStream::connect(url.0)
+        // A name is looked up at each connect (a pod behind a headless Service comes back on a
+        // new IP); kept connections stay with the address they were made to until they fail.
+        let mut stream = TcpStream::connect(url.host_port())
             .await
             .map_err(|e| format!("cannot connect to {url}: {e}"))?;
-        let (response, reusable) = send_and_read(&mut stream, &packet, &url).await?;
-        self.put_idle(url.0, stream, reusable);
+        let (response, reusable) = send_and_read(&mut stream, &packet, url).await?;
+        self.put_idle(key, stream, reusable);
         parse_response(&response, id).map_err(|e| format!("{url}: {e}"))
     }
 
-    fn take_idle(&self, addr: SocketAddr) -> Option<TcpStream> {
-        self.idle.lock().ok()?.get_mut(&addr)?.pop()
+    fn take_idle(&self, key: &str) -> Option<TcpStream> {
+        let mut idle = self.idle.lock().ok()?;
+        let list = idle.get_mut(key)?;
+        list.retain(|(_, since)| since.elapsed() < MAX_IDLE);
+        list.pop().map(|(stream, _)| stream)
     }
 
-    fn put_idle(&self, addr: SocketAddr, stream: TcpStream, reusable: bool) {
+    fn put_idle(&self, key: String, stream: TcpStream, reusable: bool) {
         if !reusable {
             return;
         }
         if let Ok(mut idle) = self.idle.lock() {
-            let list = idle.entry(addr).or_default();
+            let list = idle.entry(key).or_default();
             if list.len() < IDLE_PER_PEER {
-                list.push(stream);
+                list.push((stream, Instant::now()));
             }
         }
     }
@@ -257,7 +266,7 @@ pub fn response_len(response: &[u8]) -> Result<Option<(usize, bool)>, String> {
 fn request(peer: &Peer, token: Option<&AdminToken>, id: u32) -> Vec<u8> {
     let mut r = format!(
         "GET /connections/{id} HTTP/1.1\r\nHost: {}\r\nAccept: application/json\r\n",
-        peer.admin_url.0
+        peer.admin_url.authority()
     )
     .into_bytes();
     if let Some(token) = token {

@@ -85,14 +85,13 @@ where
     }
     let mut backend = Leg::Plain(connected.stream);
     let legs = shared.legs();
-    let name = &lease.backend().name;
     let plan = legs::plan(
         shared,
         &legs,
         from.local,
         &connected.tls,
         &backend_greeting,
-        name,
+        lease.backend(),
     );
     let limits = shared.session.handshake_limits();
     let auth = finish_deferred(
@@ -150,6 +149,9 @@ where
         backend_tls: None,
         backend_compression: false,
         mariadb: template.is_mariadb,
+        // No backend yet: the guard runs when the response goes to one (`legs::plan`).
+        socket_identity: None,
+        backend: "",
     };
     let limits = shared.session.handshake_limits();
     match greet_client(client, &mut greeting, limits, &plan, next_seq).await {
@@ -170,10 +172,13 @@ async fn greeting_for(shared: &ProxyState, set: &BackendSet) -> Option<(BytesMut
     }
     for backend in set.candidates(Instant::now()) {
         let attempt = async {
-            let mut stream =
-                BackendStream::open(&backend.address, shared.session.tcp_keepalive.as_ref())
-                    .await
-                    .ok()?;
+            let mut stream = BackendStream::open(
+                &backend.address,
+                shared.session.tcp_keepalive.as_ref(),
+                &shared.socket_identity,
+            )
+            .await
+            .ok()?;
             read_greeting(
                 &mut stream,
                 shared.session.max_handshake_packet_size,

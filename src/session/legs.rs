@@ -24,21 +24,24 @@ const CLOSE_NOTIFY_BUDGET: std::time::Duration = std::time::Duration::from_milli
 /// What each leg of this session does: the client leg as configured for every listener, the
 /// backend leg as its mode and greeting decided (`backend_tls`).
 pub(super) fn plan<'a>(
-    shared: &ProxyState,
+    shared: &'a ProxyState,
     legs: &'a Legs,
     local: bool,
     backend_tls: &'a Option<(TlsConnector, ServerName<'static>)>,
     greeting: &PatchedGreeting,
-    backend: &str,
+    backend: &'a Backend,
 ) -> LegPlan<'a> {
+    let unix = matches!(backend.address, crate::config::BackendAddr::Unix(_));
     LegPlan {
         client_tls: legs.tls.client.as_ref(),
         client_local: local,
         offer_compression: shared.session.offer_compression,
         backend_tls: backend_tls.as_ref().map(|(c, n)| (c, n.clone())),
         backend_compression: greeting.backend_capabilities & CLIENT_COMPRESS != 0
-            && legs.compress_backend(backend),
+            && legs.compress_backend(&backend.name),
         mariadb: greeting.greeting.is_mariadb,
+        socket_identity: unix.then_some(&*shared.socket_identity),
+        backend: &backend.name,
     }
 }
 

@@ -168,7 +168,6 @@ where
         tls: backend_tls,
     } = backend;
     let mut backend = Leg::Plain(stream);
-    let backend_name = lease.backend().name.clone();
     let _registered = register_proxy_id(&shared.kills, lease.backend(), &mut greeting, peer);
     let legs = shared.legs();
     let plan = legs::plan(
@@ -177,7 +176,7 @@ where
         from.local,
         &backend_tls,
         &greeting,
-        &backend_name,
+        lease.backend(),
     );
     let mut next_seq = 2;
     let limits = shared.session.handshake_limits();
@@ -452,10 +451,13 @@ async fn open_backend(
 ) -> Result<(Connected, PatchedGreeting), (String, bool)> {
     let connected = std::sync::atomic::AtomicBool::new(false);
     let attempt = async {
-        let mut stream =
-            BackendStream::open(&backend.address, shared.session.tcp_keepalive.as_ref())
-                .await
-                .map_err(|e| (e.to_string(), true))?;
+        let mut stream = BackendStream::open(
+            &backend.address,
+            shared.session.tcp_keepalive.as_ref(),
+            &shared.socket_identity,
+        )
+        .await
+        .map_err(|e| (e.to_string(), true))?;
         connected.store(true, std::sync::atomic::Ordering::Relaxed);
         if let Some(version) = legs.proxy_protocol(&backend.name) {
             let sent = stream.send_proxy_header(version, addrs).await;

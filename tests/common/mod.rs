@@ -5,6 +5,7 @@ pub mod bulk;
 pub mod certs;
 pub mod daemon;
 pub mod faultgate;
+pub mod kubekit;
 pub mod mariadb;
 pub mod pp;
 pub mod proxy;
@@ -67,6 +68,7 @@ pub fn create_kill_accounts(db: &mariadb::MariaDb) {
 pub fn kill_account() -> mysql_lb::config::KillConfig {
     mysql_lb::config::KillConfig {
         user: Some("lbkill".into()),
-        password: Some("lbkill".into()),
+        password: Some(mysql_lb::config::Secret::new("lbkill")),
+        password_file: None,
     }
 }
