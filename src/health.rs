@@ -15,9 +15,8 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::BytesMut;
 use thiserror::Error;
-use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::time::{Instant, MissedTickBehavior};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -25,28 +24,18 @@ use tracing::{debug, info, warn};
 
 use crate::balancer::{Backend, Transition};
 use crate::config::{BackendAddr, HealthCheckConfig};
-use crate::leg::Leg;
-use crate::protocol::caps::{CLIENT_PROTOCOL_41, CLIENT_SECURE_CONNECTION, CLIENT_SSL};
-use crate::protocol::codec::header;
-use crate::protocol::errors::ServerErr;
-use crate::protocol::handshake::{
-    greeting_scramble, parse_greeting, set_client_bits, ssl_request_for, HandshakeError,
-};
-use crate::protocol::login::{native_answer, native_login, AuthSwitch, LoginError, NATIVE_PLUGIN};
+use crate::protocol::handshake::HandshakeError;
 use crate::protocol::proxy_out::Version as ProxyVersion;
-use crate::protocol::resultset::{column_count, column_name, is_eof, text_row};
 use crate::state::ProxyState;
 use crate::stream::identity::SocketIdentity;
-use crate::stream::{read_packet, BackendStream, PacketReadError};
+use crate::stream::PacketReadError;
 use crate::tls::BackendLeg;
 
-/// Largest packet a check accepts; status rows are a few KiB.
-const MAX_PACKET: usize = 1 << 20;
-/// Result sets the monitor reads are one row (or one per replication channel).
-const MAX_ROWS: usize = 64;
-const MAX_COLUMNS: usize = 512;
-const COM_QUIT: u8 = 0x01;
-const COM_QUERY: u8 = 0x03;
+mod conn;
+
+pub(crate) use conn::open as open_connection;
+use conn::{Conn, ResultSet};
+
 /// ER_PARSE_ERROR: the server does not know `SHOW REPLICA STATUS` (MariaDB < 10.5, MySQL < 8.0.22).
 const ER_PARSE_ERROR: u16 = 1064;
 
@@ -205,7 +194,8 @@ pub async fn run(shared: Arc<ProxyState>, cfg: HealthCheckConfig, shutdown: Canc
     }
 }
 
-fn check_leg(shared: &ProxyState, backend: &Backend) -> CheckLeg {
+/// How a connection of the proxy's own to `backend` starts (TLS, a PROXY protocol header).
+pub(crate) fn check_leg(shared: &ProxyState, backend: &Backend) -> CheckLeg {
     let legs = shared.legs();
     CheckLeg {
         tls: legs.tls.backend(&backend.name).cloned(),
@@ -327,23 +317,6 @@ pub async fn check_backend_with(
     }
 }
 
-/// The check user's mysql_native_password login for the greeting `payload`.
-fn login_packet(
-    payload: &[u8],
-    capabilities: u32,
-    user: &str,
-    password: &str,
-) -> Result<Vec<u8>, CheckError> {
-    let nonce = greeting_scramble(payload).map_err(CheckError::Greeting)?;
-    native_login(capabilities, &nonce, user, password).map_err(|e| match e {
-        LoginError::MissingCapability(name) => CheckError::OldServer(name),
-        LoginError::UserTooLong => CheckError::BadResult {
-            query: "login",
-            detail: "user name too long".to_owned(),
-        },
-    })
-}
-
 /// `SHOW REPLICA STATUS`, or `SHOW SLAVE STATUS` on a server that does not know the former.
 async fn replica_status<S: AsyncRead + AsyncWrite + Unpin>(
     conn: &mut Conn<S>,
@@ -368,243 +341,28 @@ async fn check_stages(
     cfg: &HealthCheckConfig,
     stage: &mut Stage,
 ) -> Result<CheckOk, CheckError> {
-    let mut stream = BackendStream::connect(address, cfg.timeout, &leg.socket_identity)
-        .await
-        .map_err(CheckError::Connect)?;
-    if let Some(version) = leg.proxy_protocol {
-        let own = stream.own_addrs();
-        stream
-            .send_proxy_header(version, own)
-            .await
-            .map_err(CheckError::Connect)?;
-    }
-    let tls = leg.tls.as_deref();
-    *stage = Stage::Greeting;
-    let mut conn = Conn {
-        stream: Leg::Plain(stream),
-        buf: BytesMut::with_capacity(1024),
-    };
-    let greeting = conn.read(Stage::Greeting).await?;
-    let payload = &greeting[4..];
-    let parsed = parse_greeting(payload).map_err(CheckError::Greeting)?;
-    let password = cfg.password.as_ref().map_or("", |p| p.expose());
-    let mut login = match cfg.user.as_deref() {
-        Some(user) => Some(login_packet(payload, parsed.capabilities, user, password)?),
-        None => None,
-    };
-    if let Some(leg) = tls {
-        let unix = matches!(address, BackendAddr::Unix(_));
-        let offered = parsed.capabilities & CLIENT_SSL != 0;
-        if leg.uses_tls(offered, unix).map_err(CheckError::Tls)? {
-            *stage = Stage::Tls;
-            conn.start_tls(leg, login.as_mut(), parsed.capabilities)
-                .await?;
-        }
-    }
-    let Some(response) = login else {
-        // All a check without credentials can have; the server counts it as an aborted
-        // connect (see `run`).
-        return Ok(CheckOk {
-            greeting: greeting.to_vec(),
-            ..CheckOk::default()
-        });
-    };
-    *stage = Stage::Login;
-    conn.login(&response, password).await?;
-
-    *stage = Stage::Query(SELECT_1);
-    conn.query(SELECT_1).await?;
+    let account = cfg
+        .user
+        .as_deref()
+        .map(|user| (user, cfg.password.as_ref().map_or("", |p| p.expose())));
+    let (mut conn, greeting) = conn::open(address, leg, account, cfg.timeout, stage).await?;
     let mut ok = CheckOk {
-        greeting: greeting.to_vec(),
+        greeting,
         ..CheckOk::default()
     };
+    if account.is_none() {
+        // All a check without credentials can have; the server counts it as an aborted
+        // connect (see `run`).
+        return Ok(ok);
+    }
+    *stage = Stage::Query(SELECT_1);
+    conn.query(SELECT_1).await?;
     if let Some(limit) = cfg.max_replication_lag {
         let status = replica_status(&mut conn, stage).await?;
         ok.replication_lag = evaluate_replication(&status, limit)?;
     }
-    // Polite goodbye so the server does not log an aborted connection; a failure here changes
-    // nothing about the verdict.
-    if let Err(e) = conn.stream.write_all(&command(COM_QUIT, b"")).await {
-        debug!(error = %e, "health check: COM_QUIT not sent");
-    }
+    conn.quit().await;
     Ok(ok)
-}
-
-impl Conn<Leg<BackendStream>> {
-    /// An SSLRequest, then the TLS handshake; `login`, the response to send next, gets
-    /// CLIENT_SSL and sequence id 2 to match.
-    async fn start_tls(
-        &mut self,
-        leg: &BackendLeg,
-        login: Option<&mut Vec<u8>>,
-        server_caps: u32,
-    ) -> Result<(), CheckError> {
-        let Some(connector) = &leg.connector else {
-            return Ok(());
-        };
-        if !self.buf.is_empty() {
-            return Err(CheckError::Tls("it sent bytes after its greeting"));
-        }
-        let request = match login {
-            Some(response) => {
-                let _ = set_client_bits(&mut response[4..], CLIENT_SSL, 0);
-                response[3] = 2;
-                ssl_request_for(&response[4..]).map_err(CheckError::Greeting)?
-            }
-            None => ssl_request_only(server_caps),
-        };
-        let mut packet = vec![request.len() as u8, 0, 0, 1];
-        packet.extend_from_slice(&request);
-        self.write(Stage::Tls, &packet).await?;
-        let plain = self.stream.take_plain().map_err(|e| CheckError::Io {
-            stage: Stage::Tls,
-            source: PacketReadError::Io(e),
-        })?;
-        let tls = connector
-            .connect(leg.server_name.clone(), plain)
-            .await
-            .map_err(|e| CheckError::Io {
-                stage: Stage::Tls,
-                source: PacketReadError::Io(e),
-            })?;
-        self.stream = Leg::Tls(Box::new(tokio_rustls::TlsStream::Client(tls)));
-        Ok(())
-    }
-}
-
-/// An SSLRequest for a check that does not log in: protocol 4.1 and TLS, nothing else asked.
-fn ssl_request_only(server_caps: u32) -> [u8; 32] {
-    let caps = (CLIENT_PROTOCOL_41 | CLIENT_SSL | CLIENT_SECURE_CONNECTION) & server_caps
-        | CLIENT_PROTOCOL_41
-        | CLIENT_SSL;
-    let mut request = [0u8; 32];
-    request[..4].copy_from_slice(&caps.to_le_bytes());
-    request[4..8].copy_from_slice(&(1u32 << 24).to_le_bytes());
-    request[8] = 33; // utf8mb3_general_ci, what the checks' queries need
-    request
-}
-
-/// The monitor's side of one connection: the stream and what was read past the last packet.
-struct Conn<S> {
-    stream: S,
-    buf: BytesMut,
-}
-
-impl<S: AsyncRead + AsyncWrite + Unpin> Conn<S> {
-    async fn read(&mut self, stage: Stage) -> Result<BytesMut, CheckError> {
-        read_packet(&mut self.stream, &mut self.buf, MAX_PACKET)
-            .await
-            .map_err(|source| CheckError::Io { stage, source })
-    }
-
-    async fn write(&mut self, stage: Stage, packet: &[u8]) -> Result<(), CheckError> {
-        self.stream
-            .write_all(packet)
-            .await
-            .map_err(|e| CheckError::Io {
-                stage,
-                source: PacketReadError::Io(e),
-            })
-    }
-
-    /// `response` (a HandshakeResponse41 with mysql_native_password), then at most one
-    /// AuthSwitchRequest.
-    async fn login(&mut self, response: &[u8], password: &str) -> Result<(), CheckError> {
-        self.write(Stage::Login, response).await?;
-        let reply = self.read(Stage::Login).await?;
-        let seq = reply[3];
-        match reply.get(4) {
-            Some(0x00) => return Ok(()),
-            Some(0xFF) => return Err(denied(&reply[4..])),
-            Some(0xFE) => {}
-            other => {
-                return Err(CheckError::Unexpected {
-                    stage: Stage::Login,
-                    first: other.copied().unwrap_or(0),
-                })
-            }
-        }
-        let switch = AuthSwitch::parse(&reply[4..]);
-        if switch.plugin != NATIVE_PLUGIN.as_bytes() {
-            return Err(CheckError::UnsupportedPlugin(
-                String::from_utf8_lossy(switch.plugin).into_owned(),
-            ));
-        }
-        let packet = native_answer(switch.data, password, seq.wrapping_add(1));
-        self.write(Stage::Login, &packet).await?;
-        let reply = self.read(Stage::Login).await?;
-        match reply.get(4) {
-            Some(0x00) => Ok(()),
-            Some(0xFF) => Err(denied(&reply[4..])),
-            other => Err(CheckError::Unexpected {
-                stage: Stage::Login,
-                first: other.copied().unwrap_or(0),
-            }),
-        }
-    }
-
-    /// Runs a text query and reads its whole (bounded) result set; an OK reply is an empty one.
-    async fn query(&mut self, sql: &'static str) -> Result<ResultSet, CheckError> {
-        let stage = Stage::Query(sql);
-        self.write(stage, &command(COM_QUERY, sql.as_bytes()))
-            .await?;
-        let first = self.read(stage).await?;
-        let bad = |detail: &str| CheckError::BadResult {
-            query: sql,
-            detail: detail.to_owned(),
-        };
-        let columns = match first.get(4) {
-            Some(0x00) => return Ok(ResultSet::default()),
-            Some(0xFF) => return Err(query_failed(sql, &first[4..])),
-            _ => match column_count(&first[4..]) {
-                Some(n) => usize::try_from(n).unwrap_or(usize::MAX),
-                None => return Err(bad("no column count")),
-            },
-        };
-        if columns == 0 || columns > MAX_COLUMNS {
-            return Err(bad(&format!("{columns} columns")));
-        }
-        let mut set = ResultSet::default();
-        for _ in 0..columns {
-            let def = self.read(stage).await?;
-            set.columns
-                .push(column_name(&def[4..]).ok_or_else(|| bad("column definition"))?);
-        }
-        let eof = self.read(stage).await?;
-        if !is_eof(&eof[4..]) {
-            return Err(bad("no EOF after column definitions"));
-        }
-        loop {
-            let packet = self.read(stage).await?;
-            let payload = &packet[4..];
-            if is_eof(payload) {
-                return Ok(set);
-            }
-            if payload.first() == Some(&0xFF) {
-                return Err(query_failed(sql, payload));
-            }
-            if set.rows.len() == MAX_ROWS {
-                return Err(bad(&format!("more than {MAX_ROWS} rows")));
-            }
-            set.rows
-                .push(text_row(payload, columns).ok_or_else(|| bad("row"))?);
-        }
-    }
-}
-
-/// A text-protocol result set: column names and rows of nullable strings.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-struct ResultSet {
-    columns: Vec<String>,
-    rows: Vec<Vec<Option<String>>>,
-}
-
-impl ResultSet {
-    fn column(&self, names: &[&str]) -> Option<usize> {
-        self.columns
-            .iter()
-            .position(|c| names.iter().any(|n| c.eq_ignore_ascii_case(n)))
-    }
 }
 
 /// Passes a server that is not a replica (no row); fails a replica whose IO or SQL thread is not
@@ -658,28 +416,6 @@ fn evaluate_replication(
         worst = worst.max(lag);
     }
     Ok(Some(worst))
-}
-
-fn denied(payload: &[u8]) -> CheckError {
-    let ServerErr { code, message } = ServerErr::parse_lenient(payload);
-    CheckError::Denied { code, message }
-}
-
-fn query_failed(query: &'static str, payload: &[u8]) -> CheckError {
-    let ServerErr { code, message } = ServerErr::parse_lenient(payload);
-    CheckError::QueryFailed {
-        query,
-        code,
-        message,
-    }
-}
-
-/// A command packet with sequence id 0 (the monitor's commands are tiny).
-fn command(code: u8, arg: &[u8]) -> Vec<u8> {
-    let mut packet = header(1 + arg.len(), 0).to_vec();
-    packet.push(code);
-    packet.extend_from_slice(arg);
-    packet
 }
 
 #[cfg(test)]

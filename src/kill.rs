@@ -3,10 +3,13 @@
 //! `KILL QUERY n` (the CLI's Ctrl-C, Connector/J's `Statement.cancel()` and query timeouts)
 //! arrives on a *new* connection, which the balancer may send to another backend, where thread
 //! `n` is a stranger. So each client is greeted with a proxy-unique id, mapped to (backend,
-//! thread id); a KILL naming such an id is rewritten to the backend's thread id when the killing
-//! session is on the same backend, and answered with an ERR otherwise (by turning it into a
-//! `SIGNAL` the backend answers in sequence). The parsing here is sans-IO; the session owns the
-//! registry.
+//! thread id, user); a KILL naming such an id is rewritten to the backend's thread id when the
+//! killing session is on the same backend (the server then checks the client's own right).
+//! On another backend it is run by the proxy over its own `kill:` account ([`exec`]) when the
+//! killer's user name is the target's (the server's rule for a user without the kill
+//! privilege), and refused with the server's own ERR 1095 otherwise; every refusal is a
+//! `SIGNAL` the killer's backend answers in sequence. The parsing ([`parse`]) and the mapping
+//! here are sans-IO; the session owns the registry.
 //!
 //! Id layout: `0b011` in the top bits, then 8 instance bits, then a 21-bit counter:
 //! `0x6000_0000 | instance << 21 | counter`, so every id lies in [`ID_BASE`, 2^31). Below 2^31
@@ -21,14 +24,18 @@
 //! a client that kept the greeting's 4 bytes in a signed int prints it) is read as that id; with
 //! every proxy id below 2^31 none has such a form, so these reach the server unchanged.
 
+pub mod exec;
+mod parse;
 pub mod peer;
+
+pub use parse::{parse, KillRequest};
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use crate::balancer::Backend;
 use crate::protocol::codec::header;
-use crate::protocol::response::{cmd, is_sql_space, statement_start};
+use crate::protocol::response::cmd;
 
 /// The lowest proxy id (instance 0, counter 0).
 pub const ID_BASE: u32 = 0x6000_0000;
@@ -47,6 +54,8 @@ pub fn is_proxy_id(id: u32) -> bool {
 pub struct Target {
     pub backend: Arc<Backend>,
     pub thread_id: u32,
+    /// The user name the session authenticated as, once it has (see [`Registration::set_user`]).
+    pub user: Option<Arc<str>>,
 }
 
 impl Target {
@@ -55,6 +64,7 @@ impl Target {
         Target {
             backend: Arc::clone(backend),
             thread_id: greeting.greeting.connection_id,
+            user: None,
         }
     }
 }
@@ -136,6 +146,15 @@ impl Registry {
             }
         }
     }
+
+    /// Records who session `id` is now; see [`Registration::set_user`].
+    pub fn set_user(&self, id: u32, user: Option<&str>) {
+        if let Ok(mut ids) = self.ids.lock() {
+            if let Some(Some(target)) = ids.sessions.get_mut(&id) {
+                target.user = user.map(Arc::from);
+            }
+        }
+    }
 }
 
 /// Keeps a session in the registry for as long as it lives.
@@ -155,6 +174,13 @@ impl Registration<'_> {
     pub fn bind(&self, target: Target) {
         self.registry.bind(self.id, target);
     }
+
+    /// The user name the session authenticated as (at the end of its connection phase), or None
+    /// once it is unknown (after a COM_CHANGE_USER): a KILL across backends is executed by the
+    /// proxy only for a killer of the same user name.
+    pub fn set_user(&self, user: Option<&str>) {
+        self.registry.set_user(self.id, user);
+    }
 }
 
 impl Drop for Registration<'_> {
@@ -163,118 +189,21 @@ impl Drop for Registration<'_> {
     }
 }
 
-/// A KILL statement or COM_PROCESS_KILL, as parsed from a command packet's payload.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct KillRequest {
-    /// The statement up to the id (e.g. `KILL QUERY `), reused when rewriting; empty for
-    /// COM_PROCESS_KILL.
-    pub prefix: String,
-    /// The id as a non-negative number; a negative 32-bit literal is read as its two's complement.
-    pub id: u64,
-}
-
-/// Parses `KILL [HARD|SOFT] [CONNECTION|QUERY] <n>` (optionally `;`-terminated, after leading
-/// comments) or COM_PROCESS_KILL. `n` is a number, quoted (`'n'`, as PDO and mysql2 bind it) or
-/// in parentheses, and may be negative (`-1073741823`: a signed 32-bit id). `KILL QUERY ID n`
-/// names a *query* id, not a connection, and is None like everything else (KILL USER,
-/// expressions): it passes untouched.
-pub fn parse(payload: &[u8]) -> Option<KillRequest> {
-    let (&command, body) = payload.split_first()?;
-    if command == cmd::PROCESS_KILL {
-        let id = u32::from_le_bytes(body.get(..4)?.try_into().ok()?);
-        return Some(KillRequest {
-            prefix: String::new(),
-            id: u64::from(id),
-        });
-    }
-    if command != cmd::QUERY {
-        return None;
-    }
-    let sql = std::str::from_utf8(statement_start(body).ok()?).ok()?;
-    let words = sql_words(sql)?;
-    let (first, rest) = words.split_first()?;
-    if !first.eq_ignore_ascii_case("KILL") {
-        return None;
-    }
-    let allowed = ["HARD", "SOFT", "CONNECTION", "QUERY"];
-    let keywords = rest
-        .iter()
-        .take_while(|w| allowed.iter().any(|a| w.eq_ignore_ascii_case(a)))
-        .count();
-    // What follows the keywords is the id, however spaced or commented: `( n )`, `n ;`.
-    let id: String = rest[keywords..].concat();
-    let id = parse_id(id.strip_suffix(';').unwrap_or(&id))?;
-    Some(KillRequest {
-        prefix: words[..=keywords].join(" ") + " ",
-        id,
-    })
-}
-
-/// The words of a statement, split at SQL whitespace and at comments (`/* */`, `#` and `-- ` to
-/// the end of the line; sqlcommenter appends one). None for an unterminated or executable comment
-/// (`/*!`, `/*M!`: its text is part of the statement, which is then not taken for a KILL).
-fn sql_words(sql: &str) -> Option<Vec<&str>> {
-    let bytes = sql.as_bytes();
-    let mut words = Vec::new();
-    let (mut i, mut word_start) = (0, 0);
-    while i < bytes.len() {
-        let rest = &bytes[i..];
-        let skip_to = if is_sql_space(rest[0]) {
-            Some(i + 1)
-        } else if rest.starts_with(b"/*") {
-            if rest.starts_with(b"/*!") || rest.starts_with(b"/*M!") {
-                return None;
-            }
-            let end = rest[2..].windows(2).position(|w| w == b"*/")?;
-            Some(i + 2 + end + 2)
-        } else if rest[0] == b'#'
-            || (rest.starts_with(b"--") && rest.get(2).is_some_and(|b| is_sql_space(*b)))
-        {
-            Some(
-                rest.iter()
-                    .position(|b| *b == b'\n')
-                    .map_or(bytes.len(), |n| i + n + 1),
-            )
-        } else {
-            None
-        };
-        match skip_to {
-            Some(next) => {
-                if i > word_start {
-                    words.push(&sql[word_start..i]);
-                }
-                i = next;
-                word_start = next;
-            }
-            None => i += 1,
-        }
-    }
-    if bytes.len() > word_start {
-        words.push(&sql[word_start..]);
-    }
-    Some(words)
-}
-
-/// `n`, `'n'`, `"n"` or `(n)`; a negative `-n` down to `i32::MIN` as the `u32` with the same bits.
-fn parse_id(word: &str) -> Option<u64> {
-    let unwrapped = [("'", "'"), ("\"", "\""), ("(", ")")]
-        .iter()
-        .find_map(|(open, close)| word.strip_prefix(open)?.strip_suffix(close));
-    let word = unwrapped.unwrap_or(word);
-    if word.starts_with('-') {
-        let signed: i32 = word.parse().ok()?;
-        return Some(u64::from(signed as u32));
-    }
-    word.parse().ok()
-}
-
 /// What became of a KILL naming a proxy id.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Mapping {
     /// Rewritten to the target's thread id on this session's backend.
     Mapped,
-    /// The target is on another backend: answered with ERR 1095, nothing killed.
+    /// The target is on another backend, of the same user: the proxy runs the KILL there over
+    /// its own `kill:` account (see [`exec`]); the killer's backend answers `DO 0`'s OK.
+    Elsewhere,
+    /// The target is on another backend, of the same user, but no `kill:` account is
+    /// configured (or the backend is not one of this instance's): answered with ERR 1095
+    /// saying so, nothing killed.
     OtherBackend,
+    /// The target is on another backend and of another user (or its user is unknown): answered
+    /// with the server's own ERR 1095, nothing killed.
+    NotOwner,
     /// No such session (any more): answered with ERR 1094.
     Unknown,
     /// The id belongs to this other instance, which has no entry in `peers:`: answered with
@@ -290,7 +219,11 @@ impl Mapping {
     pub fn describe(self) -> &'static str {
         match self {
             Mapping::Mapped => "KILL mapped to its session",
-            Mapping::OtherBackend => "KILL refused: its target is on another backend",
+            Mapping::Elsewhere => "KILL run on its target's backend over the kill account",
+            Mapping::OtherBackend => {
+                "KILL refused: its target is on another backend and no kill account can reach it"
+            }
+            Mapping::NotOwner => "KILL refused: its target is another user's, on another backend",
             Mapping::Unknown => "KILL of an unknown proxy id answered 1094",
             Mapping::OtherInstance(_) => {
                 "KILL refused: its id belongs to another instance, which has no entry in peers:"
@@ -305,12 +238,45 @@ pub fn instance_of(id: u32) -> u8 {
     ((id >> INSTANCE_SHIFT) & 0xFF) as u8
 }
 
+/// The session sending a KILL, as the mapping needs it.
+#[derive(Debug, Clone, Copy)]
+pub struct Killer<'a> {
+    /// The backend its own connection is on.
+    pub backend: &'a Arc<Backend>,
+    /// The user name it authenticated as.
+    pub user: Option<&'a str>,
+    /// Whether a `kill:` account is configured to run KILLs on other backends.
+    pub can_kill_elsewhere: bool,
+}
+
+/// What to do with a KILL naming a proxy id: send `packet` to the killer's backend instead, and
+/// with `elsewhere`, first run that KILL on another backend (then `packet` is `DO 0`, whose OK
+/// answers the client; the caller replaces it when the KILL there fails).
+#[derive(Debug)]
+pub struct Decision {
+    pub mapping: Mapping,
+    pub packet: Vec<u8>,
+    pub elsewhere: Option<Elsewhere>,
+}
+
+/// A KILL the proxy runs itself, on the target's backend.
+#[derive(Debug, Clone)]
+pub struct Elsewhere {
+    pub backend: Arc<Backend>,
+    /// `KILL QUERY 42`, `KILL CONNECTION 42`, ...: the client's words with the backend's id.
+    pub statement: String,
+    pub proxy_id: u32,
+}
+
 /// The session an id stands for, wherever it was looked up.
 struct Found<'a> {
     backend: &'a str,
     thread_id: u32,
+    user: Option<&'a str>,
     /// Whether it is on the backend of the session that sent the KILL.
     same_backend: bool,
+    /// This instance's backend the session is on (None: one this instance does not have).
+    local: Option<Arc<Backend>>,
 }
 
 /// What to send the backend instead of the client's KILL packet, if anything changes, and why.
@@ -319,8 +285,8 @@ struct Found<'a> {
 pub fn rewrite(
     request: &KillRequest,
     registry: &Registry,
-    own_backend: &Arc<Backend>,
-) -> Option<(Mapping, Vec<u8>)> {
+    killer: &Killer<'_>,
+) -> Option<Decision> {
     let proxy_id = u32::try_from(request.id)
         .ok()
         .filter(|id| is_proxy_id(*id))?;
@@ -333,20 +299,26 @@ pub fn rewrite(
                  has no entry in peers:; nothing was killed"
             ),
         );
-        return Some((Mapping::OtherInstance(instance), query_packet(&sql)));
+        return Some(Decision {
+            mapping: Mapping::OtherInstance(instance),
+            packet: query_packet(&sql),
+            elsewhere: None,
+        });
     }
     let target = registry.lookup(proxy_id);
     let found = target.as_ref().map(|t| Found {
         backend: &t.backend.name,
         thread_id: t.thread_id,
-        same_backend: Arc::ptr_eq(&t.backend, own_backend),
+        user: t.user.as_deref(),
+        same_backend: Arc::ptr_eq(&t.backend, killer.backend),
+        local: Some(Arc::clone(&t.backend)),
     });
-    Some(decide(request, proxy_id, found, own_backend))
+    Some(decide(request, proxy_id, found, killer))
 }
 
 /// Another instance's answer for one of its ids: the backend (name and address, as its
-/// `/backends` shows them) and thread id, None when it has no such session, or why it could not
-/// be asked.
+/// `/backends` shows them), thread id and user, None when it has no such session, or why it
+/// could not be asked.
 pub type RemoteAnswer = Result<Option<RemoteTarget>, String>;
 
 /// Where another instance's session is.
@@ -355,27 +327,34 @@ pub struct RemoteTarget {
     pub backend: String,
     pub address: String,
     pub thread_id: u32,
+    /// None from an instance too old to say.
+    pub user: Option<String>,
 }
 
 /// Maps a KILL of another instance's id from that instance's answer, exactly as [`rewrite`]
-/// maps an own one: the KILL runs on this session's backend connection (so the server checks
-/// the client's own right to kill), and only when the target is on the same backend, which
-/// both name and address must show (instances may have been started with different files).
+/// maps an own one. Its backend is one of `ours` when both name and address match (instances
+/// may have been started with different files).
 pub fn rewrite_remote(
     request: &KillRequest,
     answer: &RemoteAnswer,
-    own_backend: &Arc<Backend>,
-) -> (Mapping, Vec<u8>) {
+    killer: &Killer<'_>,
+    ours: &[Arc<Backend>],
+) -> Decision {
     let proxy_id = u32::try_from(request.id).unwrap_or(0);
     match answer {
         Ok(target) => {
             let found = target.as_ref().map(|t| Found {
                 backend: &t.backend,
                 thread_id: t.thread_id,
-                same_backend: t.backend == own_backend.name
-                    && t.address == own_backend.address.to_string(),
+                user: t.user.as_deref(),
+                same_backend: t.backend == killer.backend.name
+                    && t.address == killer.backend.address.to_string(),
+                local: ours
+                    .iter()
+                    .find(|b| b.name == t.backend && b.address.to_string() == t.address)
+                    .cloned(),
             });
-            decide(request, proxy_id, found, own_backend)
+            decide(request, proxy_id, found, killer)
         }
         Err(why) => {
             let message = format!(
@@ -383,40 +362,74 @@ pub fn rewrite_remote(
                  be asked ({why}); nothing was killed",
                 instance_of(proxy_id)
             );
-            (Mapping::PeerFailed, query_packet(&signal(1105, &message)))
+            Decision {
+                mapping: Mapping::PeerFailed,
+                packet: query_packet(&signal(1105, &message)),
+                elsewhere: None,
+            }
         }
     }
 }
 
-/// The one mapping rule, for own and remote ids alike.
+/// The one mapping rule, for own and remote ids alike. On the killer's own backend the KILL
+/// runs on the killer's connection, so the server applies the killer's privileges. Elsewhere
+/// the proxy runs it only when the server's rule for a non-privileged user allows it: the same
+/// user name (any host), as MariaDB's and MySQL's `user_matches`.
 fn decide(
     request: &KillRequest,
     proxy_id: u32,
     found: Option<Found<'_>>,
-    own_backend: &Backend,
-) -> (Mapping, Vec<u8>) {
-    let (mapping, sql) = match found {
-        Some(t) if t.same_backend => (
-            Mapping::Mapped,
-            format!("{}{}", kill_statement(&request.prefix), t.thread_id),
-        ),
-        Some(t) => (
+    killer: &Killer<'_>,
+) -> Decision {
+    let statement = |thread_id: u32| format!("{}{thread_id}", kill_statement(&request.prefix));
+    let answer = |mapping, sql: String| Decision {
+        mapping,
+        packet: query_packet(&sql),
+        elsewhere: None,
+    };
+    let Some(t) = found else {
+        return answer(
+            Mapping::Unknown,
+            signal(1094, &format!("Unknown thread id: {proxy_id}")),
+        );
+    };
+    if t.same_backend {
+        return answer(Mapping::Mapped, statement(t.thread_id));
+    }
+    let same_user = matches!((killer.user, t.user), (Some(a), Some(b)) if a == b);
+    if !same_user {
+        let message = format!("mysql-lb: You are not owner of thread {proxy_id}");
+        return answer(Mapping::NotOwner, signal(1095, &message));
+    }
+    match t.local {
+        Some(backend) if killer.can_kill_elsewhere => Decision {
+            mapping: Mapping::Elsewhere,
+            packet: query_packet("DO 0"),
+            elsewhere: Some(Elsewhere {
+                backend,
+                statement: statement(t.thread_id),
+                proxy_id,
+            }),
+        },
+        _ => answer(
             Mapping::OtherBackend,
             signal(
                 1095,
                 &format!(
                     "mysql-lb: connection {proxy_id} is on backend {} and this session on {}; \
-                 KILL refused, nothing was killed (run it through a session on the same backend)",
-                    t.backend, own_backend.name
+                     KILL refused, nothing was killed (configure kill.user, an account with \
+                     CONNECTION ADMIN on every backend, to let mysql-lb run it there)",
+                    t.backend, killer.backend.name
                 ),
             ),
         ),
-        None => (
-            Mapping::Unknown,
-            signal(1094, &format!("Unknown thread id: {proxy_id}")),
-        ),
-    };
-    (mapping, query_packet(&sql))
+    }
+}
+
+/// The packet answering a KILL that ran elsewhere and failed there: `code` and `message` as
+/// the client should see them, in sequence on its own backend connection.
+pub fn failed_elsewhere(code: u16, message: &str) -> Vec<u8> {
+    query_packet(&signal(code, message))
 }
 
 /// A COM_QUERY packet carrying `sql`, sequence id 0.

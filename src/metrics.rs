@@ -60,6 +60,7 @@ pub struct Metrics {
     compressed_sessions: IntCounterVec,
     certificate_expiry: IntGaugeVec,
     pools: PoolFamilies,
+    peer_requests: IntCounterVec,
 }
 
 /// Which pool each backend is in, and the sessions each pool got.
@@ -276,6 +277,12 @@ impl Metrics {
                 &["leg", "backend"],
             ),
             pools: PoolFamilies::new(),
+            peer_requests: int_counter_vec(
+                "peer_requests_total",
+                "Lookups of another instance's connection id (a KILL naming it) at that peer's \
+                 admin endpoint, by peer and outcome: found, not_found, error, timeout.",
+                &["peer", "outcome"],
+            ),
         };
         m.register_all();
         // Registered apart from `register_all`'s list, and its series shown at zero.
@@ -294,7 +301,8 @@ impl Metrics {
 
     fn register_all(&self) {
         let mut collectors = self.backends.collectors();
-        collectors.extend::<[Box<dyn prometheus::core::Collector>; 13]>([
+        collectors.extend::<[Box<dyn prometheus::core::Collector>; 14]>([
+            Box::new(self.peer_requests.clone()),
             Box::new(self.pools.backend_pool.clone()),
             Box::new(self.pools.routed.clone()),
             Box::new(self.tls_sessions.clone()),
@@ -418,6 +426,11 @@ impl Metrics {
     pub fn remove_certificate_expiry(&self, leg: &str, backend: &str) {
         // Absent already is the state wanted.
         let _ = self.certificate_expiry.remove_label_values(&[leg, backend]);
+    }
+
+    /// The handles `crate::kill::peer` counts its lookups with.
+    pub fn peer_requests(&self) -> IntCounterVec {
+        self.peer_requests.clone()
     }
 
     /// A connection closed over its PROXY protocol header: `malformed`, `timeout` or `unlisted`.

@@ -111,6 +111,11 @@ fn restart_keys(old: &Config, new: &Config) -> Vec<&'static str> {
         old.admin_token_file != new.admin_token_file || old.admin_token != new.admin_token,
         "admin_token_file",
     );
+    check(
+        old.peer_token_file != new.peer_token_file || old.peer_token != new.peer_token,
+        "peer_token_file",
+    );
+    check(old.kill != new.kill, "kill");
     // A default max_connections is fitted to the descriptor limit at start: only a chosen value
     // that differs is a change.
     check(

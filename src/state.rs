@@ -36,6 +36,8 @@ pub struct ProxyState {
     pub kills: kill::Registry,
     /// The other instances, asked about KILLs of their ids.
     pub peers: kill::peer::Peers,
+    /// The `kill:` account, running KILLs on other backends than the killer's.
+    pub killer: kill::exec::Executor,
     pub metrics: Arc<Metrics>,
     /// Read by every session, fixed at start (a reload reports changes as needing a restart).
     pub session: SessionSettings,
@@ -154,10 +156,16 @@ impl ProxyState {
             reloads: watch::channel(0).0,
             applied: Mutex::new(config.clone()),
             kills: kill::Registry::with_instance(config.instances.instance_id),
-            peers: kill::peer::Peers {
-                peers: config.instances.peers.clone(),
-                token: config.admin_token.clone(),
-            },
+            peers: kill::peer::Peers::new(
+                config.instances.peers.clone(),
+                config
+                    .peer_token
+                    .clone()
+                    .or_else(|| config.admin_token.clone()),
+                config.peer_token.clone(),
+                metrics.peer_requests(),
+            ),
+            killer: kill::exec::Executor::new(&config.kill),
             metrics,
             session: SessionSettings::from_config(config),
             accept_proxy_protocol: config.accept_proxy_protocol.clone(),

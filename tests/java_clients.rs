@@ -26,6 +26,9 @@ const INSTALL: &str = "run scripts/install-deps.sh (apt-get install default-jdk-
 const RUN_TIMEOUT: Duration = Duration::from_secs(90);
 /// `SELECT SLEEP(10)` cancelled after about 1 s: anything near 10 s means the cancel did nothing.
 const CANCELLED_WITHIN: Duration = Duration::from_secs(5);
+/// `SELECT SLEEP(10)` cancelled after 500 ms over three backends: the cancel's own connection
+/// and the proxy's to the target's backend fit in the rest.
+const CANCELLED_ACROSS_WITHIN: Duration = Duration::from_secs(2);
 
 struct Fixture {
     db: MariaDb,
@@ -100,6 +103,21 @@ fn run_java(mode: &str, via: Via) -> BTreeMap<String, String> {
         Via::Direct => ("127.0.0.1".to_string(), f.db.port),
         Via::Proxy => (f.proxy.addr.ip().to_string(), f.proxy.addr.port()),
     };
+    run_java_at(&[mode], &host, port, (BENCH_USER, BENCH_PASS))
+}
+
+/// Runs `JavaCheck MODE...` against `host:port` (the fixture's server as the direct one) as
+/// `account`; returns its `key=value` lines.
+fn run_java_at(
+    mode: &[&str],
+    host: &str,
+    port: u16,
+    (user, pass): (&str, &str),
+) -> BTreeMap<String, String> {
+    let f = fixture();
+    let via = format!("{host}:{port}");
+    let extra = &mode[1..];
+    let mode = mode[0];
     let classpath: PathBuf = f.classes.path().to_path_buf();
     let classpath = format!("{}:{DRIVER_JAR}", classpath.display());
     let mut child = Command::new("java")
@@ -108,10 +126,11 @@ fn run_java(mode: &str, via: Via) -> BTreeMap<String, String> {
             &classpath,
             "JavaCheck",
             mode,
-            &host,
+            host,
             &port.to_string(),
         ])
-        .args(["127.0.0.1", &f.db.port.to_string(), BENCH_USER, BENCH_PASS])
+        .args(["127.0.0.1", &f.db.port.to_string(), user, pass])
+        .args(extra)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -128,13 +147,13 @@ fn run_java(mode: &str, via: Via) -> BTreeMap<String, String> {
     let out = child.wait_with_output().expect("java's output");
     let stdout = String::from_utf8_lossy(&out.stdout);
     eprintln!(
-        "JavaCheck {mode} {via:?} ({:.1?}):\n{stdout}{}",
+        "JavaCheck {mode} {via} ({:.1?}):\n{stdout}{}",
         start.elapsed(),
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(
         out.status.success(),
-        "JavaCheck {mode} {via:?} failed ({}):\n{stdout}",
+        "JavaCheck {mode} {via} failed ({}):\n{stdout}",
         out.status
     );
     stdout
@@ -202,6 +221,45 @@ fn backend_connection_killed_mid_statement_looks_as_directly() {
             field(&proxied, key),
             field(&direct, key),
             "{key} through the proxy vs directly"
+        );
+    }
+}
+
+/// Connector/J's `cancel()` through mysql-lb over three backends, each statement and each
+/// cancel on a new connection (round robin puts the cancel on another backend than its
+/// statement): every statement is interrupted soon after its cancel, as directly. Needs the
+/// `kill:` account (an account with CONNECTION ADMIN) to run the KILL on the right backend.
+#[test]
+fn statement_cancel_interrupts_the_query_over_three_backends() {
+    let _turn = turn();
+    let f = fixture();
+    let pair = common::mariadb::shared_pair();
+    let servers = [&f.db, &pair[0], &pair[1]];
+    for db in servers {
+        common::create_kill_accounts(db);
+    }
+    let mut cfg = common::proxy::config(&servers.map(|db| db.tcp_addr()));
+    cfg.kill = common::kill_account();
+    let proxy = TestProxy::start_with(cfg);
+    const ATTEMPTS: usize = 20;
+    let lines = run_java_at(
+        &["cancels", &ATTEMPTS.to_string()],
+        &proxy.addr.ip().to_string(),
+        proxy.addr.port(),
+        ("app", "app"),
+    );
+    assert!(!lines.contains_key("cancel_error"), "{lines:?}");
+    for i in 0..ATTEMPTS {
+        let line = field(&lines, &format!("attempt.{i}"));
+        let (outcome, millis) = line.split_once(' ').expect("OUTCOME MILLIS");
+        let millis: u64 = millis.parse().expect("a number");
+        assert_eq!(
+            outcome, "exception_70100_1317",
+            "attempt {i}: the driver reports the interruption ({line})"
+        );
+        assert!(
+            Duration::from_millis(millis) < CANCELLED_ACROSS_WITHIN,
+            "attempt {i}: SELECT SLEEP(10) ran {millis} ms, cancelled after 500 ms"
         );
     }
 }

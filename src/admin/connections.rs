@@ -1,8 +1,9 @@
 //! `GET /connections/{id}`: where one of this instance's sessions is, for the other instances.
 //!
 //! Another instance that receives a KILL of one of our ids asks here (see `crate::kill::peer`)
-//! and maps the KILL itself. The answer names backends and thread ids, so with an admin token
-//! configured it needs the token, as the operations do.
+//! and maps the KILL itself. The answer names backends, thread ids and users, so with an admin
+//! token or a `peer_token_file` configured it needs one of them (the peer token opens this
+//! endpoint only, so instances need not hold each other's admin token).
 
 use hyper::header::HeaderValue;
 use hyper::{Method, StatusCode};
@@ -24,11 +25,12 @@ pub(super) fn answer(
         let error = format!("{path} takes GET only");
         return Some((StatusCode::METHOD_NOT_ALLOWED, json!({ "error": error })));
     }
-    if let Some(token) = token {
-        if !super::ops::authorized(authorization.map(HeaderValue::as_bytes), token) {
-            let error = "missing or wrong bearer token";
-            return Some((StatusCode::UNAUTHORIZED, json!({ "error": error })));
-        }
+    let peer_token = shared.peers.accepted.as_ref().map(|t| t.as_bytes());
+    let given = authorization.map(HeaderValue::as_bytes);
+    let tokens: Vec<&[u8]> = token.into_iter().chain(peer_token).collect();
+    if !tokens.is_empty() && !tokens.iter().any(|t| super::ops::authorized(given, t)) {
+        let error = "missing or wrong bearer token";
+        return Some((StatusCode::UNAUTHORIZED, json!({ "error": error })));
     }
     let Ok(id) = id.parse::<u32>() else {
         let error = format!("{id:?} is not a connection id");
@@ -42,6 +44,7 @@ pub(super) fn answer(
                 backend: target.backend.name.clone(),
                 address: target.backend.address.to_string(),
                 thread_id: target.thread_id,
+                user: target.user.as_deref().map(str::to_owned),
             };
             (StatusCode::OK, json!(info))
         }

@@ -12,6 +12,7 @@ mod cli;
 mod ejection;
 mod instances;
 mod keepalive;
+mod kill;
 mod lifecycle;
 mod pools;
 mod proxy_protocol;
@@ -24,6 +25,7 @@ pub use cli::Cli;
 pub use ejection::EjectionConfig;
 pub use instances::{parse_instance_id, InstanceConfig, Peer, PeerTemplate, PeerUrl};
 pub use keepalive::TcpKeepalive;
+pub use kill::KillConfig;
 pub use lifecycle::LifecycleConfig;
 pub use pools::{ConnectMode, PoolConfig, RouteConfig, DEFAULT_POOL};
 pub use proxy_protocol::ProxyProtocol;
@@ -194,6 +196,13 @@ pub struct Config {
     pub admin_token_file: Option<PathBuf>,
     /// The token read from `admin_token_file` by [`Config::validate`].
     pub admin_token: Option<AdminToken>,
+    /// `peer_token_file`: the token instances send each other instead of the admin token; the
+    /// admin endpoint accepts it for `GET /connections/{id}` only.
+    pub peer_token_file: Option<PathBuf>,
+    /// The token read from `peer_token_file` by [`Config::validate`].
+    pub peer_token: Option<AdminToken>,
+    /// `kill:`: the account that runs KILLs on other backends (see `kill.rs`).
+    pub kill: KillConfig,
     /// When false, CLIENT_LOCAL_FILES is cleared in both directions so no LOAD DATA LOCAL INFILE
     /// can run through the proxy.
     pub allow_local_infile: bool,
@@ -285,6 +294,9 @@ impl Default for Config {
             admin_address: Some(DEFAULT_ADMIN),
             admin_token_file: None,
             admin_token: None,
+            peer_token_file: None,
+            peer_token: None,
+            kill: KillConfig::default(),
             allow_local_infile: true,
             backend_socket_user: None,
             health_check: HealthCheckConfig::default(),
@@ -459,6 +471,7 @@ impl Config {
         self.validate_admin()?;
         self.lifecycle.validate()?;
         self.health_check.validate()?;
+        self.kill.validate()?;
         self.balancer.validate()?;
         tls::validate_client(self.tls.as_ref())?;
         for (i, b) in self.backends.iter().enumerate() {
@@ -473,6 +486,12 @@ impl Config {
         self.admin_token = match &self.admin_token_file {
             Some(path) => Some(
                 read_admin_token(path).map_err(|m| ConfigError::invalid("admin_token_file", m))?,
+            ),
+            None => None,
+        };
+        self.peer_token = match &self.peer_token_file {
+            Some(path) => Some(
+                read_admin_token(path).map_err(|m| ConfigError::invalid("peer_token_file", m))?,
             ),
             None => None,
         };

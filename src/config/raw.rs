@@ -89,6 +89,9 @@ pub(super) struct RawConfig {
     log: RawLog,
     admin_address: Option<String>,
     admin_token_file: Option<PathBuf>,
+    peer_token_file: Option<PathBuf>,
+    #[serde(default)]
+    kill: super::kill::RawKill,
     allow_local_infile: Option<bool>,
     backend_socket_user: Option<String>,
     #[serde(default)]
@@ -321,6 +324,9 @@ impl RawConfig {
             },
             admin_token_file: self.admin_token_file,
             admin_token: None,
+            peer_token_file: self.peer_token_file,
+            peer_token: None,
+            kill: self.kill.into_config(),
             allow_local_infile: self.allow_local_infile.unwrap_or(d.allow_local_infile),
             backend_socket_user: self.backend_socket_user,
             health_check: self.health_check.into_config(d.health_check)?,

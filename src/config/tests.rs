@@ -1281,3 +1281,42 @@ fn bad_ejection_values_name_their_key() {
         .to_string();
     assert!(e.contains("ejection"), "{e}");
 }
+
+#[test]
+fn kill_account_and_peer_token_file_are_read_and_checked() {
+    let base = "backends: [{address: 127.0.0.1:3306}]\n";
+    let c = Config::from_yaml_str(base).unwrap();
+    assert_eq!(
+        (c.kill.user.as_deref(), c.peer_token.is_none()),
+        (None, true)
+    );
+    let token = write_temp(" peer-s3cret\n");
+    let c = Config::from_yaml_str(&format!(
+        "{base}kill: {{user: lbkill, password: pw}}\npeer_token_file: {}\n",
+        token.path().display()
+    ))
+    .unwrap();
+    assert_eq!(
+        (
+            c.kill.user.as_deref(),
+            c.kill.password.as_ref().map(|p| p.expose())
+        ),
+        (Some("lbkill"), Some("pw"))
+    );
+    assert_eq!(
+        c.peer_token.as_ref().map(|t| t.as_bytes()),
+        Some(&b"peer-s3cret"[..])
+    );
+    let e = err(&format!("{base}kill: {{password: pw}}\n"));
+    assert!(
+        e.contains("kill.password") && e.contains("kill.user"),
+        "{e}"
+    );
+    let e = err(&format!("{base}kill: {{user: lbkill, role: x}}\n"));
+    assert!(e.contains("role"), "unknown keys are errors: {e}");
+    let e = err(&format!("{base}peer_token_file: /nonexistent/token\n"));
+    assert!(
+        e.contains("peer_token_file") && e.contains("cannot read"),
+        "{e}"
+    );
+}

@@ -2,45 +2,186 @@
 //!
 //! Instances behind one address share nothing but their configuration: each has its own
 //! registry. A KILL naming another instance's id (its instance bits say whose) is resolved by
-//! that instance's admin endpoint, `GET /connections/{id}`, which answers with the backend and
-//! thread id; the KILL is then mapped here as an own id would be, and runs on the killing
-//! session's backend connection with the client's own privileges. Executing it over there
-//! instead would need credentials the proxy does not have (it never learns passwords) or would
-//! let any client kill anyone's query.
+//! that instance's admin endpoint, `GET /connections/{id}`, which answers with the backend,
+//! thread id and user; the KILL is then mapped here as an own id would be: on the killing
+//! session's backend it runs there with the client's own privileges, on another backend of
+//! ours it runs over the `kill:` account for a killer of the same user (see `super::exec`).
 //!
-//! The client is a minimal HTTP/1.1 exchange over a TCP stream: one request, `Connection:
-//! close`, a bounded response under one deadline. Parsing is sans-IO ([`parse_response`]).
+//! The client is a minimal HTTP/1.1 exchange: one request at a time per TCP connection, kept
+//! alive and reused (a few idle ones per peer), a bounded response under one deadline. Bounded
+//! like the KILLs elsewhere: one lookup in flight per session (the caller's turn), at most
+//! [`MAX_LOOKUPS`] proxy-wide. Parsing is sans-IO ([`parse_response`], [`response_len`]).
 
-use std::sync::Arc;
-use std::time::Duration;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
+use prometheus::IntCounterVec;
 use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
+use tokio::sync::Semaphore;
 
 use tracing::{info, warn};
 
-use super::{rewrite_remote, KillRequest, RemoteAnswer, RemoteTarget};
+use super::{Decision, KillRequest, RemoteAnswer, RemoteTarget};
 use crate::balancer::Backend;
 use crate::config::{AdminToken, Peer};
 
-/// One ask, connect to last byte: the killing client waits for it, its own backend connection
-/// idle meanwhile.
+/// One ask, from getting a slot to the last byte: the killing client waits for it, its own
+/// backend connection idle meanwhile.
 pub const TIMEOUT: Duration = Duration::from_secs(2);
+/// A kept-alive connection idle longer is not reused (its peer may have gone without a word).
+const MAX_IDLE: Duration = Duration::from_secs(10);
+/// Lookups in flight at once, proxy-wide.
+pub const MAX_LOOKUPS: usize = 64;
+/// Idle keep-alive connections kept per peer.
+const IDLE_PER_PEER: usize = 4;
 /// An answer is a line of JSON; anything longer is not one.
 const MAX_RESPONSE: usize = 16 * 1024;
 
-/// The other instances and the token their admin endpoints want.
-#[derive(Debug, Clone, Default)]
+/// The other instances, the token sent to them, and what asking them shares.
+#[derive(Debug, Default)]
 pub struct Peers {
     pub peers: Vec<Peer>,
+    /// Sent to peers: `peer_token_file`'s token, else the admin token.
     pub token: Option<AdminToken>,
+    /// `peer_token_file`'s token, which this instance's `GET /connections/{id}` accepts too.
+    pub accepted: Option<AdminToken>,
+    /// Kept-alive connections by peer `host:port`.
+    idle: Mutex<HashMap<String, Vec<(TcpStream, Instant)>>>,
+    slots: Option<Semaphore>,
+    /// `mysql_lb_peer_requests_total{peer,outcome}`.
+    requests: Option<IntCounterVec>,
 }
 
 impl Peers {
+    pub fn new(
+        peers: Vec<Peer>,
+        token: Option<AdminToken>,
+        accepted: Option<AdminToken>,
+        requests: IntCounterVec,
+    ) -> Peers {
+        Peers {
+            peers,
+            token,
+            accepted,
+            idle: Mutex::default(),
+            slots: Some(Semaphore::new(MAX_LOOKUPS)),
+            requests: Some(requests),
+        }
+    }
+
     /// The peer owning ids of `instance`.
     pub fn of(&self, instance: u8) -> Option<&Peer> {
         self.peers.iter().find(|p| p.instance_id == instance)
+    }
+
+    /// Asks `peer` where its session `request` names is; every failure is the reason, for the
+    /// client's ERR. `turn` is the asking session's slot (one lookup of its at a time).
+    pub async fn ask(
+        &self,
+        peer: &Peer,
+        request: &KillRequest,
+        turn: Arc<Semaphore>,
+    ) -> RemoteAnswer {
+        let id = u32::try_from(request.id).unwrap_or(0);
+        let Ok(_turn) = turn.acquire_owned().await else {
+            return Err("the session is ending".into());
+        };
+        let url = &peer.admin_url;
+        let asked = tokio::time::timeout(TIMEOUT, async {
+            let _slot = match &self.slots {
+                Some(slots) => Some(slots.acquire().await.map_err(|_| Outcome::Busy)?),
+                None => None,
+            };
+            self.exchange(peer, id).await.map_err(Outcome::Failed)
+        })
+        .await
+        .unwrap_or(Err(Outcome::TimedOut));
+        let (outcome, answer) = match asked {
+            Ok(Some(t)) => ("found", Ok(Some(t))),
+            Ok(None) => ("not_found", Ok(None)),
+            Err(Outcome::Failed(why)) => ("error", Err(why)),
+            Err(Outcome::Busy) => ("error", Err("the proxy is shutting down".into())),
+            Err(Outcome::TimedOut) => (
+                "timeout",
+                Err(format!(
+                    "{url} did not answer within {} (or {MAX_LOOKUPS} lookups were in flight)",
+                    humantime::format_duration(TIMEOUT)
+                )),
+            ),
+        };
+        if let Some(requests) = &self.requests {
+            requests
+                .with_label_values(&[&url.to_string(), outcome])
+                .inc();
+        }
+        answer
+    }
+
+    /// One request on a reused connection (retried once on a fresh one if the reused one turns
+    /// out closed) or a fresh one.
+    async fn exchange(&self, peer: &Peer, id: u32) -> Result<Option<RemoteTarget>, String> {
+        let url = &peer.admin_url;
+        let key = url.authority();
+        let packet = request(peer, self.token.as_ref(), id);
+        if let Some(mut stream) = self.take_idle(&key) {
+            // A kept connection the peer closed fails at once: then a fresh one is made.
+            if let Ok((response, reusable)) = send_and_read(&mut stream, &packet, url).await {
+                self.put_idle(key, stream, reusable);
+                return parse_response(&response, id).map_err(|e| format!("{url}: {e}"));
+            }
+        }
+        // A name is looked up at each connect (a pod behind a headless Service comes back on a
+        // new IP); kept connections stay with the address they were made to until they fail.
+        let mut stream = TcpStream::connect(url.host_port())
+            .await
+            .map_err(|e| format!("cannot connect to {url}: {e}"))?;
+        let (response, reusable) = send_and_read(&mut stream, &packet, url).await?;
+        self.put_idle(key, stream, reusable);
+        parse_response(&response, id).map_err(|e| format!("{url}: {e}"))
+    }
+
+    fn take_idle(&self, key: &str) -> Option<TcpStream> {
+        let mut idle = self.idle.lock().ok()?;
+        let list = idle.get_mut(key)?;
+        list.retain(|(_, since)| since.elapsed() < MAX_IDLE);
+        list.pop().map(|(stream, _)| stream)
+    }
+
+    fn put_idle(&self, key: String, stream: TcpStream, reusable: bool) {
+        if !reusable {
+            return;
+        }
+        if let Ok(mut idle) = self.idle.lock() {
+            let list = idle.entry(key).or_default();
+            if list.len() < IDLE_PER_PEER {
+                list.push((stream, Instant::now()));
+            }
+        }
+    }
+}
+
+enum Outcome {
+    Failed(String),
+    Busy,
+    TimedOut,
+}
+
+/// Logs how a peer's answer was mapped.
+pub fn log_answer(
+    decision: &Decision,
+    answer: &RemoteAnswer,
+    own_backend: &Backend,
+    peer: &Peer,
+    request: &KillRequest,
+) {
+    let (backend, url, target) = (&own_backend.name, &peer.admin_url, request.id);
+    let mapping = decision.mapping.describe();
+    match answer {
+        Err(why) => warn!(%backend, target, peer = %url, "{mapping}: {why}"),
+        Ok(_) => info!(%backend, target, peer = %url, "{mapping} (asked its instance)"),
     }
 }
 
@@ -52,66 +193,79 @@ pub struct ConnectionInfo {
     pub backend: String,
     pub address: String,
     pub thread_id: u32,
+    /// The user the session authenticated as (absent from older instances, and while unknown).
+    #[serde(default)]
+    pub user: Option<String>,
 }
 
-/// Asks `peer` about the id `request` names and maps its answer as an own id would be (see
-/// [`rewrite_remote`]): the packet to send this session's backend instead of the KILL.
-pub async fn resolve(
-    request: KillRequest,
-    peer: Peer,
-    token: Option<AdminToken>,
-    own_backend: Arc<Backend>,
-) -> Vec<u8> {
-    let id = u32::try_from(request.id).unwrap_or(0);
-    let answer = ask(&peer, token.as_ref(), id).await;
-    let (mapping, packet) = rewrite_remote(&request, &answer, &own_backend);
-    let (backend, url) = (&own_backend.name, &peer.admin_url);
-    match &answer {
-        Err(why) => warn!(%backend, target = id, peer = %url, "{}: {why}", mapping.describe()),
-        Ok(_) => {
-            info!(%backend, target = id, peer = %url, "{} (asked its instance)", mapping.describe())
+/// Writes `packet` and reads one whole response (head and `Content-Length` body); also whether
+/// the connection may carry another request.
+async fn send_and_read(
+    stream: &mut TcpStream,
+    packet: &[u8],
+    url: &crate::config::PeerUrl,
+) -> Result<(Vec<u8>, bool), String> {
+    stream
+        .write_all(packet)
+        .await
+        .map_err(|e| format!("cannot send to {url}: {e}"))?;
+    let mut response = Vec::with_capacity(1024);
+    let mut chunk = [0u8; 4096];
+    loop {
+        if let Some((len, reusable)) = response_len(&response)? {
+            if response.len() >= len {
+                // Bytes past the answer were never asked for: do not reuse that connection.
+                let clean = response.len() == len;
+                response.truncate(len);
+                return Ok((response, reusable && clean));
+            }
         }
-    }
-    packet
-}
-
-/// Asks `peer` where its session `id` is; every failure is the reason, for the client's ERR.
-pub async fn ask(peer: &Peer, token: Option<&AdminToken>, id: u32) -> RemoteAnswer {
-    let exchange = async {
-        let mut stream = TcpStream::connect(peer.admin_url.host_port())
-            .await
-            .map_err(|e| format!("cannot connect to {}: {e}", peer.admin_url))?;
-        stream
-            .write_all(&request(peer, token, id))
-            .await
-            .map_err(|e| format!("cannot send to {}: {e}", peer.admin_url))?;
-        let mut response = Vec::with_capacity(1024);
-        let mut limited = (&mut stream).take(MAX_RESPONSE as u64 + 1);
-        limited
-            .read_to_end(&mut response)
-            .await
-            .map_err(|e| format!("cannot read from {}: {e}", peer.admin_url))?;
         if response.len() > MAX_RESPONSE {
-            return Err(format!(
-                "{} answered more than {MAX_RESPONSE} bytes",
-                peer.admin_url
-            ));
+            return Err(format!("{url} answered more than {MAX_RESPONSE} bytes"));
         }
-        parse_response(&response, id).map_err(|e| format!("{}: {e}", peer.admin_url))
-    };
-    match tokio::time::timeout(TIMEOUT, exchange).await {
-        Ok(answer) => answer,
-        Err(_) => Err(format!(
-            "{} did not answer within {}",
-            peer.admin_url,
-            humantime::format_duration(TIMEOUT)
-        )),
+        let n = stream
+            .read(&mut chunk)
+            .await
+            .map_err(|e| format!("cannot read from {url}: {e}"))?;
+        if n == 0 {
+            return Err(format!("{url} closed the connection mid-answer"));
+        }
+        response.extend_from_slice(&chunk[..n]);
     }
+}
+
+/// Once the head is whole: the whole response's length (head and `Content-Length` body), and
+/// whether the server keeps the connection open after it. None while the head is incomplete.
+pub fn response_len(response: &[u8]) -> Result<Option<(usize, bool)>, String> {
+    let Some(head_end) = response.windows(4).position(|w| w == b"\r\n\r\n") else {
+        return Ok(None);
+    };
+    let head = std::str::from_utf8(&response[..head_end]).map_err(|_| "HTTP head not UTF-8")?;
+    let mut length = None;
+    let mut reusable = true;
+    for line in head.lines().skip(1) {
+        let Some((name, value)) = line.split_once(':') else {
+            continue;
+        };
+        let (name, value) = (name.trim().to_ascii_lowercase(), value.trim());
+        if name == "content-length" {
+            length = Some(value.parse::<usize>().map_err(|_| "bad Content-Length")?);
+        } else if name == "connection" && value.eq_ignore_ascii_case("close") {
+            reusable = false;
+        } else if name == "transfer-encoding" {
+            return Err("chunked answer not expected".into());
+        }
+    }
+    let length = length.ok_or("answer without Content-Length")?;
+    if length > MAX_RESPONSE {
+        return Err(format!("answer of {length} bytes"));
+    }
+    Ok(Some((head_end + 4 + length, reusable)))
 }
 
 fn request(peer: &Peer, token: Option<&AdminToken>, id: u32) -> Vec<u8> {
     let mut r = format!(
-        "GET /connections/{id} HTTP/1.1\r\nHost: {}\r\nAccept: application/json\r\nConnection: close\r\n",
+        "GET /connections/{id} HTTP/1.1\r\nHost: {}\r\nAccept: application/json\r\n",
         peer.admin_url.authority()
     )
     .into_bytes();
@@ -124,7 +278,7 @@ fn request(peer: &Peer, token: Option<&AdminToken>, id: u32) -> Vec<u8> {
     r
 }
 
-/// A whole HTTP/1.1 response (the connection closed after it) to the session it names: 200 with
+/// A whole HTTP/1.1 response to the session it names: 200 with
 /// [`ConnectionInfo`] for `id`, 404 for no such session; anything else is an error.
 pub fn parse_response(response: &[u8], id: u32) -> Result<Option<RemoteTarget>, String> {
     let head_end = response
@@ -163,12 +317,28 @@ pub fn parse_response(response: &[u8], id: u32) -> Result<Option<RemoteTarget>, 
         backend: info.backend,
         address: info.address,
         thread_id: info.thread_id,
+        user: info.user,
     }))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_response_ends_after_its_content_length() {
+        let whole = http("200 OK", "{}");
+        assert_eq!(response_len(&whole[..10]), Ok(None), "head incomplete");
+        assert_eq!(response_len(&whole), Ok(Some((whole.len(), true))));
+        let closing = b"HTTP/1.1 404 Not Found\r\nconnection: close\r\ncontent-length: 2\r\n\r\n{}";
+        assert_eq!(response_len(closing), Ok(Some((closing.len(), false))));
+        assert!(
+            response_len(b"HTTP/1.1 200 OK\r\n\r\n").is_err(),
+            "no length"
+        );
+        assert!(response_len(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n").is_err());
+        assert!(response_len(b"HTTP/1.1 200 OK\r\ncontent-length: 99999999\r\n\r\n").is_err());
+    }
     use crate::config::PeerUrl;
 
     fn http(status: &str, body: &str) -> Vec<u8> {
@@ -188,9 +358,14 @@ mod tests {
             Some(RemoteTarget {
                 backend: "b1".into(),
                 address: "127.0.0.1:3306".into(),
-                thread_id: 42
-            })
+                thread_id: 42,
+                user: None,
+            }),
+            "an older instance does not say the user"
         );
+        let with_user = body.replace("}", r#","user":"app"}"#);
+        let target = parse_response(&http("200 OK", &with_user), 1612709889).unwrap();
+        assert_eq!(target.and_then(|t| t.user).as_deref(), Some("app"));
         assert!(parse_response(&http("200 OK", body), 7)
             .unwrap_err()
             .contains("instead"));
@@ -228,7 +403,7 @@ mod tests {
     }
 
     #[test]
-    fn the_request_names_the_id_and_asks_to_close() {
+    fn the_request_names_the_id_and_keeps_the_connection() {
         let peer = Peer {
             instance_id: 3,
             admin_url: PeerUrl::parse("http://127.0.0.1:4041").unwrap(),
@@ -238,7 +413,7 @@ mod tests {
             plain.starts_with("GET /connections/5 HTTP/1.1\r\n"),
             "{plain}"
         );
-        assert!(plain.ends_with("Connection: close\r\n\r\n"), "{plain}");
+        assert!(!plain.contains("Connection: close"), "{plain}");
         assert!(!plain.contains("Authorization"));
     }
 }

@@ -100,7 +100,32 @@ fn target(backend: &Arc<Backend>, thread_id: u32) -> Target {
     Target {
         backend: Arc::clone(backend),
         thread_id,
+        user: Some("app".into()),
     }
+}
+
+/// A killer on `backend`, logged in as `user`, with or without a kill account.
+fn by<'a>(backend: &'a Arc<Backend>, user: &'a str, account: bool) -> Killer<'a> {
+    Killer {
+        backend,
+        user: Some(user),
+        can_kill_elsewhere: account,
+    }
+}
+
+/// `rewrite` by user `app` without a kill account (today's mapping), as (mapping, packet).
+fn rw(req: &KillRequest, reg: &Registry, backend: &Arc<Backend>) -> Option<(Mapping, Vec<u8>)> {
+    rewrite(req, reg, &by(backend, "app", false)).map(|d| (d.mapping, d.packet))
+}
+
+fn rw_remote(
+    req: &KillRequest,
+    answer: &RemoteAnswer,
+    killer: &Killer<'_>,
+    ours: &[Arc<Backend>],
+) -> (Mapping, Vec<u8>) {
+    let d = rewrite_remote(req, answer, killer, ours);
+    (d.mapping, d.packet)
 }
 
 #[test]
@@ -186,12 +211,12 @@ fn a_reserved_id_is_unknown_until_bound_and_free_once_dropped() {
     assert!(is_proxy_id(id));
     assert!(reg.lookup(id).is_none());
     let req = parse(&query(&format!("KILL {id}"))).unwrap();
-    assert_eq!(rewrite(&req, &reg, a).unwrap().0, Mapping::Unknown);
+    assert_eq!(rw(&req, &reg, a).unwrap().0, Mapping::Unknown);
     // Another session never gets the reserved id.
     assert_ne!(reg.register(target(a, 1)).unwrap().id(), id);
     reserved.bind(target(a, 77));
     assert_eq!(reg.lookup(id).map(|t| t.thread_id), Some(77));
-    let (mapping, packet) = rewrite(&req, &reg, a).unwrap();
+    let (mapping, packet) = rw(&req, &reg, a).unwrap();
     assert_eq!(mapping, Mapping::Mapped);
     assert_eq!(sql_of(&packet), "KILL 77");
     drop(reserved);
@@ -206,11 +231,11 @@ fn maps_to_the_thread_on_the_same_backend_and_refuses_across() {
     let registration = reg.register(target(a, 42)).unwrap();
     let id = registration.id();
     let req = parse(&query(&format!("KILL QUERY {id}"))).unwrap();
-    let (mapping, same) = rewrite(&req, &reg, a).unwrap();
+    let (mapping, same) = rw(&req, &reg, a).unwrap();
     assert_eq!(mapping, Mapping::Mapped);
     assert_eq!(sql_of(&same), "KILL QUERY 42");
     assert_eq!(same[3], 0, "a command packet");
-    let (mapping, across) = rewrite(&req, &reg, b).unwrap();
+    let (mapping, across) = rw(&req, &reg, b).unwrap();
     assert_eq!(mapping, Mapping::OtherBackend);
     let across = sql_of(&across);
     assert!(across.starts_with("SIGNAL SQLSTATE"), "{across}");
@@ -221,9 +246,9 @@ fn maps_to_the_thread_on_the_same_backend_and_refuses_across() {
             r
         })
         .unwrap();
-    assert_eq!(sql_of(&rewrite(&binary, &reg, a).unwrap().1), "KILL 42");
+    assert_eq!(sql_of(&rw(&binary, &reg, a).unwrap().1), "KILL 42");
     drop(registration);
-    let (mapping, gone) = rewrite(&req, &reg, a).unwrap();
+    let (mapping, gone) = rw(&req, &reg, a).unwrap();
     assert_eq!(mapping, Mapping::Unknown);
     let gone = sql_of(&gone);
     assert!(
@@ -232,11 +257,11 @@ fn maps_to_the_thread_on_the_same_backend_and_refuses_across() {
     );
     // Real thread ids (below the range) pass untouched, and so does a negative form, which
     // names no proxy id: the server answers it as it would directly.
-    assert_eq!(rewrite(&parse(&query("KILL 17")).unwrap(), &reg, a), None);
+    assert_eq!(rw(&parse(&query("KILL 17")).unwrap(), &reg, a), None);
     let below = format!("KILL QUERY {}", ID_BASE - 1);
-    assert_eq!(rewrite(&parse(&query(&below)).unwrap(), &reg, a), None);
+    assert_eq!(rw(&parse(&query(&below)).unwrap(), &reg, a), None);
     let negative = parse(&query("KILL QUERY -1073741823")).unwrap();
-    assert_eq!(rewrite(&negative, &reg, a), None);
+    assert_eq!(rw(&negative, &reg, a), None);
 }
 
 #[test]
@@ -249,7 +274,7 @@ fn an_id_of_another_instance_is_refused_naming_it_never_passed_on() {
     let theirs = there.register(target(a, 42)).unwrap().id();
     assert_eq!(instance_of(theirs), 3);
     let req = parse(&query(&format!("KILL QUERY {theirs}"))).unwrap();
-    let (mapping, packet) = rewrite(&req, &here, a).unwrap();
+    let (mapping, packet) = rw(&req, &here, a).unwrap();
     assert_eq!(mapping, Mapping::OtherInstance(3));
     let sql = sql_of(&packet);
     assert!(sql.starts_with("SIGNAL SQLSTATE"), "{sql}");
@@ -271,14 +296,17 @@ fn a_remote_answer_is_mapped_as_an_own_id_would_be() {
             backend: backend.name.clone(),
             address: backend.address.to_string(),
             thread_id: 42,
+            user: Some("app".into()),
         }))
     };
-    let (mapping, same) = rewrite_remote(&req, &on(a), a);
+    let ours = set.backends().to_vec();
+    let app = by(a, "app", false);
+    let (mapping, same) = rw_remote(&req, &on(a), &app, &ours);
     assert_eq!(
         (mapping, sql_of(&same).as_str()),
         (Mapping::Mapped, "KILL QUERY 42")
     );
-    let (mapping, across) = rewrite_remote(&req, &on(b), a);
+    let (mapping, across) = rw_remote(&req, &on(b), &app, &ours);
     assert_eq!(mapping, Mapping::OtherBackend);
     assert!(sql_of(&across).contains("1095"));
     // Same name, other address: not the same server.
@@ -286,16 +314,87 @@ fn a_remote_answer_is_mapped_as_an_own_id_would_be() {
         backend: a.name.clone(),
         address: "127.0.0.9:1".into(),
         thread_id: 42,
+        user: Some("app".into()),
     }));
-    assert_eq!(rewrite_remote(&req, &renamed, a).0, Mapping::OtherBackend);
-    let (mapping, gone) = rewrite_remote(&req, &Ok(None), a);
+    let with_account = by(b, "app", true);
+    let renamed = rewrite_remote(&req, &renamed, &with_account, &ours);
+    assert_eq!(renamed.mapping, Mapping::OtherBackend);
+    assert!(renamed.elsewhere.is_none(), "not a backend of ours");
+    let elsewhere = rewrite_remote(&req, &on(a), &with_account, &ours);
+    assert_eq!(elsewhere.mapping, Mapping::Elsewhere);
+    let run = elsewhere.elsewhere.unwrap();
+    assert!(Arc::ptr_eq(&run.backend, a));
+    assert_eq!(run.statement, "KILL QUERY 42");
+    let other_user = rewrite_remote(&req, &on(a), &by(b, "eve", true), &ours);
+    assert_eq!(other_user.mapping, Mapping::NotOwner);
+    let (mapping, gone) = rw_remote(&req, &Ok(None), &app, &ours);
     assert_eq!(mapping, Mapping::Unknown);
     assert!(sql_of(&gone).contains("Unknown thread id"));
-    let (mapping, failed) = rewrite_remote(&req, &Err("timed out".into()), a);
+    let (mapping, failed) = rw_remote(&req, &Err("timed out".into()), &app, &ours);
     assert_eq!(mapping, Mapping::PeerFailed);
     let failed = sql_of(&failed);
     assert!(
         failed.contains("1105") && failed.contains("instance 3") && failed.contains("timed out"),
         "{failed}"
     );
+}
+
+#[test]
+fn across_backends_only_the_same_user_has_the_kill_run_there() {
+    let set = two_backends();
+    let (a, b) = (&set.backends()[0], &set.backends()[1]);
+    let reg = Registry::default();
+    let registration = reg.register(target(a, 42)).unwrap();
+    let id = registration.id();
+    let req = parse(&query(&format!("KILL QUERY {id}"))).unwrap();
+    let same_user = rewrite(&req, &reg, &by(b, "app", true)).unwrap();
+    assert_eq!(same_user.mapping, Mapping::Elsewhere);
+    assert_eq!(
+        sql_of(&same_user.packet),
+        "DO 0",
+        "the killer's backend answers OK"
+    );
+    let run = same_user.elsewhere.unwrap();
+    assert!(Arc::ptr_eq(&run.backend, a), "run on the target's backend");
+    assert_eq!(
+        (run.statement.as_str(), run.proxy_id),
+        ("KILL QUERY 42", id)
+    );
+    // Another user: the server's own refusal, naming nothing but the id.
+    for killer in [by(b, "eve", true), by(b, "App", true), by(b, "eve", false)] {
+        let d = rewrite(&req, &reg, &killer).unwrap();
+        assert_eq!(d.mapping, Mapping::NotOwner, "{killer:?}");
+        assert!(d.elsewhere.is_none());
+        let sql = sql_of(&d.packet);
+        assert!(sql.contains("1095") && sql.contains(&format!("You are not owner of thread {id}")));
+        assert!(!sql.contains("backend") && !sql.contains(" 42"), "{sql}");
+    }
+    // The same user without a kill account: refused, saying how to enable it.
+    let d = rewrite(&req, &reg, &by(b, "app", false)).unwrap();
+    assert_eq!(d.mapping, Mapping::OtherBackend);
+    assert!(sql_of(&d.packet).contains("kill.user"));
+    // On the killer's own backend the server decides, whoever asks.
+    let d = rewrite(&req, &reg, &by(a, "eve", true)).unwrap();
+    assert_eq!(
+        (d.mapping, sql_of(&d.packet).as_str()),
+        (Mapping::Mapped, "KILL QUERY 42")
+    );
+    // KILL CONNECTION and COM_PROCESS_KILL end the connection there.
+    let conn = parse(&query(&format!("KILL CONNECTION {id}"))).unwrap();
+    let run = rewrite(&conn, &reg, &by(b, "app", true))
+        .unwrap()
+        .elsewhere
+        .unwrap();
+    assert_eq!(run.statement, "KILL CONNECTION 42");
+    let mut binary = parse(&[cmd::PROCESS_KILL, 0, 0, 0, 0]).unwrap();
+    binary.id = u64::from(id);
+    let run = rewrite(&binary, &reg, &by(b, "app", true))
+        .unwrap()
+        .elsewhere
+        .unwrap();
+    assert_eq!(run.statement, "KILL 42");
+    // Once the session's user is unknown (a COM_CHANGE_USER), nobody's KILL runs elsewhere.
+    registration.set_user(None);
+    let d = rewrite(&req, &reg, &by(b, "app", true)).unwrap();
+    assert_eq!(d.mapping, Mapping::NotOwner);
 }

@@ -1,5 +1,5 @@
 //! KILLs replaced in the client-to-backend buffer, at once or once their rewrite is known (another
-//! instance is being asked where its session is).
+//! instance is being asked where its session is, or the proxy runs the KILL on another backend).
 //!
 //! For the latter the direction writes everything before the first such KILL, then waits for its
 //! answer before writing anything after it, so pipelined commands keep their order and the

@@ -110,6 +110,7 @@ where
         }
     };
     let session = Established {
+        proxy_id: super::authenticated(registration.as_ref(), &auth),
         client,
         backend,
         auth,

@@ -11,7 +11,7 @@ use std::time::Instant;
 
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio_util::sync::CancellationToken;
-use tracing::{info, trace, warn};
+use tracing::{info, warn};
 
 use crate::auth::{
     read_greeting, relay_connection_phase, AuthError, Authenticated, PatchedGreeting,
@@ -21,12 +21,12 @@ use crate::balancer::{Backend, BackendSet, ClientInfo, Lease, Pool};
 use crate::config::BackendAddr;
 use crate::kill;
 use crate::leg::Leg;
-use crate::metrics::{BackendStats, Refusal};
+use crate::metrics::Refusal;
 use crate::protocol::caps::CLIENT_SSL;
 use crate::protocol::errors::{code, pre_greeting_err};
 use crate::protocol::handshake::set_greeting_connection_id;
-use crate::protocol::response::{Completed, Tracker};
-use crate::relay::{relay, KillRewrite, Observer, RelayEnd, Stop};
+use crate::protocol::response::Tracker;
+use crate::relay::{relay, RelayEnd, Stop};
 use crate::route::{peer_ip, Who};
 use crate::state::{Legs, ProxyState};
 use crate::stream::BackendStream;
@@ -37,9 +37,11 @@ mod deferred;
 mod ending;
 mod legs;
 pub mod proxied;
+mod recorder;
 
 pub use ending::refuse;
 use ending::{handshake_failed, relay_ended, send};
+use recorder::Recorder;
 
 /// Why a session ended; the label set for disconnect metrics.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -193,6 +195,7 @@ where
         }
     };
     let session = Established {
+        proxy_id: authenticated(_registered.as_ref(), &auth),
         client,
         backend,
         auth,
@@ -207,6 +210,8 @@ struct Established<C, B> {
     backend: Leg<B>,
     auth: Authenticated,
     lease: Lease,
+    /// The proxy id its client was greeted with, if it got one.
+    proxy_id: Option<u32>,
 }
 
 /// Relays the command phase to its end, then closes both legs.
@@ -226,6 +231,7 @@ where
         mut backend,
         mut auth,
         lease,
+        proxy_id,
     } = session;
     legs::established(shared, peer, lease.backend(), &client, &backend, &auth);
     lease.backend().routed.inc();
@@ -238,13 +244,7 @@ where
     // Inside compressed frames the peers number packets by the frame counter: each direction
     // read from a compressed leg is renumbered to the plain protocol's ids as it passes.
     tracker.renumber(auth.client_compressed, auth.backend_compressed);
-    let mut observer = Recorder {
-        stats: &lease.backend().stats,
-        worker,
-        backend: lease.backend(),
-        kills: &shared.kills,
-        peers: &shared.peers,
-    };
+    let mut observer = Recorder::new(shared, lease.backend(), worker, &auth.user, proxy_id);
     let end = relay(
         &mut client,
         &mut backend,
@@ -347,6 +347,17 @@ where
     EndReason::NoBackend
 }
 
+/// Records who the session's client authenticated as (a KILL across backends needs the same
+/// user name); returns its proxy id.
+fn authenticated(
+    registration: Option<&kill::Registration<'_>>,
+    auth: &Authenticated,
+) -> Option<u32> {
+    let registration = registration?;
+    registration.set_user(Some(&auth.user));
+    Some(registration.id())
+}
+
 /// Clients see a proxy-unique connection id, so a KILL naming it can be mapped (see `kill`):
 /// the greeting's id is replaced, and the session is registered until the guard drops.
 fn register_proxy_id<'a>(
@@ -358,6 +369,7 @@ fn register_proxy_id<'a>(
     let registered = kills.register(kill::Target {
         backend: Arc::clone(backend),
         thread_id: greeting.greeting.connection_id,
+        user: None,
     });
     match &registered {
         Some(r) => {
@@ -374,53 +386,6 @@ fn register_proxy_id<'a>(
         ),
     }
     registered
-}
-
-/// Feeds a session's commands and bytes into its backend's metrics, and maps KILLs.
-struct Recorder<'a> {
-    stats: &'a BackendStats,
-    worker: usize,
-    backend: &'a Arc<Backend>,
-    kills: &'a kill::Registry,
-    peers: &'a kill::peer::Peers,
-}
-
-impl Observer for Recorder<'_> {
-    fn completed(&mut self, c: &Completed) {
-        self.stats.record(self.worker, c);
-        trace!(
-            backend = %self.backend.name,
-            command = c.command,
-            kind = c.kind().as_str(),
-            latency_us = c.latency.as_micros() as u64,
-            first_byte_us = c.first_byte.as_micros() as u64,
-            "command completed"
-        );
-    }
-
-    fn relayed(&mut self, to_backend: bool, n: usize) {
-        let counter = if to_backend {
-            &self.stats.bytes_to_backend
-        } else {
-            &self.stats.bytes_from_backend
-        };
-        counter.inc_by(n as u64);
-    }
-
-    fn rewrite_kill(&mut self, packet: &[u8]) -> Option<KillRewrite> {
-        let request = kill::parse(packet.get(4..)?)?;
-        let (mapping, packet) = kill::rewrite(&request, self.kills, self.backend)?;
-        if let kill::Mapping::OtherInstance(instance) = mapping {
-            if let Some(peer) = self.peers.of(instance) {
-                let token = self.peers.token.clone();
-                let backend = Arc::clone(self.backend);
-                let resolved = kill::peer::resolve(request, peer.clone(), token, backend);
-                return Some(KillRewrite::Later(Box::pin(resolved)));
-            }
-        }
-        info!(backend = %self.backend.name, target = request.id, "{}", mapping.describe());
-        Some(KillRewrite::Now(packet))
-    }
 }
 
 /// Tries backends in the balancer's order (a script may choose the first for this client) until

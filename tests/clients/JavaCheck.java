@@ -5,6 +5,9 @@
 // DIRECT_HOST:DIRECT_PORT is always the server itself):
 //   cancel: SELECT SLEEP(10), Statement.cancel() from another thread after about 1 s; what the
 //           statement did, how long it took, and whether the session still works afterwards.
+//   cancels N: `cancel` N times, each on a new connection (so through mysql-lb each lands on the
+//           next backend, and so does each cancel's own connection), cancel() after 500 ms;
+//           per attempt `attempt.I=OUTCOME ELAPSED_MS`.
 //   lost:   SELECT SLEEP(5) while an admin connection straight to the server kills the
 //           statement's server thread (KILL CONNECTION); the exception, isValid(), and whether
 //           a new connection works.
@@ -26,6 +29,8 @@ public class JavaCheck {
         try {
             if (mode.equals("cancel")) {
                 cancel(url, user, pass);
+            } else if (mode.equals("cancels")) {
+                cancels(url, user, pass, Integer.parseInt(args[7]));
             } else if (mode.equals("lost")) {
                 lost(url, direct, user, pass);
             } else {
@@ -71,6 +76,34 @@ public class JavaCheck {
                 System.out.println("elapsed_ms=" + millis);
             }
             System.out.println("after=" + selectOne(conn));
+        }
+    }
+
+    static void cancels(String url, String user, String pass, int count) throws Exception {
+        for (int i = 0; i < count; i++) {
+            try (Connection conn = DriverManager.getConnection(url, user, pass);
+                    Statement s = conn.createStatement()) {
+                Thread canceller = new Thread(() -> {
+                    try {
+                        Thread.sleep(500);
+                        s.cancel();
+                    } catch (Exception e) {
+                        System.out.println("cancel_error=" + e);
+                    }
+                });
+                long start = System.nanoTime();
+                canceller.start();
+                String outcome;
+                try (ResultSet rs = s.executeQuery("SELECT SLEEP(10)")) {
+                    rs.next();
+                    outcome = "returned_" + rs.getInt(1);
+                } catch (SQLException e) {
+                    outcome = "exception_" + e.getSQLState() + "_" + e.getErrorCode();
+                }
+                long millis = (System.nanoTime() - start) / 1_000_000;
+                canceller.join();
+                System.out.println("attempt." + i + "=" + outcome + " " + millis);
+            }
         }
     }
 

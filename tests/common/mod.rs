@@ -44,3 +44,31 @@ pub async fn start_sleeping(victim: &mut rawclient::RawClient, marker: &str) {
         running_on_shared_backends(marker)
     });
 }
+
+/// Accounts for KILL tests, on `db`: `app` and `eve` (no privilege beyond SELECT: they may kill
+/// only their own user's threads) and `lbkill` (only CONNECTION ADMIN: the proxy's `kill:`
+/// account). Passwords equal the names.
+pub fn create_kill_accounts(db: &mariadb::MariaDb) {
+    let mut sql = String::new();
+    for host in ["%", "localhost"] {
+        for user in ["app", "eve", "lbkill"] {
+            sql.push_str(&format!(
+                "CREATE USER IF NOT EXISTS '{user}'@'{host}' IDENTIFIED BY '{user}'; "
+            ));
+        }
+        sql.push_str(&format!(
+            "GRANT SELECT ON *.* TO 'app'@'{host}'; GRANT SELECT ON *.* TO 'eve'@'{host}'; \
+             GRANT CONNECTION ADMIN ON *.* TO 'lbkill'@'{host}'; "
+        ));
+    }
+    db.root_exec(&sql);
+}
+
+/// The `kill:` account [`create_kill_accounts`] makes.
+pub fn kill_account() -> mysql_lb::config::KillConfig {
+    mysql_lb::config::KillConfig {
+        user: Some("lbkill".into()),
+        password: Some(mysql_lb::config::Secret::new("lbkill")),
+        password_file: None,
+    }
+}

@@ -1,0 +1,139 @@
+//! What a session's relay reports besides bytes: completed commands into its backend's
+//! metrics, and KILLs mapped (see `crate::kill`), run elsewhere or resolved by a peer.
+
+use std::sync::Arc;
+
+use tokio::sync::Semaphore;
+use tracing::{info, trace};
+
+use crate::balancer::Backend;
+use crate::kill::{self, Decision, KillRequest, Mapping};
+use crate::metrics::BackendStats;
+use crate::protocol::response::{cmd, Completed};
+use crate::relay::{KillRewrite, Observer};
+use crate::state::ProxyState;
+
+/// Feeds a session's commands and bytes into its backend's metrics, and maps KILLs.
+pub(super) struct Recorder<'a> {
+    stats: &'a BackendStats,
+    worker: usize,
+    backend: &'a Arc<Backend>,
+    shared: &'a Arc<ProxyState>,
+    /// Who the client authenticated as: a KILL runs elsewhere only for a target of this user.
+    /// None once it sent a COM_CHANGE_USER (who it is then is not read from the exchange).
+    user: Option<&'a str>,
+    /// The session's own proxy id (its recorded user is cleared on COM_CHANGE_USER).
+    proxy_id: Option<u32>,
+    /// One KILL needing a peer or another backend in flight per session.
+    turn: Arc<Semaphore>,
+}
+
+impl<'a> Recorder<'a> {
+    pub(super) fn new(
+        shared: &'a Arc<ProxyState>,
+        backend: &'a Arc<Backend>,
+        worker: usize,
+        user: &'a str,
+        proxy_id: Option<u32>,
+    ) -> Self {
+        Recorder {
+            stats: &backend.stats,
+            worker,
+            backend,
+            shared,
+            user: Some(user),
+            proxy_id,
+            turn: Arc::new(Semaphore::new(1)),
+        }
+    }
+
+    fn killer(&self) -> kill::Killer<'_> {
+        kill::Killer {
+            backend: self.backend,
+            user: self.user,
+            can_kill_elsewhere: self.shared.killer.configured(),
+        }
+    }
+
+    /// A KILL of another instance's id: asks that instance, then maps its answer here.
+    fn ask_peer(&self, request: KillRequest, peer: crate::config::Peer) -> KillRewrite {
+        let shared = Arc::clone(self.shared);
+        let backend = Arc::clone(self.backend);
+        let user = self.user.map(str::to_owned);
+        let turn = Arc::clone(&self.turn);
+        KillRewrite::Later(Box::pin(async move {
+            let answer = shared.peers.ask(&peer, &request, Arc::clone(&turn)).await;
+            let killer = kill::Killer {
+                backend: &backend,
+                user: user.as_deref(),
+                can_kill_elsewhere: shared.killer.configured(),
+            };
+            let ours = shared.backends().backends().to_vec();
+            let decision = kill::rewrite_remote(&request, &answer, &killer, &ours);
+            kill::peer::log_answer(&decision, &answer, &backend, &peer, &request);
+            run_decision(shared, decision, turn).await
+        }))
+    }
+}
+
+/// The packet replacing a KILL: its own, or after running it on another backend.
+async fn run_decision(
+    shared: Arc<ProxyState>,
+    decision: Decision,
+    turn: Arc<Semaphore>,
+) -> Vec<u8> {
+    match decision.elsewhere {
+        Some(elsewhere) => {
+            let leg = crate::health::check_leg(&shared, &elsewhere.backend);
+            shared.killer.run(&elsewhere, leg, turn).await
+        }
+        None => decision.packet,
+    }
+}
+
+impl Observer for Recorder<'_> {
+    fn completed(&mut self, c: &Completed) {
+        self.stats.record(self.worker, c);
+        if c.command == cmd::CHANGE_USER {
+            // Who the session is now is not read from the exchange: from here on a KILL from
+            // another backend is refused as another user's, and so are its own KILLs there.
+            self.user = None;
+            if let Some(id) = self.proxy_id {
+                self.shared.kills.set_user(id, None);
+            }
+        }
+        trace!(
+            backend = %self.backend.name,
+            command = c.command,
+            kind = c.kind().as_str(),
+            latency_us = c.latency.as_micros() as u64,
+            first_byte_us = c.first_byte.as_micros() as u64,
+            "command completed"
+        );
+    }
+
+    fn relayed(&mut self, to_backend: bool, n: usize) {
+        let counter = if to_backend {
+            &self.stats.bytes_to_backend
+        } else {
+            &self.stats.bytes_from_backend
+        };
+        counter.inc_by(n as u64);
+    }
+
+    fn rewrite_kill(&mut self, packet: &[u8]) -> Option<KillRewrite> {
+        let request = kill::parse(packet.get(4..)?)?;
+        let decision = kill::rewrite(&request, &self.shared.kills, &self.killer())?;
+        if let Mapping::OtherInstance(instance) = decision.mapping {
+            if let Some(peer) = self.shared.peers.of(instance) {
+                return Some(self.ask_peer(request, peer.clone()));
+            }
+        }
+        info!(backend = %self.backend.name, target = request.id, "{}", decision.mapping.describe());
+        if decision.elsewhere.is_none() {
+            return Some(KillRewrite::Now(decision.packet));
+        }
+        let run = run_decision(Arc::clone(self.shared), decision, Arc::clone(&self.turn));
+        Some(KillRewrite::Later(Box::pin(run)))
+    }
+}
