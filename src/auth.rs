@@ -28,8 +28,10 @@ use crate::protocol::handshake::{
 use crate::stream::{read_packet, PacketReadError};
 use crate::tls::ClientLeg;
 
+pub mod cleartext;
 mod deferred;
 mod upgrade;
+use cleartext::{sends_cleartext, Exposure};
 pub use deferred::{finish_deferred, greet_client, ClientHello};
 use upgrade::{backend_to_tls, client_response};
 
@@ -70,6 +72,8 @@ pub enum AuthError {
     ClientTimeout(String),
     #[error("backend did not answer within {0} during authentication")]
     BackendTimeout(String),
+    #[error("{0}, and the backend leg is plaintext TCP leaving this host")]
+    CleartextPassword(Exposure),
     #[error("authentication failed with error {code}: {message}")]
     Denied { code: u16, message: String },
     #[error("client write: {0}")]
@@ -163,6 +167,9 @@ pub struct LegPlan<'a> {
     pub backend_compression: bool,
     /// The backend is MariaDB: refusals of our own take MariaDB's codes where it has its own.
     pub mariadb: bool,
+    /// The backend leg is plaintext TCP to another host and cleartext passwords are not allowed
+    /// on it: once the client leg is secure, a password in clear is refused (see [`cleartext`]).
+    pub guard_cleartext: bool,
 }
 
 /// The client's HandshakeResponse and the sequence ids it has on each leg.
@@ -247,12 +254,22 @@ where
         greeting,
     } = response;
     let (parsed, negotiated) = patch_response(&mut packet[4..], &greeting, limits.strip)?;
+    // A client decides from its own leg whether to answer in clear; the proxy from both.
+    let guard = plan.guard_cleartext && (client.is_tls() || plan.client_local);
+    if guard && plugin_known {
+        if let Some(exposure) =
+            cleartext::in_response(parsed.auth_plugin.as_deref(), parsed.answered)
+        {
+            return Err(AuthError::CleartextPassword(exposure));
+        }
+    }
     let backend_seq = forward_response(backend, &mut packet, &greeting, plan).await?;
     let mut backend_buf = greeting.rest;
     let mut seqs = Sequences {
         backend_ahead: backend_seq.wrapping_sub(client_seq),
         next: next_seq,
         plugin: parsed.auth_plugin.clone().filter(|_| plugin_known),
+        guard,
     };
     exchange(
         client,
@@ -375,11 +392,6 @@ fn switched_plugin(rest: &[u8]) -> Option<String> {
     Some(String::from_utf8_lossy(name).into_owned())
 }
 
-/// Plugins whose answer is the password itself, readable by anyone on an unencrypted leg.
-fn sends_cleartext(plugin: &str) -> bool {
-    matches!(plugin, "mysql_clear_password" | "dialog")
-}
-
 /// Parses the client's HandshakeResponse payload and clears the bits to strip in place. Returns
 /// the response as the backend receives it (patched flags) and what the two ends then share.
 fn patch_response(
@@ -426,6 +438,8 @@ struct Sequences<'a> {
     next: &'a mut u8,
     /// The auth plugin in use: the client's choice, then each AuthSwitchRequest's.
     plugin: Option<String>,
+    /// A backend packet that makes the client answer in clear ends the exchange unforwarded.
+    guard: bool,
 }
 
 /// Relays auth packets both ways until the backend sends OK (0x00) or ERR (0xFF). Either side may
@@ -452,6 +466,13 @@ where
             packet = read_packet(backend, backend_buf, max) => {
                 let mut packet = packet.map_err(AuthError::BackendRead)?;
                 packet[3] = packet[3].wrapping_sub(seqs.backend_ahead);
+                if seqs.guard {
+                    if let Some(exposure) = cleartext::in_server_packet(seqs.plugin.as_deref(), &packet[4..]) {
+                        // Our ERR takes this packet's place in the client's sequence.
+                        *seqs.next = packet[3];
+                        return Err(AuthError::CleartextPassword(exposure));
+                    }
+                }
                 client.write_all(&packet).await.map_err(AuthError::ClientWrite)?;
                 *seqs.next = packet[3].wrapping_add(1);
                 *turn = Side::Client;

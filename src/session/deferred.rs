@@ -85,14 +85,13 @@ where
     }
     let mut backend = Leg::Plain(connected.stream);
     let legs = shared.legs();
-    let name = &lease.backend().name;
     let plan = legs::plan(
         shared,
         &legs,
         from.local,
         &connected.tls,
         &backend_greeting,
-        name,
+        lease.backend(),
     );
     let limits = shared.session.handshake_limits();
     let auth = finish_deferred(
@@ -149,6 +148,8 @@ where
         backend_tls: None,
         backend_compression: false,
         mariadb: template.is_mariadb,
+        // No backend yet: the client's answer to the proxy's own nonce goes nowhere.
+        guard_cleartext: false,
     };
     let limits = shared.session.handshake_limits();
     match greet_client(client, &mut greeting, limits, &plan, next_seq).await {

@@ -39,6 +39,18 @@ pub(super) async fn handshake_failed<C: AsyncWrite + Unpin>(
             );
             EndReason::AuthFailed
         }
+        AuthError::CleartextPassword(ref exposure) => {
+            warn!(
+                client = peer,
+                backend, "refused: {e} (allow_cleartext_passwords is off)"
+            );
+            send(
+                client,
+                &cleartext_err(next_seq, backend, &exposure.to_string()),
+            )
+            .await;
+            EndReason::CleartextPassword
+        }
         AuthError::BackendTls(_) => {
             warn!(client = peer, backend, "closing: {e}");
             send(
@@ -162,6 +174,20 @@ fn backend_closed(peer: &str, backend: &str, pending: usize) {
 fn unknown_err(seq: u8, message: &str) -> Vec<u8> {
     let code = code::UNKNOWN_ERROR;
     err_packet(seq, code, Some(sqlstate_for(code)), message)
+}
+
+/// The refusal of a login whose password would cross a plaintext backend leg in clear. Access
+/// denied (1045, SQLSTATE 28000), as the server would deny a login it cannot accept: clients
+/// and pools treat it as final rather than retrying, and the text says why and what to change.
+fn cleartext_err(seq: u8, backend: &str, exposure: &str) -> Vec<u8> {
+    let code = code::ACCESS_DENIED;
+    let message = format!(
+        "refused: {exposure}, but the leg to backend {backend} is plaintext TCP leaving this \
+         host; the password was not forwarded. Encrypt that leg (`backend_tls.mode` or the \
+         backend's `tls.mode`: required or stricter) or accept the risk with \
+         `allow_cleartext_passwords: true` there"
+    );
+    err_packet(seq, code, Some(sqlstate_for(code)), &message)
 }
 
 /// The refusal of a plaintext client under `tls.require`, as the backend's own server would

@@ -22,15 +22,23 @@ use crate::tls;
 const CLOSE_NOTIFY_BUDGET: std::time::Duration = std::time::Duration::from_millis(200);
 
 /// What each leg of this session does: the client leg as configured for every listener, the
-/// backend leg as its mode and greeting decided (`backend_tls`).
+/// backend leg as its mode and greeting decided (`backend_tls`). A password in clear is guarded
+/// against when the backend leg stays plaintext on its way off this host, unless that backend
+/// allows it (`allow_cleartext_passwords`).
 pub(super) fn plan<'a>(
     shared: &ProxyState,
     legs: &'a Legs,
     local: bool,
     backend_tls: &'a Option<(TlsConnector, ServerName<'static>)>,
     greeting: &PatchedGreeting,
-    backend: &str,
+    backend: &Backend,
 ) -> LegPlan<'a> {
+    let allowed = legs
+        .tls
+        .backend(&backend.name)
+        .is_some_and(|leg| leg.allow_cleartext_passwords);
+    let guard_cleartext = backend_tls.is_none() && backend.address.leaves_host() && !allowed;
+    let backend = backend.name.as_str();
     LegPlan {
         client_tls: legs.tls.client.as_ref(),
         client_local: local,
@@ -39,6 +47,7 @@ pub(super) fn plan<'a>(
         backend_compression: greeting.backend_capabilities & CLIENT_COMPRESS != 0
             && legs.compress_backend(backend),
         mariadb: greeting.greeting.is_mariadb,
+        guard_cleartext,
     }
 }
 

@@ -56,6 +56,8 @@ pub enum EndReason {
     TlsHandshake,
     /// A plaintext TCP client refused under `tls.require`.
     TlsRequired,
+    /// A login whose password would have crossed a plaintext backend leg in clear.
+    CleartextPassword,
     /// A connection from `accept_proxy_protocol` without a valid PROXY protocol header in time.
     ProxyHeader,
     /// A PROXY protocol header from a network not in `accept_proxy_protocol`.
@@ -75,6 +77,7 @@ impl EndReason {
             Self::IdleTimeout => "idle_timeout",
             Self::TlsHandshake => "tls_handshake",
             Self::TlsRequired => "tls_required",
+            Self::CleartextPassword => "cleartext_password",
             Self::ProxyHeader => "proxy_header",
             Self::ProxyHeaderUnlisted => "proxy_header_unlisted",
         }
@@ -166,7 +169,6 @@ where
         tls: backend_tls,
     } = backend;
     let mut backend = Leg::Plain(stream);
-    let backend_name = lease.backend().name.clone();
     let _registered = register_proxy_id(&shared.kills, lease.backend(), &mut greeting, peer);
     let legs = shared.legs();
     let plan = legs::plan(
@@ -175,7 +177,7 @@ where
         from.local,
         &backend_tls,
         &greeting,
-        &backend_name,
+        lease.backend(),
     );
     let mut next_seq = 2;
     let limits = shared.session.handshake_limits();
