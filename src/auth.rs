@@ -28,10 +28,11 @@ use crate::protocol::handshake::{
 use crate::stream::{read_packet, PacketReadError};
 use crate::tls::ClientLeg;
 
-pub mod cleartext;
+#[cfg(test)]
+mod cleartext_tests;
 mod deferred;
 mod upgrade;
-use cleartext::{sends_cleartext, Exposure};
+use crate::protocol::cleartext::{self, sends_cleartext, Exposure};
 pub use deferred::{finish_deferred, greet_client, ClientHello};
 use upgrade::{backend_to_tls, client_response};
 
@@ -110,6 +111,9 @@ pub struct Authenticated {
     pub backend_compressed: bool,
     /// The auth plugin that ran sends the password as it is (PAM's dialog, clear_password).
     pub cleartext_password: bool,
+    /// The exchange was guarded against passwords in clear (see [`LegPlan::guard_cleartext`]);
+    /// so must COM_CHANGE_USER's be.
+    pub guard_cleartext: bool,
 }
 
 /// A greeting read from a backend, patched and ready to forward.
@@ -285,7 +289,7 @@ where
         parsed,
         negotiated,
         plan,
-        seqs.plugin.as_deref(),
+        &seqs,
         client_buf,
         backend_buf,
     ))
@@ -305,12 +309,13 @@ fn authenticated(
     parsed: ClientResponse,
     negotiated: Negotiated,
     plan: &LegPlan<'_>,
-    plugin: Option<&str>,
+    seqs: &Sequences<'_>,
     client_pending: BytesMut,
     backend_pending: BytesMut,
 ) -> Authenticated {
     Authenticated {
-        cleartext_password: plugin.is_some_and(sends_cleartext),
+        cleartext_password: seqs.plugin.as_deref().is_some_and(sends_cleartext),
+        guard_cleartext: seqs.guard,
         negotiated,
         client_compressed: parsed.capabilities & CLIENT_COMPRESS != 0,
         backend_compressed: plan.backend_compression,

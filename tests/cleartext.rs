@@ -19,9 +19,10 @@ use std::process::{Command, Output};
 use std::sync::OnceLock;
 
 use common::certs::Certs;
-use common::mariadb::{new_temp_dir, MariaDb, ServerTls};
+use common::mariadb::{new_temp_dir, MariaDb, ServerTls, BENCH_PASS, BENCH_USER};
 use common::netns::Netns;
 use common::proxy::{config, TestProxy};
+use common::rawclient::{parse_err, RawClient};
 use mysql_lb::config::{BackendTlsMode, ClientTls, Config, ConnectMode, ListenAddr, TlsVersion};
 
 const PAM_SERVICE: &str = "mysql-lb-cleartext-test";
@@ -238,7 +239,10 @@ async fn a_pam_dialog_from_a_unix_client_is_refused_before_the_password_leaves()
         Vec::<String>::new(),
         "PAM got a password"
     );
-    assert_eq!(counted(&proxy, "cleartext_password"), Some(1.0));
+    // Counted as the session ends, a moment after the ERR left.
+    common::wait_until("the refusal counted", || {
+        counted(&proxy, "cleartext_password") == Some(1.0)
+    });
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -324,4 +328,77 @@ async fn a_deferred_connect_guards_the_relayed_exchange_too() {
         Vec::<String>::new(),
         "PAM got a password"
     );
+}
+
+/// Logs in as `bench` over the proxy's unix socket, then runs COM_CHANGE_USER to the PAM
+/// account `user` by hand (naming mysql_native_password, as libmariadb does), answering each
+/// dialog prompt with the password. Ok once changed, or the ERR that ended it.
+async fn change_user(proxy: &TestProxy, user: &str) -> Result<(), String> {
+    let socket = proxy.unix.as_ref().expect("the proxy's unix listener");
+    let mut c = RawClient::connect_unix(socket, BENCH_USER, BENCH_PASS, None, 0, 0)
+        .await
+        .expect("bench logs in");
+    let mut body = user.as_bytes().to_vec();
+    body.push(0);
+    body.push(20);
+    body.extend_from_slice(&[0x11; 20]);
+    body.push(0); // no database
+    body.extend_from_slice(&45u16.to_le_bytes());
+    body.extend_from_slice(b"mysql_native_password\0");
+    c.send_command(0x11, &body).await?;
+    for _ in 0..4 {
+        let (seq, reply) = c.read_packet().await?;
+        match reply.first() {
+            Some(0x00) => return Ok(()),
+            Some(0xFF) => return Err(parse_err(&reply)),
+            // A switch to dialog carrying the first prompt, or a further prompt.
+            _ => {
+                let mut answer = PASSWORD.as_bytes().to_vec();
+                answer.push(0);
+                c.send_packet(seq.wrapping_add(1), &answer).await?;
+            }
+        }
+    }
+    Err("more than 3 prompts".to_owned())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_change_user_to_a_pam_account_is_refused_before_the_password_leaves() {
+    let user = pam_user("pam_change_user");
+    let (ns, backend) = network_backend();
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = proxy_config(dir.path(), &backend);
+    let proxy = ns.inside(move || TestProxy::start_with(cfg));
+
+    let refused = change_user(&proxy, &user)
+        .await
+        .expect_err("change user refused");
+    for expected in [
+        "1045: mysql-lb: refused: the backend asked for the password in clear (dialog)",
+        "allow_cleartext_passwords: true",
+    ] {
+        assert!(refused.contains(expected), "{expected:?} not in {refused}");
+    }
+    assert_eq!(
+        passwords_seen(&user),
+        Vec::<String>::new(),
+        "PAM got a password"
+    );
+    // Counted as the session ends, a moment after the ERR left.
+    common::wait_until("the refusal counted", || {
+        counted(&proxy, "cleartext_password") == Some(1.0)
+    });
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_allow_cleartext_passwords_a_change_user_to_a_pam_account_succeeds() {
+    let user = pam_user("pam_change_allowed");
+    let (ns, backend) = network_backend();
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = proxy_config(dir.path(), &backend);
+    cfg.backends[0].tls.allow_cleartext_passwords = true;
+    let proxy = ns.inside(move || TestProxy::start_with(cfg));
+
+    change_user(&proxy, &user).await.expect("change user");
+    assert_eq!(passwords_seen(&user), vec![PASSWORD]);
 }

@@ -24,6 +24,7 @@ use super::caps::{
     Negotiated, CLIENT_DEPRECATE_EOF, MARIADB_CLIENT_PROGRESS, SERVER_MORE_RESULTS_EXISTS,
     SERVER_STATUS_CURSOR_EXISTS,
 };
+use super::cleartext::{in_change_user_reply, Exposure};
 use super::codec::{lenenc_int, FrameError, Packet, PacketScanner, Renumber, MAX_CHUNK};
 
 /// Command bytes the tracker needs to tell apart.
@@ -132,6 +133,13 @@ pub enum TrackError {
     },
     #[error("client pipelined more than {max} commands without reading a response")]
     TooManyPending { max: usize, start: Option<usize> },
+    #[error(
+        "{exposure} during COM_CHANGE_USER, and the backend leg is plaintext TCP leaving this host"
+    )]
+    CleartextPassword {
+        exposure: Exposure,
+        start: Option<usize>,
+    },
 }
 
 impl TrackError {
@@ -146,7 +154,8 @@ impl TrackError {
             Self::ClientOutOfOrder { start, .. }
             | Self::BackendOutOfOrder { start, .. }
             | Self::BackendMalformed { start, .. }
-            | Self::TooManyPending { start, .. } => start,
+            | Self::TooManyPending { start, .. }
+            | Self::CleartextPassword { start, .. } => start,
         }
     }
 
@@ -229,6 +238,9 @@ pub struct Tracker {
     /// [`renumber`](Self::renumber)).
     renumber_client: bool,
     renumber_server: bool,
+    /// A COM_CHANGE_USER reply that makes the client send its password in clear is an error
+    /// (see [`guard_cleartext`](Self::guard_cleartext)).
+    guard_cleartext: bool,
 }
 
 impl Tracker {
@@ -246,6 +258,7 @@ impl Tracker {
             unsolicited: 0,
             renumber_client: false,
             renumber_server: false,
+            guard_cleartext: false,
         }
     }
 
@@ -261,6 +274,15 @@ impl Tracker {
     pub fn renumber(&mut self, client: bool, server: bool) {
         self.renumber_client = client;
         self.renumber_server = server;
+    }
+
+    /// From now on a backend packet in COM_CHANGE_USER's auth exchange that would make the
+    /// client send its password in clear (a switch to a cleartext plugin, caching_sha2's full
+    /// authentication) is a [`TrackError::CleartextPassword`]: the relay stops before it. For
+    /// sessions whose client leg is secure and whose backend leg is plaintext TCP leaving the
+    /// host, as their connection phase was guarded.
+    pub fn guard_cleartext(&mut self) {
+        self.guard_cleartext = true;
     }
 
     /// Commands sent and not yet fully answered.
@@ -495,6 +517,7 @@ impl Tracker {
     ) -> (&'t mut PacketScanner, ServerSide<'t, F>) {
         let side = ServerSide {
             caps: self.caps,
+            guard_cleartext: self.guard_cleartext,
             queue: &mut self.queue,
             client_mode: &mut self.client_mode,
             unsolicited: &mut self.unsolicited,
@@ -543,6 +566,7 @@ impl Renumber for ClientSide<'_> {
 /// What a server scan updates besides the scanner.
 struct ServerSide<'t, F> {
     caps: Negotiated,
+    guard_cleartext: bool,
     queue: &'t mut VecDeque<Pending>,
     client_mode: &'t mut ClientMode,
     unsolicited: &'t mut u64,
@@ -563,6 +587,15 @@ impl<F: FnMut(Completed)> ServerSide<'_, F> {
                 got: p.first_seq,
                 start: p.start,
             });
+        }
+        if self.guard_cleartext && head.expect == Expect::Auth {
+            // Checked before the sequence advances: our ERR takes this packet's place.
+            if let Some(exposure) = in_change_user_reply(p.prefix, p.len) {
+                return Err(TrackError::CleartextPassword {
+                    exposure,
+                    start: p.start,
+                });
+            }
         }
         head.next_seq = p.last_seq.wrapping_add(1);
         if head.first_byte_at.is_none() {

@@ -427,6 +427,67 @@ fn change_user_runs_an_auth_exchange() {
 }
 
 #[test]
+fn a_guarded_change_user_stops_at_a_switch_to_a_cleartext_plugin() {
+    // MariaDB's auth_pam answers COM_CHANGE_USER for a PAM account with a switch to `dialog`.
+    let mut switch = vec![0xFE];
+    switch.extend_from_slice(b"dialog\0\x04Password: ");
+    for guarded in [false, true] {
+        let mut r = Run::new(false);
+        if guarded {
+            r.t.guard_cleartext();
+        }
+        r.client(&command(
+            cmd::CHANGE_USER,
+            b"pam_user\0\x14xxxxxxxxxxxxxxxxxxxx\0",
+        ));
+        let result = r.server_res(&pkt(1, &switch));
+        if guarded {
+            assert_eq!(
+                result,
+                Err(TrackError::CleartextPassword {
+                    exposure: Exposure::Switch {
+                        plugin: "dialog".to_owned()
+                    },
+                    start: Some(0),
+                })
+            );
+            // An ERR in its place takes its sequence id.
+            assert_eq!(r.t.next_server_seq(), 1);
+        } else {
+            assert_eq!(result, Ok(()));
+        }
+    }
+}
+
+#[test]
+fn a_guarded_change_user_stops_at_caching_sha2_full_authentication() {
+    // MySQL 8 only (no MySQL 8 server here): byte fixture from the protocol documentation. The
+    // client's COM_CHANGE_USER answers the session's nonce with caching_sha2's scramble; the
+    // server asks for full authentication.
+    let mut r = Run::new(false);
+    r.t.guard_cleartext();
+    r.client(&command(
+        cmd::CHANGE_USER,
+        b"app\0\x20xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx\0",
+    ));
+    // A fast-auth success goes through; the next exchange's full authentication does not.
+    r.server(&pkt(1, &[0x01, 0x03]));
+    r.server(&ok(2, AUTOCOMMIT));
+    r.client(&command(
+        cmd::CHANGE_USER,
+        b"app\0\x20yyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyy\0",
+    ));
+    assert!(matches!(
+        r.server_res(&pkt(1, &[0x01, 0x04])),
+        Err(TrackError::CleartextPassword {
+            exposure: Exposure::FullAuth,
+            start: Some(0)
+        })
+    ));
+    assert_eq!(r.done, vec![cmd::CHANGE_USER]);
+}
+
+#[test]
 fn mariadb_progress_packets_do_not_end_a_query() {
     let mut r = Run::new(false);
     r.client(&command(cmd::QUERY, b"ALTER TABLE t ADD c INT"));

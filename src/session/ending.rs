@@ -279,6 +279,21 @@ pub(super) async fn relay_ended<C: AsyncRead + AsyncWrite + Unpin>(
             );
             EndReason::BackendNetwork
         }
+        RelayEnd::Protocol(TrackError::CleartextPassword { exposure, start }) => {
+            warn!(
+                client = peer,
+                backend,
+                "refused: {exposure} during COM_CHANGE_USER, and the backend leg is plaintext \
+                 TCP leaving this host (allow_cleartext_passwords is off)"
+            );
+            // Where the packet began in an earlier read, part of it went out: the client has
+            // no whole packet to answer, and no ERR can be put in its place.
+            if start.is_some() {
+                let seq = tracker.next_server_seq();
+                send(client, &cleartext_err(seq, backend, &exposure.to_string())).await;
+            }
+            EndReason::CleartextPassword
+        }
         RelayEnd::Protocol(e) => {
             warn!(client = peer, backend, "closing: {e}");
             answer_protocol_error(client, tracker, &e).await;

@@ -241,6 +241,9 @@ where
     // Inside compressed frames the peers number packets by the frame counter: each direction
     // read from a compressed leg is renumbered to the plain protocol's ids as it passes.
     tracker.renumber(auth.client_compressed, auth.backend_compressed);
+    if auth.guard_cleartext {
+        tracker.guard_cleartext();
+    }
     let mut observer = Recorder {
         stats: &lease.backend().stats,
         worker,
