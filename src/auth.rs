@@ -31,9 +31,11 @@ use crate::tls::ClientLeg;
 #[cfg(test)]
 mod cleartext_tests;
 mod deferred;
+mod exchange;
 mod upgrade;
 use crate::protocol::cleartext::{self, sends_cleartext, Exposure};
 pub use deferred::{finish_deferred, greet_client, ClientHello};
+use exchange::{exchange, Sequences};
 use upgrade::{backend_to_tls, client_response};
 
 /// Why the connection phase failed, and on which side.
@@ -391,12 +393,6 @@ pub struct HandshakeLimits {
     pub strip: Strip,
 }
 
-/// The plugin an AuthSwitchRequest names (its payload after the 0xFE).
-fn switched_plugin(rest: &[u8]) -> Option<String> {
-    let name = rest.split(|&b| b == 0).next()?;
-    Some(String::from_utf8_lossy(name).into_owned())
-}
-
 /// Parses the client's HandshakeResponse payload and clears the bits to strip in place. Returns
 /// the response as the backend receives it (patched flags) and what the two ends then share.
 fn patch_response(
@@ -433,71 +429,4 @@ fn patch_response(
 enum Side {
     Client,
     Backend,
-}
-
-/// Sequence ids across the two legs during the auth exchange: where only one leg had an
-/// SSLRequest, the backend's ids run one ahead of (or behind) the client's.
-struct Sequences<'a> {
-    backend_ahead: u8,
-    /// The client-leg id our own ERR would take next.
-    next: &'a mut u8,
-    /// The auth plugin in use: the client's choice, then each AuthSwitchRequest's.
-    plugin: Option<String>,
-    /// A backend packet that makes the client answer in clear ends the exchange unforwarded.
-    guard: bool,
-}
-
-/// Relays auth packets both ways until the backend sends OK (0x00) or ERR (0xFF). Either side may
-/// speak next depending on the plugin (auth switch, ed25519, caching_sha2 more-data, PAM dialog),
-/// so both are read at once rather than guessing whose turn it is. Each packet's sequence id is
-/// moved to the numbering of the leg it is forwarded on.
-async fn exchange<C, B>(
-    client: &mut C,
-    backend: &mut B,
-    client_buf: &mut BytesMut,
-    backend_buf: &mut BytesMut,
-    max: usize,
-    seqs: &mut Sequences<'_>,
-    turn: &mut Side,
-) -> Result<(), AuthError>
-where
-    C: AsyncRead + AsyncWrite + Unpin,
-    B: AsyncRead + AsyncWrite + Unpin,
-{
-    loop {
-        // Both futures only read into their own buffers, and `read_packet` keeps partial data in
-        // them, so dropping the one that loses the race loses nothing.
-        tokio::select! {
-            packet = read_packet(backend, backend_buf, max) => {
-                let mut packet = packet.map_err(AuthError::BackendRead)?;
-                packet[3] = packet[3].wrapping_sub(seqs.backend_ahead);
-                if seqs.guard {
-                    if let Some(exposure) = cleartext::in_server_packet(seqs.plugin.as_deref(), &packet[4..]) {
-                        // Our ERR takes this packet's place in the client's sequence.
-                        *seqs.next = packet[3];
-                        return Err(AuthError::CleartextPassword(exposure));
-                    }
-                }
-                client.write_all(&packet).await.map_err(AuthError::ClientWrite)?;
-                *seqs.next = packet[3].wrapping_add(1);
-                *turn = Side::Client;
-                match packet.get(4) {
-                    Some(0x00) => return Ok(()),
-                    Some(0xFE) => seqs.plugin = switched_plugin(&packet[5..]),
-                    Some(0xFF) => {
-                        let ServerErr { code, message } = ServerErr::parse_lenient(&packet[4..]);
-                        return Err(AuthError::Denied { code, message });
-                    }
-                    _ => {}
-                }
-            }
-            packet = read_packet(client, client_buf, max) => {
-                let mut packet = packet.map_err(AuthError::ClientRead)?;
-                *seqs.next = packet[3].wrapping_add(1);
-                packet[3] = packet[3].wrapping_add(seqs.backend_ahead);
-                backend.write_all(&packet).await.map_err(AuthError::BackendWrite)?;
-                *turn = Side::Backend;
-            }
-        }
-    }
 }
