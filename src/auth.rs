@@ -25,6 +25,7 @@ use crate::protocol::handshake::{
     patch_greeting_with, set_client_bits, ssl_request_for, ClientFirst, ClientResponse, Greeting,
     HandshakeError, Strip,
 };
+use crate::stream::identity::SocketIdentity;
 use crate::stream::{read_packet, PacketReadError};
 use crate::tls::ClientLeg;
 
@@ -68,6 +69,15 @@ pub enum AuthError {
         user: String,
         /// Refuse as MariaDB does (1045) rather than as MySQL (3159).
         mariadb: bool,
+    },
+    #[error(
+        "client logs in as `{user}`, the OS user {identity} that unix-socket backend {backend} \
+         authenticates mysql-lb's own connections as"
+    )]
+    OwnIdentity {
+        user: String,
+        backend: String,
+        identity: String,
     },
     #[error("backend TLS handshake: {0}")]
     BackendTls(std::io::Error),
@@ -173,6 +183,11 @@ pub struct LegPlan<'a> {
     pub backend_compression: bool,
     /// The backend is MariaDB: refusals of our own take MariaDB's codes where it has its own.
     pub mariadb: bool,
+    /// Set when the backend is a unix socket: the OS identity it authenticates our connection
+    /// as, under whose name no client may log in (see `crate::stream::identity`).
+    pub socket_identity: Option<&'a SocketIdentity>,
+    /// The backend's name, for refusals.
+    pub backend: &'a str,
     /// The backend leg is plaintext TCP to another host and cleartext passwords are not allowed
     /// on it: once the client leg is secure, a password in clear is refused (see [`cleartext`]).
     pub guard_cleartext: bool,
@@ -260,6 +275,13 @@ where
         greeting,
     } = response;
     let (parsed, negotiated) = patch_response(&mut packet[4..], &greeting, limits.strip)?;
+    if let Some(identity) = plan.socket_identity.filter(|id| !id.admits(&parsed.user)) {
+        return Err(AuthError::OwnIdentity {
+            user: parsed.user,
+            backend: plan.backend.to_owned(),
+            identity: identity.describe(),
+        });
+    }
     // A client decides from its own leg whether to answer in clear; the proxy from both.
     let guard = plan.guard_cleartext && (client.is_tls() || plan.client_local);
     if guard && plugin_known {

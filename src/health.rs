@@ -36,6 +36,7 @@ use crate::protocol::login::{native_answer, native_login, AuthSwitch, LoginError
 use crate::protocol::proxy_out::Version as ProxyVersion;
 use crate::protocol::resultset::{column_count, column_name, is_eof, text_row};
 use crate::state::ProxyState;
+use crate::stream::identity::SocketIdentity;
 use crate::stream::{read_packet, BackendStream, PacketReadError};
 use crate::tls::BackendLeg;
 
@@ -199,6 +200,7 @@ fn check_leg(shared: &ProxyState, backend: &Backend) -> CheckLeg {
     CheckLeg {
         tls: legs.tls.backend(&backend.name).cloned(),
         proxy_protocol: legs.proxy_protocol(&backend.name),
+        socket_identity: Arc::clone(&shared.socket_identity),
     }
 }
 
@@ -272,13 +274,26 @@ pub async fn check_backend(
 }
 
 /// How a check's backend connection starts, as a session's to that backend would.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct CheckLeg {
     /// The backend leg's TLS (see [`check_backend_with`]).
     pub tls: Option<Arc<BackendLeg>>,
     /// A PROXY protocol header first, in the proxy's own name (the check socket's address as
     /// source), so a backend that requires one from the proxy does not refuse the check.
     pub proxy_protocol: Option<ProxyVersion>,
+    /// Who a unix-socket backend sees as the check's peer: the sessions' identity.
+    pub socket_identity: Arc<SocketIdentity>,
+}
+
+impl Default for CheckLeg {
+    /// No TLS, no PROXY header, and this process's own OS identity (for a check run by hand).
+    fn default() -> Self {
+        CheckLeg {
+            tls: None,
+            proxy_protocol: None,
+            socket_identity: Arc::new(SocketIdentity::own()),
+        }
+    }
 }
 
 /// As [`check_backend`], with the backend leg as sessions use it (TLS, a PROXY protocol
@@ -343,7 +358,7 @@ async fn check_stages(
     cfg: &HealthCheckConfig,
     stage: &mut Stage,
 ) -> Result<CheckOk, CheckError> {
-    let mut stream = BackendStream::connect(address, cfg.timeout)
+    let mut stream = BackendStream::connect(address, cfg.timeout, &leg.socket_identity)
         .await
         .map_err(CheckError::Connect)?;
     if let Some(version) = leg.proxy_protocol {

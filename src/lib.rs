@@ -8,6 +8,7 @@ pub mod auth;
 pub mod balancer;
 pub mod config;
 pub mod health;
+pub mod identity_check;
 pub mod kill;
 pub mod leg;
 pub mod lifecycle;
@@ -106,7 +107,13 @@ impl Proxy {
                 .open_fds_limit
                 .set(i64::try_from(soft).unwrap_or(i64::MAX));
         }
-        let shared = Arc::new(ProxyState::new(config, Arc::clone(&metrics)).with_legs(legs));
+        let identity = Arc::new(crate::stream::identity::SocketIdentity::for_config(config)?);
+        identity_check::verify(&identity, config, &legs).await?;
+        let shared = Arc::new(
+            ProxyState::new(config, Arc::clone(&metrics))
+                .with_legs(legs)
+                .with_socket_identity(identity),
+        );
         tracing::info!(
             instance_id = config.instances.instance_id,
             "{}",

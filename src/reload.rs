@@ -18,6 +18,7 @@ use tracing::{error, info, warn};
 use crate::balancer::script::ScriptError;
 use crate::config::{Config, ConfigError};
 use crate::state::ProxyState;
+use crate::stream::identity::IdentityError;
 
 /// Produces the configuration to reload (main re-reads the file and flags).
 pub type Loader = Arc<dyn Fn() -> Result<Config, ConfigError> + Send + Sync>;
@@ -30,6 +31,8 @@ pub enum ReloadError {
     Script(#[from] ScriptError),
     #[error("{0}")]
     Tls(#[from] crate::tls::TlsError),
+    #[error("{0}")]
+    SocketIdentity(#[from] crate::stream::identity::IdentityError),
 }
 
 /// What a reload changed, for the log and for tests.
@@ -152,6 +155,10 @@ fn restart_keys(old: &Config, new: &Config) -> Vec<&'static str> {
         "allow_local_infile",
     );
     check(old.worker_threads != new.worker_threads, "worker_threads");
+    check(
+        old.backend_socket_user != new.backend_socket_user,
+        "backend_socket_user",
+    );
     check(old.compression != new.compression, "compression");
     check(
         old.accept_proxy_protocol != new.accept_proxy_protocol,
@@ -204,6 +211,23 @@ pub async fn on_hangup(
     }
 }
 
+/// Refuses a configuration whose unix-socket backends would admit mysql-lb's own OS identity, or
+/// that adds one when no safe identity could be set up at start (see `crate::identity_check`).
+/// Runs on a blocking thread of the runtime, as the rest of a reload does.
+fn verify_socket_identity(shared: &ProxyState, new: &Config) -> Result<(), ReloadError> {
+    let identity = &shared.socket_identity;
+    if let Some(reason) = identity.refused() {
+        if crate::stream::identity::has_unix_backend(new) {
+            return Err(IdentityError::Unavailable(reason.to_owned()).into());
+        }
+        return Ok(());
+    }
+    let legs = crate::state::Legs::load(new)?;
+    tokio::runtime::Handle::current()
+        .block_on(crate::identity_check::verify(identity, new, &legs))?;
+    Ok(())
+}
+
 fn reload_once(shared: &ProxyState, load: Option<&Loader>, trigger: &str) {
     let Some(load) = load else {
         info!("{trigger}: reloading the Lua script");
@@ -214,6 +238,7 @@ fn reload_once(shared: &ProxyState, load: Option<&Loader>, trigger: &str) {
     info!("{trigger}: reloading the configuration");
     match load()
         .map_err(ReloadError::from)
+        .and_then(|c| verify_socket_identity(shared, &c).map(|()| c))
         .and_then(|c| apply(shared, &c))
     {
         Ok(summary) => {

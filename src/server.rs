@@ -42,6 +42,8 @@ pub enum ServerError {
     Workers(io::Error),
     #[error("{0}")]
     Tls(#[from] crate::tls::TlsError),
+    #[error("backend_socket_user: {0}")]
+    SocketIdentity(#[from] crate::stream::identity::IdentityError),
 }
 
 /// A bound listener. TCP: one socket per worker, all bound to the same address with SO_REUSEPORT,

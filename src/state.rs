@@ -5,6 +5,7 @@
 //! set, swapped whole by a reload; the KILL registry) is behind its own synchronisation; what is
 //! fixed at start ([`SessionSettings`]) is plain data.
 
+use crate::stream::identity::{IdentityError, SocketIdentity};
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, RwLock};
 
@@ -45,6 +46,8 @@ pub struct ProxyState {
     legs: ArcSwap<Legs>,
     /// Fails from the first stop signal on (`/readyz`; see `crate::lifecycle`).
     pub readiness: crate::lifecycle::Readiness,
+    /// Who unix-socket backends see as their peer, and how to connect as it (fixed at start).
+    pub socket_identity: Arc<SocketIdentity>,
 }
 
 /// What each leg of a new session may encrypt or compress, from the configuration.
@@ -160,7 +163,14 @@ impl ProxyState {
             accept_proxy_protocol: config.accept_proxy_protocol.clone(),
             legs: ArcSwap::from_pointee(Legs::default()),
             readiness: crate::lifecycle::Readiness::default(),
+            socket_identity: Arc::new(SocketIdentity::unavailable(&IdentityError::NotSetUp)),
         }
+    }
+
+    /// With `identity` for unix-socket backends (built by [`SocketIdentity::for_config`]).
+    pub fn with_socket_identity(mut self, identity: Arc<SocketIdentity>) -> Self {
+        self.socket_identity = identity;
+        self
     }
 
     /// With the TLS material and compression settings `legs` (built by [`Legs::load`]).

@@ -98,6 +98,9 @@ class Registry:
     def __init__(self):
         # Short base path: unix socket paths must fit in 108 bytes.
         self.base = tempfile.mkdtemp(prefix="mlb-load-", dir="/tmp")
+        # Traversable by every OS user, as /run/mysqld is: run as root, mysql-lb connects
+        # unix-socket backends as `nobody` (backend_socket_user).
+        os.chmod(self.base, 0o711)
         self.children = []  # (name, Popen)
 
     def spawn(self, name, argv, log_name=None, **kwargs):

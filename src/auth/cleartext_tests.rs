@@ -81,6 +81,8 @@ async fn run(local: bool, guard: bool, client_response: Vec<u8>, reply: &[u8]) -
         backend_tls: None,
         backend_compression: false,
         mariadb: false,
+        socket_identity: None,
+        backend: "db",
         guard_cleartext: guard,
     };
     let limits = HandshakeLimits {

@@ -195,6 +195,9 @@ pub struct Config {
     /// When false, CLIENT_LOCAL_FILES is cleared in both directions so no LOAD DATA LOCAL INFILE
     /// can run through the proxy.
     pub allow_local_infile: bool,
+    /// `backend_socket_user`: the OS user unix-socket backends see as their peer when mysql-lb
+    /// runs as root (None: `nobody`); see `crate::stream::identity`. Fixed at start.
+    pub backend_socket_user: Option<String>,
     pub health_check: HealthCheckConfig,
     pub balancer: BalancerConfig,
     /// The client leg's TLS (None: CLIENT_SSL is not offered).
@@ -276,6 +279,7 @@ impl Default for Config {
             admin_token_file: None,
             admin_token: None,
             allow_local_infile: true,
+            backend_socket_user: None,
             health_check: HealthCheckConfig::default(),
             balancer: BalancerConfig::default(),
             tls: None,

@@ -90,6 +90,7 @@ pub(super) struct RawConfig {
     admin_address: Option<String>,
     admin_token_file: Option<PathBuf>,
     allow_local_infile: Option<bool>,
+    backend_socket_user: Option<String>,
     #[serde(default)]
     health_check: RawHealthCheck,
     #[serde(default)]
@@ -319,6 +320,7 @@ impl RawConfig {
             admin_token_file: self.admin_token_file,
             admin_token: None,
             allow_local_infile: self.allow_local_infile.unwrap_or(d.allow_local_infile),
+            backend_socket_user: self.backend_socket_user,
             health_check: self.health_check.into_config(d.health_check),
             balancer: {
                 let b = self.balancer;

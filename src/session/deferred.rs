@@ -148,7 +148,10 @@ where
         backend_tls: None,
         backend_compression: false,
         mariadb: template.is_mariadb,
-        // No backend yet: the client's answer to the proxy's own nonce goes nowhere.
+        // No backend yet: the guards run when the response goes to one (`legs::plan`), and
+        // the client's answer to the proxy's own nonce goes nowhere.
+        socket_identity: None,
+        backend: "",
         guard_cleartext: false,
     };
     let limits = shared.session.handshake_limits();
@@ -170,10 +173,13 @@ async fn greeting_for(shared: &ProxyState, set: &BackendSet) -> Option<(BytesMut
     }
     for backend in set.candidates(Instant::now()) {
         let attempt = async {
-            let mut stream =
-                BackendStream::open(&backend.address, shared.session.tcp_keepalive.as_ref())
-                    .await
-                    .ok()?;
+            let mut stream = BackendStream::open(
+                &backend.address,
+                shared.session.tcp_keepalive.as_ref(),
+                &shared.socket_identity,
+            )
+            .await
+            .ok()?;
             read_greeting(
                 &mut stream,
                 shared.session.max_handshake_packet_size,

@@ -102,6 +102,22 @@ async fn client_failed<C: AsyncWrite + Unpin>(
             send(client, &insecure_transport_err(next_seq, user, mariadb)).await;
             EndReason::TlsRequired
         }
+        AuthError::OwnIdentity { ref user, .. } => {
+            // The user name comes from the wire: Debug-quoted so it cannot forge log lines.
+            warn!(client = peer, backend, user = ?user, "refused: {}", e.to_string().escape_debug());
+            let code = code::ACCESS_DENIED;
+            let message = format!(
+                "Access denied for user '{user}': backend {backend} is a unix socket, where the \
+                 server would authenticate this login by mysql-lb's own OS user; use another \
+                 account, or reach the server over TCP"
+            );
+            send(
+                client,
+                &err_packet(next_seq, code, Some(sqlstate_for(code)), &message),
+            )
+            .await;
+            EndReason::AuthFailed
+        }
         AuthError::ClientTls(_) => {
             // Nothing can be said to a client whose TLS handshake failed.
             info!(client = peer, backend, "closing: {e}");

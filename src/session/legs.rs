@@ -26,27 +26,29 @@ const CLOSE_NOTIFY_BUDGET: std::time::Duration = std::time::Duration::from_milli
 /// against when the backend leg stays plaintext on its way off this host, unless that backend
 /// allows it (`allow_cleartext_passwords`).
 pub(super) fn plan<'a>(
-    shared: &ProxyState,
+    shared: &'a ProxyState,
     legs: &'a Legs,
     local: bool,
     backend_tls: &'a Option<(TlsConnector, ServerName<'static>)>,
     greeting: &PatchedGreeting,
-    backend: &Backend,
+    backend: &'a Backend,
 ) -> LegPlan<'a> {
+    let unix = matches!(backend.address, crate::config::BackendAddr::Unix(_));
     let allowed = legs
         .tls
         .backend(&backend.name)
         .is_some_and(|leg| leg.allow_cleartext_passwords);
     let guard_cleartext = backend_tls.is_none() && backend.address.leaves_host() && !allowed;
-    let backend = backend.name.as_str();
     LegPlan {
         client_tls: legs.tls.client.as_ref(),
         client_local: local,
         offer_compression: shared.session.offer_compression,
         backend_tls: backend_tls.as_ref().map(|(c, n)| (c, n.clone())),
         backend_compression: greeting.backend_capabilities & CLIENT_COMPRESS != 0
-            && legs.compress_backend(backend),
+            && legs.compress_backend(&backend.name),
         mariadb: greeting.greeting.is_mariadb,
+        socket_identity: unix.then_some(&*shared.socket_identity),
+        backend: &backend.name,
         guard_cleartext,
     }
 }

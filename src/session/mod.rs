@@ -492,10 +492,13 @@ async fn open_backend(
 ) -> Result<(Connected, PatchedGreeting), (String, bool)> {
     let connected = std::sync::atomic::AtomicBool::new(false);
     let attempt = async {
-        let mut stream =
-            BackendStream::open(&backend.address, shared.session.tcp_keepalive.as_ref())
-                .await
-                .map_err(|e| (e.to_string(), true))?;
+        let mut stream = BackendStream::open(
+            &backend.address,
+            shared.session.tcp_keepalive.as_ref(),
+            &shared.socket_identity,
+        )
+        .await
+        .map_err(|e| (e.to_string(), true))?;
         connected.store(true, std::sync::atomic::Ordering::Relaxed);
         if let Some(version) = legs.proxy_protocol(&backend.name) {
             let sent = stream.send_proxy_header(version, addrs).await;

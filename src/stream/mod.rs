@@ -5,6 +5,7 @@
 //! [`compressed::Compressed`] wraps either leg's stream when it speaks the compressed protocol.
 
 pub mod compressed;
+pub mod identity;
 mod proxy;
 
 use std::io;
@@ -18,6 +19,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, ReadBuf};
 use tokio::net::{TcpStream, UnixStream};
 
 use crate::config::{BackendAddr, TcpKeepalive};
+use identity::SocketIdentity;
 
 /// A connection to a backend.
 #[derive(Debug)]
@@ -29,8 +31,12 @@ pub enum BackendStream {
 impl BackendStream {
     /// Connects within `timeout`; TCP connections get `TCP_NODELAY`, since every packet the proxy
     /// forwards is a whole request or response that must not wait for more.
-    pub async fn connect(addr: &BackendAddr, timeout: Duration) -> io::Result<Self> {
-        match tokio::time::timeout(timeout, Self::open(addr, None)).await {
+    pub async fn connect(
+        addr: &BackendAddr,
+        timeout: Duration,
+        identity: &SocketIdentity,
+    ) -> io::Result<Self> {
+        match tokio::time::timeout(timeout, Self::open(addr, None, identity)).await {
             Ok(r) => r,
             Err(_) => Err(io::Error::new(
                 io::ErrorKind::TimedOut,
@@ -45,8 +51,13 @@ impl BackendStream {
     /// As [`connect`](Self::connect) but with no deadline of its own, for a caller whose
     /// deadline covers more (a session's covers the greeting too: one timer per connect rather
     /// than two), and with keepalive probes on a TCP connection so a backend host that vanished
-    /// does not hold the session forever (a unix socket's peer is on this machine).
-    pub async fn open(addr: &BackendAddr, keepalive: Option<&TcpKeepalive>) -> io::Result<Self> {
+    /// does not hold the session forever (a unix socket's peer is on this machine). A unix
+    /// socket is connected as `identity` (see [`identity`]).
+    pub async fn open(
+        addr: &BackendAddr,
+        keepalive: Option<&TcpKeepalive>,
+        identity: &SocketIdentity,
+    ) -> io::Result<Self> {
         match addr {
             BackendAddr::Tcp { host, port } => {
                 let s = TcpStream::connect((host.as_str(), *port)).await?;
@@ -56,7 +67,7 @@ impl BackendStream {
                 }
                 Ok(Self::Tcp(s))
             }
-            BackendAddr::Unix(path) => Ok(Self::Unix(UnixStream::connect(path).await?)),
+            BackendAddr::Unix(path) => Ok(Self::Unix(identity.connect(path).await?)),
         }
     }
 }

@@ -127,6 +127,10 @@ impl MariaDb {
     pub fn start_with_args(name: &str, extra_args: &[&str]) -> MariaDb {
         let template = template_datadir();
         let base = new_temp_dir(name);
+        // Traversable by every OS user, as a server's socket directory (/run/mysqld) is: a
+        // mysql-lb running as root connects unix-socket backends as `nobody`.
+        fs::set_permissions(&base, std::os::unix::fs::PermissionsExt::from_mode(0o711))
+            .unwrap_or_else(|e| panic!("cannot open {} to other users: {e}", base.display()));
         let datadir = base.join("data");
         copy_dir(template, &datadir);
         let socket = base.join("mysqld.sock");
