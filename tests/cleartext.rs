@@ -331,20 +331,31 @@ async fn a_deferred_connect_guards_the_relayed_exchange_too() {
 }
 
 /// Logs in as `bench` over the proxy's unix socket, then runs COM_CHANGE_USER to the PAM
-/// account `user` by hand (naming mysql_native_password, as libmariadb does), answering each
-/// dialog prompt with the password. Ok once changed, or the ERR that ended it.
-async fn change_user(proxy: &TestProxy, user: &str) -> Result<(), String> {
+/// account `user` by hand, answering each dialog prompt with the password. The command names
+/// mysql_native_password (as libmariadb does by default, with a scramble), or with `clear` it
+/// names mysql_clear_password and carries the password itself. Ok once changed, or the ERR that
+/// ended it.
+async fn change_user(proxy: &TestProxy, user: &str, clear: bool) -> Result<(), String> {
     let socket = proxy.unix.as_ref().expect("the proxy's unix listener");
     let mut c = RawClient::connect_unix(socket, BENCH_USER, BENCH_PASS, None, 0, 0)
         .await
         .expect("bench logs in");
     let mut body = user.as_bytes().to_vec();
     body.push(0);
-    body.push(20);
-    body.extend_from_slice(&[0x11; 20]);
+    let (auth, plugin) = if clear {
+        (
+            [PASSWORD.as_bytes(), b"\0"].concat(),
+            "mysql_clear_password",
+        )
+    } else {
+        (vec![0x11; 20], "mysql_native_password")
+    };
+    body.push(auth.len() as u8);
+    body.extend_from_slice(&auth);
     body.push(0); // no database
     body.extend_from_slice(&45u16.to_le_bytes());
-    body.extend_from_slice(b"mysql_native_password\0");
+    body.extend_from_slice(plugin.as_bytes());
+    body.push(0);
     c.send_command(0x11, &body).await?;
     for _ in 0..4 {
         let (seq, reply) = c.read_packet().await?;
@@ -370,7 +381,7 @@ async fn a_change_user_to_a_pam_account_is_refused_before_the_password_leaves() 
     let cfg = proxy_config(dir.path(), &backend);
     let proxy = ns.inside(move || TestProxy::start_with(cfg));
 
-    let refused = change_user(&proxy, &user)
+    let refused = change_user(&proxy, &user, false)
         .await
         .expect_err("change user refused");
     for expected in [
@@ -399,6 +410,32 @@ async fn with_allow_cleartext_passwords_a_change_user_to_a_pam_account_succeeds(
     cfg.backends[0].tls.allow_cleartext_passwords = true;
     let proxy = ns.inside(move || TestProxy::start_with(cfg));
 
-    change_user(&proxy, &user).await.expect("change user");
+    change_user(&proxy, &user, false)
+        .await
+        .expect("change user");
     assert_eq!(passwords_seen(&user), vec![PASSWORD]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_change_user_carrying_its_password_in_clear_is_never_forwarded() {
+    let user = pam_user("pam_change_clear");
+    let (ns, backend) = network_backend();
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = proxy_config(dir.path(), &backend);
+    let proxy = ns.inside(move || TestProxy::start_with(cfg));
+
+    let refused = change_user(&proxy, &user, true)
+        .await
+        .expect_err("change user refused");
+    let expected =
+        "1045: mysql-lb: refused: the client sent its password in clear (mysql_clear_password)";
+    assert!(refused.contains(expected), "{expected:?} not in {refused}");
+    assert_eq!(
+        passwords_seen(&user),
+        Vec::<String>::new(),
+        "PAM got a password"
+    );
+    common::wait_until("the refusal counted", || {
+        counted(&proxy, "cleartext_password") == Some(1.0)
+    });
 }

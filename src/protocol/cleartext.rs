@@ -12,6 +12,13 @@
 
 use std::fmt;
 
+use super::caps::{CLIENT_PLUGIN_AUTH, CLIENT_SECURE_CONNECTION};
+
+/// The longest COM_CHANGE_USER a guarded session checks (held back until whole); a longer one is
+/// refused unchecked. Real ones are a few hundred bytes (user, scramble, database, plugin,
+/// connect attributes).
+pub const MAX_CHANGE_USER_CHECKED: usize = 64 * 1024;
+
 /// Plugins whose answer is the password itself (on a secure client leg for `sha256_password`,
 /// which encrypts it with the server's RSA key otherwise).
 pub(crate) fn sends_cleartext(plugin: &str) -> bool {
@@ -32,6 +39,15 @@ pub enum Exposure {
     FullAuth,
     /// A `dialog` prompt (PAM asking a question: the answer goes back as typed).
     Prompt,
+    /// A COM_CHANGE_USER longer than [`MAX_CHANGE_USER_CHECKED`], not read for a password.
+    Unchecked { len: usize },
+}
+
+impl Exposure {
+    /// Found in a packet of the client's (the rest are the backend's).
+    pub fn from_client(&self) -> bool {
+        matches!(self, Self::Response { .. } | Self::Unchecked { .. })
+    }
 }
 
 impl fmt::Display for Exposure {
@@ -43,6 +59,10 @@ impl fmt::Display for Exposure {
                 f.write_str("the backend asked for the password in clear (caching_sha2_password full authentication)")
             }
             Self::Prompt => f.write_str("the backend asked for the password in clear (dialog prompt)"),
+            Self::Unchecked { len } => write!(
+                f,
+                "a COM_CHANGE_USER of {len} bytes is too long to check for a password in clear"
+            ),
         }
     }
 }
@@ -74,6 +94,34 @@ pub fn in_server_packet(plugin: Option<&str>, payload: &[u8]) -> Option<Exposure
         [_, ..] if plugin == Some("dialog") => Some(Exposure::Prompt),
         _ => None,
     }
+}
+
+/// Whether the client's COM_CHANGE_USER (`payload`, command byte first) carries its password in
+/// clear, read with the session's `capabilities`: user, auth answer, database, character set,
+/// then the plugin. A packet that does not parse carries nothing this can tell (the server
+/// parses it the same way and refuses it).
+pub fn in_change_user(payload: &[u8], capabilities: u32) -> Option<Exposure> {
+    fn nul_terminated(b: &[u8]) -> Option<(&[u8], &[u8])> {
+        let n = b.iter().position(|&c| c == 0)?;
+        Some((&b[..n], &b[n + 1..]))
+    }
+    let (_user, rest) = nul_terminated(payload.get(1..)?)?;
+    let (auth, rest) = if capabilities & CLIENT_SECURE_CONNECTION != 0 {
+        let (&len, rest) = rest.split_first()?;
+        let len = usize::from(len);
+        (rest.get(..len)?, rest.get(len..)?)
+    } else {
+        nul_terminated(rest)?
+    };
+    let (_database, rest) = nul_terminated(rest)?;
+    if capabilities & CLIENT_PLUGIN_AUTH == 0 {
+        return None;
+    }
+    let plugin = rest.get(2..)?.split(|&b| b == 0).next()?;
+    in_response(
+        Some(&String::from_utf8_lossy(plugin)),
+        !matches!(auth, [] | [0]),
+    )
 }
 
 /// As [`in_server_packet`] for the auth exchange of `COM_CHANGE_USER`, where the plugin the
@@ -168,6 +216,45 @@ mod tests {
         );
         assert_eq!(in_server_packet(Some("dialog"), &[0x00, 0, 0, 2, 0]), None);
         assert_eq!(in_server_packet(Some("dialog"), &[0xFF, 0x15, 0x04]), None);
+    }
+
+    /// COM_CHANGE_USER as the protocol documentation lays it out (secure connection, plugin auth).
+    fn change_user(auth: &[u8], plugin: &str) -> Vec<u8> {
+        let mut p = b"\x11pam_user\0".to_vec();
+        p.push(auth.len() as u8);
+        p.extend_from_slice(auth);
+        p.extend_from_slice(b"test\0");
+        p.extend_from_slice(&45u16.to_le_bytes());
+        p.extend_from_slice(plugin.as_bytes());
+        p.push(0);
+        p.extend_from_slice(b"\x00"); // an empty connect-attributes block
+        p
+    }
+
+    const CAPS: u32 = CLIENT_SECURE_CONNECTION | CLIENT_PLUGIN_AUTH;
+
+    #[test]
+    fn a_change_user_naming_a_cleartext_plugin_with_a_password_carries_it() {
+        assert_eq!(
+            in_change_user(&change_user(b"pam-secret\0", "mysql_clear_password"), CAPS),
+            Some(Exposure::Response {
+                plugin: "mysql_clear_password".to_owned()
+            })
+        );
+        assert_eq!(
+            in_change_user(&change_user(b"pam-secret\0", "dialog"), CAPS),
+            Some(Exposure::Response {
+                plugin: "dialog".to_owned()
+            })
+        );
+        // A scramble for a hashing plugin, an empty password, no plugin auth, a torn packet.
+        let native = change_user(&[7; 20], "mysql_native_password");
+        assert_eq!(in_change_user(&native, CAPS), None);
+        let empty = change_user(b"\0", "mysql_clear_password");
+        assert_eq!(in_change_user(&empty, CAPS), None);
+        let clear = change_user(b"pam-secret\0", "mysql_clear_password");
+        assert_eq!(in_change_user(&clear, CLIENT_SECURE_CONNECTION), None);
+        assert_eq!(in_change_user(&clear[..12], CAPS), None);
     }
 
     #[test]

@@ -1,7 +1,9 @@
 //! Byte-fixture tests for the response tracker: each builds the exact packets a server sends.
 
 use super::*;
-use crate::protocol::caps::{CLIENT_PROTOCOL_41, MARIADB_CLIENT_PROGRESS};
+use crate::protocol::caps::{
+    CLIENT_PLUGIN_AUTH, CLIENT_PROTOCOL_41, CLIENT_SECURE_CONNECTION, MARIADB_CLIENT_PROGRESS,
+};
 use crate::protocol::codec::header;
 
 const MORE: u16 = SERVER_MORE_RESULTS_EXISTS;
@@ -457,6 +459,68 @@ fn a_guarded_change_user_stops_at_a_switch_to_a_cleartext_plugin() {
             assert_eq!(result, Ok(()));
         }
     }
+}
+
+/// COM_CHANGE_USER to `pam_user` answering with `auth` for `plugin` (secure connection and plugin
+/// auth in the negotiated capabilities).
+fn change_user_with(auth: &[u8], plugin: &str) -> Vec<u8> {
+    let mut body = b"pam_user\0".to_vec();
+    body.push(auth.len() as u8);
+    body.extend_from_slice(auth);
+    body.extend_from_slice(b"\0");
+    body.extend_from_slice(&45u16.to_le_bytes());
+    body.extend_from_slice(plugin.as_bytes());
+    body.push(0);
+    command(cmd::CHANGE_USER, &body)
+}
+
+fn guarded_with_plugin_auth() -> Run {
+    let mut r = Run::new(false);
+    r.t.caps.capabilities |= CLIENT_SECURE_CONNECTION | CLIENT_PLUGIN_AUTH;
+    r.t.guard_cleartext();
+    r
+}
+
+#[test]
+fn a_guarded_change_user_carrying_a_password_in_clear_is_not_taken() {
+    let packet = change_user_with(b"pam-secret\0", "mysql_clear_password");
+    let expected = Err(TrackError::CleartextPassword {
+        exposure: Exposure::Response {
+            plugin: "mysql_clear_password".to_owned(),
+        },
+        start: Some(0),
+    });
+    let mut r = guarded_with_plugin_auth();
+    assert_eq!(r.t.on_client(&packet), expected);
+    // Cut anywhere, the first part is held back until the packet is whole, then refused.
+    for cut in [2, 4, 5, 12, packet.len() - 1] {
+        let mut r = guarded_with_plugin_auth();
+        let first = r.t.on_client(&packet[..cut]).expect("a part");
+        assert_eq!(first.held, cut, "cut at {cut}");
+        assert_eq!(r.t.on_client(&packet), expected, "cut at {cut}");
+    }
+    // Unguarded, or a hashing plugin: an ordinary command.
+    let mut r = Run::new(false);
+    r.t.caps.capabilities |= CLIENT_SECURE_CONNECTION | CLIENT_PLUGIN_AUTH;
+    assert_eq!(r.client(&packet).commands, 1);
+    let mut r = guarded_with_plugin_auth();
+    let native = change_user_with(&[7; 20], "mysql_native_password");
+    assert_eq!(r.client(&native).commands, 1);
+}
+
+#[test]
+fn a_guarded_change_user_too_long_to_check_is_refused_unread() {
+    let mut r = guarded_with_plugin_auth();
+    let len = crate::protocol::cleartext::MAX_CHANGE_USER_CHECKED + 1;
+    let mut partial = header(len, 0).to_vec();
+    partial.push(cmd::CHANGE_USER);
+    assert_eq!(
+        r.t.on_client(&partial),
+        Err(TrackError::CleartextPassword {
+            exposure: Exposure::Unchecked { len },
+            start: Some(0),
+        })
+    );
 }
 
 #[test]

@@ -302,9 +302,16 @@ pub(super) async fn relay_ended<C: AsyncRead + AsyncWrite + Unpin>(
                 "refused: {exposure} during COM_CHANGE_USER, and the backend leg is plaintext \
                  TCP leaving this host (allow_cleartext_passwords is off)"
             );
-            // Where the packet began in an earlier read, part of it went out: the client has
-            // no whole packet to answer, and no ERR can be put in its place.
-            if start.is_some() {
+            // Where the backend's packet began in an earlier read, part of it went out: the
+            // client has no whole packet to answer, and no ERR can be put in its place. The
+            // client's own COM_CHANGE_USER was not forwarded: an ERR answers it unless earlier
+            // commands still await theirs.
+            let in_place = if exposure.from_client() {
+                tracker.pending() == 0 && tracker.server_at_boundary()
+            } else {
+                start.is_some()
+            };
+            if in_place {
                 let seq = tracker.next_server_seq();
                 send(client, &cleartext_err(seq, backend, &exposure.to_string())).await;
             }
