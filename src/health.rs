@@ -377,7 +377,7 @@ async fn check_stages(
     let greeting = conn.read(Stage::Greeting).await?;
     let payload = &greeting[4..];
     let parsed = parse_greeting(payload).map_err(CheckError::Greeting)?;
-    let password = cfg.password.as_deref().unwrap_or("");
+    let password = cfg.password.as_ref().map_or("", |p| p.expose());
     let mut login = match cfg.user.as_deref() {
         Some(user) => Some(login_packet(payload, parsed.capabilities, user, password)?),
         None => None,

@@ -36,7 +36,7 @@ pub async fn verify(
         let probe = HealthCheckConfig {
             timeout: config.connect_timeout,
             user: Some(user.to_owned()),
-            password: Some(random_password()),
+            password: Some(crate::config::Secret::new(random_password())),
             ..HealthCheckConfig::default()
         };
         let leg = CheckLeg {

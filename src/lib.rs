@@ -13,6 +13,7 @@ pub mod kill;
 pub mod leg;
 pub mod lifecycle;
 pub mod limits;
+pub mod logging;
 pub mod metrics;
 pub mod protocol;
 pub mod relay;

@@ -5,9 +5,8 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use clap::Parser;
-use tracing_subscriber::EnvFilter;
 
-use mysql_lb::config::{Cli, Config, LogFormat};
+use mysql_lb::config::{Cli, Config};
 use mysql_lb::limits::raise_fd_limit;
 use mysql_lb::Proxy;
 
@@ -42,26 +41,13 @@ fn main() -> ExitCode {
         println!("{}", config.proxy_protocol_summary());
         return ExitCode::SUCCESS;
     }
-    init_logging(&config);
+    mysql_lb::logging::init(&config, std::io::stderr().is_terminal());
     match run(&mut config, &cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             tracing::error!("{e:#}");
             ExitCode::FAILURE
         }
-    }
-}
-
-fn init_logging(config: &Config) {
-    // The level was validated with the config; fall back to "info" rather than logging nothing.
-    let filter = EnvFilter::try_new(&config.log_level).unwrap_or_else(|_| EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::stderr().is_terminal());
-    match config.log_format {
-        LogFormat::Text => builder.init(),
-        LogFormat::Json => builder.json().init(),
     }
 }
 

@@ -336,7 +336,7 @@ async fn every_metric_the_dashboard_queries_is_exported_by_a_running_proxy() {
     cfg.health_check = mysql_lb::config::HealthCheckConfig {
         interval: Duration::from_millis(200),
         user: Some("bench".into()),
-        password: Some("bench".into()),
+        password: Some(mysql_lb::config::Secret::new("bench")),
         max_replication_lag: Some(Duration::from_secs(10)),
         ..Default::default()
     };

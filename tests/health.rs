@@ -6,10 +6,12 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::mariadb::{free_port, shared_pair, MariaDb, BENCH_PASS, BENCH_USER};
-use common::proxy::{config, TestProxy};
+use common::daemon::{Daemon, BIN};
+use common::mariadb::{free_port, new_temp_dir, shared_pair, MariaDb, BENCH_PASS, BENCH_USER};
+use common::proxy::{config, http_get, TestProxy};
+use common::wait_until;
 use mysql_async::prelude::*;
-use mysql_lb::config::{BackendAddr, HealthCheckConfig};
+use mysql_lb::config::{BackendAddr, HealthCheckConfig, Secret};
 use mysql_lb::health::{check_backend, CheckError};
 
 const INTERVAL: Duration = Duration::from_millis(500);
@@ -25,7 +27,8 @@ fn checks(user: Option<(&str, &str)>) -> HealthCheckConfig {
         fall: 2,
         rise: 2,
         user: user.map(|(u, _)| u.to_owned()),
-        password: user.map(|(_, p)| p.to_owned()),
+        password: user.map(|(_, p)| Secret::new(p)),
+        password_file: None,
         max_replication_lag: None,
     }
 }
@@ -355,4 +358,97 @@ fn metric_value(exposition: &str, series: &str) -> Option<f64> {
     exposition
         .lines()
         .find_map(|l| l.strip_prefix(series)?.trim().parse().ok())
+}
+
+/// A monitor account whose password appears nowhere else (not the user name, not the tests'
+/// other passwords), so finding it in output means it leaked.
+const FILE_USER: &str = "mon_file";
+const FILE_PASS: &str = "Pw-only-in-a-file-7f3a";
+
+fn create_file_user(db: &MariaDb) {
+    db.root_exec(&format!(
+        "CREATE USER IF NOT EXISTS '{FILE_USER}'@'%' IDENTIFIED BY '{FILE_PASS}'"
+    ));
+}
+
+/// `health_check` logging in as [`FILE_USER`] with the password in `file`, read by validation
+/// as at start.
+fn checks_from_file(db: &MariaDb, file: &std::path::Path) -> HealthCheckConfig {
+    let mut cfg = config(&[db.tcp_addr()]);
+    cfg.health_check = HealthCheckConfig {
+        user: Some(FILE_USER.to_owned()),
+        password_file: Some(file.to_owned()),
+        ..checks(None)
+    };
+    cfg.validate().expect("valid config").health_check
+}
+
+#[tokio::test]
+async fn a_check_logs_in_with_the_password_from_password_file() {
+    let db = &shared_pair()[0];
+    create_file_user(db);
+    let dir = new_temp_dir("health-password-file");
+    let (right, wrong) = (dir.join("right"), dir.join("wrong"));
+    std::fs::write(&right, format!("{FILE_PASS}\n")).unwrap();
+    std::fs::write(&wrong, "not-the-password\n").unwrap();
+    check_backend(&addr(&db.tcp_addr()), &checks_from_file(db, &right))
+        .await
+        .expect("login with the file's password (its newline trimmed) passes");
+    let err = check_backend(&addr(&db.tcp_addr()), &checks_from_file(db, &wrong))
+        .await
+        .expect_err("another password in the file is denied");
+    assert!(
+        matches!(err, CheckError::Denied { code: 1045, .. }),
+        "{err:?}"
+    );
+}
+
+#[test]
+fn the_password_from_the_file_shows_in_no_log_check_config_or_backends() {
+    let db = &shared_pair()[0];
+    create_file_user(db);
+    let dir = new_temp_dir("health-password-leak");
+    let secret = dir.join("monitor-password");
+    std::fs::write(&secret, format!("{FILE_PASS}\n")).unwrap();
+    let admin: std::net::SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+    let path = dir.join("config.yaml");
+    std::fs::write(
+        &path,
+        format!(
+            "listen: ['127.0.0.1:0']\nbackends: [{{address: '{}'}}]\nadmin_address: '{admin}'\n\
+             health_check: {{interval: 200ms, user: {FILE_USER}, password_file: '{}'}}\n\
+             log: {{level: trace}}\n",
+            db.tcp_addr(),
+            secret.display()
+        ),
+    )
+    .unwrap();
+    let check = std::process::Command::new(BIN)
+        .arg("--config")
+        .arg(&path)
+        .arg("--check-config")
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&check.stdout).into_owned()
+        + &String::from_utf8_lossy(&check.stderr);
+    assert!(check.status.success(), "{said}");
+    assert!(!said.contains(FILE_PASS), "{said}");
+
+    let mut daemon = Daemon::start(&["--config".to_owned(), path.display().to_string()], None);
+    let backends = || {
+        http_get(admin, "/backends")
+            .map(|(_, body)| body)
+            .unwrap_or_default()
+    };
+    // A check that logged in: last_check ok, which a wrong or empty password would not be.
+    wait_until("a health check that logged in", || {
+        serde_json::from_str::<serde_json::Value>(&backends())
+            .is_ok_and(|v| v["backends"][0]["last_check"]["ok"] == true)
+    });
+    let body = backends();
+    assert!(!body.contains(FILE_PASS), "{body}");
+    assert!(daemon.stop().success());
+    let log = daemon.whole_log().join("\n");
+    assert!(log.contains("listening"), "the whole log was read: {log}");
+    assert!(!log.contains(FILE_PASS), "{log}");
 }

@@ -34,7 +34,7 @@ fn instance(id: u8, port: u16, admin: SocketAddr, peers: &[(u8, SocketAddr)]) ->
         .iter()
         .map(|&(instance_id, addr)| Peer {
             instance_id,
-            admin_url: PeerUrl(addr),
+            admin_url: PeerUrl::from(addr),
         })
         .collect();
     cfg
@@ -287,4 +287,30 @@ async fn two_daemon_processes_share_one_port_and_say_which_instance_they_are() {
     assert!(!refused.status.success(), "{stderr}");
     assert!(stderr.contains("cannot listen on"), "{stderr}");
     assert!(first.stop().success() && second.stop().success());
+}
+
+#[tokio::test]
+async fn a_peer_named_by_a_host_name_is_resolved_when_asked() {
+    // As a StatefulSet pod's peers are named through a headless Service: by DNS name.
+    let (admin_a, admin_b) = (admin_addr(), admin_addr());
+    let mut cfg_a = instance(1, 0, admin_a, &[]);
+    cfg_a.instances.peers = vec![Peer {
+        instance_id: 2,
+        admin_url: PeerUrl::parse(&format!("http://localhost:{}", admin_b.port())).unwrap(),
+    }];
+    let a = TestProxy::start_with(cfg_a);
+    let _b = TestProxy::start_with(instance(2, a.addr.port(), admin_b, &[]));
+    let addr = a.addr_string();
+    let mut victim = session_on(&addr, 2).await;
+    let id = victim.connection_id;
+    let marker = "instances-kill-named-peer";
+    start_sleeping(&mut victim, marker).await;
+    let mut killer = session_on(&addr, 1).await;
+    killer
+        .query_results(&format!("KILL QUERY {id}"))
+        .await
+        .expect("KILL QUERY through the peer named localhost");
+    let err = victim.read_results().await.expect_err("interrupted");
+    assert!(err.starts_with("1317"), "{err}");
+    assert!(!running_on_shared_backends(marker));
 }

@@ -3,8 +3,9 @@
 //! (a CRD those schemas do not have) by the fields the Prometheus Operator requires, checked
 //! here, and what no schema can see: the objects agreeing with each other and with the
 //! config.yaml they carry (ports, probe paths, selectors, mounts, the grace period against the
-//! shutdown timing), that config.yaml passing `mysql-lb --check-config`, and the real binary
-//! with it (moved to loopback) answering the probe paths as the Deployment expects.
+//! shutdown timing, the headless Service and `peers_from` naming the pods), that config.yaml
+//! passing `mysql-lb --check-config` as each pod runs it (its own `--instance-id` and peers), and
+//! the real binary with it (moved to loopback) answering the probe paths as the pods expect.
 
 mod common;
 
@@ -17,6 +18,7 @@ use std::time::Duration;
 use serde_yaml::Value;
 
 use common::daemon::{Daemon, BIN};
+use common::kubekit::*;
 use common::mariadb::free_port;
 use common::proxy::http_get;
 use common::wait_until;
@@ -24,94 +26,6 @@ use common::wait_until;
 /// `matchLabelKeys` is on by default from 1.27) and the newest the pinned validator knows.
 const KUBERNETES_VERSIONS: [&str; 2] = ["1.30.0", "1.37.0"];
 const PODMONITOR: &str = "podmonitor.yaml";
-
-fn kit_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/kubernetes")
-}
-
-fn manifest(name: &str) -> Value {
-    let path = kit_dir().join(name);
-    let text = std::fs::read_to_string(&path)
-        .unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
-    serde_yaml::from_str(&text).unwrap_or_else(|e| panic!("{name} is not YAML: {e}"))
-}
-
-/// `path` ("spec.template.spec" or "containers.0") inside `v`; panics naming what is missing.
-fn at<'a>(v: &'a Value, path: &str) -> &'a Value {
-    path.split('.').fold(v, |v, key| {
-        let next = match key.parse::<usize>() {
-            Ok(i) => v.get(i),
-            Err(_) => v.get(key),
-        };
-        next.unwrap_or_else(|| panic!("no `{key}` (of `{path}`) in {v:?}"))
-    })
-}
-
-fn text<'a>(v: &'a Value, path: &str) -> &'a str {
-    at(v, path)
-        .as_str()
-        .unwrap_or_else(|| panic!("`{path}` is not a string"))
-}
-
-fn number(v: &Value, path: &str) -> u64 {
-    at(v, path)
-        .as_u64()
-        .unwrap_or_else(|| panic!("`{path}` is not a number"))
-}
-
-fn list<'a>(v: &'a Value, path: &str) -> &'a [Value] {
-    at(v, path)
-        .as_sequence()
-        .unwrap_or_else(|| panic!("`{path}` is not a list"))
-}
-
-fn duration(v: &Value, key: &str) -> Duration {
-    humantime::parse_duration(text(v, key))
-        .unwrap_or_else(|e| panic!("config.yaml `{key}` is not a duration: {e}"))
-}
-
-/// The port of an "ip:port" address.
-fn port_of(addr: &str) -> u64 {
-    let (_, port) = addr
-        .rsplit_once(':')
-        .unwrap_or_else(|| panic!("`{addr}` is not ip:port"));
-    port.parse()
-        .unwrap_or_else(|_| panic!("bad port in `{addr}`"))
-}
-
-/// The ConfigMap's config.yaml, parsed.
-fn proxy_config() -> Value {
-    let configmap = manifest("configmap.yaml");
-    let raw = at(&configmap, "data")
-        .get("config.yaml")
-        .and_then(Value::as_str)
-        .expect("the ConfigMap has data.config.yaml");
-    serde_yaml::from_str(raw).expect("config.yaml in the ConfigMap is YAML")
-}
-
-fn pod_spec(deployment: &Value) -> &Value {
-    at(deployment, "spec.template.spec")
-}
-
-/// The one container, mysql-lb.
-fn container(deployment: &Value) -> &Value {
-    let containers = list(pod_spec(deployment), "containers");
-    assert_eq!(containers.len(), 1, "one container per pod");
-    assert_eq!(text(&containers[0], "name"), "mysql-lb");
-    &containers[0]
-}
-
-fn container_port(container: &Value, name: &str) -> u64 {
-    list(container, "ports")
-        .iter()
-        .find(|p| p.get("name").and_then(Value::as_str) == Some(name))
-        .map(|p| number(p, "containerPort"))
-        .unwrap_or_else(|| panic!("the container has no port named `{name}`"))
-}
-
-fn pod_labels(deployment: &Value) -> &Value {
-    at(deployment, "spec.template.metadata.labels")
-}
 
 fn validator() -> PathBuf {
     let path =
@@ -166,14 +80,14 @@ fn every_manifest_passes_the_kubernetes_schemas_strictly() {
 #[test]
 fn the_podmonitor_has_what_the_prometheus_operator_requires() {
     let pm = manifest(PODMONITOR);
-    let deployment = manifest("deployment.yaml");
+    let workload = manifest(WORKLOAD);
     assert_eq!(text(&pm, "apiVersion"), "monitoring.coreos.com/v1");
     assert_eq!(text(&pm, "kind"), "PodMonitor");
     assert!(!text(&pm, "metadata.name").is_empty());
     assert_eq!(
         at(&pm, "spec.selector.matchLabels"),
-        pod_labels(&deployment),
-        "the PodMonitor selects the Deployment's pods"
+        pod_labels(&workload),
+        "the PodMonitor selects the StatefulSet's pods"
     );
     let endpoints = list(&pm, "spec.podMetricsEndpoints");
     assert!(!endpoints.is_empty(), "podMetricsEndpoints is empty");
@@ -187,7 +101,7 @@ fn the_podmonitor_has_what_the_prometheus_operator_requires() {
             .collect();
         assert!(keys.is_subset(&known), "unexpected keys in {keys:?}");
         let port = text(e, "port");
-        container_port(container(&deployment), port);
+        container_port(container(&workload), port);
         assert_eq!(port, "admin", "metrics are on the admin port");
         assert_eq!(text(e, "path"), "/metrics");
         // The operator refuses a scrape timeout longer than the interval.
@@ -211,9 +125,9 @@ fn kustomization_lists_every_manifest_and_sets_the_image() {
         .filter(|n| n.ends_with(".yaml") && n != "kustomization.yaml")
         .collect();
     assert_eq!(listed, on_disk, "kustomization.yaml resources vs the files");
-    let (kustomization, deployment) = (manifest("kustomization.yaml"), manifest("deployment.yaml"));
+    let (kustomization, workload) = (manifest("kustomization.yaml"), manifest(WORKLOAD));
     let images = list(&kustomization, "images");
-    let image = text(container(&deployment), "image");
+    let image = text(container(&workload), "image");
     assert!(
         images.iter().any(|i| text(i, "name") == image),
         "kustomization.yaml has no `images:` entry for `{image}`"
@@ -226,7 +140,7 @@ fn grace_period_outlasts_shutdown_delay_plus_timeout() {
     let delay = duration(&config, "shutdown_delay");
     let timeout = duration(&config, "shutdown_timeout");
     let grace = Duration::from_secs(number(
-        pod_spec(&manifest("deployment.yaml")),
+        pod_spec(&manifest(WORKLOAD)),
         "terminationGracePeriodSeconds",
     ));
     assert!(
@@ -239,8 +153,8 @@ fn grace_period_outlasts_shutdown_delay_plus_timeout() {
 #[test]
 fn ports_and_probes_agree_with_the_config() {
     let config = proxy_config();
-    let deployment = manifest("deployment.yaml");
-    let c = container(&deployment);
+    let workload = manifest(WORKLOAD);
+    let c = container(&workload);
     let listen = list(&config, "listen");
     assert_eq!(listen.len(), 1, "one MySQL listener");
     let listen = listen[0].as_str().expect("listen entry");
@@ -271,8 +185,8 @@ fn ports_and_probes_agree_with_the_config() {
     assert_eq!(number(&ports[0], "port"), 3306);
     assert_eq!(text(&ports[0], "targetPort"), "mysql");
 
-    let labels = pod_labels(&deployment);
-    assert_eq!(at(&deployment, "spec.selector.matchLabels"), labels);
+    let labels = pod_labels(&workload);
+    assert_eq!(at(&workload, "spec.selector.matchLabels"), labels);
     assert_eq!(at(&service, "spec.selector"), labels, "Service selector");
     assert_eq!(
         at(
@@ -296,8 +210,8 @@ fn mount_holding<'a>(c: &'a Value, file: &'a str) -> (&'a Value, &'a str) {
         .unwrap_or_else(|| panic!("no volume is mounted over {file}"))
 }
 
-fn volume<'a>(deployment: &'a Value, name: &str) -> &'a Value {
-    list(pod_spec(deployment), "volumes")
+fn volume<'a>(workload: &'a Value, name: &str) -> &'a Value {
+    list(pod_spec(workload), "volumes")
         .iter()
         .find(|v| text(v, "name") == name)
         .unwrap_or_else(|| panic!("no volume `{name}`"))
@@ -306,18 +220,18 @@ fn volume<'a>(deployment: &'a Value, name: &str) -> &'a Value {
 #[test]
 fn config_and_token_are_mounted_where_the_config_says() {
     let config = proxy_config();
-    let deployment = manifest("deployment.yaml");
-    let c = container(&deployment);
+    let workload = manifest(WORKLOAD);
+    let c = container(&workload);
     let args: Vec<&str> = list(c, "args").iter().filter_map(Value::as_str).collect();
     let config_path = match args.as_slice() {
-        ["--config", path] => *path,
-        other => panic!("args should be `--config FILE`, are {other:?}"),
+        ["--config", path, "--instance-id", _] => *path,
+        other => panic!("args should be `--config FILE --instance-id POD`, are {other:?}"),
     };
     // The image's ENTRYPOINT already names a --config; it may be given only once.
     assert_eq!(list(c, "command"), [Value::from("mysql-lb")]);
 
     let (mount, key) = mount_holding(c, config_path);
-    let v = volume(&deployment, text(mount, "name"));
+    let v = volume(&workload, text(mount, "name"));
     let configmap = manifest("configmap.yaml");
     assert_eq!(text(v, "configMap.name"), text(&configmap, "metadata.name"));
     assert!(
@@ -331,7 +245,7 @@ fn config_and_token_are_mounted_where_the_config_says() {
     );
 
     let (mount, key) = mount_holding(c, text(&config, "admin_token_file"));
-    let v = volume(&deployment, text(mount, "name"));
+    let v = volume(&workload, text(mount, "name"));
     let secret = manifest("secret.yaml");
     assert_eq!(text(v, "secret.secretName"), text(&secret, "metadata.name"));
     // `stringData` as shipped; `data` (base64) as `kubectl create secret -o yaml` writes it.
@@ -343,10 +257,10 @@ fn config_and_token_are_mounted_where_the_config_says() {
 
 #[test]
 fn pods_run_unprivileged_bounded_and_spread() {
-    let deployment = manifest("deployment.yaml");
-    let pod = pod_spec(&deployment);
-    let c = container(&deployment);
-    assert!(number(&deployment, "spec.replicas") >= 2, "2+ replicas");
+    let workload = manifest(WORKLOAD);
+    let pod = pod_spec(&workload);
+    let c = container(&workload);
+    assert!(number(&workload, "spec.replicas") >= 2, "2+ replicas");
     assert_eq!(at(pod, "securityContext.runAsNonRoot"), &Value::Bool(true));
     assert!(number(pod, "securityContext.runAsUser") > 0);
     assert_eq!(
@@ -367,7 +281,7 @@ fn pods_run_unprivileged_bounded_and_spread() {
     assert!(
         spread.iter().any(|s| {
             text(s, "topologyKey") == "kubernetes.io/hostname"
-                && at(s, "labelSelector.matchLabels") == pod_labels(&deployment)
+                && at(s, "labelSelector.matchLabels") == pod_labels(&workload)
         }),
         "the pods are spread over nodes"
     );
@@ -379,20 +293,6 @@ fn pods_run_unprivileged_bounded_and_spread() {
         allowed,
         "PodDisruptionBudget: maxUnavailable 1 or minAvailable 1"
     );
-}
-
-/// Points `admin_token_file` at a token file in `dir`: the Secret's mount does not exist here.
-fn use_test_token(dir: &Path, config: &mut Value) {
-    let token = dir.join("token");
-    std::fs::write(&token, "test-token\n").expect("write the token");
-    config["admin_token_file"] = Value::from(token.to_string_lossy().into_owned());
-}
-
-/// Writes `config` to `dir/config.yaml`; its path.
-fn write_config(dir: &Path, config: &Value) -> PathBuf {
-    let path = dir.join("config.yaml");
-    std::fs::write(&path, serde_yaml::to_string(config).expect("serialize")).expect("write");
-    path
 }
 
 /// `--check-config` on `config`: (success, stderr).
@@ -445,7 +345,7 @@ fn on_loopback(mut config: Value, admin: SocketAddr) -> Value {
 }
 
 #[test]
-fn probes_answer_as_the_deployment_expects_while_every_backend_is_down() {
+fn probes_answer_as_the_pods_expect_while_every_backend_is_down() {
     let dir = tempfile::tempdir().expect("temp dir");
     let config = accepted_config(dir.path());
     let admin: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
@@ -458,8 +358,8 @@ fn probes_answer_as_the_deployment_expects_while_every_backend_is_down() {
     wait_until("/healthz to report no backend up", || {
         status("/healthz") == Ok(503)
     });
-    let deployment = manifest("deployment.yaml");
-    let c = container(&deployment);
+    let workload = manifest(WORKLOAD);
+    let c = container(&workload);
     let liveness = text(c, "livenessProbe.httpGet.path");
     assert_eq!(
         status(liveness),

@@ -167,7 +167,8 @@ fn checked(backend: String, version: ProxyProtocol) -> Config {
         fall: 1,
         rise: 1,
         user: Some(BENCH_USER.to_owned()),
-        password: Some(BENCH_PASS.to_owned()),
+        password: Some(mysql_lb::config::Secret::new(BENCH_PASS)),
+        password_file: None,
         max_replication_lag: None,
     };
     cfg

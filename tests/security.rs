@@ -142,3 +142,57 @@ fn admin_endpoint_listens_on_loopback_by_default() {
         assert!(l.to_string().starts_with("127.0.0.1:"), "{l}");
     }
 }
+
+#[tokio::test]
+async fn names_from_the_wire_cannot_forge_text_log_lines() {
+    use common::daemon::Daemon;
+    let db = &shared_pair()[0];
+    let port = free_port();
+    let mut daemon = Daemon::start(
+        &[
+            format!("--proxy-address=127.0.0.1:{port}"),
+            format!("--proxy-backend-addresses={}", db.tcp_addr()),
+            "--admin-address=off".to_owned(),
+            "--log-level=debug".to_owned(),
+            "--log-format=text".to_owned(),
+        ],
+        None,
+    );
+    daemon.wait_for_line("listening");
+    // A newline that would start a line of its own, and an ANSI colour escape, in the user
+    // name (which the handshake line logs, and MariaDB's 1045 repeats) and the schema.
+    let user = "evil\nFORGED-USER \u{1b}[31mred";
+    let schema = "db\r\nFORGED-SCHEMA\u{1b}]0;title\u{7}";
+    let err = RawClient::connect_tcp(
+        &format!("127.0.0.1:{port}"),
+        user,
+        "whatever",
+        Some(schema),
+        0,
+        0,
+    )
+    .await
+    .err()
+    .expect("no such account");
+    assert!(err.contains("1045"), "the server's own denial: {err}");
+    daemon.wait_for_line("authentication failed");
+    assert!(daemon.stop().success());
+    let lines = daemon.whole_log();
+    let log = lines.join("\n");
+    for line in &lines {
+        assert!(
+            !line.contains("FORGED") || line.contains("\\nFORGED"),
+            "a line of its own from a peer's name: {line:?}\nin:\n{log}"
+        );
+        assert!(!line.contains('\u{1b}') && !line.contains('\r') && !line.contains('\u{7}'));
+    }
+    let handshake = daemon.wait_for_line("client handshake response");
+    assert!(
+        handshake.contains("user=evil\\nFORGED-USER \\u{1b}[31mred"),
+        "{handshake}"
+    );
+    assert!(handshake.contains("FORGED-SCHEMA"), "{handshake}");
+    // MariaDB writes the escape as `\001B` itself, but not the newline.
+    let denied = daemon.wait_for_line("authentication failed");
+    assert!(denied.contains("'evil\\nFORGED-USER "), "{denied}");
+}

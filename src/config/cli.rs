@@ -52,6 +52,10 @@ pub struct Cli {
     /// Admin HTTP listener (/metrics, /healthz, /backends), "ip:port"; "off" disables it.
     #[arg(long, value_name = "ADDR")]
     pub admin_address: Option<String>,
+    /// This instance's id (0-255) among several, replacing `instance_id`; a StatefulSet pod
+    /// name such as "mysql-lb-2" gives its ordinal.
+    #[arg(long, value_name = "ID|POD_NAME")]
+    pub instance_id: Option<String>,
     /// Runtime worker threads (default: one per CPU).
     #[arg(long, value_name = "N")]
     pub worker_threads: Option<usize>,
@@ -78,7 +82,8 @@ pub(super) fn cli_error(flag: &str, error: impl fmt::Display) -> ConfigError {
 }
 
 /// Config key prefix -> the flag that can replace it.
-pub(super) const FLAG_FOR_KEY: [(&str, &str); 11] = [
+pub(super) const FLAG_FOR_KEY: [(&str, &str); 12] = [
+    ("instance_id", "--instance-id"),
     ("worker_threads", "--worker-threads"),
     ("balancer.policy", "--balancer"),
     ("balancer.script", "--proxy-lua-script"),
@@ -160,6 +165,11 @@ pub(super) fn apply_cli(config: &mut Config, cli: &Cli) -> Result<Vec<&'static s
         config.admin_address =
             parse_admin_address(a).map_err(|m| cli_error("--admin-address", m))?;
         replaced.push("admin_address");
+    }
+    if let Some(id) = &cli.instance_id {
+        config.instances.instance_id =
+            parse_instance_id(id).map_err(|m| cli_error("--instance-id", m))?;
+        replaced.push("instance_id");
     }
     if let Some(format) = cli.log_format {
         config.log_format = format;

@@ -1,18 +1,25 @@
-//! `reuse_port`, `instance_id` and `peers`: several mysql-lb processes behind one address.
+//! `reuse_port`, `instance_id`, `peers` and `peers_from`: several mysql-lb processes behind one
+//! address.
 //!
 //! Several instances share a listening port on one host (`reuse_port`) and hand out connection ids
 //! that differ in their instance bits (`instance_id`), so a KILL naming another instance's id is
 //! recognised as such. `peers` says where the other instances' admin endpoints are, so such a
-//! KILL can be resolved there instead of being refused. Kept apart from the rest of the
+//! KILL can be resolved there instead of being refused. Where every instance reads one file (a
+//! Kubernetes ConfigMap), the per-instance part comes from outside it: `--instance-id` (a number
+//! or a StatefulSet pod name, whose ordinal is the id) and `peers_from`, one URL template
+//! expanded into every other instance's `peers` entry. Kept apart from the rest of the
 //! configuration so these keys parse and validate in one place.
 
 use std::collections::HashSet;
 use std::fmt;
-use std::net::SocketAddr;
+use std::net::{Ipv6Addr, SocketAddr};
 
 use serde::Deserialize;
 
 use super::ConfigError;
+
+/// What `peers_from.admin_url` must contain, replaced by each instance's id.
+pub const ID_PLACEHOLDER: &str = "{instance_id}";
 
 /// How this instance stands among others sharing its address.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -24,6 +31,19 @@ pub struct InstanceConfig {
     pub instance_id: u8,
     /// The other instances' admin endpoints, by their instance id.
     pub peers: Vec<Peer>,
+    /// `peers_from` as written. [`crate::config::Config::validate`] expands it into `peers` once
+    /// the instance id is final (flags applied) and clears it.
+    pub peers_from: Option<PeerTemplate>,
+}
+
+/// `peers_from`: instances `0..instances` whose admin endpoints differ only by their id in the
+/// URL (a StatefulSet's pods behind a headless Service).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PeerTemplate {
+    /// An `http://HOST:port` URL with [`ID_PLACEHOLDER`] in it.
+    pub admin_url: String,
+    /// How many instances there are (ids 0 to instances − 1); 1 to 256.
+    pub instances: u16,
 }
 
 /// Another instance, reachable on its admin endpoint.
@@ -33,29 +53,100 @@ pub struct Peer {
     pub admin_url: PeerUrl,
 }
 
-/// `http://IP:port` (a path of `/` at most): the peer's admin listener. No TLS and no names to
-/// resolve: the admin listener is meant to sit on a private address.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct PeerUrl(pub SocketAddr);
+/// `http://HOST:port` (a path of `/` at most): the peer's admin listener. HOST is an IP address
+/// or a DNS name, resolved at each ask (a pod behind a headless Service comes back on a new IP).
+/// No TLS: the admin listener is meant to sit on a private network.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PeerUrl {
+    /// Without brackets for IPv6.
+    host: String,
+    port: u16,
+}
+
+impl From<SocketAddr> for PeerUrl {
+    fn from(addr: SocketAddr) -> PeerUrl {
+        PeerUrl {
+            host: addr.ip().to_string(),
+            port: addr.port(),
+        }
+    }
+}
 
 impl fmt::Display for PeerUrl {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "http://{}", self.0)
+        write!(f, "http://{}", self.authority())
     }
 }
 
 impl PeerUrl {
     pub fn parse(s: &str) -> Result<PeerUrl, String> {
-        let rest = s.strip_prefix("http://").ok_or_else(|| {
+        let expected = || {
             format!(
-                "{s:?}: expected http://IP:port (the peer's admin_address; https is not supported)"
+                "{s:?}: expected http://HOST:port with an IP address or DNS name and a port, e.g. \
+                 http://10.0.0.2:4041 (the peer's admin_address; https is not supported)"
             )
-        })?;
+        };
+        let rest = s.strip_prefix("http://").ok_or_else(expected)?;
         let authority = rest.strip_suffix('/').unwrap_or(rest);
-        authority.parse().map(PeerUrl).map_err(|_| {
-            format!("{s:?}: expected http://IP:port with an IP address and a port, e.g. http://10.0.0.2:4041")
-        })
+        let (host, port) = authority.rsplit_once(':').ok_or_else(expected)?;
+        let port = port.parse::<u16>().ok().filter(|&p| p != 0);
+        let host = match host.strip_prefix('[').and_then(|h| h.strip_suffix(']')) {
+            Some(v6) => v6.parse::<Ipv6Addr>().ok().map(|_| v6),
+            None => is_host_name(host).then_some(host),
+        };
+        match (host, port) {
+            (Some(host), Some(port)) => Ok(PeerUrl {
+                host: host.to_owned(),
+                port,
+            }),
+            _ => Err(expected()),
+        }
     }
+
+    /// The host (no brackets) and port, as a connect wants them; a name is resolved then.
+    pub fn host_port(&self) -> (&str, u16) {
+        (&self.host, self.port)
+    }
+
+    /// `host:port` (`[v6]:port`), as the Host header wants it.
+    pub fn authority(&self) -> String {
+        if self.host.contains(':') {
+            format!("[{}]:{}", self.host, self.port)
+        } else {
+            format!("{}:{}", self.host, self.port)
+        }
+    }
+}
+
+/// An IPv4 address or a DNS name: letters, digits, `-`, `_` and dots, at most 253 bytes. Nothing
+/// else may reach the Host header of the request sent there.
+fn is_host_name(host: &str) -> bool {
+    !host.is_empty()
+        && host.len() <= 253
+        && host
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+}
+
+/// `--instance-id`: a number, or a StatefulSet pod name (`mysql-lb-2`) whose ordinal, after the
+/// last `-`, is the id.
+pub fn parse_instance_id(s: &str) -> Result<u8, String> {
+    let digits = match s.rsplit_once('-') {
+        Some(("", _)) => "",
+        Some((_, ordinal)) => ordinal,
+        None => s,
+    };
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(format!(
+            "{s:?}: expected an instance id (0 to 255) or a StatefulSet pod name ending in its \
+             ordinal, e.g. mysql-lb-2"
+        ));
+    }
+    digits
+        .parse::<u64>()
+        .ok()
+        .and_then(|n| u8::try_from(n).ok())
+        .ok_or_else(|| format!("{s:?}: {digits} is out of range: an instance id is 0 to 255"))
 }
 
 impl InstanceConfig {
@@ -79,11 +170,25 @@ impl InstanceConfig {
     }
 }
 
+impl PeerTemplate {
+    /// The admin URL of instance `id`.
+    fn url_of(&self, id: u8) -> Result<PeerUrl, String> {
+        PeerUrl::parse(&self.admin_url.replace(ID_PLACEHOLDER, &id.to_string()))
+    }
+}
+
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct RawPeer {
     instance_id: i64,
     admin_url: String,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawPeersFrom {
+    admin_url: String,
+    instances: i64,
 }
 
 /// An instance id as written: any integer, checked to be 0..=255 so the error names the key.
@@ -96,11 +201,42 @@ fn instance_id(key: &str, n: i64) -> Result<u8, ConfigError> {
     })
 }
 
-/// The three top-level keys, as read, to their typed form.
+/// `peers_from` as read, checked on its own: the placeholder is there, the URL it makes parses,
+/// the count fits the id range.
+fn template(raw: RawPeersFrom) -> Result<PeerTemplate, ConfigError> {
+    let instances = u16::try_from(raw.instances)
+        .ok()
+        .filter(|n| (1..=256).contains(n))
+        .ok_or_else(|| {
+            ConfigError::invalid(
+                "peers_from.instances",
+                format!("{} is out of range: 1 to 256 instances", raw.instances),
+            )
+        })?;
+    if !raw.admin_url.contains(ID_PLACEHOLDER) {
+        return Err(ConfigError::invalid(
+            "peers_from.admin_url",
+            format!(
+                "{:?} has no {ID_PLACEHOLDER}: every instance would have one address",
+                raw.admin_url
+            ),
+        ));
+    }
+    let t = PeerTemplate {
+        admin_url: raw.admin_url,
+        instances,
+    };
+    t.url_of(0)
+        .map_err(|m| ConfigError::invalid("peers_from.admin_url", m))?;
+    Ok(t)
+}
+
+/// The top-level keys, as read, to their typed form.
 pub(super) fn build(
     reuse_port: Option<bool>,
     id: Option<i64>,
     peers: Option<Vec<RawPeer>>,
+    peers_from: Option<RawPeersFrom>,
 ) -> Result<InstanceConfig, ConfigError> {
     let peers = peers
         .unwrap_or_default()
@@ -118,12 +254,53 @@ pub(super) fn build(
         reuse_port: reuse_port.unwrap_or(false),
         instance_id: id.map_or(Ok(0), |n| instance_id("instance_id", n))?,
         peers,
+        peers_from: peers_from.map(template).transpose()?,
     })
 }
 
-/// A peer naming this very instance, or two peers with one id, are mistakes worth refusing:
-/// ids of one instance would be resolved at two places, or KILLs would loop back here.
-pub(super) fn validate(c: &InstanceConfig) -> Result<(), ConfigError> {
+/// Expands `peers_from` into `peers` for this instance's id: every id of the template but its
+/// own. An id outside the template is refused rather than left out of everyone else's peers.
+fn expand(c: &mut InstanceConfig) -> Result<(), ConfigError> {
+    let Some(t) = c.peers_from.take() else {
+        return Ok(());
+    };
+    if !c.peers.is_empty() {
+        return Err(ConfigError::invalid(
+            "peers_from",
+            "set either peers or peers_from, not both",
+        ));
+    }
+    if u16::from(c.instance_id) >= t.instances {
+        return Err(ConfigError::invalid(
+            "instance_id",
+            format!(
+                "{} is not one of the {} instances of peers_from (ids 0 to {}): raise \
+                 peers_from.instances with the number of instances",
+                c.instance_id,
+                t.instances,
+                t.instances - 1
+            ),
+        ));
+    }
+    c.peers = (0..t.instances)
+        .filter_map(|id| u8::try_from(id).ok())
+        .filter(|&id| id != c.instance_id)
+        .map(|id| {
+            t.url_of(id)
+                .map(|admin_url| Peer {
+                    instance_id: id,
+                    admin_url,
+                })
+                .map_err(|m| ConfigError::invalid("peers_from.admin_url", m))
+        })
+        .collect::<Result<_, _>>()?;
+    Ok(())
+}
+
+/// Expands `peers_from`, then refuses a peer naming this very instance, or two peers with one
+/// id: ids of one instance would be resolved at two places, or KILLs would loop back here.
+pub(super) fn validate(c: &mut InstanceConfig) -> Result<(), ConfigError> {
+    expand(c)?;
     let mut seen = HashSet::new();
     for (i, p) in c.peers.iter().enumerate() {
         let key = format!("peers[{i}].instance_id");
@@ -147,97 +324,4 @@ pub(super) fn validate(c: &InstanceConfig) -> Result<(), ConfigError> {
 }
 
 #[cfg(test)]
-mod tests {
-    use crate::config::{Config, ConfigError};
-
-    fn invalid(yaml: &str) -> (String, String) {
-        match Config::from_yaml_str(yaml) {
-            Err(ConfigError::Invalid { key, message, .. }) => (key, message),
-            other => panic!("expected an invalid key, got {other:?}"),
-        }
-    }
-
-    const BACKEND: &str = "backends: [{address: '127.0.0.1:3306'}]\n";
-
-    #[test]
-    fn defaults_to_a_lone_instance() {
-        let c = Config::from_yaml_str(BACKEND).unwrap();
-        assert!(!c.instances.reuse_port);
-        assert_eq!(c.instances.instance_id, 0);
-        assert!(c.instances.peers.is_empty());
-    }
-
-    #[test]
-    fn reads_reuse_port_instance_id_and_peers() {
-        let c = Config::from_yaml_str(&format!(
-            "{BACKEND}reuse_port: true\ninstance_id: 255\npeers:\n  - {{instance_id: 0, admin_url: 'http://127.0.0.1:4041/'}}\n  - {{instance_id: 7, admin_url: 'http://[::1]:5041'}}\n"
-        ))
-        .unwrap();
-        assert!(c.instances.reuse_port);
-        assert_eq!(c.instances.instance_id, 255);
-        assert_eq!(c.instances.peers.len(), 2);
-        let peers: Vec<(u8, String)> = c
-            .instances
-            .peers
-            .iter()
-            .map(|p| (p.instance_id, p.admin_url.to_string()))
-            .collect();
-        assert_eq!(
-            peers,
-            [
-                (0, "http://127.0.0.1:4041".into()),
-                (7, "http://[::1]:5041".into())
-            ]
-        );
-        assert_eq!(
-            c.instances.summary(),
-            "instance_id 255, reuse_port on, peers: 0 at http://127.0.0.1:4041, 7 at http://[::1]:5041"
-        );
-    }
-
-    #[test]
-    fn refuses_ids_out_of_range_naming_the_key() {
-        let (key, message) = invalid(&format!("{BACKEND}instance_id: 256\n"));
-        assert_eq!(key, "instance_id");
-        assert!(message.contains("0 to 255"), "{message}");
-        let (key, _) = invalid(&format!("{BACKEND}instance_id: -1\n"));
-        assert_eq!(key, "instance_id");
-        let (key, _) = invalid(&format!(
-            "{BACKEND}peers: [{{instance_id: 300, admin_url: 'http://127.0.0.1:1'}}]\n"
-        ));
-        assert_eq!(key, "peers[0].instance_id");
-    }
-
-    #[test]
-    fn refuses_bad_urls_self_and_duplicate_peers() {
-        for url in [
-            "https://127.0.0.1:4041",
-            "127.0.0.1:4041",
-            "http://localhost:4041",
-            "http://127.0.0.1",
-            "http://127.0.0.1:4041/kill",
-        ] {
-            let (key, message) = invalid(&format!(
-                "{BACKEND}peers: [{{instance_id: 1, admin_url: '{url}'}}]\n"
-            ));
-            assert_eq!(key, "peers[0].admin_url", "{url}");
-            assert!(message.contains("http://IP:port"), "{message}");
-        }
-        let (key, message) = invalid(&format!(
-            "{BACKEND}instance_id: 2\npeers: [{{instance_id: 2, admin_url: 'http://127.0.0.1:1'}}]\n"
-        ));
-        assert_eq!(key, "peers[0].instance_id");
-        assert!(message.contains("own instance_id"), "{message}");
-        let (key, message) = invalid(&format!(
-            "{BACKEND}peers:\n  - {{instance_id: 1, admin_url: 'http://127.0.0.1:1'}}\n  - {{instance_id: 1, admin_url: 'http://127.0.0.1:2'}}\n"
-        ));
-        assert_eq!(key, "peers[1].instance_id");
-        assert!(message.contains("twice"), "{message}");
-        let err = Config::from_yaml_str(&format!(
-            "{BACKEND}peers: [{{instance_id: 1, admin_url: 'http://127.0.0.1:1', token: x}}]\n"
-        ))
-        .unwrap_err()
-        .to_string();
-        assert!(err.contains("unknown field `token`"), "{err}");
-    }
-}
+mod tests;

@@ -16,16 +16,18 @@ mod lifecycle;
 mod pools;
 mod proxy_protocol;
 mod raw;
+mod secret;
 mod tls;
 
 pub use address::{AddressError, BackendAddr, ListenAddr};
 pub use cli::Cli;
 pub use ejection::EjectionConfig;
-pub use instances::{InstanceConfig, Peer, PeerUrl};
+pub use instances::{parse_instance_id, InstanceConfig, Peer, PeerTemplate, PeerUrl};
 pub use keepalive::TcpKeepalive;
 pub use lifecycle::LifecycleConfig;
 pub use pools::{ConnectMode, PoolConfig, RouteConfig, DEFAULT_POOL};
 pub use proxy_protocol::ProxyProtocol;
+pub use secret::Secret;
 pub use tls::{BackendTls, BackendTlsMode, ClientTls, TlsVersion};
 
 use cli::{apply_cli, attribute};
@@ -208,7 +210,7 @@ pub struct Config {
     /// (those from the command line too).
     pub backend_tls: BackendTls,
     pub backend_compression: bool,
-    /// `reuse_port`, `instance_id` and `peers` (see `instances.rs`).
+    /// `reuse_port`, `instance_id`, `peers` and `peers_from` (see `instances.rs`).
     pub instances: InstanceConfig,
     /// `proxy_protocol`: the header backends without their own key are sent.
     pub proxy_protocol: ProxyProtocol,
@@ -231,7 +233,11 @@ pub struct HealthCheckConfig {
     pub rise: u32,
     /// When set, the check logs in (mysql_native_password) and runs `SELECT 1`.
     pub user: Option<String>,
-    pub password: Option<String>,
+    /// `password`, or the content of `password_file` once [`Config::validate`] has read it.
+    pub password: Option<Secret>,
+    /// `password_file`: read by [`Config::validate`] (at start and at each reload) into
+    /// `password`, replacing it (the file has both keys refused when it is read).
+    pub password_file: Option<PathBuf>,
     /// When set (needs `user`), a replica lagging more than this, or with replication stopped,
     /// is taken out of rotation.
     pub max_replication_lag: Option<Duration>,
@@ -246,6 +252,7 @@ impl Default for HealthCheckConfig {
             rise: 2,
             user: None,
             password: None,
+            password_file: None,
             max_replication_lag: None,
         }
     }
@@ -361,30 +368,15 @@ impl ConfigError {
 }
 
 /// The admin endpoint's bearer token; Debug never shows it.
-#[derive(Clone, PartialEq, Eq)]
-pub struct AdminToken(String);
-
-impl AdminToken {
-    pub fn as_bytes(&self) -> &[u8] {
-        self.0.as_bytes()
-    }
-}
-
-impl std::fmt::Debug for AdminToken {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("AdminToken(..)")
-    }
-}
+pub type AdminToken = Secret;
 
 /// Reads the token (trimmed; must not be empty) from `path`.
 fn read_admin_token(path: &Path) -> Result<AdminToken, String> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-    let token = text.trim();
-    if token.is_empty() {
-        return Err(format!("{} holds no token", path.display()));
+    let token = secret::read_file(path, "token")?;
+    match token.expose().trim() {
+        "" => Err(format!("{} holds no token", path.display())),
+        trimmed => Ok(Secret::new(trimmed)),
     }
-    Ok(AdminToken(token.to_owned()))
 }
 
 /// Rejects bare words that are not levels: EnvFilter would read "debgu" as a target name and
@@ -455,7 +447,7 @@ impl Config {
         self.validate_routes()?;
         self.validate_limits()?;
         keepalive::validate(self.tcp_keepalive.as_ref())?;
-        instances::validate(&self.instances)?;
+        instances::validate(&mut self.instances)?;
         accept_proxy::validate(&self.accept_proxy_protocol, &self.listen)?;
         check_log_filter(&self.log_level).map_err(|m| ConfigError::invalid("log.level", m))?;
         if self.worker_threads == Some(0) {
@@ -601,7 +593,13 @@ impl Config {
 }
 
 impl HealthCheckConfig {
-    fn validate(&self) -> Result<(), ConfigError> {
+    /// Also reads `password_file` into `password`.
+    fn validate(&mut self) -> Result<(), ConfigError> {
+        if let Some(path) = &self.password_file {
+            let password = secret::read_file(path, "password")
+                .map_err(|m| ConfigError::invalid("health_check.password_file", m))?;
+            self.password = Some(password);
+        }
         if self.timeout.is_zero() {
             return Err(ConfigError::invalid("health_check.timeout", "must be > 0"));
         }
@@ -614,10 +612,11 @@ impl HealthCheckConfig {
             return Err(ConfigError::invalid(key, "must be > 0"));
         }
         if self.password.is_some() && self.user.is_none() {
-            return Err(ConfigError::invalid(
-                "health_check.password",
-                "set health_check.user too",
-            ));
+            let key = match self.password_file {
+                Some(_) => "health_check.password_file",
+                None => "health_check.password",
+            };
+            return Err(ConfigError::invalid(key, "set health_check.user too"));
         }
         if self.max_replication_lag.is_some() && self.user.is_none() {
             return Err(ConfigError::invalid(

@@ -109,6 +109,7 @@ pub(super) struct RawConfig {
     reuse_port: Option<bool>,
     instance_id: Option<i64>,
     peers: Option<Vec<super::instances::RawPeer>>,
+    peers_from: Option<super::instances::RawPeersFrom>,
     proxy_protocol: Option<ProxyProtocol>,
     #[serde(default)]
     accept_proxy_protocol: Vec<super::accept_proxy::RawCidr>,
@@ -136,6 +137,7 @@ pub(super) struct RawHealthCheck {
     rise: Option<u32>,
     user: Option<String>,
     password: Option<String>,
+    password_file: Option<PathBuf>,
     #[serde(default, with = "humantime_serde")]
     max_replication_lag: Option<Duration>,
 }
@@ -321,7 +323,7 @@ impl RawConfig {
             admin_token: None,
             allow_local_infile: self.allow_local_infile.unwrap_or(d.allow_local_infile),
             backend_socket_user: self.backend_socket_user,
-            health_check: self.health_check.into_config(d.health_check),
+            health_check: self.health_check.into_config(d.health_check)?,
             balancer: {
                 let b = self.balancer;
                 let db = d.balancer;
@@ -337,7 +339,12 @@ impl RawConfig {
             compression: self.compression.unwrap_or(d.compression),
             backend_tls,
             backend_compression,
-            instances: super::instances::build(self.reuse_port, self.instance_id, self.peers)?,
+            instances: super::instances::build(
+                self.reuse_port,
+                self.instance_id,
+                self.peers,
+                self.peers_from,
+            )?,
             proxy_protocol: self.proxy_protocol.unwrap_or_default(),
             accept_proxy_protocol: self
                 .accept_proxy_protocol
@@ -350,15 +357,22 @@ impl RawConfig {
 
 impl RawHealthCheck {
     /// The `health_check:` section, with `d`'s value for every key not given.
-    fn into_config(self, d: HealthCheckConfig) -> HealthCheckConfig {
-        HealthCheckConfig {
+    fn into_config(self, d: HealthCheckConfig) -> Result<HealthCheckConfig, ConfigError> {
+        if self.password.is_some() && self.password_file.is_some() {
+            return Err(ConfigError::invalid(
+                "health_check.password_file",
+                "set either health_check.password or health_check.password_file, not both",
+            ));
+        }
+        Ok(HealthCheckConfig {
             interval: self.interval.unwrap_or(d.interval),
             timeout: self.timeout.unwrap_or(d.timeout),
             fall: self.fall.unwrap_or(d.fall),
             rise: self.rise.unwrap_or(d.rise),
             user: self.user,
-            password: self.password,
+            password: self.password.map(super::Secret::new),
+            password_file: self.password_file,
             max_replication_lag: self.max_replication_lag,
-        }
+        })
     }
 }

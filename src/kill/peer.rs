@@ -78,7 +78,7 @@ pub async fn resolve(
 /// Asks `peer` where its session `id` is; every failure is the reason, for the client's ERR.
 pub async fn ask(peer: &Peer, token: Option<&AdminToken>, id: u32) -> RemoteAnswer {
     let exchange = async {
-        let mut stream = TcpStream::connect(peer.admin_url.0)
+        let mut stream = TcpStream::connect(peer.admin_url.host_port())
             .await
             .map_err(|e| format!("cannot connect to {}: {e}", peer.admin_url))?;
         stream
@@ -112,7 +112,7 @@ pub async fn ask(peer: &Peer, token: Option<&AdminToken>, id: u32) -> RemoteAnsw
 fn request(peer: &Peer, token: Option<&AdminToken>, id: u32) -> Vec<u8> {
     let mut r = format!(
         "GET /connections/{id} HTTP/1.1\r\nHost: {}\r\nAccept: application/json\r\nConnection: close\r\n",
-        peer.admin_url.0
+        peer.admin_url.authority()
     )
     .into_bytes();
     if let Some(token) = token {

@@ -93,6 +93,19 @@ impl Daemon {
         );
     }
 
+    /// Every stderr line, the ones not waited for included; once the daemon has exited (after
+    /// [`Daemon::stop`]), so its stderr is closed and nothing more can come.
+    pub fn whole_log(&mut self) -> Vec<String> {
+        assert!(
+            self.child.try_wait().ok().flatten().is_some(),
+            "whole_log before the daemon exited"
+        );
+        while let Ok(line) = self.lines.recv_timeout(Duration::from_secs(10)) {
+            self.seen.push(line);
+        }
+        self.seen.clone()
+    }
+
     pub fn stop(&mut self) -> std::process::ExitStatus {
         let pid = self.child.id() as i32;
         // SIGTERM: the daemon drains and exits on its own.

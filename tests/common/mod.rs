@@ -5,6 +5,7 @@ pub mod bulk;
 pub mod certs;
 pub mod daemon;
 pub mod faultgate;
+pub mod kubekit;
 pub mod mariadb;
 pub mod netns;
 pub mod pp;
