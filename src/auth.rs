@@ -29,9 +29,14 @@ use crate::stream::identity::SocketIdentity;
 use crate::stream::{read_packet, PacketReadError};
 use crate::tls::ClientLeg;
 
+#[cfg(test)]
+mod cleartext_tests;
 mod deferred;
+mod exchange;
 mod upgrade;
+use crate::protocol::cleartext::{self, sends_cleartext, Exposure};
 pub use deferred::{finish_deferred, greet_client, ClientHello};
+use exchange::{exchange, Sequences};
 use upgrade::{backend_to_tls, client_response};
 
 /// Why the connection phase failed, and on which side.
@@ -80,6 +85,8 @@ pub enum AuthError {
     ClientTimeout(String),
     #[error("backend did not answer within {0} during authentication")]
     BackendTimeout(String),
+    #[error("{0}, and the backend leg is plaintext TCP leaving this host")]
+    CleartextPassword(Exposure),
     #[error("authentication failed with error {code}: {message}")]
     Denied { code: u16, message: String },
     #[error("client write: {0}")]
@@ -116,6 +123,9 @@ pub struct Authenticated {
     pub backend_compressed: bool,
     /// The auth plugin that ran sends the password as it is (PAM's dialog, clear_password).
     pub cleartext_password: bool,
+    /// The exchange was guarded against passwords in clear (see [`LegPlan::guard_cleartext`]);
+    /// so must COM_CHANGE_USER's be.
+    pub guard_cleartext: bool,
 }
 
 /// A greeting read from a backend, patched and ready to forward.
@@ -178,6 +188,9 @@ pub struct LegPlan<'a> {
     pub socket_identity: Option<&'a SocketIdentity>,
     /// The backend's name, for refusals.
     pub backend: &'a str,
+    /// The backend leg is plaintext TCP to another host and cleartext passwords are not allowed
+    /// on it: once the client leg is secure, a password in clear is refused (see [`cleartext`]).
+    pub guard_cleartext: bool,
 }
 
 /// The client's HandshakeResponse and the sequence ids it has on each leg.
@@ -269,12 +282,22 @@ where
             identity: identity.describe(),
         });
     }
+    // A client decides from its own leg whether to answer in clear; the proxy from both.
+    let guard = plan.guard_cleartext && (client.is_tls() || plan.client_local);
+    if guard && plugin_known {
+        if let Some(exposure) =
+            cleartext::in_response(parsed.auth_plugin.as_deref(), parsed.answered)
+        {
+            return Err(AuthError::CleartextPassword(exposure));
+        }
+    }
     let backend_seq = forward_response(backend, &mut packet, &greeting, plan).await?;
     let mut backend_buf = greeting.rest;
     let mut seqs = Sequences {
         backend_ahead: backend_seq.wrapping_sub(client_seq),
         next: next_seq,
         plugin: parsed.auth_plugin.clone().filter(|_| plugin_known),
+        guard,
     };
     exchange(
         client,
@@ -290,7 +313,7 @@ where
         parsed,
         negotiated,
         plan,
-        seqs.plugin.as_deref(),
+        &seqs,
         client_buf,
         backend_buf,
     ))
@@ -310,12 +333,13 @@ fn authenticated(
     parsed: ClientResponse,
     negotiated: Negotiated,
     plan: &LegPlan<'_>,
-    plugin: Option<&str>,
+    seqs: &Sequences<'_>,
     client_pending: BytesMut,
     backend_pending: BytesMut,
 ) -> Authenticated {
     Authenticated {
-        cleartext_password: plugin.is_some_and(sends_cleartext),
+        cleartext_password: seqs.plugin.as_deref().is_some_and(sends_cleartext),
+        guard_cleartext: seqs.guard,
         negotiated,
         client_compressed: parsed.capabilities & CLIENT_COMPRESS != 0,
         backend_compressed: plan.backend_compression,
@@ -391,17 +415,6 @@ pub struct HandshakeLimits {
     pub strip: Strip,
 }
 
-/// The plugin an AuthSwitchRequest names (its payload after the 0xFE).
-fn switched_plugin(rest: &[u8]) -> Option<String> {
-    let name = rest.split(|&b| b == 0).next()?;
-    Some(String::from_utf8_lossy(name).into_owned())
-}
-
-/// Plugins whose answer is the password itself, readable by anyone on an unencrypted leg.
-fn sends_cleartext(plugin: &str) -> bool {
-    matches!(plugin, "mysql_clear_password" | "dialog")
-}
-
 /// Parses the client's HandshakeResponse payload and clears the bits to strip in place. Returns
 /// the response as the backend receives it (patched flags) and what the two ends then share.
 fn patch_response(
@@ -438,62 +451,4 @@ fn patch_response(
 enum Side {
     Client,
     Backend,
-}
-
-/// Sequence ids across the two legs during the auth exchange: where only one leg had an
-/// SSLRequest, the backend's ids run one ahead of (or behind) the client's.
-struct Sequences<'a> {
-    backend_ahead: u8,
-    /// The client-leg id our own ERR would take next.
-    next: &'a mut u8,
-    /// The auth plugin in use: the client's choice, then each AuthSwitchRequest's.
-    plugin: Option<String>,
-}
-
-/// Relays auth packets both ways until the backend sends OK (0x00) or ERR (0xFF). Either side may
-/// speak next depending on the plugin (auth switch, ed25519, caching_sha2 more-data, PAM dialog),
-/// so both are read at once rather than guessing whose turn it is. Each packet's sequence id is
-/// moved to the numbering of the leg it is forwarded on.
-async fn exchange<C, B>(
-    client: &mut C,
-    backend: &mut B,
-    client_buf: &mut BytesMut,
-    backend_buf: &mut BytesMut,
-    max: usize,
-    seqs: &mut Sequences<'_>,
-    turn: &mut Side,
-) -> Result<(), AuthError>
-where
-    C: AsyncRead + AsyncWrite + Unpin,
-    B: AsyncRead + AsyncWrite + Unpin,
-{
-    loop {
-        // Both futures only read into their own buffers, and `read_packet` keeps partial data in
-        // them, so dropping the one that loses the race loses nothing.
-        tokio::select! {
-            packet = read_packet(backend, backend_buf, max) => {
-                let mut packet = packet.map_err(AuthError::BackendRead)?;
-                packet[3] = packet[3].wrapping_sub(seqs.backend_ahead);
-                client.write_all(&packet).await.map_err(AuthError::ClientWrite)?;
-                *seqs.next = packet[3].wrapping_add(1);
-                *turn = Side::Client;
-                match packet.get(4) {
-                    Some(0x00) => return Ok(()),
-                    Some(0xFE) => seqs.plugin = switched_plugin(&packet[5..]),
-                    Some(0xFF) => {
-                        let ServerErr { code, message } = ServerErr::parse_lenient(&packet[4..]);
-                        return Err(AuthError::Denied { code, message });
-                    }
-                    _ => {}
-                }
-            }
-            packet = read_packet(client, client_buf, max) => {
-                let mut packet = packet.map_err(AuthError::ClientRead)?;
-                *seqs.next = packet[3].wrapping_add(1);
-                packet[3] = packet[3].wrapping_add(seqs.backend_ahead);
-                backend.write_all(&packet).await.map_err(AuthError::BackendWrite)?;
-                *turn = Side::Backend;
-            }
-        }
-    }
 }

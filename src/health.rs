@@ -125,13 +125,6 @@ pub enum CheckError {
     LagTooHigh { lag: Duration, limit: Duration },
 }
 
-fn is_loopback_host(host: &str) -> bool {
-    host.eq_ignore_ascii_case("localhost")
-        || host
-            .parse::<std::net::IpAddr>()
-            .is_ok_and(|ip| ip.is_loopback())
-}
-
 /// Checks every backend every `cfg.interval` until `shutdown`; returns at once if interval is zero.
 ///
 /// One task per backend so a hung server delays only its own checks; start times are spread over
@@ -148,10 +141,7 @@ pub async fn run(shared: Arc<ProxyState>, cfg: HealthCheckConfig, shutdown: Canc
         .backends()
         .backends()
         .iter()
-        .any(|b| match &b.address {
-            BackendAddr::Tcp { host, .. } => !is_loopback_host(host),
-            BackendAddr::Unix(_) => false,
-        });
+        .any(|b| b.address.leaves_host());
     if cfg.user.is_none() && remote {
         warn!(
             "health checks without health_check.user only read the greeting; servers count each \

@@ -61,6 +61,9 @@ pub struct BackendLeg {
     pub server_name: ServerName<'static>,
     /// Expiry of the client certificate presented to the backend, unix seconds.
     pub client_cert_not_after: Option<i64>,
+    /// `allow_cleartext_passwords`: a password in clear may cross this leg when it is
+    /// plaintext TCP to another host.
+    pub allow_cleartext_passwords: bool,
 }
 
 /// A TLS setting that cannot be used; the message names the config key and the file.
@@ -250,6 +253,7 @@ impl BackendLeg {
             connector: None,
             server_name,
             client_cert_not_after: None,
+            allow_cleartext_passwords: tls.allow_cleartext_passwords,
         };
         if tls.mode == BackendTlsMode::Disabled {
             return Ok(leg);

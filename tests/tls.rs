@@ -90,6 +90,7 @@ fn backend_leg(mode: BackendTlsMode) -> BackendTls {
         cert: None,
         key: None,
         min_version: TlsVersion::V1_2,
+        allow_cleartext_passwords: false,
     }
 }
 

@@ -26,6 +26,23 @@ pub enum BackendAddr {
     Unix(PathBuf),
 }
 
+impl BackendAddr {
+    /// Whether a connection to this address leaves the machine: TCP to anything but
+    /// `localhost` or a loopback IP. Judged from the address as written, without resolving it,
+    /// so another name that resolves to loopback counts as leaving (the safe side).
+    pub fn leaves_host(&self) -> bool {
+        match self {
+            BackendAddr::Tcp { host, .. } => {
+                !(host.eq_ignore_ascii_case("localhost")
+                    || host
+                        .parse::<std::net::IpAddr>()
+                        .is_ok_and(|ip| ip.is_loopback()))
+            }
+            BackendAddr::Unix(_) => false,
+        }
+    }
+}
+
 /// An address that does not parse; the message says what was expected.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{0}")]

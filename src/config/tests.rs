@@ -625,6 +625,25 @@ fn a_backends_own_tls_keys_override_backend_tls_one_by_one() {
 }
 
 #[test]
+fn allow_cleartext_passwords_is_off_by_default_and_a_backend_may_set_it_either_way() {
+    let c = Config::from_yaml_str(
+        "backend_tls: {allow_cleartext_passwords: true}\n\
+         backends:\n\
+         - h:1\n\
+         - {address: \"h:2\", tls: {allow_cleartext_passwords: false}}\n",
+    )
+    .unwrap();
+    assert!(c.backends[0].tls.allow_cleartext_passwords);
+    assert!(!c.backends[1].tls.allow_cleartext_passwords);
+    let c = Config::from_yaml_str(
+        "backends:\n- h:1\n- {address: \"h:2\", tls: {allow_cleartext_passwords: true}}\n",
+    )
+    .unwrap();
+    assert!(!c.backends[0].tls.allow_cleartext_passwords);
+    assert!(c.backends[1].tls.allow_cleartext_passwords);
+}
+
+#[test]
 fn every_backend_tls_mode_name_parses() {
     let names = [
         ("disabled", BackendTlsMode::Disabled),
@@ -1319,4 +1338,28 @@ fn kill_account_and_peer_token_file_are_read_and_checked() {
         e.contains("peer_token_file") && e.contains("cannot read"),
         "{e}"
     );
+}
+
+#[test]
+fn only_tcp_to_a_name_or_address_other_than_loopback_leaves_the_host() {
+    let leaves = |s: &str| s.parse::<BackendAddr>().unwrap().leaves_host();
+    for local in [
+        "localhost:3306",
+        "LOCALHOST:1",
+        "127.0.0.1:3306",
+        "127.1.2.3:1",
+        "[::1]:3306",
+    ] {
+        assert!(!leaves(local), "{local}");
+    }
+    assert!(!leaves("/run/mysqld/mysqld.sock"));
+    // Names are not resolved: one that points at loopback still counts as leaving.
+    for remote in [
+        "10.77.0.1:3306",
+        "db1.example:3306",
+        "[fd00::1]:3306",
+        "localhost.localdomain:1",
+    ] {
+        assert!(leaves(remote), "{remote}");
+    }
 }

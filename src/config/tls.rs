@@ -90,6 +90,11 @@ pub struct BackendTls {
     pub cert: Option<PathBuf>,
     pub key: Option<PathBuf>,
     pub min_version: TlsVersion,
+    /// A password a client sends in clear over TLS or a unix socket (PAM's dialog,
+    /// mysql_clear_password, sha256_password, caching_sha2_password's full authentication) may
+    /// cross this backend's leg when it is plaintext TCP to another host. Off: such a login is
+    /// refused before the password is forwarded.
+    pub allow_cleartext_passwords: bool,
 }
 
 /// `tls:` as written.
@@ -126,6 +131,7 @@ pub(super) struct RawBackendTls {
     cert: Option<PathBuf>,
     key: Option<PathBuf>,
     min_version: Option<TlsVersion>,
+    allow_cleartext_passwords: Option<bool>,
 }
 
 impl RawBackendTls {
@@ -137,6 +143,9 @@ impl RawBackendTls {
             cert: self.cert.or_else(|| defaults.cert.clone()),
             key: self.key.or_else(|| defaults.key.clone()),
             min_version: self.min_version.unwrap_or(defaults.min_version),
+            allow_cleartext_passwords: self
+                .allow_cleartext_passwords
+                .unwrap_or(defaults.allow_cleartext_passwords),
         }
     }
 }

@@ -96,6 +96,9 @@ pub struct ClientResponse {
     pub auth_plugin: Option<String>,
     /// Connect attributes in the order the client sent them.
     pub attributes: Vec<(String, String)>,
+    /// The auth answer holds something beyond an empty password's lone NUL (its bytes are never
+    /// kept): with a plugin that answers in clear, the response carries the password itself.
+    pub answered: bool,
 }
 
 mod deferred;
@@ -381,7 +384,7 @@ fn parse_response(payload: &[u8], capabilities: u32) -> Result<ClientResponse, H
     r.take(19, "filler")?;
     let raw_mariadb_capabilities = r.u32("MariaDB capabilities")?;
     let user = lossy(r.nul_terminated("user name")?);
-    skip_auth_data(&mut r, capabilities)?;
+    let answered = !matches!(skip_auth_data(&mut r, capabilities)?, [] | [0]);
     let database = if capabilities & caps::CLIENT_CONNECT_WITH_DB != 0 {
         Some(lossy(r.nul_terminated("database name")?))
     } else {
@@ -408,20 +411,21 @@ fn parse_response(payload: &[u8], capabilities: u32) -> Result<ClientResponse, H
         database,
         auth_plugin,
         attributes,
+        answered,
     })
 }
 
-/// The auth answer is never kept (see [`ClientResponse`]); its length form depends on the flags.
-fn skip_auth_data(r: &mut Reader<'_>, capabilities: u32) -> Result<(), HandshakeError> {
+/// The auth answer, read past and never kept (see [`ClientResponse`]); its length form depends
+/// on the flags.
+fn skip_auth_data<'a>(r: &mut Reader<'a>, capabilities: u32) -> Result<&'a [u8], HandshakeError> {
     if capabilities & caps::CLIENT_PLUGIN_AUTH_LENENC_CLIENT_DATA != 0 {
-        r.lenenc_bytes("auth data")?;
+        r.lenenc_bytes("auth data")
     } else if capabilities & caps::CLIENT_SECURE_CONNECTION != 0 {
         let len = r.u8("auth data length")?;
-        r.take(usize::from(len), "auth data")?;
+        r.take(usize::from(len), "auth data")
     } else {
-        r.nul_terminated("auth data")?;
+        r.nul_terminated("auth data")
     }
-    Ok(())
 }
 
 /// The connect-attributes block: name/value pairs of length-encoded strings, in the client's order.

@@ -1,10 +1,11 @@
 //! Sans-IO MySQL protocol pieces: framing, compressed-protocol frames, handshake parsing and
-//! patching, response tracking, ERR packets (the proxy's own, and reading servers'), the health
+//! patching, response tracking, auth packets that carry a password in clear, ERR packets (the proxy's own, and reading servers'), the health
 //! monitor's login and the small text result sets it reads, and PROXY protocol headers: those
 //! sent to backends and those read from an L4 load balancer. Nothing here touches a socket, so
 //! all of it is tested with byte fixtures.
 
 pub mod caps;
+pub mod cleartext;
 pub mod codec;
 pub mod compress;
 pub mod errors;

@@ -24,6 +24,7 @@ use super::caps::{
     Negotiated, CLIENT_DEPRECATE_EOF, MARIADB_CLIENT_PROGRESS, SERVER_MORE_RESULTS_EXISTS,
     SERVER_STATUS_CURSOR_EXISTS,
 };
+use super::cleartext::{in_change_user, in_change_user_reply, Exposure, MAX_CHANGE_USER_CHECKED};
 use super::codec::{lenenc_int, FrameError, Packet, PacketScanner, Renumber, MAX_CHUNK};
 
 /// Command bytes the tracker needs to tell apart.
@@ -132,6 +133,13 @@ pub enum TrackError {
     },
     #[error("client pipelined more than {max} commands without reading a response")]
     TooManyPending { max: usize, start: Option<usize> },
+    #[error(
+        "{exposure} during COM_CHANGE_USER, and the backend leg is plaintext TCP leaving this host"
+    )]
+    CleartextPassword {
+        exposure: Exposure,
+        start: Option<usize>,
+    },
 }
 
 impl TrackError {
@@ -146,16 +154,20 @@ impl TrackError {
             Self::ClientOutOfOrder { start, .. }
             | Self::BackendOutOfOrder { start, .. }
             | Self::BackendMalformed { start, .. }
-            | Self::TooManyPending { start, .. } => start,
+            | Self::TooManyPending { start, .. }
+            | Self::CleartextPassword { start, .. } => start,
         }
     }
 
     /// True when the client's bytes were at fault.
     pub fn is_client(&self) -> bool {
-        matches!(
-            self,
-            Self::ClientFrame(_) | Self::ClientOutOfOrder { .. } | Self::TooManyPending { .. }
-        )
+        match self {
+            Self::ClientFrame(_) | Self::ClientOutOfOrder { .. } | Self::TooManyPending { .. } => {
+                true
+            }
+            Self::CleartextPassword { exposure, .. } => exposure.from_client(),
+            _ => false,
+        }
     }
 }
 
@@ -229,6 +241,9 @@ pub struct Tracker {
     /// [`renumber`](Self::renumber)).
     renumber_client: bool,
     renumber_server: bool,
+    /// A COM_CHANGE_USER reply that makes the client send its password in clear is an error
+    /// (see [`guard_cleartext`](Self::guard_cleartext)).
+    guard_cleartext: bool,
 }
 
 impl Tracker {
@@ -246,6 +261,7 @@ impl Tracker {
             unsolicited: 0,
             renumber_client: false,
             renumber_server: false,
+            guard_cleartext: false,
         }
     }
 
@@ -261,6 +277,15 @@ impl Tracker {
     pub fn renumber(&mut self, client: bool, server: bool) {
         self.renumber_client = client;
         self.renumber_server = server;
+    }
+
+    /// From now on a backend packet in COM_CHANGE_USER's auth exchange that would make the
+    /// client send its password in clear (a switch to a cleartext plugin, caching_sha2's full
+    /// authentication) is a [`TrackError::CleartextPassword`]: the relay stops before it. For
+    /// sessions whose client leg is secure and whose backend leg is plaintext TCP leaving the
+    /// host, as their connection phase was guarded.
+    pub fn guard_cleartext(&mut self) {
+        self.guard_cleartext = true;
     }
 
     /// Commands sent and not yet fully answered.
@@ -328,6 +353,7 @@ impl Tracker {
         // Where the packet in progress at the end began, if it began in this buffer.
         let open_at = self.client.at_boundary().then_some(0);
         let side = ClientSide {
+            guard: self.guard_cleartext.then_some(self.caps.capabilities),
             queue: &mut self.queue,
             mode: &mut self.client_mode,
             kills: &mut self.kills,
@@ -351,7 +377,24 @@ impl Tracker {
             other => other,
         })?;
         if let Some(at) = open_at.filter(|&at| at < buf.len()) {
-            if self.client_mode == ClientMode::Commands && may_become_kill(&buf[at..]) {
+            let partial = &buf[at..];
+            if self.guard_cleartext && self.client_mode == ClientMode::Commands {
+                match change_user_len(partial) {
+                    Some(len) if len > MAX_CHANGE_USER_CHECKED => {
+                        let exposure = Exposure::Unchecked { len };
+                        let start = Some(at);
+                        return Err(TrackError::CleartextPassword { exposure, start });
+                    }
+                    // Held like a KILL below: checked once whole.
+                    Some(_) => {
+                        self.client = PacketScanner::new(self.max_client_packet);
+                        scan.held = buf.len() - at;
+                        return Ok(scan);
+                    }
+                    None => {}
+                }
+            }
+            if self.client_mode == ClientMode::Commands && may_become_kill(partial) {
                 // Forget the partial packet: it is scanned again, whole, from its header.
                 self.client = PacketScanner::new(self.max_client_packet);
                 scan.held = buf.len() - at;
@@ -495,6 +538,7 @@ impl Tracker {
     ) -> (&'t mut PacketScanner, ServerSide<'t, F>) {
         let side = ServerSide {
             caps: self.caps,
+            guard_cleartext: self.guard_cleartext,
             queue: &mut self.queue,
             client_mode: &mut self.client_mode,
             unsolicited: &mut self.unsolicited,
@@ -505,8 +549,24 @@ impl Tracker {
     }
 }
 
+/// The payload length of a command packet cut short that is, or may still turn out to be, a
+/// COM_CHANGE_USER (0 while even its header is incomplete).
+fn change_user_len(partial: &[u8]) -> Option<usize> {
+    let Some(header) = partial.get(..4) else {
+        return Some(0);
+    };
+    let len = u32::from_le_bytes([header[0], header[1], header[2], 0]) as usize;
+    match partial.get(4) {
+        _ if header[3] != 0 => None,
+        None | Some(&cmd::CHANGE_USER) => Some(len),
+        Some(_) => None,
+    }
+}
+
 /// What a client scan updates besides the scanner: one packet at a time, in stream order.
 struct ClientSide<'t> {
+    /// The session's capabilities, when COM_CHANGE_USER is checked for a password in clear.
+    guard: Option<u32>,
     queue: &'t mut VecDeque<Pending>,
     mode: &'t mut ClientMode,
     kills: &'t mut Vec<(usize, usize)>,
@@ -519,6 +579,15 @@ impl ClientSide<'_> {
     fn packet(&mut self, p: Packet<'_>, buf: &[u8]) -> Result<(), TrackError> {
         self.open_at = Some(p.end);
         let whole = p.start.map(|start| &buf[start..p.end]);
+        if let (Some(caps), Some(packet)) = (self.guard, whole) {
+            let command = *self.mode == ClientMode::Commands && p.first_seq == 0;
+            if command && p.first_byte() == Some(cmd::CHANGE_USER) {
+                if let Some(exposure) = in_change_user(&packet[4..], caps) {
+                    let start = p.start;
+                    return Err(TrackError::CleartextPassword { exposure, start });
+                }
+            }
+        }
         Tracker::client_packet(self.queue, self.mode, &p, whole, &mut self.scan, self.kills)
     }
 }
@@ -543,6 +612,7 @@ impl Renumber for ClientSide<'_> {
 /// What a server scan updates besides the scanner.
 struct ServerSide<'t, F> {
     caps: Negotiated,
+    guard_cleartext: bool,
     queue: &'t mut VecDeque<Pending>,
     client_mode: &'t mut ClientMode,
     unsolicited: &'t mut u64,
@@ -563,6 +633,15 @@ impl<F: FnMut(Completed)> ServerSide<'_, F> {
                 got: p.first_seq,
                 start: p.start,
             });
+        }
+        if self.guard_cleartext && head.expect == Expect::Auth {
+            // Checked before the sequence advances: our ERR takes this packet's place.
+            if let Some(exposure) = in_change_user_reply(p.prefix, p.len) {
+                return Err(TrackError::CleartextPassword {
+                    exposure,
+                    start: p.start,
+                });
+            }
         }
         head.next_seq = p.last_seq.wrapping_add(1);
         if head.first_byte_at.is_none() {

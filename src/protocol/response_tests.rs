@@ -1,7 +1,9 @@
 //! Byte-fixture tests for the response tracker: each builds the exact packets a server sends.
 
 use super::*;
-use crate::protocol::caps::{CLIENT_PROTOCOL_41, MARIADB_CLIENT_PROGRESS};
+use crate::protocol::caps::{
+    CLIENT_PLUGIN_AUTH, CLIENT_PROTOCOL_41, CLIENT_SECURE_CONNECTION, MARIADB_CLIENT_PROGRESS,
+};
 use crate::protocol::codec::header;
 
 const MORE: u16 = SERVER_MORE_RESULTS_EXISTS;
@@ -423,6 +425,129 @@ fn change_user_runs_an_auth_exchange() {
     r.server(&pkt(3, &[0x01, 0x03]));
     assert!(r.done.is_empty());
     r.server(&ok(4, AUTOCOMMIT));
+    assert_eq!(r.done, vec![cmd::CHANGE_USER]);
+}
+
+#[test]
+fn a_guarded_change_user_stops_at_a_switch_to_a_cleartext_plugin() {
+    // MariaDB's auth_pam answers COM_CHANGE_USER for a PAM account with a switch to `dialog`.
+    let mut switch = vec![0xFE];
+    switch.extend_from_slice(b"dialog\0\x04Password: ");
+    for guarded in [false, true] {
+        let mut r = Run::new(false);
+        if guarded {
+            r.t.guard_cleartext();
+        }
+        r.client(&command(
+            cmd::CHANGE_USER,
+            b"pam_user\0\x14xxxxxxxxxxxxxxxxxxxx\0",
+        ));
+        let result = r.server_res(&pkt(1, &switch));
+        if guarded {
+            assert_eq!(
+                result,
+                Err(TrackError::CleartextPassword {
+                    exposure: Exposure::Switch {
+                        plugin: "dialog".to_owned()
+                    },
+                    start: Some(0),
+                })
+            );
+            // An ERR in its place takes its sequence id.
+            assert_eq!(r.t.next_server_seq(), 1);
+        } else {
+            assert_eq!(result, Ok(()));
+        }
+    }
+}
+
+/// COM_CHANGE_USER to `pam_user` answering with `auth` for `plugin` (secure connection and plugin
+/// auth in the negotiated capabilities).
+fn change_user_with(auth: &[u8], plugin: &str) -> Vec<u8> {
+    let mut body = b"pam_user\0".to_vec();
+    body.push(auth.len() as u8);
+    body.extend_from_slice(auth);
+    body.extend_from_slice(b"\0");
+    body.extend_from_slice(&45u16.to_le_bytes());
+    body.extend_from_slice(plugin.as_bytes());
+    body.push(0);
+    command(cmd::CHANGE_USER, &body)
+}
+
+fn guarded_with_plugin_auth() -> Run {
+    let mut r = Run::new(false);
+    r.t.caps.capabilities |= CLIENT_SECURE_CONNECTION | CLIENT_PLUGIN_AUTH;
+    r.t.guard_cleartext();
+    r
+}
+
+#[test]
+fn a_guarded_change_user_carrying_a_password_in_clear_is_not_taken() {
+    let packet = change_user_with(b"pam-secret\0", "mysql_clear_password");
+    let expected = Err(TrackError::CleartextPassword {
+        exposure: Exposure::Response {
+            plugin: "mysql_clear_password".to_owned(),
+        },
+        start: Some(0),
+    });
+    let mut r = guarded_with_plugin_auth();
+    assert_eq!(r.t.on_client(&packet), expected);
+    // Cut anywhere, the first part is held back until the packet is whole, then refused.
+    for cut in [2, 4, 5, 12, packet.len() - 1] {
+        let mut r = guarded_with_plugin_auth();
+        let first = r.t.on_client(&packet[..cut]).expect("a part");
+        assert_eq!(first.held, cut, "cut at {cut}");
+        assert_eq!(r.t.on_client(&packet), expected, "cut at {cut}");
+    }
+    // Unguarded, or a hashing plugin: an ordinary command.
+    let mut r = Run::new(false);
+    r.t.caps.capabilities |= CLIENT_SECURE_CONNECTION | CLIENT_PLUGIN_AUTH;
+    assert_eq!(r.client(&packet).commands, 1);
+    let mut r = guarded_with_plugin_auth();
+    let native = change_user_with(&[7; 20], "mysql_native_password");
+    assert_eq!(r.client(&native).commands, 1);
+}
+
+#[test]
+fn a_guarded_change_user_too_long_to_check_is_refused_unread() {
+    let mut r = guarded_with_plugin_auth();
+    let len = crate::protocol::cleartext::MAX_CHANGE_USER_CHECKED + 1;
+    let mut partial = header(len, 0).to_vec();
+    partial.push(cmd::CHANGE_USER);
+    assert_eq!(
+        r.t.on_client(&partial),
+        Err(TrackError::CleartextPassword {
+            exposure: Exposure::Unchecked { len },
+            start: Some(0),
+        })
+    );
+}
+
+#[test]
+fn a_guarded_change_user_stops_at_caching_sha2_full_authentication() {
+    // MySQL 8 only (no MySQL 8 server here): byte fixture from the protocol documentation. The
+    // client's COM_CHANGE_USER answers the session's nonce with caching_sha2's scramble; the
+    // server asks for full authentication.
+    let mut r = Run::new(false);
+    r.t.guard_cleartext();
+    r.client(&command(
+        cmd::CHANGE_USER,
+        b"app\0\x20xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx\0",
+    ));
+    // A fast-auth success goes through; the next exchange's full authentication does not.
+    r.server(&pkt(1, &[0x01, 0x03]));
+    r.server(&ok(2, AUTOCOMMIT));
+    r.client(&command(
+        cmd::CHANGE_USER,
+        b"app\0\x20yyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyy\0",
+    ));
+    assert!(matches!(
+        r.server_res(&pkt(1, &[0x01, 0x04])),
+        Err(TrackError::CleartextPassword {
+            exposure: Exposure::FullAuth,
+            start: Some(0)
+        })
+    ));
     assert_eq!(r.done, vec![cmd::CHANGE_USER]);
 }
 

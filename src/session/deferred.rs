@@ -149,9 +149,11 @@ where
         backend_tls: None,
         backend_compression: false,
         mariadb: template.is_mariadb,
-        // No backend yet: the guard runs when the response goes to one (`legs::plan`).
+        // No backend yet: the guards run when the response goes to one (`legs::plan`), and
+        // the client's answer to the proxy's own nonce goes nowhere.
         socket_identity: None,
         backend: "",
+        guard_cleartext: false,
     };
     let limits = shared.session.handshake_limits();
     match greet_client(client, &mut greeting, limits, &plan, next_seq).await {

@@ -39,6 +39,18 @@ pub(super) async fn handshake_failed<C: AsyncWrite + Unpin>(
             );
             EndReason::AuthFailed
         }
+        AuthError::CleartextPassword(ref exposure) => {
+            warn!(
+                client = peer,
+                backend, "refused: {e} (allow_cleartext_passwords is off)"
+            );
+            send(
+                client,
+                &cleartext_err(next_seq, backend, &exposure.to_string()),
+            )
+            .await;
+            EndReason::CleartextPassword
+        }
         AuthError::BackendTls(_) => {
             warn!(client = peer, backend, "closing: {e}");
             send(
@@ -180,6 +192,20 @@ fn unknown_err(seq: u8, message: &str) -> Vec<u8> {
     err_packet(seq, code, Some(sqlstate_for(code)), message)
 }
 
+/// The refusal of a login whose password would cross a plaintext backend leg in clear. Access
+/// denied (1045, SQLSTATE 28000), as the server would deny a login it cannot accept: clients
+/// and pools treat it as final rather than retrying, and the text says why and what to change.
+fn cleartext_err(seq: u8, backend: &str, exposure: &str) -> Vec<u8> {
+    let code = code::ACCESS_DENIED;
+    let message = format!(
+        "refused: {exposure}, but the leg to backend {backend} is plaintext TCP leaving this \
+         host; the password was not forwarded. Encrypt that leg (`backend_tls.mode` or the \
+         backend's `tls.mode`: required or stricter) or accept the risk with \
+         `allow_cleartext_passwords: true` there"
+    );
+    err_packet(seq, code, Some(sqlstate_for(code)), &message)
+}
+
 /// The refusal of a plaintext client under `tls.require`, as the backend's own server would
 /// refuse it: MariaDB denies access (1045, it has no error of its own for this), MySQL says
 /// ER_SECURE_TRANSPORT_REQUIRED.
@@ -268,6 +294,28 @@ pub(super) async fn relay_ended<C: AsyncRead + AsyncWrite + Unpin>(
                 "backend connection failed: {e}: closing the client's too, as a lost server would"
             );
             EndReason::BackendNetwork
+        }
+        RelayEnd::Protocol(TrackError::CleartextPassword { exposure, start }) => {
+            warn!(
+                client = peer,
+                backend,
+                "refused: {exposure} during COM_CHANGE_USER, and the backend leg is plaintext \
+                 TCP leaving this host (allow_cleartext_passwords is off)"
+            );
+            // Where the backend's packet began in an earlier read, part of it went out: the
+            // client has no whole packet to answer, and no ERR can be put in its place. The
+            // client's own COM_CHANGE_USER was not forwarded: an ERR answers it unless earlier
+            // commands still await theirs.
+            let in_place = if exposure.from_client() {
+                tracker.pending() == 0 && tracker.server_at_boundary()
+            } else {
+                start.is_some()
+            };
+            if in_place {
+                let seq = tracker.next_server_seq();
+                send(client, &cleartext_err(seq, backend, &exposure.to_string())).await;
+            }
+            EndReason::CleartextPassword
         }
         RelayEnd::Protocol(e) => {
             warn!(client = peer, backend, "closing: {e}");

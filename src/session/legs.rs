@@ -22,7 +22,9 @@ use crate::tls;
 const CLOSE_NOTIFY_BUDGET: std::time::Duration = std::time::Duration::from_millis(200);
 
 /// What each leg of this session does: the client leg as configured for every listener, the
-/// backend leg as its mode and greeting decided (`backend_tls`).
+/// backend leg as its mode and greeting decided (`backend_tls`). A password in clear is guarded
+/// against when the backend leg stays plaintext on its way off this host, unless that backend
+/// allows it (`allow_cleartext_passwords`).
 pub(super) fn plan<'a>(
     shared: &'a ProxyState,
     legs: &'a Legs,
@@ -32,6 +34,11 @@ pub(super) fn plan<'a>(
     backend: &'a Backend,
 ) -> LegPlan<'a> {
     let unix = matches!(backend.address, crate::config::BackendAddr::Unix(_));
+    let allowed = legs
+        .tls
+        .backend(&backend.name)
+        .is_some_and(|leg| leg.allow_cleartext_passwords);
+    let guard_cleartext = backend_tls.is_none() && backend.address.leaves_host() && !allowed;
     LegPlan {
         client_tls: legs.tls.client.as_ref(),
         client_local: local,
@@ -42,6 +49,7 @@ pub(super) fn plan<'a>(
         mariadb: greeting.greeting.is_mariadb,
         socket_identity: unix.then_some(&*shared.socket_identity),
         backend: &backend.name,
+        guard_cleartext,
     }
 }
 

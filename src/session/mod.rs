@@ -58,6 +58,8 @@ pub enum EndReason {
     TlsHandshake,
     /// A plaintext TCP client refused under `tls.require`.
     TlsRequired,
+    /// A login whose password would have crossed a plaintext backend leg in clear.
+    CleartextPassword,
     /// A connection from `accept_proxy_protocol` without a valid PROXY protocol header in time.
     ProxyHeader,
     /// A PROXY protocol header from a network not in `accept_proxy_protocol`.
@@ -77,6 +79,7 @@ impl EndReason {
             Self::IdleTimeout => "idle_timeout",
             Self::TlsHandshake => "tls_handshake",
             Self::TlsRequired => "tls_required",
+            Self::CleartextPassword => "cleartext_password",
             Self::ProxyHeader => "proxy_header",
             Self::ProxyHeaderUnlisted => "proxy_header_unlisted",
         }
@@ -244,6 +247,9 @@ where
     // Inside compressed frames the peers number packets by the frame counter: each direction
     // read from a compressed leg is renumbered to the plain protocol's ids as it passes.
     tracker.renumber(auth.client_compressed, auth.backend_compressed);
+    if auth.guard_cleartext {
+        tracker.guard_cleartext();
+    }
     let mut observer = Recorder::new(shared, lease.backend(), worker, &auth.user, proxy_id);
     let end = relay(
         &mut client,

@@ -168,6 +168,7 @@ fn good_material_loads_every_leg_with_ring_not_the_process_default() {
         cert: Some(c.client.cert.clone()),
         key: Some(c.client.key.clone()),
         min_version: TlsVersion::V1_3,
+        allow_cleartext_passwords: false,
     };
     let backends = vec![
         backend("off", tcp("db1"), mode_tls(BackendTlsMode::Disabled, None)),
@@ -496,6 +497,7 @@ fn presenting(c: &Certs, pair: Option<&CertPair>) -> Arc<BackendLeg> {
         cert: pair.map(|p| p.cert.clone()),
         key: pair.map(|p| p.key.clone()),
         min_version: TlsVersion::V1_2,
+        allow_cleartext_passwords: false,
     };
     let m = load(None, vec![backend("db", tcp("localhost"), tls)]).unwrap();
     Arc::clone(m.backend("db").unwrap())
@@ -625,6 +627,7 @@ fn uses_tls_follows_the_mode_and_the_greeting() {
         connector: None,
         server_name: ServerName::try_from("localhost").unwrap(),
         client_cert_not_after: None,
+        allow_cleartext_passwords: false,
     };
     // (mode, offered, unix) -> decision
     let table = [

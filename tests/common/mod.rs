@@ -7,6 +7,7 @@ pub mod daemon;
 pub mod faultgate;
 pub mod kubekit;
 pub mod mariadb;
+pub mod netns;
 pub mod pp;
 pub mod proxy;
 pub mod rawclient;
