@@ -15,14 +15,11 @@
 
 mod common;
 
-use std::os::fd::AsRawFd;
-use std::os::unix::fs::MetadataExt;
 use std::path::PathBuf;
-use std::process::Command;
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use common::mariadb::{shared_pair, BENCH_PASS, BENCH_USER};
+use common::netns::Netns;
 use common::proxy::{config, TestProxy};
 use common::rawclient::{RawClient, Stream};
 use mysql_lb::config::{ListenAddr, TcpKeepalive};
@@ -37,98 +34,6 @@ const SHORT: TcpKeepalive = TcpKeepalive {
 const DEADLINE: Duration = Duration::from_secs(30);
 /// Session workers of each test's proxy, counted in its namespace.
 const WORKERS: usize = 2;
-
-fn run(program: &str, args: &[&str]) {
-    let out = Command::new(program)
-        .args(args)
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run `{program}`: {e}"));
-    assert!(
-        out.status.success(),
-        "{program} {}: {}",
-        args.join(" "),
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
-/// A network namespace with only its loopback up. Removed when dropped.
-struct Netns {
-    name: String,
-}
-
-impl Netns {
-    fn new() -> Netns {
-        static NEXT: AtomicU32 = AtomicU32::new(0);
-        let name = format!(
-            "mlbka{}-{}",
-            std::process::id(),
-            NEXT.fetch_add(1, Ordering::Relaxed)
-        );
-        run("ip", &["netns", "add", &name]);
-        let ns = Netns { name };
-        ns.exec(&["ip", "link", "set", "lo", "up"]);
-        ns
-    }
-
-    fn exec(&self, command: &[&str]) {
-        let mut all = vec!["netns", "exec", &self.name];
-        all.extend_from_slice(command);
-        run("ip", &all);
-    }
-
-    /// From now on every packet on the namespace's loopback vanishes without an answer.
-    fn cut(&self) {
-        self.exec(&["nft", "add table inet vanish"]);
-        self.exec(&[
-            "nft",
-            "add chain inet vanish input { type filter hook input priority filter; policy drop; }",
-        ]);
-    }
-
-    fn path(&self) -> String {
-        format!("/run/netns/{}", self.name)
-    }
-
-    /// Runs `f` on a thread that has joined the namespace: sockets it creates, and threads it
-    /// spawns, live there.
-    fn inside<T: Send + 'static>(&self, f: impl FnOnce() -> T + Send + 'static) -> T {
-        let path = self.path();
-        std::thread::spawn(move || {
-            let ns = std::fs::File::open(&path).expect("namespace file");
-            // SAFETY: a valid descriptor of a network namespace; only this thread moves.
-            let rc = unsafe { libc::setns(ns.as_raw_fd(), libc::CLONE_NEWNET) };
-            assert_eq!(rc, 0, "setns: {}", std::io::Error::last_os_error());
-            f()
-        })
-        .join()
-        .expect("thread in the namespace")
-    }
-
-    /// Threads of this process whose name starts with `prefix` and that are in this namespace.
-    fn threads_named(&self, prefix: &str) -> usize {
-        let inode = std::fs::metadata(self.path())
-            .expect("namespace file")
-            .ino();
-        let here = format!("net:[{inode}]");
-        let tasks = std::fs::read_dir("/proc/self/task").expect("/proc/self/task");
-        tasks
-            .filter_map(Result::ok)
-            .filter(|task| {
-                let comm = std::fs::read_to_string(task.path().join("comm")).unwrap_or_default();
-                let net = std::fs::read_link(task.path().join("ns/net")).unwrap_or_default();
-                comm.starts_with(prefix) && net.as_os_str() == here.as_str()
-            })
-            .count()
-    }
-}
-
-impl Drop for Netns {
-    fn drop(&mut self) {
-        let _ = Command::new("ip")
-            .args(["netns", "del", &self.name])
-            .output();
-    }
-}
 
 /// The shared server's unix socket, usable from any namespace. Taken from this thread: a server
 /// first started from inside a namespace would be stuck in it.
@@ -157,22 +62,11 @@ fn proxy_inside(ns: &Netns, unix: Option<PathBuf>, backend: String) -> TestProxy
     proxy
 }
 
-fn gauge(proxy: &TestProxy, series: &str) -> Option<f64> {
-    let metrics = String::from_utf8(proxy.shared.metrics.render()).expect("UTF-8 metrics");
-    metrics.lines().find_map(|l| {
-        l.strip_prefix(series)?
-            .strip_prefix(' ')?
-            .trim()
-            .parse()
-            .ok()
-    })
-}
-
 /// Waits until the proxy has no client connection left; how long that took.
 async fn until_no_sessions(proxy: &TestProxy) -> Duration {
     let start = Instant::now();
     loop {
-        let open = gauge(proxy, "mysql_lb_client_connections");
+        let open = proxy.series("mysql_lb_client_connections");
         if open == Some(0.0) {
             return start.elapsed();
         }
@@ -209,7 +103,7 @@ async fn dropped_by_keepalive(proxy: &TestProxy, reason: &str) {
         "keepalive (1 s + 2 × 1 s) took {took:?}"
     );
     let series = format!("mysql_lb_client_disconnections_total{{reason=\"{reason}\"}}");
-    assert_eq!(gauge(proxy, &series), Some(1.0));
+    assert_eq!(proxy.series(&series), Some(1.0));
 }
 
 #[tokio::test]
@@ -218,7 +112,7 @@ async fn a_client_that_vanishes_is_dropped_by_keepalive() {
     let ns = Netns::new();
     let proxy = proxy_inside(&ns, None, backend);
     let client = client_inside(&ns, &proxy).await;
-    assert_eq!(gauge(&proxy, "mysql_lb_client_connections"), Some(1.0));
+    assert_eq!(proxy.series("mysql_lb_client_connections"), Some(1.0));
 
     ns.cut();
     dropped_by_keepalive(&proxy, "client_network").await;
@@ -276,7 +170,7 @@ async fn a_backend_that_vanishes_is_dropped_by_keepalive() {
     let socket = proxy.unix.clone().expect("the proxy's unix listener");
     let stream = tokio::net::UnixStream::connect(&socket).await.unwrap();
     let mut client = login(Box::new(stream)).await;
-    assert_eq!(gauge(&proxy, "mysql_lb_client_connections"), Some(1.0));
+    assert_eq!(proxy.series("mysql_lb_client_connections"), Some(1.0));
 
     ns.cut();
     dropped_by_keepalive(&proxy, "backend_network").await;

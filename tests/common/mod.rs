@@ -6,6 +6,7 @@ pub mod certs;
 pub mod daemon;
 pub mod faultgate;
 pub mod mariadb;
+pub mod netns;
 pub mod pp;
 pub mod proxy;
 pub mod rawclient;
