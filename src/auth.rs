@@ -28,8 +28,10 @@ use crate::protocol::handshake::{
 use crate::stream::{read_packet, PacketReadError};
 use crate::tls::ClientLeg;
 
+mod decline;
 mod deferred;
 mod upgrade;
+pub use decline::decline;
 pub use deferred::{finish_deferred, greet_client, ClientHello};
 use upgrade::{backend_to_tls, client_response};
 

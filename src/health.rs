@@ -23,16 +23,20 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{debug, info, warn};
 
+use crate::auth::decline;
 use crate::balancer::{Backend, Transition};
 use crate::config::{BackendAddr, HealthCheckConfig};
 use crate::leg::Leg;
-use crate::protocol::caps::{CLIENT_PROTOCOL_41, CLIENT_SECURE_CONNECTION, CLIENT_SSL};
+use crate::protocol::caps::CLIENT_SSL;
 use crate::protocol::codec::header;
 use crate::protocol::errors::ServerErr;
 use crate::protocol::handshake::{
     greeting_scramble, parse_greeting, set_client_bits, ssl_request_for, HandshakeError,
 };
-use crate::protocol::login::{native_answer, native_login, AuthSwitch, LoginError, NATIVE_PLUGIN};
+use crate::protocol::login::{
+    native_answer, native_login, AuthSwitch, LoginError, NATIVE_PLUGIN, REFUSED_PASSWORD,
+    REFUSED_USER,
+};
 use crate::protocol::proxy_out::Version as ProxyVersion;
 use crate::protocol::resultset::{column_count, column_name, is_eof, text_row};
 use crate::state::ProxyState;
@@ -135,13 +139,6 @@ pub enum CheckError {
     LagTooHigh { lag: Duration, limit: Duration },
 }
 
-fn is_loopback_host(host: &str) -> bool {
-    host.eq_ignore_ascii_case("localhost")
-        || host
-            .parse::<std::net::IpAddr>()
-            .is_ok_and(|ip| ip.is_loopback())
-}
-
 /// Checks every backend every `cfg.interval` until `shutdown`; returns at once if interval is zero.
 ///
 /// One task per backend so a hung server delays only its own checks; start times are spread over
@@ -150,23 +147,12 @@ pub async fn run(shared: Arc<ProxyState>, cfg: HealthCheckConfig, shutdown: Canc
     if cfg.interval.is_zero() {
         return;
     }
-    // Measured on MariaDB 10.11: each greeting-only check is an aborted connect with a warning in
-    // the server's log, and without skip_name_resolve, max_connect_errors of them with no
-    // successful login from this host in between block it (error 1129, clients too). Connections
-    // over loopback or a unix socket are never blocked, so only remote backends warrant the warning.
-    let remote = shared
-        .backends()
-        .backends()
-        .iter()
-        .any(|b| match &b.address {
-            BackendAddr::Tcp { host, .. } => !is_loopback_host(host),
-            BackendAddr::Unix(_) => false,
-        });
-    if cfg.user.is_none() && remote {
-        warn!(
-            "health checks without health_check.user only read the greeting; servers count each \
-             as an aborted connect and, without skip_name_resolve, block this host after \
-             max_connect_errors of them (error 1129): set health_check.user"
+    if cfg.user.is_none() {
+        // Said because server logs show it, as "Access denied for user 'mysql-lb-no-login'".
+        info!(
+            "health checks without health_check.user read the greeting, then end with a login \
+             as '{REFUSED_USER}' that the server refuses (an authentication error, which does \
+             not count toward max_connect_errors, unlike closing after the greeting)"
         );
     }
     let cfg = Arc::new(cfg);
@@ -373,29 +359,30 @@ async fn check_stages(
     let payload = &greeting[4..];
     let parsed = parse_greeting(payload).map_err(CheckError::Greeting)?;
     let password = cfg.password.as_deref().unwrap_or("");
+    // Without an account, a login the server refuses (see `crate::auth::decline`).
     let mut login = match cfg.user.as_deref() {
-        Some(user) => Some(login_packet(payload, parsed.capabilities, user, password)?),
-        None => None,
+        Some(user) => login_packet(payload, parsed.capabilities, user, password)?,
+        None => login_packet(payload, parsed.capabilities, REFUSED_USER, REFUSED_PASSWORD)?,
     };
     if let Some(leg) = tls {
         let unix = matches!(address, BackendAddr::Unix(_));
         let offered = parsed.capabilities & CLIENT_SSL != 0;
         if leg.uses_tls(offered, unix).map_err(CheckError::Tls)? {
             *stage = Stage::Tls;
-            conn.start_tls(leg, login.as_mut(), parsed.capabilities)
-                .await?;
+            conn.start_tls(leg, &mut login).await?;
         }
     }
-    let Some(response) = login else {
-        // All a check without credentials can have; the server counts it as an aborted
-        // connect (see `run`).
+    if cfg.user.is_none() {
+        // All a check without credentials can have. The refused login ends the handshake on
+        // its own task: it does not change the verdict, nor delay it.
+        tokio::spawn(decline(conn.stream, conn.buf, login, cfg.timeout));
         return Ok(CheckOk {
             greeting: greeting.to_vec(),
             ..CheckOk::default()
         });
-    };
+    }
     *stage = Stage::Login;
-    conn.login(&response, password).await?;
+    conn.login(&login, password).await?;
 
     *stage = Stage::Query(SELECT_1);
     conn.query(SELECT_1).await?;
@@ -418,26 +405,16 @@ async fn check_stages(
 impl Conn<Leg<BackendStream>> {
     /// An SSLRequest, then the TLS handshake; `login`, the response to send next, gets
     /// CLIENT_SSL and sequence id 2 to match.
-    async fn start_tls(
-        &mut self,
-        leg: &BackendLeg,
-        login: Option<&mut Vec<u8>>,
-        server_caps: u32,
-    ) -> Result<(), CheckError> {
+    async fn start_tls(&mut self, leg: &BackendLeg, login: &mut [u8]) -> Result<(), CheckError> {
         let Some(connector) = &leg.connector else {
             return Ok(());
         };
         if !self.buf.is_empty() {
             return Err(CheckError::Tls("it sent bytes after its greeting"));
         }
-        let request = match login {
-            Some(response) => {
-                let _ = set_client_bits(&mut response[4..], CLIENT_SSL, 0);
-                response[3] = 2;
-                ssl_request_for(&response[4..]).map_err(CheckError::Greeting)?
-            }
-            None => ssl_request_only(server_caps),
-        };
+        let _ = set_client_bits(&mut login[4..], CLIENT_SSL, 0);
+        login[3] = 2;
+        let request = ssl_request_for(&login[4..]).map_err(CheckError::Greeting)?;
         let mut packet = vec![request.len() as u8, 0, 0, 1];
         packet.extend_from_slice(&request);
         self.write(Stage::Tls, &packet).await?;
@@ -455,18 +432,6 @@ impl Conn<Leg<BackendStream>> {
         self.stream = Leg::Tls(Box::new(tokio_rustls::TlsStream::Client(tls)));
         Ok(())
     }
-}
-
-/// An SSLRequest for a check that does not log in: protocol 4.1 and TLS, nothing else asked.
-fn ssl_request_only(server_caps: u32) -> [u8; 32] {
-    let caps = (CLIENT_PROTOCOL_41 | CLIENT_SSL | CLIENT_SECURE_CONNECTION) & server_caps
-        | CLIENT_PROTOCOL_41
-        | CLIENT_SSL;
-    let mut request = [0u8; 32];
-    request[..4].copy_from_slice(&caps.to_le_bytes());
-    request[4..8].copy_from_slice(&(1u32 << 24).to_le_bytes());
-    request[8] = 33; // utf8mb3_general_ci, what the checks' queries need
-    request
 }
 
 /// The monitor's side of one connection: the stream and what was read past the last packet.
