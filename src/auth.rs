@@ -32,8 +32,9 @@ mod decline;
 mod deferred;
 mod upgrade;
 pub use decline::decline;
+use decline::{abandon_greeted, abandon_login};
 pub use deferred::{finish_deferred, greet_client, ClientHello};
-use upgrade::{backend_to_tls, client_response};
+use upgrade::{client_response, forward_response};
 
 /// Why the connection phase failed, and on which side.
 #[derive(Debug, Error)]
@@ -193,10 +194,21 @@ where
     // Whose packet the exchange waits for, so a timeout blames the right side.
     let mut turn = Side::Client;
     let run = async {
-        send_greeting(client, &mut greeting.packet, plan).await?;
         let mut client_buf = BytesMut::with_capacity(512);
-        let Response { packet, client_seq } =
-            client_response(client, &mut client_buf, plan, max, next_seq).await?;
+        let first = async {
+            send_greeting(client, &mut greeting.packet, plan).await?;
+            client_response(client, &mut client_buf, plan, max, next_seq).await
+        };
+        let Response { packet, client_seq } = match first.await {
+            Ok(response) => response,
+            Err(e) => {
+                // The client left or spoke nonsense before its login: the backend gets one
+                // that it refuses, which it does not count against the proxy's address.
+                let caps = greeting.backend_capabilities;
+                abandon_greeted(backend, &mut greeting.rest, &greeting.packet[4..], caps).await;
+                return Err(e);
+            }
+        };
         turn = Side::Backend;
         let response = ForBackend {
             packet,
@@ -329,40 +341,6 @@ where
         .map_err(AuthError::ClientWrite)
 }
 
-/// Sends the client's (patched) response to the backend with the bits of the backend leg,
-/// after taking that leg to TLS where planned; returns the sequence id it went with.
-async fn forward_response<B>(
-    backend: &mut Leg<B>,
-    packet: &mut BytesMut,
-    greeting: &PatchedGreeting,
-    plan: &LegPlan<'_>,
-) -> Result<u8, AuthError>
-where
-    B: AsyncRead + AsyncWrite + Unpin,
-{
-    let mut set = 0;
-    if plan.backend_compression {
-        set |= CLIENT_COMPRESS;
-    }
-    if plan.backend_tls.is_some() {
-        set |= CLIENT_SSL;
-    }
-    set_client_bits(&mut packet[4..], set, 0).map_err(AuthError::ClientHandshake)?;
-    let seq = match plan.backend_tls {
-        Some((connector, ref name)) => {
-            backend_to_tls(backend, packet, greeting, connector, name.clone()).await?;
-            2
-        }
-        None => 1,
-    };
-    packet[3] = seq;
-    backend
-        .write_all(packet)
-        .await
-        .map_err(AuthError::BackendWrite)?;
-    Ok(seq)
-}
-
 /// Sizes and time the connection phase may take.
 #[derive(Debug, Clone, Copy)]
 pub struct HandshakeLimits {
@@ -447,14 +425,21 @@ where
     C: AsyncRead + AsyncWrite + Unpin,
     B: AsyncRead + AsyncWrite + Unpin,
 {
+    // The backend's last packet while it waits for the client's answer to it: if the client
+    // leaves, the backend is answered wrongly rather than left mid-login.
+    let mut unanswered: Option<BytesMut> = None;
     loop {
         // Both futures only read into their own buffers, and `read_packet` keeps partial data in
         // them, so dropping the one that loses the race loses nothing.
         tokio::select! {
             packet = read_packet(backend, backend_buf, max) => {
                 let mut packet = packet.map_err(AuthError::BackendRead)?;
+                unanswered = Some(packet.clone());
                 packet[3] = packet[3].wrapping_sub(seqs.backend_ahead);
-                client.write_all(&packet).await.map_err(AuthError::ClientWrite)?;
+                if let Err(e) = client.write_all(&packet).await {
+                    abandon_login(backend, backend_buf, unanswered).await;
+                    return Err(AuthError::ClientWrite(e));
+                }
                 *seqs.next = packet[3].wrapping_add(1);
                 *turn = Side::Client;
                 match packet.get(4) {
@@ -468,7 +453,14 @@ where
                 }
             }
             packet = read_packet(client, client_buf, max) => {
-                let mut packet = packet.map_err(AuthError::ClientRead)?;
+                let mut packet = match packet {
+                    Ok(packet) => packet,
+                    Err(e) => {
+                        abandon_login(backend, backend_buf, unanswered.take()).await;
+                        return Err(AuthError::ClientRead(e));
+                    }
+                };
+                unanswered = None;
                 *seqs.next = packet[3].wrapping_add(1);
                 packet[3] = packet[3].wrapping_add(seqs.backend_ahead);
                 backend.write_all(&packet).await.map_err(AuthError::BackendWrite)?;

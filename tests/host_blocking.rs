@@ -16,13 +16,18 @@
 
 mod common;
 
+use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
 use common::mariadb::{MariaDb, BENCH_PASS, BENCH_USER};
 use common::netns::{Netns, NoNames};
 use common::proxy::{config, TestProxy};
-use mysql_lb::config::{Config, HealthCheckConfig};
+use common::rawclient::{
+    handshake_response, parse_greeting, ssl_request, CLIENT_PLUGIN_AUTH, CLIENT_PROTOCOL_41,
+    CLIENT_SECURE_CONNECTION,
+};
+use mysql_lb::config::{Config, ConnectMode, HealthCheckConfig};
 
 const MAX_CONNECT_ERRORS: u32 = 10;
 /// Well past `MAX_CONNECT_ERRORS`: any that counted would block.
@@ -88,6 +93,33 @@ impl Site {
         self.proxy_ns.inside(move || {
             for _ in 0..n {
                 drop(TcpStream::connect(target).expect("probe connects"));
+            }
+        });
+    }
+
+    /// `n` probes of each kind that says a little and leaves: garbage at once (an HTTP check), an
+    /// SSLRequest (TLS is not offered), and a HandshakeResponse left at the auth switch the
+    /// server answers it with (its plugin is none the account uses), as a MySQL-aware check
+    /// without a password would be.
+    fn probe_speaking(&self, proxy: &TestProxy, n: usize) {
+        let target = proxy.addr;
+        self.proxy_ns.inside(move || {
+            for _ in 0..n {
+                let mut garbage = TcpStream::connect(target).expect("probe connects");
+                garbage.write_all(b"GET / HTTP/1.0\r\n\r\n").expect("send");
+
+                let mut tls = TcpStream::connect(target).expect("probe connects");
+                let greeting = read_packet(&mut tls);
+                let caps = parse_greeting(&greeting).expect("a greeting").caps;
+                write_packet(&mut tls, 1, &ssl_request(caps & CLIENT_PROTOCOL_41));
+
+                let mut login = TcpStream::connect(target).expect("probe connects");
+                read_packet(&mut login);
+                let caps = CLIENT_PROTOCOL_41 | CLIENT_SECURE_CONNECTION | CLIENT_PLUGIN_AUTH;
+                let response = handshake_response(caps, BENCH_USER, &[], None, "none_of_these");
+                write_packet(&mut login, 1, &response);
+                let switch = read_packet(&mut login);
+                assert_eq!(switch.first(), Some(&0xFE), "an auth switch: {switch:?}");
             }
         });
     }
@@ -174,6 +206,45 @@ fn probes_that_close_at_once_do_not_get_the_proxy_blocked() {
 }
 
 #[test]
+fn probes_that_say_a_little_and_leave_do_not_get_the_proxy_blocked() {
+    let site = Site::new("spoken");
+    let proxy = site.proxy(site.config());
+    site.probe_speaking(&proxy, PROBES / 3);
+    site.settled(&proxy);
+    let counted = site.host_cache();
+    let login = site.login(&proxy);
+    assert!(
+        counted.connect == 0 && login.as_deref() == Ok("1"),
+        "the server counted handshake errors from the proxy ({counted:?}); a login: {login:?}"
+    );
+    assert!(
+        counted.authentication >= (PROBES / 3) as u64,
+        "logins left at the auth switch end refused: {counted:?}"
+    );
+}
+
+#[test]
+fn with_an_immediate_connect_probes_do_not_get_the_proxy_blocked_either() {
+    let site = Site::new("immediate");
+    let mut cfg = site.config();
+    cfg.connect_mode = ConnectMode::Immediate;
+    let proxy = site.proxy(cfg);
+    site.probe(&proxy, PROBES);
+    site.probe_speaking(&proxy, PROBES / 3);
+    site.settled(&proxy);
+    let counted = site.host_cache();
+    let login = site.login(&proxy);
+    assert!(
+        counted.connect == 0 && login.as_deref() == Ok("1"),
+        "the server counted handshake errors from the proxy ({counted:?}); a login: {login:?}"
+    );
+    assert!(
+        counted.authentication >= PROBES as u64,
+        "each probe's backend handshake ends with a refused login: {counted:?}"
+    );
+}
+
+#[test]
 fn health_checks_without_an_account_do_not_get_the_proxy_blocked() {
     let site = Site::new("checked");
     let mut cfg = site.config();
@@ -248,9 +319,17 @@ fn a_loopback_backend_is_still_connected_at_accept() {
     assert_eq!(proxy.series(&connections), Some(1.0));
 }
 
+fn write_packet(stream: &mut TcpStream, seq: u8, payload: &[u8]) {
+    let len = u32::try_from(payload.len())
+        .expect("a small packet")
+        .to_le_bytes();
+    let mut packet = vec![len[0], len[1], len[2], seq];
+    packet.extend_from_slice(payload);
+    stream.write_all(&packet).expect("send a packet");
+}
+
 /// One packet's payload, blocking (the greeting, which the proxy sends first).
 fn read_packet(stream: &mut TcpStream) -> Vec<u8> {
-    use std::io::Read;
     stream
         .set_read_timeout(Some(DEADLINE))
         .expect("read timeout");

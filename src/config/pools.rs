@@ -86,8 +86,8 @@ impl Config {
         }
     }
 
-    /// The warning to log at start when `connect_mode: immediate` leaves the proxy's address to
-    /// be blocked by its backends.
+    /// The warning to log at start when `connect_mode: immediate` connects backends that can
+    /// block the proxy's address.
     pub fn connect_mode_warning(&self) -> Option<String> {
         if self.connect_mode != ConnectMode::Immediate {
             return None;
@@ -102,10 +102,12 @@ impl Config {
             return None;
         }
         Some(format!(
-            "connect_mode: immediate opens a backend connection for every client connection; \
-             clients that close before logging in (TCP health checks, port scans) each count as \
-             a connect error on {}, and max_connect_errors of them block this host there \
-             (error 1129) unless the server runs with skip_name_resolve; auto would defer them",
+            "connect_mode: immediate opens a backend connection for every client connection, \
+             TCP probes and port scans included; mysql-lb ends it with a refused login when the \
+             client leaves (servers log an access denied), but a client silent past the \
+             server's connect_timeout still counts as a connect error on {}, and \
+             max_connect_errors of those block this host there (error 1129); auto (the default) \
+             connects only once the client has sent its login",
             remote.join(", ")
         ))
     }
