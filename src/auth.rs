@@ -31,13 +31,16 @@ use crate::tls::ClientLeg;
 
 #[cfg(test)]
 mod cleartext_tests;
+mod decline;
 mod deferred;
 mod exchange;
 mod upgrade;
 use crate::protocol::cleartext::{self, sends_cleartext, Exposure};
+pub use decline::decline;
+use decline::{abandon_greeted, abandon_login};
 pub use deferred::{finish_deferred, greet_client, ClientHello};
 use exchange::{exchange, Sequences};
-use upgrade::{backend_to_tls, client_response};
+use upgrade::{client_response, forward_response};
 
 /// Why the connection phase failed, and on which side.
 #[derive(Debug, Error)]
@@ -219,10 +222,21 @@ where
     // Whose packet the exchange waits for, so a timeout blames the right side.
     let mut turn = Side::Client;
     let run = async {
-        send_greeting(client, &mut greeting.packet, plan).await?;
         let mut client_buf = BytesMut::with_capacity(512);
-        let Response { packet, client_seq } =
-            client_response(client, &mut client_buf, plan, max, next_seq).await?;
+        let first = async {
+            send_greeting(client, &mut greeting.packet, plan).await?;
+            client_response(client, &mut client_buf, plan, max, next_seq).await
+        };
+        let Response { packet, client_seq } = match first.await {
+            Ok(response) => response,
+            Err(e) => {
+                // The client left or spoke nonsense before its login: the backend gets one
+                // that it refuses, which it does not count against the proxy's address.
+                let caps = greeting.backend_capabilities;
+                abandon_greeted(backend, &mut greeting.rest, &greeting.packet[4..], caps).await;
+                return Err(e);
+            }
+        };
         turn = Side::Backend;
         let response = ForBackend {
             packet,
@@ -252,6 +266,45 @@ struct ForBackend {
     greeting: PatchedGreeting,
 }
 
+/// The client's response checked before anything of it reaches the backend: parsed and
+/// patched, not a login under the OS identity a unix-socket backend authenticates the proxy by,
+/// and, in a session guarded against passwords in clear, not carrying one. Returns the parsed
+/// response, what the two ends share, and whether the session is guarded.
+fn vet_response(
+    packet: &mut [u8],
+    greeting: &PatchedGreeting,
+    plan: &LegPlan<'_>,
+    checks: Vet,
+) -> Result<(ClientResponse, Negotiated, bool), AuthError> {
+    let (parsed, negotiated) = patch_response(&mut packet[4..], greeting, checks.strip)?;
+    if let Some(identity) = plan.socket_identity.filter(|id| !id.admits(&parsed.user)) {
+        return Err(AuthError::OwnIdentity {
+            user: parsed.user,
+            backend: plan.backend.to_owned(),
+            identity: identity.describe(),
+        });
+    }
+    // A client decides from its own leg whether to answer in clear; the proxy from both.
+    let guard = plan.guard_cleartext && (checks.client_tls || plan.client_local);
+    if guard && checks.plugin_known {
+        if let Some(exposure) =
+            cleartext::in_response(parsed.auth_plugin.as_deref(), parsed.answered)
+        {
+            return Err(AuthError::CleartextPassword(exposure));
+        }
+    }
+    Ok((parsed, negotiated, guard))
+}
+
+/// What [`vet_response`] needs besides the packet and the plan.
+#[derive(Clone, Copy)]
+struct Vet {
+    strip: Strip,
+    client_tls: bool,
+    /// The response names the plugin it answered with (not so in a deferred connect).
+    plugin_known: bool,
+}
+
 /// From the response on: patches it for the backend leg, sends it (after taking that leg to TLS
 /// where planned), and relays every auth packet both ways until the backend's OK or ERR.
 async fn log_in<C, B>(
@@ -272,25 +325,24 @@ where
         client_seq,
         mut client_buf,
         plugin_known,
-        greeting,
+        mut greeting,
     } = response;
-    let (parsed, negotiated) = patch_response(&mut packet[4..], &greeting, limits.strip)?;
-    if let Some(identity) = plan.socket_identity.filter(|id| !id.admits(&parsed.user)) {
-        return Err(AuthError::OwnIdentity {
-            user: parsed.user,
-            backend: plan.backend.to_owned(),
-            identity: identity.describe(),
-        });
-    }
-    // A client decides from its own leg whether to answer in clear; the proxy from both.
-    let guard = plan.guard_cleartext && (client.is_tls() || plan.client_local);
-    if guard && plugin_known {
-        if let Some(exposure) =
-            cleartext::in_response(parsed.auth_plugin.as_deref(), parsed.answered)
-        {
-            return Err(AuthError::CleartextPassword(exposure));
+    let checks = Vet {
+        strip: limits.strip,
+        client_tls: client.is_tls(),
+        plugin_known,
+    };
+    let vetted = vet_response(&mut packet, &greeting, plan, checks);
+    let (parsed, negotiated, guard) = match vetted {
+        Ok(v) => v,
+        Err(e) => {
+            // Refused before it reached the backend, which gets a login it refuses instead
+            // of an abandoned handshake (see `decline`).
+            let caps = greeting.backend_capabilities;
+            abandon_greeted(backend, &mut greeting.rest, &greeting.packet[4..], caps).await;
+            return Err(e);
         }
-    }
+    };
     let backend_seq = forward_response(backend, &mut packet, &greeting, plan).await?;
     let mut backend_buf = greeting.rest;
     let mut seqs = Sequences {
@@ -371,40 +423,6 @@ where
         .write_all(packet)
         .await
         .map_err(AuthError::ClientWrite)
-}
-
-/// Sends the client's (patched) response to the backend with the bits of the backend leg,
-/// after taking that leg to TLS where planned; returns the sequence id it went with.
-async fn forward_response<B>(
-    backend: &mut Leg<B>,
-    packet: &mut BytesMut,
-    greeting: &PatchedGreeting,
-    plan: &LegPlan<'_>,
-) -> Result<u8, AuthError>
-where
-    B: AsyncRead + AsyncWrite + Unpin,
-{
-    let mut set = 0;
-    if plan.backend_compression {
-        set |= CLIENT_COMPRESS;
-    }
-    if plan.backend_tls.is_some() {
-        set |= CLIENT_SSL;
-    }
-    set_client_bits(&mut packet[4..], set, 0).map_err(AuthError::ClientHandshake)?;
-    let seq = match plan.backend_tls {
-        Some((connector, ref name)) => {
-            backend_to_tls(backend, packet, greeting, connector, name.clone()).await?;
-            2
-        }
-        None => 1,
-    };
-    packet[3] = seq;
-    backend
-        .write_all(packet)
-        .await
-        .map_err(AuthError::BackendWrite)?;
-    Ok(seq)
 }
 
 /// Sizes and time the connection phase may take.

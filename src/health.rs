@@ -25,6 +25,7 @@ use tracing::{debug, info, warn};
 use crate::balancer::{Backend, Transition};
 use crate::config::{BackendAddr, HealthCheckConfig};
 use crate::protocol::handshake::HandshakeError;
+use crate::protocol::login::REFUSED_USER;
 use crate::protocol::proxy_out::Version as ProxyVersion;
 use crate::state::ProxyState;
 use crate::stream::identity::SocketIdentity;
@@ -133,20 +134,12 @@ pub async fn run(shared: Arc<ProxyState>, cfg: HealthCheckConfig, shutdown: Canc
     if cfg.interval.is_zero() {
         return;
     }
-    // Measured on MariaDB 10.11: each greeting-only check is an aborted connect with a warning in
-    // the server's log, and without skip_name_resolve, max_connect_errors of them with no
-    // successful login from this host in between block it (error 1129, clients too). Connections
-    // over loopback or a unix socket are never blocked, so only remote backends warrant the warning.
-    let remote = shared
-        .backends()
-        .backends()
-        .iter()
-        .any(|b| b.address.leaves_host());
-    if cfg.user.is_none() && remote {
-        warn!(
-            "health checks without health_check.user only read the greeting; servers count each \
-             as an aborted connect and, without skip_name_resolve, block this host after \
-             max_connect_errors of them (error 1129): set health_check.user"
+    if cfg.user.is_none() {
+        // Said because server logs show it, as "Access denied for user 'mysql-lb-no-login'".
+        info!(
+            "health checks without health_check.user read the greeting, then end with a login \
+             as '{REFUSED_USER}' that the server refuses (an authentication error, which does \
+             not count toward max_connect_errors, unlike closing after the greeting)"
         );
     }
     let cfg = Arc::new(cfg);
@@ -331,20 +324,22 @@ async fn check_stages(
     cfg: &HealthCheckConfig,
     stage: &mut Stage,
 ) -> Result<CheckOk, CheckError> {
-    let account = cfg
-        .user
-        .as_deref()
-        .map(|user| (user, cfg.password.as_ref().map_or("", |p| p.expose())));
-    let (mut conn, greeting) = conn::open(address, leg, account, cfg.timeout, stage).await?;
+    let Some(user) = cfg.user.as_deref() else {
+        // All a check without credentials can have; the connection ends with a login the
+        // server refuses, on its own task (see `conn::greet`).
+        let greeting = conn::greet(address, leg, cfg.timeout, stage).await?;
+        return Ok(CheckOk {
+            greeting,
+            ..CheckOk::default()
+        });
+    };
+    let password = cfg.password.as_ref().map_or("", |p| p.expose());
+    let (mut conn, greeting) =
+        conn::open(address, leg, (user, password), cfg.timeout, stage).await?;
     let mut ok = CheckOk {
         greeting,
         ..CheckOk::default()
     };
-    if account.is_none() {
-        // All a check without credentials can have; the server counts it as an aborted
-        // connect (see `run`).
-        return Ok(ok);
-    }
     *stage = Stage::Query(SELECT_1);
     conn.query(SELECT_1).await?;
     if let Some(limit) = cfg.max_replication_lag {

@@ -74,6 +74,9 @@ impl Proxy {
         // Certificates first: a bad file is reported before anything listens.
         let legs = state::Legs::load(config)?;
         warn_plaintext_backend_legs(config);
+        if let Some(warning) = config.connect_mode_warning() {
+            tracing::warn!("{warning}");
+        }
         let metrics = Arc::new(Metrics::new());
         // Started first: a TCP listener gets one socket per worker.
         let workers =

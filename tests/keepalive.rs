@@ -62,22 +62,11 @@ fn proxy_inside(ns: &Netns, unix: Option<PathBuf>, backend: String) -> TestProxy
     proxy
 }
 
-fn gauge(proxy: &TestProxy, series: &str) -> Option<f64> {
-    let metrics = String::from_utf8(proxy.shared.metrics.render()).expect("UTF-8 metrics");
-    metrics.lines().find_map(|l| {
-        l.strip_prefix(series)?
-            .strip_prefix(' ')?
-            .trim()
-            .parse()
-            .ok()
-    })
-}
-
 /// Waits until the proxy has no client connection left; how long that took.
 async fn until_no_sessions(proxy: &TestProxy) -> Duration {
     let start = Instant::now();
     loop {
-        let open = gauge(proxy, "mysql_lb_client_connections");
+        let open = proxy.series("mysql_lb_client_connections");
         if open == Some(0.0) {
             return start.elapsed();
         }
@@ -114,7 +103,7 @@ async fn dropped_by_keepalive(proxy: &TestProxy, reason: &str) {
         "keepalive (1 s + 2 × 1 s) took {took:?}"
     );
     let series = format!("mysql_lb_client_disconnections_total{{reason=\"{reason}\"}}");
-    assert_eq!(gauge(proxy, &series), Some(1.0));
+    assert_eq!(proxy.series(&series), Some(1.0));
 }
 
 #[tokio::test]
@@ -123,7 +112,7 @@ async fn a_client_that_vanishes_is_dropped_by_keepalive() {
     let ns = Netns::new();
     let proxy = proxy_inside(&ns, None, backend);
     let client = client_inside(&ns, &proxy).await;
-    assert_eq!(gauge(&proxy, "mysql_lb_client_connections"), Some(1.0));
+    assert_eq!(proxy.series("mysql_lb_client_connections"), Some(1.0));
 
     ns.cut();
     dropped_by_keepalive(&proxy, "client_network").await;
@@ -181,7 +170,7 @@ async fn a_backend_that_vanishes_is_dropped_by_keepalive() {
     let socket = proxy.unix.clone().expect("the proxy's unix listener");
     let stream = tokio::net::UnixStream::connect(&socket).await.unwrap();
     let mut client = login(Box::new(stream)).await;
-    assert_eq!(gauge(&proxy, "mysql_lb_client_connections"), Some(1.0));
+    assert_eq!(proxy.series("mysql_lb_client_connections"), Some(1.0));
 
     ns.cut();
     dropped_by_keepalive(&proxy, "backend_network").await;

@@ -39,21 +39,30 @@ where
     C: AsyncRead + AsyncWrite + Unpin,
     B: AsyncRead + AsyncWrite + Unpin,
 {
+    // The backend's last packet while it waits for the client's answer to it: if the client
+    // leaves (or the packet is refused), the backend is answered wrongly rather than left
+    // mid-login, which servers count against the proxy's address (see `decline`).
+    let mut unanswered: Option<BytesMut> = None;
     loop {
         // Both futures only read into their own buffers, and `read_packet` keeps partial data in
         // them, so dropping the one that loses the race loses nothing.
         tokio::select! {
             packet = read_packet(backend, backend_buf, max) => {
                 let mut packet = packet.map_err(AuthError::BackendRead)?;
+                unanswered = Some(packet.clone());
                 packet[3] = packet[3].wrapping_sub(seqs.backend_ahead);
                 if seqs.guard {
                     if let Some(exposure) = cleartext::in_server_packet(seqs.plugin.as_deref(), &packet[4..]) {
                         // Our ERR takes this packet's place in the client's sequence.
                         *seqs.next = packet[3];
+                        abandon_login(backend, backend_buf, unanswered).await;
                         return Err(AuthError::CleartextPassword(exposure));
                     }
                 }
-                client.write_all(&packet).await.map_err(AuthError::ClientWrite)?;
+                if let Err(e) = client.write_all(&packet).await {
+                    abandon_login(backend, backend_buf, unanswered).await;
+                    return Err(AuthError::ClientWrite(e));
+                }
                 *seqs.next = packet[3].wrapping_add(1);
                 *turn = Side::Client;
                 match packet.get(4) {
@@ -67,7 +76,14 @@ where
                 }
             }
             packet = read_packet(client, client_buf, max) => {
-                let mut packet = packet.map_err(AuthError::ClientRead)?;
+                let mut packet = match packet {
+                    Ok(packet) => packet,
+                    Err(e) => {
+                        abandon_login(backend, backend_buf, unanswered.take()).await;
+                        return Err(AuthError::ClientRead(e));
+                    }
+                };
+                unanswered = None;
                 *seqs.next = packet[3].wrapping_add(1);
                 packet[3] = packet[3].wrapping_add(seqs.backend_ahead);
                 backend.write_all(&packet).await.map_err(AuthError::BackendWrite)?;

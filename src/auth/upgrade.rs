@@ -4,6 +4,40 @@
 
 use super::*;
 
+/// Sends the client's (patched) response to the backend with the bits of the backend leg,
+/// after taking that leg to TLS where planned; returns the sequence id it went with.
+pub(super) async fn forward_response<B>(
+    backend: &mut Leg<B>,
+    packet: &mut BytesMut,
+    greeting: &PatchedGreeting,
+    plan: &LegPlan<'_>,
+) -> Result<u8, AuthError>
+where
+    B: AsyncRead + AsyncWrite + Unpin,
+{
+    let mut set = 0;
+    if plan.backend_compression {
+        set |= CLIENT_COMPRESS;
+    }
+    if plan.backend_tls.is_some() {
+        set |= CLIENT_SSL;
+    }
+    set_client_bits(&mut packet[4..], set, 0).map_err(AuthError::ClientHandshake)?;
+    let seq = match plan.backend_tls {
+        Some((connector, ref name)) => {
+            backend_to_tls(backend, packet, greeting, connector, name.clone()).await?;
+            2
+        }
+        None => 1,
+    };
+    packet[3] = seq;
+    backend
+        .write_all(packet)
+        .await
+        .map_err(AuthError::BackendWrite)?;
+    Ok(seq)
+}
+
 /// Reads the client's first packet; after an SSLRequest, takes the client leg to TLS and reads
 /// the HandshakeResponse inside it. A plaintext TCP client is refused here under `tls.require`.
 pub(super) async fn client_response<C>(

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use bytes::BytesMut;
 
 use super::{Backend, BackendSet};
-use crate::config::{Config, ConnectMode, Policy, PoolConfig};
+use crate::config::{Config, Policy, PoolConfig};
 use crate::protocol::handshake::{patch_greeting_with, Greeting, Strip};
 use crate::route::{Routes, Who};
 
@@ -72,7 +72,7 @@ impl BackendSet {
     /// [`with_routing`](Self::with_routing) as `config` says.
     pub fn with_routing_of(self, config: &Config) -> Self {
         let routes = Routes::new(&config.routes, config.default_pool.as_deref());
-        let deferred = config.connect_mode == ConnectMode::Deferred;
+        let deferred = config.defers_connect();
         self.with_routing(&config.pools, routes, deferred)
     }
 

@@ -57,6 +57,21 @@ impl fmt::Display for ListenAddr {
     }
 }
 
+impl BackendAddr {
+    /// Whether the server can block the proxy's address for it: TCP to anything but loopback
+    /// (an address, or `localhost`). MariaDB and MySQL never count connect errors from loopback
+    /// or a unix socket; a host name is taken for remote, whatever it resolves to.
+    pub fn is_blockable(&self) -> bool {
+        match self {
+            BackendAddr::Tcp { host, .. } => {
+                !(host.eq_ignore_ascii_case("localhost")
+                    || host.parse::<IpAddr>().is_ok_and(|ip| ip.is_loopback()))
+            }
+            BackendAddr::Unix(_) => false,
+        }
+    }
+}
+
 impl fmt::Display for BackendAddr {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {

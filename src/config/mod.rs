@@ -155,7 +155,8 @@ pub struct Config {
     /// The pool of clients no route matches; None refuses them. `validate` resolves None to
     /// "default" when that pool exists (as an absent `default_pool:` means).
     pub default_pool: Option<String>,
-    /// When the backend is connected: at accept, or after the client's HandshakeResponse.
+    /// When the backend is connected: at accept, or after the client's HandshakeResponse
+    /// (as written; [`Config::defers_connect`] says which `auto` means).
     pub connect_mode: ConnectMode,
     pub max_connections: usize,
     /// Whether `max_connections` was chosen (file or flag) rather than defaulted: a default is
@@ -275,7 +276,7 @@ impl Default for Config {
             pools: Vec::new(),
             routes: Vec::new(),
             default_pool: None,
-            connect_mode: ConnectMode::Immediate,
+            connect_mode: ConnectMode::Auto,
             max_connections: DEFAULT_MAX_CONNECTIONS,
             max_connections_chosen: false,
             max_open_files: None,

@@ -51,37 +51,65 @@ impl RouteConfig {
     }
 }
 
-/// When a session connects its backend.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+/// When a session connects its backend (`connect_mode:`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum ConnectMode {
-    /// At accept: the backend's greeting is relayed to the client (routes on client address and
-    /// listener only).
+    /// Deferred when a route names a user or schema, or some backend is reached over TCP at an
+    /// address other than loopback (see [`Config::defers_connect`]); else immediate.
     #[default]
-    Immediate,
+    Auto,
     /// After mysql-lb greeted the client itself and read its HandshakeResponse (user, schema).
     Deferred,
-}
-
-/// `connect_mode:` as written.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub(super) enum RawConnectMode {
-    /// Deferred when some route names a user or schema, else immediate.
-    Auto,
-    Deferred,
+    /// At accept: the backend's greeting is relayed to the client (routes on client address and
+    /// listener only).
     Immediate,
 }
 
-impl RawConnectMode {
-    pub(super) fn resolve(mode: Option<Self>, routes: &[RouteConfig]) -> ConnectMode {
-        match mode.unwrap_or(RawConnectMode::Auto) {
-            RawConnectMode::Immediate => ConnectMode::Immediate,
-            RawConnectMode::Deferred => ConnectMode::Deferred,
-            RawConnectMode::Auto if routes.iter().any(RouteConfig::needs_identity) => {
-                ConnectMode::Deferred
+impl Config {
+    /// Whether sessions greet their clients themselves and connect a backend only after the
+    /// client's HandshakeResponse.
+    ///
+    /// `auto` defers for backends that can block the proxy: a server counts every handshake that
+    /// ends before a login (a client that connects and closes, as load balancer health checks,
+    /// port scans and Kubernetes `tcpSocket` probes do) against the proxy's address, and
+    /// `max_connect_errors` of them block it (error 1129) for every client. Loopback and unix
+    /// socket connections are never blocked, so those keep the cheaper immediate connect.
+    pub fn defers_connect(&self) -> bool {
+        match self.connect_mode {
+            ConnectMode::Deferred => true,
+            ConnectMode::Immediate => false,
+            ConnectMode::Auto => {
+                self.routes.iter().any(RouteConfig::needs_identity)
+                    || self.backends.iter().any(|b| b.address.is_blockable())
             }
-            RawConnectMode::Auto => ConnectMode::Immediate,
         }
+    }
+
+    /// The warning to log at start when `connect_mode: immediate` connects backends that can
+    /// block the proxy's address.
+    pub fn connect_mode_warning(&self) -> Option<String> {
+        if self.connect_mode != ConnectMode::Immediate {
+            return None;
+        }
+        let remote: Vec<&str> = self
+            .backends
+            .iter()
+            .filter(|b| b.address.is_blockable())
+            .map(|b| b.name.as_str())
+            .collect();
+        if remote.is_empty() {
+            return None;
+        }
+        Some(format!(
+            "connect_mode: immediate opens a backend connection for every client connection, \
+             TCP probes and port scans included; mysql-lb ends it with a refused login when the \
+             client leaves (servers log an access denied), but a client silent past the \
+             server's connect_timeout still counts as a connect error on {}, and \
+             max_connect_errors of those block this host there (error 1129); auto (the default) \
+             connects only once the client has sent its login",
+            remote.join(", ")
+        ))
     }
 }
 

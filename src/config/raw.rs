@@ -108,7 +108,7 @@ pub(super) struct RawConfig {
     #[serde(default)]
     routes: Vec<super::pools::RawRoute>,
     default_pool: Option<String>,
-    connect_mode: Option<super::pools::RawConnectMode>,
+    connect_mode: Option<super::ConnectMode>,
     reuse_port: Option<bool>,
     instance_id: Option<i64>,
     peers: Option<Vec<super::instances::RawPeer>>,
@@ -298,7 +298,7 @@ impl RawConfig {
             listen: self.listen.unwrap_or(d.listen),
             backends,
             pools,
-            connect_mode: super::pools::RawConnectMode::resolve(self.connect_mode, &routes),
+            connect_mode: self.connect_mode.unwrap_or_default(),
             routes,
             default_pool: self.default_pool,
             max_connections: self.max_connections.unwrap_or(d.max_connections),

@@ -787,11 +787,8 @@ fn pools_and_routes_parse_into_one_flat_backend_list() {
         ]
     );
     assert_eq!(c.default_pool.as_deref(), Some("default"));
-    assert_eq!(
-        c.connect_mode,
-        ConnectMode::Deferred,
-        "auto, with user routes"
-    );
+    assert_eq!(c.connect_mode, ConnectMode::Auto);
+    assert!(c.defers_connect(), "auto, with user routes");
     assert_eq!(c.routes.len(), 6);
     assert_eq!(
         c.routes[0],
@@ -863,7 +860,7 @@ fn pools_without_top_level_backends_have_no_default_pool() {
     assert_eq!(c.pools, [pool("r", Policy::RoundRobin)]);
     assert_eq!(c.backends[0].pool, "r");
     assert_eq!(c.default_pool, None, "unmatched clients are refused");
-    assert_eq!(c.connect_mode, ConnectMode::Immediate);
+    assert_eq!(c.connect_mode, ConnectMode::Auto);
     let c = Config::from_yaml_str("pools:\n  r: {backends: [h:1]}\ndefault_pool: r\n").unwrap();
     assert_eq!(c.default_pool.as_deref(), Some("r"));
     // An explicit default_pool wins over "default".
@@ -877,7 +874,7 @@ fn no_pools_and_no_routes_is_the_old_configuration() {
     assert_eq!(c.pools, [pool("default", Policy::RoundRobin)]);
     assert!(c.backends.iter().all(|b| b.pool == DEFAULT_POOL));
     assert!(c.routes.is_empty());
-    assert_eq!(c.connect_mode, ConnectMode::Immediate);
+    assert_eq!(c.connect_mode, ConnectMode::Auto);
     assert_eq!(
         Config::from_yaml_str("backends: [h:1]\npools:\n")
             .unwrap()
@@ -956,23 +953,16 @@ fn v6_networks_and_bare_addresses_parse_when_quoted() {
 
 #[test]
 fn connect_mode_resolves_auto_and_refuses_immediate_with_identity_routes() {
-    let client_only = "backends: [h:1]\nroutes: [{client: 10.0.0.0/8, pool: default}]\n";
+    let client_only = "backends: [127.0.0.1:1]\nroutes: [{client: 10.0.0.0/8, pool: default}]\n";
     let c = Config::from_yaml_str(client_only).unwrap();
-    assert_eq!(
-        c.connect_mode,
-        ConnectMode::Immediate,
-        "auto, no identity route"
-    );
+    assert_eq!(c.connect_mode, ConnectMode::Auto);
+    assert!(!c.defers_connect(), "auto, no identity route, loopback");
     let c = Config::from_yaml_str(&format!("{client_only}connect_mode: deferred\n")).unwrap();
-    assert_eq!(c.connect_mode, ConnectMode::Deferred);
+    assert!(c.defers_connect());
     let c = Config::from_yaml_str(&format!("{client_only}connect_mode: immediate\n")).unwrap();
-    assert_eq!(c.connect_mode, ConnectMode::Immediate);
-    let c = Config::from_yaml_str("backends: [h:1]\nconnect_mode: deferred\n").unwrap();
-    assert_eq!(
-        c.connect_mode,
-        ConnectMode::Deferred,
-        "deferred without routes"
-    );
+    assert!(!c.defers_connect());
+    let c = Config::from_yaml_str("backends: [127.0.0.1:1]\nconnect_mode: deferred\n").unwrap();
+    assert!(c.defers_connect(), "deferred without routes");
     let e = pools_err("connect_mode: immediate\n");
     assert!(
         e.contains("connect_mode: immediate connects before the client names its user and schema, but routes[0] matches on them"),
@@ -982,6 +972,32 @@ fn connect_mode_resolves_auto_and_refuses_immediate_with_identity_routes() {
     assert!(e.contains("routes[1] matches on them"), "{e}");
     let e = err("backends: [h:1]\nconnect_mode: later\n");
     assert!(e.contains("connect_mode: unknown variant `later`"), "{e}");
+}
+
+#[test]
+fn auto_defers_the_connect_when_a_backend_can_block_the_proxy() {
+    let never_blocked =
+        "backends: [127.0.0.1:3306, \"[::1]:3306\", localhost:3306, 127.9.9.9:1, /tmp/db.sock]\n";
+    let c = Config::from_yaml_str(never_blocked).unwrap();
+    assert!(
+        !c.defers_connect(),
+        "loopback and unix sockets keep the immediate connect"
+    );
+    assert_eq!(c.connect_mode_warning(), None);
+    for remote in ["10.0.0.5:3306", "db.example:3306", "\"[fd00::5]:3306\""] {
+        let yaml = format!("backends: [127.0.0.1:3306]\npools:\n  r: {{backends: [{remote}]}}\n");
+        let c = Config::from_yaml_str(&yaml).unwrap();
+        assert!(c.defers_connect(), "{remote}: auto defers");
+        assert_eq!(c.connect_mode_warning(), None, "{remote}");
+        let c = Config::from_yaml_str(&format!("{yaml}connect_mode: immediate\n")).unwrap();
+        assert!(!c.defers_connect(), "{remote}: immediate as asked");
+        let warning = c.connect_mode_warning().expect("a warning");
+        let name = remote.trim_matches('"');
+        assert!(
+            warning.contains(&format!("connect error on {name},")) && warning.contains("1129"),
+            "{warning}"
+        );
+    }
 }
 
 #[test]
@@ -1199,14 +1215,20 @@ fn validate_completes_a_config_built_in_code() {
     let order: Vec<&str> = c.backends.iter().map(|b| b.pool.as_str()).collect();
     assert_eq!(order, ["default", "reporting"], "grouped, default first");
     assert_eq!(c.default_pool.as_deref(), Some("default"));
-    // A code-built identity route needs a deferred connect_mode, as in the file.
-    let e = Config {
+    // A code-built config defaults to auto, as the file does: an identity route defers, and
+    // an explicit immediate is refused.
+    let identity = Config {
         backends: vec![backend("d", DEFAULT_POOL)],
         routes: vec![RouteConfig {
             user: Some("u".into()),
             ..route_to(DEFAULT_POOL)
         }],
         ..Config::default()
+    };
+    assert!(identity.clone().validate().unwrap().defers_connect());
+    let e = Config {
+        connect_mode: ConnectMode::Immediate,
+        ..identity
     }
     .validate()
     .unwrap_err()

@@ -7,6 +7,7 @@ use bytes::BytesMut;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 
 use super::{CheckError, CheckLeg, Stage};
+use crate::auth::decline;
 use crate::config::BackendAddr;
 use crate::leg::Leg;
 use crate::protocol::caps::{CLIENT_PROTOCOL_41, CLIENT_SECURE_CONNECTION, CLIENT_SSL};
@@ -15,7 +16,10 @@ use crate::protocol::errors::ServerErr;
 use crate::protocol::handshake::{
     greeting_scramble, parse_greeting, set_client_bits, ssl_request_for,
 };
-use crate::protocol::login::{native_answer, native_login, AuthSwitch, LoginError, NATIVE_PLUGIN};
+use crate::protocol::login::{
+    native_answer, native_login, AuthSwitch, LoginError, NATIVE_PLUGIN, REFUSED_PASSWORD,
+    REFUSED_USER,
+};
 use crate::protocol::resultset::{column_count, column_name, is_eof, text_row};
 use crate::stream::{read_packet, BackendStream, PacketReadError};
 use crate::tls::BackendLeg;
@@ -244,16 +248,17 @@ fn command(code: u8, arg: &[u8]) -> Vec<u8> {
 }
 
 /// Connects `address` as a session to it would (`leg`: a PROXY protocol header in the proxy's
-/// own name, TLS where a session would switch to it) and, with `account` (user, password), logs
-/// in. Returns the connection and the greeting as the server sent it. `stage` follows the steps
-/// so a caller's timeout can name the one it interrupted; `timeout` bounds the TCP connect.
-pub(crate) async fn open(
+/// own name, TLS where a session would switch to it), reads the greeting and builds `user`'s
+/// login for it (after the SSLRequest, if TLS was taken). Returns the connection, the greeting as
+/// the server sent it and the login, not yet sent. `stage` follows the steps so a caller's timeout
+/// can name the one it interrupted; `timeout` bounds the TCP connect.
+async fn start(
     address: &BackendAddr,
     leg: &CheckLeg,
-    account: Option<(&str, &str)>,
+    (user, password): (&str, &str),
     timeout: std::time::Duration,
     stage: &mut Stage,
-) -> Result<(Conn<Leg<BackendStream>>, Vec<u8>), CheckError> {
+) -> Result<(Conn<Leg<BackendStream>>, Vec<u8>, Vec<u8>), CheckError> {
     *stage = Stage::Connect;
     let mut stream = BackendStream::connect(address, timeout, &leg.socket_identity)
         .await
@@ -273,24 +278,47 @@ pub(crate) async fn open(
     let greeting = conn.read(Stage::Greeting).await?;
     let payload = &greeting[4..];
     let parsed = parse_greeting(payload).map_err(CheckError::Greeting)?;
-    let mut login = match account {
-        Some((user, password)) => Some(login_packet(payload, parsed.capabilities, user, password)?),
-        None => None,
-    };
+    let mut login = login_packet(payload, parsed.capabilities, user, password)?;
     if let Some(tls) = leg.tls.as_deref() {
         let unix = matches!(address, BackendAddr::Unix(_));
         let offered = parsed.capabilities & CLIENT_SSL != 0;
         if tls.uses_tls(offered, unix).map_err(CheckError::Tls)? {
             *stage = Stage::Tls;
-            conn.start_tls(tls, login.as_mut(), parsed.capabilities)
+            conn.start_tls(tls, Some(&mut login), parsed.capabilities)
                 .await?;
         }
     }
-    if let (Some(response), Some((_, password))) = (login, account) {
-        *stage = Stage::Login;
-        conn.login(&response, password).await?;
-    }
-    Ok((conn, greeting.to_vec()))
+    Ok((conn, greeting.to_vec(), login))
+}
+
+/// Connects as [`start`] does and logs in as `account` (user, password). Returns the connection
+/// and the greeting as the server sent it.
+pub(crate) async fn open(
+    address: &BackendAddr,
+    leg: &CheckLeg,
+    account: (&str, &str),
+    timeout: std::time::Duration,
+    stage: &mut Stage,
+) -> Result<(Conn<Leg<BackendStream>>, Vec<u8>), CheckError> {
+    let (mut conn, greeting, login) = start(address, leg, account, timeout, stage).await?;
+    *stage = Stage::Login;
+    conn.login(&login, account.1).await?;
+    Ok((conn, greeting))
+}
+
+/// Connects as [`start`] does, for the greeting alone: the connection then ends with a login the
+/// server refuses, on its own task (`crate::auth::decline`), so that the server does not count an
+/// aborted handshake against the proxy's address. Returns the greeting as the server sent it.
+pub(crate) async fn greet(
+    address: &BackendAddr,
+    leg: &CheckLeg,
+    timeout: std::time::Duration,
+    stage: &mut Stage,
+) -> Result<Vec<u8>, CheckError> {
+    let account = (REFUSED_USER, REFUSED_PASSWORD);
+    let (conn, greeting, login) = start(address, leg, account, timeout, stage).await?;
+    tokio::spawn(decline(conn.stream, conn.buf, login, timeout));
+    Ok(greeting)
 }
 
 impl<S: AsyncRead + AsyncWrite + Unpin> Conn<S> {

@@ -119,7 +119,7 @@ impl Executor {
             return Err(ExecError::NoAccount);
         };
         let mut stage = Stage::Connect;
-        let account = Some((user.as_str(), password.as_str()));
+        let account = (user.as_str(), password.as_str());
         let address = &kill.backend.address;
         let (mut conn, _) = open_connection(address, leg, account, TIMEOUT, &mut stage).await?;
         conn.execute("KILL", &kill.statement).await?;

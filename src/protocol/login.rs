@@ -2,7 +2,8 @@
 //!
 //! The relay never logs in itself (it forwards the client's own answers); only the health
 //! monitor does, with an account of its own, so this is the one place the proxy builds a
-//! HandshakeResponse41 rather than patching one. It asks for as little as possible: no
+//! HandshakeResponse41 rather than patching one. The other is a login built to be refused
+//! ([`refused_login`]), which ends a handshake the proxy opened only to read a greeting. It asks for as little as possible: no
 //! `CLIENT_DEPRECATE_EOF` (result sets then end with EOF packets, the simplest form to read), no
 //! MariaDB extended capabilities, no connect attributes.
 
@@ -71,6 +72,22 @@ pub fn native_login(
     let mut packet = header(payload.len(), 1).to_vec();
     packet.extend_from_slice(&payload);
     Ok(packet)
+}
+
+/// The account of [`refused_login`]: no server has it unless someone made it on purpose.
+pub const REFUSED_USER: &str = "mysql-lb-no-login";
+/// Its password: any other does as well, as long as it is not empty (an empty answer would
+/// pass for an account without a password).
+pub const REFUSED_PASSWORD: &str = "mysql-lb: this login is meant to fail";
+
+/// A HandshakeResponse41 (sequence id 1) that the server refuses with "Access denied".
+///
+/// A handshake the proxy ends right after the greeting (a health check without an account,
+/// reading the greeting deferred connects greet clients with) would count on the server as a
+/// connect error of the proxy's address, and `max_connect_errors` of them block it (error 1129).
+/// A refused login is an authentication error instead, which servers do not count.
+pub fn refused_login(server_caps: u32, nonce: &[u8]) -> Result<Vec<u8>, LoginError> {
+    native_login(server_caps, nonce, REFUSED_USER, REFUSED_PASSWORD)
 }
 
 /// An AuthSwitchRequest payload: 0xFE, the plugin name and NUL, its data and usually a NUL.
@@ -165,6 +182,17 @@ mod tests {
             native_login(FULL_CAPS, NONCE, &huge, ""),
             Err(LoginError::UserTooLong)
         );
+    }
+
+    #[test]
+    fn refused_login_names_its_account_and_answers_with_a_password() {
+        let p = refused_login(FULL_CAPS, NONCE).unwrap();
+        let payload = &p[4..];
+        let user_end = 32 + REFUSED_USER.len();
+        assert_eq!(&payload[32..user_end], REFUSED_USER.as_bytes());
+        assert_eq!(payload[user_end + 1], 20, "a scramble, not an empty answer");
+        let expected = scramble_native(NONCE, REFUSED_PASSWORD.as_bytes()).unwrap();
+        assert_eq!(&payload[user_end + 2..user_end + 22], &expected);
     }
 
     #[test]

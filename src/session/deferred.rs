@@ -15,22 +15,23 @@ use std::time::Instant;
 use bytes::BytesMut;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio_util::sync::CancellationToken;
-use tracing::warn;
+use tracing::{debug, warn};
 
 use super::ending::{handshake_failed, send};
 use super::{
     command_phase, connect_backend, connection_phase_failed, legs, no_backend_message, EndReason,
     Established, Origin,
 };
-use crate::auth::{finish_deferred, greet_client, read_greeting, ClientHello, LegPlan};
+use crate::auth::{decline, finish_deferred, greet_client, read_greeting, ClientHello, LegPlan};
 use crate::balancer::{BackendSet, ClientInfo};
 use crate::kill;
 use crate::leg::Leg;
 use crate::metrics::Refusal;
 use crate::protocol::errors::{code, err_packet, pre_greeting_err, sqlstate_for};
 use crate::protocol::handshake::{
-    nonce_from, set_greeting_connection_id, set_greeting_scramble, Greeting,
+    greeting_scramble, nonce_from, set_greeting_connection_id, set_greeting_scramble, Greeting,
 };
+use crate::protocol::login::refused_login;
 use crate::route::Who;
 use crate::state::ProxyState;
 use crate::stream::BackendStream;
@@ -167,11 +168,14 @@ where
 }
 
 /// The greeting a deferred connect sends: learned from the backends' greetings, or, when none
-/// has greeted yet (no health checks, the first client), from a connect made for it now.
+/// has greeted yet (no health checks, the first client), from a connect made for it now. That
+/// connect ends with a refused login, not a close, so the server does not count it against the
+/// proxy's address (see `crate::auth::decline`).
 async fn greeting_for(shared: &ProxyState, set: &BackendSet) -> Option<(BytesMut, Greeting)> {
     if let Some(found) = set.greeting_template() {
         return Some(found);
     }
+    let within = shared.session.connect_timeout;
     for backend in set.candidates(Instant::now()) {
         let attempt = async {
             let mut stream = BackendStream::open(
@@ -181,16 +185,22 @@ async fn greeting_for(shared: &ProxyState, set: &BackendSet) -> Option<(BytesMut
             )
             .await
             .ok()?;
-            read_greeting(
+            let g = read_greeting(
                 &mut stream,
                 shared.session.max_handshake_packet_size,
                 shared.session.strip,
             )
             .await
-            .ok()
+            .ok()?;
+            Some((stream, g))
         };
-        if let Ok(Some(g)) = tokio::time::timeout(shared.session.connect_timeout, attempt).await {
+        if let Ok(Some((stream, g))) = tokio::time::timeout(within, attempt).await {
             backend.learn_greeting(&g.packet, &g.greeting);
+            let nonce = greeting_scramble(&g.packet[4..]);
+            match nonce.map(|n| refused_login(g.backend_capabilities, &n)) {
+                Ok(Ok(login)) => drop(tokio::spawn(decline(stream, g.rest, login, within))),
+                _ => debug!(backend = %backend.name, "greeting read: no login to end it with"),
+            }
             break;
         }
     }

@@ -106,6 +106,19 @@ impl TestProxy {
         }
     }
 
+    /// The value of one series (`name{labels}` as exposed) read in-process, so it works where
+    /// the admin listener cannot be reached (a proxy in a network namespace).
+    pub fn series(&self, series: &str) -> Option<f64> {
+        let metrics = String::from_utf8(self.shared.metrics.render()).expect("UTF-8 metrics");
+        metrics.lines().find_map(|l| {
+            l.strip_prefix(series)?
+                .strip_prefix(' ')?
+                .trim()
+                .parse()
+                .ok()
+        })
+    }
+
     pub fn addr_string(&self) -> String {
         self.addr.to_string()
     }
