@@ -17,6 +17,7 @@ use bytes::BytesMut;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tracing::debug;
 
+use crate::protocol::cleartext::sends_cleartext;
 use crate::protocol::codec::header;
 use crate::protocol::handshake::greeting_scramble;
 use crate::protocol::login::{native_answer, refused_login, AuthSwitch, REFUSED_PASSWORD};
@@ -103,6 +104,11 @@ where
             }
             // caching_sha2_password's "fast auth passed": its OK follows.
             [0x01, 0x03] => continue,
+            // A plugin that takes the password as it is (PAM's dialog, clear_password): this
+            // text, which a PAM module or a log may show, rather than bytes that are not text.
+            switch @ [0xFE, ..] if takes_cleartext(switch) => text_answer(seq),
+            // dialog's prompts (0x02, 0x04 for a password) after its switch.
+            [0x02 | 0x04, ..] => text_answer(seq),
             // Whatever the plugin, this password's answer to its data is wrong.
             switch @ [0xFE, ..] => {
                 native_answer(AuthSwitch::parse(switch).data, REFUSED_PASSWORD, seq)
@@ -112,6 +118,19 @@ where
         stream.write_all(&answer).await?;
     }
     Ok("asked for more")
+}
+
+/// Whether the AuthSwitchRequest `switch` names a plugin that takes the password as it is.
+fn takes_cleartext(switch: &[u8]) -> bool {
+    std::str::from_utf8(AuthSwitch::parse(switch).plugin).is_ok_and(sends_cleartext)
+}
+
+/// [`REFUSED_PASSWORD`] as a cleartext plugin sends a password: the text and a NUL.
+fn text_answer(seq: u8) -> Vec<u8> {
+    let mut packet = header(REFUSED_PASSWORD.len() + 1, seq).to_vec();
+    packet.extend_from_slice(REFUSED_PASSWORD.as_bytes());
+    packet.push(0);
+    packet
 }
 
 fn log_outcome(outcome: Result<std::io::Result<&'static str>, tokio::time::error::Elapsed>) {
