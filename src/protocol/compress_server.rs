@@ -181,7 +181,6 @@ impl ServerFramer {
             out.put_slice(&frame_header(staged.len(), enc.take_seq(), 0));
             out.put_slice(&staged);
             self.begin_tail(enc, out);
-            self.staged = reuse(staged);
             return;
         };
         z.reset();
@@ -189,7 +188,8 @@ impl ServerFramer {
         self.head.resize(HEADER_LEN, 0);
         deflate(z, &staged, &mut self.head, FlushCompress::None);
         self.open = Some(staged.len());
-        self.staged = reuse(staged);
+        // The stage's buffer goes back now: a large packet is on its way, and the next one may
+        // be far off.
     }
 
     /// Feeds payload bytes of the current chunk to the open frame; closes it at the chunk's end,
@@ -237,19 +237,14 @@ impl ServerFramer {
     }
 }
 
-/// An emptied buffer back, keeping its capacity.
-fn reuse(mut buf: BytesMut) -> BytesMut {
-    buf.clear();
-    buf
-}
-
 /// Runs all of `input` through `z` into `out` (which grows as zlib writes); with Finish, until
 /// the stream has ended.
 fn deflate(z: &mut flate2::Compress, input: &[u8], out: &mut Vec<u8>, flush: FlushCompress) {
     let mut at = 0;
     loop {
         if out.capacity() - out.len() < DEFLATE_ROOM / 2 {
-            out.reserve(DEFLATE_ROOM);
+            // Exact: doubling would let a head of HEAD_MAX hold twice that.
+            out.reserve_exact(DEFLATE_ROOM);
         }
         let before = z.total_in();
         // Deflating into a Vec with room cannot fail: zlib reports errors only for misuse.
