@@ -155,7 +155,11 @@ impl ServerFramer {
                 enc.encode(&self.staged, out);
                 self.staged.clear();
             }
-            self.aligner.feed(&rest[..boundary]);
+            if boundary == rest.len() {
+                self.aligner = ahead;
+            } else {
+                self.aligner.feed(&rest[..boundary]);
+            }
             return boundary;
         }
         if self.staged.len() + rest.len() <= STAGE_MAX || self.staged.len() < PACKET_HEADER {
