@@ -6,7 +6,13 @@
 //!   `oltp_point_select` against MariaDB 10.11 (`fixtures/point_select.bin`): the 40-byte query is
 //!   stored (under 50 bytes), the 197-byte response compressed;
 //! - a 1,000-row text result set shaped like sysbench's `SELECT c FROM sbtest` rows (120-byte
-//!   `c` columns of digit groups), written in 16 KiB pieces as the relay writes.
+//!   `c` columns of digit groups), written in 16 KiB pieces as the relay writes;
+//! - one 16 MiB value (level 6 only), of one repeated byte and of 16 byte values in a hashed
+//!   order that zlib makes about 17 times smaller, written in 64 KiB pieces (the client leg
+//!   sends a value that shrinks less than ~128 times mostly stored: see the README).
+//!
+//! Responses go through the client leg's stream (`Compressed` in the server role, as mysql-lb
+//! writes to a compressed client), queries through the backend leg's encoder.
 //!
 //! Before criterion runs, one line per case gives plain MB/s and ns per round trip, and the
 //! memory the zlib states take (counted by a wrapping allocator). `cargo bench --bench compress`
@@ -14,16 +20,21 @@
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::hint::black_box;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
 use criterion::{Criterion, Throughput};
 
 use mysql_lb::protocol::compress::{FrameDecoder, FrameEncoder, Role};
+use mysql_lb::stream::compressed::Compressed;
+use tokio::io::AsyncWrite;
 
 const POINT_SELECT: &[u8] = include_bytes!("fixtures/point_select.bin");
 const WRITE_SIZE: usize = 16 * 1024;
+const VALUE_WRITE_SIZE: usize = 64 * 1024;
 const ROWS: usize = 1000;
 
 /// Counts live heap bytes, to report what the zlib states cost.
@@ -122,10 +133,34 @@ fn one_way(
     dec.decode(wire, plain).expect("own frames decode");
 }
 
+/// Writes `writes` through `leg` (the client leg's stream, server role, over a Vec that takes
+/// every byte at once) and unframes what it wrote: the response's way through mysql-lb.
+fn through_leg(
+    leg: &mut Compressed<Vec<u8>>,
+    dec: &mut FrameDecoder,
+    writes: &[&[u8]],
+    plain: &mut BytesMut,
+) -> usize {
+    let mut cx = Context::from_waker(Waker::noop());
+    leg.get_mut().clear();
+    plain.clear();
+    for w in writes {
+        let mut at = 0;
+        while at < w.len() {
+            match Pin::new(&mut *leg).poll_write(&mut cx, &w[at..]) {
+                Poll::Ready(Ok(n)) => at += n,
+                other => panic!("a write to a Vec: {other:?}"),
+            }
+        }
+    }
+    dec.decode(leg.get_ref(), plain).expect("own frames decode");
+    leg.get_ref().len()
+}
+
 struct Session {
     client_enc: FrameEncoder,
     server_dec: FrameDecoder,
-    server_enc: FrameEncoder,
+    client_leg: Compressed<Vec<u8>>,
     client_dec: FrameDecoder,
     wire: BytesMut,
     plain: BytesMut,
@@ -136,7 +171,7 @@ impl Session {
         Self {
             client_enc: FrameEncoder::with_level(Role::Client, level),
             server_dec: FrameDecoder::new(),
-            server_enc: FrameEncoder::with_level(Role::Server, level),
+            client_leg: Compressed::with_level(Vec::new(), Role::Server, BytesMut::new(), level),
             client_dec: FrameDecoder::new(),
             wire: BytesMut::new(),
             plain: BytesMut::new(),
@@ -152,18 +187,15 @@ impl Session {
             &mut self.wire,
             &mut self.plain,
         );
-        self.server_enc
-            .on_frame_read(self.server_dec.last_seq().unwrap_or(0));
-        one_way(
-            &mut self.server_enc,
+        let wire = through_leg(
+            &mut self.client_leg,
             &mut self.client_dec,
             response,
-            &mut self.wire,
             &mut self.plain,
         );
         self.client_enc
             .on_frame_read(self.client_dec.last_seq().unwrap_or(0));
-        self.wire.len()
+        wire
     }
 }
 
@@ -211,13 +243,43 @@ fn state_sizes() {
     );
 }
 
+/// A 16 MiB text-protocol value as its plain chunks (0xFFFFFF-long ones continue); `fill`
+/// gives the byte at each offset.
+fn big_value(fill: impl Fn(usize) -> u8) -> Vec<u8> {
+    let len = 16 << 20;
+    let mut payload = vec![0xFE];
+    payload.extend_from_slice(&(len as u64).to_le_bytes());
+    payload.extend((0..len).map(fill));
+    let mut out = Vec::with_capacity(payload.len() + 16);
+    let mut seq = 1u8;
+    for chunk in payload.chunks(0xFF_FFFF) {
+        out.extend_from_slice(&(chunk.len() as u32).to_le_bytes()[..3]);
+        out.push(seq);
+        out.extend_from_slice(chunk);
+        seq = seq.wrapping_add(1);
+    }
+    out
+}
+
+fn varied(i: usize) -> u8 {
+    let x = (i as u64 ^ 0x9E37_79B9_7F4A_7C15).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    b'a' + ((x ^ (x >> 31)) >> 60) as u8
+}
+
 fn main() {
     let (query, response) = point_select();
     let rows = result_set(ROWS);
+    let values = [
+        ("value_16_mib_repeated", big_value(|_| b'x')),
+        ("value_16_mib_varied", big_value(varied)),
+    ];
     state_sizes();
     for level in [6, 1] {
         summary("point_select", level, &query, &response, WRITE_SIZE);
         summary("result_1000_rows", level, &query, &rows, WRITE_SIZE);
+    }
+    for (name, value) in &values {
+        summary(name, 6, &query, value, VALUE_WRITE_SIZE);
     }
 
     let mut c = Criterion::default()
@@ -236,6 +298,14 @@ fn main() {
         g.throughput(Throughput::Bytes((query.len() + rows.len()) as u64));
         g.bench_function(format!("result_1000_rows_level_{level}"), |b| {
             let mut s = Session::new(level);
+            b.iter(|| s.round_trip(black_box(&query), black_box(&pieces)))
+        });
+    }
+    for (name, value) in &values {
+        let pieces: Vec<&[u8]> = value.chunks(VALUE_WRITE_SIZE).collect();
+        g.throughput(Throughput::Bytes((query.len() + value.len()) as u64));
+        g.bench_function(format!("{name}_level_6"), |b| {
+            let mut s = Session::new(6);
             b.iter(|| s.round_trip(black_box(&query), black_box(&pieces)))
         });
     }

@@ -5,24 +5,34 @@
 
 mod common;
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::daemon::{wait_connectable, Daemon};
-use common::mariadb::{free_port, shared_pair, MariaDb};
+use common::mariadb::{free_port, scratch_dir, shared_pair, tcp_opts, MariaDb};
+use common::mariadb::{BENCH_PASS, BENCH_USER};
 use common::proxy::TestProxy;
 use common::rawclient::RawClient;
+use mysql_async::prelude::Queryable;
+use mysql_async::{Compression, Conn, OptsBuilder};
+use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 
 const COM_QUERY: u8 = 0x03;
 
 fn proxy_in_front_of(backend: &str) -> (Daemon, u16) {
+    proxy_with(backend, &[])
+}
+
+fn proxy_with(backend: &str, extra: &[String]) -> (Daemon, u16) {
     let port = free_port();
-    let args = vec![
+    let mut args = vec![
         format!("--proxy-address=127.0.0.1:{port}"),
         format!("--proxy-backend-addresses={backend}"),
         "--admin-address=off".to_owned(),
         "--log-level=warn".to_owned(),
     ];
+    args.extend_from_slice(extra);
     let daemon = Daemon::start(&args, None);
     wait_connectable(port);
     (daemon, port)
@@ -30,12 +40,17 @@ fn proxy_in_front_of(backend: &str) -> (Daemon, u16) {
 
 /// VmRSS of `pid` in KiB.
 fn rss_kib(pid: u32) -> u64 {
+    status_kib(pid, "VmRSS:")
+}
+
+/// A `/proc/PID/status` line in KiB (`VmRSS:`, `VmHWM:` for the peak RSS).
+fn status_kib(pid: u32, key: &str) -> u64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("proc status");
     status
         .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .find_map(|l| l.strip_prefix(key))
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .expect("a VmRSS line")
+        .unwrap_or_else(|| panic!("a {key} line"))
 }
 
 async fn login(port: u16) -> RawClient {
@@ -200,4 +215,106 @@ async fn a_client_pipelining_megabytes_without_reading_is_answered_in_full() {
             .unwrap_or_else(|e| panic!("answer {i} of {QUERIES}: {e}"));
     }
     c.ping().await.expect("in sync after the batch");
+}
+
+/// A compressed client leg (and, with `backend_compression`, a compressed backend leg too)
+/// reading 16 MiB values: what the proxy's peak RSS grows by, in KiB per session in flight.
+/// `sessions` sessions are open, `IN_FLIGHT` of them reading at any moment (more would only
+/// measure MariaDB, which holds each value twice while it sends it, and the client, which holds
+/// it once).
+async fn peak_per_compressed_session_reading_16_mib(
+    backend_compression: bool,
+    sessions: usize,
+) -> u64 {
+    const IN_FLIGHT: usize = 40;
+    const VALUE: usize = 16 << 20;
+    let db = &shared_pair()[0];
+    let mut extra = Vec::new();
+    if backend_compression {
+        let path = scratch_dir("compress-memory").join("backend-compression.yaml");
+        std::fs::write(&path, "backend_compression: true\n").unwrap();
+        extra.push(format!("--config={}", path.display()));
+    }
+    let (daemon, port) = proxy_with(&db.tcp_addr(), &extra);
+    let pid = daemon.child.id();
+    let opts = OptsBuilder::from_opts(tcp_opts(
+        &format!("127.0.0.1:{port}"),
+        BENCH_USER,
+        BENCH_PASS,
+    ))
+    .compression(Compression::default())
+    .max_allowed_packet(Some(64 << 20));
+    let expected = Arc::new(vec![b'x'; VALUE]);
+    let read_value = |mut c: Conn, expected: Arc<Vec<u8>>| async move {
+        let sql = format!("SELECT REPEAT('x', {VALUE})");
+        let v: Vec<u8> = c.query_first(sql).await.unwrap().expect("a row");
+        assert!(v == *expected, "the value came intact ({} bytes)", v.len());
+        let backend: Option<(String, String)> = c
+            .query_first("SHOW SESSION STATUS LIKE 'Compression'")
+            .await
+            .unwrap();
+        c.disconnect().await.unwrap();
+        backend.map(|r| r.1)
+    };
+    // One value first, so what the process sets up once (allocator arenas, the first zlib
+    // states) is in the baseline.
+    let warm = read_value(Conn::new(opts.clone()).await.unwrap(), expected.clone()).await;
+    let want = if backend_compression { "ON" } else { "OFF" };
+    assert_eq!(warm.as_deref(), Some(want), "the backend leg's compression");
+    let mut open = Vec::with_capacity(sessions);
+    for _ in 0..sessions {
+        open.push(Conn::new(opts.clone()).await.unwrap());
+    }
+    let opened = rss_kib(pid);
+    let started = Instant::now();
+    let turns = Arc::new(Semaphore::new(IN_FLIGHT));
+    let mut running = JoinSet::new();
+    for c in open {
+        let turns = turns.clone();
+        let expected = expected.clone();
+        running.spawn(async move {
+            let _turn = turns.acquire().await.unwrap();
+            read_value(c, expected).await
+        });
+    }
+    while let Some(r) = running.join_next().await {
+        assert_eq!(r.unwrap().as_deref(), Some(want));
+    }
+    let peak = status_kib(pid, "VmHWM:");
+    let per_session = peak.saturating_sub(opened) / IN_FLIGHT as u64;
+    eprintln!(
+        "backend_compression={backend_compression}: {sessions} sessions read {} MiB each in \
+         {:?}; proxy RSS with them open {opened} KiB, peak {peak} KiB: {per_session} KiB per \
+         session in flight",
+        VALUE >> 20,
+        started.elapsed()
+    );
+    per_session
+}
+
+/// What one session in flight may add to the proxy's peak RSS while it moves a 16 MiB value
+/// through a compressed client leg: what a plain session's relay buffers grow to (measured
+/// ~260 KiB) plus a deflate state (261 KiB) and the frame being made; measured 850-890 KiB
+/// with 200 sessions (a whole packet held, as before, was ~30 MiB).
+const COMPRESSED_SESSION_KIB: u64 = 1024;
+/// The same with the backend leg compressed too, over 100 sessions; measured ~490 KiB.
+const BOTH_LEGS_SESSION_KIB: u64 = 768;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn compressed_client_legs_reading_16_mib_values_hold_bounded_memory() {
+    let per_session = peak_per_compressed_session_reading_16_mib(false, 200).await;
+    assert!(
+        per_session <= COMPRESSED_SESSION_KIB,
+        "a compressed client leg reading a 16 MiB value grew the proxy by {per_session} KiB"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn compressed_legs_on_both_sides_reading_16_mib_values_hold_bounded_memory() {
+    // Fewer sessions: MariaDB compresses every value too, which costs most of the run time.
+    let per_session = peak_per_compressed_session_reading_16_mib(true, 100).await;
+    assert!(
+        per_session <= BOTH_LEGS_SESSION_KIB,
+        "compressed legs reading a 16 MiB value grew the proxy by {per_session} KiB"
+    );
 }

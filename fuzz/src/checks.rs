@@ -18,6 +18,7 @@ use mysql_lb::protocol::compress::{
     CompressError, FrameDecoder, FrameEncoder, Role, HEADER_LEN, MAX_FRAME_PAYLOAD,
     MIN_COMPRESS_LEN,
 };
+use mysql_lb::protocol::compress_server::{ServerFramer, HEAD_MAX, STAGE_MAX};
 use mysql_lb::protocol::handshake::{
     negotiate, parse_client_first, parse_greeting, patch_client_first, patch_greeting,
     patch_greeting_with, set_greeting_connection_id, ClientFirst, Greeting, Strip,
@@ -844,6 +845,34 @@ pub fn compress(data: &[u8]) {
     for role in [Role::Server, Role::Client] {
         round_trip(rest, &split(rest, control.rotate_left(3)), role, level);
     }
+    framed_round_trip(rest, &split(rest, control.rotate_left(5)), level);
+}
+
+/// Writes `writes` through the server role's packet framer: it holds no more than its bounds,
+/// numbers frames on from the client's, and its frames decode back to `plain`.
+fn framed_round_trip(plain: &[u8], writes: &[&[u8]], level: u32) {
+    let mut e = FrameEncoder::with_level(Role::Server, level);
+    e.on_frame_read(0xFE);
+    let mut framer = ServerFramer::default();
+    let mut wire = BytesMut::new();
+    for w in writes {
+        framer.write(&mut e, w, &mut wire);
+        assert!(framer.held() <= STAGE_MAX + HEAD_MAX + w.len() + (64 << 10));
+    }
+    framer.finish(&mut e, &mut wire);
+    assert_eq!(framer.held(), 0);
+    let mut pos = 0;
+    let mut expected_seq = 0xFFu8;
+    while pos < wire.len() {
+        let h = &wire[pos..pos + HEADER_LEN];
+        let len = u32::from_le_bytes([h[0], h[1], h[2], 0]) as usize;
+        assert_eq!(h[3], expected_seq, "frames count on from the client's + 1");
+        expected_seq = expected_seq.wrapping_add(1);
+        pos += HEADER_LEN + len;
+    }
+    let back = decode_chunks(&[&wire], 64 * 1024);
+    assert!(back.error.is_none(), "own frames fail: {:?}", back.error);
+    assert!(back.plain == plain, "the framer changed the bytes");
 }
 
 /// Encodes `writes` in `role`, checks every frame's header, and decodes them back to `plain`.

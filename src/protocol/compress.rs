@@ -543,6 +543,22 @@ impl FrameEncoder {
         self.boundaries.held_len
     }
 
+    /// The sequence id for a frame about to be written, counted as written.
+    pub fn take_seq(&mut self) -> u8 {
+        let seq = self.next_seq;
+        self.next_seq = seq.wrapping_add(1);
+        seq
+    }
+
+    /// The deflate state, made on first use; None when the level stores every frame.
+    pub fn deflater(&mut self) -> Option<&mut Compress> {
+        let level = self.level;
+        (level.level() > 0).then(|| {
+            self.deflate
+                .get_or_insert_with(|| Compress::new(level, true))
+        })
+    }
+
     /// Call for every frame header read from the peer: the answer continues from it.
     pub fn on_frame_read(&mut self, seq: u8) {
         self.next_seq = seq.wrapping_add(1);

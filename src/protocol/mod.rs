@@ -8,6 +8,7 @@ pub mod caps;
 pub mod cleartext;
 pub mod codec;
 pub mod compress;
+pub mod compress_server;
 pub mod errors;
 pub mod handshake;
 pub mod login;

@@ -14,9 +14,8 @@ use bytes::{Buf, BytesMut};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio_util::io::poll_read_buf;
 
-use crate::protocol::compress::{
-    FrameDecoder, FrameEncoder, Role, DEFAULT_LEVEL, MAX_FRAME_PAYLOAD,
-};
+use crate::protocol::compress::{FrameDecoder, FrameEncoder, Role, DEFAULT_LEVEL};
+use crate::protocol::compress_server::ServerFramer;
 
 /// Un-sent frame bytes above which writes wait for the inner stream.
 const OUT_HIGH_WATER: usize = 64 * 1024;
@@ -56,53 +55,8 @@ pub struct Compressed<S> {
     frames_seen: u64,
     eof: bool,
     counters: Counters,
-    /// Server role: plain bytes of a packet not complete yet, framed once it is (see
-    /// [`Aligner`]).
-    staged: BytesMut,
-    aligner: Aligner,
-}
-
-/// Follows plain packet boundaries in what a server-role stream writes. Clients read a packet
-/// whole out of at most two frames (Connector/Python's pure reader takes one more frame when a
-/// packet does not fit, and needs each header inside one frame), so the server role frames
-/// whole packets, as the servers do: a partial packet waits for the write that completes it,
-/// and only a packet chunk of 16 MiB spans two frames.
-#[derive(Debug, Default, Clone, Copy)]
-struct Aligner {
-    /// Bytes of the current packet's header seen (0 at a boundary).
-    header: [u8; 4],
-    header_len: usize,
-    /// Payload bytes of the current chunk still to come.
-    payload_left: usize,
-}
-
-impl Aligner {
-    /// Feeds `bytes`; returns how many of them end at the last packet boundary in them (0: none).
-    fn feed(&mut self, bytes: &[u8]) -> usize {
-        let mut boundary = 0;
-        let mut i = 0;
-        while i < bytes.len() {
-            if self.payload_left > 0 {
-                let n = self.payload_left.min(bytes.len() - i);
-                self.payload_left -= n;
-                i += n;
-            } else {
-                self.header[self.header_len] = bytes[i];
-                self.header_len += 1;
-                i += 1;
-                if self.header_len < 4 {
-                    continue;
-                }
-                self.header_len = 0;
-                let h = self.header;
-                self.payload_left = u32::from_le_bytes([h[0], h[1], h[2], 0]) as usize;
-            }
-            if self.payload_left == 0 && self.header_len == 0 {
-                boundary = i;
-            }
-        }
-        boundary
-    }
+    /// Server role: frames whole packets, holding back a bounded part of an incomplete one.
+    framer: ServerFramer,
 }
 
 impl<S> Compressed<S> {
@@ -122,8 +76,7 @@ impl<S> Compressed<S> {
             frames_seen: 0,
             eof: false,
             counters: Counters::default(),
-            staged: BytesMut::new(),
-            aligner: Aligner::default(),
+            framer: ServerFramer::default(),
         }
     }
 
@@ -143,13 +96,14 @@ impl<S> Compressed<S> {
     /// the zlib states (a few hundred KiB together) are dropped between frames, to be made again
     /// on next use. Cheap to call when there is nothing to give back.
     pub fn shrink(&mut self) {
-        for buf in [&mut self.raw_in, &mut self.raw_out, &mut self.staged] {
+        for buf in [&mut self.raw_in, &mut self.raw_out] {
             if buf.is_empty() && buf.capacity() > KEEP {
                 *buf = BytesMut::new();
             }
         }
+        self.framer.shrink(KEEP);
         self.decoder.shrink();
-        if self.raw_out.is_empty() {
+        if self.raw_out.is_empty() && !self.framer.is_open() {
             self.encoder.shrink();
         }
     }
@@ -158,7 +112,7 @@ impl<S> Compressed<S> {
     pub fn holds_memory(&self) -> bool {
         self.raw_in.capacity() > KEEP
             || self.raw_out.capacity() > KEEP
-            || self.staged.capacity() > KEEP
+            || self.framer.capacity() > KEEP
             || self.decoder.holds_state()
             || self.encoder.holds_state()
     }
@@ -201,29 +155,6 @@ impl<S> Compressed<S> {
             }
         }
         Ok(total)
-    }
-}
-
-impl<S> Compressed<S> {
-    /// Server role: frames `plain` up to its last packet boundary (with what was staged before
-    /// it) and stages the rest; a stage that reaches a frame's largest payload is framed anyway.
-    fn stage(&mut self, plain: &[u8]) {
-        let boundary = self.aligner.feed(plain);
-        if self.staged.is_empty() && boundary == plain.len() {
-            // The common case, a write of whole packets: framed without a copy.
-            self.encoder.encode(plain, &mut self.raw_out);
-            return;
-        }
-        self.staged.extend_from_slice(plain);
-        let complete = self.staged.len() - (plain.len() - boundary);
-        if boundary > 0 && complete > 0 {
-            let whole = self.staged.split_to(complete);
-            self.encoder.encode(&whole, &mut self.raw_out);
-        }
-        while self.staged.len() >= MAX_FRAME_PAYLOAD {
-            let full = self.staged.split_to(MAX_FRAME_PAYLOAD);
-            self.encoder.encode(&full, &mut self.raw_out);
-        }
     }
 }
 
@@ -300,7 +231,9 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Compressed<S> {
         let take = buf.len().min(WRITE_CHUNK);
         match this.encoder.role() {
             Role::Client => this.encoder.encode(&buf[..take], &mut this.raw_out),
-            Role::Server => this.stage(&buf[..take]),
+            Role::Server => this
+                .framer
+                .write(&mut this.encoder, &buf[..take], &mut this.raw_out),
         }
         this.counters.plain_written += take as u64;
         // Send at once when the inner stream can take it; a Pending here only means the bytes
@@ -319,10 +252,7 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Compressed<S> {
 
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         let this = self.get_mut();
-        if !this.staged.is_empty() {
-            let staged = std::mem::take(&mut this.staged);
-            this.encoder.encode(&staged, &mut this.raw_out);
-        }
+        this.framer.finish(&mut this.encoder, &mut this.raw_out);
         this.encoder.finish(&mut this.raw_out);
         ready!(this.poll_drain(cx))?;
         ready!(Pin::new(&mut this.inner).poll_flush(cx))?;

@@ -562,3 +562,39 @@ fn the_server_role_frames_whole_packets_however_they_are_written() {
         assert_eq!(plain, packets, "cut {cut}");
     }
 }
+
+#[test]
+fn a_16_mib_packet_to_a_client_goes_out_as_it_is_written_not_once_it_is_whole() {
+    // Pseudo-random bytes, which zlib cannot shrink: what goes out tracks what came in.
+    let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
+    let payload: Vec<u8> = (0..0xFF_FFFF)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect();
+    let packet = packet(1, &payload);
+    let mut s = Compressed::new(Vec::new(), Role::Server, BytesMut::new());
+    let waker = std::task::Waker::noop();
+    let mut cx = Context::from_waker(waker);
+    let mut at = 0;
+    while at < packet.len() {
+        match Pin::new(&mut s).poll_write(&mut cx, &packet[at..]) {
+            Poll::Ready(Ok(n)) => at += n,
+            other => panic!("{other:?}"),
+        }
+        // What the stream holds back of a packet is bounded (a few hundred KiB), however
+        // large the packet.
+        let sent = s.get_ref().len();
+        assert!(
+            at < sent + 512 * 1024,
+            "{at} bytes written, {sent} sent: the stream holds the packet back"
+        );
+    }
+    assert!(Pin::new(&mut s).poll_flush(&mut cx).is_ready());
+    let mut plain = BytesMut::new();
+    FrameDecoder::new().decode(s.get_ref(), &mut plain).unwrap();
+    assert!(plain[..] == packet[..], "the packet comes back whole");
+}
