@@ -102,6 +102,23 @@ fn passwords_seen(user: &str) -> Vec<String> {
         .collect()
 }
 
+fn no_password_reached_pam(user: &str) {
+    assert_eq!(
+        passwords_seen(user),
+        Vec::<String>::new(),
+        "PAM got a password"
+    );
+}
+
+/// After a refusal: PAM saw no password of the client's, and the refusal was counted (as the
+/// session ends, a moment after the ERR left).
+fn no_password_reached_pam_and_the_refusal_counted(proxy: &TestProxy, user: &str) {
+    no_password_reached_pam(user);
+    common::wait_until("the refusal counted", || {
+        counted(proxy, "cleartext_password") == Some(1.0)
+    });
+}
+
 /// Relays TCP connections accepted on `listener` (in the namespace) to the server's TCP port,
 /// connected from this runtime's thread, outside the namespace.
 async fn relay_to_server(listener: tokio::net::TcpListener, server: String) {
@@ -238,15 +255,7 @@ async fn a_pam_dialog_from_a_unix_client_is_refused_before_the_password_leaves()
         &backend,
         "the backend asked for the password in clear (dialog)",
     );
-    assert_eq!(
-        passwords_seen(&user),
-        Vec::<String>::new(),
-        "PAM got a password"
-    );
-    // Counted as the session ends, a moment after the ERR left.
-    common::wait_until("the refusal counted", || {
-        counted(&proxy, "cleartext_password") == Some(1.0)
-    });
+    no_password_reached_pam_and_the_refusal_counted(&proxy, &user);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -274,11 +283,7 @@ async fn mysql_clear_password_in_the_first_response_over_tls_is_never_forwarded(
         &backend,
         "the client sent its password in clear (mysql_clear_password)",
     );
-    assert_eq!(
-        passwords_seen(&user),
-        Vec::<String>::new(),
-        "PAM got a password"
-    );
+    no_password_reached_pam(&user);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -330,11 +335,7 @@ async fn a_deferred_connect_guards_the_relayed_exchange_too() {
         &backend,
         "the backend asked for the password in clear (dialog)",
     );
-    assert_eq!(
-        passwords_seen(&user),
-        Vec::<String>::new(),
-        "PAM got a password"
-    );
+    no_password_reached_pam(&user);
 }
 
 /// Logs in as `bench` over the proxy's unix socket, then runs COM_CHANGE_USER to the PAM
@@ -397,15 +398,7 @@ async fn a_change_user_to_a_pam_account_is_refused_before_the_password_leaves() 
     ] {
         assert!(refused.contains(expected), "{expected:?} not in {refused}");
     }
-    assert_eq!(
-        passwords_seen(&user),
-        Vec::<String>::new(),
-        "PAM got a password"
-    );
-    // Counted as the session ends, a moment after the ERR left.
-    common::wait_until("the refusal counted", || {
-        counted(&proxy, "cleartext_password") == Some(1.0)
-    });
+    no_password_reached_pam_and_the_refusal_counted(&proxy, &user);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -437,12 +430,5 @@ async fn a_change_user_carrying_its_password_in_clear_is_never_forwarded() {
     let expected =
         "1045: mysql-lb: refused: the client sent its password in clear (mysql_clear_password)";
     assert!(refused.contains(expected), "{expected:?} not in {refused}");
-    assert_eq!(
-        passwords_seen(&user),
-        Vec::<String>::new(),
-        "PAM got a password"
-    );
-    common::wait_until("the refusal counted", || {
-        counted(&proxy, "cleartext_password") == Some(1.0)
-    });
+    no_password_reached_pam_and_the_refusal_counted(&proxy, &user);
 }

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use common::mariadb::{free_port, new_temp_dir, shared_pair};
 use common::proxy::{config, http_request, TestProxy};
 use common::rawclient::RawClient;
-use common::{create_kill_accounts, kill_account, running_on_shared_backends, wait_until};
+use common::{create_kill_accounts, kill_account, running_on_shared_backends, start_sleeping};
 use mysql_lb::config::{Config, ListenAddr, Peer, PeerUrl};
 use mysql_lb::kill::instance_of;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -139,16 +139,6 @@ async fn a_peers_session_on_another_backend_is_killed_for_its_own_user_only() {
         port_of(&mut killer).await.as_str(),
         shared_pair()[1].port.to_string()
     );
-}
-
-async fn start_sleeping(victim: &mut RawClient, marker: &str) {
-    victim
-        .send_command(0x03, format!("SELECT SLEEP(30), '{marker}'").as_bytes())
-        .await
-        .expect("send the victim's query");
-    wait_until(&format!("{marker} to run"), || {
-        running_on_shared_backends(marker)
-    });
 }
 
 /// What a stand-in peer saw.
