@@ -550,8 +550,10 @@ class Bench:
         baseline, baseline_unix = [], []
         if self.args.baseline:
             addr = ("127.0.0.1", procs.free_port())
+            # The same plaintext backend leg as "mysql-lb" (with `extra` alone it took TLS to
+            # the backends, which offer it, and measured a TLS path against a plaintext one).
             proc, _, _ = procs.start_mysql_lb(
-                self.reg, self.args.baseline, "baseline", addr, tcp_backends, extra)
+                self.reg, self.args.baseline, "baseline", addr, tcp_backends, plain)
             baseline.append(Target("baseline", tcp_args([addr]), proc))
             sock = os.path.join(self.reg.base, "baseline.sock")
             proc, _, _ = procs.start_mysql_lb(
