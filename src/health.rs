@@ -187,6 +187,27 @@ pub(crate) fn check_leg(shared: &ProxyState, backend: &Backend) -> CheckLeg {
     }
 }
 
+/// Connects `backend` as a session would (its PROXY protocol header in the proxy's own name,
+/// TLS as its mode says) only to read its greeting, as a check without an account does: the
+/// connection ends with a login the server refuses, on its own task. Returns the greeting as
+/// the server sent it; `within` bounds it all.
+pub(crate) async fn greeting_of(
+    shared: &ProxyState,
+    backend: &Backend,
+    within: Duration,
+) -> Result<Vec<u8>, CheckError> {
+    let leg = check_leg(shared, backend);
+    let mut stage = Stage::Connect;
+    let greeted = conn::greet(&backend.address, &leg, within, &mut stage);
+    match tokio::time::timeout(within, greeted).await {
+        Ok(result) => result,
+        Err(_) => Err(CheckError::TimedOut {
+            stage,
+            after: within,
+        }),
+    }
+}
+
 async fn check_loop(
     shared: Arc<ProxyState>,
     backend: Arc<Backend>,

@@ -4,8 +4,10 @@
 //! v1 and v2; a grant restricted to that host works through mysql-lb and refuses the same user
 //! from another address; a unix-socket client is sent as the proxy's own connection; health
 //! checks keep such a backend up, and a header really is sent (a server without the option
-//! refuses it); a deferred connect and a reload that turns it on send it too; without
-//! `proxy_protocol` the server sees the proxy's address; `--check-config` shows the setting.
+//! refuses it); a deferred connect and a reload that turns it on send it too, and so does the
+//! connection a deferred connect opens only to learn a greeting (to a hop that requires the
+//! header: a second mysql-lb with `accept_proxy_protocol`); without `proxy_protocol` the server
+//! sees the proxy's address; `--check-config` shows the setting.
 
 mod common;
 
@@ -284,6 +286,39 @@ async fn a_deferred_connect_sends_the_client_address_too() {
         format!("{HOST_USER}@{CLIENT_IP}")
     );
     assert_eq!(processlist_host(&mut client).await, local.to_string());
+}
+
+/// The first deferred client of a proxy that knows no greeting yet (no health checks) makes the
+/// proxy connect a backend just to read one. Behind a hop that greets only a connection that
+/// starts with a header (a second mysql-lb taking headers from the proxy's address, as an L4
+/// balancer with `accept-proxy` would), that connection must send it too, or no greeting ever
+/// comes and every client is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deferred_connects_greeting_only_connection_sends_the_header() {
+    let mut hop = config(&[refusing().tcp_addr()]);
+    hop.accept_proxy_protocol = vec!["127.0.0.1".parse().unwrap()];
+    let hop = TestProxy::start_with(hop);
+    let mut cfg = config(&[hop.addr.to_string()]);
+    cfg.connect_mode = ConnectMode::Deferred;
+    cfg.proxy_protocol = ProxyProtocol::V2;
+    cfg.health_check.interval = Duration::ZERO;
+    let proxy = TestProxy::start_with(cfg);
+    assert!(
+        proxy.shared.backends().greeting_template().is_none(),
+        "no greeting is known before the first client"
+    );
+    let mut client = mysql_async::Conn::new(proxy.opts(BENCH_USER, BENCH_PASS))
+        .await
+        .expect("the first deferred client logs in through the hop");
+    let one: Option<u32> = mysql_async::prelude::Queryable::query_first(&mut client, "SELECT 1")
+        .await
+        .expect("SELECT 1");
+    assert_eq!(one, Some(1));
+    assert!(
+        proxy.shared.backends().greeting_template().is_some(),
+        "the greeting read through the hop is kept"
+    );
+    client.disconnect().await.expect("quit");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -9,122 +9,35 @@
 //! backend itself. Errors before a backend is chosen come from the proxy, in the client's
 //! sequence; from then on they are the backend's own, relayed unchanged.
 
-use std::sync::Arc;
 use std::time::Instant;
 
 use bytes::BytesMut;
 use tokio::io::{AsyncRead, AsyncWrite};
-use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
 use super::ending::{handshake_failed, send};
-use super::{
-    command_phase, connect_backend, connection_phase_failed, legs, no_backend_message, EndReason,
-    Established, Origin,
-};
-use crate::auth::{decline, finish_deferred, greet_client, read_greeting, ClientHello, LegPlan};
-use crate::balancer::{BackendSet, ClientInfo};
+use super::{legs, EndReason, Origin};
+use crate::auth::{greet_client, ClientHello, LegPlan};
+use crate::balancer::BackendSet;
+use crate::health;
 use crate::kill;
 use crate::leg::Leg;
 use crate::metrics::Refusal;
-use crate::protocol::errors::{code, err_packet, pre_greeting_err, sqlstate_for};
+use crate::protocol::errors::{code, pre_greeting_err};
 use crate::protocol::handshake::{
-    greeting_scramble, nonce_from, set_greeting_connection_id, set_greeting_scramble, Greeting,
+    nonce_from, set_greeting_connection_id, set_greeting_scramble, Greeting,
 };
-use crate::protocol::login::refused_login;
-use crate::route::Who;
-use crate::state::ProxyState;
-use crate::stream::BackendStream;
+use crate::state::{Legs, ProxyState};
 
 /// Names no backend in logs of a session that has not chosen one yet.
 const NO_BACKEND_YET: &str = "(not chosen yet)";
 
-pub(super) async fn run<C>(
-    shared: &Arc<ProxyState>,
-    set: &Arc<BackendSet>,
-    mut client: Leg<C>,
-    from: Origin<'_>,
-    worker: usize,
-    drain: &CancellationToken,
-) -> EndReason
-where
-    C: AsyncRead + AsyncWrite + Unpin,
-{
-    let peer = from.peer;
-    let mut next_seq = 2;
-    let (hello, registration) = match greet(shared, set, &mut client, from, &mut next_seq).await {
-        Ok(greeted) => greeted,
-        Err(reason) => return reason,
-    };
-    let user = hello.response.user.clone();
-    let database = hello.response.database.clone();
-    let who = Who {
-        user: Some(&user),
-        schema: database.as_deref(),
-        ..from.who()
-    };
-    let Some(pool) = set.route(&who) else {
-        let message = format!("no route matches user '{user}' and no default_pool is configured");
-        return refuse_after_greeting(shared, &mut client, next_seq, peer, &message).await;
-    };
-    let info = ClientInfo {
-        addr: peer,
-        user: Some(&user),
-        default_db: database.as_deref(),
-        pool: Some(&pool.name),
-    };
-    let connect = connect_backend(shared, set, &info, pool, from.addrs);
-    let (lease, connected, backend_greeting) = match connect.await {
-        Ok(found) => found,
-        Err(tried) => {
-            let message = no_backend_message(set, pool, &tried);
-            return refuse_after_greeting(shared, &mut client, next_seq, peer, &message).await;
-        }
-    };
-    if let Some(r) = &registration {
-        r.bind(kill::Target::of(lease.backend(), &backend_greeting));
-    }
-    let mut backend = Leg::Plain(connected.stream);
-    let legs = shared.legs();
-    let plan = legs::plan(
-        shared,
-        &legs,
-        from.local,
-        &connected.tls,
-        &backend_greeting,
-        lease.backend(),
-    );
-    let limits = shared.session.handshake_limits();
-    let auth = finish_deferred(
-        &mut client,
-        &mut backend,
-        hello,
-        backend_greeting,
-        limits,
-        &plan,
-        &mut next_seq,
-    );
-    let auth = match auth.await {
-        Ok(auth) => auth,
-        Err(e) => {
-            return connection_phase_failed(shared, &mut client, e, next_seq, peer, &lease).await
-        }
-    };
-    let session = Established {
-        proxy_id: super::authenticated(registration.as_ref(), &auth),
-        client,
-        backend,
-        auth,
-        lease,
-    };
-    command_phase(shared, session, peer, worker, drain).await
-}
-
 /// Greets the client as a backend would and reads its HandshakeResponse; on failure the client
 /// has been told (where it still can be) and the session's end is returned.
-async fn greet<'a, C>(
+pub(super) async fn greet<'a, C>(
     shared: &'a ProxyState,
     set: &BackendSet,
+    legs: &Legs,
     client: &mut Leg<C>,
     from: Origin<'_>,
     next_seq: &mut u8,
@@ -142,7 +55,6 @@ where
         return Err(EndReason::NoBackend);
     };
     let registration = own_greeting(&shared.kills, &mut greeting, peer);
-    let legs = shared.legs();
     let plan = LegPlan {
         client_tls: legs.tls.client.as_ref(),
         client_local: from.local,
@@ -168,40 +80,23 @@ where
 }
 
 /// The greeting a deferred connect sends: learned from the backends' greetings, or, when none
-/// has greeted yet (no health checks, the first client), from a connect made for it now. That
-/// connect ends with a refused login, not a close, so the server does not count it against the
-/// proxy's address (see `crate::auth::decline`).
+/// has greeted yet (no health checks, the first client), from a connection made for it now,
+/// the way a health check without an account makes one (`health::greeting_of`): with the PROXY
+/// protocol header and TLS each backend is configured for, in the proxy's own name, ended with
+/// a refused login rather than a close, so the server does not count it against the proxy's
+/// address (see `crate::auth::decline`).
 async fn greeting_for(shared: &ProxyState, set: &BackendSet) -> Option<(BytesMut, Greeting)> {
     if let Some(found) = set.greeting_template() {
         return Some(found);
     }
     let within = shared.session.connect_timeout;
     for backend in set.candidates(Instant::now()) {
-        let attempt = async {
-            let mut stream = BackendStream::open(
-                &backend.address,
-                shared.session.tcp_keepalive.as_ref(),
-                &shared.socket_identity,
-            )
-            .await
-            .ok()?;
-            let g = read_greeting(
-                &mut stream,
-                shared.session.max_handshake_packet_size,
-                shared.session.strip,
-            )
-            .await
-            .ok()?;
-            Some((stream, g))
-        };
-        if let Ok(Some((stream, g))) = tokio::time::timeout(within, attempt).await {
-            backend.learn_greeting(&g.packet, &g.greeting);
-            let nonce = greeting_scramble(&g.packet[4..]);
-            match nonce.map(|n| refused_login(g.backend_capabilities, &n)) {
-                Ok(Ok(login)) => drop(tokio::spawn(decline(stream, g.rest, login, within))),
-                _ => debug!(backend = %backend.name, "greeting read: no login to end it with"),
+        match health::greeting_of(shared, &backend, within).await {
+            Ok(greeting) => {
+                backend.learn_raw_greeting(&greeting, shared.session.strip);
+                break;
             }
-            break;
+            Err(e) => debug!(backend = %backend.name, "no greeting to learn: {e}"),
         }
     }
     set.greeting_template()
@@ -241,28 +136,4 @@ fn own_greeting<'a>(
         warn!(client = peer, "greeting keeps the backend's nonce: {e}");
     }
     registration
-}
-
-/// Refuses a client the proxy greeted (its HandshakeResponse read): an ERR in its sequence.
-async fn refuse_after_greeting<C>(
-    shared: &ProxyState,
-    client: &mut Leg<C>,
-    seq: u8,
-    peer: &str,
-    message: &str,
-) -> EndReason
-where
-    C: AsyncRead + AsyncWrite + Unpin,
-{
-    warn!(client = peer, "refused: {message}");
-    shared.metrics.rejected(Refusal::NoBackend);
-    let packet = err_packet(
-        seq,
-        code::UNKNOWN_ERROR,
-        Some(sqlstate_for(code::UNKNOWN_ERROR)),
-        message,
-    );
-    send(client, &packet).await;
-    legs::close_tls(client).await;
-    EndReason::NoBackend
 }

@@ -11,36 +11,30 @@ use std::time::Instant;
 
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio_util::sync::CancellationToken;
-use tracing::{info, warn};
+use tracing::warn;
 
-use crate::auth::{
-    read_greeting, relay_connection_phase, AuthError, Authenticated, PatchedGreeting,
-};
+use crate::auth::{AuthError, Authenticated};
 use crate::balancer::ejection::Failure;
-use crate::balancer::{Backend, BackendSet, ClientInfo, Lease, Pool};
-use crate::config::BackendAddr;
+use crate::balancer::{ClientInfo, Lease};
 use crate::kill;
 use crate::leg::Leg;
-use crate::metrics::Refusal;
-use crate::protocol::caps::CLIENT_SSL;
-use crate::protocol::errors::{code, pre_greeting_err};
-use crate::protocol::handshake::set_greeting_connection_id;
 use crate::protocol::response::Tracker;
 use crate::relay::{relay, RelayEnd, Stop};
 use crate::route::{peer_ip, Who};
-use crate::state::{Legs, ProxyState};
-use crate::stream::BackendStream;
-use rustls_pki_types::ServerName;
-use tokio_rustls::TlsConnector;
+use crate::state::ProxyState;
 
+mod connect;
 mod deferred;
 mod ending;
 mod legs;
+mod opening;
 pub mod proxied;
 mod recorder;
 
+use connect::{connect_backend, no_backend_message};
 pub use ending::refuse;
-use ending::{handshake_failed, relay_ended, send};
+use ending::{handshake_failed, relay_ended};
+use opening::{Login, Opening};
 use recorder::Recorder;
 
 /// Why a session ended; the label set for disconnect metrics.
@@ -135,7 +129,8 @@ impl<'a> Origin<'a> {
 /// Runs one client session to its end. `worker` is the index of the worker thread running it
 /// (its latency samples go to that worker's shard). Once `drain` is cancelled the session ends
 /// at its next command boundary. The backend is connected at once and its greeting relayed, or,
-/// in deferred mode, after the proxy greeted the client and read who it is.
+/// in deferred mode, after the proxy greeted the client and read who it is; from the route on,
+/// both modes take the same path and differ only in how the login starts ([`Opening`]).
 pub async fn run<C>(
     shared: Arc<ProxyState>,
     client: C,
@@ -148,57 +143,76 @@ where
 {
     let mut client = Leg::Plain(client);
     let set = shared.backends();
-    if set.deferred() {
-        return deferred::run(&shared, &set, client, from, worker, drain).await;
-    }
+    let legs = shared.legs();
     let peer = from.peer;
-    let Some(pool) = set.route(&from.who()) else {
-        return refuse_unrouted(&shared, &mut client, peer).await;
+    // The client-leg sequence id an ERR of the proxy's own takes next.
+    let mut next_seq = 2;
+    let opening = if set.deferred() {
+        let greeted = deferred::greet(&shared, &set, &legs, &mut client, from, &mut next_seq);
+        match greeted.await {
+            Ok((hello, registration)) => Opening::Deferred {
+                hello,
+                registration,
+            },
+            Err(reason) => return reason,
+        }
+    } else {
+        Opening::Immediate
+    };
+    let who = opening.who(&from);
+    let Some(pool) = set.route(&who) else {
+        let message = opening.unrouted();
+        return opening
+            .refuse(&shared, &mut client, (peer, next_seq), &message)
+            .await;
     };
     let info = ClientInfo {
+        addr: peer,
+        user: who.user,
+        default_db: who.schema,
         pool: Some(&pool.name),
-        ..ClientInfo::at(peer)
     };
-    let connect = connect_backend(&shared, &set, &info, pool, from.addrs);
-    let (lease, backend, mut greeting) = match connect.await {
+    let connect = connect_backend((&shared, &legs), &set, &info, pool, from.addrs);
+    let (lease, connected, greeting) = match connect.await {
         Ok(found) => found,
         Err(tried) => {
-            return refuse_no_backend(&shared, &mut client, peer, (&set, pool), &tried).await
+            let message = no_backend_message(&set, pool, &tried);
+            return opening
+                .refuse(&shared, &mut client, (peer, next_seq), &message)
+                .await;
         }
     };
-    let Connected {
-        stream,
-        tls: backend_tls,
-    } = backend;
-    let mut backend = Leg::Plain(stream);
-    let _registered = register_proxy_id(&shared.kills, lease.backend(), &mut greeting, peer);
-    let legs = shared.legs();
+    let mut backend = Leg::Plain(connected.stream);
     let plan = legs::plan(
         &shared,
         &legs,
         from.local,
-        &backend_tls,
+        &connected.tls,
         &greeting,
         lease.backend(),
     );
-    let mut next_seq = 2;
-    let limits = shared.session.handshake_limits();
-    let auth = relay_connection_phase(
-        &mut client,
-        &mut backend,
+    let login = Login {
         greeting,
-        limits,
-        &plan,
-        &mut next_seq,
-    );
-    let auth = match auth.await {
+        limits: shared.session.handshake_limits(),
+        plan: &plan,
+    };
+    let (registration, auth) = opening
+        .log_in(
+            (&shared.kills, peer),
+            (&mut client, &mut backend),
+            lease.backend(),
+            login,
+            &mut next_seq,
+        )
+        .await;
+    let auth = match auth {
         Ok(auth) => auth,
         Err(e) => {
             return connection_phase_failed(&shared, &mut client, e, next_seq, peer, &lease).await
         }
     };
     let session = Established {
-        proxy_id: authenticated(_registered.as_ref(), &auth),
+        proxy_id: authenticated(registration.as_ref(), &auth),
         client,
         backend,
         auth,
@@ -312,47 +326,6 @@ async fn connection_phase_failed<C: AsyncRead + AsyncWrite + Unpin>(
     reason
 }
 
-/// Tells a client that no backend of its pool could be connected (before any greeting), naming
-/// the pool and each backend tried.
-async fn refuse_no_backend<C>(
-    shared: &ProxyState,
-    client: &mut C,
-    peer: &str,
-    (set, pool): (&BackendSet, &Pool),
-    tried: &[String],
-) -> EndReason
-where
-    C: AsyncWrite + Unpin,
-{
-    let message = no_backend_message(set, pool, tried);
-    warn!(client = peer, pool = %pool.name, "refused: {message}");
-    shared.metrics.rejected(Refusal::NoBackend);
-    send(client, &pre_greeting_err(code::UNKNOWN_ERROR, &message)).await;
-    EndReason::NoBackend
-}
-
-/// "all backends are down", naming the pool when there are several.
-fn no_backend_message(set: &BackendSet, pool: &Pool, tried: &[String]) -> String {
-    let tried = tried.join("; ");
-    if set.pools().len() > 1 {
-        format!("all backends of pool {} are down; tried {tried}", pool.name)
-    } else {
-        format!("all backends are down; tried {tried}")
-    }
-}
-
-/// Tells a client that no route matches it and there is no default pool.
-async fn refuse_unrouted<C>(shared: &ProxyState, client: &mut C, peer: &str) -> EndReason
-where
-    C: AsyncWrite + Unpin,
-{
-    let message = "no route matches this client and no default_pool is configured";
-    warn!(client = peer, "refused: {message}");
-    shared.metrics.rejected(Refusal::NoBackend);
-    send(client, &pre_greeting_err(code::UNKNOWN_ERROR, message)).await;
-    EndReason::NoBackend
-}
-
 /// Records who the session's client authenticated as (a KILL across backends needs the same
 /// user name); returns its proxy id.
 fn authenticated(
@@ -362,141 +335,6 @@ fn authenticated(
     let registration = registration?;
     registration.set_user(Some(&auth.user));
     Some(registration.id())
-}
-
-/// Clients see a proxy-unique connection id, so a KILL naming it can be mapped (see `kill`):
-/// the greeting's id is replaced, and the session is registered until the guard drops.
-fn register_proxy_id<'a>(
-    kills: &'a kill::Registry,
-    backend: &Arc<Backend>,
-    greeting: &mut PatchedGreeting,
-    peer: &str,
-) -> Option<kill::Registration<'a>> {
-    let registered = kills.register(kill::Target {
-        backend: Arc::clone(backend),
-        thread_id: greeting.greeting.connection_id,
-        user: None,
-    });
-    match &registered {
-        Some(r) => {
-            if let Err(e) = set_greeting_connection_id(&mut greeting.packet[4..], r.id()) {
-                warn!(
-                    client = peer,
-                    "greeting keeps the backend's id, KILL is not mapped: {e}"
-                );
-            }
-        }
-        None => warn!(
-            client = peer,
-            "every proxy connection id is in use: KILL is not mapped"
-        ),
-    }
-    registered
-}
-
-/// Tries backends in the balancer's order (a script may choose the first for this client) until
-/// one greets; returns what each failed one said. A backend with `proxy_protocol` is first sent
-/// the header naming `addrs` (the session's [`Origin::addrs`]).
-async fn connect_backend(
-    shared: &ProxyState,
-    set: &BackendSet,
-    client: &ClientInfo<'_>,
-    pool: &Pool,
-    addrs: Option<(SocketAddr, SocketAddr)>,
-) -> Result<(Lease, Connected, PatchedGreeting), Vec<String>> {
-    let mut tried = Vec::new();
-    let legs = shared.legs();
-    tracing::Span::current().record("pool", pool.name.as_str());
-    for backend in set.candidates_for(Instant::now(), client, Some(pool)) {
-        let started = Instant::now();
-        // Counted in the backend's active sessions from now, so clients choosing meanwhile see it.
-        let counted = set.attempt(&backend);
-        let result = open_backend(shared, &legs, &backend, addrs).await;
-        match result {
-            Ok((stream, greeting)) => {
-                backend.learn_greeting(&greeting.packet, &greeting.greeting);
-                backend
-                    .stats
-                    .connect
-                    .observe(started.elapsed().as_secs_f64());
-                if set.mark_up(&backend) {
-                    info!(backend = %backend.name, "backend back in rotation: connect succeeded");
-                }
-                return Ok((counted.into_lease(set, client), stream, greeting));
-            }
-            Err((reason, broken)) => {
-                if !broken {
-                    info!(backend = %backend.name, "backend refused a connection: {reason}");
-                } else {
-                    let now = Instant::now();
-                    set.session_failed(&backend, Failure::Connect, &reason, now);
-                    if set.mark_down(&backend, now) {
-                        warn!(backend = %backend.name, address = %backend.address, "backend marked down: {reason}");
-                    }
-                }
-                tried.push(format!("{}: {reason}", backend.label()));
-            }
-        }
-    }
-    set.client_refused(client);
-    if tried.is_empty() {
-        tried.push("no backend configured".to_owned());
-    }
-    Err(tried)
-}
-
-/// Connects `backend` and reads its greeting under one deadline (one timer per connect); whether
-/// the connect had completed says which of the two the backend missed. Err carries the reason
-/// and whether the backend itself is unreachable or broken (taken out of rotation) rather than
-/// alive and refusing, e.g. its own "Too many connections".
-async fn open_backend(
-    shared: &ProxyState,
-    legs: &Legs,
-    backend: &Backend,
-    addrs: Option<(SocketAddr, SocketAddr)>,
-) -> Result<(Connected, PatchedGreeting), (String, bool)> {
-    let connected = std::sync::atomic::AtomicBool::new(false);
-    let attempt = async {
-        let mut stream = BackendStream::open(
-            &backend.address,
-            shared.session.tcp_keepalive.as_ref(),
-            &shared.socket_identity,
-        )
-        .await
-        .map_err(|e| (e.to_string(), true))?;
-        connected.store(true, std::sync::atomic::Ordering::Relaxed);
-        if let Some(version) = legs.proxy_protocol(&backend.name) {
-            let sent = stream.send_proxy_header(version, addrs).await;
-            sent.map_err(|e| (format!("sending the PROXY protocol header: {e}"), true))?;
-        }
-        let greeting = read_greeting(
-            &mut stream,
-            shared.session.max_handshake_packet_size,
-            shared.session.strip,
-        )
-        .await
-        .map_err(|e| {
-            let broken = !matches!(e, AuthError::BackendRefused { .. });
-            (e.to_string(), broken)
-        })?;
-        let tls = backend_tls(legs, backend, &greeting).map_err(|e| (e, true))?;
-        Ok((Connected { stream, tls }, greeting))
-    };
-    match tokio::time::timeout(shared.session.connect_timeout, attempt).await {
-        Ok(r) => r,
-        Err(_) => Err((
-            format!(
-                "{} within {}",
-                if connected.load(std::sync::atomic::Ordering::Relaxed) {
-                    "no greeting"
-                } else {
-                    "connect timed out"
-                },
-                humantime::format_duration(shared.session.connect_timeout)
-            ),
-            true,
-        )),
-    }
 }
 
 /// Why the relay's end counts against the backend: it closed the connection, or the connection
@@ -509,34 +347,5 @@ fn cut_mid_command(end: &RelayEnd, tracker: &Tracker) -> Option<String> {
         )),
         RelayEnd::BackendIo(e) if tracker.pending() > 0 => Some(e.to_string()),
         _ => None,
-    }
-}
-
-/// A backend connection that greeted, and how its leg goes on.
-struct Connected {
-    stream: BackendStream,
-    /// The leg switches to TLS during the connection phase, with this connector and name.
-    tls: Option<(TlsConnector, ServerName<'static>)>,
-}
-
-/// Whether the backend leg switches to TLS, from the backend's mode and its greeting. A backend
-/// that cannot meet its mode (no TLS offered under `required`) fails like one that did not greet.
-fn backend_tls(
-    legs: &Legs,
-    backend: &Backend,
-    greeting: &PatchedGreeting,
-) -> Result<Option<(TlsConnector, ServerName<'static>)>, String> {
-    let Some(leg) = legs.tls.backend(&backend.name) else {
-        return Ok(None);
-    };
-    let offered = greeting.backend_capabilities & CLIENT_SSL != 0;
-    let unix = matches!(backend.address, BackendAddr::Unix(_));
-    match leg.uses_tls(offered, unix) {
-        Ok(true) => Ok(leg
-            .connector
-            .as_ref()
-            .map(|c| (c.clone(), leg.server_name.clone()))),
-        Ok(false) => Ok(None),
-        Err(reason) => Err(format!("tls mode {} but {reason}", leg.mode.as_str())),
     }
 }

@@ -1,0 +1,163 @@
+//! Connecting a backend for a session: the balancer's candidates in order until one greets,
+//! each opened with the PROXY protocol header it is configured for, its greeting read under
+//! the connect deadline, and its TLS mode checked against what the greeting offered. Both
+//! connect modes connect here, once they know the client's pool.
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::time::Instant;
+
+use rustls_pki_types::ServerName;
+use tokio_rustls::TlsConnector;
+use tracing::{info, warn};
+
+use crate::auth::{read_greeting, AuthError, PatchedGreeting};
+use crate::balancer::ejection::Failure;
+use crate::balancer::{Backend, BackendSet, ClientInfo, Lease, Pool};
+use crate::config::BackendAddr;
+use crate::protocol::caps::CLIENT_SSL;
+use crate::state::{Legs, ProxyState};
+use crate::stream::BackendStream;
+
+/// Tries backends in the balancer's order (a script may choose the first for this client) until
+/// one greets; returns what each failed one said. A backend with `proxy_protocol` is first sent
+/// the header naming `addrs` (the session's [`Origin::addrs`]).
+pub(super) async fn connect_backend(
+    (shared, legs): (&ProxyState, &Legs),
+    set: &BackendSet,
+    client: &ClientInfo<'_>,
+    pool: &Pool,
+    addrs: Option<(SocketAddr, SocketAddr)>,
+) -> Result<(Lease, Connected, PatchedGreeting), Vec<String>> {
+    let mut tried = Vec::new();
+    tracing::Span::current().record("pool", pool.name.as_str());
+    for backend in set.candidates_for(Instant::now(), client, Some(pool)) {
+        let started = Instant::now();
+        // Counted in the backend's active sessions from now, so clients choosing meanwhile see it.
+        let counted = set.attempt(&backend);
+        let result = open_backend(shared, legs, &backend, addrs).await;
+        match result {
+            Ok((stream, greeting)) => {
+                backend.learn_greeting(&greeting.packet, &greeting.greeting);
+                backend
+                    .stats
+                    .connect
+                    .observe(started.elapsed().as_secs_f64());
+                if set.mark_up(&backend) {
+                    info!(backend = %backend.name, "backend back in rotation: connect succeeded");
+                }
+                return Ok((counted.into_lease(set, client), stream, greeting));
+            }
+            Err((reason, broken)) => {
+                if !broken {
+                    info!(backend = %backend.name, "backend refused a connection: {reason}");
+                } else {
+                    let now = Instant::now();
+                    set.session_failed(&backend, Failure::Connect, &reason, now);
+                    if set.mark_down(&backend, now) {
+                        warn!(backend = %backend.name, address = %backend.address, "backend marked down: {reason}");
+                    }
+                }
+                tried.push(format!("{}: {reason}", backend.label()));
+            }
+        }
+    }
+    set.client_refused(client);
+    if tried.is_empty() {
+        tried.push("no backend configured".to_owned());
+    }
+    Err(tried)
+}
+
+/// Connects `backend` and reads its greeting under one deadline (one timer per connect); whether
+/// the connect had completed says which of the two the backend missed. Err carries the reason
+/// and whether the backend itself is unreachable or broken (taken out of rotation) rather than
+/// alive and refusing, e.g. its own "Too many connections".
+async fn open_backend(
+    shared: &ProxyState,
+    legs: &Legs,
+    backend: &Backend,
+    addrs: Option<(SocketAddr, SocketAddr)>,
+) -> Result<(Connected, PatchedGreeting), (String, bool)> {
+    let connected = AtomicBool::new(false);
+    let attempt = async {
+        let mut stream = BackendStream::open(
+            &backend.address,
+            shared.session.tcp_keepalive.as_ref(),
+            &shared.socket_identity,
+        )
+        .await
+        .map_err(|e| (e.to_string(), true))?;
+        connected.store(true, Relaxed);
+        if let Some(version) = legs.proxy_protocol(&backend.name) {
+            let sent = stream.send_proxy_header(version, addrs).await;
+            sent.map_err(|e| (format!("sending the PROXY protocol header: {e}"), true))?;
+        }
+        let greeting = read_greeting(
+            &mut stream,
+            shared.session.max_handshake_packet_size,
+            shared.session.strip,
+        )
+        .await
+        .map_err(|e| {
+            let broken = !matches!(e, AuthError::BackendRefused { .. });
+            (e.to_string(), broken)
+        })?;
+        let tls = backend_tls(legs, backend, &greeting).map_err(|e| (e, true))?;
+        Ok((Connected { stream, tls }, greeting))
+    };
+    match tokio::time::timeout(shared.session.connect_timeout, attempt).await {
+        Ok(r) => r,
+        Err(_) => Err((
+            format!(
+                "{} within {}",
+                if connected.load(Relaxed) {
+                    "no greeting"
+                } else {
+                    "connect timed out"
+                },
+                humantime::format_duration(shared.session.connect_timeout)
+            ),
+            true,
+        )),
+    }
+}
+
+/// A backend connection that greeted, and how its leg goes on.
+pub(super) struct Connected {
+    pub(super) stream: BackendStream,
+    /// The leg switches to TLS during the connection phase, with this connector and name.
+    pub(super) tls: Option<(TlsConnector, ServerName<'static>)>,
+}
+
+/// Whether the backend leg switches to TLS, from the backend's mode and its greeting. A backend
+/// that cannot meet its mode (no TLS offered under `required`) fails like one that did not greet.
+fn backend_tls(
+    legs: &Legs,
+    backend: &Backend,
+    greeting: &PatchedGreeting,
+) -> Result<Option<(TlsConnector, ServerName<'static>)>, String> {
+    let Some(leg) = legs.tls.backend(&backend.name) else {
+        return Ok(None);
+    };
+    let offered = greeting.backend_capabilities & CLIENT_SSL != 0;
+    let unix = matches!(backend.address, BackendAddr::Unix(_));
+    match leg.uses_tls(offered, unix) {
+        Ok(true) => Ok(leg
+            .connector
+            .as_ref()
+            .map(|c| (c.clone(), leg.server_name.clone()))),
+        Ok(false) => Ok(None),
+        Err(reason) => Err(format!("tls mode {} but {reason}", leg.mode.as_str())),
+    }
+}
+
+/// "all backends are down", naming the pool when there are several.
+pub(super) fn no_backend_message(set: &BackendSet, pool: &Pool, tried: &[String]) -> String {
+    let tried = tried.join("; ");
+    if set.pools().len() > 1 {
+        format!("all backends of pool {} are down; tried {tried}", pool.name)
+    } else {
+        format!("all backends are down; tried {tried}")
+    }
+}
