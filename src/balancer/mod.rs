@@ -8,6 +8,7 @@
 //! the rest are the fallbacks a session tries when a connect fails.
 
 pub mod ejection;
+mod greeting;
 pub mod latency;
 pub mod least_conn;
 pub mod pools;
@@ -31,7 +32,8 @@ use crate::config::{
 use crate::metrics::{BackendStats, Metrics};
 use crate::route::Routes;
 use arc_swap::ArcSwapOption;
-pub use pools::{LearnedGreeting, Pool};
+pub use greeting::{GreetingTemplate, LearnedGreeting};
+pub use pools::Pool;
 use script::{ErrorReason, ScriptError, ScriptErrors, ScriptHost};
 
 /// Backends handled without a heap allocation per pick.
@@ -288,6 +290,8 @@ pub struct BackendSet {
     ejection: EjectionConfig,
     /// Held while deciding an ejection, so two at once cannot both take a pool's last room.
     ejecting: Mutex<()>,
+    /// The greeting deferred connects send, as last built (see `greeting`).
+    template: ArcSwapOption<GreetingTemplate>,
 }
 
 impl BackendSet {
@@ -386,6 +390,7 @@ impl BackendSet {
             },
             ejection: EjectionConfig::off(),
             ejecting: Mutex::new(()),
+            template: ArcSwapOption::empty(),
             policy: Policy::RoundRobin,
             rng: random::Rng::from_entropy(),
             script: None,

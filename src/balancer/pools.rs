@@ -9,11 +9,8 @@
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 use std::sync::Arc;
 
-use bytes::BytesMut;
-
 use super::{Backend, BackendSet};
 use crate::config::{Config, Policy, PoolConfig};
-use crate::protocol::handshake::{patch_greeting_with, Greeting, Strip};
 use crate::route::{Routes, Who};
 
 /// A named group of backends and how it balances.
@@ -92,69 +89,5 @@ impl BackendSet {
     /// Whether sessions greet their clients themselves and connect after the client's response.
     pub fn deferred(&self) -> bool {
         self.deferred
-    }
-
-    /// The greeting a deferred connect sends (before its nonce and id are set): the first learned
-    /// backend greeting, with only the capabilities every backend that greeted so far offered.
-    /// None until some backend has greeted.
-    pub fn greeting_template(&self) -> Option<(BytesMut, Greeting)> {
-        let mut learned = self.backends.iter().filter_map(|b| b.greeting.load_full());
-        let first = learned.next()?;
-        let (mut common, mut mariadb) = (
-            first.greeting.capabilities,
-            first.greeting.mariadb_capabilities,
-        );
-        for g in learned {
-            common &= g.greeting.capabilities;
-            mariadb &= g.greeting.mariadb_capabilities;
-        }
-        let mut packet = BytesMut::from(&first.packet[..]);
-        let strip = Strip {
-            capabilities: first.greeting.capabilities & !common,
-            mariadb_capabilities: first.greeting.mariadb_capabilities & !mariadb,
-        };
-        let greeting = patch_greeting_with(&mut packet[4..], strip).ok()?;
-        Some((packet, greeting))
-    }
-}
-
-/// A backend's greeting as clients get it, kept for deferred connects.
-#[derive(Debug)]
-pub struct LearnedGreeting {
-    /// The whole packet, header included, with the proxy's capability patches applied.
-    pub packet: Vec<u8>,
-    pub greeting: Greeting,
-}
-
-impl Backend {
-    /// Keeps `packet` (a greeting as patched for clients) as this backend's greeting, unless one
-    /// with the same version and capabilities is already kept (every connect greets anew; only a
-    /// changed server is worth a store).
-    pub fn learn_greeting(&self, packet: &[u8], greeting: &Greeting) {
-        let kept = self.greeting.load();
-        let same = kept.as_ref().is_some_and(|k| {
-            k.greeting.capabilities == greeting.capabilities
-                && k.greeting.mariadb_capabilities == greeting.mariadb_capabilities
-                && k.greeting.server_version == greeting.server_version
-                && k.greeting.auth_plugin == greeting.auth_plugin
-                && k.greeting.charset == greeting.charset
-        });
-        if !same {
-            self.greeting.store(Some(Arc::new(LearnedGreeting {
-                packet: packet.to_vec(),
-                greeting: greeting.clone(),
-            })));
-        }
-    }
-
-    /// As [`learn_greeting`](Self::learn_greeting) for a greeting as the server sent it (a
-    /// health check's), patched with `strip` first; a greeting that does not parse is ignored.
-    pub fn learn_raw_greeting(&self, packet: &[u8], strip: Strip) {
-        let mut packet = packet.to_vec();
-        if let Some(payload) = packet.get_mut(4..) {
-            if let Ok(greeting) = patch_greeting_with(payload, strip) {
-                self.learn_greeting(&packet, &greeting);
-            }
-        }
     }
 }

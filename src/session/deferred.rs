@@ -9,6 +9,7 @@
 //! backend itself. Errors before a backend is chosen come from the proxy, in the client's
 //! sequence; from then on they are the backend's own, relayed unchanged.
 
+use std::sync::Arc;
 use std::time::Instant;
 
 use bytes::BytesMut;
@@ -18,15 +19,13 @@ use tracing::{debug, warn};
 use super::ending::{handshake_failed, send};
 use super::{legs, EndReason, Origin};
 use crate::auth::{greet_client, ClientHello, LegPlan};
-use crate::balancer::BackendSet;
+use crate::balancer::{BackendSet, GreetingTemplate};
 use crate::health;
 use crate::kill;
 use crate::leg::Leg;
 use crate::metrics::Refusal;
 use crate::protocol::errors::{code, pre_greeting_err};
-use crate::protocol::handshake::{
-    nonce_from, set_greeting_connection_id, set_greeting_scramble, Greeting,
-};
+use crate::protocol::handshake::{nonce_from, set_greeting_connection_id, set_greeting_scramble};
 use crate::state::{Legs, ProxyState};
 
 /// Names no backend in logs of a session that has not chosen one yet.
@@ -46,7 +45,7 @@ where
     C: AsyncRead + AsyncWrite + Unpin,
 {
     let peer = from.peer;
-    let Some((mut greeting, template)) = greeting_for(shared, set).await else {
+    let Some(template) = greeting_for(shared, set).await else {
         let message = "no backend has greeted yet (a deferred connect greets clients as its \
                        backends do): every backend is unreachable";
         warn!(client = peer, "refused: {message}");
@@ -54,6 +53,7 @@ where
         send(client, &pre_greeting_err(code::UNKNOWN_ERROR, message)).await;
         return Err(EndReason::NoBackend);
     };
+    let mut greeting = BytesMut::from(&template.packet[..]);
     let registration = own_greeting(&shared.kills, &mut greeting, peer);
     let plan = LegPlan {
         client_tls: legs.tls.client.as_ref(),
@@ -61,7 +61,7 @@ where
         offer_compression: shared.session.offer_compression,
         backend_tls: None,
         backend_compression: false,
-        mariadb: template.is_mariadb,
+        mariadb: template.greeting.is_mariadb,
         // No backend yet: the guards run when the response goes to one (`legs::plan`), and
         // the client's answer to the proxy's own nonce goes nowhere.
         socket_identity: None,
@@ -85,7 +85,7 @@ where
 /// protocol header and TLS each backend is configured for, in the proxy's own name, ended with
 /// a refused login rather than a close, so the server does not count it against the proxy's
 /// address (see `crate::auth::decline`).
-async fn greeting_for(shared: &ProxyState, set: &BackendSet) -> Option<(BytesMut, Greeting)> {
+async fn greeting_for(shared: &ProxyState, set: &BackendSet) -> Option<Arc<GreetingTemplate>> {
     if let Some(found) = set.greeting_template() {
         return Some(found);
     }
