@@ -207,8 +207,10 @@ async fn remove_stale_socket(path: &Path) -> Result<(), ServerError> {
 /// One worker's listening socket, registered with that worker's reactor.
 #[derive(Debug)]
 pub enum Acceptor {
-    /// The listener and its name (`listen:` as displayed, `ip:port`).
-    Tcp(TcpListener, Arc<str>),
+    /// The listener, its name (`listen:` as displayed, `ip:port`), and the address its
+    /// connections arrive at when that is always the same one (bound to one IP rather than a
+    /// wildcard), so no session asks the kernel for it.
+    Tcp(TcpListener, Arc<str>, Option<SocketAddr>),
     /// The listener and its name, which also names its clients in logs (`unix:PATH`).
     Unix(UnixListener, Arc<str>),
 }
@@ -226,7 +228,11 @@ impl StdAcceptor {
     /// the flag belongs to the shared open file).
     pub fn register(self) -> io::Result<Acceptor> {
         Ok(match self {
-            Self::Tcp(l, name) => Acceptor::Tcp(TcpListener::from_std(l)?, name),
+            Self::Tcp(l, name) => {
+                let bound = l.local_addr()?;
+                let fixed = (!bound.ip().is_unspecified()).then_some(bound);
+                Acceptor::Tcp(TcpListener::from_std(l)?, name, fixed)
+            }
             Self::Unix(l, name) => Acceptor::Unix(UnixListener::from_std(l)?, name),
         })
     }
@@ -237,9 +243,9 @@ impl Acceptor {
     /// TCP connections come with TCP_NODELAY and keepalive set: see `bind_tcp_group`.
     async fn accept(&self) -> io::Result<(Accepted, String, Arc<str>)> {
         match self {
-            Self::Tcp(l, name) => {
+            Self::Tcp(l, name, local) => {
                 let (s, peer) = l.accept().await?;
-                Ok((Accepted::Tcp(s), peer.to_string(), Arc::clone(name)))
+                Ok((Accepted::Tcp(s, *local), peer.to_string(), Arc::clone(name)))
             }
             Self::Unix(l, name) => {
                 let (s, _) = l.accept().await?;
@@ -371,7 +377,7 @@ enum Incoming {
 }
 
 enum StdAccepted {
-    Tcp(std::net::TcpStream),
+    Tcp(std::net::TcpStream, Option<SocketAddr>),
     Unix(std::os::unix::net::UnixStream),
 }
 
@@ -389,7 +395,7 @@ async fn run_session(
     // named the client, and the balancer's own address is `via`.
     let tcp_peer: Option<SocketAddr> = matches!(
         stream,
-        Incoming::Here(Accepted::Tcp(_)) | Incoming::Moved(StdAccepted::Tcp(_))
+        Incoming::Here(Accepted::Tcp(..)) | Incoming::Moved(StdAccepted::Tcp(..))
     )
     .then(|| peer.parse().ok())
     .flatten();
@@ -419,12 +425,13 @@ async fn run_session(
         let worker = admitted.placement.worker();
         let session = async {
             match stream {
-                Accepted::Tcp(s) => match balancer {
+                Accepted::Tcp(s, local) => match balancer {
                     Some(via) => {
                         session::proxied::run(shared, s, (via, &listener), worker, &drain).await
                     }
                     None => {
-                        let addrs = tcp_peer.and_then(|p| Some((p, s.local_addr().ok()?)));
+                        let local = local.or_else(|| s.local_addr().ok());
+                        let addrs = tcp_peer.zip(local);
                         let from = session::Origin::tcp(&peer, &listener, addrs);
                         session::run(shared, s, from, worker, &drain).await
                     }
@@ -480,15 +487,16 @@ impl Drop for Admitted {
     }
 }
 
+/// A TCP connection comes with the address it arrived at where its listener knows it.
 enum Accepted {
-    Tcp(tokio::net::TcpStream),
+    Tcp(tokio::net::TcpStream, Option<SocketAddr>),
     Unix(tokio::net::UnixStream),
 }
 
 impl Accepted {
     fn into_std(self) -> io::Result<StdAccepted> {
         Ok(match self {
-            Self::Tcp(s) => StdAccepted::Tcp(s.into_std()?),
+            Self::Tcp(s, local) => StdAccepted::Tcp(s.into_std()?, local),
             Self::Unix(s) => StdAccepted::Unix(s.into_std()?),
         })
     }
@@ -496,7 +504,7 @@ impl Accepted {
     async fn refuse(self) {
         let message = "Too many connections";
         match self {
-            Self::Tcp(s) => session::refuse(s, code::TOO_MANY_CONNECTIONS, message).await,
+            Self::Tcp(s, _) => session::refuse(s, code::TOO_MANY_CONNECTIONS, message).await,
             Self::Unix(s) => session::refuse(s, code::TOO_MANY_CONNECTIONS, message).await,
         }
     }
@@ -506,7 +514,7 @@ impl StdAccepted {
     /// Registers the socket with the current worker's reactor (it is still non-blocking).
     fn register(self) -> io::Result<Accepted> {
         Ok(match self {
-            Self::Tcp(s) => Accepted::Tcp(tokio::net::TcpStream::from_std(s)?),
+            Self::Tcp(s, local) => Accepted::Tcp(tokio::net::TcpStream::from_std(s)?, local),
             Self::Unix(s) => Accepted::Unix(tokio::net::UnixStream::from_std(s)?),
         })
     }
@@ -588,5 +596,31 @@ mod tests {
             s.tcp_user_timeout().unwrap(),
             Some(Duration::from_secs(7 + 3 * 4))
         );
+    }
+
+    /// A listener bound to one address names it for its connections (the destination a PROXY
+    /// protocol header carries); a wildcard one leaves it to each connection's own socket.
+    #[tokio::test]
+    async fn a_listener_on_one_address_knows_where_its_connections_arrive() {
+        let wildcard = SocketAddr::from(([0, 0, 0, 0], 0));
+        for (bind, known) in [(local(0), true), (wildcard, false)] {
+            let (addr, mut group) = bind_tcp_group(bind, 1, None, false).unwrap();
+            let acceptor = StdAcceptor::Tcp(group.remove(0), Arc::from("test"))
+                .register()
+                .unwrap();
+            let client = tokio::net::TcpStream::connect(local(addr.port()))
+                .await
+                .unwrap();
+            let (accepted, peer, _) = acceptor.accept().await.unwrap();
+            assert_eq!(peer, client.local_addr().unwrap().to_string());
+            let Accepted::Tcp(s, arrived) = accepted else {
+                panic!("a TCP listener accepts TCP connections");
+            };
+            assert_eq!(arrived.is_some(), known, "{bind}");
+            if let Some(arrived) = arrived {
+                assert_eq!(arrived, s.local_addr().unwrap());
+                assert_eq!(arrived, client.peer_addr().unwrap());
+            }
+        }
     }
 }
