@@ -4,6 +4,9 @@
 
 use super::*;
 
+/// An SSLRequest is a HandshakeResponse41's fixed 32-byte header alone, CLIENT_SSL set.
+const SSL_REQUEST_LEN: usize = 32;
+
 /// Sends the client's (patched) response to the backend with the bits of the backend leg,
 /// after taking that leg to TLS where planned; returns the sequence id it went with.
 pub(super) async fn forward_response<B>(
@@ -62,12 +65,17 @@ where
         return Err(AuthError::ClientSequence(first[3]));
     }
     *next_seq = 2;
-    let parsed = parse_client_first(&first[4..]);
-    let wants_tls = matches!(parsed, Ok(ClientFirst::SslRequest { .. }));
+    // Only a packet of an SSLRequest's length can be one: a HandshakeResponse is parsed once,
+    // when it is patched for the backend, not here as well.
+    let wants_tls = first.len() == 4 + SSL_REQUEST_LEN
+        && matches!(
+            parse_client_first(&first[4..]),
+            Ok(ClientFirst::SslRequest { .. })
+        );
     if !wants_tls {
         if plan.client_tls.is_some_and(|t| t.require) && !plan.client_local {
             return Err(AuthError::InsecureTransport {
-                user: match parsed {
+                user: match parse_client_first(&first[4..]) {
                     Ok(ClientFirst::Response(r)) => r.user,
                     _ => String::new(),
                 },
