@@ -156,7 +156,7 @@ def parse_args():
         "--baseline",
         metavar="BINARY",
         help="another mysql-lb binary (e.g. one built from the main branch) measured in the same "
-        "interleaved runs as \"baseline\" and \"baseline unix\", for an A/B comparison",
+        "interleaved runs as \"baseline\", \"baseline deferred\" and \"baseline unix\", for an A/B comparison",
     )
     ap.add_argument(
         "--only",
@@ -555,6 +555,11 @@ class Bench:
             proc, _, _ = procs.start_mysql_lb(
                 self.reg, self.args.baseline, "baseline", addr, tcp_backends, plain)
             baseline.append(Target("baseline", tcp_args([addr]), proc))
+            # And its deferred connect, beside "mysql-lb deferred".
+            addr = ("127.0.0.1", procs.free_port())
+            proc, _, _ = procs.start_mysql_lb(
+                self.reg, self.args.baseline, "baseline-deferred", addr, tcp_backends, deferred)
+            baseline.append(Target("baseline deferred", tcp_args([addr]), proc))
             sock = os.path.join(self.reg.base, "baseline.sock")
             proc, _, _ = procs.start_mysql_lb(
                 self.reg, self.args.baseline, "baseline-unix", sock, [b.socket for b in self.backends], extra)
