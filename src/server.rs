@@ -423,7 +423,10 @@ async fn run_session(
             },
         };
         let worker = admitted.placement.worker();
-        let session = async {
+        // Boxed: the session's state machine is several KiB, and unboxed it would be copied
+        // whole each time the task is moved on its way to a worker (tracked, spawned, into its
+        // cell); boxed, those moves carry a pointer.
+        let session = Box::pin(async {
             match stream {
                 Accepted::Tcp(s, local) => match balancer {
                     Some(via) => {
@@ -441,7 +444,7 @@ async fn run_session(
                     session::run(shared, s, from, worker, &drain).await
                 }
             }
-        };
+        });
         // Past the drain deadline (or on a second signal) sessions are dropped, which closes
         // both of their connections.
         let reason = tokio::select! {
