@@ -7,6 +7,7 @@ pub mod admin;
 pub mod auth;
 pub mod balancer;
 pub mod config;
+pub mod gate;
 pub mod health;
 pub mod identity_check;
 pub mod kill;
