@@ -6,6 +6,7 @@
 pub mod admin;
 pub mod auth;
 pub mod balancer;
+pub mod cidr;
 pub mod config;
 pub mod health;
 pub mod identity_check;

@@ -42,7 +42,7 @@ pub struct ProxyState {
     /// Read by every session, fixed at start (a reload reports changes as needing a restart).
     pub session: SessionSettings,
     /// `accept_proxy_protocol`, fixed at start like `session`.
-    pub accept_proxy_protocol: Vec<crate::route::Cidr>,
+    pub accept_proxy_protocol: Vec<crate::cidr::Cidr>,
     /// TLS material and compression per leg; a reload swaps it whole (new sessions use the new
     /// one, running sessions keep what they negotiated).
     legs: ArcSwap<Legs>,

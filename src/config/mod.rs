@@ -226,7 +226,7 @@ pub struct Config {
     pub proxy_protocol: ProxyProtocol,
     /// `accept_proxy_protocol`: TCP clients from these networks must send a PROXY protocol
     /// header first, and the address it carries is the client's (empty: no header is read).
-    pub accept_proxy_protocol: Vec<crate::route::Cidr>,
+    pub accept_proxy_protocol: Vec<crate::cidr::Cidr>,
 }
 
 /// Background health checks of every backend.

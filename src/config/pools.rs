@@ -13,7 +13,7 @@ use serde::Deserialize;
 
 use super::raw::RawBackend;
 use super::{BackendConfig, BackendTls, Config, ConfigError, ListenAddr, Policy};
-use crate::route::Cidr;
+use crate::cidr::Cidr;
 
 /// The pool of the top-level `backends:` list and of backends given by flags.
 pub const DEFAULT_POOL: &str = "default";
