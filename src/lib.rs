@@ -16,6 +16,7 @@ pub mod lifecycle;
 pub mod limits;
 pub mod logging;
 pub mod metrics;
+pub mod peer_api;
 pub mod protocol;
 pub mod relay;
 pub mod reload;
