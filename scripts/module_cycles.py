@@ -3,8 +3,13 @@
 
 An edge A -> B is a path `crate::B...` (or `super::...` resolving to B) written in a file of
 module A outside comments. Test code (`tests.rs`, `*_tests.rs`, items under `#[cfg(test)]`) is
-left out unless `--tests` is given: a test may reach anywhere. `--depth 2` makes each
-submodule (`balancer::latency`) a node of its own instead of its top-level module.
+left out unless `--tests` is given: a test may reach anywhere. `lib.rs` (the wiring, above every
+room) and `main.rs` are no nodes.
+
+`--depth 2` makes each submodule (`balancer::latency`) a node of its own instead of its
+top-level module, and leaves out the edges between a module and its own ancestors (a room's root
+declares and re-exports its parts and they use its types: that is one room), so what it adds is
+the cycles between the parts of one room; cycles between rooms are depth 1's.
 
 Prints each strongly connected component with the edges inside it (the ones to cut), then
 `no cycles` or the count; exits 1 when there is a cycle, so `scripts/test.sh` can run it.
@@ -102,12 +107,12 @@ def paths_in(text: str) -> list[list[str]]:
     return found
 
 
-def resolve(path: list[str], here: list[str], is_dir_module: bool) -> list[str] | None:
+def resolve(path: list[str], here: list[str]) -> list[str] | None:
     """A written path as an absolute module path, or None when it leaves the crate."""
     if path[0] == "crate":
         return path[1:]
     base = list(here)
-    # In src/a/b.rs `super` is a; in src/a/b/mod.rs too (the module is a::b either way).
+    # `super` in src/a/b.rs and in src/a/b/mod.rs alike is a: both define module a::b.
     rest = path
     if rest[0] == "self":
         rest = rest[1:]
@@ -117,7 +122,6 @@ def resolve(path: list[str], here: list[str], is_dir_module: bool) -> list[str] 
                 return None
             base.pop()
             rest = rest[1:]
-    del is_dir_module
     return base + rest
 
 
@@ -126,6 +130,11 @@ def node_of(path: list[str], modules: set[tuple[str, ...]], depth: int) -> str |
         if tuple(path[:n]) in modules:
             return "::".join(path[:n])
     return None
+
+
+def related(a: str, b: str) -> bool:
+    """Whether one of two nodes is the other or contains it."""
+    return a == b or a.startswith(b + "::") or b.startswith(a + "::")
 
 
 def graph(src: pathlib.Path, depth: int, tests: bool) -> dict[str, set[str]]:
@@ -151,11 +160,11 @@ def graph(src: pathlib.Path, depth: int, tests: bool) -> dict[str, set[str]]:
             continue
         edges.setdefault(me, set())
         for written in paths_in(code):
-            target = resolve(written, here, file.stem == "mod")
+            target = resolve(written, here)
             if target is None:
                 continue
             other = node_of(target, modules, depth)
-            if other and other != me:
+            if other and not related(me, other):
                 edges[me].add(other)
     return edges
 
