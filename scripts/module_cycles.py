@@ -203,12 +203,33 @@ def sccs(edges: dict[str, set[str]]) -> list[list[str]]:
     return sorted(out)
 
 
+def layers(edges: dict[str, set[str]]) -> list[list[str]]:
+    """The nodes of an acyclic graph by height: each only depends on lower layers."""
+    height: dict[str, int] = {}
+
+    def of(v: str) -> int:
+        if v not in height:
+            height[v] = 1 + max((of(w) for w in edges.get(v, ())), default=-1)
+        return height[v]
+
+    nodes = sorted(set(edges) | {t for ts in edges.values() for t in ts})
+    out: list[list[str]] = []
+    for v in nodes:
+        h = of(v)
+        out.extend([] for _ in range(h + 1 - len(out)))
+        out[h].append(v)
+    return out
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--src", default=pathlib.Path(__file__).resolve().parent.parent / "src")
     parser.add_argument("--depth", type=int, default=1, help="module path length of a node")
     parser.add_argument("--tests", action="store_true", help="count test code's edges too")
     parser.add_argument("--edges", action="store_true", help="print every edge first")
+    parser.add_argument(
+        "--layers", action="store_true", help="without cycles, print the modules bottom up"
+    )
     args = parser.parse_args()
     edges = graph(pathlib.Path(args.src), args.depth, args.tests)
     if args.edges:
@@ -222,6 +243,9 @@ def main() -> int:
             for b in sorted(edges.get(a, ()) & members):
                 back = " (both ways)" if a in edges.get(b, ()) else ""
                 print(f"  {a} -> {b}{back}")
+    if args.layers and not comps:
+        for i, layer in enumerate(layers(edges)):
+            print(f"layer {i}: {', '.join(layer)}")
     print(f"{len(comps)} cycle(s)" if comps else "no cycles")
     return 1 if comps else 0
 
