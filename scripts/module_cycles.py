@@ -4,7 +4,9 @@
 An edge A -> B is a path `crate::B...` (or `super::...` resolving to B) written in a file of
 module A outside comments. Test code (`tests.rs`, `*_tests.rs`, items under `#[cfg(test)]`) is
 left out unless `--tests` is given: a test may reach anywhere. `lib.rs` (the wiring, above every
-room) and `main.rs` are no nodes.
+room) and `main.rs` are no nodes. An inline `mod x { }` counts as its file's module, and a path
+written relative to a child module (`latency::tick` in balancer/mod.rs) is not read: both stay
+inside one node at depth 1.
 
 `--depth 2` makes each submodule (`balancer::latency`) a node of its own instead of its
 top-level module, and leaves out the edges between a module and its own ancestors (a room's root
