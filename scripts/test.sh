@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The project's test command: system dependencies, formatting, lints, then every test target
-# (unit tests, integration tests against real MariaDB servers, benches built as tests).
+# The project's test command: system dependencies, formatting, lints, no dependency cycle
+# between src/'s modules, then every test target (unit tests, integration tests against real
+# MariaDB servers, benches built as tests).
 # Extra arguments go to `cargo test`, e.g. `scripts/test.sh -- --nocapture`.
 set -euo pipefail
 
@@ -19,5 +20,6 @@ total=$SECONDS
 step deps scripts/install-deps.sh
 step fmt cargo fmt --all -- --check
 step clippy cargo clippy --all-targets -- -D warnings
+step cycles python3 scripts/module_cycles.py
 step test cargo test --all-targets "$@"
 echo "==> all passed in $((SECONDS - total)) s" >&2

@@ -6,7 +6,9 @@
 pub mod admin;
 pub mod auth;
 pub mod balancer;
+pub mod cidr;
 pub mod config;
+pub mod gate;
 pub mod health;
 pub mod identity_check;
 pub mod kill;
@@ -15,6 +17,7 @@ pub mod lifecycle;
 pub mod limits;
 pub mod logging;
 pub mod metrics;
+pub mod peer_api;
 pub mod protocol;
 pub mod relay;
 pub mod reload;
@@ -23,6 +26,7 @@ pub mod server;
 pub mod session;
 pub mod state;
 pub mod stream;
+pub mod tasks;
 pub mod tls;
 pub mod workers;
 
@@ -48,9 +52,8 @@ pub struct Proxy {
     health: config::HealthCheckConfig,
     shutdown_timeout: std::time::Duration,
     loader: Option<reload::Loader>,
-    /// The config file to watch (see `lifecycle::watch`), and who it wakes.
+    /// The config file to watch (see `lifecycle::watch`).
     watch: Option<lifecycle::watch::ConfigWatch>,
-    file_changed: Arc<tokio::sync::Notify>,
     workers: Workers,
     /// The listening sockets each worker accepts on: (worker, socket).
     acceptors: Vec<(usize, server::StdAcceptor)>,
@@ -137,7 +140,6 @@ impl Proxy {
             shutdown_timeout: config.shutdown_timeout,
             loader: None,
             watch: None,
-            file_changed: Arc::new(tokio::sync::Notify::new()),
             workers,
             acceptors,
         })
@@ -204,28 +206,14 @@ impl Proxy {
             self.admin_token.clone(),
             admin_stop.clone(),
         );
-        lifecycle::spawn(
+        tasks::start(
             &accept_loops,
-            Arc::clone(&self.shared),
+            &self.shared,
+            self.health.clone(),
+            self.loader.clone(),
             self.watch.clone(),
-            Arc::clone(&self.file_changed),
             &shutdown,
         );
-        accept_loops.spawn(health::run(
-            Arc::clone(&self.shared),
-            self.health.clone(),
-            shutdown.clone(),
-        ));
-        accept_loops.spawn(balancer::latency::run(
-            Arc::clone(&self.shared),
-            shutdown.clone(),
-        ));
-        accept_loops.spawn(reload::on_hangup(
-            Arc::clone(&self.shared),
-            self.loader.clone(),
-            Arc::clone(&self.file_changed),
-            shutdown.clone(),
-        ));
         let placer = self.workers.placer();
         for (worker, acceptor) in self.acceptors {
             let sessions = handoff.clone();

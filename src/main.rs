@@ -74,7 +74,7 @@ fn run(config: &mut Config, cli: &Cli) -> anyhow::Result<()> {
             proxy = proxy.with_config_watch(path.clone());
         }
         // SIGTERM/SIGINT: not ready, shutdown_delay, drain; see `mysql_lb::lifecycle`.
-        let stop = mysql_lb::lifecycle::on_signals(proxy.shared());
+        let stop = mysql_lb::tasks::on_signals(proxy.shared());
         proxy.run_with_abort(stop.drain, stop.abort).await;
         Ok(())
     })

@@ -99,7 +99,6 @@ struct BackendFamilies {
     connections_total: IntCounterVec,
     connect_errors: IntCounterVec,
     up: IntGaugeVec,
-    bytes: IntCounterVec,
     health_checks: IntCounterVec,
     admin_state: IntGaugeVec,
     ejections: IntCounterVec,
@@ -164,11 +163,6 @@ impl BackendFamilies {
                 "1 when the backend is in rotation, 0 when it is out.",
                 backend,
             ),
-            bytes: int_counter_vec(
-                "backend_bytes_total",
-                "Bytes relayed, by direction (to_backend, from_backend).",
-                &["backend", "direction"],
-            ),
             health_checks: int_counter_vec(
                 "backend_health_checks_total",
                 "Health checks by result (ok, failed).",
@@ -207,7 +201,6 @@ impl BackendFamilies {
             Box::new(self.connections_total.clone()),
             Box::new(self.connect_errors.clone()),
             Box::new(self.up.clone()),
-            Box::new(self.bytes.clone()),
             Box::new(self.health_checks.clone()),
             Box::new(self.admin_state.clone()),
             Box::new(self.ejections.clone()),
@@ -335,8 +328,6 @@ impl Metrics {
             connections_total: f.connections_total.with_label_values(&[name]),
             connect_errors: f.connect_errors.with_label_values(&[name]),
             up: f.up.with_label_values(&[name]),
-            bytes_to_backend: f.bytes.with_label_values(&[name, "to_backend"]),
-            bytes_from_backend: f.bytes.with_label_values(&[name, "from_backend"]),
             checks_ok: f.health_checks.with_label_values(&[name, "ok"]),
             checks_failed: f.health_checks.with_label_values(&[name, "failed"]),
             admin_states: ["ready", "draining", "maintenance"]
@@ -469,8 +460,6 @@ pub struct BackendStats {
     pub connections_total: IntCounter,
     pub connect_errors: IntCounter,
     pub up: IntGauge,
-    pub bytes_to_backend: IntCounter,
-    pub bytes_from_backend: IntCounter,
     pub checks_ok: IntCounter,
     pub checks_failed: IntCounter,
     /// `mysql_lb_backend_admin_state{backend,state}`, one gauge per state, in AdminState order.
@@ -486,6 +475,17 @@ impl BackendStats {
     /// `mysql_lb_worker_sessions{worker}`) on that worker's shard.
     pub fn record(&self, worker: usize, c: &Completed) {
         self.latency.record(worker, c);
+    }
+
+    /// Counts `n` bytes read from the client (`to_backend`) or the backend, on worker `worker`'s
+    /// shard.
+    pub fn relayed(&self, worker: usize, to_backend: bool, n: usize) {
+        self.latency.relayed(worker, to_backend, n as u64);
+    }
+
+    /// Bytes relayed to and from the backend, over every worker.
+    pub fn bytes(&self) -> [u64; 2] {
+        self.latency.bytes()
     }
 
     /// Completed commands of every kind and the sum of their latencies (seconds).
@@ -571,6 +571,34 @@ mod tests {
             "mysql_lb_backend_query_duration_seconds_count{backend=\"db1\",command=\"other\"} 1"
         ));
         assert!(text.contains("mysql_lb_backend_up{backend=\"db1\"} 1"));
+    }
+
+    #[test]
+    fn bytes_counted_by_several_workers_render_as_one_counter_per_direction() {
+        let m = Metrics::new();
+        for worker in 0..3 {
+            m.worker_sessions(worker);
+        }
+        let b = m.backend("db1");
+        let text = String::from_utf8(m.render()).unwrap();
+        assert!(text
+            .contains("mysql_lb_backend_bytes_total{backend=\"db1\",direction=\"to_backend\"} 0"));
+        b.relayed(0, true, 100);
+        b.relayed(1, true, 20);
+        b.relayed(2, false, 7);
+        b.relayed(5, false, 1);
+        assert_eq!(b.bytes(), [120, 8]);
+        let text = String::from_utf8(m.render()).unwrap();
+        assert!(
+            text.contains("# TYPE mysql_lb_backend_bytes_total counter"),
+            "{text}"
+        );
+        assert!(text.contains(
+            "mysql_lb_backend_bytes_total{backend=\"db1\",direction=\"to_backend\"} 120"
+        ));
+        assert!(text.contains(
+            "mysql_lb_backend_bytes_total{backend=\"db1\",direction=\"from_backend\"} 8"
+        ));
     }
 
     #[test]

@@ -153,8 +153,6 @@ struct Upstream<'a, O> {
 impl<O: Observer> Hooks for Upstream<'_, O> {
     fn scan(&mut self, buf: &mut BytesMut, fresh: usize) -> Result<usize, TrackError> {
         self.observer.relayed(true, fresh);
-        // Held bytes are not written yet; a client trickling a command into them is not idle.
-        *self.active = Some(Instant::now());
         let scan = self.tracker.on_client_mut(buf);
         if let Err(e) = &scan {
             keep_good_part(buf, e);
@@ -166,6 +164,11 @@ impl<O: Observer> Hooks for Upstream<'_, O> {
         }
         let scan = scan?;
         self.quit |= scan.quit;
+        if scan.held > 0 {
+            // Held bytes are not written yet (the write stamps the rest); a client trickling a
+            // command into them is not idle.
+            *self.active = Some(Instant::now());
+        }
         Ok(scan.held)
     }
 
@@ -311,7 +314,7 @@ where
     C: AsyncRead + AsyncWrite + Unpin + GiveBack,
     B: AsyncRead + AsyncWrite + Unpin + GiveBack,
 {
-    let draining = stop.drain.cancelled();
+    let draining = crate::gate::cancelled(stop.drain);
     tokio::pin!(draining);
     let mut drain_now = false;
     let mut idle = stop.idle_timeout.map(IdleTimer::new);
@@ -354,7 +357,7 @@ where
         }
         let step = session.poll_downstream(cx);
         let legs_hold = session.client.holds_memory() || session.backend.holds_memory();
-        shrink.arm_if_grown(&session.up, &session.down, legs_hold);
+        shrink.arm_if_grown(cx, &session.up, &session.down, legs_hold);
         match step {
             Poll::Ready(end) => Poll::Ready(end),
             Poll::Pending if drain_now && session.boundary() => Poll::Ready(RelayEnd::Drained),

@@ -7,12 +7,12 @@
 //! removed ones keep their sessions until they end but get no new clients. TLS certificates and
 //! keys are read again every time (new sessions use them; running ones keep their TLS state).
 //! Settings that only take effect at start (listeners, limits, timeouts, health checks) are
-//! reported as needing a restart.
+//! reported as needing a restart. The task that waits for SIGHUP and for the config-file watch
+//! is `crate::tasks`.
 
 use std::sync::Arc;
 
 use thiserror::Error;
-use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
 
 use crate::balancer::script::ScriptError;
@@ -174,48 +174,6 @@ fn restart_keys(old: &Config, new: &Config) -> Vec<&'static str> {
     keys
 }
 
-/// Reloads on every SIGHUP, and each time `file_changed` is notified (the config-file watch),
-/// until `shutdown`: the whole configuration through `load` when the proxy has one, else just
-/// the Lua script. One task for both, so two reloads never run at once.
-pub async fn on_hangup(
-    shared: Arc<ProxyState>,
-    load: Option<Loader>,
-    file_changed: Arc<tokio::sync::Notify>,
-    shutdown: CancellationToken,
-) {
-    use tokio::signal::unix::{signal, SignalKind};
-    let mut hangup = match signal(SignalKind::hangup()) {
-        Ok(s) => Some(s),
-        Err(e) => {
-            warn!("cannot listen for SIGHUP ({e}); reload on SIGHUP is off");
-            None
-        }
-    };
-    loop {
-        let trigger = tokio::select! {
-            _ = shutdown.cancelled() => return,
-            _ = file_changed.notified() => "config file changed",
-            got = async {
-                match hangup.as_mut() {
-                    Some(h) => h.recv().await,
-                    None => std::future::pending().await,
-                }
-            } => match got {
-                Some(()) => "SIGHUP received",
-                None => return,
-            },
-        };
-        let shared = Arc::clone(&shared);
-        let load = load.clone();
-        // Reading files and compiling Lua: off the async workers.
-        let done =
-            tokio::task::spawn_blocking(move || reload_once(&shared, load.as_ref(), trigger)).await;
-        if let Err(e) = done {
-            error!("reload task failed: {e}");
-        }
-    }
-}
-
 /// Refuses a configuration whose unix-socket backends would admit mysql-lb's own OS identity, or
 /// that adds one when no safe identity could be set up at start (see `crate::identity_check`).
 /// Runs on a blocking thread of the runtime, as the rest of a reload does.
@@ -233,7 +191,9 @@ fn verify_socket_identity(shared: &ProxyState, new: &Config) -> Result<(), Reloa
     Ok(())
 }
 
-fn reload_once(shared: &ProxyState, load: Option<&Loader>, trigger: &str) {
+/// One reload, started by `trigger` (named in the log): the whole configuration through `load`
+/// when there is one, else the Lua script; failures are logged and change nothing.
+pub(crate) fn reload_once(shared: &ProxyState, load: Option<&Loader>, trigger: &str) {
     let Some(load) = load else {
         info!("{trigger}: reloading the Lua script");
         // Logs and counts its own failures.

@@ -345,10 +345,10 @@ pub async fn accept_loop(listener: Acceptor, sessions: Sessions, me: usize, plac
 
 /// The drain and abort tokens as each worker's sessions see them: one child of each per worker.
 ///
-/// A session polls both on every wake-up (the relay for the drain, `run_session` for the abort),
-/// and each poll locks the token's node. Children of their own keep those locks within one
-/// worker thread instead of bouncing one cache line between every worker's CPU on every query;
-/// cancelling the parent still reaches every child.
+/// A session waits on both for its whole life (the relay for the drain, `run_session` for the
+/// abort), through [`crate::gate::Gated`], which locks a token only to register and when it
+/// fires. Children of their own keep even those locks (a session's start and end) within one
+/// worker thread; cancelling the parent still reaches every child.
 struct WorkerTokens(Vec<(CancellationToken, CancellationToken)>);
 
 impl WorkerTokens {
@@ -448,8 +448,9 @@ async fn run_session(
         // Past the drain deadline (or on a second signal) sessions are dropped, which closes
         // both of their connections.
         let reason = tokio::select! {
+            biased;
             reason = session => reason,
-            _ = abort.cancelled() => session::EndReason::Shutdown,
+            _ = crate::gate::cancelled(&abort) => session::EndReason::Shutdown,
         };
         debug!(reason = reason.as_str(), "session ended");
         if reason == session::EndReason::ProxyHeaderUnlisted {

@@ -14,8 +14,9 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 
-use crate::balancer::BackendSet;
+use crate::balancer::{Backend, BackendSet};
 use crate::config::Config;
+use crate::health::CheckLeg;
 use crate::kill;
 use crate::metrics::Metrics;
 use crate::protocol::caps::CLIENT_LOCAL_FILES;
@@ -42,7 +43,7 @@ pub struct ProxyState {
     /// Read by every session, fixed at start (a reload reports changes as needing a restart).
     pub session: SessionSettings,
     /// `accept_proxy_protocol`, fixed at start like `session`.
-    pub accept_proxy_protocol: Vec<crate::route::Cidr>,
+    pub accept_proxy_protocol: Vec<crate::cidr::Cidr>,
     /// TLS material and compression per leg; a reload swaps it whole (new sessions use the new
     /// one, running sessions keep what they negotiated).
     legs: ArcSwap<Legs>,
@@ -222,6 +223,17 @@ impl ProxyState {
             Err(poisoned) => *poisoned.into_inner() = set,
         }
         self.reloads.send_modify(|generation| *generation += 1);
+    }
+
+    /// How a connection of the proxy's own to `backend` starts (TLS, a PROXY protocol header),
+    /// as a session's would: health checks and KILLs run on another backend use it.
+    pub(crate) fn check_leg(&self, backend: &Backend) -> CheckLeg {
+        let legs = self.legs();
+        CheckLeg {
+            tls: legs.tls.backend(&backend.name).cloned(),
+            proxy_protocol: legs.proxy_protocol(&backend.name),
+            socket_identity: Arc::clone(&self.socket_identity),
+        }
     }
 
     /// Changes whenever the backend set is replaced.

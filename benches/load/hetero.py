@@ -38,7 +38,7 @@ import time
 
 import myclient
 import procs
-import run
+import sysbench
 from procs import log
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -98,7 +98,7 @@ class Hetero:
         self.prepare()
         slow = self.backends[2]
         self.delay_addr = ("127.0.0.1", procs.free_port())
-        procs.start_pump(self.reg, run.pump_binary(self.binary), "delay", self.delay_addr,
+        procs.start_pump(self.reg, procs.pump_binary(self.binary), "delay", self.delay_addr,
                          ["127.0.0.1:%d" % slow.port],
                          ["--threads", "1", "--delay-ms", str(self.args.delay_ms)])
         log("backends: %s; db3 delayed by %d ms at 127.0.0.1:%d" % (
@@ -111,11 +111,11 @@ class Hetero:
             "uniform", [b.addr for b in self.backends], False, ("round_robin", "least_latency"))
 
     def prepare(self):
-        log("sysbench prepare: %d tables x %d rows on each backend" % (run.TABLES, run.TABLE_SIZE))
+        log("sysbench prepare: %d tables x %d rows on each backend" % (sysbench.TABLES, sysbench.TABLE_SIZE))
         running = []
         for b in self.backends:
-            t = run.Target(b.name, run.tcp_args([b.addr]))
-            argv = run.sysbench_argv("oltp_read_only", t, 1, 0)[:-1] + ["prepare"]
+            t = sysbench.Target(b.name, sysbench.tcp_args([b.addr]))
+            argv = sysbench.sysbench_argv("oltp_read_only", t, 1, 0)[:-1] + ["prepare"]
             running.append(self.reg.spawn("prepare-" + b.name, argv))
         for proc, log_path in running:
             if proc.wait(300) != 0:
@@ -151,14 +151,14 @@ class Hetero:
             flags = self.args.lb_args.split() + ["--config", cfg, "--balancer", policy]
             proc, _, _ = procs.start_mysql_lb(
                 self.reg, self.binary, "mysql-lb-%s-%s" % (pool, policy), addr, backends, flags)
-            targets.append(run.Target("mysql-lb " + policy, run.tcp_args([addr]), proc))
+            targets.append(sysbench.Target("mysql-lb " + policy, sysbench.tcp_args([addr]), proc))
         if with_haproxy:
             hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
             hard = hard if hard != resource.RLIM_INFINITY else 1 << 20
             for balance in HAPROXY_POLICIES:
                 proc, addr = procs.start_haproxy(self.reg, addrs, min(10000, (hard - 200) // 2),
                                                  balance, "haproxy-%s-%s" % (pool, balance))
-                targets.append(run.Target("haproxy " + balance, run.tcp_args([addr]), proc))
+                targets.append(sysbench.Target("haproxy " + balance, sysbench.tcp_args([addr]), proc))
         return targets
 
     # the runs
@@ -181,18 +181,18 @@ class Hetero:
     def sysbench_argv(self, case, target):
         threads, seconds = self.args.hetero_threads, self.args.time
         if case == "short":
-            return run.sysbench_argv(os.path.join(HERE, "short.lua"), target, threads, seconds,
+            return sysbench.sysbench_argv(os.path.join(HERE, "short.lua"), target, threads, seconds,
                                      ["--queries=%d" % self.args.short_queries])
-        return run.sysbench_argv("oltp_point_select", target, threads, seconds)
+        return sysbench.sysbench_argv("oltp_point_select", target, threads, seconds)
 
     def run_one(self, counters, rnd, pool, case, target):
         target.check_alive()
         before = counters.read()
         own0, (busy0, total0) = self.reg.own_cpu(), procs.machine_busy()
-        rc, text = run.run_capture(self.reg, self.sysbench_argv(case, target), self.args.time + 120)
+        rc, text = procs.run_capture(self.reg, self.sysbench_argv(case, target), self.args.time + 120)
         own1, (busy1, total1) = self.reg.own_cpu(), procs.machine_busy()
         split = deltas(before, counters.read())
-        res = run.parse_sysbench(text) if rc == 0 else {}
+        res = sysbench.parse_sysbench(text) if rc == 0 else {}
         tag = "[round %d/%d] %-7s %-5s %-26s" % (rnd + 1, self.args.rounds, pool, case, target.name)
         runs = self.results.setdefault((pool, case, target.name), [])
         if rc != 0 or not res.get("qps"):
@@ -224,7 +224,7 @@ class Hetero:
         w("Run %s with `%s` (%d round%s x %d s per cell, interleaved; %d sysbench threads, "
           "`--tables=%d --table-size=%d --db-ps-mode=disable`)."
           % (datetime.datetime.now().strftime("%Y-%m-%d %H:%M"), command_line(), a.rounds,
-             "s" if a.rounds > 1 else "", a.time, a.hetero_threads, run.TABLES, run.TABLE_SIZE))
+             "s" if a.rounds > 1 else "", a.time, a.hetero_threads, sysbench.TABLES, sysbench.TABLE_SIZE))
         w("")
         for k, v in info.items():
             w("- %s: %s" % (k, v))

@@ -390,3 +390,24 @@ def write_config(path, backends, body):
     with open(path, "w") as f:
         f.write("backends:\n" + "".join("  - %s\n" % b for b in backends) + body)
     return path
+
+
+def pump_binary(binary):
+    """The bare relay anchor (benches/load/pump.rs), built beside mysql-lb."""
+    return os.path.join(os.path.dirname(binary), "examples", "pump")
+
+
+def run_capture(reg, argv, timeout, name="sysbench", cwd=None):
+    """Runs a command to completion in its own session (stopped on Ctrl-C like every child)."""
+    proc, log_path = reg.spawn(name, argv, log_name="%s-%d" % (name, time.monotonic_ns()), cwd=cwd)
+    try:
+        proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        reg.stop(proc, timeout=5, sig=signal.SIGKILL)
+        raise RuntimeError("%s timed out after %ss" % (name, timeout))
+    finally:
+        reg.stop(proc, timeout=5)
+    with open(log_path, errors="replace") as f:
+        text = f.read()
+    os.unlink(log_path)
+    return proc.returncode, text

@@ -88,17 +88,23 @@ import time
 import urllib.request
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-# hetero.py imports this file as `run`: let it find this very module rather than load it again.
-sys.modules.setdefault("run", sys.modules[__name__])
 ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, HERE)
+import hetero  # noqa: E402
 import myclient  # noqa: E402
 import procs  # noqa: E402
-from procs import log  # noqa: E402
+from procs import log, pump_binary, run_capture  # noqa: E402
+from sysbench import (  # noqa: E402
+    TABLE_SIZE,
+    TABLES,
+    Target,
+    parse_sysbench,
+    socket_args,
+    sysbench_argv,
+    tcp_args,
+)
 
-TABLES = 4
-TABLE_SIZE = 10000
 IDLE_EXCLUDED = ("epoll_wait", "epoll_pwait", "epoll_pwait2", "futex")
 
 
@@ -226,11 +232,6 @@ def build(args):
     return binary
 
 
-def pump_binary(binary):
-    """The bare relay anchor (benches/load/pump.rs), built beside mysql-lb."""
-    return os.path.join(os.path.dirname(binary), "examples", "pump")
-
-
 def versions(binary):
     def first_line(argv):
         try:
@@ -251,88 +252,7 @@ def versions(binary):
     }
 
 
-# --- paths and sysbench -------------------------------------------------------------------------
-
-
-class Target:
-    """One way of reaching the backends."""
-
-    def __init__(self, name, conn_args, proc=None, cwd=None, probe=None):
-        self.name = name
-        self.conn_args = conn_args
-        self.proc = proc
-        # sysbench's working directory: where it finds its TLS files.
-        self.cwd = cwd
-        # (address, CLI flags) the `mariadb` CLI checks this path's TLS or compression with.
-        self.probe = probe
-
-    @property
-    def pid(self):
-        return self.proc.pid if self.proc else None
-
-    def check_alive(self):
-        if self.proc is not None and self.proc.poll() is not None:
-            raise RuntimeError("%s exited with %s" % (self.name, self.proc.returncode))
-
-
-def tcp_args(addrs):
-    return [
-        "--mysql-host=" + ",".join(a[0] for a in addrs),
-        "--mysql-port=" + ",".join(str(a[1]) for a in addrs),
-    ]
-
-
-def socket_args(paths):
-    return ["--mysql-socket=" + ",".join(paths)]
-
-
-def sysbench_argv(script, target, threads, seconds, extra=()):
-    return [
-        "sysbench",
-        script,
-        "--db-driver=mysql",
-        "--mysql-user=" + procs.BENCH_USER,
-        "--mysql-password=" + procs.BENCH_PASS,
-        "--mysql-db=sbtest",
-        "--tables=%d" % TABLES,
-        "--table-size=%d" % TABLE_SIZE,
-        "--db-ps-mode=disable",
-        "--percentile=95",
-        "--threads=%d" % threads,
-        "--time=%d" % seconds,
-        "--report-interval=0",
-    ] + target.conn_args + list(extra) + ["run"]
-
-
-def parse_sysbench(text):
-    def num(pattern):
-        m = re.search(pattern, text)
-        return float(m.group(1)) if m else None
-
-    return {
-        "queries": num(r"queries:\s+(\d+)"),
-        "qps": num(r"queries:\s+\d+\s+\(([\d.]+) per sec"),
-        "events": num(r"total number of events:\s+(\d+)"),
-        "total_time": num(r"total time:\s+([\d.]+)s"),
-        "p95": num(r"95th percentile:\s+([\d.]+)"),
-        "errors": num(r"ignored errors:\s+(\d+)"),
-    }
-
-
-def run_capture(reg, argv, timeout, name="sysbench", cwd=None):
-    """Runs a command to completion in its own session (stopped on Ctrl-C like every child)."""
-    proc, log_path = reg.spawn(name, argv, log_name="%s-%d" % (name, time.monotonic_ns()), cwd=cwd)
-    try:
-        proc.wait(timeout)
-    except subprocess.TimeoutExpired:
-        reg.stop(proc, timeout=5, sig=signal.SIGKILL)
-        raise RuntimeError("%s timed out after %ss" % (name, timeout))
-    finally:
-        reg.stop(proc, timeout=5)
-    with open(log_path, errors="replace") as f:
-        text = f.read()
-    os.unlink(log_path)
-    return proc.returncode, text
+# --- counters ----------------------------------------------------------------------------------
 
 
 class Monitor:
@@ -1219,8 +1139,6 @@ def main():
     binary = build(args)
     info = versions(binary)
     if "hetero" not in args.skip:
-        import hetero
-
         info["load average at start"] = " ".join("%.2f" % x for x in os.getloadavg())
         sys.exit(hetero.main(args, binary, info))
     if args.baseline:

@@ -1,7 +1,7 @@
 //! `GET /connections/{id}`: where one of this instance's sessions is, for the other instances.
 //!
-//! Another instance that receives a KILL of one of our ids asks here (see `crate::kill::peer`)
-//! and maps the KILL itself. The answer names backends, thread ids and users, so with an admin
+//! Another instance that receives a KILL of one of our ids asks here (the request and its answer
+//! are `crate::peer_api`) and maps the KILL itself. The answer names backends, thread ids and users, so with an admin
 //! token or a `peer_token_file` configured it needs one of them (the peer token opens this
 //! endpoint only, so instances need not hold each other's admin token).
 
@@ -9,7 +9,7 @@ use hyper::header::HeaderValue;
 use hyper::{Method, StatusCode};
 use serde_json::json;
 
-use crate::kill::peer::ConnectionInfo;
+use crate::peer_api::{ConnectionInfo, CONNECTIONS_PATH};
 use crate::state::ProxyState;
 
 /// The answer to a request for `path`, or None when the path is not under `/connections/`.
@@ -20,7 +20,7 @@ pub(super) fn answer(
     path: &str,
     authorization: Option<&HeaderValue>,
 ) -> Option<(StatusCode, serde_json::Value)> {
-    let id = path.strip_prefix("/connections/")?;
+    let id = path.strip_prefix(CONNECTIONS_PATH)?;
     if method != Method::GET {
         let error = format!("{path} takes GET only");
         return Some((StatusCode::METHOD_NOT_ALLOWED, json!({ "error": error })));

@@ -1,8 +1,9 @@
 //! The `least_latency` policy's score: how slow each backend has been lately.
 //!
 //! Samples are the command latencies the histograms already record; nothing is added to the
-//! per-command path. Once per [`TICK`] a task reads each backend's histogram totals and folds
-//! the interval's mean latency into a peak-sensitive moving average:
+//! per-command path. Once per [`TICK`] a task (`crate::tasks`) calls [`tick`], which reads each
+//! backend's histogram totals and folds the interval's mean latency into a peak-sensitive moving
+//! average:
 //! - a mean above the average replaces it at once (a backend that turns slow is avoided within
 //!   one tick);
 //! - a mean below it pulls it down with weight `1 - exp(-TICK / DECAY)`;
@@ -18,10 +19,7 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio_util::sync::CancellationToken;
-
 use super::Backend;
-use crate::state::ProxyState;
 
 /// How often the averages are updated.
 pub const TICK: Duration = Duration::from_secs(1);
@@ -96,19 +94,12 @@ pub fn better_of(up: &[&Arc<Backend>], a: usize, b: usize) -> usize {
     }
 }
 
-/// Updates every backend's average once per [`TICK`] until `shutdown`.
-pub async fn run(shared: Arc<ProxyState>, shutdown: CancellationToken) {
-    let mut ticks = tokio::time::interval(TICK);
-    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tokio::select! {
-            _ = shutdown.cancelled() => return,
-            _ = ticks.tick() => {}
-        }
-        for b in shared.backends().backends() {
-            let (count, sum) = b.stats.latency_totals();
-            b.latency.update(count, sum);
-        }
+/// One tick for every backend of a set: folds what its histograms saw since the last tick into
+/// its average.
+pub fn tick(backends: &[Arc<Backend>]) {
+    for b in backends {
+        let (count, sum) = b.stats.latency_totals();
+        b.latency.update(count, sum);
     }
 }
 

@@ -8,6 +8,7 @@
 
 mod accept_proxy;
 mod address;
+mod backend;
 mod cli;
 mod ejection;
 mod instances;
@@ -21,13 +22,14 @@ mod secret;
 mod tls;
 
 pub use address::{AddressError, BackendAddr, ListenAddr};
+pub use backend::DEFAULT_POOL;
 pub use cli::Cli;
 pub use ejection::EjectionConfig;
 pub use instances::{parse_instance_id, InstanceConfig, Peer, PeerTemplate, PeerUrl};
 pub use keepalive::TcpKeepalive;
 pub use kill::KillConfig;
 pub use lifecycle::LifecycleConfig;
-pub use pools::{ConnectMode, PoolConfig, RouteConfig, DEFAULT_POOL};
+pub use pools::{ConnectMode, PoolConfig, RouteConfig};
 pub use proxy_protocol::ProxyProtocol;
 pub use secret::Secret;
 pub use tls::{BackendTls, BackendTlsMode, ClientTls, TlsVersion};
@@ -226,7 +228,7 @@ pub struct Config {
     pub proxy_protocol: ProxyProtocol,
     /// `accept_proxy_protocol`: TCP clients from these networks must send a PROXY protocol
     /// header first, and the address it carries is the client's (empty: no header is read).
-    pub accept_proxy_protocol: Vec<crate::route::Cidr>,
+    pub accept_proxy_protocol: Vec<crate::cidr::Cidr>,
 }
 
 /// Background health checks of every backend.

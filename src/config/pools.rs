@@ -11,12 +11,9 @@ use std::fmt;
 use serde::de::{self, Deserializer, MapAccess, Visitor};
 use serde::Deserialize;
 
-use super::raw::RawBackend;
-use super::{BackendConfig, BackendTls, Config, ConfigError, ListenAddr, Policy};
-use crate::route::Cidr;
-
-/// The pool of the top-level `backends:` list and of backends given by flags.
-pub const DEFAULT_POOL: &str = "default";
+use super::backend::RawBackend;
+use super::{BackendConfig, BackendTls, Config, ConfigError, ListenAddr, Policy, DEFAULT_POOL};
+use crate::cidr::Cidr;
 
 /// A named group of backends with its own balancing policy.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -17,7 +17,6 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use prometheus::IntCounterVec;
-use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::Semaphore;
@@ -27,6 +26,7 @@ use tracing::{info, warn};
 use super::{Decision, KillRequest, RemoteAnswer, RemoteTarget};
 use crate::balancer::Backend;
 use crate::config::{AdminToken, Peer};
+use crate::peer_api::{ConnectionInfo, CONNECTIONS_PATH};
 
 /// One ask, from getting a slot to the last byte: the killing client waits for it, its own
 /// backend connection idle meanwhile.
@@ -185,19 +185,6 @@ pub fn log_answer(
     }
 }
 
-/// The body of `GET /connections/{id}`, both ways.
-#[derive(Debug, Serialize, Deserialize)]
-pub struct ConnectionInfo {
-    pub id: u32,
-    pub instance_id: u8,
-    pub backend: String,
-    pub address: String,
-    pub thread_id: u32,
-    /// The user the session authenticated as (absent from older instances, and while unknown).
-    #[serde(default)]
-    pub user: Option<String>,
-}
-
 /// Writes `packet` and reads one whole response (head and `Content-Length` body); also whether
 /// the connection may carry another request.
 async fn send_and_read(
@@ -265,7 +252,7 @@ pub fn response_len(response: &[u8]) -> Result<Option<(usize, bool)>, String> {
 
 fn request(peer: &Peer, token: Option<&AdminToken>, id: u32) -> Vec<u8> {
     let mut r = format!(
-        "GET /connections/{id} HTTP/1.1\r\nHost: {}\r\nAccept: application/json\r\n",
+        "GET {CONNECTIONS_PATH}{id} HTTP/1.1\r\nHost: {}\r\nAccept: application/json\r\n",
         peer.admin_url.authority()
     )
     .into_bytes();

@@ -8,18 +8,18 @@
 //! second signal during the delay starts the drain at once; one more closes every session.
 //! Liveness (`/healthz`) is left alone: a probe that failed during the drain would have the
 //! process killed before its sessions finish.
+//!
+//! Plain logic over a [`Readiness`] and channels, with no reference to the proxy's state: the
+//! tasks that run it for a proxy (and read its configuration) are `crate::tasks`.
 
 pub mod watch;
 
-use std::sync::{Arc, OnceLock};
+use std::sync::OnceLock;
 use std::time::Duration;
 
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
-use tokio_util::task::TaskTracker;
 use tracing::{info, warn};
-
-use crate::state::ProxyState;
 
 /// Whether the proxy still wants new clients; once it stops wanting them it never does again.
 #[derive(Debug, Default)]
@@ -50,15 +50,21 @@ pub struct StopTokens {
 /// The reason `/readyz` gives once a stop signal arrived.
 pub const STOPPING: &str = "shutting down: stop signal received";
 
-/// Turns stop requests (one `()` per SIGTERM/SIGINT) into the steps above. `shutdown_delay` is
-/// read from the configuration in force when the first request arrives, so a reload changes it.
-/// Returns once the proxy has been told to close every session, or when `requests` closes.
-pub async fn sequence(shared: Arc<ProxyState>, mut requests: mpsc::Receiver<()>, stop: StopTokens) {
+/// Turns stop requests (one `()` per SIGTERM/SIGINT) into the steps above, failing `readiness`
+/// at the first. `shutdown_delay` is asked when the first request arrives (the task passes the
+/// configuration in force then, so a reload changes it). Returns once the proxy has been told to
+/// close every session, or when `requests` closes.
+pub async fn sequence(
+    readiness: &Readiness,
+    shutdown_delay: impl FnOnce() -> Duration,
+    mut requests: mpsc::Receiver<()>,
+    stop: StopTokens,
+) {
     if requests.recv().await.is_none() {
         return;
     }
-    shared.readiness.stop(STOPPING);
-    let delay = shutdown_delay(&shared);
+    readiness.stop(STOPPING);
+    let delay = shutdown_delay();
     if delay.is_zero() {
         info!("signal received: not ready (/readyz 503); draining (a second signal closes every session)");
     } else {
@@ -84,39 +90,11 @@ pub async fn sequence(shared: Arc<ProxyState>, mut requests: mpsc::Receiver<()>,
     }
 }
 
-fn shutdown_delay(shared: &ProxyState) -> Duration {
-    match shared.applied.lock() {
-        Ok(c) => c.lifecycle.shutdown_delay,
-        Err(poisoned) => poisoned.into_inner().lifecycle.shutdown_delay,
-    }
-}
-
-/// Starts, on `tasks`, what runs until the drain: the readiness flip at its start, and the
-/// config-file watch when there is one (it wakes `file_changed`, the reload task's trigger).
-pub fn spawn(
-    tasks: &TaskTracker,
-    shared: Arc<ProxyState>,
-    watch: Option<watch::ConfigWatch>,
-    file_changed: Arc<tokio::sync::Notify>,
-    drain: &CancellationToken,
-) {
-    tasks.spawn(not_ready_once(shared, drain.clone()));
-    if let Some(w) = watch {
-        tasks.spawn(watch::run(
-            w,
-            watch::POLL_EVERY,
-            watch::QUIET,
-            file_changed,
-            drain.clone(),
-        ));
-    }
-}
-
-/// Fails readiness when the drain begins, however it was started (a signal, or a test or an
+/// Fails `readiness` when the drain begins, however it was started (a signal, or a test or an
 /// embedding program cancelling `drain` itself).
-pub async fn not_ready_once(shared: Arc<ProxyState>, drain: CancellationToken) {
+pub async fn not_ready_once(readiness: &Readiness, drain: CancellationToken) {
     drain.cancelled().await;
-    shared.readiness.stop(DRAINING);
+    readiness.stop(DRAINING);
 }
 
 /// The reason `/readyz` gives when the drain began without a stop signal.
@@ -144,18 +122,6 @@ pub async fn forward_signals(to: mpsc::Sender<()>) {
             return;
         }
     }
-}
-
-/// Starts the stop sequence on this runtime, fed by the process's SIGTERM and SIGINT.
-pub fn on_signals(shared: Arc<ProxyState>) -> StopTokens {
-    let stop = StopTokens {
-        drain: CancellationToken::new(),
-        abort: CancellationToken::new(),
-    };
-    let (tx, rx) = mpsc::channel(4);
-    tokio::spawn(forward_signals(tx));
-    tokio::spawn(sequence(shared, rx, stop.clone()));
-    stop
 }
 
 #[cfg(test)]

@@ -1,28 +1,24 @@
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use super::*;
-use crate::config::Config;
-use crate::metrics::Metrics;
 
-fn state(delay: Duration) -> Arc<ProxyState> {
-    let mut config = Config::default();
-    config.lifecycle.shutdown_delay = delay;
-    Arc::new(ProxyState::new(&config, Arc::new(Metrics::new())))
-}
-
+/// A sequence started with `delay` as the configuration's `shutdown_delay` at the first signal.
 fn started(
-    shared: &Arc<ProxyState>,
+    readiness: &Arc<Readiness>,
+    delay: impl FnOnce() -> Duration + Send + 'static,
 ) -> (mpsc::Sender<()>, StopTokens, tokio::task::JoinHandle<()>) {
     let stop = StopTokens {
         drain: CancellationToken::new(),
         abort: CancellationToken::new(),
     };
     let (tx, rx) = mpsc::channel(4);
-    let task = tokio::spawn(sequence(Arc::clone(shared), rx, stop.clone()));
+    let readiness = Arc::clone(readiness);
+    let tokens = stop.clone();
+    let task = tokio::spawn(async move { sequence(&readiness, delay, rx, tokens).await });
     (tx, stop, task)
 }
 
@@ -36,18 +32,14 @@ async fn settle() {
 #[tokio::test]
 async fn readiness_fails_at_once_and_the_drain_waits_for_the_delay() {
     let delay = Duration::from_millis(400);
-    let shared = state(delay);
-    let (tx, stop, _task) = started(&shared);
+    let readiness = Arc::new(Readiness::default());
+    let (tx, stop, _task) = started(&readiness, move || delay);
     settle().await;
-    assert_eq!(
-        shared.readiness.not_ready(),
-        None,
-        "ready before any signal"
-    );
+    assert_eq!(readiness.not_ready(), None, "ready before any signal");
     let signalled = std::time::Instant::now();
     tx.send(()).await.unwrap();
     settle().await;
-    assert_eq!(shared.readiness.not_ready(), Some(STOPPING));
+    assert_eq!(readiness.not_ready(), Some(STOPPING));
     tokio::time::timeout(Duration::from_secs(20), stop.drain.cancelled())
         .await
         .expect("the drain begins after the delay");
@@ -67,8 +59,8 @@ async fn readiness_fails_at_once_and_the_drain_waits_for_the_delay() {
 
 #[tokio::test]
 async fn a_second_signal_cuts_the_delay_short_and_a_third_aborts() {
-    let shared = state(Duration::from_secs(600));
-    let (tx, stop, task) = started(&shared);
+    let readiness = Arc::new(Readiness::default());
+    let (tx, stop, task) = started(&readiness, || Duration::from_secs(600));
     tx.send(()).await.unwrap();
     settle().await;
     assert!(!stop.drain.is_cancelled());
@@ -87,19 +79,21 @@ async fn a_second_signal_cuts_the_delay_short_and_a_third_aborts() {
 
 #[tokio::test]
 async fn without_a_delay_the_first_signal_drains() {
-    let shared = state(Duration::ZERO);
-    let (tx, stop, _task) = started(&shared);
+    let readiness = Arc::new(Readiness::default());
+    let (tx, stop, _task) = started(&readiness, || Duration::ZERO);
     tx.send(()).await.unwrap();
     settle().await;
     assert!(stop.drain.is_cancelled());
-    assert!(shared.readiness.not_ready().is_some());
+    assert!(readiness.not_ready().is_some());
 }
 
 #[tokio::test]
-async fn a_reloaded_delay_is_the_one_used() {
-    let shared = state(Duration::ZERO);
-    shared.applied.lock().unwrap().lifecycle.shutdown_delay = Duration::from_secs(5);
-    let (tx, stop, _task) = started(&shared);
+async fn the_delay_is_the_one_in_force_at_the_first_signal() {
+    let readiness = Arc::new(Readiness::default());
+    let in_force = Arc::new(Mutex::new(Duration::ZERO));
+    let read = Arc::clone(&in_force);
+    let (tx, stop, _task) = started(&readiness, move || *read.lock().unwrap());
+    *in_force.lock().unwrap() = Duration::from_secs(5);
     tx.send(()).await.unwrap();
     settle().await;
     assert!(!stop.drain.is_cancelled(), "the delay now in force: 5 s");

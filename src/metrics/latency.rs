@@ -1,17 +1,19 @@
-//! Per-backend latency histograms, one shard per worker thread, merged when /metrics is scraped.
+//! Per-backend latency histograms and byte counters, one shard per worker thread, merged when
+//! /metrics is scraped.
 //!
-//! Every worker that relays to a backend records each command there. With one histogram per
-//! backend and command kind, every worker's atomic adds land on the same cache lines, which then
-//! bounce between cores: `cargo bench --bench histogram_shards` measured 2–3× the cost per record
-//! at 2 threads on a 2-core machine. A shard is written by its worker only; the scrape (and the
-//! admin endpoint) adds the shards up, so the exposition is exactly what one histogram would show.
+//! Every worker that relays to a backend records each command there and counts the bytes of
+//! every read. With one histogram (or counter) per backend, every worker's atomic adds land on
+//! the same cache lines, which then bounce between cores: `cargo bench --bench histogram_shards`
+//! measured 2–3× the cost per record at 2 threads on a 2-core machine. A shard is written by its
+//! worker only; the scrape (and the admin endpoint) adds the shards up, so the exposition is
+//! exactly what one histogram or counter would show.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use prometheus::core::{Collector, Desc, Metric as _};
 use prometheus::proto::{self, MetricFamily, MetricType};
-use prometheus::{Histogram, HistogramOpts};
+use prometheus::{Histogram, HistogramOpts, IntCounter};
 
 use super::LATENCY_BUCKETS;
 use crate::protocol::response::{CommandKind, Completed};
@@ -52,11 +54,29 @@ impl Family {
     }
 }
 
-/// One worker's histograms for one backend, indexed by [`kind_index`].
+/// `mysql_lb_backend_bytes_total{backend,direction}`.
+const BYTES_NAME: &str = "backend_bytes_total";
+const BYTES_HELP: &str = "Bytes relayed, by direction (to_backend, from_backend).";
+/// The `direction` label of [`Shard::bytes`], in index order.
+const DIRECTIONS: [&str; 2] = ["to_backend", "from_backend"];
+
+/// One worker's histograms for one backend, indexed by [`kind_index`], and its byte counters,
+/// indexed as [`DIRECTIONS`].
 #[derive(Debug)]
 struct Shard {
     query: [Histogram; 4],
     first_byte: [Histogram; 4],
+    bytes: [IntCounter; 2],
+}
+
+/// A byte counter of one backend and direction, registered nowhere: a shard.
+fn bytes_shard(backend: &str, direction: &str) -> IntCounter {
+    let opts = prometheus::Opts::new(BYTES_NAME, BYTES_HELP)
+        .namespace(NAMESPACE)
+        .const_label("backend", backend)
+        .const_label("direction", direction);
+    // The name, help and labels are fixed and valid.
+    IntCounter::with_opts(opts).expect("valid counter")
 }
 
 /// One backend's latency histograms: a shard per worker.
@@ -80,6 +100,7 @@ impl BackendLatency {
             .map(|_| Shard {
                 query: CommandKind::ALL.map(|k| QUERY_DURATION.shard(backend, k)),
                 first_byte: CommandKind::ALL.map(|k| FIRST_BYTE.shard(backend, k)),
+                bytes: DIRECTIONS.map(|d| bytes_shard(backend, d)),
             })
             .collect();
         Self { shards }
@@ -92,6 +113,33 @@ impl BackendLatency {
         let i = kind_index(c.kind());
         shard.query[i].observe(c.latency.as_secs_f64());
         shard.first_byte[i].observe(c.first_byte.as_secs_f64());
+    }
+
+    /// Counts `n` bytes read from the client (`to_backend`) or from the backend, on `worker`'s
+    /// shard.
+    pub fn relayed(&self, worker: usize, to_backend: bool, n: u64) {
+        let shard = &self.shards[worker % self.shards.len()];
+        shard.bytes[usize::from(!to_backend)].inc_by(n);
+    }
+
+    /// Bytes relayed in each direction ([`DIRECTIONS`] order), over every shard.
+    pub fn bytes(&self) -> [u64; 2] {
+        [0, 1].map(|i| self.shards.iter().map(|s| s.bytes[i].get()).sum())
+    }
+
+    /// The byte counters' series for this backend, each the sum of its shards.
+    fn merged_bytes(&self) -> Vec<proto::Metric> {
+        (0..DIRECTIONS.len())
+            .map(|i| {
+                let mut parts = self.shards.iter().map(|s| s.bytes[i].metric());
+                let mut total = parts.next().expect("at least one shard");
+                let sum: f64 = parts.map(|p| p.get_counter().get_value()).sum();
+                let mut counter = total.get_counter().clone();
+                counter.set_value(counter.get_value() + sum);
+                total.set_counter(counter);
+                total
+            })
+            .collect()
     }
 
     /// Completed commands of every kind, over every shard.
@@ -167,7 +215,7 @@ pub(super) struct Latencies {
     /// By backend name: a backend re-created under the same name (a reload) keeps its series,
     /// as a labelled histogram would.
     backends: Mutex<HashMap<String, Arc<BackendLatency>>>,
-    descs: [Desc; 2],
+    descs: [Desc; 3],
 }
 
 impl Latencies {
@@ -176,9 +224,16 @@ impl Latencies {
             let labels = vec!["backend".to_owned(), "command".to_owned()];
             Desc::new(f.fq_name(), f.help.to_owned(), labels, HashMap::new()).expect("valid desc")
         };
+        let bytes = Desc::new(
+            format!("{NAMESPACE}_{BYTES_NAME}"),
+            BYTES_HELP.to_owned(),
+            vec!["backend".to_owned(), "direction".to_owned()],
+            HashMap::new(),
+        )
+        .expect("valid desc");
         Self {
             backends: Mutex::new(HashMap::new()),
-            descs: [desc(QUERY_DURATION), desc(FIRST_BYTE)],
+            descs: [desc(QUERY_DURATION), desc(FIRST_BYTE), bytes],
         }
     }
 
@@ -200,6 +255,16 @@ impl Latencies {
         mf.set_metric(backends.values().flat_map(|b| b.merged(shard)).collect());
         mf
     }
+
+    fn bytes_family(&self) -> MetricFamily {
+        let backends = self.backends.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut mf = MetricFamily::default();
+        mf.set_name(format!("{NAMESPACE}_{BYTES_NAME}"));
+        mf.set_help(BYTES_HELP.to_owned());
+        mf.set_field_type(MetricType::COUNTER);
+        mf.set_metric(backends.values().flat_map(|b| b.merged_bytes()).collect());
+        mf
+    }
 }
 
 impl Collector for Latencies {
@@ -211,6 +276,7 @@ impl Collector for Latencies {
         vec![
             self.family(QUERY_DURATION, |s| &s.query),
             self.family(FIRST_BYTE, |s| &s.first_byte),
+            self.bytes_family(),
         ]
     }
 }

@@ -1,25 +1,28 @@
 //! The relay's two timers, both kept without touching a timer on every read: the idle timeout,
-//! and the one that gives a grown buffer back once its session goes quiet.
+//! and the one that gives a grown buffer back once its session goes quiet. Both are
+//! [`Gated`]: a relay poll that the timer did not cause costs one atomic load, not a waker
+//! registration.
 
-use std::future::Future;
-use std::pin::Pin;
 use std::task::Context;
 use std::time::Instant;
 
+use tokio::time::Sleep;
+
 use super::{Direction, QUIET};
+use crate::gate::Gated;
 
 /// The idle timeout, kept without touching a timer per read: on expiry it works out when the
 /// session really went quiet and waits again until that plus the timeout.
 pub(super) struct IdleTimer {
     timeout: std::time::Duration,
-    sleep: Pin<Box<tokio::time::Sleep>>,
+    sleep: Gated<Sleep>,
 }
 
 impl IdleTimer {
     pub(super) fn new(timeout: std::time::Duration) -> Self {
         Self {
             timeout,
-            sleep: Box::pin(tokio::time::sleep(timeout)),
+            sleep: Gated::new(tokio::time::sleep(timeout)),
         }
     }
 
@@ -31,13 +34,13 @@ impl IdleTimer {
         last: Option<Instant>,
         quiet: bool,
     ) -> bool {
-        if self.sleep.as_mut().poll(cx).is_pending() {
+        if self.sleep.poll_gated(cx).is_pending() {
             return false;
         }
         let now = tokio::time::Instant::now();
         let due = match last {
             Some(at) => tokio::time::Instant::from_std(at) + self.timeout,
-            None => self.sleep.deadline(),
+            None => self.sleep.get_ref().deadline(),
         };
         // The timer's millisecond granularity: a deadline less than that ahead has come.
         if quiet && due <= now + std::time::Duration::from_millis(1) {
@@ -45,8 +48,8 @@ impl IdleTimer {
         }
         // A command in flight is never idle; once it is answered, its end counts as activity.
         let next = if quiet { due } else { now + self.timeout };
-        self.sleep.as_mut().reset(next);
-        let _ = self.sleep.as_mut().poll(cx);
+        self.sleep.get_mut().reset(next);
+        let _ = self.sleep.poll_now(cx);
         false
     }
 }
@@ -55,23 +58,36 @@ impl IdleTimer {
 /// on expiry instead of being reset on every read.
 #[derive(Default)]
 pub(super) struct Shrinker {
-    sleep: Option<Pin<Box<tokio::time::Sleep>>>,
+    sleep: Option<Gated<Sleep>>,
     armed: bool,
     reads_at_arm: (u64, u64),
 }
 
 impl Shrinker {
     /// `legs_hold`: the legs hold memory of their own (see [`GiveBack`](super::GiveBack)).
-    pub(super) fn arm_if_grown(&mut self, up: &Direction, down: &Direction, legs_hold: bool) {
+    pub(super) fn arm_if_grown(
+        &mut self,
+        cx: &mut Context<'_>,
+        up: &Direction,
+        down: &Direction,
+        legs_hold: bool,
+    ) {
         if self.armed || !(up.grown() || down.grown() || legs_hold) {
             return;
         }
         let deadline = tokio::time::Instant::now() + QUIET;
-        // Boxed once per session that ever grows; reset, not reallocated, after that.
-        match self.sleep.as_mut() {
-            Some(sleep) => sleep.as_mut().reset(deadline),
-            None => self.sleep = Some(Box::pin(tokio::time::sleep_until(deadline))),
-        }
+        // Boxed once per session that ever grows; reset, not reallocated, after that. A timer
+        // that fired holds no waker: the poll registers one for the new deadline.
+        let sleep = match self.sleep.as_mut() {
+            Some(sleep) => {
+                sleep.get_mut().reset(deadline);
+                sleep
+            }
+            None => self
+                .sleep
+                .insert(Gated::new(tokio::time::sleep_until(deadline))),
+        };
+        let _ = sleep.poll_now(cx);
         self.armed = true;
         self.reads_at_arm = (up.reads, down.reads);
     }
@@ -87,7 +103,7 @@ impl Shrinker {
         let Some(sleep) = self.sleep.as_mut().filter(|_| self.armed) else {
             return false;
         };
-        if sleep.as_mut().poll(cx).is_pending() {
+        if sleep.poll_gated(cx).is_pending() {
             return false;
         }
         self.armed = false;
@@ -101,12 +117,7 @@ impl Shrinker {
         }
         // Whatever is still large (busy, or holding unwritten bytes) is looked at again later;
         // legs that gave nothing back (activity) are re-armed by the relay.
-        self.arm_if_grown(up, down, !(up_quiet && down_quiet));
-        if self.armed {
-            if let Some(sleep) = self.sleep.as_mut() {
-                let _ = sleep.as_mut().poll(cx);
-            }
-        }
+        self.arm_if_grown(cx, up, down, !(up_quiet && down_quiet));
         up_quiet && down_quiet
     }
 }

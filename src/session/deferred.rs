@@ -91,7 +91,8 @@ async fn greeting_for(shared: &ProxyState, set: &BackendSet) -> Option<Arc<Greet
     }
     let within = shared.session.connect_timeout;
     for backend in set.candidates(Instant::now()) {
-        match health::greeting_of(shared, &backend, within).await {
+        let leg = shared.check_leg(&backend);
+        match health::greeting_of(&backend.address, &leg, within).await {
             Ok(greeting) => {
                 backend.learn_raw_greeting(&greeting, shared.session.strip);
                 break;

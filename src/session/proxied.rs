@@ -21,8 +21,8 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
 use super::{EndReason, Origin};
+use crate::cidr::Cidr;
 use crate::protocol::proxy_in::{self, Header, ProxyHeaderError, MAX_HEADER_LEN};
-use crate::route::Cidr;
 use crate::state::ProxyState;
 
 /// Why no session followed a connection from a listed network.

@@ -84,7 +84,7 @@ async fn run_decision(
 ) -> Vec<u8> {
     match decision.elsewhere {
         Some(elsewhere) => {
-            let leg = crate::health::check_leg(&shared, &elsewhere.backend);
+            let leg = shared.check_leg(&elsewhere.backend);
             shared.killer.run(&elsewhere, leg, turn).await
         }
         None => decision.packet,
@@ -113,12 +113,7 @@ impl Observer for Recorder<'_> {
     }
 
     fn relayed(&mut self, to_backend: bool, n: usize) {
-        let counter = if to_backend {
-            &self.stats.bytes_to_backend
-        } else {
-            &self.stats.bytes_from_backend
-        };
-        counter.inc_by(n as u64);
+        self.stats.relayed(self.worker, to_backend, n);
     }
 
     fn rewrite_kill(&mut self, packet: &[u8]) -> Option<KillRewrite> {
