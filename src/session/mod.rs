@@ -147,17 +147,10 @@ where
     let peer = from.peer;
     // The client-leg sequence id an ERR of the proxy's own takes next.
     let mut next_seq = 2;
-    let opening = if set.deferred() {
-        let greeted = deferred::greet(&shared, &set, &legs, &mut client, from, &mut next_seq);
-        match greeted.await {
-            Ok((hello, registration)) => Opening::Deferred {
-                hello,
-                registration,
-            },
-            Err(reason) => return reason,
-        }
-    } else {
-        Opening::Immediate
+    let opened = Opening::open(&shared, (&set, &legs), &mut client, from, &mut next_seq);
+    let opening = match opened.await {
+        Ok(opening) => opening,
+        Err(reason) => return reason,
     };
     let who = opening.who(&from);
     let Some(pool) = set.route(&who) else {

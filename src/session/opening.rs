@@ -17,14 +17,14 @@ use crate::auth::{
     finish_deferred, relay_connection_phase, AuthError, Authenticated, ClientHello,
     HandshakeLimits, LegPlan, PatchedGreeting,
 };
-use crate::balancer::Backend;
+use crate::balancer::{Backend, BackendSet};
 use crate::kill;
 use crate::leg::Leg;
 use crate::metrics::Refusal;
 use crate::protocol::errors::{code, err_packet, pre_greeting_err, sqlstate_for};
 use crate::protocol::handshake::set_greeting_connection_id;
 use crate::route::Who;
-use crate::state::ProxyState;
+use crate::state::{Legs, ProxyState};
 
 /// How a session's connection phase opens.
 pub(super) enum Opening<'a> {
@@ -47,6 +47,30 @@ pub(super) struct Login<'p> {
 }
 
 impl<'a> Opening<'a> {
+    /// Opens the connection phase as the backend set's connect mode says: nothing yet, or in
+    /// deferred mode the proxy's greeting and the client's response (the client was told why
+    /// where that failed, and the session's end is returned).
+    pub(super) async fn open<C>(
+        shared: &'a ProxyState,
+        (set, legs): (&BackendSet, &Legs),
+        client: &mut Leg<C>,
+        from: Origin<'_>,
+        next_seq: &mut u8,
+    ) -> Result<Opening<'a>, super::EndReason>
+    where
+        C: AsyncRead + AsyncWrite + Unpin,
+    {
+        if !set.deferred() {
+            return Ok(Self::Immediate);
+        }
+        let (hello, registration) =
+            super::deferred::greet(shared, set, legs, client, from, next_seq).await?;
+        Ok(Self::Deferred {
+            hello,
+            registration,
+        })
+    }
+
     /// What routes match on: in a deferred connect the user and schema too.
     pub(super) fn who<'o>(&'o self, from: &Origin<'o>) -> Who<'o> {
         match self {
