@@ -85,7 +85,16 @@ impl Pending {
 
     /// Splices every answer that is ready into `buf`; returns where the first KILL still
     /// waiting starts (nothing from there on may be written yet), None when none waits.
+    #[inline]
     pub(super) fn poll(&mut self, cx: &mut Context<'_>, buf: &mut BytesMut) -> Option<usize> {
+        // Checked on every pass of the relay: almost always nothing waits.
+        if self.waiting.is_empty() {
+            return None;
+        }
+        self.poll_waiting(cx, buf)
+    }
+
+    fn poll_waiting(&mut self, cx: &mut Context<'_>, buf: &mut BytesMut) -> Option<usize> {
         let mut i = 0;
         while i < self.waiting.len() {
             let Poll::Ready(packet) = self.waiting[i].1.as_mut().poll(cx) else {
