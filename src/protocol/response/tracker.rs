@@ -17,8 +17,9 @@ use super::{
     MAX_PENDING,
 };
 
+/// A command sent and not yet fully answered: one entry of the tracker's FIFO.
 #[derive(Debug, Clone)]
-struct Pending {
+struct Outstanding {
     command: u8,
     expect: Expect,
     /// Sequence id the next packet of this exchange must carry (either direction).
@@ -35,7 +36,7 @@ pub struct Tracker {
     client: PacketScanner,
     max_client_packet: u64,
     server: PacketScanner,
-    queue: VecDeque<Pending>,
+    queue: VecDeque<Outstanding>,
     client_mode: ClientMode,
     /// Offsets of the KILL candidates of the last client buffer; reused, so only a session that
     /// sends a KILL ever allocates it.
@@ -209,7 +210,7 @@ impl Tracker {
     }
 
     fn client_packet(
-        queue: &mut VecDeque<Pending>,
+        queue: &mut VecDeque<Outstanding>,
         mode: &mut ClientMode,
         p: &Packet<'_>,
         whole: Option<&[u8]>,
@@ -247,7 +248,7 @@ impl Tracker {
                 kills.push((start, p.end));
             }
         }
-        queue.push_back(Pending {
+        queue.push_back(Outstanding {
             command,
             expect,
             next_seq: p.last_seq.wrapping_add(1),
@@ -260,7 +261,7 @@ impl Tracker {
 
     /// A client packet inside the head command's exchange (a LOCAL INFILE upload, an auth answer).
     fn exchange_packet(
-        queue: &mut VecDeque<Pending>,
+        queue: &mut VecDeque<Outstanding>,
         mode: &mut ClientMode,
         p: &Packet<'_>,
     ) -> Result<(), TrackError> {
@@ -359,7 +360,7 @@ fn change_user_len(partial: &[u8]) -> Option<usize> {
 struct ClientSide<'t> {
     /// The session's capabilities, when COM_CHANGE_USER is checked for a password in clear.
     guard: Option<u32>,
-    queue: &'t mut VecDeque<Pending>,
+    queue: &'t mut VecDeque<Outstanding>,
     mode: &'t mut ClientMode,
     kills: &'t mut Vec<(usize, usize)>,
     scan: ClientScan,
@@ -405,7 +406,7 @@ impl Renumber for ClientSide<'_> {
 struct ServerSide<'t, F> {
     caps: Negotiated,
     guard_cleartext: bool,
-    queue: &'t mut VecDeque<Pending>,
+    queue: &'t mut VecDeque<Outstanding>,
     client_mode: &'t mut ClientMode,
     unsolicited: &'t mut u64,
     now: Instant,
