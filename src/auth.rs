@@ -27,7 +27,7 @@ use crate::protocol::handshake::{
 };
 use crate::stream::identity::SocketIdentity;
 use crate::stream::{read_packet, PacketReadError};
-use crate::tls::ClientLeg;
+use crate::tls::ClientTlsAcceptor;
 
 #[cfg(test)]
 mod cleartext_tests;
@@ -174,7 +174,7 @@ pub async fn read_greeting<B: AsyncRead + Unpin>(
 /// per leg, independently of what the other leg does.
 pub struct LegPlan<'a> {
     /// TLS offered to the client (CLIENT_SSL set in the greeting it gets).
-    pub client_tls: Option<&'a ClientLeg>,
+    pub client_tls: Option<&'a ClientTlsAcceptor>,
     /// The client came over a unix socket, which counts as secure as it does for a server.
     pub client_local: bool,
     /// CLIENT_COMPRESS set in the greeting the client gets.

@@ -16,7 +16,7 @@ use crate::protocol::handshake::HandshakeError;
 use crate::protocol::proxy_out::Version as ProxyVersion;
 use crate::stream::identity::SocketIdentity;
 use crate::stream::PacketReadError;
-use crate::tls::BackendLeg;
+use crate::tls::BackendTlsConnector;
 
 /// ER_PARSE_ERROR: the server does not know `SHOW REPLICA STATUS` (MariaDB < 10.5, MySQL < 8.0.22).
 const ER_PARSE_ERROR: u16 = 1064;
@@ -116,7 +116,7 @@ pub async fn check_backend(
 #[derive(Debug, Clone)]
 pub struct CheckLeg {
     /// The backend leg's TLS (see [`check_backend_with`]).
-    pub tls: Option<Arc<BackendLeg>>,
+    pub tls: Option<Arc<BackendTlsConnector>>,
     /// A PROXY protocol header first, in the proxy's own name (the check socket's address as
     /// source), so a backend that requires one from the proxy does not refuse the check.
     pub proxy_protocol: Option<ProxyVersion>,

@@ -22,7 +22,7 @@ use crate::protocol::login::{
 };
 use crate::protocol::resultset::{column_count, column_name, is_eof, text_row};
 use crate::stream::{read_packet, BackendStream, PacketReadError};
-use crate::tls::BackendLeg;
+use crate::tls::BackendTlsConnector;
 
 /// Largest packet a check accepts; status rows are a few KiB.
 const MAX_PACKET: usize = 1 << 20;
@@ -53,7 +53,7 @@ impl Conn<Leg<BackendStream>> {
     /// CLIENT_SSL and sequence id 2 to match.
     async fn start_tls(
         &mut self,
-        leg: &BackendLeg,
+        leg: &BackendTlsConnector,
         login: Option<&mut Vec<u8>>,
         server_caps: u32,
     ) -> Result<(), CheckError> {
