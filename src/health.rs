@@ -85,7 +85,7 @@ pub async fn run(shared: Arc<ProxyState>, cfg: HealthCheckConfig, shutdown: Canc
 
 /// How a connection of the proxy's own to `backend` starts (TLS, a PROXY protocol header).
 pub(crate) fn check_leg(shared: &ProxyState, backend: &Backend) -> CheckLeg {
-    let legs = shared.legs();
+    let legs = shared.leg_settings();
     CheckLeg {
         tls: legs.tls.backend(&backend.name).cloned(),
         proxy_protocol: legs.proxy_protocol(&backend.name),

@@ -15,7 +15,7 @@ use tracing::warn;
 
 use crate::config::{BackendAddr, Config, HealthCheckConfig};
 use crate::health::{check_backend_with, CheckError, CheckLeg};
-use crate::state::Legs;
+use crate::state::LegSettings;
 use crate::stream::identity::{IdentityError, SocketIdentity};
 
 /// Refuses `config` if one of its unix-socket backends logs in `identity`'s name with no
@@ -23,7 +23,7 @@ use crate::stream::identity::{IdentityError, SocketIdentity};
 pub async fn verify(
     identity: &Arc<SocketIdentity>,
     config: &Config,
-    legs: &Legs,
+    legs: &LegSettings,
 ) -> Result<(), IdentityError> {
     let Some(user) = identity.user() else {
         // A uid with no name on this host cannot be mapped to an account by a server here.

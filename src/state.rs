@@ -45,7 +45,7 @@ pub struct ProxyState {
     pub accept_proxy_protocol: Vec<crate::route::Cidr>,
     /// TLS material and compression per leg; a reload swaps it whole (new sessions use the new
     /// one, running sessions keep what they negotiated).
-    legs: ArcSwap<Legs>,
+    leg_settings: ArcSwap<LegSettings>,
     /// Fails from the first stop signal on (`/readyz`; see `crate::lifecycle`).
     pub readiness: crate::lifecycle::Readiness,
     /// Who unix-socket backends see as their peer, and how to connect as it (fixed at start).
@@ -54,7 +54,7 @@ pub struct ProxyState {
 
 /// What each leg of a new session may encrypt or compress, from the configuration.
 #[derive(Default)]
-pub struct Legs {
+pub struct LegSettings {
     pub tls: TlsMaterial,
     /// Backends (by name) whose leg is compressed when they offer it.
     compressed_backends: HashSet<String>,
@@ -62,9 +62,9 @@ pub struct Legs {
     proxy_protocol: HashMap<String, ProxyVersion>,
 }
 
-impl std::fmt::Debug for Legs {
+impl std::fmt::Debug for LegSettings {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Legs")
+        f.debug_struct("LegSettings")
             .field("client_tls", &self.tls.client.is_some())
             .field("compressed_backends", &self.compressed_backends)
             .field("proxy_protocol", &self.proxy_protocol)
@@ -72,10 +72,10 @@ impl std::fmt::Debug for Legs {
     }
 }
 
-impl Legs {
+impl LegSettings {
     /// Reads every certificate and key file the configuration names.
-    pub fn load(config: &Config) -> Result<Legs, TlsError> {
-        Ok(Legs {
+    pub fn load(config: &Config) -> Result<LegSettings, TlsError> {
+        Ok(LegSettings {
             tls: TlsMaterial::load(config)?,
             compressed_backends: config
                 .backends
@@ -169,7 +169,7 @@ impl ProxyState {
             metrics,
             session: SessionSettings::from_config(config),
             accept_proxy_protocol: config.accept_proxy_protocol.clone(),
-            legs: ArcSwap::from_pointee(Legs::default()),
+            leg_settings: ArcSwap::from_pointee(LegSettings::default()),
             readiness: crate::lifecycle::Readiness::default(),
             socket_identity: Arc::new(SocketIdentity::unavailable(&IdentityError::NotSetUp)),
         }
@@ -181,28 +181,28 @@ impl ProxyState {
         self
     }
 
-    /// With the TLS material and compression settings `legs` (built by [`Legs::load`]).
-    pub fn with_legs(self, legs: Legs) -> Self {
-        self.legs.store(Arc::new(legs));
+    /// With the TLS material and compression settings `legs` (built by [`LegSettings::load`]).
+    pub fn with_leg_settings(self, legs: LegSettings) -> Self {
+        self.leg_settings.store(Arc::new(legs));
         self
     }
 
     /// What new sessions' legs may use now.
-    pub fn legs(&self) -> Arc<Legs> {
-        self.legs.load_full()
+    pub fn leg_settings(&self) -> Arc<LegSettings> {
+        self.leg_settings.load_full()
     }
 
     /// Publishes the expiry of the certificates the configuration names (the ones backends
     /// present are published as each handshake sees them).
-    pub fn export_certificate_expiry(&self, previous: Option<&Legs>) {
-        self.legs()
+    pub fn export_certificate_expiry(&self, previous: Option<&LegSettings>) {
+        self.leg_settings()
             .tls
             .export_expiry(&self.metrics, previous.map(|p| &p.tls));
     }
 
     /// Puts `legs` in force for new sessions (see `crate::reload`).
-    pub(crate) fn replace_legs(&self, legs: Legs) {
-        let previous = self.legs.swap(Arc::new(legs));
+    pub(crate) fn replace_leg_settings(&self, legs: LegSettings) {
+        let previous = self.leg_settings.swap(Arc::new(legs));
         self.export_certificate_expiry(Some(&previous));
     }
 

@@ -85,7 +85,7 @@ where
         r.bind(kill::Target::of(lease.backend(), &backend_greeting));
     }
     let mut backend = Leg::Plain(connected.stream);
-    let legs = shared.legs();
+    let legs = shared.leg_settings();
     let plan = legs::plan(
         shared,
         &legs,
@@ -142,7 +142,7 @@ where
         return Err(EndReason::NoBackend);
     };
     let registration = own_greeting(&shared.kills, &mut greeting, peer);
-    let legs = shared.legs();
+    let legs = shared.leg_settings();
     let plan = LegPlan {
         client_tls: legs.tls.client.as_ref(),
         client_local: from.local,

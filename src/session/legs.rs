@@ -15,7 +15,7 @@ use crate::balancer::Backend;
 use crate::leg::Leg;
 use crate::protocol::caps::CLIENT_COMPRESS;
 use crate::protocol::compress::Role;
-use crate::state::{Legs, ProxyState};
+use crate::state::{LegSettings, ProxyState};
 use crate::tls;
 
 /// How long a close_notify may take to leave.
@@ -27,7 +27,7 @@ const CLOSE_NOTIFY_BUDGET: std::time::Duration = std::time::Duration::from_milli
 /// allows it (`allow_cleartext_passwords`).
 pub(super) fn plan<'a>(
     shared: &'a ProxyState,
-    legs: &'a Legs,
+    legs: &'a LegSettings,
     local: bool,
     backend_tls: &'a Option<(TlsConnector, ServerName<'static>)>,
     greeting: &PatchedGreeting,

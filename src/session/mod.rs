@@ -28,7 +28,7 @@ use crate::protocol::handshake::set_greeting_connection_id;
 use crate::protocol::response::Tracker;
 use crate::relay::{relay, RelayEnd, Stop};
 use crate::route::{peer_ip, Who};
-use crate::state::{Legs, ProxyState};
+use crate::state::{LegSettings, ProxyState};
 use crate::stream::BackendStream;
 use rustls_pki_types::ServerName;
 use tokio_rustls::TlsConnector;
@@ -172,7 +172,7 @@ where
     } = backend;
     let mut backend = Leg::Plain(stream);
     let _registered = register_proxy_id(&shared.kills, lease.backend(), &mut greeting, peer);
-    let legs = shared.legs();
+    let legs = shared.leg_settings();
     let plan = legs::plan(
         &shared,
         &legs,
@@ -405,7 +405,7 @@ async fn connect_backend(
     addrs: Option<(SocketAddr, SocketAddr)>,
 ) -> Result<(Lease, Connected, PatchedGreeting), Vec<String>> {
     let mut tried = Vec::new();
-    let legs = shared.legs();
+    let legs = shared.leg_settings();
     tracing::Span::current().record("pool", pool.name.as_str());
     for backend in set.candidates_for(Instant::now(), client, Some(pool)) {
         let started = Instant::now();
@@ -451,7 +451,7 @@ async fn connect_backend(
 /// alive and refusing, e.g. its own "Too many connections".
 async fn open_backend(
     shared: &ProxyState,
-    legs: &Legs,
+    legs: &LegSettings,
     backend: &Backend,
     addrs: Option<(SocketAddr, SocketAddr)>,
 ) -> Result<(Connected, PatchedGreeting), (String, bool)> {
@@ -522,7 +522,7 @@ struct Connected {
 /// Whether the backend leg switches to TLS, from the backend's mode and its greeting. A backend
 /// that cannot meet its mode (no TLS offered under `required`) fails like one that did not greet.
 fn backend_tls(
-    legs: &Legs,
+    legs: &LegSettings,
     backend: &Backend,
     greeting: &PatchedGreeting,
 ) -> Result<Option<(TlsConnector, ServerName<'static>)>, String> {
