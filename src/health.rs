@@ -29,7 +29,7 @@ mod check;
 mod conn;
 mod replication;
 
-pub use check::{check_backend, check_backend_with, CheckError, CheckLeg, CheckOk, Stage};
+pub use check::{check_backend, check_backend_with, CheckError, CheckOk, OwnConnectOptions, Stage};
 pub(crate) use conn::open as open_connection;
 
 /// Checks every backend every `cfg.interval` until `shutdown`; returns at once if interval is zero.
@@ -84,9 +84,9 @@ pub async fn run(shared: Arc<ProxyState>, cfg: HealthCheckConfig, shutdown: Canc
 }
 
 /// How a connection of the proxy's own to `backend` starts (TLS, a PROXY protocol header).
-pub(crate) fn check_leg(shared: &ProxyState, backend: &Backend) -> CheckLeg {
+pub(crate) fn check_leg(shared: &ProxyState, backend: &Backend) -> OwnConnectOptions {
     let legs = shared.leg_settings();
-    CheckLeg {
+    OwnConnectOptions {
         tls: legs.tls.backend(&backend.name).cloned(),
         proxy_protocol: legs.proxy_protocol(&backend.name),
         socket_identity: Arc::clone(&shared.socket_identity),

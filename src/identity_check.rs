@@ -14,7 +14,7 @@ use std::sync::Arc;
 use tracing::warn;
 
 use crate::config::{BackendAddr, Config, HealthCheckConfig};
-use crate::health::{check_backend_with, CheckError, CheckLeg};
+use crate::health::{check_backend_with, CheckError, OwnConnectOptions};
 use crate::state::LegSettings;
 use crate::stream::identity::{IdentityError, SocketIdentity};
 
@@ -39,7 +39,7 @@ pub async fn verify(
             password: Some(crate::config::Secret::new(random_password())),
             ..HealthCheckConfig::default()
         };
-        let leg = CheckLeg {
+        let leg = OwnConnectOptions {
             tls: None,
             proxy_protocol: legs.proxy_protocol(&backend.name),
             socket_identity: Arc::clone(identity),

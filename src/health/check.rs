@@ -109,12 +109,13 @@ pub async fn check_backend(
     address: &BackendAddr,
     cfg: &HealthCheckConfig,
 ) -> Result<CheckOk, CheckError> {
-    check_backend_with(address, CheckLeg::default(), cfg).await
+    check_backend_with(address, OwnConnectOptions::default(), cfg).await
 }
 
-/// How a check's backend connection starts, as a session's to that backend would.
+/// How a connection of the proxy's own to a backend (a health check, a KILL run elsewhere, the
+/// identity check) starts, as a session's to that backend would.
 #[derive(Debug, Clone)]
-pub struct CheckLeg {
+pub struct OwnConnectOptions {
     /// The backend leg's TLS (see [`check_backend_with`]).
     pub tls: Option<Arc<BackendTlsConnector>>,
     /// A PROXY protocol header first, in the proxy's own name (the check socket's address as
@@ -124,10 +125,10 @@ pub struct CheckLeg {
     pub socket_identity: Arc<SocketIdentity>,
 }
 
-impl Default for CheckLeg {
+impl Default for OwnConnectOptions {
     /// No TLS, no PROXY header, and this process's own OS identity (for a check run by hand).
     fn default() -> Self {
-        CheckLeg {
+        OwnConnectOptions {
             tls: None,
             proxy_protocol: None,
             socket_identity: Arc::new(SocketIdentity::own()),
@@ -141,7 +142,7 @@ impl Default for CheckLeg {
 /// mode requires, is taken out of rotation rather than failing every client.
 pub async fn check_backend_with(
     address: &BackendAddr,
-    leg: CheckLeg,
+    leg: OwnConnectOptions,
     cfg: &HealthCheckConfig,
 ) -> Result<CheckOk, CheckError> {
     let mut stage = Stage::Connect;
@@ -176,7 +177,7 @@ async fn replica_status<S: AsyncRead + AsyncWrite + Unpin>(
 
 async fn check_stages(
     address: &BackendAddr,
-    leg: &CheckLeg,
+    leg: &OwnConnectOptions,
     cfg: &HealthCheckConfig,
     stage: &mut Stage,
 ) -> Result<CheckOk, CheckError> {

@@ -6,7 +6,7 @@
 use bytes::BytesMut;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 
-use super::{CheckError, CheckLeg, Stage};
+use super::{CheckError, OwnConnectOptions, Stage};
 use crate::auth::decline;
 use crate::config::BackendAddr;
 use crate::leg::Leg;
@@ -254,7 +254,7 @@ fn command(code: u8, arg: &[u8]) -> Vec<u8> {
 /// can name the one it interrupted; `timeout` bounds the TCP connect.
 async fn start(
     address: &BackendAddr,
-    leg: &CheckLeg,
+    leg: &OwnConnectOptions,
     (user, password): (&str, &str),
     timeout: std::time::Duration,
     stage: &mut Stage,
@@ -295,7 +295,7 @@ async fn start(
 /// and the greeting as the server sent it.
 pub(crate) async fn open(
     address: &BackendAddr,
-    leg: &CheckLeg,
+    leg: &OwnConnectOptions,
     account: (&str, &str),
     timeout: std::time::Duration,
     stage: &mut Stage,
@@ -311,7 +311,7 @@ pub(crate) async fn open(
 /// aborted handshake against the proxy's address. Returns the greeting as the server sent it.
 pub(crate) async fn greet(
     address: &BackendAddr,
-    leg: &CheckLeg,
+    leg: &OwnConnectOptions,
     timeout: std::time::Duration,
     stage: &mut Stage,
 ) -> Result<Vec<u8>, CheckError> {
