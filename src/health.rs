@@ -84,7 +84,7 @@ pub async fn run(shared: Arc<ProxyState>, cfg: HealthCheckConfig, shutdown: Canc
 }
 
 /// How a connection of the proxy's own to `backend` starts (TLS, a PROXY protocol header).
-pub(crate) fn check_leg(shared: &ProxyState, backend: &Backend) -> OwnConnectOptions {
+pub(crate) fn own_connect_options(shared: &ProxyState, backend: &Backend) -> OwnConnectOptions {
     let legs = shared.leg_settings();
     OwnConnectOptions {
         tls: legs.tls.backend(&backend.name).cloned(),
@@ -111,7 +111,11 @@ async fn check_loop(
         let started = std::time::Instant::now();
         let result = tokio::select! {
             _ = shutdown.cancelled() => return,
-            r = check_backend_with(&backend.address, check_leg(&shared, &backend), &cfg) => r,
+            r = check_backend_with(
+                &backend.address,
+                own_connect_options(&shared, &backend),
+                &cfg,
+            ) => r,
         };
         if cfg.max_replication_lag.is_some() {
             let lag = match &result {

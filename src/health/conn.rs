@@ -9,7 +9,7 @@ use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use super::{CheckError, OwnConnectOptions, Stage};
 use crate::auth::decline;
 use crate::config::BackendAddr;
-use crate::leg::Leg;
+use crate::leg::LegStream;
 use crate::protocol::caps::{CLIENT_PROTOCOL_41, CLIENT_SECURE_CONNECTION, CLIENT_SSL};
 use crate::protocol::codec::header;
 use crate::protocol::errors::ServerErr;
@@ -48,7 +48,7 @@ fn login_packet(
     })
 }
 
-impl Conn<Leg<BackendStream>> {
+impl Conn<LegStream<BackendStream>> {
     /// An SSLRequest, then the TLS handshake; `login`, the response to send next, gets
     /// CLIENT_SSL and sequence id 2 to match.
     async fn start_tls(
@@ -85,7 +85,7 @@ impl Conn<Leg<BackendStream>> {
                 stage: Stage::Tls,
                 source: PacketReadError::Io(e),
             })?;
-        self.stream = Leg::Tls(Box::new(tokio_rustls::TlsStream::Client(tls)));
+        self.stream = LegStream::Tls(Box::new(tokio_rustls::TlsStream::Client(tls)));
         Ok(())
     }
 }
@@ -258,7 +258,7 @@ async fn start(
     (user, password): (&str, &str),
     timeout: std::time::Duration,
     stage: &mut Stage,
-) -> Result<(Conn<Leg<BackendStream>>, Vec<u8>, Vec<u8>), CheckError> {
+) -> Result<(Conn<LegStream<BackendStream>>, Vec<u8>, Vec<u8>), CheckError> {
     *stage = Stage::Connect;
     let mut stream = BackendStream::connect(address, timeout, &leg.socket_identity)
         .await
@@ -272,7 +272,7 @@ async fn start(
     }
     *stage = Stage::Greeting;
     let mut conn = Conn {
-        stream: Leg::Plain(stream),
+        stream: LegStream::Plain(stream),
         buf: BytesMut::with_capacity(1024),
     };
     let greeting = conn.read(Stage::Greeting).await?;
@@ -299,7 +299,7 @@ pub(crate) async fn open(
     account: (&str, &str),
     timeout: std::time::Duration,
     stage: &mut Stage,
-) -> Result<(Conn<Leg<BackendStream>>, Vec<u8>), CheckError> {
+) -> Result<(Conn<LegStream<BackendStream>>, Vec<u8>), CheckError> {
     let (mut conn, greeting, login) = start(address, leg, account, timeout, stage).await?;
     *stage = Stage::Login;
     conn.login(&login, account.1).await?;

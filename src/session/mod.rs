@@ -20,7 +20,7 @@ use crate::balancer::ejection::Failure;
 use crate::balancer::{Backend, BackendSet, ClientInfo, Lease, Pool};
 use crate::config::BackendAddr;
 use crate::kill;
-use crate::leg::Leg;
+use crate::leg::LegStream;
 use crate::metrics::Refusal;
 use crate::protocol::caps::CLIENT_SSL;
 use crate::protocol::errors::{code, pre_greeting_err};
@@ -146,7 +146,7 @@ pub async fn run<C>(
 where
     C: AsyncRead + AsyncWrite + Unpin,
 {
-    let mut client = Leg::Plain(client);
+    let mut client = LegStream::Plain(client);
     let set = shared.backends();
     if set.deferred() {
         return deferred::run(&shared, &set, client, from, worker, drain).await;
@@ -170,7 +170,7 @@ where
         stream,
         tls: backend_tls,
     } = backend;
-    let mut backend = Leg::Plain(stream);
+    let mut backend = LegStream::Plain(stream);
     let _registered = register_proxy_id(&shared.kills, lease.backend(), &mut greeting, peer);
     let legs = shared.leg_settings();
     let plan = legs::plan(
@@ -209,8 +209,8 @@ where
 
 /// A session past its connection phase.
 struct Established<C, B> {
-    client: Leg<C>,
-    backend: Leg<B>,
+    client: LegStream<C>,
+    backend: LegStream<B>,
     auth: Authenticated,
     lease: Lease,
     /// The proxy id its client was greeted with, if it got one.
@@ -284,7 +284,7 @@ where
 /// fail the same way, until a health check or the cool-off brings it back.
 async fn connection_phase_failed<C: AsyncRead + AsyncWrite + Unpin>(
     shared: &ProxyState,
-    client: &mut Leg<C>,
+    client: &mut LegStream<C>,
     e: AuthError,
     next_seq: u8,
     peer: &str,

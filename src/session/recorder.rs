@@ -84,7 +84,7 @@ async fn run_decision(
 ) -> Vec<u8> {
     match decision.elsewhere {
         Some(elsewhere) => {
-            let leg = crate::health::check_leg(&shared, &elsewhere.backend);
+            let leg = crate::health::own_connect_options(&shared, &elsewhere.backend);
             shared.killer.run(&elsewhere, leg, turn).await
         }
         None => decision.packet,
