@@ -490,7 +490,11 @@ mod tests {
             seen.extend(scan_all(&mut s, &stream[a..b]).unwrap());
             seen.extend(scan_all(&mut s, &stream[b..]).unwrap());
             assert_eq!(seen.len(), 2, "cuts at {a} and {b}");
-            assert_eq!(seen[0].prefix, &payload[..PREFIX_LEN], "cuts at {a} and {b}");
+            assert_eq!(
+                seen[0].prefix,
+                &payload[..PREFIX_LEN],
+                "cuts at {a} and {b}"
+            );
             assert_eq!(seen[1].prefix, b"xy");
         }
     }

@@ -25,7 +25,7 @@ use super::{
 use crate::auth::{decline, finish_deferred, greet_client, read_greeting, ClientHello, LegPlan};
 use crate::balancer::{BackendSet, ClientInfo};
 use crate::kill;
-use crate::leg::Leg;
+use crate::leg::LegStream;
 use crate::metrics::Refusal;
 use crate::protocol::errors::{code, err_packet, pre_greeting_err, sqlstate_for};
 use crate::protocol::handshake::{
@@ -42,7 +42,7 @@ const NO_BACKEND_YET: &str = "(not chosen yet)";
 pub(super) async fn run<C>(
     shared: &Arc<ProxyState>,
     set: &Arc<BackendSet>,
-    mut client: Leg<C>,
+    mut client: LegStream<C>,
     from: Origin<'_>,
     worker: usize,
     drain: &CancellationToken,
@@ -84,8 +84,8 @@ where
     if let Some(r) = &registration {
         r.bind(kill::Target::of(lease.backend(), &backend_greeting));
     }
-    let mut backend = Leg::Plain(connected.stream);
-    let legs = shared.legs();
+    let mut backend = LegStream::Plain(connected.stream);
+    let legs = shared.leg_settings();
     let plan = legs::plan(
         shared,
         &legs,
@@ -125,7 +125,7 @@ where
 async fn greet<'a, C>(
     shared: &'a ProxyState,
     set: &BackendSet,
-    client: &mut Leg<C>,
+    client: &mut LegStream<C>,
     from: Origin<'_>,
     next_seq: &mut u8,
 ) -> Result<(ClientHello, Option<kill::Registration<'a>>), EndReason>
@@ -142,7 +142,7 @@ where
         return Err(EndReason::NoBackend);
     };
     let registration = own_greeting(&shared.kills, &mut greeting, peer);
-    let legs = shared.legs();
+    let legs = shared.leg_settings();
     let plan = LegPlan {
         client_tls: legs.tls.client.as_ref(),
         client_local: from.local,
@@ -246,7 +246,7 @@ fn own_greeting<'a>(
 /// Refuses a client the proxy greeted (its HandshakeResponse read): an ERR in its sequence.
 async fn refuse_after_greeting<C>(
     shared: &ProxyState,
-    client: &mut Leg<C>,
+    client: &mut LegStream<C>,
     seq: u8,
     peer: &str,
     message: &str,

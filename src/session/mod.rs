@@ -20,7 +20,7 @@ use crate::balancer::ejection::Failure;
 use crate::balancer::{Backend, BackendSet, ClientInfo, Lease, Pool};
 use crate::config::BackendAddr;
 use crate::kill;
-use crate::leg::Leg;
+use crate::leg::LegStream;
 use crate::metrics::Refusal;
 use crate::protocol::caps::CLIENT_SSL;
 use crate::protocol::errors::{code, pre_greeting_err};
@@ -28,7 +28,7 @@ use crate::protocol::handshake::set_greeting_connection_id;
 use crate::protocol::response::Tracker;
 use crate::relay::{relay, RelayEnd, Stop};
 use crate::route::{peer_ip, Who};
-use crate::state::{Legs, ProxyState};
+use crate::state::{LegSettings, ProxyState};
 use crate::stream::BackendStream;
 use rustls_pki_types::ServerName;
 use tokio_rustls::TlsConnector;
@@ -146,7 +146,7 @@ pub async fn run<C>(
 where
     C: AsyncRead + AsyncWrite + Unpin,
 {
-    let mut client = Leg::Plain(client);
+    let mut client = LegStream::Plain(client);
     let set = shared.backends();
     if set.deferred() {
         return deferred::run(&shared, &set, client, from, worker, drain).await;
@@ -170,9 +170,9 @@ where
         stream,
         tls: backend_tls,
     } = backend;
-    let mut backend = Leg::Plain(stream);
+    let mut backend = LegStream::Plain(stream);
     let _registered = register_proxy_id(&shared.kills, lease.backend(), &mut greeting, peer);
-    let legs = shared.legs();
+    let legs = shared.leg_settings();
     let plan = legs::plan(
         &shared,
         &legs,
@@ -209,8 +209,8 @@ where
 
 /// A session past its connection phase.
 struct Established<C, B> {
-    client: Leg<C>,
-    backend: Leg<B>,
+    client: LegStream<C>,
+    backend: LegStream<B>,
     auth: Authenticated,
     lease: Lease,
     /// The proxy id its client was greeted with, if it got one.
@@ -284,7 +284,7 @@ where
 /// fail the same way, until a health check or the cool-off brings it back.
 async fn connection_phase_failed<C: AsyncRead + AsyncWrite + Unpin>(
     shared: &ProxyState,
-    client: &mut Leg<C>,
+    client: &mut LegStream<C>,
     e: AuthError,
     next_seq: u8,
     peer: &str,
@@ -405,7 +405,7 @@ async fn connect_backend(
     addrs: Option<(SocketAddr, SocketAddr)>,
 ) -> Result<(Lease, Connected, PatchedGreeting), Vec<String>> {
     let mut tried = Vec::new();
-    let legs = shared.legs();
+    let legs = shared.leg_settings();
     tracing::Span::current().record("pool", pool.name.as_str());
     for backend in set.candidates_for(Instant::now(), client, Some(pool)) {
         let started = Instant::now();
@@ -451,7 +451,7 @@ async fn connect_backend(
 /// alive and refusing, e.g. its own "Too many connections".
 async fn open_backend(
     shared: &ProxyState,
-    legs: &Legs,
+    legs: &LegSettings,
     backend: &Backend,
     addrs: Option<(SocketAddr, SocketAddr)>,
 ) -> Result<(Connected, PatchedGreeting), (String, bool)> {
@@ -522,7 +522,7 @@ struct Connected {
 /// Whether the backend leg switches to TLS, from the backend's mode and its greeting. A backend
 /// that cannot meet its mode (no TLS offered under `required`) fails like one that did not greet.
 fn backend_tls(
-    legs: &Legs,
+    legs: &LegSettings,
     backend: &Backend,
     greeting: &PatchedGreeting,
 ) -> Result<Option<(TlsConnector, ServerName<'static>)>, String> {
