@@ -414,7 +414,24 @@ struct ServerSide<'t, F> {
 }
 
 impl<F: FnMut(Completed)> ServerSide<'_, F> {
+    /// Most packets of a response are rows: anything but an EOF/OK (0xFE) or an ERR (0xFF), in
+    /// sequence, leaves a result set's state as it is. The rest take [`Self::any_packet`].
+    #[inline]
     fn packet(&mut self, p: Packet<'_>) -> Result<(), TrackError> {
+        if let Some(head) = self.queue.front_mut() {
+            if head.expect == Expect::Rows
+                && p.first_seq == head.next_seq
+                && !matches!(p.first_byte(), Some(0xFE | 0xFF))
+            {
+                head.next_seq = p.last_seq.wrapping_add(1);
+                return Ok(());
+            }
+        }
+        self.any_packet(p)
+    }
+
+    #[inline(never)]
+    fn any_packet(&mut self, p: Packet<'_>) -> Result<(), TrackError> {
         let (queue, now) = (&mut *self.queue, self.now);
         let Some(head) = queue.front_mut() else {
             *self.unsolicited += 1;
