@@ -9,16 +9,17 @@ machine: it measures exactly what the proxy's code does per query (not the kerne
 cache misses or lock contention, which run.py's CPU figures include). Use it to compare two
 builds; use run.py for what a user sees.
 
-Each proxy runs under callgrind, with counting switched on only while sysbench runs a fixed
-number of events (`callgrind_control --zero` before, `--dump` after), so the start-up and
-sysbench's connects are outside the count (its `--threads` connections are inside: a few hundred
-thousand instructions against millions per thousand queries).
+Each proxy runs under callgrind; sysbench runs a fixed number of events twice, N and 3N, each
+counted alone (`callgrind_control --zero` before, `--dump` after), and the figure is the
+difference over the difference in queries: start-up and each run's connects (TLS handshakes
+are millions of instructions) cancel out.
 
     cargo build --release --bin mysql-lb --example pump
     python3 benches/load/instructions.py [--baseline OTHER_BINARY] [--events 4000]
         [--tests oltp_point_select,oltp_read_only] [--tls]
 
-Needs valgrind (scripts/install-deps.sh installs it), mariadbd and sysbench.
+It runs scripts/install-deps.sh demo (MariaDB, sysbench) and installs valgrind with apt-get
+when it is missing; build the release binary and the bare relay first (above).
 """
 
 import argparse
@@ -60,37 +61,51 @@ def control(pid, flag):
 
 
 def measure(reg, name, argv, listen, test, events, threads, tls_dir=None):
-    """Starts argv under callgrind, counts `events` sysbench transactions of `test`; returns
-    (instructions, queries)."""
+    """Starts argv under callgrind and counts two sysbench runs of `test`, of `events` and of
+    3 × `events` transactions; returns (instructions, queries) of the difference, so what every
+    run costs alike (its connections: a TLS handshake is a few million instructions) cancels."""
     out_prefix = os.path.join(reg.base, "cg-%s-%s" % (name.replace(" ", "_"), test))
     cg = ["valgrind", "--tool=callgrind", "--callgrind-out-file=%s.%%p" % out_prefix]
     proc, log_path = reg.spawn(name, cg + argv)
     procs.wait_until(name, lambda: myclient.greets(listen), 120, proc, log_path)
     target = sysbench.Target(name, sysbench.tcp_args([listen]), cwd=tls_dir)
-    extra = ["--events=%d" % events]
-    if tls_dir:
-        extra.append("--mysql-ssl=on")
-    argv_sb = sysbench.sysbench_argv(test, target, threads, 0, extra)
-    # Everything before (start-up, the readiness probe) is counted, then discarded here.
-    control(proc.pid, "--zero")
-    before = time.time()
-    out = subprocess.run(argv_sb, capture_output=True, timeout=1800, cwd=tls_dir)
-    if out.returncode != 0:
-        raise RuntimeError("sysbench through %s failed:\n%s%s" % (name, out.stdout.decode()[-2000:], out.stderr.decode()[-2000:]))
-    took = time.time() - before
-    queries = int(re.search(r"queries:\s+(\d+)", out.stdout.decode()).group(1))
-    control(proc.pid, "--dump")
+    counted = []
+    for n in (events, 3 * events):
+        extra = ["--events=%d" % n]
+        if tls_dir:
+            extra.append("--mysql-ssl=on")
+        argv_sb = sysbench.sysbench_argv(test, target, threads, 0, extra)
+        # Everything before (start-up, the readiness probe, the last run) is discarded here.
+        control(proc.pid, "--zero")
+        out = subprocess.run(argv_sb, capture_output=True, timeout=1800, cwd=tls_dir)
+        if out.returncode != 0:
+            raise RuntimeError("sysbench through %s failed:\n%s%s" % (
+                name, out.stdout.decode()[-2000:], out.stderr.decode()[-2000:]))
+        queries = int(re.search(r"queries:\s+(\d+)", out.stdout.decode()).group(1))
+        control(proc.pid, "--dump")
+        counted.append(queries)
     reg.stop(proc, timeout=120)
-    files = sorted(glob.glob(out_prefix + ".*"), key=os.path.getmtime)
-    # The dump (".1" suffix) holds the counted part; the file written at exit holds the rest.
-    dumps = [f for f in files if re.search(r"\.\d+\.\d+$", f)]
-    if not dumps:
-        raise RuntimeError("no callgrind dump for %s: %s" % (name, files))
-    instr = total_instructions(dumps[0])
+    # Each dump is named PREFIX.PID.N; the file written at exit (PREFIX.PID) holds the rest.
+    dumps = sorted(glob.glob(out_prefix + ".*.*"), key=lambda f: int(f.rsplit(".", 1)[1]))
+    if len(dumps) != 2:
+        raise RuntimeError("expected two callgrind dumps for %s, found %s" % (name, dumps))
+    small, large = (total_instructions(f) for f in dumps)
     if KEEP:
-        shutil.copy(dumps[0], os.path.join(KEEP, "callgrind.%s.%s" % (name.replace(" ", "_"), test)))
-    log("%-20s %-18s %8d queries in %5.1f s: %7.0f instructions per query" % (name, test, queries, took, instr / queries))
+        shutil.copy(dumps[1], os.path.join(KEEP, "callgrind.%s.%s" % (name.replace(" ", "_"), test)))
+    instr, queries = large - small, counted[1] - counted[0]
+    log("%-20s %-18s %7.0f instructions per query (%d - %d queries)" % (
+        name, test, instr / queries, counted[1], counted[0]))
     return instr, queries
+
+
+def ensure_deps():
+    subprocess.run(["bash", os.path.join(ROOT, "scripts", "install-deps.sh"), "demo"], check=True)
+    if not shutil.which("valgrind") or not shutil.which("callgrind_control"):
+        log("valgrind is missing: installing it with apt-get")
+        sudo = [] if os.geteuid() == 0 else ["sudo"]
+        subprocess.run(sudo + ["apt-get", "update"], check=True)
+        subprocess.run(sudo + ["env", "DEBIAN_FRONTEND=noninteractive", "apt-get", "install", "-y",
+                               "--no-install-recommends", "valgrind"], check=True)
 
 
 def main():
@@ -108,6 +123,7 @@ def main():
     if KEEP:
         os.makedirs(KEEP, exist_ok=True)
 
+    ensure_deps()
     lb = os.path.join(ROOT, "target/release/mysql-lb")
     pump = procs.pump_binary(lb)
     reg = procs.Registry()
