@@ -32,14 +32,14 @@ use mysql_lb::config::{
 };
 use mysql_lb::tls::TlsMaterial;
 
-struct Legs {
+struct TlsEnds {
     acceptor: TlsAcceptor,
     resuming: TlsConnector,
     full: TlsConnector,
     _dir: tempfile::TempDir,
 }
 
-fn legs() -> Legs {
+fn tls_ends() -> TlsEnds {
     let dir = tempfile::tempdir().expect("temp dir");
     let c = certs::Certs::generate(dir.path());
     let backend = BackendConfig {
@@ -84,7 +84,7 @@ fn legs() -> Legs {
         .with_root_certificates(roots)
         .with_no_client_auth();
     full.resumption = Resumption::disabled();
-    Legs {
+    TlsEnds {
         acceptor: material.client.unwrap().acceptor,
         resuming,
         full: TlsConnector::from(Arc::new(full)),
@@ -126,32 +126,32 @@ fn thread_cpu() -> Duration {
 /// `iters` handshakes with `connector`, each checked to be of `kind`; their CPU time.
 fn run(
     rt: &tokio::runtime::Runtime,
-    legs: &Legs,
+    ends: &TlsEnds,
     connector: &TlsConnector,
     kind: HandshakeKind,
     iters: u64,
 ) -> Duration {
     let start = thread_cpu();
     for _ in 0..iters {
-        let seen = rt.block_on(handshake(&legs.acceptor, connector));
+        let seen = rt.block_on(handshake(&ends.acceptor, connector));
         assert_eq!(seen, Some(kind));
     }
     thread_cpu() - start
 }
 
 fn bench(c: &mut Criterion) {
-    let legs = legs();
+    let ends = tls_ends();
     let rt = tokio::runtime::Builder::new_current_thread()
         .build()
         .expect("runtime");
     // The first handshake of the shared connector is full; every later one resumes.
-    rt.block_on(handshake(&legs.acceptor, &legs.resuming));
+    rt.block_on(handshake(&ends.acceptor, &ends.resuming));
     let mut group = c.benchmark_group("tls_handshake_cpu");
     group.bench_function("full", |b| {
-        b.iter_custom(|iters| run(&rt, &legs, &legs.full, HandshakeKind::Full, iters))
+        b.iter_custom(|iters| run(&rt, &ends, &ends.full, HandshakeKind::Full, iters))
     });
     group.bench_function("resumed", |b| {
-        b.iter_custom(|iters| run(&rt, &legs, &legs.resuming, HandshakeKind::Resumed, iters))
+        b.iter_custom(|iters| run(&rt, &ends, &ends.resuming, HandshakeKind::Resumed, iters))
     });
     group.finish();
 }

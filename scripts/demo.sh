@@ -10,7 +10,7 @@ cd "$(dirname "$0")/.."
 DURATION=${1:-10}
 THREADS=${2:-8}
 
-scripts/install-deps.sh
+scripts/install-deps.sh demo
 cargo build --release --quiet
 BIN=$PWD/target/release/mysql-lb
 source scripts/lib/backends.sh

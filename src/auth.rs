@@ -17,7 +17,7 @@ use rustls_pki_types::ServerName;
 use tokio::io::AsyncReadExt;
 use tokio_rustls::{TlsConnector, TlsStream};
 
-use crate::leg::Leg;
+use crate::leg::LegStream;
 use crate::protocol::caps::{Negotiated, CLIENT_COMPRESS, CLIENT_SSL};
 use crate::protocol::errors::ServerErr;
 use crate::protocol::handshake::{
@@ -27,7 +27,7 @@ use crate::protocol::handshake::{
 };
 use crate::stream::identity::SocketIdentity;
 use crate::stream::{read_packet, PacketReadError};
-use crate::tls::ClientLeg;
+use crate::tls::ClientTlsAcceptor;
 
 #[cfg(test)]
 mod cleartext_tests;
@@ -174,7 +174,7 @@ pub async fn read_greeting<B: AsyncRead + Unpin>(
 /// per leg, independently of what the other leg does.
 pub struct LegPlan<'a> {
     /// TLS offered to the client (CLIENT_SSL set in the greeting it gets).
-    pub client_tls: Option<&'a ClientLeg>,
+    pub client_tls: Option<&'a ClientTlsAcceptor>,
     /// The client came over a unix socket, which counts as secure as it does for a server.
     pub client_local: bool,
     /// CLIENT_COMPRESS set in the greeting the client gets.
@@ -207,8 +207,8 @@ struct Response {
 /// response (patched) and then every auth packet both ways until the backend's OK or ERR, taking
 /// either leg to TLS on the way where `plan` says so.
 pub async fn relay_connection_phase<C, B>(
-    client: &mut Leg<C>,
-    backend: &mut Leg<B>,
+    client: &mut LegStream<C>,
+    backend: &mut LegStream<B>,
     mut greeting: PatchedGreeting,
     limits: HandshakeLimits,
     plan: &LegPlan<'_>,
@@ -308,8 +308,8 @@ struct Vet {
 /// From the response on: patches it for the backend leg, sends it (after taking that leg to TLS
 /// where planned), and relays every auth packet both ways until the backend's OK or ERR.
 async fn log_in<C, B>(
-    client: &mut Leg<C>,
-    backend: &mut Leg<B>,
+    client: &mut LegStream<C>,
+    backend: &mut LegStream<B>,
     response: ForBackend,
     limits: HandshakeLimits,
     plan: &LegPlan<'_>,
@@ -404,7 +404,7 @@ fn authenticated(
 /// The greeting as the client leg offers it: CLIENT_SSL and CLIENT_COMPRESS set where this leg
 /// provides them, whatever the backend offered.
 async fn send_greeting<C>(
-    client: &mut Leg<C>,
+    client: &mut LegStream<C>,
     packet: &mut BytesMut,
     plan: &LegPlan<'_>,
 ) -> Result<(), AuthError>

@@ -69,6 +69,7 @@ impl<F: Future> Gated<F> {
     }
 
     /// Polls the future whether or not it woke the task (its registration is renewed).
+    #[inline(never)]
     pub fn poll_now(&mut self, cx: &mut Context<'_>) -> Poll<F::Output> {
         let waker = match &self.flag {
             Some((flag, waker)) if flag.task.will_wake(cx.waker()) => {
@@ -89,6 +90,7 @@ impl<F: Future> Gated<F> {
     }
 
     /// Polls the future if it woke the task since its last poll, or if `cx` is another task's.
+    #[inline]
     pub fn poll_gated(&mut self, cx: &mut Context<'_>) -> Poll<F::Output> {
         if let Some((flag, _)) = &self.flag {
             if flag.task.will_wake(cx.waker()) && !flag.raised.load(Ordering::Acquire) {
@@ -102,6 +104,7 @@ impl<F: Future> Gated<F> {
 impl<F: Future> Future for Gated<F> {
     type Output = F::Output;
 
+    #[inline]
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
         self.get_mut().poll_gated(cx)
     }

@@ -14,8 +14,8 @@ use std::sync::Arc;
 use tracing::warn;
 
 use crate::config::{BackendAddr, Config, HealthCheckConfig};
-use crate::health::{check_backend_with, CheckError, CheckLeg};
-use crate::state::Legs;
+use crate::health::{check_backend_with, CheckError, OwnConnectOptions};
+use crate::state::LegSettings;
 use crate::stream::identity::{IdentityError, SocketIdentity};
 
 /// Refuses `config` if one of its unix-socket backends logs in `identity`'s name with no
@@ -23,7 +23,7 @@ use crate::stream::identity::{IdentityError, SocketIdentity};
 pub async fn verify(
     identity: &Arc<SocketIdentity>,
     config: &Config,
-    legs: &Legs,
+    legs: &LegSettings,
 ) -> Result<(), IdentityError> {
     let Some(user) = identity.user() else {
         // A uid with no name on this host cannot be mapped to an account by a server here.
@@ -39,7 +39,7 @@ pub async fn verify(
             password: Some(crate::config::Secret::new(random_password())),
             ..HealthCheckConfig::default()
         };
-        let leg = CheckLeg {
+        let leg = OwnConnectOptions {
             tls: None,
             proxy_protocol: legs.proxy_protocol(&backend.name),
             socket_identity: Arc::clone(identity),

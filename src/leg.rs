@@ -4,8 +4,8 @@
 //! A leg starts plain and is upgraded in place during the connection phase: TLS after an
 //! SSLRequest, compression after the final OK. One enum rather than a generic per layer keeps the
 //! relay compiled once per socket type instead of once per combination of layers, and costs one
-//! branch per read or write. [`Leg::Closed`] is what is left when an upgrade failed half way (the
-//! socket went into the TLS handshake and did not come back): every I/O on it fails.
+//! branch per read or write. [`LegStream::Closed`] is what is left when an upgrade failed half
+//! way (the socket went into the TLS handshake and did not come back): every I/O on it fails.
 
 use std::io;
 use std::pin::Pin;
@@ -20,15 +20,15 @@ use crate::relay::GiveBack;
 use crate::stream::compressed::Compressed;
 
 /// A leg's byte stream.
-pub enum Leg<S> {
+pub enum LegStream<S> {
     Plain(S),
     Tls(Box<TlsStream<S>>),
     /// Compressed frames over a plain or TLS leg: reads give plain packets, writes are framed.
-    Compressed(Box<Compressed<Leg<S>>>),
+    Compressed(Box<Compressed<LegStream<S>>>),
     Closed,
 }
 
-impl<S> Leg<S> {
+impl<S> LegStream<S> {
     /// Whether the leg is encrypted.
     pub fn is_tls(&self) -> bool {
         match self {
@@ -45,7 +45,7 @@ impl<S> Leg<S> {
         *self = Self::Compressed(Box::new(Compressed::new(inner, role, already_read)));
     }
 
-    /// Takes the plain socket out for an upgrade, leaving [`Leg::Closed`] behind.
+    /// Takes the plain socket out for an upgrade, leaving [`LegStream::Closed`] behind.
     pub fn take_plain(&mut self) -> io::Result<S> {
         match std::mem::replace(self, Self::Closed) {
             Self::Plain(s) => Ok(s),
@@ -89,7 +89,7 @@ fn closed() -> io::Error {
     )
 }
 
-impl<S: AsyncRead + AsyncWrite + Unpin> AsyncRead for Leg<S> {
+impl<S: AsyncRead + AsyncWrite + Unpin> AsyncRead for LegStream<S> {
     fn poll_read(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -104,7 +104,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> AsyncRead for Leg<S> {
     }
 }
 
-impl<S: AsyncRead + AsyncWrite + Unpin> AsyncWrite for Leg<S> {
+impl<S: AsyncRead + AsyncWrite + Unpin> AsyncWrite for LegStream<S> {
     fn poll_write(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -137,7 +137,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> AsyncWrite for Leg<S> {
     }
 }
 
-impl<S> GiveBack for Leg<S> {
+impl<S> GiveBack for LegStream<S> {
     fn holds_memory(&self) -> bool {
         matches!(self, Self::Compressed(c) if c.holds_memory())
     }

@@ -75,7 +75,7 @@ impl Proxy {
     /// session worker threads (`worker_threads`, default one per CPU).
     pub async fn bind(config: &Config) -> Result<Self, ServerError> {
         // Certificates first: a bad file is reported before anything listens.
-        let legs = state::Legs::load(config)?;
+        let legs = state::LegSettings::load(config)?;
         warn_plaintext_backend_legs(config);
         if let Some(warning) = config.connect_mode_warning() {
             tracing::warn!("{warning}");
@@ -118,7 +118,7 @@ impl Proxy {
         identity_check::verify(&identity, config, &legs).await?;
         let shared = Arc::new(
             ProxyState::new(config, Arc::clone(&metrics))
-                .with_legs(legs)
+                .with_leg_settings(legs)
                 .with_socket_identity(identity),
         );
         tracing::info!(

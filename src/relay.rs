@@ -23,7 +23,7 @@ use crate::protocol::response::{Completed, TrackError, Tracker};
 
 mod kill_rewrite;
 mod timers;
-use kill_rewrite::{rewrite_kills, Pending};
+use kill_rewrite::{rewrite_kills, WaitingKills};
 pub use kill_rewrite::{Answer, KillRewrite};
 use timers::{IdleTimer, Shrinker};
 
@@ -147,7 +147,7 @@ struct Upstream<'a, O> {
     quit: bool,
     /// When the client last sent bytes, read or written (for the idle timeout).
     active: &'a mut Option<Instant>,
-    pending: &'a mut Pending,
+    pending: &'a mut WaitingKills,
 }
 
 impl<O: Observer> Hooks for Upstream<'_, O> {
@@ -330,7 +330,7 @@ where
         client_active: None,
         backend_active: None,
         client_failed: None,
-        pending: Pending::default(),
+        pending: WaitingKills::default(),
     };
     session.prescan();
     poll_fn(|cx| {
@@ -383,7 +383,7 @@ struct Session<'a, C, B, O> {
     /// A client protocol error waiting for the commands before it to be answered.
     client_failed: Option<TrackError>,
     /// KILLs read from the client waiting for their rewrite.
-    pending: Pending,
+    pending: WaitingKills,
 }
 
 impl<C, B, O> Session<'_, C, B, O>

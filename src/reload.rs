@@ -49,7 +49,7 @@ pub fn apply(shared: &ProxyState, new: &Config) -> Result<Summary, ReloadError> 
     crate::balancer::script::check(new)?;
     // Certificates and keys are read again at every reload, changed configuration or not: a
     // renewed certificate under the same path is the usual case.
-    let legs = crate::state::Legs::load(new)?;
+    let legs = crate::state::LegSettings::load(new)?;
     let current = shared.backends();
     let next = current
         .rebuild(
@@ -93,7 +93,7 @@ pub fn apply(shared: &ProxyState, new: &Config) -> Result<Summary, ReloadError> 
         },
     };
     shared.replace_backends(next);
-    shared.replace_legs(legs);
+    shared.replace_leg_settings(legs);
     Ok(summary)
 }
 
@@ -185,7 +185,7 @@ fn verify_socket_identity(shared: &ProxyState, new: &Config) -> Result<(), Reloa
         }
         return Ok(());
     }
-    let legs = crate::state::Legs::load(new)?;
+    let legs = crate::state::LegSettings::load(new)?;
     tokio::runtime::Handle::current()
         .block_on(crate::identity_check::verify(identity, new, &legs))?;
     Ok(())

@@ -16,7 +16,7 @@ use tokio::sync::watch;
 
 use crate::balancer::{Backend, BackendSet};
 use crate::config::Config;
-use crate::health::CheckLeg;
+use crate::health::OwnConnectOptions;
 use crate::kill;
 use crate::metrics::Metrics;
 use crate::protocol::caps::CLIENT_LOCAL_FILES;
@@ -46,7 +46,7 @@ pub struct ProxyState {
     pub accept_proxy_protocol: Vec<crate::cidr::Cidr>,
     /// TLS material and compression per leg; a reload swaps it whole (new sessions use the new
     /// one, running sessions keep what they negotiated).
-    legs: ArcSwap<Legs>,
+    leg_settings: ArcSwap<LegSettings>,
     /// Fails from the first stop signal on (`/readyz`; see `crate::lifecycle`).
     pub readiness: crate::lifecycle::Readiness,
     /// Who unix-socket backends see as their peer, and how to connect as it (fixed at start).
@@ -55,7 +55,7 @@ pub struct ProxyState {
 
 /// What each leg of a new session may encrypt or compress, from the configuration.
 #[derive(Default)]
-pub struct Legs {
+pub struct LegSettings {
     pub tls: TlsMaterial,
     /// Backends (by name) whose leg is compressed when they offer it.
     compressed_backends: HashSet<String>,
@@ -63,9 +63,9 @@ pub struct Legs {
     proxy_protocol: HashMap<String, ProxyVersion>,
 }
 
-impl std::fmt::Debug for Legs {
+impl std::fmt::Debug for LegSettings {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Legs")
+        f.debug_struct("LegSettings")
             .field("client_tls", &self.tls.client.is_some())
             .field("compressed_backends", &self.compressed_backends)
             .field("proxy_protocol", &self.proxy_protocol)
@@ -73,10 +73,10 @@ impl std::fmt::Debug for Legs {
     }
 }
 
-impl Legs {
+impl LegSettings {
     /// Reads every certificate and key file the configuration names.
-    pub fn load(config: &Config) -> Result<Legs, TlsError> {
-        Ok(Legs {
+    pub fn load(config: &Config) -> Result<LegSettings, TlsError> {
+        Ok(LegSettings {
             tls: TlsMaterial::load(config)?,
             compressed_backends: config
                 .backends
@@ -170,7 +170,7 @@ impl ProxyState {
             metrics,
             session: SessionSettings::from_config(config),
             accept_proxy_protocol: config.accept_proxy_protocol.clone(),
-            legs: ArcSwap::from_pointee(Legs::default()),
+            leg_settings: ArcSwap::from_pointee(LegSettings::default()),
             readiness: crate::lifecycle::Readiness::default(),
             socket_identity: Arc::new(SocketIdentity::unavailable(&IdentityError::NotSetUp)),
         }
@@ -182,28 +182,28 @@ impl ProxyState {
         self
     }
 
-    /// With the TLS material and compression settings `legs` (built by [`Legs::load`]).
-    pub fn with_legs(self, legs: Legs) -> Self {
-        self.legs.store(Arc::new(legs));
+    /// With the TLS material and compression settings `legs` (built by [`LegSettings::load`]).
+    pub fn with_leg_settings(self, legs: LegSettings) -> Self {
+        self.leg_settings.store(Arc::new(legs));
         self
     }
 
     /// What new sessions' legs may use now.
-    pub fn legs(&self) -> Arc<Legs> {
-        self.legs.load_full()
+    pub fn leg_settings(&self) -> Arc<LegSettings> {
+        self.leg_settings.load_full()
     }
 
     /// Publishes the expiry of the certificates the configuration names (the ones backends
     /// present are published as each handshake sees them).
-    pub fn export_certificate_expiry(&self, previous: Option<&Legs>) {
-        self.legs()
+    pub fn export_certificate_expiry(&self, previous: Option<&LegSettings>) {
+        self.leg_settings()
             .tls
             .export_expiry(&self.metrics, previous.map(|p| &p.tls));
     }
 
     /// Puts `legs` in force for new sessions (see `crate::reload`).
-    pub(crate) fn replace_legs(&self, legs: Legs) {
-        let previous = self.legs.swap(Arc::new(legs));
+    pub(crate) fn replace_leg_settings(&self, legs: LegSettings) {
+        let previous = self.leg_settings.swap(Arc::new(legs));
         self.export_certificate_expiry(Some(&previous));
     }
 
@@ -227,9 +227,9 @@ impl ProxyState {
 
     /// How a connection of the proxy's own to `backend` starts (TLS, a PROXY protocol header),
     /// as a session's would: health checks and KILLs run on another backend use it.
-    pub(crate) fn check_leg(&self, backend: &Backend) -> CheckLeg {
-        let legs = self.legs();
-        CheckLeg {
+    pub(crate) fn own_connect_options(&self, backend: &Backend) -> OwnConnectOptions {
+        let legs = self.leg_settings();
+        OwnConnectOptions {
             tls: legs.tls.backend(&backend.name).cloned(),
             proxy_protocol: legs.proxy_protocol(&backend.name),
             socket_identity: Arc::clone(&self.socket_identity),

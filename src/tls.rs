@@ -38,12 +38,12 @@ const SERVER_SESSION_CACHE: usize = 4096;
 #[derive(Default)]
 pub struct TlsMaterial {
     /// None when `tls` is not configured: CLIENT_SSL is not offered to clients.
-    pub client: Option<ClientLeg>,
-    backends: HashMap<String, Arc<BackendLeg>>,
+    pub client: Option<ClientTlsAcceptor>,
+    backends: HashMap<String, Arc<BackendTlsConnector>>,
 }
 
 /// What mysql-lb presents to clients that send an SSLRequest.
-pub struct ClientLeg {
+pub struct ClientTlsAcceptor {
     pub acceptor: tokio_rustls::TlsAcceptor,
     /// `tls.require`: a TCP client that does not switch to TLS is refused.
     pub require: bool,
@@ -52,7 +52,7 @@ pub struct ClientLeg {
 }
 
 /// How mysql-lb talks TLS to one backend.
-pub struct BackendLeg {
+pub struct BackendTlsConnector {
     pub mode: BackendTlsMode,
     /// None when the mode is `disabled`.
     pub connector: Option<tokio_rustls::TlsConnector>,
@@ -136,18 +136,18 @@ impl TlsMaterial {
         let client = config
             .tls
             .as_ref()
-            .map(|tls| ClientLeg::load(tls, &provider))
+            .map(|tls| ClientTlsAcceptor::load(tls, &provider))
             .transpose()?;
         let mut backends = HashMap::with_capacity(config.backends.len());
         for (i, backend) in config.backends.iter().enumerate() {
-            let leg = BackendLeg::load(&format!("backends[{i}]"), backend, &provider)?;
+            let leg = BackendTlsConnector::load(&format!("backends[{i}]"), backend, &provider)?;
             backends.insert(backend.name.clone(), Arc::new(leg));
         }
         Ok(TlsMaterial { client, backends })
     }
 
     /// The leg of the backend named `name` (`BackendConfig.name`).
-    pub fn backend(&self, name: &str) -> Option<&Arc<BackendLeg>> {
+    pub fn backend(&self, name: &str) -> Option<&Arc<BackendTlsConnector>> {
         self.backends.get(name)
     }
 
@@ -190,7 +190,7 @@ impl std::fmt::Debug for TlsMaterial {
     }
 }
 
-impl ClientLeg {
+impl ClientTlsAcceptor {
     fn load(tls: &ClientTls, provider: &Arc<CryptoProvider>) -> Result<Self, TlsError> {
         let certified = certified_key("tls", &tls.cert, &tls.key, provider)?;
         let not_after = certified.end_entity_cert().ok().and_then(not_after);
@@ -204,7 +204,7 @@ impl ClientLeg {
         // random per load, so tickets from before a reload fall back to a full handshake.
         config.ticketer = rustls::crypto::ring::Ticketer::new()
             .map_err(|e| TlsError::invalid("tls", format!("session tickets: {e}")))?;
-        Ok(ClientLeg {
+        Ok(ClientTlsAcceptor {
             acceptor: tokio_rustls::TlsAcceptor::from(Arc::new(config)),
             require: tls.require,
             not_after,
@@ -239,7 +239,7 @@ fn client_verifier(
         .map_err(|e| TlsError::invalid("tls.ca", format!("{}: {e}", ca.display())))
 }
 
-impl BackendLeg {
+impl BackendTlsConnector {
     /// `prefix` is where the backend was written (`backends[2]`), for error messages.
     fn load(
         prefix: &str,
@@ -248,7 +248,7 @@ impl BackendLeg {
     ) -> Result<Self, TlsError> {
         let tls = &backend.tls;
         let server_name = server_name(prefix, &backend.address, tls.mode)?;
-        let mut leg = BackendLeg {
+        let mut leg = BackendTlsConnector {
             mode: tls.mode,
             connector: None,
             server_name,
@@ -305,9 +305,9 @@ impl BackendLeg {
     }
 }
 
-impl std::fmt::Debug for BackendLeg {
+impl std::fmt::Debug for BackendTlsConnector {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("BackendLeg")
+        f.debug_struct("BackendTlsConnector")
             .field("mode", &self.mode)
             .field("server_name", &self.server_name)
             .field("client_cert_not_after", &self.client_cert_not_after)

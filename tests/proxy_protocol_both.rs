@@ -25,18 +25,18 @@ const CLIENT: &str = "10.9.8.7";
 const HOST_USER: &str = "pp_both";
 const HOST_PASS: &str = "pp_both_pw";
 
-/// Which header a leg carries.
+/// The PROXY header version a hop carries (balancer to mysql-lb, mysql-lb to the backend).
 #[derive(Clone, Copy, Debug)]
-enum Leg {
+enum HeaderVersion {
     V1,
     V2,
 }
 
-const PAIRS: [(Leg, Leg); 4] = [
-    (Leg::V1, Leg::V1),
-    (Leg::V1, Leg::V2),
-    (Leg::V2, Leg::V1),
-    (Leg::V2, Leg::V2),
+const PAIRS: [(HeaderVersion, HeaderVersion); 4] = [
+    (HeaderVersion::V1, HeaderVersion::V1),
+    (HeaderVersion::V1, HeaderVersion::V2),
+    (HeaderVersion::V2, HeaderVersion::V1),
+    (HeaderVersion::V2, HeaderVersion::V2),
 ];
 
 fn accepting() -> &'static MariaDb {
@@ -52,22 +52,22 @@ fn accepting() -> &'static MariaDb {
 }
 
 /// mysql-lb taking headers from BALANCER_IP only and sending `outbound` to the backend.
-fn proxy(outbound: Leg) -> TestProxy {
+fn proxy(outbound: HeaderVersion) -> TestProxy {
     let mut cfg = config(&[accepting().tcp_addr()]);
     cfg.accept_proxy_protocol = vec![BALANCER_IP.parse().unwrap()];
     cfg.proxy_protocol = match outbound {
-        Leg::V1 => ProxyProtocol::V1,
-        Leg::V2 => ProxyProtocol::V2,
+        HeaderVersion::V1 => ProxyProtocol::V1,
+        HeaderVersion::V2 => ProxyProtocol::V2,
     };
     TestProxy::start_with(cfg)
 }
 
 /// A balancer stand-in in front of `proxy` whose header (`inbound`) names `client`.
-async fn balancer_for(proxy: &TestProxy, inbound: Leg, client: SocketAddr) -> SocketAddr {
+async fn balancer_for(proxy: &TestProxy, inbound: HeaderVersion, client: SocketAddr) -> SocketAddr {
     let port = proxy.addr.port();
     let header = match inbound {
-        Leg::V1 => v1(client, port),
-        Leg::V2 => v2(client, port),
+        HeaderVersion::V1 => v1(client, port),
+        HeaderVersion::V2 => v2(client, port),
     };
     balancer(BALANCER_IP, port, header).await
 }
@@ -129,9 +129,9 @@ async fn a_grant_for_the_carried_host_works_end_to_end_and_refuses_another_host(
 async fn a_direct_client_is_sent_on_as_itself_beside_the_balanced_ones() {
     // 127.0.0.1 is not in accept_proxy_protocol: no header expected from it, and the backend
     // sees it as it is, while a balanced session at the same time is seen as CLIENT.
-    let proxy = proxy(Leg::V2);
+    let proxy = proxy(HeaderVersion::V2);
     let client: SocketAddr = format!("{CLIENT}:42000").parse().unwrap();
-    let via = balancer_for(&proxy, Leg::V2, client).await;
+    let via = balancer_for(&proxy, HeaderVersion::V2, client).await;
     let (mut balanced, _) = login_from("127.0.0.1", via, BENCH_USER, BENCH_PASS)
         .await
         .expect("balanced login");
@@ -152,7 +152,10 @@ async fn a_direct_client_is_sent_on_as_itself_beside_the_balanced_ones() {
 async fn through_haproxy_send_proxy_v2_and_v1_the_backend_sees_the_real_client() {
     // A real client on 127.0.0.3 → HAProxy (connecting from 127.0.0.2, with send-proxy-v2 on
     // one frontend and send-proxy on the other) → mysql-lb (v2, then v1, to the backend).
-    for (outbound, send) in [(Leg::V2, "send-proxy-v2"), (Leg::V1, "send-proxy")] {
+    for (outbound, send) in [
+        (HeaderVersion::V2, "send-proxy-v2"),
+        (HeaderVersion::V1, "send-proxy"),
+    ] {
         let proxy = proxy(outbound);
         let port = free_port();
         let dir = tempfile::tempdir().unwrap();

@@ -21,7 +21,7 @@ use common::rawclient::RawClient;
 use mysql_lb::config::{
     BackendAddr, Config, ConnectMode, HealthCheckConfig, ListenAddr, ProxyProtocol,
 };
-use mysql_lb::health::{check_backend_with, CheckLeg};
+use mysql_lb::health::{check_backend_with, OwnConnectOptions};
 use mysql_lb::protocol::proxy_out::Version;
 use tokio::net::UnixStream;
 
@@ -226,9 +226,9 @@ async fn health_checks_with_a_header_keep_the_backend_up_over_tcp_and_unix() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_check_really_sends_the_header_a_server_without_the_option_refuses() {
     let cfg = checked(refusing().tcp_addr(), ProxyProtocol::Off).health_check;
-    let leg = |v| CheckLeg {
+    let leg = |v| OwnConnectOptions {
         proxy_protocol: v,
-        ..CheckLeg::default()
+        ..OwnConnectOptions::default()
     };
     let plain: BackendAddr = refusing().tcp_addr().parse().unwrap();
     check_backend_with(&plain, leg(None), &cfg)

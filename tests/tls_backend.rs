@@ -13,7 +13,7 @@ use mysql_common::auth::plugins::mysql_native_password::scramble_native;
 use mysql_lb::config::{
     BackendAddr, BackendConfig, BackendKind, BackendTls, BackendTlsMode, Config,
 };
-use mysql_lb::tls::{describe, BackendLeg, TlsMaterial};
+use mysql_lb::tls::{describe, BackendTlsConnector, TlsMaterial};
 use rustls::HandshakeKind;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 
@@ -50,7 +50,7 @@ fn fixture() -> &'static Fixture {
     })
 }
 
-fn leg(tls: BackendTls, host: &str) -> Arc<BackendLeg> {
+fn leg(tls: BackendTls, host: &str) -> Arc<BackendTlsConnector> {
     let fx = fixture();
     let backend = BackendConfig {
         name: "db".to_owned(),
@@ -100,7 +100,7 @@ async fn write_packet<S: AsyncWrite + Unpin>(s: &mut S, seq: u8, payload: &[u8])
 
 /// Greeting, SSLRequest, the leg's TLS handshake, then a native-password login and a query of
 /// the session's `Ssl_version`. `Err` when the TLS handshake fails.
-async fn login(leg: &BackendLeg, user: &str, pass: &str) -> Result<Login, String> {
+async fn login(leg: &BackendTlsConnector, user: &str, pass: &str) -> Result<Login, String> {
     let fx = fixture();
     let mut tcp = rawclient::connect_raw(&fx.db.tcp_addr()).await;
     let (_, payload) = read_raw_packet(&mut tcp).await;

@@ -6,7 +6,7 @@ use bytes::BytesMut;
 use tokio::io::{AsyncReadExt, AsyncWriteExt, DuplexStream};
 
 use crate::auth::{read_greeting, relay_connection_phase, AuthError, HandshakeLimits, LegPlan};
-use crate::leg::Leg;
+use crate::leg::LegStream;
 use crate::protocol::caps::*;
 use crate::protocol::cleartext::Exposure;
 use crate::protocol::handshake::Strip;
@@ -70,7 +70,7 @@ async fn run(local: bool, guard: bool, client_response: Vec<u8>, reply: &[u8]) -
     let (client_io, mut client) = tokio::io::duplex(4096);
     let (backend_io, mut backend) = tokio::io::duplex(4096);
     backend.write_all(&mysql8_greeting()).await.unwrap();
-    let mut backend_io = Leg::Plain(backend_io);
+    let mut backend_io = LegStream::Plain(backend_io);
     let greeting = read_greeting(&mut backend_io, 4096, Strip::UNSUPPORTED)
         .await
         .unwrap();
@@ -91,7 +91,7 @@ async fn run(local: bool, guard: bool, client_response: Vec<u8>, reply: &[u8]) -
         strip: Strip::UNSUPPORTED,
     };
     let relay = tokio::spawn(async move {
-        let mut client_io: Leg<DuplexStream> = Leg::Plain(client_io);
+        let mut client_io: LegStream<DuplexStream> = LegStream::Plain(client_io);
         let mut next_seq = 0;
         let result = relay_connection_phase(
             &mut client_io,

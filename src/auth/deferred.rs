@@ -31,7 +31,7 @@ pub struct ClientHello {
 /// reads its HandshakeResponse. A client without `CLIENT_PLUGIN_AUTH` cannot be switched to the
 /// account's plugin, so it is refused here.
 pub async fn greet_client<C>(
-    client: &mut Leg<C>,
+    client: &mut LegStream<C>,
     greeting: &mut BytesMut,
     limits: HandshakeLimits,
     plan: &LegPlan<'_>,
@@ -77,8 +77,8 @@ where
 /// from the client's goes to the backend (after our own SSLRequest where the plan says TLS), then
 /// every auth packet is relayed both ways until the backend's OK or ERR.
 pub async fn finish_deferred<C, B>(
-    client: &mut Leg<C>,
-    backend: &mut Leg<B>,
+    client: &mut LegStream<C>,
+    backend: &mut LegStream<B>,
     hello: ClientHello,
     greeting: PatchedGreeting,
     limits: HandshakeLimits,

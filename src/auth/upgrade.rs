@@ -10,7 +10,7 @@ const SSL_REQUEST_LEN: usize = 32;
 /// Sends the client's (patched) response to the backend with the bits of the backend leg,
 /// after taking that leg to TLS where planned; returns the sequence id it went with.
 pub(super) async fn forward_response<B>(
-    backend: &mut Leg<B>,
+    backend: &mut LegStream<B>,
     packet: &mut BytesMut,
     greeting: &PatchedGreeting,
     plan: &LegPlan<'_>,
@@ -44,7 +44,7 @@ where
 /// Reads the client's first packet; after an SSLRequest, takes the client leg to TLS and reads
 /// the HandshakeResponse inside it. A plaintext TCP client is refused here under `tls.require`.
 pub(super) async fn client_response<C>(
-    client: &mut Leg<C>,
+    client: &mut LegStream<C>,
     buf: &mut BytesMut,
     plan: &LegPlan<'_>,
     max: usize,
@@ -96,7 +96,7 @@ where
         .accept(plain)
         .await
         .map_err(AuthError::ClientTls)?;
-    *client = Leg::Tls(Box::new(TlsStream::Server(stream)));
+    *client = LegStream::Tls(Box::new(TlsStream::Server(stream)));
     let packet = read_packet(client, buf, max)
         .await
         .map_err(AuthError::ClientRead)?;
@@ -112,7 +112,7 @@ where
 
 /// Sends the backend the SSLRequest that `response` implies and takes the backend leg to TLS.
 pub(super) async fn backend_to_tls<B>(
-    backend: &mut Leg<B>,
+    backend: &mut LegStream<B>,
     response: &[u8],
     greeting: &PatchedGreeting,
     connector: &TlsConnector,
@@ -139,7 +139,7 @@ where
         .connect(name, plain)
         .await
         .map_err(AuthError::BackendTls)?;
-    *backend = Leg::Tls(Box::new(TlsStream::Client(stream)));
+    *backend = LegStream::Tls(Box::new(TlsStream::Client(stream)));
     Ok(())
 }
 

@@ -6,10 +6,10 @@
 use bytes::BytesMut;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 
-use super::{CheckError, CheckLeg, Stage};
+use super::{CheckError, OwnConnectOptions, Stage};
 use crate::auth::decline;
 use crate::config::BackendAddr;
-use crate::leg::Leg;
+use crate::leg::LegStream;
 use crate::protocol::caps::{CLIENT_PROTOCOL_41, CLIENT_SECURE_CONNECTION, CLIENT_SSL};
 use crate::protocol::codec::header;
 use crate::protocol::errors::ServerErr;
@@ -22,7 +22,7 @@ use crate::protocol::login::{
 };
 use crate::protocol::resultset::{column_count, column_name, is_eof, text_row};
 use crate::stream::{read_packet, BackendStream, PacketReadError};
-use crate::tls::BackendLeg;
+use crate::tls::BackendTlsConnector;
 
 /// Largest packet a check accepts; status rows are a few KiB.
 const MAX_PACKET: usize = 1 << 20;
@@ -48,12 +48,12 @@ fn login_packet(
     })
 }
 
-impl Conn<Leg<BackendStream>> {
+impl Conn<LegStream<BackendStream>> {
     /// An SSLRequest, then the TLS handshake; `login`, the response to send next, gets
     /// CLIENT_SSL and sequence id 2 to match.
     async fn start_tls(
         &mut self,
-        leg: &BackendLeg,
+        leg: &BackendTlsConnector,
         login: Option<&mut Vec<u8>>,
         server_caps: u32,
     ) -> Result<(), CheckError> {
@@ -85,7 +85,7 @@ impl Conn<Leg<BackendStream>> {
                 stage: Stage::Tls,
                 source: PacketReadError::Io(e),
             })?;
-        self.stream = Leg::Tls(Box::new(tokio_rustls::TlsStream::Client(tls)));
+        self.stream = LegStream::Tls(Box::new(tokio_rustls::TlsStream::Client(tls)));
         Ok(())
     }
 }
@@ -254,11 +254,11 @@ fn command(code: u8, arg: &[u8]) -> Vec<u8> {
 /// can name the one it interrupted; `timeout` bounds the TCP connect.
 async fn start(
     address: &BackendAddr,
-    leg: &CheckLeg,
+    leg: &OwnConnectOptions,
     (user, password): (&str, &str),
     timeout: std::time::Duration,
     stage: &mut Stage,
-) -> Result<(Conn<Leg<BackendStream>>, Vec<u8>, Vec<u8>), CheckError> {
+) -> Result<(Conn<LegStream<BackendStream>>, Vec<u8>, Vec<u8>), CheckError> {
     *stage = Stage::Connect;
     let mut stream = BackendStream::connect(address, timeout, &leg.socket_identity)
         .await
@@ -272,7 +272,7 @@ async fn start(
     }
     *stage = Stage::Greeting;
     let mut conn = Conn {
-        stream: Leg::Plain(stream),
+        stream: LegStream::Plain(stream),
         buf: BytesMut::with_capacity(1024),
     };
     let greeting = conn.read(Stage::Greeting).await?;
@@ -295,11 +295,11 @@ async fn start(
 /// and the greeting as the server sent it.
 pub(crate) async fn open(
     address: &BackendAddr,
-    leg: &CheckLeg,
+    leg: &OwnConnectOptions,
     account: (&str, &str),
     timeout: std::time::Duration,
     stage: &mut Stage,
-) -> Result<(Conn<Leg<BackendStream>>, Vec<u8>), CheckError> {
+) -> Result<(Conn<LegStream<BackendStream>>, Vec<u8>), CheckError> {
     let (mut conn, greeting, login) = start(address, leg, account, timeout, stage).await?;
     *stage = Stage::Login;
     conn.login(&login, account.1).await?;
@@ -311,7 +311,7 @@ pub(crate) async fn open(
 /// aborted handshake against the proxy's address. Returns the greeting as the server sent it.
 pub(crate) async fn greet(
     address: &BackendAddr,
-    leg: &CheckLeg,
+    leg: &OwnConnectOptions,
     timeout: std::time::Duration,
     stage: &mut Stage,
 ) -> Result<Vec<u8>, CheckError> {

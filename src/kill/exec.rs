@@ -18,7 +18,7 @@ use tokio::sync::Semaphore;
 
 use super::{failed_elsewhere, query_packet, Elsewhere};
 use crate::config::KillConfig;
-use crate::health::{open_connection, CheckError, CheckLeg, Stage};
+use crate::health::{open_connection, CheckError, OwnConnectOptions, Stage};
 
 /// KILLs on other backends in flight at once, proxy-wide.
 pub const MAX_IN_FLIGHT: usize = 16;
@@ -79,7 +79,12 @@ impl Executor {
     /// Runs `kill` on its backend over `leg`; the packet to send the killer's own backend
     /// instead of its KILL: `DO 0` (its OK answers the client) or the error it should see.
     /// `turn` is the killing session's own slot: its KILLs elsewhere run one at a time.
-    pub async fn run(&self, kill: &Elsewhere, leg: CheckLeg, turn: Arc<Semaphore>) -> Vec<u8> {
+    pub async fn run(
+        &self,
+        kill: &Elsewhere,
+        leg: OwnConnectOptions,
+        turn: Arc<Semaphore>,
+    ) -> Vec<u8> {
         let outcome = tokio::time::timeout(TIMEOUT, async {
             let _turn = turn.acquire_owned().await.map_err(|_| ExecError::Busy)?;
             let _slot = self.slots.acquire().await.map_err(|_| ExecError::Busy)?;
@@ -114,7 +119,7 @@ impl Executor {
         }
     }
 
-    async fn kill_there(&self, kill: &Elsewhere, leg: &CheckLeg) -> Result<(), ExecError> {
+    async fn kill_there(&self, kill: &Elsewhere, leg: &OwnConnectOptions) -> Result<(), ExecError> {
         let Some((user, password)) = &self.account else {
             return Err(ExecError::NoAccount);
         };

@@ -94,8 +94,13 @@ pub struct PacketScanner {
     last_seq: u8,
     first_chunk_len: usize,
     total: u64,
+    /// The prefix bytes of the current packet kept from earlier buffers (only a packet that
+    /// spans reads needs them; one that ends where it began is classified from the buffer).
     prefix: [u8; PREFIX_LEN],
     prefix_len: usize,
+    /// Where in the buffer being scanned the current packet's prefix bytes not yet in `prefix`
+    /// begin: its payload's start, or 0 when it began in an earlier buffer.
+    prefix_from: Option<usize>,
     start: Option<usize>,
 }
 
@@ -115,7 +120,24 @@ impl PacketScanner {
             total: 0,
             prefix: [0; PREFIX_LEN],
             prefix_len: 0,
+            prefix_from: None,
             start: None,
+        }
+    }
+
+    /// How many prefix bytes the current packet has in all (its first chunk's, up to
+    /// `PREFIX_LEN`).
+    fn prefix_wanted(&self) -> usize {
+        self.first_chunk_len.min(PREFIX_LEN)
+    }
+
+    /// The buffer ends inside the current packet: keeps the prefix bytes it holds.
+    fn save_prefix(&mut self, buf: &[u8]) {
+        if let Some(from) = self.prefix_from.take() {
+            let keep = (self.prefix_wanted() - self.prefix_len).min(buf.len() - from);
+            self.prefix[self.prefix_len..self.prefix_len + keep]
+                .copy_from_slice(&buf[from..from + keep]);
+            self.prefix_len += keep;
         }
     }
 
@@ -133,12 +155,62 @@ impl PacketScanner {
         self.enter();
         let mut pos = 0;
         loop {
+            if let Some((len, seq)) = self.whole_at(buf, pos) {
+                let p = self.whole_packet(buf, pos, len, seq)?;
+                pos = p.end;
+                on_packet(p)?;
+                continue;
+            }
             match self.advance(buf, &mut pos) {
-                Event::NeedMore => return Ok(()),
-                Event::Header { start } => self.begin_chunk(start)?,
-                Event::Packet => on_packet(self.packet(pos))?,
+                Event::NeedMore => {
+                    self.save_prefix(buf);
+                    return Ok(());
+                }
+                Event::Header { start } => self.begin_chunk(start, pos)?,
+                Event::Packet => on_packet(self.packet(buf, pos))?,
             }
         }
+    }
+
+    /// Between packets, a whole packet of one chunk at `pos`: its length and sequence id. None
+    /// when its bytes are not all here, or for a 16 MiB chunk: the general path takes those.
+    #[inline(always)]
+    fn whole_at(&self, buf: &[u8], pos: usize) -> Option<(usize, u8)> {
+        if self.header_len != 0 || self.in_payload || self.continuation {
+            return None;
+        }
+        let h = buf.get(pos..pos + 4)?;
+        let len = u32::from_le_bytes([h[0], h[1], h[2], 0]) as usize;
+        (len < MAX_CHUNK && buf.len() - (pos + 4) >= len).then_some((len, h[3]))
+    }
+
+    /// The packet [`whole_at`](Self::whole_at) found, read in place: most packets take this way,
+    /// which keeps no state across it.
+    #[inline(always)]
+    fn whole_packet<'a>(
+        &self,
+        buf: &'a [u8],
+        pos: usize,
+        len: usize,
+        seq: u8,
+    ) -> Result<Packet<'a>, FrameError> {
+        if len as u64 > self.max_len {
+            return Err(FrameError::TooLarge {
+                len: len as u64,
+                max: self.max_len,
+                start: Some(pos),
+            });
+        }
+        let payload = pos + 4;
+        Ok(Packet {
+            first_seq: seq,
+            last_seq: seq,
+            first_chunk_len: len,
+            len: len as u64,
+            prefix: &buf[payload..payload + len.min(PREFIX_LEN)],
+            start: Some(pos),
+            end: payload + len,
+        })
     }
 
     /// As [`scan`](Self::scan), but a chunk whose sequence id is not the one the plain protocol
@@ -155,8 +227,22 @@ impl PacketScanner {
         self.enter();
         let mut pos = 0;
         loop {
+            if let Some((len, mut seq)) = self.whole_at(buf, pos) {
+                if let Some(expected) = sink.first_seq().filter(|&expected| expected != seq) {
+                    buf[pos + 3] = expected;
+                    seq = expected;
+                }
+                let buf = &*buf;
+                let p = self.whole_packet(buf, pos, len, seq)?;
+                pos = p.end;
+                sink.packet(p, buf)?;
+                continue;
+            }
             match self.advance(buf, &mut pos) {
-                Event::NeedMore => return Ok(()),
+                Event::NeedMore => {
+                    self.save_prefix(buf);
+                    return Ok(());
+                }
                 Event::Header { start } => {
                     let expected = if self.continuation {
                         Some(self.last_seq.wrapping_add(1))
@@ -168,9 +254,12 @@ impl PacketScanner {
                         self.header[3] = seq;
                         buf[pos - 1] = seq;
                     }
-                    self.begin_chunk(start)?;
+                    self.begin_chunk(start, pos)?;
                 }
-                Event::Packet => sink.packet(self.packet(pos), buf)?,
+                Event::Packet => {
+                    let buf = &*buf;
+                    sink.packet(self.packet(buf, pos), buf)?
+                }
             }
         }
     }
@@ -180,6 +269,9 @@ impl PacketScanner {
         if self.in_payload || self.continuation {
             // The packet in progress began in an earlier buffer: no offset in this one.
             self.start = None;
+            if self.prefix_len < self.prefix_wanted() {
+                self.prefix_from = Some(0);
+            }
         }
     }
 
@@ -192,6 +284,16 @@ impl PacketScanner {
             if !self.in_payload {
                 if *pos == buf.len() {
                     return Event::NeedMore;
+                }
+                if self.header_len == 0 {
+                    if let Some(header) = buf.get(*pos..*pos + 4) {
+                        // The common case, a whole header in this buffer: no partial copy.
+                        self.header = [header[0], header[1], header[2], header[3]];
+                        *pos += 4;
+                        return Event::Header {
+                            start: Some(*pos - 4),
+                        };
+                    }
                 }
                 let take = (4 - self.header_len).min(buf.len() - *pos);
                 self.header[self.header_len..self.header_len + take]
@@ -208,12 +310,6 @@ impl PacketScanner {
                 };
             }
             let take = self.remaining.min(buf.len() - *pos);
-            if self.prefix_len < PREFIX_LEN {
-                let keep = (PREFIX_LEN - self.prefix_len).min(take);
-                self.prefix[self.prefix_len..self.prefix_len + keep]
-                    .copy_from_slice(&buf[*pos..*pos + keep]);
-                self.prefix_len += keep;
-            }
             self.remaining -= take;
             *pos += take;
             if self.remaining > 0 {
@@ -229,20 +325,34 @@ impl PacketScanner {
         }
     }
 
-    /// The logical packet that just ended at `end`.
-    fn packet(&self, end: usize) -> Packet<'_> {
+    /// The logical packet that just ended at `end` of `buf`.
+    #[inline]
+    fn packet<'a>(&'a mut self, buf: &'a [u8], end: usize) -> Packet<'a> {
+        let wanted = self.prefix_wanted();
+        let prefix = match self.prefix_from {
+            // Nothing kept from earlier buffers: the prefix is read where it lies.
+            Some(from) if self.prefix_len == 0 => {
+                self.prefix_from = None;
+                &buf[from..from + wanted]
+            }
+            Some(_) => {
+                self.save_prefix(buf);
+                &self.prefix[..self.prefix_len]
+            }
+            None => &self.prefix[..self.prefix_len],
+        };
         Packet {
             first_seq: self.first_seq,
             last_seq: self.last_seq,
             first_chunk_len: self.first_chunk_len,
             len: self.total,
-            prefix: &self.prefix[..self.prefix_len],
+            prefix,
             start: self.start,
             end,
         }
     }
 
-    fn begin_chunk(&mut self, start: Option<usize>) -> Result<(), FrameError> {
+    fn begin_chunk(&mut self, start: Option<usize>, payload: usize) -> Result<(), FrameError> {
         let len = u32::from_le_bytes([self.header[0], self.header[1], self.header[2], 0]) as usize;
         let seq = self.header[3];
         if self.continuation {
@@ -260,6 +370,7 @@ impl PacketScanner {
             self.first_chunk_len = len;
             self.total = len as u64;
             self.prefix_len = 0;
+            self.prefix_from = Some(payload);
             self.start = start;
         }
         if self.total > self.max_len {
@@ -424,6 +535,26 @@ mod tests {
             }
             assert!(s.at_boundary());
             assert!(b_len <= 3);
+        }
+    }
+
+    #[test]
+    fn a_prefix_read_across_three_buffers_is_whole() {
+        let payload: Vec<u8> = (0..40).collect();
+        let mut stream = packet(0, &payload);
+        stream.extend(packet(1, b"xy"));
+        for (a, b) in [(4, 9), (6, 20), (10, 34), (4, 4), (5, 44), (3, 38)] {
+            let mut s = PacketScanner::new(1 << 30);
+            let mut seen = scan_all(&mut s, &stream[..a]).unwrap();
+            seen.extend(scan_all(&mut s, &stream[a..b]).unwrap());
+            seen.extend(scan_all(&mut s, &stream[b..]).unwrap());
+            assert_eq!(seen.len(), 2, "cuts at {a} and {b}");
+            assert_eq!(
+                seen[0].prefix,
+                &payload[..PREFIX_LEN],
+                "cuts at {a} and {b}"
+            );
+            assert_eq!(seen[1].prefix, b"xy");
         }
     }
 

@@ -705,5 +705,4 @@ pub fn frame_header(payload: usize, seq: u8, uncompressed: usize) -> [u8; HEADER
 }
 
 #[cfg(test)]
-#[path = "compress_tests.rs"]
 mod tests;

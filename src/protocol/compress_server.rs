@@ -265,5 +265,4 @@ fn deflate(z: &mut flate2::Compress, input: &[u8], out: &mut Vec<u8>, flush: Flu
 }
 
 #[cfg(test)]
-#[path = "compress_server_tests.rs"]
 mod tests;

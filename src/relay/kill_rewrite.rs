@@ -42,7 +42,7 @@ pub(super) fn rewrite_kills(
     buf: &mut BytesMut,
     kills: &[(usize, usize)],
     observer: &mut impl Observer,
-    pending: &mut Pending,
+    pending: &mut WaitingKills,
 ) {
     let mut out: Option<BytesMut> = None;
     let mut copied = 0;
@@ -73,11 +73,11 @@ pub(super) fn rewrite_kills(
 
 /// KILL packets in one direction's buffer waiting for their rewrite, in buffer order.
 #[derive(Default)]
-pub(super) struct Pending {
+pub(super) struct WaitingKills {
     waiting: Vec<(Range<usize>, Answer)>,
 }
 
-impl Pending {
+impl WaitingKills {
     /// The KILL at `at` in the buffer is replaced by `answer`'s packet once it resolves.
     pub(super) fn push(&mut self, at: Range<usize>, answer: Answer) {
         self.waiting.push((at, answer));
@@ -85,7 +85,16 @@ impl Pending {
 
     /// Splices every answer that is ready into `buf`; returns where the first KILL still
     /// waiting starts (nothing from there on may be written yet), None when none waits.
+    #[inline]
     pub(super) fn poll(&mut self, cx: &mut Context<'_>, buf: &mut BytesMut) -> Option<usize> {
+        // Checked on every pass of the relay: almost always nothing waits.
+        if self.waiting.is_empty() {
+            return None;
+        }
+        self.poll_waiting(cx, buf)
+    }
+
+    fn poll_waiting(&mut self, cx: &mut Context<'_>, buf: &mut BytesMut) -> Option<usize> {
         let mut i = 0;
         while i < self.waiting.len() {
             let Poll::Ready(packet) = self.waiting[i].1.as_mut().poll(cx) else {
@@ -125,7 +134,7 @@ mod tests {
     fn holds_from_the_first_unanswered_kill_and_splices_answers_in_order() {
         let mut buf = BytesMut::from(&b"aaKILL1bbKILL2cc"[..]);
         let (tx, rx) = tokio::sync::oneshot::channel::<Vec<u8>>();
-        let mut pending = Pending::default();
+        let mut pending = WaitingKills::default();
         pending.push(2..7, Box::pin(async move { rx.await.unwrap_or_default() }));
         pending.push(9..14, Box::pin(async { b"X".to_vec() }));
         // The second is ready but the first is not: everything from the first is held.
@@ -141,7 +150,7 @@ mod tests {
     fn a_later_kill_moves_with_an_earlier_answer() {
         let mut buf = BytesMut::from(&b"K1..K2.."[..]);
         let (tx, rx) = tokio::sync::oneshot::channel::<Vec<u8>>();
-        let mut pending = Pending::default();
+        let mut pending = WaitingKills::default();
         pending.push(0..2, Box::pin(async { b"Z".to_vec() }));
         pending.push(4..6, Box::pin(async move { rx.await.unwrap_or_default() }));
         assert_eq!(waker_cx(|cx| pending.poll(cx, &mut buf)), Some(3));

@@ -16,14 +16,14 @@ use crate::balancer::ejection::Failure;
 use crate::balancer::{Backend, BackendSet, ClientInfo, Lease, Pool};
 use crate::config::BackendAddr;
 use crate::protocol::caps::CLIENT_SSL;
-use crate::state::{Legs, ProxyState};
+use crate::state::{LegSettings, ProxyState};
 use crate::stream::BackendStream;
 
 /// Tries backends in the balancer's order (a script may choose the first for this client) until
 /// one greets; returns what each failed one said. A backend with `proxy_protocol` is first sent
 /// the header naming `addrs` (the session's [`Origin::addrs`]).
 pub(super) async fn connect_backend(
-    (shared, legs): (&ProxyState, &Legs),
+    (shared, legs): (&ProxyState, &LegSettings),
     set: &BackendSet,
     client: &ClientInfo<'_>,
     pool: &Pool,
@@ -75,7 +75,7 @@ pub(super) async fn connect_backend(
 /// alive and refusing, e.g. its own "Too many connections".
 async fn open_backend(
     shared: &ProxyState,
-    legs: &Legs,
+    legs: &LegSettings,
     backend: &Backend,
     addrs: Option<(SocketAddr, SocketAddr)>,
 ) -> Result<(Connected, PatchedGreeting), (String, bool)> {
@@ -133,7 +133,7 @@ pub(super) struct Connected {
 /// Whether the backend leg switches to TLS, from the backend's mode and its greeting. A backend
 /// that cannot meet its mode (no TLS offered under `required`) fails like one that did not greet.
 fn backend_tls(
-    legs: &Legs,
+    legs: &LegSettings,
     backend: &Backend,
     greeting: &PatchedGreeting,
 ) -> Result<Option<(TlsConnector, ServerName<'static>)>, String> {

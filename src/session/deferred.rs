@@ -22,11 +22,11 @@ use crate::auth::{greet_client, ClientHello, LegPlan};
 use crate::balancer::{BackendSet, GreetingTemplate};
 use crate::health;
 use crate::kill;
-use crate::leg::Leg;
+use crate::leg::LegStream;
 use crate::metrics::Refusal;
 use crate::protocol::errors::{code, pre_greeting_err};
 use crate::protocol::handshake::{nonce_from, set_greeting_connection_id, set_greeting_scramble};
-use crate::state::{Legs, ProxyState};
+use crate::state::{LegSettings, ProxyState};
 
 /// Names no backend in logs of a session that has not chosen one yet.
 const NO_BACKEND_YET: &str = "(not chosen yet)";
@@ -36,8 +36,8 @@ const NO_BACKEND_YET: &str = "(not chosen yet)";
 pub(super) async fn greet<'a, C>(
     shared: &'a ProxyState,
     set: &BackendSet,
-    legs: &Legs,
-    client: &mut Leg<C>,
+    legs: &LegSettings,
+    client: &mut LegStream<C>,
     from: Origin<'_>,
     next_seq: &mut u8,
 ) -> Result<(ClientHello, Option<kill::Registration<'a>>), EndReason>
@@ -91,7 +91,7 @@ async fn greeting_for(shared: &ProxyState, set: &BackendSet) -> Option<Arc<Greet
     }
     let within = shared.session.connect_timeout;
     for backend in set.candidates(Instant::now()) {
-        let leg = shared.check_leg(&backend);
+        let leg = shared.own_connect_options(&backend);
         match health::greeting_of(&backend.address, &leg, within).await {
             Ok(greeting) => {
                 backend.learn_raw_greeting(&greeting, shared.session.strip);

@@ -12,10 +12,10 @@ use tracing::{debug, warn};
 
 use crate::auth::{Authenticated, LegPlan, PatchedGreeting};
 use crate::balancer::Backend;
-use crate::leg::Leg;
+use crate::leg::LegStream;
 use crate::protocol::caps::CLIENT_COMPRESS;
 use crate::protocol::compress::Role;
-use crate::state::{Legs, ProxyState};
+use crate::state::{LegSettings, ProxyState};
 use crate::tls;
 
 /// How long a close_notify may take to leave.
@@ -27,7 +27,7 @@ const CLOSE_NOTIFY_BUDGET: std::time::Duration = std::time::Duration::from_milli
 /// allows it (`allow_cleartext_passwords`).
 pub(super) fn plan<'a>(
     shared: &'a ProxyState,
-    legs: &'a Legs,
+    legs: &'a LegSettings,
     local: bool,
     backend_tls: &'a Option<(TlsConnector, ServerName<'static>)>,
     greeting: &PatchedGreeting,
@@ -59,8 +59,8 @@ pub(super) fn established<C, B>(
     shared: &Arc<ProxyState>,
     peer: &str,
     backend: &Arc<Backend>,
-    client: &Leg<C>,
-    backend_leg: &Leg<B>,
+    client: &LegStream<C>,
+    backend_leg: &LegStream<B>,
     auth: &Authenticated,
 ) {
     debug!(
@@ -105,8 +105,8 @@ pub(super) fn established<C, B>(
 /// is already compressed frames and goes to that leg's decoder. Returns the plain bytes the
 /// relay starts with on each leg.
 pub(super) fn start_compression<C, B>(
-    client: &mut Leg<C>,
-    backend: &mut Leg<B>,
+    client: &mut LegStream<C>,
+    backend: &mut LegStream<B>,
     auth: &mut Authenticated,
 ) -> (BytesMut, BytesMut) {
     let mut client_pending = std::mem::take(&mut auth.client_pending);
@@ -122,7 +122,7 @@ pub(super) fn start_compression<C, B>(
 
 /// Ends a TLS leg with a close_notify, as a server or client library does, so the peer reads a
 /// clean end rather than a truncation; bounded, since the peer may be gone.
-pub(super) async fn close_tls<S: AsyncRead + AsyncWrite + Unpin>(leg: &mut Leg<S>) {
+pub(super) async fn close_tls<S: AsyncRead + AsyncWrite + Unpin>(leg: &mut LegStream<S>) {
     if leg.is_tls() {
         let _ = tokio::time::timeout(CLOSE_NOTIFY_BUDGET, leg.shutdown()).await;
     }

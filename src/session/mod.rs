@@ -17,7 +17,7 @@ use crate::auth::{AuthError, Authenticated};
 use crate::balancer::ejection::Failure;
 use crate::balancer::{ClientInfo, Lease};
 use crate::kill;
-use crate::leg::Leg;
+use crate::leg::LegStream;
 use crate::protocol::response::Tracker;
 use crate::relay::{relay, RelayEnd, Stop};
 use crate::route::{peer_ip, Who};
@@ -141,9 +141,9 @@ pub async fn run<C>(
 where
     C: AsyncRead + AsyncWrite + Unpin,
 {
-    let mut client = Leg::Plain(client);
+    let mut client = LegStream::Plain(client);
     let set = shared.backends();
-    let legs = shared.legs();
+    let legs = shared.leg_settings();
     let peer = from.peer;
     // The client-leg sequence id an ERR of the proxy's own takes next.
     let mut next_seq = 2;
@@ -175,7 +175,7 @@ where
                 .await;
         }
     };
-    let mut backend = Leg::Plain(connected.stream);
+    let mut backend = LegStream::Plain(connected.stream);
     let plan = legs::plan(
         &shared,
         &legs,
@@ -216,8 +216,8 @@ where
 
 /// A session past its connection phase.
 struct Established<C, B> {
-    client: Leg<C>,
-    backend: Leg<B>,
+    client: LegStream<C>,
+    backend: LegStream<B>,
     auth: Authenticated,
     lease: Lease,
     /// The proxy id its client was greeted with, if it got one.
@@ -291,7 +291,7 @@ where
 /// fail the same way, until a health check or the cool-off brings it back.
 async fn connection_phase_failed<C: AsyncRead + AsyncWrite + Unpin>(
     shared: &ProxyState,
-    client: &mut Leg<C>,
+    client: &mut LegStream<C>,
     e: AuthError,
     next_seq: u8,
     peer: &str,

@@ -19,12 +19,12 @@ use crate::auth::{
 };
 use crate::balancer::{Backend, BackendSet};
 use crate::kill;
-use crate::leg::Leg;
+use crate::leg::LegStream;
 use crate::metrics::Refusal;
 use crate::protocol::errors::{code, err_packet, pre_greeting_err, sqlstate_for};
 use crate::protocol::handshake::set_greeting_connection_id;
 use crate::route::Who;
-use crate::state::{Legs, ProxyState};
+use crate::state::{LegSettings, ProxyState};
 
 /// How a session's connection phase opens.
 pub(super) enum Opening<'a> {
@@ -52,8 +52,8 @@ impl<'a> Opening<'a> {
     /// where that failed, and the session's end is returned).
     pub(super) async fn open<C>(
         shared: &'a ProxyState,
-        (set, legs): (&BackendSet, &Legs),
-        client: &mut Leg<C>,
+        (set, legs): (&BackendSet, &LegSettings),
+        client: &mut LegStream<C>,
         from: Origin<'_>,
         next_seq: &mut u8,
     ) -> Result<Opening<'a>, super::EndReason>
@@ -89,7 +89,7 @@ impl<'a> Opening<'a> {
     pub(super) async fn refuse<C>(
         &self,
         shared: &ProxyState,
-        client: &mut Leg<C>,
+        client: &mut LegStream<C>,
         (peer, next_seq): (&str, u8),
         message: &str,
     ) -> super::EndReason
@@ -130,7 +130,7 @@ impl<'a> Opening<'a> {
     pub(super) async fn log_in<C, B>(
         self,
         (kills, peer): (&'a kill::Registry, &str),
-        (client, backend): (&mut Leg<C>, &mut Leg<B>),
+        (client, backend): (&mut LegStream<C>, &mut LegStream<B>),
         target: &Arc<Backend>,
         login: Login<'_>,
         next_seq: &mut u8,

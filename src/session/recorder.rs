@@ -84,7 +84,7 @@ async fn run_decision(
 ) -> Vec<u8> {
     match decision.elsewhere {
         Some(elsewhere) => {
-            let leg = shared.check_leg(&elsewhere.backend);
+            let leg = shared.own_connect_options(&elsewhere.backend);
             shared.killer.run(&elsewhere, leg, turn).await
         }
         None => decision.packet,

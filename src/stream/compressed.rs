@@ -261,5 +261,4 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Compressed<S> {
 }
 
 #[cfg(test)]
-#[path = "compressed_tests.rs"]
 mod tests;

@@ -86,7 +86,7 @@ async fn check_loop(
         let started = std::time::Instant::now();
         let result = tokio::select! {
             _ = shutdown.cancelled() => return,
-            r = check_backend_with(&backend.address, shared.check_leg(&backend), &cfg) => r,
+            r = check_backend_with(&backend.address, shared.own_connect_options(&backend), &cfg) => r,
         };
         if cfg.max_replication_lag.is_some() {
             let lag = match &result {

@@ -75,7 +75,11 @@ fn load_err(client: Option<ClientTls>, backends: Vec<BackendConfig>) -> String {
 }
 
 /// The client leg serving `served`, and the leg of one backend at `address` in `tls` mode.
-fn legs(served: &CertPair, address: BackendAddr, tls: BackendTls) -> (ClientLeg, Arc<BackendLeg>) {
+fn legs(
+    served: &CertPair,
+    address: BackendAddr,
+    tls: BackendTls,
+) -> (ClientTlsAcceptor, Arc<BackendTlsConnector>) {
     let material = load(Some(client_tls(served)), vec![backend("db", address, tls)])
         .unwrap_or_else(|e| panic!("load: {e}"));
     let leg = Arc::clone(material.backend("db").expect("the backend's leg"));
@@ -92,7 +96,7 @@ struct Outcome {
 /// done and the client reads it, so a TLS 1.3 client certificate refused by the server (which
 /// the client learns only after its own handshake finished) and the session tickets the server
 /// sends both reach the client.
-async fn handshake(acceptor: &tokio_rustls::TlsAcceptor, leg: &BackendLeg) -> Outcome {
+async fn handshake(acceptor: &tokio_rustls::TlsAcceptor, leg: &BackendTlsConnector) -> Outcome {
     let connector = leg.connector.clone().expect("a connector");
     handshake_with(acceptor, &connector, leg.server_name.clone()).await
 }
@@ -483,14 +487,14 @@ async fn verify_ca_refuses_another_cas_certificate_that_also_names_another_host(
     assert_refused(&handshake(&client.acceptor, &leg).await, "expired");
 }
 
-fn mutual(c: &Certs, verify_client: bool) -> ClientLeg {
+fn mutual(c: &Certs, verify_client: bool) -> ClientTlsAcceptor {
     let mut tls = client_tls(&c.server);
     tls.ca = Some(c.ca.clone());
     tls.verify_client = verify_client;
     load(Some(tls), vec![]).unwrap().client.unwrap()
 }
 
-fn presenting(c: &Certs, pair: Option<&CertPair>) -> Arc<BackendLeg> {
+fn presenting(c: &Certs, pair: Option<&CertPair>) -> Arc<BackendTlsConnector> {
     let tls = BackendTls {
         mode: BackendTlsMode::VerifyIdentity,
         ca: Some(c.ca.clone()),
@@ -622,7 +626,7 @@ async fn sessions_resume_on_both_legs_with_tls_1_3_and_1_2() {
 #[test]
 fn uses_tls_follows_the_mode_and_the_greeting() {
     use BackendTlsMode::*;
-    let leg = |mode| BackendLeg {
+    let leg = |mode| BackendTlsConnector {
         mode,
         connector: None,
         server_name: ServerName::try_from("localhost").unwrap(),
@@ -722,7 +726,7 @@ async fn required_refuses_a_server_without_the_certificates_key() {
     assert_refused(&handshake(&acceptor, &leg).await, "BadSignature");
 }
 
-fn presenting_mode(mode: BackendTlsMode) -> Arc<BackendLeg> {
+fn presenting_mode(mode: BackendTlsMode) -> Arc<BackendTlsConnector> {
     let m = load(
         None,
         vec![backend("db", tcp("localhost"), mode_tls(mode, None))],

@@ -8,6 +8,9 @@
 //! proxy relays, and the client authenticates to the backend as it would directly. No password
 //! passes through the proxy in a form it could use.
 
+use super::bytes::{set_bits, Reader};
+use super::client::{client_capabilities, skip_auth_data, R_CAPS, R_HEADER_LEN};
+use super::greeting::{read_greeting, G_SCRAMBLE_1, G_SCRAMBLE_1_LEN};
 use super::*;
 
 /// The plugin the backend is told the client used. Any name no server implements does; this one

@@ -1,0 +1,175 @@
+#!/usr/bin/env python3
+"""User-space instructions per query, counted by valgrind's callgrind: mysql-lb beside the bare
+relay (and another mysql-lb binary), on one MariaDB backend.
+
+Why: on two shared cores the CPU seconds of the load benchmark (run.py) move with whatever else
+runs on the machine, so a change of a few percent in the proxy's own work is lost in the noise
+unless the machine is quiet for the whole run. An instruction count is the same on a busy
+machine: it measures exactly what the proxy's code does per query (not the kernel's part, not
+cache misses or lock contention, which run.py's CPU figures include). Use it to compare two
+builds; use run.py for what a user sees.
+
+Each proxy runs under callgrind; sysbench runs a fixed number of events twice, N and 3N, each
+counted alone (`callgrind_control --zero` before, `--dump` after), and the figure is the
+difference over the difference in queries: start-up and each run's connects (TLS handshakes
+are millions of instructions) cancel out.
+
+    cargo build --release --bin mysql-lb --example pump
+    python3 benches/load/instructions.py [--baseline OTHER_BINARY] [--events 4000]
+        [--tests oltp_point_select,oltp_read_only] [--tls]
+
+It runs scripts/install-deps.sh demo (MariaDB, sysbench) and installs valgrind with apt-get
+when it is missing; build the release binary and the bare relay first (above).
+"""
+
+import argparse
+import glob
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import myclient  # noqa: E402
+import procs  # noqa: E402
+import sysbench  # noqa: E402
+from procs import log  # noqa: E402
+
+# --keep: a directory to copy each counted callgrind file to, for callgrind_annotate.
+KEEP = None
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def total_instructions(path):
+    """The `summary:`/`totals:` Ir of a callgrind output file."""
+    with open(path) as f:
+        for line in f:
+            m = re.match(r"(?:summary|totals):\s+(\d+)", line)
+            if m:
+                return int(m.group(1))
+    raise RuntimeError("no totals in " + path)
+
+
+def control(pid, flag):
+    out = subprocess.run(["callgrind_control", flag, str(pid)], capture_output=True, timeout=120)
+    if out.returncode != 0:
+        raise RuntimeError("callgrind_control %s: %s" % (flag, out.stderr.decode()))
+
+
+def measure(reg, name, argv, listen, test, events, threads, tls_dir=None):
+    """Starts argv under callgrind and counts two sysbench runs of `test`, of `events` and of
+    3 × `events` transactions; returns (instructions, queries) of the difference, so what every
+    run costs alike (its connections: a TLS handshake is a few million instructions) cancels."""
+    out_prefix = os.path.join(reg.base, "cg-%s-%s" % (name.replace(" ", "_"), test))
+    cg = ["valgrind", "--tool=callgrind", "--callgrind-out-file=%s.%%p" % out_prefix]
+    proc, log_path = reg.spawn(name, cg + argv)
+    procs.wait_until(name, lambda: myclient.greets(listen), 120, proc, log_path)
+    target = sysbench.Target(name, sysbench.tcp_args([listen]), cwd=tls_dir)
+    counted = []
+    for n in (events, 3 * events):
+        extra = ["--events=%d" % n]
+        if tls_dir:
+            extra.append("--mysql-ssl=on")
+        argv_sb = sysbench.sysbench_argv(test, target, threads, 0, extra)
+        # Everything before (start-up, the readiness probe, the last run) is discarded here.
+        control(proc.pid, "--zero")
+        out = subprocess.run(argv_sb, capture_output=True, timeout=1800, cwd=tls_dir)
+        if out.returncode != 0:
+            raise RuntimeError("sysbench through %s failed:\n%s%s" % (
+                name, out.stdout.decode()[-2000:], out.stderr.decode()[-2000:]))
+        queries = int(re.search(r"queries:\s+(\d+)", out.stdout.decode()).group(1))
+        control(proc.pid, "--dump")
+        counted.append(queries)
+    reg.stop(proc, timeout=120)
+    # Each dump is named PREFIX.PID.N; the file written at exit (PREFIX.PID) holds the rest.
+    dumps = sorted(glob.glob(out_prefix + ".*.*"), key=lambda f: int(f.rsplit(".", 1)[1]))
+    if len(dumps) != 2:
+        raise RuntimeError("expected two callgrind dumps for %s, found %s" % (name, dumps))
+    small, large = (total_instructions(f) for f in dumps)
+    if KEEP:
+        shutil.copy(dumps[1], os.path.join(KEEP, "callgrind.%s.%s" % (name.replace(" ", "_"), test)))
+    instr, queries = large - small, counted[1] - counted[0]
+    log("%-20s %-18s %7.0f instructions per query (%d - %d queries)" % (
+        name, test, instr / queries, counted[1], counted[0]))
+    return instr, queries
+
+
+def ensure_deps():
+    subprocess.run(["bash", os.path.join(ROOT, "scripts", "install-deps.sh"), "demo"], check=True)
+    if not shutil.which("valgrind") or not shutil.which("callgrind_control"):
+        log("valgrind is missing: installing it with apt-get")
+        sudo = [] if os.geteuid() == 0 else ["sudo"]
+        subprocess.run(sudo + ["apt-get", "update"], check=True)
+        subprocess.run(sudo + ["env", "DEBIAN_FRONTEND=noninteractive", "apt-get", "install", "-y",
+                               "--no-install-recommends", "valgrind"], check=True)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--baseline", help="another mysql-lb binary, counted the same way")
+    ap.add_argument("--events", type=int, default=4000, help="sysbench transactions per count")
+    ap.add_argument("--threads", type=int, default=8, help="sysbench threads")
+    ap.add_argument("--tests", default="oltp_point_select,oltp_read_only")
+    ap.add_argument("--tls", action="store_true",
+                    help="also count mysql-lb with a TLS client leg, and with TLS on both legs")
+    ap.add_argument("--keep", help="copy each callgrind file here (read with callgrind_annotate)")
+    args = ap.parse_args()
+    global KEEP
+    KEEP = args.keep
+    if KEEP:
+        os.makedirs(KEEP, exist_ok=True)
+
+    ensure_deps()
+    lb = os.path.join(ROOT, "target/release/mysql-lb")
+    pump = procs.pump_binary(lb)
+    reg = procs.Registry()
+    try:
+        template = procs.make_template(reg)
+        tls = procs.make_tls_files(reg.base)
+        db = procs.MariaDB(reg, "db1", template)
+        db.start(["--ssl-cert=" + tls["cert"], "--ssl-key=" + tls["key"], "--ssl-ca=" + tls["ca"]])
+        backend = "%s:%d" % db.addr
+        direct = sysbench.Target("direct", sysbench.tcp_args([db.addr]))
+        log("sysbench prepare: %d tables x %d rows" % (sysbench.TABLES, sysbench.TABLE_SIZE))
+        prep = sysbench.sysbench_argv("oltp_read_only", direct, 1, 0)[:-1] + ["prepare"]
+        subprocess.run(prep, check=True, capture_output=True, timeout=600)
+
+        paths = [("bare relay", lambda port: [pump, "127.0.0.1:%d" % port, backend, "--threads", "2"])]
+        client_leg = "tls: {cert: %s, key: %s}\n" % (tls["cert"], tls["key"])
+        configs = {"": "backend_tls: {mode: disabled}\n"}
+        if args.tls:
+            configs[" tls"] = client_leg + "backend_tls: {mode: disabled}\n"
+            configs[" tls both"] = client_leg + "backend_tls: {mode: verify_identity, ca: %s}\n" % tls["ca"]
+        for suffix, body in configs.items():
+            cfg = procs.write_config(os.path.join(reg.base, "lb%s.yaml" % suffix.replace(" ", "-")), [backend], body)
+            for name, binary in (("mysql-lb", lb), ("baseline", args.baseline)):
+                if binary:
+                    paths.append((name + suffix, lambda port, b=binary, cfg=cfg: [
+                        b, "--config", cfg, "--proxy-address", "127.0.0.1:%d" % port,
+                        "--proxy-backend-addresses", backend,
+                        "--admin-address", "127.0.0.1:%d" % procs.free_port(),
+                        "--log-level", "warn", "--worker-threads", "2"]))
+        rows = []
+        for test in args.tests.split(","):
+            for name, argv_of in paths:
+                port = procs.free_port()
+                listen = ("127.0.0.1", port)
+                use_tls = tls["sysbench_dir"] if " tls" in name else None
+                instr, queries = measure(reg, name, argv_of(port), listen, test, args.events, args.threads, use_tls)
+                rows.append((test, name, instr / queries))
+        print()
+        print("| test | path | instructions per query | × bare relay |")
+        print("|---|---|---:|---:|")
+        for test, name, per in rows:
+            relay = next(p for t, n, p in rows if t == test and n == "bare relay")
+            print("| %s | %s | %.0f | %.2f |" % (test, name, per, per / relay))
+    finally:
+        reg.close()
+
+
+if __name__ == "__main__":
+    main()
