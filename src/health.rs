@@ -14,6 +14,7 @@
 
 mod check;
 mod conn;
+mod error;
 mod replication;
 
 pub(crate) use check::greeting_of;

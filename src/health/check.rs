@@ -2,20 +2,18 @@
 //! queries) under one overall timeout that names the stage it interrupted, and the errors that
 //! say which stage failed and why.
 
-use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use thiserror::Error;
 use tokio::io::{AsyncRead, AsyncWrite};
 
 use super::conn::{self, Conn, ResultSet};
+use super::error::SHOW_SLAVE_STATUS;
+pub use super::error::{CheckError, Stage};
 use super::replication::evaluate_replication;
 use crate::config::{BackendAddr, HealthCheckConfig};
-use crate::protocol::handshake::HandshakeError;
 use crate::protocol::proxy_out::Version as ProxyVersion;
 use crate::stream::identity::SocketIdentity;
-use crate::stream::PacketReadError;
 use crate::tls::BackendTlsConnector;
 
 /// ER_PARSE_ERROR: the server does not know `SHOW REPLICA STATUS` (MariaDB < 10.5, MySQL < 8.0.22).
@@ -23,7 +21,6 @@ const ER_PARSE_ERROR: u16 = 1064;
 
 const SELECT_1: &str = "SELECT 1";
 const SHOW_REPLICA_STATUS: &str = "SHOW REPLICA STATUS";
-pub(super) const SHOW_SLAVE_STATUS: &str = "SHOW SLAVE STATUS";
 
 /// A passed check.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -32,74 +29,6 @@ pub struct CheckOk {
     pub replication_lag: Option<Duration>,
     /// The greeting as the server sent it (deferred connects greet clients with it).
     pub greeting: Vec<u8>,
-}
-
-/// Where a check was when it failed or ran out of time.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Stage {
-    Connect,
-    Greeting,
-    Tls,
-    Login,
-    Query(&'static str),
-}
-
-impl fmt::Display for Stage {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Stage::Connect => f.write_str("connect"),
-            Stage::Greeting => f.write_str("greeting"),
-            Stage::Tls => f.write_str("TLS handshake"),
-            Stage::Login => f.write_str("login as monitor"),
-            Stage::Query(q) => f.write_str(q),
-        }
-    }
-}
-
-/// Why a check failed; the message is what the backend status and the "down" log line show.
-#[derive(Debug, Error)]
-pub enum CheckError {
-    #[error("connect: {0}")]
-    Connect(std::io::Error),
-    #[error("greeting: {0}")]
-    Greeting(HandshakeError),
-    #[error("TLS: {0}")]
-    Tls(&'static str),
-    #[error("{stage}: no answer within {}", humantime::format_duration(*after))]
-    TimedOut { stage: Stage, after: Duration },
-    #[error("{stage}: {source}")]
-    Io {
-        stage: Stage,
-        source: PacketReadError,
-    },
-    #[error("greeting: server lacks {0}, which the monitor needs")]
-    OldServer(&'static str),
-    #[error("login as monitor: {code} {message}")]
-    Denied { code: u16, message: String },
-    #[error(
-        "login as monitor: the account uses {0}; the monitor user must use mysql_native_password"
-    )]
-    UnsupportedPlugin(String),
-    #[error("{stage}: unexpected packet (first byte {first:#04x})")]
-    Unexpected { stage: Stage, first: u8 },
-    #[error("{query}: {code} {message}")]
-    QueryFailed {
-        query: &'static str,
-        code: u16,
-        message: String,
-    },
-    #[error("{query}: malformed result: {detail}")]
-    BadResult { query: &'static str, detail: String },
-    #[error("replication stopped ({column}={value})")]
-    ReplicationStopped { column: String, value: String },
-    #[error("replication lag unknown ({column} is NULL)")]
-    LagUnknown { column: String },
-    #[error(
-        "replication lag {} exceeds {}",
-        humantime::format_duration(*lag),
-        humantime::format_duration(*limit)
-    )]
-    LagTooHigh { lag: Duration, limit: Duration },
 }
 
 /// Connects `address` as a session would (`leg`: its PROXY protocol header in the proxy's own

@@ -4,8 +4,8 @@
 
 use std::time::Duration;
 
-use super::check::{CheckError, SHOW_SLAVE_STATUS};
 use super::conn::ResultSet;
+use super::error::{CheckError, SHOW_SLAVE_STATUS};
 
 /// Column names in MariaDB and MySQL < 8.0.22, then MySQL's newer ones.
 const IO_RUNNING: [&str; 2] = ["Slave_IO_Running", "Replica_IO_Running"];

@@ -6,6 +6,7 @@
 
 pub mod caps;
 pub mod cleartext;
+pub mod cmd;
 pub mod codec;
 pub mod compress;
 pub mod compress_server;

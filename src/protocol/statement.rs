@@ -4,7 +4,7 @@
 //! The tracker asks this of every short command, so it only looks at bytes, never allocates; the
 //! KILL itself is parsed by `crate::kill` once the packet is whole.
 
-use super::response::cmd;
+use super::cmd;
 
 /// Longest command packet (payload) taken for a KILL: a KILL statement is a few dozen bytes, so
 /// a longer one is not held back while it arrives.
