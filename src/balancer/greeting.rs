@@ -122,7 +122,6 @@ impl Backend {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::{BackendAddr, BackendConfig, BackendKind};
     use crate::metrics::Metrics;
     use crate::protocol::caps::{CLIENT_CONNECT_WITH_DB, CLIENT_PLUGIN_AUTH};
     use std::time::Duration;
@@ -148,21 +147,7 @@ mod tests {
     }
 
     fn set_of(n: u16) -> BackendSet {
-        let configs: Vec<BackendConfig> = (0..n)
-            .map(|i| BackendConfig {
-                name: format!("b{i}"),
-                address: BackendAddr::Tcp {
-                    host: "127.0.0.1".into(),
-                    port: 3306 + i,
-                },
-                weight: 1,
-                kind: BackendKind::Rw,
-                tls: Default::default(),
-                compression: false,
-                proxy_protocol: None,
-                pool: "default".into(),
-            })
-            .collect();
+        let configs = crate::balancer::tests::configs(n);
         BackendSet::new(&configs, Duration::from_secs(1), false, &Metrics::new())
     }
 

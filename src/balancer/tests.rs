@@ -4,7 +4,8 @@ fn set(n: u16) -> BackendSet {
     BackendSet::new(&configs(n), Duration::from_secs(5), false, &Metrics::new())
 }
 
-fn configs(n: u16) -> Vec<BackendConfig> {
+/// `n` plain TCP backends b0, b1, … in the default pool (also the fixture of `greeting`'s tests).
+pub(super) fn configs(n: u16) -> Vec<BackendConfig> {
     (0..n)
         .map(|i| BackendConfig {
             name: format!("b{i}"),
