@@ -15,13 +15,16 @@ use mysql_async::prelude::*;
 
 const SCHEMA: &str = "digest_ps";
 
+/// The i-th statement of a family.
+type Family = Box<dyn Fn(usize) -> String>;
+
 /// Statement families: each closure gives the i-th variant of one digest group, with the number
 /// of times it runs. Families that must share a group with another say so by construction (the
 /// same statement in other case, spacing, quoting or comments): their counts add up on both
 /// sides. No column is named `id`: MariaDB's digest keeps a bare `id` as a keyword token (`ID`)
 /// but a backticked one as a name, so the two group apart there and together here (a documented
 /// difference, see README "Query digests: normalization").
-fn workload() -> Vec<(usize, Box<dyn Fn(usize) -> String>)> {
+fn workload() -> Vec<(usize, Family)> {
     vec![
         (7, Box::new(|i| format!("SELECT v FROM t WHERE pk = {i}"))),
         // The same group as the first: keywords in lower case, other spacing, a comment.
