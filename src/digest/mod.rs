@@ -291,7 +291,11 @@ mod tests {
     #[test]
     fn slow_lines_are_rate_limited_and_the_rest_counted() {
         let table = Digests::new(&config());
-        assert_eq!(table.slow(Duration::from_millis(9)), None, "under the threshold");
+        assert_eq!(
+            table.slow(Duration::from_millis(9)),
+            None,
+            "under the threshold"
+        );
         let logged: Vec<_> = (0..10)
             .map(|_| table.slow(Duration::from_millis(20)))
             .collect();
@@ -299,7 +303,11 @@ mod tests {
         let n = logged.iter().filter(|l| l.is_some()).count();
         assert!((3..=6).contains(&n), "{logged:?}");
         table.apply(&DigestConfig::default());
-        assert_eq!(table.slow(Duration::from_secs(5)), None, "no threshold, no log");
+        assert_eq!(
+            table.slow(Duration::from_secs(5)),
+            None,
+            "no threshold, no log"
+        );
     }
 
     #[test]
