@@ -33,6 +33,7 @@ fn samples() -> Vec<Completed> {
             command: commands[(i % 4) as usize],
             latency: Duration::from_micros(80 + i * i * 7),
             first_byte: Duration::from_micros(40 + i * 3),
+            ..Completed::default()
         })
         .collect()
 }

@@ -116,6 +116,8 @@ impl AuthError {
 pub struct Authenticated {
     pub negotiated: Negotiated,
     pub user: String,
+    /// The schema the client asked for in its handshake response ("" if none).
+    pub schema: String,
     /// Bytes the client sent after its last auth packet (a pipelined first command).
     pub client_pending: BytesMut,
     /// Bytes the backend sent after its OK.
@@ -396,6 +398,7 @@ fn authenticated(
         client_compressed: parsed.capabilities & CLIENT_COMPRESS != 0,
         backend_compressed: plan.backend_compression,
         user: parsed.user,
+        schema: parsed.database.unwrap_or_default(),
         client_pending,
         backend_pending,
     }

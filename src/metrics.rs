@@ -553,6 +553,7 @@ mod tests {
             command,
             latency: Duration::from_micros(micros),
             first_byte: Duration::from_micros(micros / 2),
+            ..Completed::default()
         }
     }
 
@@ -661,6 +662,7 @@ mod tests {
                 command,
                 latency,
                 first_byte: latency / 2,
+                ..Completed::default()
             };
             let backend = i % 2;
             // Every worker records on every backend, and some index past the workers.

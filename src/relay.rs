@@ -134,6 +134,11 @@ pub trait Observer {
     fn completed(&mut self, c: &Completed);
     /// `n` bytes read from the client (`to_backend`) or from the backend, about to be forwarded.
     fn relayed(&mut self, to_backend: bool, n: usize);
+    /// A statement packet's payload (command byte first; at least the first bytes the tracker
+    /// was asked to keep), as the client sent it; returns the tag its [`Completed`] carries.
+    fn statement(&mut self, _command: u8, _payload: &[u8]) -> u64 {
+        0
+    }
     /// Given a command packet that may be a KILL (header included), returns the packet to send the
     /// backend instead, if any, or a future of it.
     fn rewrite_kill(&mut self, _packet: &[u8]) -> Option<KillRewrite> {
@@ -154,6 +159,10 @@ impl<O: Observer> Hooks for Upstream<'_, O> {
     fn scan(&mut self, buf: &mut BytesMut, fresh: usize) -> Result<usize, TrackError> {
         self.observer.relayed(true, fresh);
         let scan = self.tracker.on_client_mut(buf);
+        if !self.tracker.statements().is_empty() {
+            // Before a KILL is rewritten: the offsets are this buffer's.
+            tag_statements(self.tracker, buf, &mut *self.observer);
+        }
         if let Err(e) = &scan {
             keep_good_part(buf, e);
         }
@@ -183,6 +192,18 @@ impl<O: Observer> Hooks for Upstream<'_, O> {
 
     fn writable(&mut self, cx: &mut Context<'_>, buf: &mut BytesMut) -> Option<usize> {
         self.pending.poll(cx, buf)
+    }
+}
+
+/// Hands each statement packet of the last client scan to the observer; tags its command.
+#[inline(never)]
+fn tag_statements(tracker: &mut Tracker, buf: &[u8], observer: &mut impl Observer) {
+    for i in 0..tracker.statements().len() {
+        let s = tracker.statements()[i];
+        let tag = observer.statement(s.command, tracker.statement_payload(&s, buf));
+        if let (Some(index), true) = (s.index, tag != 0) {
+            tracker.tag(index, tag);
+        }
     }
 }
 

@@ -94,6 +94,7 @@ pub fn apply(shared: &ProxyState, new: &Config) -> Result<Summary, ReloadError> 
     };
     shared.replace_backends(next);
     shared.replace_leg_settings(legs);
+    shared.digests.apply(&new.digests);
     Ok(summary)
 }
 

@@ -40,6 +40,8 @@ pub struct ProxyState {
     /// The `kill:` account, running KILLs on other backends than the killer's.
     pub killer: kill::exec::Executor,
     pub metrics: Arc<Metrics>,
+    /// The live query digest table (see `crate::digest`); its settings follow reloads.
+    pub digests: Arc<crate::digest::Digests>,
     /// Read by every session, fixed at start (a reload reports changes as needing a restart).
     pub session: SessionSettings,
     /// `accept_proxy_protocol`, fixed at start like `session`.
@@ -168,6 +170,7 @@ impl ProxyState {
             ),
             killer: kill::exec::Executor::new(&config.kill),
             metrics,
+            digests: Arc::new(crate::digest::Digests::new(&config.digests)),
             session: SessionSettings::from_config(config),
             accept_proxy_protocol: config.accept_proxy_protocol.clone(),
             leg_settings: ArcSwap::from_pointee(LegSettings::default()),

@@ -1,16 +1,22 @@
 //! The status page (`GET /` on the admin endpoint) in a real browser, Debian's headless
-//! chromium driven over the DevTools protocol: it loads with no console error (a CSP violation
-//! would be one), shows the backends, and its drain button drains a backend through the
-//! operation endpoint. A form on another origin cannot do the same (the Origin check).
+//! chromium driven over the DevTools protocol: after a short sysbench run it loads with no
+//! console error (a CSP violation would be one), shows the backends and the run's top queries,
+//! and its drain button drains a backend through the operation endpoint. A form on another
+//! origin cannot do the same (the Origin check).
+//!
+//! With `MYSQL_LB_DOCS_CAPTURE=DIR` the first test also writes what the README shows:
+//! `DIR/status-page.png` and `DIR/top.txt` (`mysql-lb top --once` after the same run).
 
 mod common;
 
 use std::io::{Read, Write};
 use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::cdp::Browser;
-use common::mariadb::{shared_pair, MariaDb};
+use common::mariadb::{shared_pair, MariaDb, BENCH_PASS, BENCH_USER};
 use common::proxy::{http_request, TestProxy};
 use serde_json::{json, Value};
 
@@ -27,6 +33,43 @@ fn entry(proxy: &TestProxy, name: &str) -> Value {
         .as_array()
         .and_then(|l| l.iter().find(|b| b["name"] == name).cloned())
         .unwrap_or_else(|| panic!("no {name} in {body}"))
+}
+
+fn sysbench_binary() -> PathBuf {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .chain(["/usr/bin", "/usr/local/bin"].map(PathBuf::from))
+        .map(|dir| dir.join("sysbench"))
+        .find(|p| p.is_file())
+        .unwrap_or_else(|| panic!("sysbench not found: run scripts/install-deps.sh"))
+}
+
+/// `sysbench oltp_read_only ... <action>` on one small table at 127.0.0.1:`port`; its report.
+fn sysbench(port: u16, extra: &[&str], action: &str) -> String {
+    let out = Command::new(sysbench_binary())
+        .arg("oltp_read_only")
+        .args([
+            "--db-driver=mysql".to_owned(),
+            "--mysql-host=127.0.0.1".to_owned(),
+            format!("--mysql-port={port}"),
+            format!("--mysql-user={BENCH_USER}"),
+            format!("--mysql-password={BENCH_PASS}"),
+            "--mysql-db=sbtest".to_owned(),
+            "--tables=1".to_owned(),
+            "--table-size=1000".to_owned(),
+        ])
+        .args(extra)
+        .arg(action)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run sysbench");
+    let report = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "sysbench {action} failed:\n{report}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    report
 }
 
 /// The raw response head of `GET path` (status line and headers, lower-cased names).
@@ -54,11 +97,27 @@ fn button_center(browser: &mut Browser, page: &str, op: &str, name: &str) -> (f6
 }
 
 #[test]
-fn the_page_loads_clean_shows_the_backends_and_its_button_drains_one() {
+fn after_a_sysbench_run_the_page_loads_clean_shows_backends_and_top_queries_and_drains() {
     let pair = shared_pair();
     let names = backends(pair);
+    for db in pair {
+        sysbench(db.port, &[], "cleanup");
+        sysbench(db.port, &[], "prepare");
+    }
     let proxy = TestProxy::start(&names);
     let admin = proxy.admin.expect("admin endpoint");
+    // Text protocol, so the point select is a `query` row with its literal in the sample.
+    sysbench(
+        proxy.addr.port(),
+        &[
+            "--threads=2",
+            "--time=3",
+            "--db-ps-mode=disable",
+            "--report-interval=0",
+        ],
+        "run",
+    );
+    let point_select = mysql_lb::sql::normalize(b"SELECT c FROM sbtest1 WHERE id=5012", 1024);
 
     let head = head(admin, "/");
     assert!(head.starts_with("http/1.0 200"), "{head}");
@@ -95,6 +154,20 @@ fn the_page_loads_clean_shows_the_backends_and_its_button_drains_one() {
         "Array.from(document.querySelectorAll('#backends tbody tr')).map(r => r.cells[4].textContent)",
     );
     assert_eq!(states, json!(["ready", "ready"]));
+    let queries = browser.eval(
+        &page,
+        "Array.from(document.querySelectorAll('#queries tbody tr')).map(r => r.cells[0].textContent)",
+    );
+    let queries: Vec<&str> = queries
+        .as_array()
+        .expect("a top-queries table")
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    assert!(
+        (5..=20).contains(&queries.len()) && queries.contains(&point_select.as_str()),
+        "{point_select:?} among the top queries: {queries:?}"
+    );
     browser.drain_events(Duration::from_millis(500));
     assert_eq!(
         browser.errors(),
@@ -145,14 +218,39 @@ fn the_page_loads_clean_shows_the_backends_and_its_button_drains_one() {
         browser.errors()
     );
 
-    if let Some(path) = std::env::var_os("STATUS_PAGE_SCREENSHOT") {
-        std::fs::write(path, browser.screenshot(&page)).expect("write the screenshot");
-    }
     let png = browser.screenshot(&page);
     assert!(
         png.starts_with(b"\x89PNG\r\n\x1a\n") && png.len() > 10_000,
         "a PNG"
     );
+    if let Some(dir) = std::env::var_os("MYSQL_LB_DOCS_CAPTURE") {
+        let dir = PathBuf::from(dir);
+        std::fs::write(dir.join("status-page.png"), &png).expect("write the screenshot");
+        // During a second run, so the rates have something to show.
+        let port = proxy.addr.port();
+        let load = std::thread::spawn(move || {
+            sysbench(
+                port,
+                &["--threads=2", "--time=4", "--report-interval=0"],
+                "run",
+            )
+        });
+        std::thread::sleep(Duration::from_secs(1));
+        let top = Command::new(env!("CARGO_BIN_EXE_mysql-lb"))
+            .args(["top", "--admin", &admin.to_string(), "--interval", "2s"])
+            .env("COLUMNS", "150")
+            .env("LINES", "30")
+            .output()
+            .expect("run mysql-lb top");
+        assert!(top.status.success());
+        std::fs::write(dir.join("top.txt"), &top.stdout).expect("write the top capture");
+        load.join().expect("the second run");
+    }
+    drop(browser);
+    drop(proxy);
+    for db in pair {
+        sysbench(db.port, &[], "cleanup");
+    }
 }
 
 /// Serves `html` to every request on a free port of its own (another origin than the admin

@@ -135,6 +135,53 @@ fn scraped_count(proxy: &TestProxy, kind: &str) -> u64 {
 /// read statements per table plus BEGIN and COMMIT.
 const PREPARED_PER_THREAD: u64 = 5 * TABLES as u64 + 2;
 
+/// The digest table of a run agrees with sysbench: per kind (query, prepare, execute) the same
+/// totals as the histograms, and the point selects of all tables (10 per transaction) exactly.
+fn check_digests(
+    proxy: &TestProxy,
+    name: &str,
+    expected: &[u64; 4],
+    transactions: u64,
+    text: bool,
+) {
+    let (status, body) = proxy.admin_get("/queries?limit=10000");
+    assert_eq!(status, 200, "{body}");
+    let v: serde_json::Value = serde_json::from_str(&body).expect("JSON");
+    let rows = v["queries"].as_array().expect("rows");
+    assert_eq!(v["folded"], 0, "{name}: nothing folded");
+    let per_kind: Vec<u64> = ["query", "prepare", "execute"]
+        .iter()
+        .map(|k| {
+            rows.iter()
+                .filter(|r| r["kind"] == *k)
+                .map(|r| r["count"].as_u64().unwrap())
+                .sum()
+        })
+        .collect();
+    println!("{name}: digest counts (query, prepare, execute) = {per_kind:?}");
+    assert_eq!(per_kind, expected[..3], "{name}: digest counts per kind");
+    let (kind, id) = if text {
+        ("query", "1")
+    } else {
+        ("execute", "?")
+    };
+    let point_selects: u64 = (1..=TABLES)
+        .map(|t| {
+            let text = format!("SELECT c FROM sbtest{t} WHERE id={id}");
+            let digest = mysql_lb::sql::digest(text.as_bytes(), 1024).to_string();
+            rows.iter()
+                .filter(|r| r["kind"] == kind && r["digest"] == digest.as_str())
+                .map(|r| r["count"].as_u64().unwrap())
+                .sum::<u64>()
+        })
+        .sum();
+    assert_eq!(
+        point_selects,
+        10 * transactions,
+        "{name}: point selects counted under their digests"
+    );
+}
+
 fn on_each_backend(pair: &[MariaDb; 2], action: &str) {
     std::thread::scope(|s| {
         let handles: Vec<_> = pair
@@ -172,6 +219,8 @@ fn sysbench_oltp_read_only_through_the_proxy() {
         ("text queries", 5, Some("--db-ps-mode=disable")),
     ];
     for (name, seconds, mode) in runs {
+        let (s, body) = proxy.admin_post("/queries/reset", &[]);
+        assert_eq!(s, 200, "{body}");
         let before = per_backend_commands(&proxy);
         let kinds = ["query", "prepare", "execute", "other"];
         let scraped_before: Vec<u64> = kinds.iter().map(|k| scraped_count(&proxy, k)).collect();
@@ -212,6 +261,13 @@ fn sysbench_oltp_read_only_through_the_proxy() {
         };
         println!("{name}: histogram counts (query, prepare, execute, other) = {delta:?}, expected {expected:?}");
         assert_eq!(delta, expected, "{name}: histogram _count per kind");
+        check_digests(
+            &proxy,
+            name,
+            &expected,
+            stats.transactions as u64,
+            mode.is_some(),
+        );
         assert!(stats.queries > 0.0, "{name}: no queries:\n{report}");
         assert!(total > 0, "{name}: the proxy recorded no commands");
         for (i, n) in split.iter().enumerate() {

@@ -1,5 +1,7 @@
 //! `mysql-lb top` as an operator runs it: the built binary in a pseudo-terminal in front of a real
-//! proxy and MariaDB, driven by keys, and once more without a terminal (one frame, for scripts).
+//! proxy and MariaDB, driven by keys (sort, filter, interval, quit) and by SIGTERM, with the
+//! terminal's modes and screen restored either way; an unreachable endpoint shown and retried;
+//! and once more without a terminal or with `--once` (one plain frame, for scripts).
 
 mod common;
 
@@ -259,6 +261,9 @@ fn without_a_terminal_or_with_once_it_prints_one_plain_frame() {
     let names = backends(pair);
     let proxy = TestProxy::start(&names);
     let admin = proxy.admin.expect("admin endpoint").to_string();
+    let marked = common::daemon::mariadb_cli(proxy.addr.port(), "SELECT 42 AS top_marker");
+    assert!(marked.status.success(), "{marked:?}");
+    let digest_text = mysql_lb::sql::normalize(b"SELECT 42 AS top_marker", 1024);
 
     // stdout a pipe: one frame, no escape sequences, sized by COLUMNS/LINES.
     let out = Command::new(BIN)
@@ -288,6 +293,14 @@ fn without_a_terminal_or_with_once_it_prints_one_plain_frame() {
     for name in &names {
         assert!(frame.contains(name.as_str()), "{frame}");
     }
+    let row = frame
+        .lines()
+        .find(|l| l.ends_with(&format!("query   {digest_text}")))
+        .unwrap_or_else(|| panic!("no {digest_text:?} row in\n{frame}"));
+    assert!(
+        row.trim_start().starts_with("0.0 ") && row.contains(" 1 "),
+        "{row}"
+    );
     // Two samples 300 ms apart: a rate, not a dash.
     assert!(!frame.lines().next().unwrap().contains(" - qps"), "{frame}");
 

@@ -1,5 +1,5 @@
 //! The admin HTTP endpoint: `/` (the status page of [`page`]), `/metrics` (Prometheus text),
-//! `/healthz`, `/readyz`, `/backends` (JSON), and the runtime operations of [`ops`] (drain,
+//! `/healthz`, `/readyz`, `/backends` and `/queries` (JSON), and the runtime operations of [`ops`] (drain,
 //! maintenance, ready, weight; refused when a browser says they came from another origin).
 //!
 //! Served by hyper on its own listener (loopback by default), apart from the MySQL listeners, so
@@ -9,6 +9,7 @@
 mod connections;
 pub mod ops;
 pub mod page;
+pub mod queries;
 
 use std::collections::VecDeque;
 use std::convert::Infallible;
@@ -173,13 +174,23 @@ async fn route(
     {
         return json_response(status, &body);
     }
+    if path == "/queries" || path == "/queries/reset" {
+        return digests(shared, caller, &req);
+    }
     if req.method() != Method::GET && req.method() != Method::HEAD {
         return text(StatusCode::METHOD_NOT_ALLOWED, "only GET\n");
     }
     match req.uri().path() {
         "/" => page::response(shared, recent, caller.token.is_some()),
         "/metrics" => {
-            let mut r = Response::new(Full::new(Bytes::from(shared.metrics.render())));
+            let mut body = shared.metrics.render();
+            let top = shared.digests.prometheus_top();
+            if top > 0 {
+                body.extend_from_slice(
+                    queries::prometheus(&shared.digests.snapshot(), top).as_bytes(),
+                );
+            }
+            let mut r = Response::new(Full::new(Bytes::from(body)));
             r.headers_mut().insert(
                 CONTENT_TYPE,
                 HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
@@ -218,8 +229,42 @@ async fn route(
         }
         _ => text(
             StatusCode::NOT_FOUND,
-            "not found; try /, /metrics, /healthz, /readyz or /backends\n",
+            "not found; try /, /metrics, /healthz, /readyz, /backends or /queries\n",
         ),
+    }
+}
+
+/// `GET /queries` and `POST /queries/reset` (see [`queries`]).
+fn digests(
+    shared: &ProxyState,
+    caller: Caller<'_>,
+    req: &Request<Incoming>,
+) -> Response<Full<Bytes>> {
+    let authorized = caller.token.is_none_or(|token| {
+        let header = req.headers().get(AUTHORIZATION).map(HeaderValue::as_bytes);
+        ops::authorized(header, token.as_bytes())
+    });
+    match (req.method(), req.uri().path()) {
+        (&Method::POST, "/queries/reset") => {
+            if !authorized {
+                info!(caller = %caller.peer, "query digest reset refused: no valid token");
+                return error_response(&ops::OpError::Unauthorized);
+            }
+            shared.digests.reset();
+            info!(caller = %caller.peer, "query digests reset");
+            json_response(StatusCode::OK, &json!({ "reset": true }))
+        }
+        (&Method::GET | &Method::HEAD, "/queries") => {
+            match queries::parse_params(req.uri().query()) {
+                Ok(params) => {
+                    let body = queries::render(&shared.digests.snapshot(), &params, authorized);
+                    json_response(StatusCode::OK, &body)
+                }
+                Err(e) => json_response(StatusCode::BAD_REQUEST, &json!({ "error": e })),
+            }
+        }
+        (_, "/queries/reset") => text(StatusCode::METHOD_NOT_ALLOWED, "only POST\n"),
+        _ => text(StatusCode::METHOD_NOT_ALLOWED, "only GET\n"),
     }
 }
 

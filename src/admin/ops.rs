@@ -83,7 +83,7 @@ pub fn parse(method: &str, path: &str) -> Option<Result<OpRequest, OpError>> {
 }
 
 /// `%XX` escapes to bytes; None for a malformed escape or a result that is not UTF-8.
-fn percent_decode(s: &str) -> Option<String> {
+pub(super) fn percent_decode(s: &str) -> Option<String> {
     let bytes = s.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;

@@ -33,7 +33,7 @@ pub(super) fn response(
 ) -> Response<Full<Bytes>> {
     let nonce = new_nonce();
     let backends = super::backends_json(shared, recent);
-    let queries = queries_json_for_page(shared);
+    let queries = queries_json_for_page(shared, token_configured);
     let body = render(&backends, &queries, token_configured, &nonce);
     let mut r = Response::new(Full::new(Bytes::from(body)));
     let headers = r.headers_mut();
@@ -53,11 +53,16 @@ pub(super) fn response(
     r
 }
 
-/// The top queries the page shows, in the shape of `GET /queries`.
-///
-/// Query digests are not collected yet: until they are, the page says they are off.
-fn queries_json_for_page(_shared: &ProxyState) -> Value {
-    serde_json::json!({ "enabled": false, "queries": [] })
+/// The top queries the page shows: `GET /queries?sort=total&limit=20`, with the sample texts
+/// (the literals a client sent) only when `/queries` would show them to this caller, that is
+/// when no admin token is configured (a browser's GET carries none).
+fn queries_json_for_page(shared: &ProxyState, token_configured: bool) -> Value {
+    match super::queries::parse_params(Some(&format!("sort=total&limit={QUERY_ROWS}"))) {
+        Ok(params) => {
+            super::queries::render(&shared.digests.snapshot(), &params, !token_configured)
+        }
+        Err(e) => serde_json::json!({ "enabled": true, "queries": [], "error": e }),
+    }
 }
 
 /// Only the page's own script and style (by nonce), requests to this endpoint, no framing.
@@ -142,7 +147,7 @@ h1{font-size:1.4em;margin:0 0 .2em}h2{font-size:1.1em;margin:1.6em 0 .4em}
 header p{margin:0;color:#555}a{color:#0b5cad}
 table{border-collapse:collapse;background:#fff;box-shadow:0 0 0 1px #d8dde3}
 th,td{padding:.3em .6em;border-bottom:1px solid #e6e9ed;text-align:left;vertical-align:top}
-th{background:#eef1f4;font-weight:600}td.n{text-align:right;font-variant-numeric:tabular-nums}
+th{background:#eef1f4;font-weight:600;white-space:nowrap}td.n{text-align:right;font-variant-numeric:tabular-nums}
 td.sql{font-family:ui-monospace,monospace;font-size:.92em;max-width:48em;word-break:break-word}
 .up{color:#147a2e;font-weight:600}.down{color:#b3261e;font-weight:600}
 .draining,.maintenance{color:#9a5b00;font-weight:600}.other-row td{color:#666;font-style:italic}
@@ -311,13 +316,18 @@ fn queries_section(p: &mut String, queries: &Value) {
         return;
     }
     p.push_str(
-        "<table id=\"queries\"><thead><tr><th>query</th><th>backend</th><th>user</th>\
+        "<table id=\"queries\"><thead><tr><th>query</th><th>kind</th><th>backend</th><th>user</th>\
          <th>schema</th><th>count</th><th>errors</th><th>total s</th><th>avg ms</th>\
          <th>p95 ms</th><th>p99 ms</th><th>rows</th></tr></thead><tbody>\n",
     );
     for q in rows {
         let text = q["text"].as_str().unwrap_or("");
-        let sample = q["sample"].as_str().unwrap_or("");
+        let title = match q["sample"].as_str() {
+            Some(sample) if !sample.is_empty() => {
+                format!(" title=\"{}\"", esc(&truncated(sample, TEXT_CHARS)))
+            }
+            _ => String::new(),
+        };
         let class = if q["other"] == true {
             " class=\"other-row\""
         } else {
@@ -327,12 +337,12 @@ fn queries_section(p: &mut String, queries: &Value) {
             q["rows_sent"].as_u64().unwrap_or(0) + q["rows_affected"].as_u64().unwrap_or(0);
         let _ = writeln!(
             p,
-            "<tr{class}><td class=\"sql\" title=\"{}\">{}</td><td>{}</td><td>{}</td><td>{}</td>\
+            "<tr{class}><td class=\"sql\"{title}>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>\
              <td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{:.3}</td>\
              <td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td>\
              <td class=\"n\">{rows_moved}</td></tr>",
-            esc(&truncated(sample, TEXT_CHARS)),
             esc(&truncated(text, TEXT_CHARS)),
+            cell(&q["kind"]),
             cell(&q["backend"]),
             cell(&q["user"]),
             cell(&q["schema"]),

@@ -10,6 +10,7 @@ mod accept_proxy;
 mod address;
 mod backend;
 mod cli;
+mod digests;
 mod ejection;
 mod instances;
 mod keepalive;
@@ -24,6 +25,7 @@ mod tls;
 pub use address::{AddressError, BackendAddr, ListenAddr};
 pub use backend::DEFAULT_POOL;
 pub use cli::{Cli, Command, TopArgs, TopSort};
+pub use digests::DigestConfig;
 pub use ejection::EjectionConfig;
 pub use instances::{parse_instance_id, InstanceConfig, Peer, PeerTemplate, PeerUrl};
 pub use keepalive::TcpKeepalive;
@@ -206,6 +208,8 @@ pub struct Config {
     pub peer_token: Option<AdminToken>,
     /// `kill:`: the account that runs KILLs on other backends (see `kill.rs`).
     pub kill: KillConfig,
+    /// `digests:`: the live query digest table (see `digests.rs`).
+    pub digests: DigestConfig,
     /// When false, CLIENT_LOCAL_FILES is cleared in both directions so no LOAD DATA LOCAL INFILE
     /// can run through the proxy.
     pub allow_local_infile: bool,
@@ -300,6 +304,7 @@ impl Default for Config {
             peer_token_file: None,
             peer_token: None,
             kill: KillConfig::default(),
+            digests: DigestConfig::default(),
             allow_local_infile: true,
             backend_socket_user: None,
             health_check: HealthCheckConfig::default(),

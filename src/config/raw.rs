@@ -93,6 +93,8 @@ pub(super) struct RawConfig {
     peer_token_file: Option<PathBuf>,
     #[serde(default)]
     kill: super::kill::RawKill,
+    #[serde(default)]
+    digests: super::digests::RawDigests,
     allow_local_infile: Option<bool>,
     backend_socket_user: Option<String>,
     #[serde(default)]
@@ -241,6 +243,7 @@ impl RawConfig {
             peer_token_file: self.peer_token_file,
             peer_token: None,
             kill: self.kill.into_config(),
+            digests: self.digests.into_config()?,
             allow_local_infile: self.allow_local_infile.unwrap_or(d.allow_local_infile),
             backend_socket_user: self.backend_socket_user,
             health_check: self.health_check.into_config(d.health_check)?,

@@ -27,7 +27,7 @@ use super::codec::FrameError;
 mod rules;
 mod tracker;
 
-pub use tracker::Tracker;
+pub use tracker::{StatementAt, Tracker};
 
 pub use super::cmd;
 
@@ -63,13 +63,24 @@ impl CommandKind {
 }
 
 /// One command answered in full.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Completed {
     pub command: u8,
     /// From the last byte written to the backend to the end of the response.
     pub latency: Duration,
     /// From the last byte written to the first response packet.
     pub first_byte: Duration,
+    /// Result-set rows sent (text or binary), over every result of the response.
+    pub rows: u64,
+    /// Affected rows of the OK packets that ended its results, added up.
+    pub affected: u64,
+    /// The response was (or ended with) an ERR packet.
+    pub error: bool,
+    /// The statement id of a successful COM_STMT_PREPARE.
+    pub prepared: Option<u32>,
+    /// What the relay's observer tagged the command with when it was sent (see
+    /// [`Tracker::tag`]); 0 if nothing did.
+    pub tag: u64,
 }
 
 impl Completed {

@@ -16,6 +16,7 @@ use tracing::warn;
 use crate::auth::{AuthError, Authenticated};
 use crate::balancer::ejection::Failure;
 use crate::balancer::{ClientInfo, Lease};
+use crate::digest;
 use crate::kill;
 use crate::leg::LegStream;
 use crate::protocol::response::Tracker;
@@ -257,7 +258,13 @@ where
     if auth.guard_cleartext {
         tracker.guard_cleartext();
     }
-    let mut observer = Recorder::new(shared, lease.backend(), worker, &auth.user, proxy_id);
+    let leased = lease.backend();
+    let ident = || digest::Ident::new(&leased.name, &leased.pool, &auth.user, &auth.schema);
+    let digests = digest::Session::start(&shared.digests, worker, ident);
+    if let Some(d) = &digests {
+        tracker.report_statements(d.read_limit());
+    }
+    let mut observer = Recorder::new(shared, leased, worker, &auth.user, proxy_id, digests);
     let end = relay(
         &mut client,
         &mut backend,

@@ -7,6 +7,7 @@ use tokio::sync::Semaphore;
 use tracing::{info, trace};
 
 use crate::balancer::Backend;
+use crate::digest;
 use crate::kill::{self, Decision, KillRequest, Mapping};
 use crate::metrics::BackendStats;
 use crate::protocol::response::{cmd, Completed};
@@ -26,6 +27,8 @@ pub(super) struct Recorder<'a> {
     proxy_id: Option<u32>,
     /// One KILL needing a peer or another backend in flight per session.
     turn: Arc<Semaphore>,
+    /// Its statements' digests, when the table is on.
+    digests: Option<digest::Session>,
 }
 
 impl<'a> Recorder<'a> {
@@ -35,8 +38,10 @@ impl<'a> Recorder<'a> {
         worker: usize,
         user: &'a str,
         proxy_id: Option<u32>,
+        digests: Option<digest::Session>,
     ) -> Self {
         Recorder {
+            digests,
             stats: &backend.stats,
             worker,
             backend,
@@ -94,6 +99,9 @@ async fn run_decision(
 impl Observer for Recorder<'_> {
     fn completed(&mut self, c: &Completed) {
         self.stats.record(self.worker, c);
+        if let Some(d) = &mut self.digests {
+            d.completed(c);
+        }
         if c.command == cmd::CHANGE_USER {
             // Who the session is now is not read from the exchange: from here on a KILL from
             // another backend is refused as another user's, and so are its own KILLs there.
@@ -114,6 +122,13 @@ impl Observer for Recorder<'_> {
 
     fn relayed(&mut self, to_backend: bool, n: usize) {
         self.stats.relayed(self.worker, to_backend, n);
+    }
+
+    fn statement(&mut self, command: u8, payload: &[u8]) -> u64 {
+        match &mut self.digests {
+            Some(d) => d.statement(command, payload),
+            None => 0,
+        }
     }
 
     fn rewrite_kill(&mut self, packet: &[u8]) -> Option<KillRewrite> {

@@ -182,7 +182,7 @@ fn queries_table(
             .then_with(|| sort_value(b, TopSort::Count).total_cmp(&sort_value(a, TopSort::Count)))
     });
     lines.push(format!(
-        "{:>8} {:>9} {:>5} {:>8} {:>8} {:>9} {:>8}  {}  {:<10} QUERY",
+        "{:>8} {:>9} {:>5} {:>8} {:>8} {:>9} {:>8}  {}  {:<10} {:<7} QUERY",
         "COUNT/s",
         "COUNT",
         "ERR",
@@ -191,7 +191,8 @@ fn queries_table(
         "TOTALs",
         "ROWS",
         fit("BACKEND", name_w),
-        "USER"
+        "USER",
+        "KIND"
     ));
     if rows.is_empty() {
         lines.push("(no query seen yet)".to_owned());
@@ -201,7 +202,7 @@ fn queries_table(
         let rows_moved =
             q["rows_sent"].as_u64().unwrap_or(0) + q["rows_affected"].as_u64().unwrap_or(0);
         lines.push(format!(
-            "{:>8} {:>9} {:>5} {:>8} {:>8} {:>9.2} {:>8}  {}  {} {}",
+            "{:>8} {:>9} {:>5} {:>8} {:>8} {:>9.2} {:>8}  {}  {} {} {}",
             rate(q).map_or_else(|| "-".to_owned(), |r| format!("{r:.1}")),
             plain(&q["count"]),
             plain(&q["errors"]),
@@ -211,17 +212,19 @@ fn queries_table(
             rows_moved,
             fit(&plain(&q["backend"]), name_w),
             fit(&plain(&q["user"]), 10),
+            fit(&plain(&q["kind"]), 7),
             plain(&q["text"]),
         ));
     }
 }
 
 /// What identifies one row of `/queries` across samples.
-type Key<'a> = (&'a str, &'a str, &'a str, &'a str, bool);
+type Key<'a> = (&'a str, &'a str, &'a str, &'a str, &'a str, bool);
 
 fn key(q: &Value) -> Key<'_> {
     (
         q["digest"].as_str().unwrap_or(""),
+        q["kind"].as_str().unwrap_or(""),
         q["backend"].as_str().unwrap_or(""),
         q["user"].as_str().unwrap_or(""),
         q["schema"].as_str().unwrap_or(""),

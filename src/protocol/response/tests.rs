@@ -157,4 +157,5 @@ impl Run {
 }
 
 mod rules;
+mod statements;
 mod tracker;

@@ -10,7 +10,7 @@ use super::super::caps::Negotiated;
 use super::super::cleartext::{
     in_change_user, in_change_user_reply, Exposure, MAX_CHANGE_USER_CHECKED,
 };
-use super::super::codec::{Packet, PacketScanner, Renumber};
+use super::super::codec::{lenenc_int, Packet, PacketScanner, Renumber};
 use super::rules::{expect_for, step, ClientMode, Expect};
 use super::{
     cmd, may_be_kill, may_become_kill, ClientScan, Completed, TrackError, MAX_KILL_PACKET,
@@ -26,6 +26,49 @@ struct Outstanding {
     next_seq: u8,
     written_at: Option<Instant>,
     first_byte_at: Option<Instant>,
+    /// What the response held so far (rows, affected rows, a prepared statement's id).
+    rows: u64,
+    affected: u64,
+    prepared: Option<u32>,
+    tag: u64,
+}
+
+/// A statement packet of the last client buffer (see [`Tracker::statements`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StatementAt {
+    pub command: u8,
+    /// Its place in the queue of outstanding commands, for [`Tracker::tag`]; None for a command
+    /// the server does not answer (COM_STMT_CLOSE).
+    pub index: Option<usize>,
+    /// Where its bytes are: `start..end` of the buffer scanned, or the tracker's copy of the
+    /// start of a packet that spanned reads.
+    start: usize,
+    end: usize,
+    spanning: bool,
+}
+
+/// The commands whose packets [`Tracker::statements`] reports.
+fn is_statement(command: u8) -> bool {
+    matches!(
+        command,
+        cmd::QUERY
+            | cmd::STMT_PREPARE
+            | cmd::STMT_EXECUTE
+            | cmd::STMT_CLOSE
+            | cmd::INIT_DB
+            | cmd::CHANGE_USER
+            | cmd::RESET_CONNECTION
+    )
+}
+
+/// Statement reporting, when an observer asked for it (see [`Tracker::report_statements`]).
+#[derive(Debug, Default)]
+struct Statements {
+    /// How many payload bytes of a statement the observer reads; 0 while reporting is off.
+    limit: usize,
+    found: Vec<StatementAt>,
+    /// The first bytes (header included) of a statement packet that spans reads.
+    spanning: Vec<u8>,
 }
 
 /// Tracks one session's command phase.
@@ -43,6 +86,7 @@ pub struct Tracker {
     kills: Vec<(usize, usize)>,
     /// Packets the backend sent with no command outstanding (e.g. a shutdown notice).
     pub unsolicited: u64,
+    statements: Statements,
     /// Rewrite, rather than refuse, sequence ids off the plain numbering, per direction (see
     /// [`renumber`](Self::renumber)).
     renumber_client: bool,
@@ -65,6 +109,7 @@ impl Tracker {
             client_mode: ClientMode::Commands,
             kills: Vec::new(),
             unsolicited: 0,
+            statements: Statements::default(),
             renumber_client: false,
             renumber_server: false,
             guard_cleartext: false,
@@ -92,6 +137,39 @@ impl Tracker {
     /// host, as their connection phase was guarded.
     pub fn guard_cleartext(&mut self) {
         self.guard_cleartext = true;
+    }
+
+    /// From now on each client scan reports the statement packets in it (COM_QUERY,
+    /// COM_STMT_PREPARE / EXECUTE / CLOSE, COM_INIT_DB, COM_CHANGE_USER, COM_RESET_CONNECTION),
+    /// with at least their first `limit` payload bytes (all of them when shorter), for the
+    /// observer to read and [`tag`](Self::tag).
+    pub fn report_statements(&mut self, limit: usize) {
+        self.statements.limit = limit.max(1);
+    }
+
+    /// The statement packets of the last client buffer, in order (empty unless
+    /// [`report_statements`](Self::report_statements) was called).
+    pub fn statements(&self) -> &[StatementAt] {
+        &self.statements.found
+    }
+
+    /// The payload of `s` (command byte first), or as much of it as was kept: at least the
+    /// first `limit` bytes. `buf` is the buffer last scanned.
+    pub fn statement_payload<'b>(&'b self, s: &StatementAt, buf: &'b [u8]) -> &'b [u8] {
+        let packet = if s.spanning {
+            &self.statements.spanning[..]
+        } else {
+            buf.get(s.start..s.end).unwrap_or_default()
+        };
+        packet.get(4..).unwrap_or_default()
+    }
+
+    /// Tags the outstanding command at `index` of the queue (a [`StatementAt::index`] of the
+    /// last client scan); its [`Completed::tag`] carries it.
+    pub fn tag(&mut self, index: usize, tag: u64) {
+        if let Some(p) = self.queue.get_mut(index) {
+            p.tag = tag;
+        }
     }
 
     /// Commands sent and not yet fully answered.
@@ -138,6 +216,7 @@ impl Tracker {
         let (client, mut side) = self.client_side();
         let result = client.scan(buf, |p| side.packet(p, buf));
         let (scan, open_at) = (side.scan, side.open_at);
+        self.keep_spanning(buf, open_at);
         self.client_scanned(buf, scan, open_at, result)
     }
 
@@ -151,11 +230,43 @@ impl Tracker {
         let (client, mut side) = self.client_side();
         let result = client.scan_renumbering(buf, &mut side);
         let (scan, open_at) = (side.scan, side.open_at);
+        self.keep_spanning(buf, open_at);
         self.client_scanned(buf, scan, open_at, result)
+    }
+
+    /// With statement reporting on: keeps the first bytes of a statement packet still open at
+    /// the end of `buf`, so the scan that sees its end can report it.
+    fn keep_spanning(&mut self, buf: &[u8], open_at: Option<usize>) {
+        let st = &mut self.statements;
+        if st.limit == 0 || self.client.at_boundary() {
+            return;
+        }
+        let want = st.limit + 4;
+        match open_at {
+            Some(at) => {
+                st.spanning.clear();
+                let packet = buf.get(at..).unwrap_or_default();
+                if packet.get(4).is_some_and(|&c| is_statement(c)) {
+                    st.spanning
+                        .extend_from_slice(&packet[..packet.len().min(want)]);
+                }
+            }
+            // The whole buffer continues a packet begun earlier.
+            None if !st.spanning.is_empty() && st.spanning.len() < want => {
+                let more = (want - st.spanning.len()).min(buf.len());
+                st.spanning.extend_from_slice(&buf[..more]);
+            }
+            None => {}
+        }
     }
 
     fn client_side(&mut self) -> (&mut PacketScanner, ClientSide<'_>) {
         self.kills.clear();
+        self.statements.found.clear();
+        if self.client.at_boundary() {
+            // No packet is open: what was kept of one has been reported.
+            self.statements.spanning.clear();
+        }
         // Where the packet in progress at the end began, if it began in this buffer.
         let open_at = self.client.at_boundary().then_some(0);
         let side = ClientSide {
@@ -163,6 +274,7 @@ impl Tracker {
             queue: &mut self.queue,
             mode: &mut self.client_mode,
             kills: &mut self.kills,
+            statements: &mut self.statements,
             scan: ClientScan::default(),
             open_at,
         };
@@ -216,6 +328,7 @@ impl Tracker {
         whole: Option<&[u8]>,
         scan: &mut ClientScan,
         kills: &mut Vec<(usize, usize)>,
+        statements: &mut Statements,
     ) -> Result<(), TrackError> {
         match *mode {
             ClientMode::Commands => {}
@@ -231,6 +344,9 @@ impl Tracker {
         }
         let command = p.first_byte().unwrap_or(0);
         scan.quit |= command == cmd::QUIT;
+        if statements.limit > 0 && is_statement(command) {
+            statements.found(p, command, expect_for(command).map(|_| queue.len()));
+        }
         let Some(expect) = expect_for(command) else {
             return Ok(());
         };
@@ -254,6 +370,10 @@ impl Tracker {
             next_seq: p.last_seq.wrapping_add(1),
             written_at: None,
             first_byte_at: None,
+            rows: 0,
+            affected: 0,
+            prepared: None,
+            tag: 0,
         });
         scan.commands += 1;
         Ok(())
@@ -363,6 +483,7 @@ struct ClientSide<'t> {
     queue: &'t mut VecDeque<Outstanding>,
     mode: &'t mut ClientMode,
     kills: &'t mut Vec<(usize, usize)>,
+    statements: &'t mut Statements,
     scan: ClientScan,
     /// Where the packet in progress at the end began, if it began in this buffer.
     open_at: Option<usize>,
@@ -381,7 +502,15 @@ impl ClientSide<'_> {
                 }
             }
         }
-        Tracker::client_packet(self.queue, self.mode, &p, whole, &mut self.scan, self.kills)
+        Tracker::client_packet(
+            self.queue,
+            self.mode,
+            &p,
+            whole,
+            &mut self.scan,
+            self.kills,
+            self.statements,
+        )
     }
 }
 
@@ -424,6 +553,7 @@ impl<F: FnMut(Completed)> ServerSide<'_, F> {
                 && !matches!(p.first_byte(), Some(0xFE | 0xFF))
             {
                 head.next_seq = p.last_seq.wrapping_add(1);
+                head.rows += 1;
                 return Ok(());
             }
         }
@@ -457,13 +587,16 @@ impl<F: FnMut(Completed)> ServerSide<'_, F> {
         if head.first_byte_at.is_none() {
             head.first_byte_at = Some(now);
         }
-        if !step(
+        let before = head.expect;
+        let ended = step(
             self.caps,
             head.command,
             &mut head.expect,
             self.client_mode,
             &p,
-        )? {
+        )?;
+        count(head, before, ended, &p);
+        if !ended {
             return Ok(());
         }
         if let Some(head) = queue.pop_front() {
@@ -474,6 +607,11 @@ impl<F: FnMut(Completed)> ServerSide<'_, F> {
                     command: head.command,
                     latency: now.saturating_duration_since(written),
                     first_byte: first.saturating_duration_since(written),
+                    rows: head.rows,
+                    affected: head.affected,
+                    error: p.first_byte() == Some(0xFF),
+                    prepared: head.prepared,
+                    tag: head.tag,
                 });
             }
         }
@@ -482,6 +620,44 @@ impl<F: FnMut(Completed)> ServerSide<'_, F> {
             _ => ClientMode::Commands,
         };
         Ok(())
+    }
+}
+
+/// What one server packet adds to its command's counts, after [`step`] moved it from `before`:
+/// a row (a packet of a result set's rows that did not end them), an OK's affected rows, the
+/// statement id of COM_STMT_PREPARE's STMT_OK.
+fn count(head: &mut Outstanding, before: Expect, ended: bool, p: &Packet<'_>) {
+    match (before, p.first_byte()) {
+        (Expect::Rows, _) if !ended && head.expect == Expect::Rows => head.rows += 1,
+        (Expect::Response, Some(0x00)) => {
+            head.affected += lenenc_int(p.prefix, 1).map_or(0, |(n, _)| n);
+        }
+        (Expect::PrepareOk, Some(0x00)) => {
+            head.prepared = p
+                .prefix
+                .get(1..5)
+                .map(|id| u32::from_le_bytes([id[0], id[1], id[2], id[3]]));
+        }
+        _ => {}
+    }
+}
+
+impl Statements {
+    /// Notes statement packet `p` (if its first `limit` bytes can be read) at queue `index`.
+    fn found(&mut self, p: &Packet<'_>, command: u8, index: Option<usize>) {
+        let (start, spanning) = match p.start {
+            Some(start) => (start, false),
+            // Began in an earlier buffer: its start was kept (see `Tracker::keep_spanning`).
+            None if self.spanning.get(4) == Some(&command) => (0, true),
+            None => return,
+        };
+        self.found.push(StatementAt {
+            command,
+            index,
+            start,
+            end: p.end,
+            spanning,
+        });
     }
 }
 

@@ -14,7 +14,7 @@ fn backends(commands: [u64; 2]) -> Value {
 }
 
 fn query(digest: &str, backend: &str, text: &str, count: u64, sum: f64, errors: u64) -> Value {
-    json!({"digest": digest, "text": text, "backend": backend, "user": "sbtest",
+    json!({"digest": digest, "kind": "query", "text": text, "backend": backend, "user": "sbtest",
            "schema": "sbtest", "other": false, "count": count, "errors": errors,
            "sum_seconds": sum, "avg_seconds": sum / count as f64, "p99_seconds": 0.003,
            "rows_sent": count, "rows_affected": 0})
@@ -86,6 +86,20 @@ fn header_backends_and_rates() {
         .trim_start()
         .starts_with("100.0 "));
     assert!(line(&frame, "DELETE FROM").trim_start().starts_with("- "));
+    assert!(line(&frame, "SELECT c FROM").contains("sbtest     query   SELECT c"));
+    // The same digest as a prepared statement's executions is another row, with its own rate.
+    let mut executed = query("a", "r1", "SELECT c FROM sbtest1 WHERE id = ?", 250, 1.0, 0);
+    executed["kind"] = json!("execute");
+    let mut with_execute = now.clone();
+    with_execute.queries.as_mut().unwrap()["queries"]
+        .as_array_mut()
+        .unwrap()
+        .push(executed);
+    let frame = render(200, 50, &view(&with_execute, Some(&prev), TopSort::Total));
+    assert!(
+        line(&frame, "execute").trim_start().starts_with("- "),
+        "{frame}"
+    );
 }
 
 #[test]
