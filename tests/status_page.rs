@@ -253,6 +253,92 @@ fn after_a_sysbench_run_the_page_loads_clean_shows_backends_and_top_queries_and_
     }
 }
 
+/// Waits until the page's `#result` line contains `needle`; its text.
+fn wait_result(browser: &mut Browser, page: &str, needle: &str) -> String {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let text = browser.eval(page, "document.getElementById('result').textContent");
+        let text = text.as_str().unwrap_or("").to_owned();
+        if text.contains(needle) {
+            return text;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no {needle:?} in the result line: {text:?}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn with_a_token_configured_the_buttons_need_it_typed_into_the_page() {
+    const TOKEN: &str = "tok-page-7f3a";
+    let pair = shared_pair();
+    let names = backends(pair);
+    let dir = tempfile::tempdir().unwrap();
+    let token_file = dir.path().join("token");
+    std::fs::write(&token_file, format!("{TOKEN}\n")).unwrap();
+    let mut cfg = common::proxy::config(&names);
+    cfg.admin_token_file = Some(token_file);
+    let proxy = TestProxy::start_with(cfg);
+    let admin = proxy.admin.expect("admin endpoint");
+    let name = &names[1];
+
+    let mut browser = Browser::launch();
+    let page = browser.new_page();
+    browser.navigate(&page, &format!("http://{admin}/"));
+    let state = browser.eval(&page, "document.getElementById('token-state').textContent");
+    assert_eq!(state, "no token set");
+
+    // Without the token: refused, and the page says so.
+    let (x, y) = button_center(&mut browser, &page, "maintenance", name);
+    browser.click(&page, x, y);
+    let refused = wait_result(&mut browser, &page, "refused");
+    assert!(
+        refused.contains("(401)") && refused.contains("bearer token"),
+        "{refused}"
+    );
+    assert_eq!(entry(&proxy, name)["admin_state"], "ready");
+
+    // Typed into the field (focus, keystrokes, leave the field): kept for the tab, not shown.
+    browser.eval(&page, "document.getElementById('token').focus(); 1");
+    browser.call(Some(&page), "Input.insertText", json!({ "text": TOKEN }));
+    browser.eval(&page, "document.getElementById('token').blur(); 1");
+    let state = browser.eval(&page, "document.getElementById('token-state').textContent");
+    assert_eq!(state, "token set for this tab");
+    assert_eq!(
+        browser.eval(&page, "document.getElementById('token').value"),
+        ""
+    );
+
+    let (x, y) = button_center(&mut browser, &page, "maintenance", name);
+    let before = browser.events.len();
+    browser.click(&page, x, y);
+    browser.wait_event(
+        &page,
+        "Page.loadEventFired",
+        before,
+        Duration::from_secs(10),
+    );
+    assert_eq!(entry(&proxy, name)["admin_state"], "maintenance");
+    wait_result(
+        &mut browser,
+        &page,
+        &format!("maintenance {name}: now maintenance"),
+    );
+    // The token is in neither the reloaded page nor its address.
+    let html = browser.eval(&page, "document.documentElement.outerHTML + location.href");
+    assert!(!html.as_str().unwrap_or("").contains(TOKEN), "{html}");
+    assert_eq!(
+        browser.eval(&page, "document.getElementById('token-state').textContent"),
+        "token set for this tab"
+    );
+    // The one error logged is the refused request's 401.
+    browser.drain_events(Duration::from_millis(300));
+    let errors = browser.errors();
+    assert!(errors.iter().all(|e| e.contains("401")), "{errors:?}");
+}
+
 /// Serves `html` to every request on a free port of its own (another origin than the admin
 /// endpoint), until the test ends.
 fn serve_page(html: String) -> SocketAddr {
@@ -330,4 +416,13 @@ fn a_form_on_another_origin_cannot_drain_a_backend() {
     assert_eq!(status, 403, "{body}");
     assert!(body.contains("\"error\""), "{body}");
     assert_eq!(entry(&proxy, name)["weight"], 1);
+    let (status, body) = http_request(
+        admin,
+        "POST",
+        "/queries/reset",
+        &["Origin: https://evil.example"],
+        b"",
+    )
+    .unwrap();
+    assert_eq!(status, 403, "the digest reset too: {body}");
 }
