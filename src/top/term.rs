@@ -30,7 +30,7 @@ pub fn size() -> (usize, usize) {
     }
 }
 
-/// The terminal in raw mode on the alternate screen; dropping it restores both.
+/// The terminal in raw mode on the alternate screen; dropping it (or a panic) restores both.
 pub struct Terminal {
     saved: libc::termios,
     out: std::io::Stdout,
@@ -52,6 +52,13 @@ impl Terminal {
         if unsafe { libc::tcsetattr(STDIN, libc::TCSAFLUSH, &raw) } != 0 {
             return Err(std::io::Error::last_os_error());
         }
+        // A panic's message would be printed on the alternate screen and vanish with it:
+        // restore first, then let the usual hook print it.
+        let previous = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            restore(&saved);
+            previous(info);
+        }));
         let mut t = Self {
             saved,
             out: std::io::stdout(),
@@ -85,12 +92,22 @@ impl Terminal {
     }
 }
 
+/// Leaves the alternate screen and puts back the terminal modes `saved`.
+fn restore(saved: &libc::termios) {
+    let mut out = std::io::stdout().lock();
+    let _ = out.write_all(LEAVE.as_bytes());
+    let _ = out.flush();
+    // SAFETY: sets the attributes read in `Terminal::enter`.
+    unsafe { libc::tcsetattr(STDIN, libc::TCSAFLUSH, saved) };
+}
+
 impl Drop for Terminal {
     fn drop(&mut self) {
-        let _ = self.out.write_all(LEAVE.as_bytes());
-        let _ = self.out.flush();
-        // SAFETY: restores the attributes read in `enter`.
-        unsafe { libc::tcsetattr(STDIN, libc::TCSAFLUSH, &self.saved) };
+        restore(&self.saved);
+        // The usual hook again (a panic has already restored; this is the way out otherwise).
+        if !std::thread::panicking() {
+            let _ = std::panic::take_hook();
+        }
     }
 }
 
