@@ -1,6 +1,7 @@
 //! The admin HTTP endpoint: `/` (the status page of [`page`]), `/metrics` (Prometheus text),
-//! `/healthz`, `/readyz`, `/backends` and `/queries` (JSON), and the runtime operations of [`ops`] (drain,
-//! maintenance, ready, weight; refused when a browser says they came from another origin).
+//! `/healthz`, `/readyz`, `/backends` and `/queries` (JSON), and the runtime operations of
+//! [`ops`] (drain, maintenance, ready, weight; refused when a browser says they came from
+//! another origin).
 //!
 //! Served by hyper on its own listener (loopback by default), apart from the MySQL listeners, so
 //! scraping never competes with client accepts and needs no credentials on a private address.
