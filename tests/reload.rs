@@ -92,3 +92,66 @@ async fn sighup_adds_and_removes_backends_and_changes_weights_without_dropping_s
     assert!(status.success(), "{status:?}");
     drop(third);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn digests_turn_off_and_on_at_reload_and_log_slow_queries() {
+    let pair = shared_pair();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("mysql-lb.yaml");
+    let (port, admin_port) = (free_port(), free_port());
+    let admin: std::net::SocketAddr = format!("127.0.0.1:{admin_port}").parse().unwrap();
+    let config = |digests: &str| {
+        let yaml = format!(
+            "listen: [\"127.0.0.1:{port}\"]\nadmin_address: \"{admin}\"\nlog: {{ level: info }}\n\
+             digests: {digests}\nbackends: [\"{}\"]\n",
+            pair[0].tcp_addr()
+        );
+        std::fs::write(&path, yaml).unwrap();
+    };
+    config("{ slow_query_threshold: 50ms }");
+    let mut d = Daemon::start(&["--config".into(), path.display().to_string()], None);
+    wait_connectable(port);
+    let entries = || {
+        let (s, body) = common::proxy::http_get(admin, "/queries").unwrap();
+        assert_eq!(s, 200, "{body}");
+        let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+        (
+            v["enabled"].as_bool().unwrap(),
+            v["entries"].as_u64().unwrap(),
+        )
+    };
+    let run = |sql: &'static str| async move {
+        let opts = common::mariadb::tcp_opts(&format!("127.0.0.1:{port}"), "bench", "bench");
+        let mut conn = mysql_async::Conn::new(opts).await.unwrap();
+        conn.query_drop(sql).await.unwrap();
+        conn.disconnect().await.unwrap();
+    };
+
+    run("SELECT SLEEP(0.1)").await;
+    let line = d.wait_for_line("slow query");
+    assert!(line.contains("SLEEP"), "{line}");
+    assert!(
+        line.contains(&pair[0].tcp_addr()),
+        "names the backend: {line}"
+    );
+    assert!(line.contains("latency_ms"), "{line}");
+    assert!(entries().0);
+    assert!(entries().1 > 0);
+
+    config("{ enabled: false }");
+    d.signal(libc::SIGHUP);
+    d.wait_for_line("configuration reloaded");
+    let (s, _) = common::proxy::http_request(admin, "POST", "/queries/reset", &[], b"").unwrap();
+    assert_eq!(s, 200);
+    run("SELECT 1").await;
+    assert_eq!(entries(), (false, 0), "off: nothing is kept");
+
+    config("{ enabled: true }");
+    d.signal(libc::SIGHUP);
+    d.wait_for_new_line("configuration reloaded");
+    run("SELECT 2").await;
+    let (on, n) = entries();
+    assert!(on && n > 0, "on again: {n} rows");
+    let status = d.stop();
+    assert!(status.success(), "{status:?}");
+}

@@ -274,3 +274,55 @@ impl Hash for Ident {
 }
 
 impl Eq for Ident {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protocol::response::{cmd, Completed};
+
+    fn config() -> DigestConfig {
+        DigestConfig {
+            slow_query_threshold: Some(Duration::from_millis(10)),
+            slow_query_log_per_second: 3,
+            ..DigestConfig::default()
+        }
+    }
+
+    #[test]
+    fn slow_lines_are_rate_limited_and_the_rest_counted() {
+        let table = Digests::new(&config());
+        assert_eq!(table.slow(Duration::from_millis(9)), None, "under the threshold");
+        let logged: Vec<_> = (0..10)
+            .map(|_| table.slow(Duration::from_millis(20)))
+            .collect();
+        // Within one second (a boundary in between only lets more through): at most 3 + 3.
+        let n = logged.iter().filter(|l| l.is_some()).count();
+        assert!((3..=6).contains(&n), "{logged:?}");
+        table.apply(&DigestConfig::default());
+        assert_eq!(table.slow(Duration::from_secs(5)), None, "no threshold, no log");
+    }
+
+    #[test]
+    fn shards_merge_into_one_row_per_key() {
+        let table = Arc::new(Digests::new(&DigestConfig::default()));
+        let ident = Ident::new("b", "p", "u", "s");
+        for worker in 0..4 {
+            let mut s = Session::start(&table, worker, || Arc::clone(&ident)).unwrap();
+            let tag = s.statement(cmd::QUERY, b"\x03SELECT 1");
+            s.completed(&Completed {
+                command: cmd::QUERY,
+                latency: Duration::from_micros(100 * (worker as u64 + 1)),
+                tag,
+                rows: 1,
+                ..Completed::default()
+            });
+        }
+        let snap = table.snapshot();
+        assert_eq!(snap.rows.len(), 1, "{:?}", snap.rows);
+        let s = &snap.rows[0].stats;
+        assert_eq!((s.count, s.rows_sent), (4, 4));
+        assert_eq!((s.min_ns, s.max_ns), (100_000, 400_000));
+        table.reset();
+        assert!(table.snapshot().rows.is_empty());
+    }
+}

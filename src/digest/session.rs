@@ -2,12 +2,12 @@
 //! the tracker carries to the response's end), maps prepared-statement ids to their digests,
 //! follows the schema (`USE`, COM_INIT_DB) and user (COM_CHANGE_USER) that key its rows.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Instant;
 
 use tracing::info;
 
+use super::shard::HashedMap;
 use super::{Digest, Digests, Ident, Kind, Texts};
 use crate::protocol::response::{cmd, Completed};
 use crate::sql;
@@ -30,8 +30,8 @@ pub struct Session {
     worker: usize,
     ident: Arc<Ident>,
     max_len: usize,
-    known: HashMap<u64, Known>,
-    prepared: HashMap<u32, u64>,
+    known: HashedMap<u64, Known>,
+    prepared: HashedMap<u32, u64>,
     /// The digest of the last COM_STMT_PREPARE sent (an execute of id 0xFFFFFFFF means it).
     last_prepared: u64,
     /// A schema change sent and not yet answered: (the statement's tag, 0 for COM_INIT_DB).
@@ -65,8 +65,8 @@ impl Session {
             worker,
             ident: ident(),
             max_len: table.max_query_length() + 1,
-            known: HashMap::new(),
-            prepared: HashMap::new(),
+            known: HashedMap::default(),
+            prepared: HashedMap::default(),
             last_prepared: 0,
             schema_change: None,
             user_change: None,
@@ -188,7 +188,7 @@ impl Session {
         let Some(kind) = Kind::of(c.command) else {
             return;
         };
-        let now = Instant::now();
+        let now = c.at.unwrap_or_else(Instant::now);
         let known = self.known.get(&c.tag);
         if let Ok(mut shard) = self.table.shard(self.worker).lock() {
             match known {

@@ -107,7 +107,7 @@ struct Row {
 
 /// Keys are already mixed 64-bit hashes: used as they are.
 #[derive(Default)]
-struct KeyHasher(u64);
+pub(super) struct KeyHasher(u64);
 
 impl Hasher for KeyHasher {
     fn finish(&self) -> u64 {
@@ -121,7 +121,14 @@ impl Hasher for KeyHasher {
     fn write_u64(&mut self, n: u64) {
         self.0 = n;
     }
+    fn write_u32(&mut self, n: u32) {
+        // Statement ids count up from 1: spread them over the high bits the map probes with.
+        self.0 = u64::from(n).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    }
 }
+
+/// A map keyed by a digest or a mixed key (already hashes).
+pub(super) type HashedMap<K, V> = HashMap<K, V, BuildHasherDefault<KeyHasher>>;
 
 fn key(digest: Digest, kind: Kind, ident: &Ident) -> u64 {
     (digest.0 ^ (kind as u64).wrapping_mul(0xA076_1D64_78BD_642F))
@@ -195,7 +202,8 @@ impl Shard {
     ) {
         let k = key(digest, kind, ident);
         if let Some(row) = self.rows.get_mut(&k) {
-            if row.digest == digest && row.kind == kind && *row.ident == **ident {
+            let same = Arc::ptr_eq(&row.ident, ident) || *row.ident == **ident;
+            if row.digest == digest && row.kind == kind && same {
                 row.stats.add(c, now);
             } else {
                 self.other(ident, c, now);

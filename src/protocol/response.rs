@@ -78,6 +78,8 @@ pub struct Completed {
     pub error: bool,
     /// The statement id of a successful COM_STMT_PREPARE.
     pub prepared: Option<u32>,
+    /// When the response ended (None only in hand-made values).
+    pub at: Option<std::time::Instant>,
     /// What the relay's observer tagged the command with when it was sent (see
     /// [`Tracker::tag`]); 0 if nothing did.
     pub tag: u64,

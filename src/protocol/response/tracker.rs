@@ -611,6 +611,7 @@ impl<F: FnMut(Completed)> ServerSide<'_, F> {
                     affected: head.affected,
                     error: p.first_byte() == Some(0xFF),
                     prepared: head.prepared,
+                    at: Some(now),
                     tag: head.tag,
                 });
             }
