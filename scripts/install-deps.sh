@@ -3,7 +3,8 @@
 # integration tests start their own mariadbd instances), sysbench (smoke load), HAProxy (the
 # benchmark's comparison point), and the other client libraries tests/other_clients.rs drives:
 # PHP (mysqli, PDO_mysql: mysqlnd), Node.js with mysql2, Perl DBD::MariaDB, Python with PyMySQL and
-# mysql-connector-python; and a JDK with Debian's MariaDB Connector/J for tests/java_clients.rs. The Python and Node libraries go to .test-clients/ in the checkout
+# mysql-connector-python; a JDK with Debian's MariaDB Connector/J for tests/java_clients.rs; and
+# chromium (headless) for tests/status_page.rs. The Python and Node libraries go to .test-clients/ in the checkout
 # (a venv and an npm prefix; gitignored), never into the system's site-packages.
 # Idempotent: does nothing when all are present.
 #
@@ -44,7 +45,7 @@ done
 [ "${#missing[@]}" -gt 0 ] && packages+=(mariadb-server mariadb-client sysbench)
 have python3 || { missing+=(python3); packages+=(python3); }
 if [ "$PART" = all ]; then
-    tools+=(haproxy php node npm java javac ip nft openssl)
+    tools+=(haproxy php node npm java javac ip nft openssl chromium)
     have haproxy || { missing+=(haproxy); packages+=(haproxy); }
     if ! have php || ! php -r "exit(extension_loaded('mysqli') && extension_loaded('pdo_mysql') ? 0 : 1);" 2>/dev/null; then
         missing+=(php-mysql)
@@ -67,6 +68,8 @@ if [ "$PART" = all ]; then
     # peer vanish by having that namespace's loopback drop every packet (`nft`).
     have ip || { missing+=(ip); packages+=(iproute2); }
     have nft || { missing+=(nft); packages+=(nftables); }
+    # tests/status_page.rs loads the admin status page in headless chromium (DevTools over a pipe).
+    have chromium || { missing+=(chromium); packages+=(chromium); }
     if have python3 && ! python3 -c "import venv, ensurepip" 2>/dev/null; then
         missing+=(python3-venv)
         packages+=(python3-venv)

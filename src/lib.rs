@@ -30,6 +30,7 @@ pub mod state;
 pub mod stream;
 pub mod tasks;
 pub mod tls;
+pub mod top;
 pub mod workers;
 
 use std::sync::Arc;

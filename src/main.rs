@@ -1,4 +1,5 @@
-//! The `mysql-lb` binary: flags → logging → configuration → descriptor limit → [`mysql_lb::Proxy`].
+//! The `mysql-lb` binary: flags → logging → configuration → descriptor limit → [`mysql_lb::Proxy`]
+//! (or `mysql-lb top`, [`mysql_lb::top`]).
 
 use std::io::IsTerminal;
 use std::process::ExitCode;
@@ -6,13 +7,22 @@ use std::process::ExitCode;
 use anyhow::Context;
 use clap::Parser;
 
-use mysql_lb::config::{Cli, Config};
+use mysql_lb::config::{Cli, Command, Config};
 use mysql_lb::limits::raise_fd_limit;
 use mysql_lb::Proxy;
 
 fn main() -> ExitCode {
     pin_mmap_threshold();
     let cli = Cli::parse();
+    if let Some(Command::Top(args)) = &cli.command {
+        return match mysql_lb::top::run(args) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("mysql-lb top: {e}");
+                ExitCode::FAILURE
+            }
+        };
+    }
     let mut config = match Config::load(&cli) {
         Ok(c) => c,
         Err(e) => {

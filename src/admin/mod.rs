@@ -1,5 +1,7 @@
-//! The admin HTTP endpoint: `/metrics` (Prometheus text), `/healthz`, `/readyz`, `/backends`
-//! (JSON), and the runtime operations of [`ops`] (drain, maintenance, ready, weight).
+//! The admin HTTP endpoint: `/` (the status page of [`page`]), `/metrics` (Prometheus text),
+//! `/healthz`, `/readyz`, `/backends` and `/queries` (JSON), and the runtime operations of
+//! [`ops`] (drain, maintenance, ready, weight; refused when a browser says they came from
+//! another origin).
 //!
 //! Served by hyper on its own listener (loopback by default), apart from the MySQL listeners, so
 //! scraping never competes with client accepts and needs no credentials on a private address.
@@ -7,6 +9,7 @@
 
 mod connections;
 pub mod ops;
+pub mod page;
 pub mod queries;
 
 use std::collections::VecDeque;
@@ -18,7 +21,7 @@ use std::time::{Duration, Instant, UNIX_EPOCH};
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Incoming;
-use hyper::header::{HeaderValue, AUTHORIZATION, CONTENT_LENGTH, CONTENT_TYPE};
+use hyper::header::{HeaderValue, AUTHORIZATION, CONTENT_LENGTH, CONTENT_TYPE, HOST, ORIGIN};
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper::{Method, Request, Response, StatusCode};
@@ -152,6 +155,13 @@ async fn route(
     req: Request<Incoming>,
 ) -> Response<Full<Bytes>> {
     let path = req.uri().path().to_owned();
+    if req.method() != Method::GET && req.method() != Method::HEAD {
+        let header = |name| req.headers().get(name).map(HeaderValue::as_bytes);
+        if let Err(e) = ops::check_origin(header(ORIGIN), header(HOST)) {
+            info!(caller = %caller.peer, %path, "admin request refused: {e}");
+            return error_response(&e);
+        }
+    }
     if let Some(parsed) = ops::parse(req.method().as_str(), &path) {
         return match operate(shared, caller, parsed, req).await {
             Ok(body) => json_response(StatusCode::OK, &body),
@@ -172,6 +182,7 @@ async fn route(
         return text(StatusCode::METHOD_NOT_ALLOWED, "only GET\n");
     }
     match req.uri().path() {
+        "/" => page::response(shared, recent, caller.token.is_some()),
         "/metrics" => {
             let mut body = shared.metrics.render();
             let top = shared.digests.prometheus_top();
@@ -219,7 +230,7 @@ async fn route(
         }
         _ => text(
             StatusCode::NOT_FOUND,
-            "not found; try /metrics, /healthz, /readyz, /backends or /queries\n",
+            "not found; try /, /metrics, /healthz, /readyz, /backends or /queries\n",
         ),
     }
 }

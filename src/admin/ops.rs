@@ -38,6 +38,10 @@ pub enum OpError {
     MethodNotAllowed { path: String, allowed: &'static str },
     #[error("request body over {MAX_BODY} bytes")]
     TooLarge,
+    #[error(
+        "cross-origin request refused: Origin {origin:?} is not this endpoint (Host {host:?})"
+    )]
+    CrossOrigin { origin: String, host: String },
 }
 
 impl OpError {
@@ -48,6 +52,7 @@ impl OpError {
             Self::UnknownBackend(_) => 404,
             Self::MethodNotAllowed { .. } => 405,
             Self::TooLarge => 413,
+            Self::CrossOrigin { .. } => 403,
         }
     }
 }
@@ -119,6 +124,65 @@ pub fn parse_weight(body: &[u8]) -> Result<u32, OpError> {
                 WEIGHTS.end()
             ))
         })
+}
+
+/// Refuses a request whose `Origin` header names another host or port than its `Host` header.
+///
+/// A page on any site can make the browser of an admin on loopback POST to this endpoint (a
+/// plain form needs no CORS permission); the browser then sends that site's origin. Requests
+/// without `Origin` (curl, scripts, old browsers' same-origin forms) pass: only what a browser
+/// says came from elsewhere is refused. An opaque origin (`null`: sandboxed frames, redirects)
+/// is refused too.
+pub fn check_origin(origin: Option<&[u8]>, host: Option<&[u8]>) -> Result<(), OpError> {
+    let Some(origin) = origin else { return Ok(()) };
+    let same = std::str::from_utf8(origin).ok().and_then(|o| {
+        let (scheme, authority) = o.trim().split_once("://")?;
+        let default_port = match scheme.to_ascii_lowercase().as_str() {
+            "http" => 80,
+            "https" => 443,
+            _ => return None,
+        };
+        let (origin_host, origin_port) = host_and_port(authority)?;
+        let (host, port) = host_and_port(std::str::from_utf8(host?).ok()?.trim())?;
+        // A Host without a port is the origin scheme's default port (a TLS-terminating
+        // reverse proxy in front of the endpoint forwards `Host: name`).
+        Some(
+            origin_host == host
+                && origin_port.unwrap_or(default_port) == port.unwrap_or(default_port),
+        )
+    });
+    if same == Some(true) {
+        return Ok(());
+    }
+    Err(OpError::CrossOrigin {
+        origin: String::from_utf8_lossy(origin).into_owned(),
+        host: host.map_or_else(String::new, |h| String::from_utf8_lossy(h).into_owned()),
+    })
+}
+
+/// `host[:port]` or `[v6][:port]` as (lower-cased host, port if given); None for anything else.
+fn host_and_port(authority: &str) -> Option<(String, Option<u16>)> {
+    if authority.contains(['/', '@', '?', '#']) || authority.is_empty() {
+        return None;
+    }
+    let (host, port) = if let Some(v6) = authority.strip_prefix('[') {
+        let (addr, rest) = v6.split_once(']')?;
+        let port = match rest {
+            "" => None,
+            r => Some(r.strip_prefix(':')?),
+        };
+        (format!("[{addr}]"), port)
+    } else {
+        match authority.rsplit_once(':') {
+            Some((h, p)) => (h.to_owned(), Some(p)),
+            None => (authority.to_owned(), None),
+        }
+    };
+    let port = match port {
+        Some(p) => Some(p.parse().ok()?),
+        None => None,
+    };
+    (!host.is_empty()).then(|| (host.to_ascii_lowercase(), port))
 }
 
 /// Whether an `Authorization` header value carries `token` as its bearer token. The token bytes
@@ -245,6 +309,44 @@ mod tests {
         assert!(!authorized(Some(b"Basic s3cret-token"), t));
         assert!(!authorized(Some(b"s3cret-token"), t));
         assert!(!authorized(Some(b"Bearer "), t));
+    }
+
+    #[test]
+    fn origin_must_name_the_host_the_request_was_sent_to() {
+        let ok = |o: Option<&str>, h: Option<&str>| {
+            check_origin(o.map(str::as_bytes), h.map(str::as_bytes)).is_ok()
+        };
+        // No Origin: curl, scripts.
+        assert!(ok(None, Some("127.0.0.1:4041")));
+        assert!(ok(None, None));
+        // The status page's own fetch().
+        assert!(ok(Some("http://127.0.0.1:4041"), Some("127.0.0.1:4041")));
+        assert!(ok(Some("http://LocalHost:4041"), Some("localhost:4041")));
+        assert!(ok(Some("http://[::1]:4041"), Some("[::1]:4041")));
+        assert!(ok(Some("http://admin.example"), Some("admin.example")));
+        assert!(ok(Some("http://admin.example:80"), Some("admin.example")));
+        // Behind a TLS-terminating reverse proxy that forwards `Host: name`.
+        assert!(ok(Some("https://admin.example"), Some("admin.example")));
+        assert!(ok(Some("https://admin.example"), Some("admin.example:443")));
+        // Another site, port, scheme, or an opaque origin.
+        let refused = check_origin(Some(b"https://evil.example"), Some(b"127.0.0.1:4041"));
+        let e = refused.unwrap_err();
+        assert_eq!(e.status(), 403);
+        assert!(e.to_string().contains("evil.example"), "{e}");
+        assert!(!ok(Some("http://127.0.0.1:8080"), Some("127.0.0.1:4041")));
+        assert!(!ok(Some("http://127.0.0.2:4041"), Some("127.0.0.1:4041")));
+        assert!(!ok(Some("http://admin.example:443"), Some("admin.example")));
+        assert!(!ok(Some("https://admin.example"), Some("admin.example:80")));
+        assert!(!ok(Some("ftp://127.0.0.1:4041"), Some("127.0.0.1:4041")));
+        assert!(!ok(Some("null"), Some("127.0.0.1:4041")));
+        assert!(!ok(Some("file://"), Some("127.0.0.1:4041")));
+        assert!(!ok(Some("http://127.0.0.1:4041"), None));
+        assert!(!ok(Some("http://u@127.0.0.1:4041"), Some("127.0.0.1:4041")));
+        assert!(!ok(Some("http://127.0.0.1:4041/x"), Some("127.0.0.1:4041")));
+        assert!(!ok(Some("http://[::1]x"), Some("[::1]")));
+        assert!(!ok(Some("http://127.0.0.1:99999"), Some("127.0.0.1:99999")));
+        assert!(!ok(Some("http://:4041"), Some(":4041")));
+        assert!(check_origin(Some(b"\xff"), Some(b"x")).is_err());
     }
 
     #[test]

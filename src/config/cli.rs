@@ -62,6 +62,81 @@ pub struct Cli {
     /// Validate the configuration and exit.
     #[arg(long)]
     pub check_config: bool,
+    /// A tool run instead of the proxy (none: run the proxy).
+    #[command(subcommand)]
+    pub command: Option<Command>,
+}
+
+/// Tools the binary also carries; each ignores the proxy's flags.
+#[derive(clap::Subcommand, Debug, Clone)]
+pub enum Command {
+    /// A live terminal view of a running mysql-lb's backends and top queries (its admin endpoint).
+    Top(TopArgs),
+}
+
+/// `mysql-lb top`'s flags.
+#[derive(clap::Args, Debug, Clone)]
+pub struct TopArgs {
+    /// The admin endpoint to watch.
+    #[arg(long, value_name = "HOST:PORT", default_value = "127.0.0.1:4041")]
+    pub admin: String,
+    /// Time between refreshes, e.g. "2s", "500ms".
+    #[arg(long, value_name = "DURATION", default_value = "2s")]
+    pub interval: humantime::Duration,
+    /// The top queries' order (descending).
+    #[arg(long, value_name = "KEY", default_value = "total")]
+    pub sort: TopSort,
+    /// Only this backend's queries.
+    #[arg(long, value_name = "NAME")]
+    pub backend: Option<String>,
+    /// A file holding the admin token, sent as bearer token.
+    #[arg(long, value_name = "PATH")]
+    pub token_file: Option<PathBuf>,
+    /// Print one frame (after one interval, so rates have two samples) and exit; the default when
+    /// stdout is not a terminal.
+    #[arg(long)]
+    pub once: bool,
+}
+
+/// What `mysql-lb top` (and `GET /queries?sort=`) orders the top queries by.
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum TopSort {
+    /// Total time spent (count × average).
+    #[default]
+    Total,
+    Count,
+    /// Average latency.
+    Avg,
+    P99,
+    Errors,
+    /// Rows sent plus rows affected.
+    Rows,
+}
+
+impl TopSort {
+    /// The name `GET /queries?sort=` takes.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Total => "total",
+            Self::Count => "count",
+            Self::Avg => "avg",
+            Self::P99 => "p99",
+            Self::Errors => "errors",
+            Self::Rows => "rows",
+        }
+    }
+
+    /// The key after this one, as the `s` key cycles them.
+    pub fn next(self) -> Self {
+        match self {
+            Self::Total => Self::Count,
+            Self::Count => Self::Avg,
+            Self::Avg => Self::P99,
+            Self::P99 => Self::Errors,
+            Self::Errors => Self::Rows,
+            Self::Rows => Self::Total,
+        }
+    }
 }
 
 /// Flattens repeated and comma-separated flag values.

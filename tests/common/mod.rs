@@ -2,6 +2,7 @@
 #![allow(dead_code)]
 
 pub mod bulk;
+pub mod cdp;
 pub mod certs;
 pub mod daemon;
 pub mod faultgate;

@@ -1,0 +1,136 @@
+use serde_json::json;
+
+use super::*;
+
+fn backends() -> Value {
+    json!({"instance_id": 3, "backends": [
+        {"name": "r1", "pool": "default", "address": "127.0.0.1:3307", "state": "up",
+         "admin_state": "ready", "weight": 2, "active_connections": 5,
+         "recent_p50_seconds": 0.0004, "recent_p99_seconds": 0.0123,
+         "ejection": {"standing": "in", "ejections": 1}},
+        {"name": "r2", "pool": "default", "address": "127.0.0.1:3308", "state": "down",
+         "admin_state": "draining", "weight": 1, "active_connections": 0,
+         "recent_p50_seconds": null, "recent_p99_seconds": null,
+         "ejection": {"standing": "ejected", "ejections": 4}}
+    ]})
+}
+
+fn query(text: &str, user: &str, sum: f64) -> Value {
+    json!({"digest": "8f3a0c1d2e4b5a69", "text": text, "sample": text, "backend": "r1",
+           "pool": "default", "user": user, "schema": "sbtest", "other": false,
+           "count": 10, "errors": 0, "sum_seconds": sum, "avg_seconds": sum / 10.0,
+           "p95_seconds": 0.001, "p99_seconds": 0.002, "rows_sent": 7, "rows_affected": 1})
+}
+
+#[test]
+fn backends_table_has_every_backend_and_its_buttons() {
+    let page = render(
+        &backends(),
+        &json!({"enabled": false, "queries": []}),
+        false,
+        "n0",
+    );
+    for name in ["r1", "r2"] {
+        assert!(page.contains(&format!("<tr data-backend=\"{name}\"><td>{name}</td>")));
+        for op in ["drain", "maintenance", "ready"] {
+            let button = format!("data-op=\"{op}\" data-backend=\"{name}\">{op}</button>");
+            assert!(page.contains(&button), "{button}");
+        }
+    }
+    assert!(page.contains("instance 3 · 1 of 2 backend(s) up"));
+    assert!(page.contains("<td class=\"n\">0.40</td><td class=\"n\">12.30</td>"));
+    assert!(page.contains("<td class=\"down\">down</td><td class=\"draining\">draining</td>"));
+    assert!(page.contains("4 (ejected)"));
+    assert!(page.contains("query digests are off"));
+    assert!(
+        !page.contains("id=\"token\""),
+        "no token field without a token"
+    );
+}
+
+#[test]
+fn client_chosen_text_is_escaped_everywhere() {
+    let evil = "<script>alert(1)</script>";
+    let mut b = backends();
+    b["backends"][0]["name"] = json!("\"><script>alert(2)</script>");
+    let queries = json!({"enabled": true, "queries": [
+        query(&format!("SELECT '{evil}' FROM t"), evil, 1.0),
+    ]});
+    let page = render(&b, &queries, true, "n0");
+    // The page's own one script, and no other.
+    assert_eq!(page.matches("<script").count(), 1, "{page}");
+    assert!(page.contains("SELECT &#39;&lt;script&gt;alert(1)&lt;/script&gt;&#39; FROM t"));
+    assert!(page.contains("<td>&lt;script&gt;alert(1)&lt;/script&gt;</td>"));
+    assert!(page.contains("data-backend=\"&quot;&gt;&lt;script&gt;alert(2)&lt;/script&gt;\""));
+    assert!(page.contains("id=\"token\""));
+}
+
+#[test]
+fn nonce_is_on_the_script_and_style_only_and_in_the_policy() {
+    let page = render(&backends(), &json!({}), false, "abc123");
+    assert_eq!(page.matches("nonce=\"abc123\"").count(), 2);
+    let csp = content_security_policy("abc123");
+    assert!(csp.contains("script-src 'nonce-abc123'"));
+    assert!(csp.contains("style-src 'nonce-abc123'"));
+    assert!(!csp.contains("unsafe"));
+    assert!(csp.contains("default-src 'none'"));
+    // No inline style attribute or handler would pass that policy.
+    assert!(!page.contains(" style=\"") && !page.contains(" onclick="));
+}
+
+#[test]
+fn top_queries_are_the_twenty_by_total_time() {
+    let list: Vec<Value> = (0..30)
+        .map(|i| query(&format!("SELECT {i}"), "u", f64::from(i)))
+        .collect();
+    let page = render(
+        &backends(),
+        &json!({"enabled": true, "queries": list}),
+        false,
+        "n",
+    );
+    let order: Vec<usize> = (0..30)
+        .filter_map(|i| page.find(&format!(">SELECT {i}<")))
+        .collect();
+    assert_eq!(order.len(), QUERY_ROWS);
+    // Found in ascending SELECT number, shown in descending total time.
+    assert!(order.windows(2).all(|w| w[0] > w[1]), "{order:?}");
+    assert!(page.find(">SELECT 29<") < page.find(">SELECT 10<"));
+    assert!(!page.contains(">SELECT 9<"));
+    assert!(
+        page.contains("<td class=\"n\">8</td></tr>"),
+        "rows sent + affected"
+    );
+}
+
+#[test]
+fn no_queries_yet_and_the_other_row() {
+    let page = render(
+        &backends(),
+        &json!({"enabled": true, "queries": []}),
+        false,
+        "n",
+    );
+    assert!(page.contains("no query seen yet"));
+    let mut other = query("(other)", "u", 1.0);
+    other["other"] = json!(true);
+    let page = render(
+        &backends(),
+        &json!({"enabled": true, "queries": [other]}),
+        false,
+        "n",
+    );
+    assert!(page.contains("<tr class=\"other-row\">"));
+}
+
+#[test]
+fn escaping_and_truncation() {
+    assert_eq!(esc("a&b<c>d\"e'f"), "a&amp;b&lt;c&gt;d&quot;e&#39;f");
+    assert_eq!(truncated("héllo", 2), "hé…");
+    assert_eq!(truncated("hé", 2), "hé");
+    assert_eq!(ms(&json!(0.0015)), "1.50");
+    assert_eq!(ms(&Value::Null), "–");
+    assert_eq!(state_class(&json!("\" onmouseover=x")), "other");
+    assert_eq!(new_nonce().len(), 32);
+    assert_ne!(new_nonce(), new_nonce());
+}

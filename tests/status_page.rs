@@ -1,0 +1,428 @@
+//! The status page (`GET /` on the admin endpoint) in a real browser, Debian's headless
+//! chromium driven over the DevTools protocol: after a short sysbench run it loads with no
+//! console error (a CSP violation would be one), shows the backends and the run's top queries,
+//! and its drain button drains a backend through the operation endpoint. A form on another
+//! origin cannot do the same (the Origin check).
+//!
+//! With `MYSQL_LB_DOCS_CAPTURE=DIR` the first test also writes what the README shows:
+//! `DIR/status-page.png` and `DIR/top.txt` (`mysql-lb top --once` after the same run).
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::cdp::Browser;
+use common::mariadb::{shared_pair, MariaDb, BENCH_PASS, BENCH_USER};
+use common::proxy::{http_request, TestProxy};
+use serde_json::{json, Value};
+
+fn backends(pair: &[MariaDb; 2]) -> Vec<String> {
+    pair.iter().map(MariaDb::tcp_addr).collect()
+}
+
+/// The `/backends` entry of backend `name`.
+fn entry(proxy: &TestProxy, name: &str) -> Value {
+    let (status, body) = proxy.admin_get("/backends");
+    assert_eq!(status, 200, "{body}");
+    let v: Value = serde_json::from_str(&body).expect("JSON");
+    v["backends"]
+        .as_array()
+        .and_then(|l| l.iter().find(|b| b["name"] == name).cloned())
+        .unwrap_or_else(|| panic!("no {name} in {body}"))
+}
+
+fn sysbench_binary() -> PathBuf {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .chain(["/usr/bin", "/usr/local/bin"].map(PathBuf::from))
+        .map(|dir| dir.join("sysbench"))
+        .find(|p| p.is_file())
+        .unwrap_or_else(|| panic!("sysbench not found: run scripts/install-deps.sh"))
+}
+
+/// `sysbench oltp_read_only ... <action>` on one small table at 127.0.0.1:`port`; its report.
+fn sysbench(port: u16, extra: &[&str], action: &str) -> String {
+    let out = Command::new(sysbench_binary())
+        .arg("oltp_read_only")
+        .args([
+            "--db-driver=mysql".to_owned(),
+            "--mysql-host=127.0.0.1".to_owned(),
+            format!("--mysql-port={port}"),
+            format!("--mysql-user={BENCH_USER}"),
+            format!("--mysql-password={BENCH_PASS}"),
+            "--mysql-db=sbtest".to_owned(),
+            "--tables=1".to_owned(),
+            "--table-size=1000".to_owned(),
+        ])
+        .args(extra)
+        .arg(action)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run sysbench");
+    let report = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "sysbench {action} failed:\n{report}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    report
+}
+
+/// The raw response head of `GET path` (status line and headers, lower-cased names).
+fn head(addr: SocketAddr, path: &str) -> String {
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    write!(s, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").unwrap();
+    let mut response = String::new();
+    s.read_to_string(&mut response).unwrap();
+    let head = response.split("\r\n\r\n").next().unwrap_or("");
+    head.to_ascii_lowercase()
+}
+
+/// The page's own center of the `op` button of backend `name`, scrolled into view.
+fn button_center(browser: &mut Browser, page: &str, op: &str, name: &str) -> (f64, f64) {
+    let at = browser.eval(
+        page,
+        &format!(
+            "(() => {{ const b = document.querySelector('button[data-op=\"{op}\"][data-backend=\"{name}\"]');
+               b.scrollIntoView(); const r = b.getBoundingClientRect();
+               return [r.x + r.width / 2, r.y + r.height / 2]; }})()"
+        ),
+    );
+    (at[0].as_f64().unwrap(), at[1].as_f64().unwrap())
+}
+
+#[test]
+fn after_a_sysbench_run_the_page_loads_clean_shows_backends_and_top_queries_and_drains() {
+    let pair = shared_pair();
+    let names = backends(pair);
+    for db in pair {
+        sysbench(db.port, &[], "cleanup");
+        sysbench(db.port, &[], "prepare");
+    }
+    let proxy = TestProxy::start(&names);
+    let admin = proxy.admin.expect("admin endpoint");
+    // Text protocol, so the point select is a `query` row with its literal in the sample.
+    sysbench(
+        proxy.addr.port(),
+        &[
+            "--threads=2",
+            "--time=3",
+            "--db-ps-mode=disable",
+            "--report-interval=0",
+        ],
+        "run",
+    );
+    let point_select = mysql_lb::sql::normalize(b"SELECT c FROM sbtest1 WHERE id=5012", 1024);
+
+    let head = head(admin, "/");
+    assert!(head.starts_with("http/1.0 200"), "{head}");
+    assert!(
+        head.contains("content-type: text/html; charset=utf-8"),
+        "{head}"
+    );
+    assert!(head.contains("x-content-type-options: nosniff"), "{head}");
+    assert!(head.contains("cache-control: no-store"), "{head}");
+    let csp = head
+        .lines()
+        .find_map(|l| l.strip_prefix("content-security-policy: "))
+        .unwrap_or_else(|| panic!("no CSP in {head}"));
+    assert!(
+        csp.contains("script-src 'nonce-") && !csp.contains("unsafe-inline"),
+        "{csp}"
+    );
+
+    let mut browser = Browser::launch();
+    let page = browser.new_page();
+    browser.call(
+        Some(&page),
+        "Emulation.setDeviceMetricsOverride",
+        json!({"width": 1280, "height": 900, "deviceScaleFactor": 1, "mobile": false}),
+    );
+    browser.navigate(&page, &format!("http://{admin}/"));
+    let shown = browser.eval(
+        &page,
+        "Array.from(document.querySelectorAll('#backends tbody tr')).map(r => r.cells[0].textContent)",
+    );
+    assert_eq!(shown, json!(names), "the backends table");
+    let states = browser.eval(
+        &page,
+        "Array.from(document.querySelectorAll('#backends tbody tr')).map(r => r.cells[4].textContent)",
+    );
+    assert_eq!(states, json!(["ready", "ready"]));
+    let queries = browser.eval(
+        &page,
+        "Array.from(document.querySelectorAll('#queries tbody tr')).map(r => r.cells[0].textContent)",
+    );
+    let queries: Vec<&str> = queries
+        .as_array()
+        .expect("a top-queries table")
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    assert!(
+        (5..=20).contains(&queries.len()) && queries.contains(&point_select.as_str()),
+        "{point_select:?} among the top queries: {queries:?}"
+    );
+    browser.drain_events(Duration::from_millis(500));
+    assert_eq!(
+        browser.errors(),
+        Vec::<String>::new(),
+        "console errors on load"
+    );
+
+    // The capture is live: an error the page logs is seen.
+    browser.eval(&page, "console.error('probe from the test'); 1");
+    browser.drain_events(Duration::from_millis(300));
+    let probe = browser.errors();
+    assert!(
+        probe.len() == 1 && probe[0].contains("probe from the test"),
+        "{probe:?}"
+    );
+
+    // A real click on r1's drain button: the page POSTs, then reloads showing the new state.
+    let name = &names[0];
+    let (x, y) = button_center(&mut browser, &page, "drain", name);
+    let before = browser.events.len();
+    browser.click(&page, x, y);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while entry(&proxy, name)["admin_state"] != "draining" {
+        assert!(Instant::now() < deadline, "the button never drained {name}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(entry(&proxy, &names[1])["admin_state"], "ready");
+    browser.wait_event(
+        &page,
+        "Page.loadEventFired",
+        before,
+        Duration::from_secs(10),
+    );
+    let row = browser.eval(
+        &page,
+        &format!(
+            "document.querySelector('#backends tr[data-backend=\"{name}\"]').cells[4].textContent"
+        ),
+    );
+    assert_eq!(row, "draining", "the reloaded page shows the drain");
+    let note = browser.eval(&page, "document.getElementById('result').textContent");
+    assert_eq!(note, json!(format!("drain {name}: now draining")));
+    browser.drain_events(Duration::from_millis(300));
+    assert_eq!(
+        browser.errors().len(),
+        1,
+        "only the probe: {:?}",
+        browser.errors()
+    );
+
+    let png = browser.screenshot(&page);
+    assert!(
+        png.starts_with(b"\x89PNG\r\n\x1a\n") && png.len() > 10_000,
+        "a PNG"
+    );
+    if let Some(dir) = std::env::var_os("MYSQL_LB_DOCS_CAPTURE") {
+        let dir = PathBuf::from(dir);
+        std::fs::write(dir.join("status-page.png"), &png).expect("write the screenshot");
+        // During a second run, so the rates have something to show.
+        let port = proxy.addr.port();
+        let load = std::thread::spawn(move || {
+            sysbench(
+                port,
+                &["--threads=2", "--time=4", "--report-interval=0"],
+                "run",
+            )
+        });
+        std::thread::sleep(Duration::from_secs(1));
+        let top = Command::new(env!("CARGO_BIN_EXE_mysql-lb"))
+            .args(["top", "--admin", &admin.to_string(), "--interval", "2s"])
+            .env("COLUMNS", "150")
+            .env("LINES", "30")
+            .output()
+            .expect("run mysql-lb top");
+        assert!(top.status.success());
+        std::fs::write(dir.join("top.txt"), &top.stdout).expect("write the top capture");
+        load.join().expect("the second run");
+    }
+    drop(browser);
+    drop(proxy);
+    for db in pair {
+        sysbench(db.port, &[], "cleanup");
+    }
+}
+
+/// Waits until the page's `#result` line contains `needle`; its text.
+fn wait_result(browser: &mut Browser, page: &str, needle: &str) -> String {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let text = browser.eval(page, "document.getElementById('result').textContent");
+        let text = text.as_str().unwrap_or("").to_owned();
+        if text.contains(needle) {
+            return text;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no {needle:?} in the result line: {text:?}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn with_a_token_configured_the_buttons_need_it_typed_into_the_page() {
+    const TOKEN: &str = "tok-page-7f3a";
+    let pair = shared_pair();
+    let names = backends(pair);
+    let dir = tempfile::tempdir().unwrap();
+    let token_file = dir.path().join("token");
+    std::fs::write(&token_file, format!("{TOKEN}\n")).unwrap();
+    let mut cfg = common::proxy::config(&names);
+    cfg.admin_token_file = Some(token_file);
+    let proxy = TestProxy::start_with(cfg);
+    let admin = proxy.admin.expect("admin endpoint");
+    let name = &names[1];
+
+    let mut browser = Browser::launch();
+    let page = browser.new_page();
+    browser.navigate(&page, &format!("http://{admin}/"));
+    let state = browser.eval(&page, "document.getElementById('token-state').textContent");
+    assert_eq!(state, "no token set");
+
+    // Without the token: refused, and the page says so.
+    let (x, y) = button_center(&mut browser, &page, "maintenance", name);
+    browser.click(&page, x, y);
+    let refused = wait_result(&mut browser, &page, "refused");
+    assert!(
+        refused.contains("(401)") && refused.contains("bearer token"),
+        "{refused}"
+    );
+    assert_eq!(entry(&proxy, name)["admin_state"], "ready");
+
+    // Typed into the field (focus, keystrokes, leave the field): kept for the tab, not shown.
+    browser.eval(&page, "document.getElementById('token').focus(); 1");
+    browser.call(Some(&page), "Input.insertText", json!({ "text": TOKEN }));
+    browser.eval(&page, "document.getElementById('token').blur(); 1");
+    let state = browser.eval(&page, "document.getElementById('token-state').textContent");
+    assert_eq!(state, "token set for this tab");
+    assert_eq!(
+        browser.eval(&page, "document.getElementById('token').value"),
+        ""
+    );
+
+    let (x, y) = button_center(&mut browser, &page, "maintenance", name);
+    let before = browser.events.len();
+    browser.click(&page, x, y);
+    browser.wait_event(
+        &page,
+        "Page.loadEventFired",
+        before,
+        Duration::from_secs(10),
+    );
+    assert_eq!(entry(&proxy, name)["admin_state"], "maintenance");
+    wait_result(
+        &mut browser,
+        &page,
+        &format!("maintenance {name}: now maintenance"),
+    );
+    // The token is in neither the reloaded page nor its address.
+    let html = browser.eval(&page, "document.documentElement.outerHTML + location.href");
+    assert!(!html.as_str().unwrap_or("").contains(TOKEN), "{html}");
+    assert_eq!(
+        browser.eval(&page, "document.getElementById('token-state').textContent"),
+        "token set for this tab"
+    );
+    // The one error logged is the refused request's 401.
+    browser.drain_events(Duration::from_millis(300));
+    let errors = browser.errors();
+    assert!(errors.iter().all(|e| e.contains("401")), "{errors:?}");
+}
+
+/// Serves `html` to every request on a free port of its own (another origin than the admin
+/// endpoint), until the test ends.
+fn serve_page(html: String) -> SocketAddr {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for mut s in listener.incoming().flatten() {
+            let mut buf = [0u8; 4096];
+            let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
+            let _ = s.read(&mut buf);
+            let _ = write!(
+                s,
+                "HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{html}",
+                html.len()
+            );
+        }
+    });
+    addr
+}
+
+#[test]
+fn a_form_on_another_origin_cannot_drain_a_backend() {
+    let pair = shared_pair();
+    let names = backends(pair);
+    let proxy = TestProxy::start(&names);
+    let admin = proxy.admin.expect("admin endpoint");
+    let name = &names[0];
+    let evil = serve_page(format!(
+        "<!DOCTYPE html><html><body><form method=\"post\" \
+         action=\"http://{admin}/backends/{name}/drain\"><button>win</button></form></body></html>"
+    ));
+
+    let mut browser = Browser::launch();
+    let page = browser.new_page();
+    browser.navigate(&page, &format!("http://{evil}/"));
+    let before = browser.events.len();
+    browser.eval(&page, "document.forms[0].submit(); 1");
+    browser.wait_event(
+        &page,
+        "Page.loadEventFired",
+        before,
+        Duration::from_secs(10),
+    );
+    let answer = browser.eval(&page, "document.body.textContent");
+    let answer = answer.as_str().unwrap_or("");
+    assert!(
+        answer.contains("cross-origin request refused") && answer.contains(&evil.to_string()),
+        "{answer}"
+    );
+    assert_eq!(entry(&proxy, name)["admin_state"], "ready");
+
+    // Without an Origin (curl, scripts) or with the endpoint's own, operations still work.
+    let (status, body) = proxy.admin_post(&format!("/backends/{name}/drain"), &[]);
+    assert_eq!(status, 200, "{body}");
+    let (status, body) = http_request(
+        admin,
+        "POST",
+        &format!("/backends/{name}/ready"),
+        &["Origin: http://localhost"],
+        b"",
+    )
+    .unwrap();
+    assert_eq!(
+        status, 200,
+        "Host: localhost, Origin http://localhost: {body}"
+    );
+    let (status, body) = http_request(
+        admin,
+        "PUT",
+        &format!("/backends/{name}/weight"),
+        &["Origin: http://localhost:1"],
+        b"3",
+    )
+    .unwrap();
+    assert_eq!(status, 403, "{body}");
+    assert!(body.contains("\"error\""), "{body}");
+    assert_eq!(entry(&proxy, name)["weight"], 1);
+    let (status, body) = http_request(
+        admin,
+        "POST",
+        "/queries/reset",
+        &["Origin: https://evil.example"],
+        b"",
+    )
+    .unwrap();
+    assert_eq!(status, 403, "the digest reset too: {body}");
+}
