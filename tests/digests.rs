@@ -257,3 +257,25 @@ async fn digests_off_keep_nothing() {
     assert_eq!(all["enabled"], false);
     assert_eq!(all["entries"], 0, "{all}");
 }
+
+/// Without a token the endpoint is on loopback; a browser led there by a rebound DNS name sends
+/// that name as Host, and gets nothing (samples carry literals).
+#[test]
+fn a_foreign_host_name_reads_nothing_without_a_token() {
+    use std::io::{Read, Write};
+    let pair = shared_pair();
+    let proxy = TestProxy::start(&[pair[0].tcp_addr()]);
+    let ask = |host: &str| {
+        let mut s = std::net::TcpStream::connect(proxy.admin.unwrap()).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        write!(s, "GET /queries HTTP/1.0\r\nHost: {host}\r\n\r\n").unwrap();
+        let mut response = String::new();
+        s.read_to_string(&mut response).unwrap();
+        response
+    };
+    let refused = ask("rebound.example:4041");
+    assert!(refused.starts_with("HTTP/1.0 403"), "{refused}");
+    assert!(!refused.contains("\"queries\""), "{refused}");
+    let served = ask(&format!("127.0.0.1:{}", proxy.admin.unwrap().port()));
+    assert!(served.starts_with("HTTP/1.0 200"), "{served}");
+}

@@ -155,6 +155,12 @@ async fn route(
     req: Request<Incoming>,
 ) -> Response<Full<Bytes>> {
     let path = req.uri().path().to_owned();
+    if caller.token.is_none() {
+        if let Err(e) = ops::check_host(req.headers().get(HOST).map(HeaderValue::as_bytes)) {
+            info!(caller = %caller.peer, %path, "admin request refused: {e}");
+            return error_response(&e);
+        }
+    }
     if req.method() != Method::GET && req.method() != Method::HEAD {
         let header = |name| req.headers().get(name).map(HeaderValue::as_bytes);
         if let Err(e) = ops::check_origin(header(ORIGIN), header(HOST)) {

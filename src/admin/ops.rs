@@ -42,6 +42,8 @@ pub enum OpError {
         "cross-origin request refused: Origin {origin:?} is not this endpoint (Host {host:?})"
     )]
     CrossOrigin { origin: String, host: String },
+    #[error("Host {0:?} is not an address of this machine: without admin_token only requests to 127.0.0.1, [::1] or localhost are served")]
+    ForeignHost(String),
 }
 
 impl OpError {
@@ -52,7 +54,7 @@ impl OpError {
             Self::UnknownBackend(_) => 404,
             Self::MethodNotAllowed { .. } => 405,
             Self::TooLarge => 413,
-            Self::CrossOrigin { .. } => 403,
+            Self::CrossOrigin { .. } | Self::ForeignHost(_) => 403,
         }
     }
 }
@@ -160,6 +162,31 @@ pub fn check_origin(origin: Option<&[u8]>, host: Option<&[u8]>) -> Result<(), Op
     })
 }
 
+/// Whether a request's `Host` names this machine by address (`127.0.0.1`, `[::1]`, any IP
+/// literal) or as `localhost`. Without a token the endpoint listens on loopback only, and a
+/// browser led there by a rebound DNS name sends that name: refusing it keeps other sites' pages
+/// from reading `/queries` or running operations. A request without `Host` (HTTP/1.0 tools) is
+/// served.
+pub fn check_host(host: Option<&[u8]>) -> Result<(), OpError> {
+    let Some(host) = host else { return Ok(()) };
+    let text = std::str::from_utf8(host).unwrap_or("").trim();
+    let ok = host_and_port(text).is_some_and(|(name, _)| {
+        name == "localhost"
+            || name.parse::<std::net::Ipv4Addr>().is_ok()
+            || name
+                .strip_prefix('[')
+                .and_then(|n| n.strip_suffix(']'))
+                .is_some_and(|n| n.parse::<std::net::Ipv6Addr>().is_ok())
+    });
+    if ok {
+        Ok(())
+    } else {
+        Err(OpError::ForeignHost(
+            String::from_utf8_lossy(host).into_owned(),
+        ))
+    }
+}
+
 /// `host[:port]` or `[v6][:port]` as (lower-cased host, port if given); None for anything else.
 fn host_and_port(authority: &str) -> Option<(String, Option<u16>)> {
     if authority.contains(['/', '@', '?', '#']) || authority.is_empty() {
@@ -206,6 +233,33 @@ pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn only_hosts_naming_this_machine_pass_without_a_token() {
+        for ok in [
+            &b"127.0.0.1:4041"[..],
+            b"localhost:4041",
+            b"[::1]:4041",
+            b"10.0.0.7",
+            b"LOCALHOST",
+        ] {
+            assert!(
+                check_host(Some(ok)).is_ok(),
+                "{}",
+                String::from_utf8_lossy(ok)
+            );
+        }
+        assert!(check_host(None).is_ok());
+        for bad in [
+            &b"evil.example:4041"[..],
+            b"localhost.evil.example",
+            b"",
+            b"a@127.0.0.1",
+        ] {
+            let e = check_host(Some(bad)).unwrap_err();
+            assert_eq!(e.status(), 403, "{}", String::from_utf8_lossy(bad));
+        }
+    }
+
     use super::*;
 
     #[test]
