@@ -6,6 +6,7 @@
 pub mod admin;
 pub mod auth;
 pub mod balancer;
+pub mod capture;
 pub mod cidr;
 pub mod config;
 pub mod digest;

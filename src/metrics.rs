@@ -61,6 +61,8 @@ pub struct Metrics {
     certificate_expiry: IntGaugeVec,
     pools: PoolFamilies,
     peer_requests: IntCounterVec,
+    /// Capture records dropped because the writer's queue was full (see `crate::capture`).
+    pub capture_dropped: IntCounter,
 }
 
 /// Which pool each backend is in, and the sessions each pool got.
@@ -270,6 +272,12 @@ impl Metrics {
                 &["leg", "backend"],
             ),
             pools: PoolFamilies::new(),
+            capture_dropped: IntCounter::with_opts(opts(
+                "capture_dropped_total",
+                "Capture records dropped because the capture writer's queue was full (the \
+                 sessions were not slowed; the capture misses those commands or responses).",
+            ))
+            .expect("valid metric"),
             peer_requests: int_counter_vec(
                 "peer_requests_total",
                 "Lookups of another instance's connection id (a KILL naming it) at that peer's \
@@ -294,7 +302,8 @@ impl Metrics {
 
     fn register_all(&self) {
         let mut collectors = self.backends.collectors();
-        collectors.extend::<[Box<dyn prometheus::core::Collector>; 14]>([
+        collectors.extend::<[Box<dyn prometheus::core::Collector>; 15]>([
+            Box::new(self.capture_dropped.clone()),
             Box::new(self.peer_requests.clone()),
             Box::new(self.pools.backend_pool.clone()),
             Box::new(self.pools.routed.clone()),

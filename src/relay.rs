@@ -139,6 +139,11 @@ pub trait Observer {
     fn statement(&mut self, _command: u8, _payload: &[u8]) -> u64 {
         0
     }
+    /// Called before each client scan with the commands in flight; returns a new statement
+    /// limit for the tracker (see `Tracker::set_statement_limit`) when it should change.
+    fn client_scan(&mut self, _in_flight: usize) -> Option<usize> {
+        None
+    }
     /// Given a command packet that may be a KILL (header included), returns the packet to send the
     /// backend instead, if any, or a future of it.
     fn rewrite_kill(&mut self, _packet: &[u8]) -> Option<KillRewrite> {
@@ -158,6 +163,9 @@ struct Upstream<'a, O> {
 impl<O: Observer> Hooks for Upstream<'_, O> {
     fn scan(&mut self, buf: &mut BytesMut, fresh: usize) -> Result<usize, TrackError> {
         self.observer.relayed(true, fresh);
+        if let Some(limit) = self.observer.client_scan(self.tracker.pending()) {
+            self.tracker.set_statement_limit(limit);
+        }
         let scan = self.tracker.on_client_mut(buf);
         if !self.tracker.statements().is_empty() {
             // Before a KILL is rewritten: the offsets are this buffer's.

@@ -42,6 +42,8 @@ pub struct ProxyState {
     pub metrics: Arc<Metrics>,
     /// The live query digest table (see `crate::digest`); its settings follow reloads.
     pub digests: Arc<crate::digest::Digests>,
+    /// The traffic capture switch (see `crate::capture`).
+    pub capture: crate::capture::Capture,
     /// Read by every session, fixed at start (a reload reports changes as needing a restart).
     pub session: SessionSettings,
     /// `accept_proxy_protocol`, fixed at start like `session`.
@@ -154,6 +156,7 @@ impl ProxyState {
         )
         .with_balancer(&config.balancer)
         .with_routing_of(config);
+        let capture = crate::capture::Capture::new(metrics.capture_dropped.clone());
         Self {
             set: RwLock::new(Arc::new(set)),
             reloads: watch::channel(0).0,
@@ -171,6 +174,7 @@ impl ProxyState {
             killer: kill::exec::Executor::new(&config.kill),
             metrics,
             digests: Arc::new(crate::digest::Digests::new(&config.digests)),
+            capture,
             session: SessionSettings::from_config(config),
             accept_proxy_protocol: config.accept_proxy_protocol.clone(),
             leg_settings: ArcSwap::from_pointee(LegSettings::default()),

@@ -7,6 +7,7 @@
 //! scraping never competes with client accepts and needs no credentials on a private address.
 //! Off loopback the operations need a bearer token (config validation insists on one).
 
+mod capture;
 mod connections;
 pub mod ops;
 pub mod page;
@@ -184,6 +185,9 @@ async fn route(
     if path == "/queries" || path == "/queries/reset" {
         return digests(shared, caller, &req);
     }
+    if path == "/capture" || path.starts_with("/capture/") {
+        return capture_route(shared, caller, req).await;
+    }
     if req.method() != Method::GET && req.method() != Method::HEAD {
         return text(StatusCode::METHOD_NOT_ALLOWED, "only GET\n");
     }
@@ -272,6 +276,63 @@ fn digests(
         }
         (_, "/queries/reset") => text(StatusCode::METHOD_NOT_ALLOWED, "only POST\n"),
         _ => text(StatusCode::METHOD_NOT_ALLOWED, "only GET\n"),
+    }
+}
+
+/// The capture endpoints: every one needs the token when one is configured.
+async fn capture_route(
+    shared: &ProxyState,
+    caller: Caller<'_>,
+    req: Request<Incoming>,
+) -> Response<Full<Bytes>> {
+    if let Some(token) = caller.token {
+        let header = req.headers().get(AUTHORIZATION).map(HeaderValue::as_bytes);
+        if !ops::authorized(header, token.as_bytes()) {
+            info!(caller = %caller.peer, "capture request refused: no valid token");
+            return error_response(&ops::OpError::Unauthorized);
+        }
+    }
+    let method = req.method().clone();
+    match (method, req.uri().path()) {
+        (Method::GET | Method::HEAD, "/capture") => {
+            let status = shared.capture.status();
+            json_response(StatusCode::OK, &json!({ "capture": status }))
+        }
+        (Method::POST, "/capture/start") => {
+            let body = match read_body(req).await {
+                Ok(b) => b,
+                Err(e) => return error_response(&e),
+            };
+            let request = match capture::parse_start(&body) {
+                Ok(r) => r,
+                Err(e) => return error_response(&ops::OpError::BadRequest(e)),
+            };
+            match shared.capture.start(request) {
+                Ok(status) => {
+                    info!(caller = %caller.peer, "capture started");
+                    json_response(StatusCode::OK, &json!({ "capture": status }))
+                }
+                Err(e @ crate::capture::CaptureError::Running(_)) => {
+                    json_response(StatusCode::CONFLICT, &json!({ "error": e.to_string() }))
+                }
+                Err(e) => error_response(&ops::OpError::BadRequest(e.to_string())),
+            }
+        }
+        (Method::POST, "/capture/stop") => match shared.capture.stop().await {
+            Some(status) => {
+                info!(caller = %caller.peer, "capture stopped");
+                json_response(StatusCode::OK, &json!({ "capture": status }))
+            }
+            None => json_response(
+                StatusCode::CONFLICT,
+                &json!({ "error": "no capture is running" }),
+            ),
+        },
+        (_, "/capture") => text(StatusCode::METHOD_NOT_ALLOWED, "only GET\n"),
+        (_, "/capture/start" | "/capture/stop") => {
+            text(StatusCode::METHOD_NOT_ALLOWED, "only POST\n")
+        }
+        _ => text(StatusCode::NOT_FOUND, "not found\n"),
     }
 }
 

@@ -261,10 +261,19 @@ where
     let leased = lease.backend();
     let ident = || digest::Ident::new(&leased.name, &leased.pool, &auth.user, &auth.schema);
     let digests = digest::Session::start(&shared.digests, worker, ident);
-    if let Some(d) = &digests {
-        tracker.report_statements(d.read_limit());
+    let who = crate::capture::Who {
+        user: &auth.user,
+        schema: &auth.schema,
+        pool: &leased.pool,
+        backend: &leased.name,
+        client: peer,
+        capabilities: auth.negotiated.capabilities,
+    };
+    let mut observer = Recorder::new(shared, leased, worker, &auth.user, proxy_id, digests, who);
+    let limit = observer.statement_limit();
+    if limit > 0 {
+        tracker.report_statements(limit);
     }
-    let mut observer = Recorder::new(shared, leased, worker, &auth.user, proxy_id, digests);
     let end = relay(
         &mut client,
         &mut backend,

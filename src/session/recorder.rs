@@ -7,6 +7,7 @@ use tokio::sync::Semaphore;
 use tracing::{info, trace};
 
 use crate::balancer::Backend;
+use crate::capture;
 use crate::digest;
 use crate::kill::{self, Decision, KillRequest, Mapping};
 use crate::metrics::BackendStats;
@@ -29,6 +30,11 @@ pub(super) struct Recorder<'a> {
     turn: Arc<Semaphore>,
     /// Its statements' digests, when the table is on.
     digests: Option<digest::Session>,
+    /// Its capture, while one runs that takes it; `capture_seen` is the capture generation it
+    /// last looked at, `who` what its start record says.
+    capture: Option<capture::SessionCapture>,
+    capture_seen: u64,
+    who: capture::Who<'a>,
 }
 
 impl<'a> Recorder<'a> {
@@ -39,9 +45,15 @@ impl<'a> Recorder<'a> {
         user: &'a str,
         proxy_id: Option<u32>,
         digests: Option<digest::Session>,
+        who: capture::Who<'a>,
     ) -> Self {
+        let capture_seen = shared.capture.generation();
+        let capture = shared.capture.join(&who, false, 0);
         Recorder {
             digests,
+            capture,
+            capture_seen,
+            who,
             stats: &backend.stats,
             worker,
             backend,
@@ -57,6 +69,15 @@ impl<'a> Recorder<'a> {
             backend: self.backend,
             user: self.user,
             can_kill_elsewhere: self.shared.killer.configured(),
+        }
+    }
+
+    /// What the tracker must keep of statement packets now (0: none).
+    pub(super) fn statement_limit(&self) -> usize {
+        match (&self.capture, &self.digests) {
+            (Some(_), _) => capture::KEEP,
+            (None, Some(d)) => d.read_limit(),
+            (None, None) => 0,
         }
     }
 
@@ -102,6 +123,9 @@ impl Observer for Recorder<'_> {
         if let Some(d) = &mut self.digests {
             d.completed(c);
         }
+        if let Some(cap) = &mut self.capture {
+            cap.completed(c);
+        }
         if c.command == cmd::CHANGE_USER {
             // Who the session is now is not read from the exchange: from here on a KILL from
             // another backend is refused as another user's, and so are its own KILLs there.
@@ -125,10 +149,26 @@ impl Observer for Recorder<'_> {
     }
 
     fn statement(&mut self, command: u8, payload: &[u8]) -> u64 {
+        if let Some(cap) = &mut self.capture {
+            cap.statement(command, payload);
+        }
         match &mut self.digests {
             Some(d) => d.statement(command, payload),
             None => 0,
         }
+    }
+
+    #[inline]
+    fn client_scan(&mut self, in_flight: usize) -> Option<usize> {
+        let generation = self.shared.capture.generation();
+        if generation == self.capture_seen {
+            return None;
+        }
+        self.capture_seen = generation;
+        self.shared
+            .capture
+            .refresh(&mut self.capture, &self.who, in_flight)
+            .then(|| self.statement_limit())
     }
 
     fn rewrite_kill(&mut self, packet: &[u8]) -> Option<KillRewrite> {

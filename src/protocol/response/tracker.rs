@@ -58,6 +58,9 @@ fn is_statement(command: u8) -> bool {
             | cmd::INIT_DB
             | cmd::CHANGE_USER
             | cmd::RESET_CONNECTION
+            | cmd::STMT_RESET
+            | cmd::STMT_SEND_LONG_DATA
+            | cmd::SET_OPTION
     )
 }
 
@@ -140,11 +143,18 @@ impl Tracker {
     }
 
     /// From now on each client scan reports the statement packets in it (COM_QUERY,
-    /// COM_STMT_PREPARE / EXECUTE / CLOSE, COM_INIT_DB, COM_CHANGE_USER, COM_RESET_CONNECTION),
+    /// COM_STMT_PREPARE / EXECUTE / CLOSE / RESET / SEND_LONG_DATA, COM_INIT_DB,
+    /// COM_CHANGE_USER, COM_RESET_CONNECTION, COM_SET_OPTION),
     /// with at least their first `limit` payload bytes (all of them when shorter), for the
     /// observer to read and [`tag`](Self::tag).
     pub fn report_statements(&mut self, limit: usize) {
         self.statements.limit = limit.max(1);
+    }
+
+    /// Changes how many payload bytes statement reports keep; 0 turns reporting off. A packet
+    /// that spans reads keeps what its start was kept with.
+    pub fn set_statement_limit(&mut self, limit: usize) {
+        self.statements.limit = limit;
     }
 
     /// The statement packets of the last client buffer, in order (empty unless
