@@ -23,6 +23,7 @@ pub mod peer_api;
 pub mod protocol;
 pub mod relay;
 pub mod reload;
+pub mod replay;
 pub mod route;
 pub mod server;
 pub mod session;

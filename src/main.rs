@@ -1,5 +1,5 @@
 //! The `mysql-lb` binary: flags → logging → configuration → descriptor limit → [`mysql_lb::Proxy`]
-//! (or `mysql-lb top`, [`mysql_lb::top`]).
+//! (or `mysql-lb top`, [`mysql_lb::top`]; `mysql-lb replay`, [`mysql_lb::replay`]).
 
 use std::io::IsTerminal;
 use std::process::ExitCode;
@@ -14,6 +14,16 @@ use mysql_lb::Proxy;
 fn main() -> ExitCode {
     pin_mmap_threshold();
     let cli = Cli::parse();
+    if let Some(Command::Replay(args)) = &cli.command {
+        return match mysql_lb::replay::cli::main(args) {
+            Ok(true) => ExitCode::SUCCESS,
+            Ok(false) => ExitCode::FAILURE,
+            Err(e) => {
+                eprintln!("mysql-lb replay: {e}");
+                ExitCode::from(2)
+            }
+        };
+    }
     if let Some(Command::Top(args)) = &cli.command {
         return match mysql_lb::top::run(args) {
             Ok(()) => ExitCode::SUCCESS,

@@ -72,6 +72,51 @@ pub struct Cli {
 pub enum Command {
     /// A live terminal view of a running mysql-lb's backends and top queries (its admin endpoint).
     Top(TopArgs),
+    /// Replays a capture (`POST /capture/start` on the admin endpoint) against a server.
+    Replay(ReplayArgs),
+}
+
+/// `mysql-lb replay`'s flags.
+#[derive(clap::Args, Debug, Clone)]
+pub struct ReplayArgs {
+    /// The capture directory.
+    #[arg(value_name = "DIR")]
+    pub dir: PathBuf,
+    /// The server (or proxy) to replay against.
+    #[arg(long, value_name = "HOST:PORT")]
+    pub target: String,
+    /// The account every replayed session logs in as (mysql_native_password).
+    #[arg(long, value_name = "USER")]
+    pub user: String,
+    /// A file holding its password (one line).
+    #[arg(long, value_name = "PATH")]
+    pub password_file: PathBuf,
+    /// Captured time divided by this, 0.1 to 100.
+    #[arg(
+        long,
+        value_name = "X",
+        default_value_t = 1.0,
+        conflicts_with = "as_fast_as_possible"
+    )]
+    pub speed: f64,
+    /// Each session's commands back to back, ignoring captured timing.
+    #[arg(long)]
+    pub as_fast_as_possible: bool,
+    /// Skip statements that write (and the executions of such prepared statements).
+    #[arg(long)]
+    pub read_only: bool,
+    /// Replay only the first N captured sessions.
+    #[arg(long, value_name = "N")]
+    pub sessions: Option<usize>,
+    /// Write the report as JSON here.
+    #[arg(long, value_name = "PATH")]
+    pub json: Option<PathBuf>,
+    /// Write the report as a self-contained HTML page here.
+    #[arg(long, value_name = "PATH")]
+    pub html: Option<PathBuf>,
+    /// Digests in the printed table.
+    #[arg(long, value_name = "N", default_value_t = 20)]
+    pub top: usize,
 }
 
 /// `mysql-lb top`'s flags.

@@ -24,7 +24,7 @@ mod tls;
 
 pub use address::{AddressError, BackendAddr, ListenAddr};
 pub use backend::DEFAULT_POOL;
-pub use cli::{Cli, Command, TopArgs, TopSort};
+pub use cli::{Cli, Command, ReplayArgs, TopArgs, TopSort};
 pub use digests::DigestConfig;
 pub use ejection::EjectionConfig;
 pub use instances::{parse_instance_id, InstanceConfig, Peer, PeerTemplate, PeerUrl};

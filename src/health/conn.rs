@@ -342,6 +342,12 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<S> {
         }
     }
 
+    /// The stream and what was read past the last packet, for a caller that speaks the command
+    /// phase itself (the replay's client, `crate::replay`).
+    pub(crate) fn into_parts(self) -> (S, BytesMut) {
+        (self.stream, self.buf)
+    }
+
     /// Polite goodbye so the server does not log an aborted connection; a failure here changes
     /// nothing.
     pub(crate) async fn quit(&mut self) {

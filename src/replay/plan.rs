@@ -1,0 +1,319 @@
+//! What one captured command becomes on the replay's connection, decided without I/O: the
+//! payload to send (prepared-statement ids mapped to the ones the target gave), or why it is
+//! skipped; and which digest the report counts it under.
+
+use std::collections::HashMap;
+
+use crate::capture::format::TRUNCATED;
+use crate::protocol::response::cmd;
+use crate::sql;
+
+/// Statement texts are digested up to this many bytes (as the digest table's default).
+const DIGEST_LEN: usize = 1024;
+
+/// What the report groups a command under.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Key {
+    pub kind: &'static str,
+    /// The statement's digest (hex), empty for commands without one.
+    pub digest: String,
+    pub text: String,
+}
+
+impl Key {
+    fn bare(kind: &'static str) -> Self {
+        Key {
+            kind,
+            digest: String::new(),
+            text: String::new(),
+        }
+    }
+
+    fn of_text(kind: &'static str, text: &[u8]) -> Self {
+        Key {
+            kind,
+            digest: sql::digest(text, DIGEST_LEN).to_string(),
+            text: sql::normalize(text, DIGEST_LEN),
+        }
+    }
+}
+
+/// One command's fate.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Plan {
+    /// Send these payloads in order (a COM_CHANGE_USER becomes a reset and a COM_INIT_DB);
+    /// `answered` for each: whether a response comes.
+    Send(Vec<(Vec<u8>, bool)>),
+    Skip(&'static str),
+}
+
+/// A captured prepared statement, by the id it had in the capture.
+#[derive(Debug, Clone)]
+struct Prepared {
+    key: Key,
+    /// Its id on the target; None if its prepare was skipped or failed there.
+    id: Option<u32>,
+}
+
+/// One session's statements and options.
+#[derive(Debug, Default)]
+pub struct Planner {
+    pub read_only: bool,
+    prepared: HashMap<u32, Prepared>,
+    /// The last prepare's key, for an execute of id 0xFFFFFFFF (MariaDB's "the last one").
+    last_prepared: Option<Key>,
+}
+
+/// The commands the server answers (the others: close, send long data, quit).
+pub fn answered(command: u8) -> bool {
+    !matches!(
+        command,
+        cmd::QUIT | cmd::STMT_CLOSE | cmd::STMT_SEND_LONG_DATA
+    )
+}
+
+fn stmt_id(payload: &[u8]) -> Option<u32> {
+    let b = payload.get(1..5)?;
+    Some(u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+}
+
+fn with_id(payload: &[u8], id: u32) -> Vec<u8> {
+    let mut p = payload.to_vec();
+    if let Some(b) = p.get_mut(1..5) {
+        b.copy_from_slice(&id.to_le_bytes());
+    }
+    p
+}
+
+/// Whether a statement may change data: anything but reads and session/transaction control.
+pub fn writes(text: &[u8]) -> bool {
+    let mut t = text;
+    loop {
+        t = t.trim_ascii_start();
+        if let Some(rest) = t.strip_prefix(b"/*") {
+            match rest.windows(2).position(|w| w == b"*/") {
+                Some(end) => t = &rest[end + 2..],
+                None => return false,
+            }
+        } else if let Some(rest) = t.strip_prefix(b"(") {
+            t = rest;
+        } else {
+            break;
+        }
+    }
+    let word: Vec<u8> = t
+        .iter()
+        .take_while(|b| b.is_ascii_alphabetic())
+        .map(u8::to_ascii_lowercase)
+        .collect();
+    !matches!(
+        &word[..],
+        b"select"
+            | b"show"
+            | b"describe"
+            | b"desc"
+            | b"explain"
+            | b"set"
+            | b"use"
+            | b"begin"
+            | b"start"
+            | b"commit"
+            | b"rollback"
+            | b"savepoint"
+            | b"release"
+            | b"do"
+            | b"help"
+            | b"values"
+    )
+}
+
+impl Planner {
+    pub fn new(read_only: bool) -> Self {
+        Self {
+            read_only,
+            ..Self::default()
+        }
+    }
+
+    /// The report's key for a captured command.
+    pub fn key(&self, payload: &[u8]) -> Key {
+        let command = payload.first().copied().unwrap_or(0);
+        let body = payload.get(1..).unwrap_or_default();
+        let of_stmt = |kind| {
+            let known = match stmt_id(payload) {
+                Some(u32::MAX) => self.last_prepared.clone(),
+                Some(id) => self.prepared.get(&id).map(|p| p.key.clone()),
+                None => None,
+            };
+            match known {
+                Some(k) => Key { kind, ..k },
+                None => Key::bare(kind),
+            }
+        };
+        match command {
+            cmd::QUERY => Key::of_text("query", body),
+            cmd::STMT_PREPARE => Key::of_text("prepare", body),
+            cmd::STMT_EXECUTE => of_stmt("execute"),
+            cmd::STMT_CLOSE => of_stmt("close"),
+            cmd::STMT_RESET => of_stmt("reset"),
+            cmd::STMT_SEND_LONG_DATA => of_stmt("long_data"),
+            cmd::INIT_DB => Key::bare("init_db"),
+            cmd::PING => Key::bare("ping"),
+            cmd::CHANGE_USER => Key::bare("change_user"),
+            cmd::RESET_CONNECTION => Key::bare("reset_connection"),
+            cmd::SET_OPTION => Key::bare("set_option"),
+            _ => Key::bare("other"),
+        }
+    }
+
+    /// What to send for a captured command (`flags` of its record).
+    pub fn plan(&mut self, payload: &[u8], flags: u8, captured_id: Option<u32>) -> Plan {
+        if flags & TRUNCATED != 0 {
+            return Plan::Skip("payload cut in the capture");
+        }
+        let Some(&command) = payload.first() else {
+            return Plan::Skip("empty");
+        };
+        let body = &payload[1..];
+        let send = |p: Vec<u8>| Plan::Send(vec![(p, answered(command))]);
+        match command {
+            cmd::QUERY if self.read_only && writes(body) => Plan::Skip("writes (--read-only)"),
+            cmd::STMT_PREPARE => {
+                let key = Key::of_text("prepare", body);
+                let skip = self.read_only && writes(body);
+                if let Some(id) = captured_id {
+                    self.prepared.insert(
+                        id,
+                        Prepared {
+                            key: key.clone(),
+                            id: None,
+                        },
+                    );
+                }
+                self.last_prepared = Some(key);
+                if skip {
+                    Plan::Skip("writes (--read-only)")
+                } else {
+                    send(payload.to_vec())
+                }
+            }
+            cmd::STMT_EXECUTE | cmd::STMT_CLOSE | cmd::STMT_RESET | cmd::STMT_SEND_LONG_DATA => {
+                let Some(id) = stmt_id(payload) else {
+                    return Plan::Skip("malformed");
+                };
+                if id == u32::MAX {
+                    return send(payload.to_vec());
+                }
+                let target = match self.prepared.get(&id) {
+                    None => return Plan::Skip("prepared before the capture"),
+                    Some(Prepared { id: None, .. }) => {
+                        return Plan::Skip("its prepare was skipped or failed")
+                    }
+                    Some(Prepared { id: Some(t), .. }) => *t,
+                };
+                if command == cmd::STMT_CLOSE {
+                    self.prepared.remove(&id);
+                }
+                send(with_id(payload, target))
+            }
+            cmd::CHANGE_USER => {
+                // The replay keeps its own account: the session is reset and its schema set.
+                let mut out = vec![(vec![cmd::RESET_CONNECTION], true)];
+                if let Some(schema) = change_user_schema(body).filter(|s| !s.is_empty()) {
+                    let mut init = vec![cmd::INIT_DB];
+                    init.extend_from_slice(schema);
+                    out.push((init, true));
+                }
+                Plan::Send(out)
+            }
+            _ => send(payload.to_vec()),
+        }
+    }
+
+    /// The target answered a prepare captured with id `captured` by giving it `replayed`.
+    pub fn prepared(&mut self, captured: u32, replayed: u32) {
+        if let Some(p) = self.prepared.get_mut(&captured) {
+            p.id = Some(replayed);
+        }
+    }
+}
+
+/// The schema of a redacted COM_CHANGE_USER body: user NUL, empty auth (one 0 byte), schema NUL.
+fn change_user_schema(body: &[u8]) -> Option<&[u8]> {
+    let user_end = body.iter().position(|&b| b == 0)?;
+    let rest = body.get(user_end + 2..)?;
+    let end = rest.iter().position(|&b| b == 0).unwrap_or(rest.len());
+    Some(&rest[..end])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn exec(id: u32) -> Vec<u8> {
+        let mut p = vec![cmd::STMT_EXECUTE];
+        p.extend_from_slice(&id.to_le_bytes());
+        p.extend_from_slice(&[0, 1, 0, 0, 0]);
+        p
+    }
+
+    #[test]
+    fn executes_are_sent_with_the_id_the_target_gave_their_prepare() {
+        let mut p = Planner::default();
+        let prepare = b"\x16SELECT c FROM t WHERE id=?".to_vec();
+        assert_eq!(
+            p.plan(&prepare, 0, Some(7)),
+            Plan::Send(vec![(prepare.clone(), true)])
+        );
+        assert_eq!(
+            p.plan(&exec(7), 0, None),
+            Plan::Skip("its prepare was skipped or failed")
+        );
+        p.prepared(7, 1);
+        assert_eq!(p.plan(&exec(7), 0, None), Plan::Send(vec![(exec(1), true)]));
+        assert_eq!(p.key(&exec(7)).kind, "execute");
+        assert_eq!(p.key(&exec(7)).digest, p.key(&prepare).digest);
+        assert_eq!(
+            p.plan(&exec(8), 0, None),
+            Plan::Skip("prepared before the capture")
+        );
+    }
+
+    #[test]
+    fn read_only_skips_writes_and_the_executes_of_their_prepares() {
+        let mut p = Planner::new(true);
+        assert!(matches!(p.plan(b"\x03SELECT 1", 0, None), Plan::Send(_)));
+        assert!(matches!(
+            p.plan(b"\x03 /* x */ UPDATE t SET a=1", 0, None),
+            Plan::Skip(_)
+        ));
+        assert!(matches!(
+            p.plan(b"\x16DELETE FROM t WHERE id=?", 0, Some(3)),
+            Plan::Skip(_)
+        ));
+        assert!(matches!(p.plan(&exec(3), 0, None), Plan::Skip(_)));
+        assert!(matches!(p.plan(b"\x03BEGIN", 0, None), Plan::Send(_)));
+    }
+
+    #[test]
+    fn a_change_user_becomes_a_reset_and_its_schema() {
+        let mut p = Planner::default();
+        let plan = p.plan(b"\x11bob\0\0shop\0\x21\0", 0, None);
+        assert_eq!(
+            plan,
+            Plan::Send(vec![
+                (vec![cmd::RESET_CONNECTION], true),
+                (b"\x02shop".to_vec(), true)
+            ])
+        );
+    }
+
+    #[test]
+    fn cut_payloads_are_not_replayed() {
+        let mut p = Planner::default();
+        assert!(matches!(
+            p.plan(b"\x03SELECT", TRUNCATED, None),
+            Plan::Skip(_)
+        ));
+    }
+}
