@@ -1,0 +1,516 @@
+//! Traffic capture and replay against real MariaDB: a sysbench oltp_read_write run (prepared
+//! statements) captured through mysql-lb and replayed at 1× and 4× onto a server restored to the
+//! data it started from; a session open before the capture; no password in the files; damaged
+//! files; a target that refuses the replay's account; the capture directory rules.
+
+mod common;
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::Instant;
+
+use common::mariadb::{scratch_dir, shared_pair, tcp_opts, MariaDb};
+use common::proxy::{http_request, TestProxy};
+use mysql_async::prelude::*;
+use mysql_lb::capture::format::{self, Body, Record};
+use serde_json::Value;
+
+const USER: &str = "capapp";
+/// Distinctive, so finding it in a file cannot be a coincidence.
+const PASSWORD: &str = "Zq9-cap-Secret-71f3";
+const TABLE_SIZE: u32 = 10_000;
+
+fn sysbench_binary() -> PathBuf {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .chain(["/usr/bin", "/usr/local/bin"].map(PathBuf::from))
+        .map(|dir| dir.join("sysbench"))
+        .find(|p| p.is_file())
+        .unwrap_or_else(|| panic!("sysbench not found: run scripts/install-deps.sh"))
+}
+
+fn sysbench(port: u16, extra: &[&str], action: &str) -> Output {
+    let out = Command::new(sysbench_binary())
+        .arg("oltp_read_write")
+        .args([
+            "--db-driver=mysql",
+            "--mysql-host=127.0.0.1",
+            &format!("--mysql-port={port}"),
+            &format!("--mysql-user={USER}"),
+            &format!("--mysql-password={PASSWORD}"),
+            "--mysql-db=sbtest",
+            "--tables=1",
+            &format!("--table-size={TABLE_SIZE}"),
+            // The same data on every server prepared.
+            "--rand-seed=1",
+        ])
+        .args(extra)
+        .arg(action)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run sysbench: {e}"));
+    assert!(
+        out.status.success(),
+        "sysbench {action} failed:\n{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+fn create_account(db: &MariaDb) {
+    for host in ["%", "localhost"] {
+        db.root_exec(&format!(
+            "CREATE USER IF NOT EXISTS '{USER}'@'{host}' IDENTIFIED BY '{PASSWORD}'; \
+             GRANT ALL PRIVILEGES ON *.* TO '{USER}'@'{host}'"
+        ));
+    }
+}
+
+/// Drops and prepares sbtest1 again: the data every run starts from.
+fn restore(db: &MariaDb) {
+    db.root_exec("DROP TABLE IF EXISTS sbtest.sbtest1");
+    sysbench(db.port, &[], "prepare");
+}
+
+fn capture_start(proxy: &TestProxy, body: &str) -> (u16, Value) {
+    let (status, text) = http_request(
+        proxy.admin.expect("admin endpoint"),
+        "POST",
+        "/capture/start",
+        &["Content-Type: application/json"],
+        body.as_bytes(),
+    )
+    .expect("admin response");
+    (status, serde_json::from_str(&text).unwrap_or(Value::Null))
+}
+
+fn capture_stop(proxy: &TestProxy) -> Value {
+    let (status, text) = proxy.admin_post("/capture/stop", &[]);
+    assert_eq!(status, 200, "stop: {text}");
+    let v: Value = serde_json::from_str(&text).expect("json");
+    assert_eq!(v["capture"]["running"], false, "stopped and closed: {v}");
+    v["capture"].clone()
+}
+
+fn password_file(dir: &Path) -> PathBuf {
+    let p = dir.join("password");
+    std::fs::write(&p, format!("{PASSWORD}\n")).unwrap();
+    p
+}
+
+/// Runs `mysql-lb replay`; its exit status, stdout, and the JSON report.
+fn replay(dir: &Path, target: &str, password: &Path, extra: &[&str]) -> (bool, String, Value) {
+    let json = dir.with_extension(format!("{}.json", extra.join("").replace(['-', '.'], "")));
+    let out = Command::new(env!("CARGO_BIN_EXE_mysql-lb"))
+        .arg("replay")
+        .arg(dir)
+        .args(["--target", target, "--user", USER, "--password-file"])
+        .arg(password)
+        .arg("--json")
+        .arg(&json)
+        .args(extra)
+        .stdin(Stdio::null())
+        .output()
+        .expect("mysql-lb replay runs");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    println!("{stdout}{}", String::from_utf8_lossy(&out.stderr));
+    let report = std::fs::read(&json)
+        .ok()
+        .and_then(|b| serde_json::from_slice(&b).ok())
+        .unwrap_or(Value::Null);
+    (out.status.success(), stdout, report)
+}
+
+fn records(dir: &Path) -> Vec<Record> {
+    let mut files: Vec<_> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    files.sort();
+    files
+        .iter()
+        .flat_map(|f| {
+            let d = format::decode_file(&std::fs::read(f).unwrap()).unwrap();
+            assert!(d.stopped.is_none(), "{}: {:?}", f.display(), d.stopped);
+            d.records
+        })
+        .collect()
+}
+
+/// Neither the raw files nor any decoded record holds the password, and every COM_CHANGE_USER
+/// was written with an empty auth response.
+fn assert_no_secret(dir: &Path) {
+    for f in std::fs::read_dir(dir).unwrap() {
+        let path = f.unwrap().path();
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600, "{} mode", path.display());
+        let raw = std::fs::read(&path).unwrap();
+        assert!(
+            !contains(&raw, PASSWORD.as_bytes()),
+            "password in {}",
+            path.display()
+        );
+    }
+    for r in records(dir) {
+        let mut bytes = Vec::new();
+        r.encode(&mut bytes);
+        assert!(!contains(&bytes, PASSWORD.as_bytes()), "password in {r:?}");
+        if let Body::Command(c) = &r.body {
+            if c.command() == 0x11 {
+                let user_end = c.payload.iter().position(|&b| b == 0).unwrap();
+                assert_eq!(c.payload[user_end + 1], 0, "change user auth kept: {c:?}");
+            }
+        }
+    }
+}
+
+fn contains(hay: &[u8], needle: &[u8]) -> bool {
+    hay.windows(needle.len()).any(|w| w == needle)
+}
+
+fn digest_rows(report: &Value) -> &Vec<Value> {
+    report["digests"].as_array().expect("digests in the report")
+}
+
+#[test]
+fn sysbench_read_write_captured_replays_with_every_digest_count_at_1x_and_4x() {
+    let started = Instant::now();
+    let (source, target) = std::thread::scope(|s| {
+        let a = s.spawn(|| MariaDb::start("cap-source"));
+        let b = s.spawn(|| MariaDb::start("cap-target"));
+        (a.join().unwrap(), b.join().unwrap())
+    });
+    for db in [&source, &target] {
+        create_account(db);
+        restore(db);
+    }
+    let proxy = TestProxy::start(&[source.tcp_addr()]);
+    let dir = scratch_dir("capture-sb").join("cap");
+    let (status, started_capture) = capture_start(
+        &proxy,
+        &format!(r#"{{"dir":"{}","duration":"60s"}}"#, dir.display()),
+    );
+    assert_eq!(status, 200, "{started_capture}");
+    let run = sysbench(
+        proxy.addr.port(),
+        &[
+            "--threads=2",
+            "--time=4",
+            // Well below what this machine serves, so a 4x replay is not capped by the target.
+            "--rate=60",
+            "--mysql-ignore-errors=none",
+            "--report-interval=0",
+        ],
+        "run",
+    );
+    let capture = capture_stop(&proxy);
+    println!("capture: {capture}");
+    assert_eq!(capture["dropped"], 0);
+    assert_eq!(capture["sessions"], 2, "one per sysbench thread");
+    let report = String::from_utf8_lossy(&run.stdout);
+    let transactions: u64 = report
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("transactions:"))
+        .and_then(|l| l.split_whitespace().next()?.parse().ok())
+        .expect("sysbench transactions");
+    assert!(
+        transactions > 20,
+        "a real workload: {transactions} transactions"
+    );
+    assert_no_secret(&dir);
+
+    let password = password_file(dir.parent().unwrap());
+    let (ok, _, one) = replay(&dir, &target.tcp_addr(), &password, &["--speed", "1"]);
+    assert!(ok, "1x replay ran to the end: {one}");
+    restore(&target);
+    let (ok, _, four) = replay(&dir, &target.tcp_addr(), &password, &["--speed", "4"]);
+    assert!(ok, "4x replay ran to the end: {four}");
+    for report in [&one, &four] {
+        assert_eq!(report["new_errors"], 0, "{report}");
+        assert_eq!(report["skipped_commands"], 0, "{report}");
+        assert!(report["damaged_files"].as_array().unwrap().is_empty());
+        for d in digest_rows(report) {
+            assert_eq!(d["replayed"], d["captured"], "digest {d}");
+        }
+    }
+    // Each oltp_read_write transaction runs 10 point selects, as captured and as replayed.
+    let point_select = mysql_lb::sql::digest(b"SELECT c FROM sbtest1 WHERE id=?", 1024).to_string();
+    let point_selects: u64 = digest_rows(&one)
+        .iter()
+        .filter(|d| d["kind"] == "execute" && d["digest"] == point_select.as_str())
+        .map(|d| d["replayed"].as_u64().unwrap())
+        .sum();
+    assert!(
+        point_selects >= 10 * transactions,
+        "{point_selects} point selects for {transactions} transactions"
+    );
+    let captured = one["captured_seconds"].as_f64().unwrap();
+    let at_1x = one["replay_seconds"].as_f64().unwrap();
+    let at_4x = four["replay_seconds"].as_f64().unwrap();
+    println!("captured {captured:.2} s, replayed at 1x in {at_1x:.2} s, at 4x in {at_4x:.2} s");
+    assert!(
+        (at_1x - captured).abs() < 0.15 * captured + 0.3,
+        "1x replay takes the captured time"
+    );
+    let ratio = at_4x / at_1x;
+    assert!(
+        (0.18..=0.35).contains(&ratio),
+        "4x takes about a quarter: {ratio:.2}"
+    );
+    println!("capture test took {:?}", started.elapsed());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_open_before_the_capture_is_captured_from_its_next_command_and_marked() {
+    let pair = shared_pair();
+    create_account(&pair[0]);
+    let proxy = TestProxy::start(&[pair[0].tcp_addr()]);
+    let addr = proxy.addr.to_string();
+    let mut early = mysql_async::Conn::new(tcp_opts(&addr, USER, PASSWORD))
+        .await
+        .unwrap();
+    early
+        .query_drop("SELECT 'before the capture'")
+        .await
+        .unwrap();
+    let dir = scratch_dir("capture-before").join("cap");
+    let (status, body) = capture_start(&proxy, &format!(r#"{{"dir":"{}"}}"#, dir.display()));
+    assert_eq!(status, 200, "{body}");
+    early
+        .query_drop("SELECT 'during the capture'")
+        .await
+        .unwrap();
+    let mut late = mysql_async::Conn::new(tcp_opts(&addr, USER, PASSWORD))
+        .await
+        .unwrap();
+    late.query_drop("SELECT 'new session'").await.unwrap();
+    late.ping().await.unwrap();
+    // COM_CHANGE_USER carries auth data: it must be written without it.
+    late.change_user(
+        mysql_async::ChangeUserOpts::default()
+            .with_user(Some(USER.into()))
+            .with_pass(Some(PASSWORD.into()))
+            .with_db_name(Some("sbtest".into())),
+    )
+    .await
+    .unwrap();
+    late.query_drop("SELECT 'after change user'").await.unwrap();
+    drop(late);
+    let capture = capture_stop(&proxy);
+    assert_eq!(capture["sessions"], 2, "{capture}");
+    let records = records(&dir);
+    let starts: Vec<(u64, u8)> = records
+        .iter()
+        .filter_map(|r| match &r.body {
+            Body::SessionStart(s) => Some((r.session, s.flags)),
+            _ => None,
+        })
+        .collect();
+    let texts = |session| -> Vec<Vec<u8>> {
+        records
+            .iter()
+            .filter(|r| r.session == session)
+            .filter_map(|r| match &r.body {
+                Body::Command(c) => Some(c.payload.clone()),
+                _ => None,
+            })
+            .collect()
+    };
+    let (before, _) = starts
+        .iter()
+        .find(|(_, f)| f & format::STARTED_BEFORE != 0)
+        .expect("a session marked as open before the capture");
+    assert_eq!(
+        texts(*before),
+        vec![b"\x03SELECT 'during the capture'".to_vec()]
+    );
+    let (new, _) = starts
+        .iter()
+        .find(|(_, f)| f & format::STARTED_BEFORE == 0)
+        .expect("a session started during the capture");
+    let commands: Vec<u8> = texts(*new).iter().map(|p| p[0]).collect();
+    assert!(commands.contains(&0x0E), "ping captured: {commands:?}");
+    assert!(
+        commands.contains(&0x11),
+        "change user captured: {commands:?}"
+    );
+    let responses = records
+        .iter()
+        .filter(|r| r.session == *new && matches!(r.body, Body::Response(_)))
+        .count();
+    assert!(responses >= 4, "responses paired: {responses}");
+    assert_no_secret(&dir);
+    early.disconnect().await.unwrap();
+}
+
+/// A file of `blocks` blocks, each one session's `SELECT n` commands.
+fn synthetic_capture(dir: &Path, blocks: u64) -> Vec<usize> {
+    std::fs::create_dir_all(dir).unwrap();
+    let mut bytes = format::FileHeader {
+        started_unix_us: 0,
+        index: 1,
+    }
+    .encode()
+    .to_vec();
+    let mut ends = Vec::new();
+    for b in 0..blocks {
+        let mut raw = Vec::new();
+        let session = b + 1;
+        Record {
+            session,
+            t_us: b * 1000,
+            body: Body::SessionStart(format::SessionStart {
+                schema: "test".into(),
+                ..Default::default()
+            }),
+        }
+        .encode(&mut raw);
+        for i in 0..5u32 {
+            Record {
+                session,
+                t_us: b * 1000 + u64::from(i) * 10,
+                body: Body::Command(format::Command {
+                    seq: i,
+                    flags: 0,
+                    payload: format!("\x03SELECT {i}").into_bytes(),
+                }),
+            }
+            .encode(&mut raw);
+        }
+        bytes.extend_from_slice(&format::encode_block(&raw));
+        ends.push(bytes.len());
+    }
+    std::fs::write(dir.join("capture-000001.mlbcap"), &bytes).unwrap();
+    ends
+}
+
+#[test]
+fn a_truncated_or_corrupt_file_replays_what_is_valid_and_names_the_offset() {
+    let pair = shared_pair();
+    create_account(&pair[0]);
+    let base = scratch_dir("capture-damaged");
+    let password = password_file(&base);
+    for (name, damage) in [("truncated", 0u8), ("corrupt", 1)] {
+        let dir = base.join(name);
+        let ends = synthetic_capture(&dir, 2);
+        let file = dir.join("capture-000001.mlbcap");
+        let mut bytes = std::fs::read(&file).unwrap();
+        if damage == 0 {
+            bytes.truncate(ends[1] - 3);
+        } else {
+            bytes[ends[1] - 2] ^= 0xFF;
+        }
+        std::fs::write(&file, &bytes).unwrap();
+        let (ok, stdout, report) = replay(
+            &dir,
+            &pair[0].tcp_addr(),
+            &password,
+            &["--as-fast-as-possible"],
+        );
+        assert!(ok, "{name}: the valid part replays");
+        assert_eq!(report["replayed_commands"], 5, "{name}: {report}");
+        assert_eq!(report["new_errors"], 0);
+        let damaged = &report["damaged_files"][0];
+        assert_eq!(damaged["offset"], ends[0], "{name}: {report}");
+        assert!(
+            stdout.contains(&format!("stopped at offset {}", ends[0])),
+            "{name}: {stdout}"
+        );
+    }
+}
+
+#[test]
+fn a_target_that_refuses_the_account_ends_with_a_clear_message_and_a_partial_report() {
+    let pair = shared_pair();
+    let base = scratch_dir("capture-refused");
+    let dir = base.join("cap");
+    synthetic_capture(&dir, 1);
+    let wrong = base.join("wrong");
+    std::fs::write(&wrong, "not-the-password\n").unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_mysql-lb"))
+        .arg("replay")
+        .arg(&dir)
+        .args([
+            "--target",
+            &pair[0].tcp_addr(),
+            "--user",
+            USER,
+            "--password-file",
+        ])
+        .arg(&wrong)
+        .args(["--as-fast-as-possible"])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(!out.status.success(), "{stdout}");
+    assert!(stdout.contains("ended early"), "{stdout}");
+    assert!(stdout.contains("Access denied"), "{stdout}");
+    assert!(stdout.contains("replayed 0 of 5 commands"), "{stdout}");
+}
+
+#[test]
+fn capture_start_refuses_unsafe_directories_a_second_capture_and_missing_tokens() {
+    let pair = shared_pair();
+    let proxy = TestProxy::start(&[pair[0].tcp_addr()]);
+    let base = scratch_dir("capture-dirs");
+    let full = base.join("full");
+    std::fs::create_dir(&full).unwrap();
+    std::fs::write(full.join("x"), "x").unwrap();
+    let link = base.join("link");
+    std::os::unix::fs::symlink(base.join("elsewhere"), &link).unwrap();
+    for (dir, why) in [
+        (full.display().to_string(), "not empty"),
+        (link.display().to_string(), "symbolic link"),
+        ("relative/dir".to_owned(), "absolute"),
+    ] {
+        let (status, body) = capture_start(&proxy, &format!(r#"{{"dir":"{dir}"}}"#));
+        assert_eq!(status, 400, "{dir}: {body}");
+        assert!(body["error"].as_str().unwrap().contains(why), "{body}");
+    }
+    assert!(
+        !base.join("elsewhere").exists(),
+        "nothing created through the link"
+    );
+    let ok = base.join("ok");
+    let (status, _) = capture_start(&proxy, &format!(r#"{{"dir":"{}"}}"#, ok.display()));
+    assert_eq!(status, 200);
+    let mode = std::fs::metadata(&ok).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o700);
+    let (status, _) = capture_start(
+        &proxy,
+        &format!(r#"{{"dir":"{}"}}"#, base.join("two").display()),
+    );
+    assert_eq!(status, 409, "one capture at a time");
+    let (status, body) = proxy.admin_get("/capture");
+    assert_eq!(status, 200);
+    assert!(body.contains("\"running\":true"), "{body}");
+    capture_stop(&proxy);
+
+    let mut config = common::proxy::config(&[pair[0].tcp_addr()]);
+    let token_file = base.join("token");
+    std::fs::write(&token_file, "tok-123\n").unwrap();
+    config.admin_token_file = Some(token_file);
+    let guarded = TestProxy::start_with(config);
+    let body = format!(r#"{{"dir":"{}"}}"#, base.join("guarded").display());
+    let (status, _) = capture_start(&guarded, &body);
+    assert_eq!(status, 401, "no token");
+    let (status, _) = guarded.admin_get("/capture");
+    assert_eq!(status, 401);
+    let (status, text) = http_request(
+        guarded.admin.unwrap(),
+        "POST",
+        "/capture/start",
+        &["Authorization: Bearer tok-123"],
+        body.as_bytes(),
+    )
+    .unwrap();
+    assert_eq!(status, 200, "{text}");
+    capture_stop_with_token(&guarded);
+}
+
+fn capture_stop_with_token(proxy: &TestProxy) {
+    let (status, text) = proxy.admin_post("/capture/stop", &["Authorization: Bearer tok-123"]);
+    assert_eq!(status, 200, "{text}");
+}
