@@ -8,7 +8,7 @@ mod common;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use common::mariadb::{scratch_dir, shared_pair, tcp_opts, MariaDb};
 use common::proxy::{http_request, TestProxy};
@@ -102,7 +102,9 @@ fn password_file(dir: &Path) -> PathBuf {
 
 /// Runs `mysql-lb replay`; its exit status, stdout, and the JSON report.
 fn replay(dir: &Path, target: &str, password: &Path, extra: &[&str]) -> (bool, String, Value) {
-    let json = dir.with_extension(format!("{}.json", extra.join("").replace(['-', '.'], "")));
+    static RUNS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let run = RUNS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let json = dir.with_extension(format!("report-{run}.json"));
     let out = Command::new(env!("CARGO_BIN_EXE_mysql-lb"))
         .arg("replay")
         .arg(dir)
@@ -513,4 +515,62 @@ fn capture_start_refuses_unsafe_directories_a_second_capture_and_missing_tokens(
 fn capture_stop_with_token(proxy: &TestProxy) {
     let (status, text) = proxy.admin_post("/capture/stop", &["Authorization: Bearer tok-123"]);
     assert_eq!(status, 200, "{text}");
+}
+
+#[test]
+fn the_html_report_opens_in_a_real_browser_with_its_charts_and_no_error() {
+    let pair = shared_pair();
+    create_account(&pair[0]);
+    let base = scratch_dir("capture-html");
+    let password = password_file(&base);
+    let dir = base.join("cap");
+    synthetic_capture(&dir, 3);
+    let html = base.join("report.html");
+    let html_arg = html.display().to_string();
+    let (ok, _, report) = replay(
+        &dir,
+        &pair[0].tcp_addr(),
+        &password,
+        &["--speed", "10", "--html", &html_arg],
+    );
+    assert!(ok, "{report}");
+    let mode = std::fs::metadata(&html).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o600);
+    let mut browser = common::cdp::Browser::launch();
+    let page = browser.new_page();
+    browser.navigate(&page, &format!("file://{}", html.display()));
+    let summary = browser.eval(&page, "document.getElementById('summary').textContent");
+    assert!(
+        summary
+            .as_str()
+            .unwrap()
+            .starts_with("15 of 15 commands replayed"),
+        "{summary}"
+    );
+    let lines = browser.eval(
+        &page,
+        "Array.from(document.querySelectorAll('#throughput polyline.series')).map(p => [p.dataset.series, p.points.numberOfItems])",
+    );
+    let lines = lines.as_array().expect("throughput lines");
+    assert_eq!(lines.len(), 2, "captured and replayed: {lines:?}");
+    for l in lines {
+        assert!(l[1].as_u64().unwrap() >= 1, "a line with points: {l}");
+    }
+    let bars = browser.eval(
+        &page,
+        "Array.from(document.querySelectorAll('#latency rect.bar')).filter(r => r.getBBox().width > 0).length",
+    );
+    assert_eq!(
+        bars, 4,
+        "p50 and p95, captured and replayed, of the one digest"
+    );
+    let rows = browser.eval(&page, "document.querySelectorAll('#digests tr').length");
+    assert_eq!(rows, 2, "a header and the digest");
+    let external = browser.eval(
+        &page,
+        "document.querySelectorAll('script, link, img, iframe, object').length",
+    );
+    assert_eq!(external, 0, "self-contained");
+    browser.drain_events(Duration::from_millis(300));
+    assert_eq!(browser.errors(), Vec::<String>::new());
 }
