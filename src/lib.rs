@@ -24,6 +24,7 @@ pub mod reload;
 pub mod route;
 pub mod server;
 pub mod session;
+pub mod sql;
 pub mod state;
 pub mod stream;
 pub mod tasks;
