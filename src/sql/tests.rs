@@ -433,6 +433,23 @@ fn work_is_linear_on_pathological_inputs() {
     }
 }
 
+/// Inputs the property tests once found printed in a form that read back differently (a
+/// variable glued to `.`, a digit after a bare `.`, a quoted variable name starting with `.`,
+/// a quoted keyword qualifying across whitespace).
+#[test]
+fn found_by_proptest_stay_idempotent() {
+    for q in [
+        "@x-- c\n.-",
+        ".-- c\n10x1F",
+        ".\t0A",
+        "@`.1status",
+        "`status`\t.status",
+    ] {
+        let once = norm(q);
+        assert_eq!(norm(&once), once, "{q:?}");
+    }
+}
+
 /// Pieces of SQL that meet at the interesting edges: quotes, qualifiers, signs, lists,
 /// comments, `@`, keywords next to `.`.
 const VOCABULARY: &[&str] = &[
