@@ -9,7 +9,7 @@
 
 use std::fmt;
 
-use super::keywords::{self, CALL_PAREN, OPERAND};
+use super::keywords::{CALL_PAREN, OPERAND};
 use super::token::{is_ident, is_space, tokens, Token, TokenKind, Tokens};
 
 /// A statement's digest: the hash of its normalized text. Displayed as 16 hex digits.
@@ -58,16 +58,18 @@ impl Sink for String {
     }
 }
 
-/// A streaming 64-bit hash: bytes are packed into 64-bit words, each folded into the state with
-/// a 64×64→128-bit multiply, then the length and a final mix. Only the byte sequence matters,
-/// not how it was split into pieces.
+/// A streaming 64-bit hash: bytes are gathered into 32-byte blocks, each 64-bit word of a block
+/// folded into the state with a 64×64→128-bit multiply; the zero-padded tail, the length and a
+/// final mix end it. Only the byte sequence matters, not how it was split into pieces (the
+/// printer hands over many short ones).
 struct Hasher {
     state: u64,
-    word: u64,
-    filled: u32,
+    block: [u8; BLOCK],
+    filled: usize,
     len: u64,
 }
 
+const BLOCK: usize = 32;
 const MUL: u64 = 0x9e37_79b9_7f4a_7c15;
 const SEED: u64 = 0x2d35_8dcc_aa6c_78a5;
 
@@ -80,19 +82,9 @@ impl Hasher {
     fn new() -> Self {
         Hasher {
             state: SEED,
-            word: 0,
+            block: [0; BLOCK],
             filled: 0,
             len: 0,
-        }
-    }
-
-    fn byte(&mut self, b: u8) {
-        self.word |= u64::from(b) << (8 * self.filled);
-        self.filled += 1;
-        if self.filled == 8 {
-            self.mix(self.word);
-            self.word = 0;
-            self.filled = 0;
         }
     }
 
@@ -100,23 +92,39 @@ impl Hasher {
         self.state = fold_mul(self.state ^ w, MUL) ^ self.state.rotate_left(23);
     }
 
-    fn bytes(&mut self, bytes: &[u8]) {
-        self.len += bytes.len() as u64;
-        let mut rest = bytes;
-        if self.filled == 0 {
-            while let Some((chunk, tail)) = rest.split_first_chunk::<8>() {
-                self.mix(u64::from_le_bytes(*chunk));
-                rest = tail;
-            }
+    /// Folds in the first `words` words of the block.
+    fn mix_block(&mut self, words: usize) {
+        let block = self.block;
+        for chunk in block.chunks_exact(8).take(words) {
+            let mut w = [0u8; 8];
+            w.copy_from_slice(chunk);
+            self.mix(u64::from_le_bytes(w));
         }
-        for &b in rest {
-            self.byte(b);
+    }
+
+    fn bytes(&mut self, mut bytes: &[u8]) {
+        self.len += bytes.len() as u64;
+        while !bytes.is_empty() {
+            let n = bytes.len().min(BLOCK - self.filled);
+            let (head, rest) = bytes.split_at(n);
+            if let Some(dst) = self.block.get_mut(self.filled..self.filled + n) {
+                dst.copy_from_slice(head);
+            }
+            self.filled += n;
+            bytes = rest;
+            if self.filled == BLOCK {
+                self.mix_block(BLOCK / 8);
+                self.filled = 0;
+            }
         }
     }
 
     fn finish(mut self) -> u64 {
-        let tail = self.word ^ (u64::from(self.filled) << 59);
-        self.mix(tail ^ self.len.rotate_left(32));
+        if let Some(tail) = self.block.get_mut(self.filled..) {
+            tail.fill(0);
+        }
+        self.mix_block(self.filled.div_ceil(8));
+        self.mix(self.len.rotate_left(32) ^ 0x5bd1_e995);
         let mut h = self.state;
         h ^= h >> 33;
         h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
@@ -132,9 +140,8 @@ impl Sink for Hasher {
     }
 
     fn put_lower(&mut self, s: &str) {
-        self.len += s.len() as u64;
         for b in s.bytes() {
-            self.byte(b.to_ascii_lowercase());
+            self.bytes(&[b.to_ascii_lowercase()]);
         }
     }
 }
@@ -259,6 +266,14 @@ impl<S: Sink> Printer<'_, S> {
 
     /// Raw bytes, invalid UTF-8 replaced by U+FFFD.
     fn lossy(&mut self, bytes: &[u8], lower: bool) {
+        if let Ok(s) = std::str::from_utf8(bytes) {
+            if lower {
+                self.sink.put_lower(s);
+            } else {
+                self.sink.put(s);
+            }
+            return;
+        }
         for chunk in bytes.utf8_chunks() {
             if lower {
                 self.sink.put_lower(chunk.valid());
@@ -283,10 +298,16 @@ impl<S: Sink> Printer<'_, S> {
         }
     }
 
-    fn token(&mut self, tok: Token<'_>, after_qualifier: bool, before_qualifier: bool) {
+    fn token(
+        &mut self,
+        tok: Token<'_>,
+        keyword: Option<(&'static str, u8)>,
+        after_qualifier: bool,
+        before_qualifier: bool,
+    ) {
         match tok.kind {
             TokenKind::Keyword => {
-                let (name, flags) = keywords::lookup(tok.text).unwrap_or(("", 0));
+                let (name, flags) = keyword.unwrap_or(("", 0));
                 let keeps_null = name == "IS" || name == "NOT";
                 self.piece(Piece::Keyword { flags, keeps_null }, name);
             }
@@ -324,13 +345,13 @@ impl<S: Sink> Printer<'_, S> {
             | TokenKind::HexOrBitLiteral
             | TokenKind::Placeholder => self.piece(Piece::Value, "?"),
             TokenKind::Operator => {
-                let piece = match tok.text {
-                    b"(" => Piece::Open,
-                    b")" => Piece::Close,
-                    b"," => Piece::Comma,
-                    b";" => Piece::Semicolon,
-                    b"." => Piece::Dot,
-                    b"@" if self.last.is_some_and(Piece::glues_at) => Piece::At,
+                let piece = match tok.op() {
+                    b'(' => Piece::Open,
+                    b')' => Piece::Close,
+                    b',' => Piece::Comma,
+                    b';' => Piece::Semicolon,
+                    b'.' => Piece::Dot,
+                    b'@' if self.last.is_some_and(Piece::glues_at) => Piece::At,
                     _ => Piece::Operator,
                 };
                 self.start(piece);
@@ -437,19 +458,20 @@ fn print<S: Sink>(text: &[u8], max_len: usize, sink: &mut S) {
     loop {
         let after_qualifier = toks.after_qualifier();
         let Some(tok) = toks.next() else { break };
-        let is_sign = tok.is_operator("-") || tok.is_operator("+");
-        let is_semicolon = tok.is_operator(";");
+        let op = tok.op();
+        let is_sign = op == b'-' || op == b'+';
+        let is_semicolon = op == b';';
         signs_checked &= is_sign;
         semicolons_checked &= is_semicolon;
-        if tok.is_operator("(") {
+        if op == b'(' {
             let mut look = toks.clone();
             if literal_list(&mut look) {
                 toks = look;
                 // A run of such lists (`VALUES (1, 2), (3, 4)`) is one.
                 loop {
                     let mut more = toks.clone();
-                    let comma = more.next().is_some_and(|t| t.is_operator(","));
-                    let open = comma && more.next().is_some_and(|t| t.is_operator("("));
+                    let comma = more.next().is_some_and(|t| t.op() == b',');
+                    let open = comma && more.next().is_some_and(|t| t.op() == b'(');
                     if !(open && literal_list(&mut more)) {
                         break;
                     }
@@ -462,7 +484,7 @@ fn print<S: Sink>(text: &[u8], max_len: usize, sink: &mut S) {
             let mut look = toks.clone();
             let signed_literal = loop {
                 match look.next() {
-                    Some(t) if t.is_operator("-") || t.is_operator("+") => continue,
+                    Some(t) if matches!(t.op(), b'-' | b'+') => continue,
                     Some(t) => break t.is_literal(),
                     None => break false,
                 }
@@ -475,7 +497,7 @@ fn print<S: Sink>(text: &[u8], max_len: usize, sink: &mut S) {
             signs_checked = true;
         } else if is_semicolon && !semicolons_checked {
             // Trailing semicolons (and comments after them) are not printed.
-            if toks.clone().all(|t| t.is_operator(";")) {
+            if toks.clone().all(|t| t.op() == b';') {
                 break;
             }
             semicolons_checked = true;
@@ -484,13 +506,13 @@ fn print<S: Sink>(text: &[u8], max_len: usize, sink: &mut S) {
         // tokenizer reads any word as a name: `` `status`.x `` is `status.x`.
         let before_qualifier = tok.kind == TokenKind::QuotedIdentifier && {
             let mut look = toks.clone();
-            look.next().is_some_and(|t| t.is_operator("."))
+            look.next().is_some_and(|t| t.op() == b'.')
                 && look.next().is_some_and(|t| {
                     matches!(t.kind, TokenKind::Identifier | TokenKind::QuotedIdentifier)
-                        || t.is_operator("*")
+                        || t.op() == b'*'
                 })
         };
-        p.token(tok, after_qualifier, before_qualifier);
+        p.token(tok, toks.keyword(), after_qualifier, before_qualifier);
     }
 }
 
@@ -499,15 +521,15 @@ fn print<S: Sink>(text: &[u8], max_len: usize, sink: &mut S) {
 fn literal_list(toks: &mut Tokens<'_>) -> bool {
     loop {
         let mut t = toks.next();
-        while t.is_some_and(|t| t.is_operator("-") || t.is_operator("+")) {
+        while t.is_some_and(|t| matches!(t.op(), b'-' | b'+')) {
             t = toks.next();
         }
         if !t.is_some_and(|t| t.is_literal()) {
             return false;
         }
         match toks.next() {
-            Some(t) if t.is_operator(")") => return true,
-            Some(t) if t.is_operator(",") => {}
+            Some(t) if t.op() == b')' => return true,
+            Some(t) if t.op() == b',' => {}
             _ => return false,
         }
     }

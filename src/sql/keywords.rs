@@ -15,7 +15,7 @@ pub(crate) const CALL_PAREN: u8 = 1;
 /// A value by itself (`TRUE`, `CURRENT_TIMESTAMP`, `END` of `CASE`): a `-` after it is binary.
 pub(crate) const OPERAND: u8 = 2;
 
-/// Sorted by bytes (upper case), for binary search; `sorted_and_upper` in the tests checks it.
+/// Sorted by bytes (upper case) for the reader; the tests check it.
 pub(crate) const KEYWORDS: &[(&str, u8)] = &[
     ("ACCESSIBLE", 0),
     ("ADD", 0),
@@ -414,20 +414,60 @@ pub(crate) const KEYWORDS: &[(&str, u8)] = &[
 /// The longest keyword, in bytes: longer words are never looked up.
 const MAX_KEYWORD_LEN: usize = 24;
 
+/// Slots of the open-addressing index into [`KEYWORDS`] (a power of two, over twice the
+/// keywords, so a probe sequence is short).
+const SLOTS: usize = 1024;
+
+/// FNV-1a of the upper-case bytes, as a slot.
+const fn slot_of(word: &[u8]) -> usize {
+    let mut h: u32 = 0x811c_9dc5;
+    let mut i = 0;
+    while i < word.len() {
+        h = (h ^ word[i] as u32).wrapping_mul(0x0100_0193);
+        i += 1;
+    }
+    h as usize & (SLOTS - 1)
+}
+
+/// `KEYWORDS` index + 1 per slot (0: empty), built at compile time: a lookup costs one hash of
+/// the word and about one comparison, not a binary search (this runs for every word of every
+/// statement).
+const INDEX: [u16; SLOTS] = {
+    let mut index = [0u16; SLOTS];
+    let mut k = 0;
+    while k < KEYWORDS.len() {
+        let mut s = slot_of(KEYWORDS[k].0.as_bytes());
+        while index[s] != 0 {
+            s = (s + 1) & (SLOTS - 1);
+        }
+        index[s] = (k + 1) as u16;
+        k += 1;
+    }
+    index
+};
+
 /// The keyword `word` spells (any case), with its flags.
 pub(crate) fn lookup(word: &[u8]) -> Option<(&'static str, u8)> {
     if word.len() > MAX_KEYWORD_LEN || word.is_empty() {
         return None;
     }
-    let mut upper = [0u8; MAX_KEYWORD_LEN];
-    let upper = &mut upper[..word.len()];
+    let mut buf = [0u8; MAX_KEYWORD_LEN];
+    let upper = &mut buf[..word.len()];
+    // slot_of, fused with the upper-casing.
+    let mut h: u32 = 0x811c_9dc5;
     for (u, b) in upper.iter_mut().zip(word) {
         *u = b.to_ascii_uppercase();
+        h = (h ^ u32::from(*u)).wrapping_mul(0x0100_0193);
     }
-    KEYWORDS
-        .binary_search_by(|(k, _)| k.as_bytes().cmp(upper))
-        .ok()
-        .and_then(|i| KEYWORDS.get(i).copied())
+    let mut s = h as usize & (SLOTS - 1);
+    loop {
+        let entry = *INDEX.get(s)?;
+        let (name, flags) = *KEYWORDS.get(usize::from(entry).checked_sub(1)?)?;
+        if name.as_bytes() == upper {
+            return Some((name, flags));
+        }
+        s = (s + 1) & (SLOTS - 1);
+    }
 }
 
 /// Character sets an introducer can name (`_latin1'x'`, `_binary 0x41`), MySQL's and MariaDB's.

@@ -59,7 +59,20 @@ impl Token<'_> {
 
     /// True for the operator or punctuation `op`.
     pub fn is_operator(&self, op: &str) -> bool {
-        self.kind == TokenKind::Operator && self.text == op.as_bytes()
+        self.kind == TokenKind::Operator
+            && match (self.text, op.as_bytes()) {
+                ([a], [b]) => a == b,
+                (text, op) => text == op,
+            }
+    }
+
+    /// The byte of a one-byte operator (`(`, `,`, `-`, ...), else 0: one comparison per
+    /// operator on the digest's path instead of a slice comparison.
+    pub(crate) fn op(&self) -> u8 {
+        match (self.kind, self.text) {
+            (TokenKind::Operator, &[b]) => b,
+            _ => 0,
+        }
     }
 
     /// True for a keyword or a bare identifier spelled `upper` in any case: for words a
@@ -99,6 +112,8 @@ pub struct Tokens<'a> {
     prev: Option<(TokenKind, usize)>,
     /// The previous token is a `.` right after a name: the next word is a name too.
     after_qualifier: bool,
+    /// The keyword the last token is, with its flags (saves the printer a second lookup).
+    keyword: Option<(&'static str, u8)>,
 }
 
 /// Iterates over the tokens of `text`.
@@ -108,6 +123,7 @@ pub fn tokens(text: &[u8]) -> Tokens<'_> {
         pos: 0,
         prev: None,
         after_qualifier: false,
+        keyword: None,
     }
 }
 
@@ -123,9 +139,18 @@ impl<'a> Tokens<'a> {
         self.after_qualifier
     }
 
+    /// The canonical spelling and flags of the last token, if it was a keyword.
+    pub(crate) fn keyword(&self) -> Option<(&'static str, u8)> {
+        self.keyword
+    }
+
     /// The text not read yet.
     pub fn rest(&self) -> &'a [u8] {
         self.text.get(self.pos..).unwrap_or_default()
+    }
+
+    fn rest_from(&self, i: usize) -> &'a [u8] {
+        self.text.get(i..).unwrap_or_default()
     }
 
     fn at(&self, i: usize) -> u8 {
@@ -165,8 +190,19 @@ impl<'a> Tokens<'a> {
         }
     }
 
-    /// The token starting at `self.pos` (not blank): its kind and end.
-    fn scan_token(&self) -> (TokenKind, usize) {
+    /// The token starting at `self.pos` (not blank): its kind, end, and keyword entry.
+    fn scan_token(&self) -> (TokenKind, usize, Option<(&'static str, u8)>) {
+        let b = self.at(self.pos);
+        // A word; one starting with a digit only after a qualifier (else it may be a number).
+        if is_ident(b) && (self.after_qualifier || !b.is_ascii_digit()) {
+            return self.scan_word();
+        }
+        let (kind, end) = self.scan_other();
+        (kind, end, None)
+    }
+
+    /// A token that is not a word.
+    fn scan_other(&self) -> (TokenKind, usize) {
         let text = self.text;
         let start = self.pos;
         let b = self.at(start);
@@ -187,8 +223,7 @@ impl<'a> Tokens<'a> {
             b'.' if next.is_ascii_digit() && !self.glued_to_name(start) => {
                 (TokenKind::Number, number_tail(text, start))
             }
-            b'0'..=b'9' if !self.after_qualifier => scan_digits(text, start),
-            b if is_ident(b) => self.scan_word(),
+            b'0'..=b'9' => scan_digits(text, start),
             b if b.is_ascii_punctuation() => {
                 (TokenKind::Operator, start + operator_len(text, start))
             }
@@ -223,7 +258,8 @@ impl<'a> Tokens<'a> {
         } else if name_at == start + 1 && c == b'`' {
             (TokenKind::Variable, backtick_end(self.text, name_at))
         } else if self.has(name_at) && is_ident(c) {
-            let len = self.text[name_at..]
+            let len = self
+                .rest_from(name_at)
                 .iter()
                 .take_while(|&&c| is_ident(c) || c == b'.')
                 .count();
@@ -235,33 +271,42 @@ impl<'a> Tokens<'a> {
 
     /// A word starting with a letter, `_`, `$` or a byte >= 0x80 (or any word after a
     /// qualifier's `.`).
-    fn scan_word(&self) -> (TokenKind, usize) {
+    fn scan_word(&self) -> (TokenKind, usize, Option<(&'static str, u8)>) {
         let text = self.text;
         let start = self.pos;
         let end = ident_end(text, start);
-        let word = &text[start..end];
+        let word = text.get(start..end).unwrap_or_default();
         if self.after_qualifier {
-            return (TokenKind::Identifier, end);
+            return (TokenKind::Identifier, end, None);
         }
-        if word.len() == 1 && self.at(end) == b'\'' {
-            match word[0] {
-                b'x' | b'X' | b'b' | b'B' => {
-                    return (TokenKind::HexOrBitLiteral, plain_quote_end(text, end));
+        if self.at(end) == b'\'' {
+            match word {
+                [b'x' | b'X' | b'b' | b'B'] => {
+                    return (TokenKind::HexOrBitLiteral, plain_quote_end(text, end), None);
                 }
-                b'n' | b'N' => return (TokenKind::String, string_end(text, end)),
+                [b'n' | b'N'] => return (TokenKind::String, string_end(text, end), None),
                 _ => {}
             }
         }
-        if keywords::is_introducer(word) {
-            let lit = end + text[end..].iter().take_while(|&&c| is_space(c)).count();
+        if word.first() == Some(&b'_') && keywords::is_introducer(word) {
+            let lit = end
+                + self
+                    .rest_from(end)
+                    .iter()
+                    .take_while(|&&c| is_space(c))
+                    .count();
             match (self.at(lit), self.at(lit + 1)) {
-                (b'\'' | b'"', _) => return (TokenKind::String, string_end(text, lit)),
+                (b'\'' | b'"', _) => return (TokenKind::String, string_end(text, lit), None),
                 (b'x' | b'X' | b'b' | b'B', b'\'') => {
-                    return (TokenKind::HexOrBitLiteral, plain_quote_end(text, lit + 1));
+                    return (
+                        TokenKind::HexOrBitLiteral,
+                        plain_quote_end(text, lit + 1),
+                        None,
+                    );
                 }
                 (b'0', _) => {
                     if let (TokenKind::HexOrBitLiteral, e) = scan_digits(text, lit) {
-                        return (TokenKind::HexOrBitLiteral, e);
+                        return (TokenKind::HexOrBitLiteral, e, None);
                     }
                 }
                 _ => {}
@@ -273,14 +318,14 @@ impl<'a> Tokens<'a> {
             let c = self.at(end + 1);
             self.has(end + 1) && (is_ident(c) || c == b'`' || c == b'*')
         } {
-            return (TokenKind::Identifier, end);
+            return (TokenKind::Identifier, end, None);
         }
         if word.eq_ignore_ascii_case(b"NULL") {
-            return (TokenKind::Null, end);
+            return (TokenKind::Null, end, None);
         }
         match keywords::lookup(word) {
-            Some(_) => (TokenKind::Keyword, end),
-            None => (TokenKind::Identifier, end),
+            Some(entry) => (TokenKind::Keyword, end, Some(entry)),
+            None => (TokenKind::Identifier, end, None),
         }
     }
 }
@@ -293,12 +338,13 @@ impl<'a> Iterator for Tokens<'a> {
             return None;
         }
         let start = self.pos;
-        let (kind, end) = self.scan_token();
+        let (kind, end, keyword) = self.scan_token();
         // Every token is at least one byte and ends within the text.
         let end = end.clamp(start + 1, self.text.len());
         let text = self.text.get(start..end)?;
-        self.after_qualifier = kind == TokenKind::Operator
-            && text == b"."
+        self.keyword = keyword;
+        self.after_qualifier = text == b"."
+            && kind == TokenKind::Operator
             && matches!(self.prev, Some((k, _)) if is_name_kind(k));
         self.prev = Some((kind, end));
         self.pos = end;
@@ -313,14 +359,33 @@ fn is_name_kind(k: TokenKind) -> bool {
     )
 }
 
+const SPACE: u8 = 1;
+const IDENT: u8 = 2;
+
+/// Each byte's class, one table look-up per byte on the hot path.
+const CLASS: [u8; 256] = {
+    let mut class = [0u8; 256];
+    let mut b = 0;
+    while b < 256 {
+        let c = b as u8;
+        if matches!(c, b' ' | b'\t' | b'\n' | 0x0b | 0x0c | b'\r') {
+            class[b] = SPACE;
+        } else if c.is_ascii_alphanumeric() || c == b'_' || c == b'$' || c >= 0x80 {
+            class[b] = IDENT;
+        }
+        b += 1;
+    }
+    class
+};
+
 /// The servers' whitespace: space, tab, newline, vertical tab, form feed, carriage return.
 pub(crate) fn is_space(b: u8) -> bool {
-    matches!(b, b' ' | b'\t' | b'\n' | 0x0b | 0x0c | b'\r')
+    CLASS[usize::from(b)] == SPACE
 }
 
-/// A byte that may appear in an unquoted identifier.
+/// A byte that may appear in an unquoted identifier (letters, digits, `_`, `$`, bytes >= 0x80).
 pub(crate) fn is_ident(b: u8) -> bool {
-    b.is_ascii_alphanumeric() || b == b'_' || b == b'$' || b >= 0x80
+    CLASS[usize::from(b)] == IDENT
 }
 
 fn ident_end(text: &[u8], start: usize) -> usize {
