@@ -19,7 +19,7 @@ seconds=${1:-600}
 shift || true
 targets=("$@")
 if [ ${#targets[@]} -eq 0 ]; then
-    targets=(codec greeting handshake_response tracker compress proxy_header)
+    targets=(codec greeting handshake_response tracker compress proxy_header sql_digest)
 fi
 case $seconds in
 '' | *[!0-9]*)
