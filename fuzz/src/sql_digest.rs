@@ -19,7 +19,11 @@ pub fn sql_digest(data: &[u8]) {
     let read = text.get(..max_len).unwrap_or(text);
 
     let normal = normalize(text, max_len);
-    assert_eq!(normal, normalize(read, usize::MAX), "max_len {max_len} is not a prefix");
+    assert_eq!(
+        normal,
+        normalize(read, usize::MAX),
+        "max_len {max_len} is not a prefix"
+    );
     assert!(
         normal.len() <= 3 * read.len() + 8,
         "{} bytes printed from {}",
@@ -43,7 +47,10 @@ pub fn sql_digest(data: &[u8]) {
     for t in tokens(read) {
         let start = t.text.as_ptr() as usize - base;
         assert!(!t.text.is_empty(), "empty token at {start}");
-        assert!(start >= at, "token at {start} overlaps the one ending at {at}");
+        assert!(
+            start >= at,
+            "token at {start} overlaps the one ending at {at}"
+        );
         at = start + t.text.len();
         assert!(at <= read.len(), "token past the end");
         count += 1;
