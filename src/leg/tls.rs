@@ -11,6 +11,14 @@
 //! again only when rustls has no plaintext left. A write encrypts what the relay wrote (one
 //! record per 16 KiB) and sends what rustls queued at once.
 //!
+//! What is left of rustls' own overhead (0.23): it copies each received record's plaintext into
+//! a `Vec` of its own, encrypts each record sent into a new `Vec` and sends those through a
+//! 64-slice `writev` list, and its incoming buffer grows 4 KiB at a time (zeroed, reallocated,
+//! shrunk again once empty) for every record larger than that. Its unbuffered API
+//! (`rustls::unbuffered`) would remove the last two but not the copies into a `Vec` (there, too,
+//! a received record is popped from a queue of `Vec`s, and a sent one is encrypted into a `Vec`
+//! before being copied into the caller's buffer), and would need the handshake driven by hand.
+//!
 //! Everything TLS is still rustls': records, alerts, key updates, close_notify. End of stream is
 //! as rustls' reader says: zero bytes after the peer's close_notify, `UnexpectedEof` when the
 //! socket ended without one (a truncation), `InvalidData` on a bad record (after one attempt to
