@@ -19,16 +19,25 @@ use crate::protocol::compress::Role;
 use crate::relay::GiveBack;
 use crate::stream::compressed::Compressed;
 
+mod tls;
+pub use tls::TlsLeg;
+
 /// A leg's byte stream.
 pub enum LegStream<S> {
     Plain(S),
-    Tls(Box<TlsStream<S>>),
+    /// TLS past the handshake (see [`TlsLeg`]).
+    Tls(Box<TlsLeg<S>>),
     /// Compressed frames over a plain or TLS leg: reads give plain packets, writes are framed.
     Compressed(Box<Compressed<LegStream<S>>>),
     Closed,
 }
 
 impl<S> LegStream<S> {
+    /// The leg once its TLS handshake (by tokio-rustls) is done.
+    pub fn tls(stream: TlsStream<S>) -> Self {
+        Self::Tls(Box::new(TlsLeg::new(stream)))
+    }
+
     /// Whether the leg is encrypted.
     pub fn is_tls(&self) -> bool {
         match self {
@@ -60,10 +69,7 @@ impl<S> LegStream<S> {
     pub fn tls_description(&self) -> Option<String> {
         match self {
             Self::Compressed(c) => c.get_ref().tls_description(),
-            Self::Tls(s) => Some(crate::tls::describe(match s.as_ref() {
-                TlsStream::Client(c) => c.get_ref().1,
-                TlsStream::Server(c) => c.get_ref().1,
-            })),
+            Self::Tls(s) => Some(crate::tls::describe(s.state())),
             _ => None,
         }
     }
@@ -74,11 +80,10 @@ impl<S> LegStream<S> {
             return c.get_ref().peer_certificate();
         }
         let Self::Tls(s) = self else { return None };
-        let certs = match s.as_ref() {
-            TlsStream::Client(c) => c.get_ref().1.peer_certificates(),
-            TlsStream::Server(c) => c.get_ref().1.peer_certificates(),
-        }?;
-        certs.first().map(|c| c.clone().into_owned())
+        s.state()
+            .peer_certificates()?
+            .first()
+            .map(|c| c.clone().into_owned())
     }
 }
 
@@ -139,12 +144,21 @@ impl<S: AsyncRead + AsyncWrite + Unpin> AsyncWrite for LegStream<S> {
 
 impl<S> GiveBack for LegStream<S> {
     fn holds_memory(&self) -> bool {
-        matches!(self, Self::Compressed(c) if c.holds_memory())
+        match self {
+            Self::Compressed(c) => c.holds_memory() || c.get_ref().holds_memory(),
+            Self::Tls(t) => t.holds_memory(),
+            _ => false,
+        }
     }
 
     fn give_back(&mut self) {
-        if let Self::Compressed(c) = self {
-            c.shrink();
+        match self {
+            Self::Compressed(c) => {
+                c.shrink();
+                c.get_mut().give_back();
+            }
+            Self::Tls(t) => t.give_back(),
+            _ => {}
         }
     }
 }

@@ -478,4 +478,4 @@ pub fn describe(common: &CommonState) -> String {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

@@ -8,6 +8,8 @@
 mod checks;
 #[path = "../fuzz/src/proxy_in.rs"]
 mod proxy_in_checks;
+#[path = "../fuzz/src/sql_digest.rs"]
+mod sql_digest_checks;
 
 use std::path::{Path, PathBuf};
 
@@ -1186,13 +1188,14 @@ proptest! {
 #[test]
 fn fuzz_seeds_and_crash_reproducers_pass_the_checks() {
     type Check = fn(&[u8]);
-    let targets: [(&str, Check); 6] = [
+    let targets: [(&str, Check); 7] = [
         ("codec", checks::codec),
         ("compress", checks::compress),
         ("greeting", checks::greeting),
         ("handshake_response", checks::handshake_response),
         ("tracker", checks::tracker),
         ("proxy_header", proxy_in_checks::proxy_header),
+        ("sql_digest", sql_digest_checks::sql_digest),
     ];
     let mut failed = Vec::new();
     for (target, check) in targets {

@@ -4,3 +4,4 @@
 
 pub mod checks;
 pub mod proxy_in;
+pub mod sql_digest;

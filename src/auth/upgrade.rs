@@ -96,7 +96,7 @@ where
         .accept(plain)
         .await
         .map_err(AuthError::ClientTls)?;
-    *client = LegStream::Tls(Box::new(TlsStream::Server(stream)));
+    *client = LegStream::tls(TlsStream::Server(stream));
     let packet = read_packet(client, buf, max)
         .await
         .map_err(AuthError::ClientRead)?;
@@ -139,7 +139,7 @@ where
         .connect(name, plain)
         .await
         .map_err(AuthError::BackendTls)?;
-    *backend = LegStream::Tls(Box::new(TlsStream::Client(stream)));
+    *backend = LegStream::tls(TlsStream::Client(stream));
     Ok(())
 }
 

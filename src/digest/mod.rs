@@ -11,9 +11,10 @@
 //!   table), merged on read, as the latency histograms are;
 //! - a session hashes the normalized statement without allocating; the normalized text is built
 //!   only when a shard sees a digest for the first time;
-//! - the table holds at most `digests.max_entries` rows: when a shard is full, the eighth of its
-//!   rows with the least total time fold into one "(other)" row per backend, so every count and
-//!   sum over the table stays exact.
+//! - the table holds at most `digests.max_entries` rows over all shards (a busy worker may hold
+//!   most of them): when it is full, the shard that needs a row folds the eighth of its rows
+//!   with the least total time into one "(other)" row per backend, so every count and sum over
+//!   the table stays exact.
 
 mod session;
 mod shard;
@@ -26,7 +27,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 pub use session::Session;
-use shard::Shard;
+use shard::{Budget, Shard};
 pub use shard::{Kind, Stats};
 
 use crate::config::DigestConfig;
@@ -90,6 +91,7 @@ pub struct Digests {
     slow_per_second: AtomicU32,
     slow: SlowLog,
     shards: Box<[Mutex<Shard>]>,
+    budget: Arc<Budget>,
     /// When the table was started or last reset.
     since: Mutex<SystemTime>,
 }
@@ -131,6 +133,7 @@ impl Digests {
         let shards = std::thread::available_parallelism()
             .map_or(1, |n| n.get())
             .clamp(1, 64);
+        let budget = Arc::new(Budget::new(config.max_entries));
         let table = Self {
             enabled: AtomicBool::new(false),
             max_query_length: AtomicUsize::new(0),
@@ -140,8 +143,9 @@ impl Digests {
             slow_per_second: AtomicU32::new(0),
             slow: SlowLog::default(),
             shards: (0..shards)
-                .map(|_| Mutex::new(Shard::new(config.max_entries / shards)))
+                .map(|_| Mutex::new(Shard::new(Arc::clone(&budget))))
                 .collect(),
+            budget,
             since: Mutex::new(SystemTime::now()),
         };
         table.apply(config);
@@ -164,12 +168,7 @@ impl Digests {
         self.slow_threshold.store(slow, Ordering::Relaxed);
         self.slow_per_second
             .store(config.slow_query_log_per_second, Ordering::Relaxed);
-        let per_shard = config.max_entries / self.shards.len();
-        for shard in self.shards.iter() {
-            if let Ok(mut s) = shard.lock() {
-                s.set_capacity(per_shard);
-            }
-        }
+        self.budget.set_max(config.max_entries);
     }
 
     pub fn enabled(&self) -> bool {
@@ -238,7 +237,7 @@ impl Digests {
             rows,
             folded,
             since: self.since.lock().map_or(UNIX_EPOCH, |s| *s),
-            max_entries: self.shards.len() * self.shards[0].lock().map_or(0, |s| s.capacity()),
+            max_entries: self.budget.max(),
             enabled: self.enabled(),
         }
     }

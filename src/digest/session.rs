@@ -137,7 +137,7 @@ impl Session {
             Err(_) => return 0,
         };
         let schema = match sql::classify(text) {
-            sql::Statement::Use(name) => Some(lossy(unquote(name))),
+            sql::Statement::Use(name) => Some(lossy(&name)),
             _ => None,
         };
         self.known.insert(tag, Known { texts, schema });
@@ -234,15 +234,6 @@ fn change_user(body: &[u8]) -> Option<(Arc<str>, Arc<str>)> {
     Some((lossy(user), lossy(schema)))
 }
 
-/// A schema name as `USE` wrote it, without its backticks.
-fn unquote(name: &[u8]) -> &[u8] {
-    let name = name.strip_suffix(b";").unwrap_or(name).trim_ascii();
-    match name {
-        [b'`', inner @ .., b'`'] => inner,
-        _ => name,
-    }
-}
-
 /// The statement as sent, cut to `len` bytes, as the row's sample; none for statements that may
 /// carry a password (`IDENTIFIED BY`, `SET PASSWORD`, ...).
 fn sample(text: &[u8], len: usize) -> Arc<str> {
@@ -286,11 +277,5 @@ mod tests {
         assert_eq!(&*sample(b"SELECT 12345", 8), "SELECT 1");
         assert_eq!(&*sample(b"create user x identified by 'pw'", 256), "");
         assert_eq!(&*sample(b"SET PASSWORD = 'pw'", 256), "");
-    }
-
-    #[test]
-    fn use_names_lose_their_quotes() {
-        assert_eq!(unquote(b"`shop`"), b"shop");
-        assert_eq!(unquote(b"shop;"), b"shop");
     }
 }

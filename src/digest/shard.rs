@@ -3,6 +3,7 @@
 
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -136,6 +137,43 @@ fn key(digest: Digest, kind: Kind, ident: &Ident) -> u64 {
         ^ ident.hash
 }
 
+/// The table's row bound, shared by its shards: a worker that is busier than the others may hold
+/// more of the rows, and the bound holds over all of them.
+#[derive(Debug, Default)]
+pub(super) struct Budget {
+    used: AtomicUsize,
+    max: AtomicUsize,
+}
+
+impl Budget {
+    pub(super) fn new(max: usize) -> Self {
+        Self {
+            used: AtomicUsize::new(0),
+            max: AtomicUsize::new(max),
+        }
+    }
+
+    pub(super) fn set_max(&self, max: usize) {
+        self.max.store(max, Ordering::Relaxed);
+    }
+
+    pub(super) fn max(&self) -> usize {
+        self.max.load(Ordering::Relaxed)
+    }
+
+    fn full(&self) -> bool {
+        self.used.load(Ordering::Relaxed) >= self.max()
+    }
+
+    fn add(&self, n: usize) {
+        self.used.fetch_add(n, Ordering::Relaxed);
+    }
+
+    fn remove(&self, n: usize) {
+        self.used.fetch_sub(n, Ordering::Relaxed);
+    }
+}
+
 #[derive(Debug, Default)]
 pub(super) struct Shard {
     rows: HashMap<u64, Row, BuildHasherDefault<KeyHasher>>,
@@ -144,7 +182,7 @@ pub(super) struct Shard {
     others: Vec<(Arc<Ident>, Stats)>,
     /// Normalized texts by digest, shared by rows and by sessions' caches.
     texts: HashMap<u64, Texts, BuildHasherDefault<KeyHasher>>,
-    capacity: usize,
+    budget: Arc<Budget>,
     folded: u64,
 }
 
@@ -155,19 +193,11 @@ impl std::fmt::Debug for KeyHasher {
 }
 
 impl Shard {
-    pub(super) fn new(capacity: usize) -> Self {
+    pub(super) fn new(budget: Arc<Budget>) -> Self {
         Self {
-            capacity: capacity.max(8),
+            budget,
             ..Self::default()
         }
-    }
-
-    pub(super) fn set_capacity(&mut self, capacity: usize) {
-        self.capacity = capacity.max(8);
-    }
-
-    pub(super) fn capacity(&self) -> usize {
-        self.capacity
     }
 
     pub(super) fn folded(&self) -> u64 {
@@ -175,6 +205,7 @@ impl Shard {
     }
 
     pub(super) fn clear(&mut self) {
+        self.budget.remove(self.rows.len());
         self.rows.clear();
         self.others.clear();
         self.folded = 0;
@@ -183,7 +214,7 @@ impl Shard {
 
     /// The texts of `digest`, made by `make` (normalizing the statement) if this shard has none.
     pub(super) fn texts(&mut self, digest: Digest, make: impl FnOnce() -> Texts) -> Texts {
-        if self.texts.len() > 2 * self.capacity {
+        if self.texts.len() > 2 * self.budget.max().max(8) {
             self.prune_texts();
         }
         self.texts.entry(digest.0).or_insert_with(make).clone()
@@ -210,9 +241,15 @@ impl Shard {
             }
             return;
         }
-        if self.rows.len() >= self.capacity {
+        if self.budget.full() {
             self.evict();
+            if self.budget.full() {
+                // Other workers hold the rows: this statement goes to "(other)".
+                self.other(ident, c, now);
+                return;
+            }
         }
+        self.budget.add(1);
         let mut stats = Stats::new(now);
         stats.add(c, now);
         self.rows.insert(
@@ -266,6 +303,7 @@ impl Shard {
                 let now = row.stats.first;
                 self.other_row(&row.ident, now).merge(&row.stats);
                 self.folded += 1;
+                self.budget.remove(1);
             }
         }
         self.prune_texts();
@@ -328,7 +366,7 @@ mod tests {
 
     #[test]
     fn rows_stay_bounded_and_totals_exact_when_folded() {
-        let mut s = Shard::new(64);
+        let mut s = Shard::new(Arc::new(Budget::new(64)));
         let ident = Ident::new("b1", "p", "u", "s");
         let now = Instant::now();
         let mut want_sum = 0;
@@ -349,7 +387,7 @@ mod tests {
 
     #[test]
     fn the_same_digest_under_other_users_or_kinds_is_another_row() {
-        let mut s = Shard::new(64);
+        let mut s = Shard::new(Arc::new(Budget::new(64)));
         let (a, b) = (
             Ident::new("b1", "p", "u1", "s"),
             Ident::new("b1", "p", "u2", "s"),
@@ -375,7 +413,7 @@ mod tests {
 
     #[test]
     fn a_reset_forgets_rows_and_unused_texts() {
-        let mut s = Shard::new(64);
+        let mut s = Shard::new(Arc::new(Budget::new(64)));
         let ident = Ident::new("b1", "p", "u", "s");
         let t = s.texts(Digest(1), || texts("q"));
         s.record(Digest(1), Kind::Query, &ident, &t, &done(5), Instant::now());

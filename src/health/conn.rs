@@ -85,7 +85,7 @@ impl Conn<LegStream<BackendStream>> {
                 stage: Stage::Tls,
                 source: PacketReadError::Io(e),
             })?;
-        self.stream = LegStream::Tls(Box::new(tokio_rustls::TlsStream::Client(tls)));
+        self.stream = LegStream::tls(tokio_rustls::TlsStream::Client(tls));
         Ok(())
     }
 }

@@ -85,46 +85,10 @@ fn with_id(payload: &[u8], id: u32) -> Vec<u8> {
     p
 }
 
-/// Whether a statement may change data: anything but reads and session/transaction control.
+/// Whether `--read-only` skips a statement: anything not known to change no data (a `SET`,
+/// `CALL` or `DO` may write; see `sql::Statement::is_read_only`).
 pub fn writes(text: &[u8]) -> bool {
-    let mut t = text;
-    loop {
-        t = t.trim_ascii_start();
-        if let Some(rest) = t.strip_prefix(b"/*") {
-            match rest.windows(2).position(|w| w == b"*/") {
-                Some(end) => t = &rest[end + 2..],
-                None => return false,
-            }
-        } else if let Some(rest) = t.strip_prefix(b"(") {
-            t = rest;
-        } else {
-            break;
-        }
-    }
-    let word: Vec<u8> = t
-        .iter()
-        .take_while(|b| b.is_ascii_alphabetic())
-        .map(u8::to_ascii_lowercase)
-        .collect();
-    !matches!(
-        &word[..],
-        b"select"
-            | b"show"
-            | b"describe"
-            | b"desc"
-            | b"explain"
-            | b"set"
-            | b"use"
-            | b"begin"
-            | b"start"
-            | b"commit"
-            | b"rollback"
-            | b"savepoint"
-            | b"release"
-            | b"do"
-            | b"help"
-            | b"values"
-    )
+    !sql::classify(text).is_read_only()
 }
 
 impl Planner {

@@ -1,44 +1,87 @@
-//! PLACEHOLDER until the sqlnorm branch lands (replaced by the real tokenizer at merge).
-#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
-pub struct Digest(pub u64);
-impl std::fmt::Display for Digest {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{:016x}", self.0)
-    }
-}
-pub fn digest(text: &[u8], max_len: usize) -> Digest {
-    let mut h: u64 = 0xcbf29ce484222325;
-    for b in normalize(text, max_len).bytes() {
-        h = (h ^ b as u64).wrapping_mul(0x100000001b3);
-    }
-    Digest(h)
-}
-pub fn normalize(text: &[u8], max_len: usize) -> String {
-    let t = &text[..text.len().min(max_len)];
-    let s = String::from_utf8_lossy(t);
-    let mut out = String::new();
-    let mut prev_digit = false;
-    for c in s.chars() {
-        if c.is_ascii_digit() {
-            if !prev_digit {
-                out.push('?');
-            }
-            prev_digit = true;
-        } else {
-            prev_digit = false;
-            out.push(c);
-        }
-    }
-    out.split_whitespace().collect::<Vec<_>>().join(" ")
-}
-pub enum Statement<'a> {
-    Use(&'a [u8]),
-    Other,
-}
-pub fn classify(text: &[u8]) -> Statement<'_> {
-    let t = text.trim_ascii();
-    if t.len() > 4 && t[..4].eq_ignore_ascii_case(b"use ") {
-        return Statement::Use(t[4..].trim_ascii());
-    }
-    Statement::Other
-}
+//! Sans-IO SQL text handling: a tokenizer for MySQL/MariaDB statements, the statement
+//! normalizer and its 64-bit digest (the key of the query-digest table), and a classifier of
+//! statement kinds.
+//!
+//! Why its own tokenizer and not a parser: the digest runs on every `COM_QUERY` and
+//! `COM_STMT_PREPARE` text, so it must be one allocation-free pass over bytes that may be
+//! truncated, invalid UTF-8 or not SQL at all; and the same token stream will tell
+//! session-state statements apart (`USE`, `SET`, `BEGIN`, `LOCK TABLES`, `PREPARE`, ...) for
+//! transaction pooling. Nothing here imports the rest of the crate.
+//!
+//! # Normalization rules
+//!
+//! [`normalize`] prints the tokens of the first `max_len` bytes; [`digest`] hashes exactly those
+//! bytes (without building them), so two statements share a digest iff they normalize alike
+//! (up to 64-bit collisions).
+//!
+//! - **Literals become `?`**: strings in either quote (backslash escapes, doubled quotes;
+//!   `NO_BACKSLASH_ESCAPES` cannot be known from the text, so `'a\'` is read as unterminated),
+//!   `N'..'`, numbers (`12`, `1.5`, `.5`, `1e10`, `2.5e-3`), `0x1F`, `X'1F'`, `0b01`, `b'01'`,
+//!   a character set introducer with its literal (`_utf8mb4'x'`, `_binary 0x41`), `?`
+//!   placeholders, and `NULL` except right after `IS` or `NOT` (`IS NULL`, `NOT NULL` stay
+//!   keywords). `TRUE` and `FALSE` stay keywords. `"x"` is a string (the default `sql_mode`;
+//!   under `ANSI_QUOTES` it would be a name).
+//! - **Signs**: `+`/`-` right before a literal fold into it (`-1` is `?`) where they are unary:
+//!   at the start, after an operator, `(`, `,`, `;` or a keyword (except value keywords such as
+//!   `TRUE`, `CURRENT_TIMESTAMP`, `END`). After a name, a value or `)` they are binary:
+//!   `a-1` is `a - ?`.
+//! - **Lists**: a parenthesized list of only literals (signed or not) is `(...)` whatever its
+//!   length (`IN (1)` and `IN (1, 2, 3)` alike), and a comma-separated run of such lists is one
+//!   (`VALUES (1, 2), (3, 4)` is `VALUES (...)`). A list with anything else in it
+//!   (`(1, NOW())`) is printed token by token.
+//! - **Comments are dropped**: `-- ` (two dashes then whitespace, a control byte or the end),
+//!   `#` to the end of the line, `/* ... */` (comments do not nest: the first `*/` ends one; an
+//!   unterminated comment runs to the end). Optimizer hints `/*+ ... */` and executable comments
+//!   `/*! ... */`, `/*!50100 ... */`, MariaDB's `/*M!100100 ... */` are kept, each as one token
+//!   printed as its opener (with the version), its text whitespace-collapsed, ` */`.
+//! - **Keywords** (a fixed list, see `keywords.rs`) are upper-cased; names are printed as
+//!   written. A backticked name is printed without backticks when it reads back as the same
+//!   name (so `` `t` `` and `t` are one digest), with them otherwise (`` `my table` ``,
+//!   `` `select` ``, `` `123` ``); a bare word after a qualifier's `.` (`t.order`) or right
+//!   before one (`user.id`) is a name, never a keyword, as in the servers' lexers. Variables
+//!   (`@x`, `@@SESSION.x`) are lower-cased (their names are case-insensitive).
+//! - **Spacing**: one space between tokens, none after `(` and `.`, none before `)`, `,`, `;`
+//!   and `.`, none around the `@` of `'user'@'host'`, and none between a name or a
+//!   function/type keyword and the `(` after it: `SELECT COUNT(*) FROM t WHERE a.b IN (...)`,
+//!   `INSERT INTO t(a, b) VALUES (...)`, `VARCHAR(...)`. Whitespace and comments in the text
+//!   therefore never matter.
+//! - **Semicolons**: trailing `;` are dropped; a multi-statement text (`SELECT 1; SELECT 2`) is
+//!   one digest of the whole text (`SELECT ?; SELECT ?`).
+//! - **Truncation**: only the first `max_len` bytes are read, and the digest is that of the
+//!   truncated prefix (a string cut off is still one `?`). Performance Schema also cuts at
+//!   `max_digest_length` and appends `...`; here nothing is appended.
+//! - **Bytes**: an unterminated string or quoted name runs to the end; bytes that are not UTF-8
+//!   are printed as U+FFFD (a non-ASCII byte is a name byte, as in the servers); a control byte
+//!   outside a token is printed as is.
+//!
+//! # Differences from Performance Schema
+//!
+//! MariaDB 10.11's `events_statements_summary_by_digest` (checked by `tests/digest_grouping.rs`)
+//! groups differently where its lexer and grammar know more, or where these rules chose
+//! otherwise:
+//! - it prints every token space-separated and every name in backticks (`` `t` . `a` ``);
+//! - `IN (1)` is `IN (?)`, apart from `IN (1, 2)` = `IN (...)`; a multi-row `VALUES (..), (..)`
+//!   is `VALUES (...) /* , ... */`, apart from one row; and a bare run of values is folded too
+//!   (`LIMIT ?, ...`, `SELECT ?, ...`): here only parenthesized lists are;
+//! - `= -1` is `= - ?` (it folds a sign only after `(`, `,`, `+` or at the start), apart from
+//!   `= 1`;
+//! - it knows more keywords (`id` is MariaDB's `ID`, so `` `id` `` and `id` differ there), and
+//!   prints aliases as their canonical keyword (`DISTINCT` as `DISTINCTROW`, `user` as
+//!   `SYSTEM_USER`, `INT` as `INTEGER`);
+//! - user variables are all one: `@x` and `@y` are both `@?`;
+//! - MariaDB 10.11 has no optimizer hints: `/*+ ... */` is a plain comment there; and it digests
+//!   the text inside executable comments token by token (`SELECT SQL_NO_CACHE * ...`), where
+//!   here it is one token whose literals stay;
+//! - it digests what its parser saw, so a statement with a syntax error gets a partial digest.
+
+mod classify;
+mod digest;
+mod keywords;
+mod token;
+
+pub use classify::{classify, Statement};
+pub use digest::{digest, normalize, Digest};
+pub use token::{tokens, Token, TokenKind, Tokens};
+
+#[cfg(test)]
+mod tests;

@@ -10,7 +10,7 @@ use super::*;
 use crate::config::{BackendKind, BackendTls};
 
 #[path = "../../tests/common/certs.rs"]
-mod certs;
+pub(crate) mod certs;
 
 use certs::{CertPair, Certs};
 

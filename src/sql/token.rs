@@ -1,0 +1,537 @@
+//! The tokenizer: MySQL/MariaDB statement text (any bytes, not necessarily UTF-8) as a stream of
+//! tokens, skipping whitespace and plain comments.
+//!
+//! It follows the servers' lexers where a token's extent depends on them (comments, quoting,
+//! escapes, number forms, `word.word`), and never fails: an unterminated string, quoted
+//! identifier or comment runs to the end of the text, a byte it has no rule for is a one-byte
+//! [`TokenKind::Other`]. Every token is at least one byte, so a text of n bytes gives at most n
+//! tokens. The digest, the statement classifier and (later) session-state tracking all read this
+//! one stream, so they never disagree on where a string or comment ends.
+
+use super::keywords;
+
+/// What a token is.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
+pub enum TokenKind {
+    /// A word in the keyword list (any case), not directly next to a `.` of a qualified name.
+    Keyword,
+    /// A bare word: a name, a function not in the keyword list, or anything after a
+    /// qualifier's `.` (`t.select` is a column).
+    Identifier,
+    /// `` `name` `` (doubled backticks inside; unterminated runs to the end).
+    QuotedIdentifier,
+    /// `'..'` or `".."` (backslash escapes and doubled quotes), `N'..'`, and a character set
+    /// introducer with its literal (`_utf8mb4'x'`, `_latin1 "x"`).
+    String,
+    /// `12`, `1.5`, `.5`, `1e10`, `2.5e-3`; the sign of `-1` is a separate operator token.
+    Number,
+    /// `0x1F`, `X'1F'`, `x'1f'`, `0b01`, `b'01'`, `B'01'` (and `_binary 0x41`).
+    HexOrBitLiteral,
+    /// `NULL` (any case).
+    Null,
+    /// `?`: a prepared statement's parameter.
+    Placeholder,
+    /// Punctuation and operators: `(`, `)`, `,`, `;`, `.`, `=`, `<=>`, `->>`, `@` of
+    /// `'user'@'host'`, ...
+    Operator,
+    /// An optimizer hint comment `/*+ ... */`.
+    Hint,
+    /// An executable comment `/*! ... */`, `/*!50100 ... */` or MariaDB's `/*M!100100 ... */`.
+    ExecutableComment,
+    /// `@name`, `@'name'`, `` @`name` ``, `@@name`, `@@session.name`.
+    Variable,
+    /// A control byte outside any other token.
+    Other,
+}
+
+/// One token: its kind and its raw bytes in the text.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub struct Token<'a> {
+    pub kind: TokenKind,
+    pub text: &'a [u8],
+}
+
+impl Token<'_> {
+    /// True for a keyword spelled `upper` (give it in upper case), written in any case.
+    pub fn is_keyword(&self, upper: &str) -> bool {
+        self.kind == TokenKind::Keyword && self.text.eq_ignore_ascii_case(upper.as_bytes())
+    }
+
+    /// True for the operator or punctuation `op`.
+    pub fn is_operator(&self, op: &str) -> bool {
+        self.kind == TokenKind::Operator
+            && match (self.text, op.as_bytes()) {
+                ([a], [b]) => a == b,
+                (text, op) => text == op,
+            }
+    }
+
+    /// The byte of a one-byte operator (`(`, `,`, `-`, ...), else 0: one comparison per
+    /// operator on the digest's path instead of a slice comparison.
+    pub(crate) fn op(&self) -> u8 {
+        match (self.kind, self.text) {
+            (TokenKind::Operator, &[b]) => b,
+            _ => 0,
+        }
+    }
+
+    /// True for a keyword or a bare identifier spelled `upper` in any case: for words a
+    /// statement may use that are not in the keyword list (`DEALLOCATE` is, `GET_LOCK` is not).
+    pub fn is_word(&self, upper: &str) -> bool {
+        matches!(self.kind, TokenKind::Keyword | TokenKind::Identifier)
+            && self.text.eq_ignore_ascii_case(upper.as_bytes())
+    }
+
+    /// A value written in the statement: string, number, hex/bit literal, NULL or `?`.
+    pub fn is_literal(&self) -> bool {
+        matches!(
+            self.kind,
+            TokenKind::String
+                | TokenKind::Number
+                | TokenKind::HexOrBitLiteral
+                | TokenKind::Null
+                | TokenKind::Placeholder
+        )
+    }
+
+    /// A name-like token: keyword, identifier or quoted identifier.
+    pub fn is_name(&self) -> bool {
+        matches!(
+            self.kind,
+            TokenKind::Keyword | TokenKind::Identifier | TokenKind::QuotedIdentifier
+        )
+    }
+}
+
+/// The tokens of a text, in order (see [`tokens`]).
+#[derive(Clone, Debug)]
+pub struct Tokens<'a> {
+    text: &'a [u8],
+    pos: usize,
+    /// The previous token's kind and where it ended (for rules that look one token back).
+    prev: Option<(TokenKind, usize)>,
+    /// The previous token is a `.` right after a name: the next word is a name too.
+    after_qualifier: bool,
+    /// The keyword the last token is, with its flags (saves the printer a second lookup).
+    keyword: Option<(&'static str, u8)>,
+}
+
+/// Iterates over the tokens of `text`.
+pub fn tokens(text: &[u8]) -> Tokens<'_> {
+    Tokens {
+        text,
+        pos: 0,
+        prev: None,
+        after_qualifier: false,
+        keyword: None,
+    }
+}
+
+impl<'a> Tokens<'a> {
+    /// Where the next token (or the whitespace before it) starts.
+    pub fn offset(&self) -> usize {
+        self.pos
+    }
+
+    /// True if the next word is read as a name whatever it spells, because the previous token
+    /// is the `.` of a qualified name (`t.select`, `t.5`).
+    pub fn after_qualifier(&self) -> bool {
+        self.after_qualifier
+    }
+
+    /// The canonical spelling and flags of the last token, if it was a keyword.
+    pub(crate) fn keyword(&self) -> Option<(&'static str, u8)> {
+        self.keyword
+    }
+
+    /// The text not read yet.
+    pub fn rest(&self) -> &'a [u8] {
+        self.text.get(self.pos..).unwrap_or_default()
+    }
+
+    fn rest_from(&self, i: usize) -> &'a [u8] {
+        self.text.get(i..).unwrap_or_default()
+    }
+
+    fn at(&self, i: usize) -> u8 {
+        self.text.get(i).copied().unwrap_or(0)
+    }
+
+    fn has(&self, i: usize) -> bool {
+        i < self.text.len()
+    }
+
+    /// Skips whitespace and plain comments; false at the end of the text.
+    fn skip_blank(&mut self) -> bool {
+        loop {
+            let Some(&b) = self.text.get(self.pos) else {
+                return false;
+            };
+            if is_space(b) {
+                self.pos += 1;
+            } else if b == b'#'
+                || (b == b'-'
+                    && self.at(self.pos + 1) == b'-'
+                    && (!self.has(self.pos + 2) || self.at(self.pos + 2) <= b' '))
+            {
+                self.pos = match self.rest().iter().position(|&c| c == b'\n') {
+                    Some(n) => self.pos + n + 1,
+                    None => self.text.len(),
+                };
+            } else if b == b'/'
+                && self.at(self.pos + 1) == b'*'
+                && !matches!(self.at(self.pos + 2), b'+' | b'!')
+                && !(self.at(self.pos + 2) == b'M' && self.at(self.pos + 3) == b'!')
+            {
+                self.pos = comment_end(self.text, self.pos);
+            } else {
+                return true;
+            }
+        }
+    }
+
+    /// The token starting at `self.pos` (not blank): its kind, end, and keyword entry.
+    fn scan_token(&self) -> (TokenKind, usize, Option<(&'static str, u8)>) {
+        let b = self.at(self.pos);
+        // A word; one starting with a digit only after a qualifier (else it may be a number).
+        if is_ident(b) && (self.after_qualifier || !b.is_ascii_digit()) {
+            return self.scan_word();
+        }
+        let (kind, end) = self.scan_other();
+        (kind, end, None)
+    }
+
+    /// A token that is not a word.
+    fn scan_other(&self) -> (TokenKind, usize) {
+        let text = self.text;
+        let start = self.pos;
+        let b = self.at(start);
+        let next = self.at(start + 1);
+        match b {
+            b'\'' | b'"' => (TokenKind::String, string_end(text, start)),
+            b'`' => (TokenKind::QuotedIdentifier, backtick_end(text, start)),
+            b'?' => (TokenKind::Placeholder, start + 1),
+            b'@' => self.scan_at(),
+            b'/' if next == b'*' => {
+                let kind = if self.at(start + 2) == b'+' {
+                    TokenKind::Hint
+                } else {
+                    TokenKind::ExecutableComment
+                };
+                (kind, comment_end(text, start))
+            }
+            b'.' if next.is_ascii_digit() && !self.glued_to_name(start) => {
+                (TokenKind::Number, number_tail(text, start))
+            }
+            b'0'..=b'9' => scan_digits(text, start),
+            b if b.is_ascii_punctuation() => {
+                (TokenKind::Operator, start + operator_len(text, start))
+            }
+            _ => (TokenKind::Other, start + 1),
+        }
+    }
+
+    /// True if the previous token is a name ending exactly at `at` (so `t.5` is a qualified
+    /// name, not `t` and `.5`).
+    fn glued_to_name(&self, at: usize) -> bool {
+        matches!(self.prev, Some((k, end)) if end == at && is_name_kind(k))
+    }
+
+    /// `@`: a variable, or the `@` of `'user'@'host'` when glued to the value before it.
+    fn scan_at(&self) -> (TokenKind, usize) {
+        let start = self.pos;
+        let glued = matches!(self.prev, Some((k, end)) if end == start && matches!(k,
+            TokenKind::String | TokenKind::QuotedIdentifier | TokenKind::Identifier
+            | TokenKind::Placeholder | TokenKind::Number | TokenKind::HexOrBitLiteral
+            | TokenKind::Null));
+        if glued {
+            return (TokenKind::Operator, start + 1);
+        }
+        let name_at = if self.at(start + 1) == b'@' {
+            start + 2
+        } else {
+            start + 1
+        };
+        let c = self.at(name_at);
+        if name_at == start + 1 && matches!(c, b'\'' | b'"') {
+            (TokenKind::Variable, string_end(self.text, name_at))
+        } else if name_at == start + 1 && c == b'`' {
+            (TokenKind::Variable, backtick_end(self.text, name_at))
+        } else if self.has(name_at) && is_ident(c) {
+            let len = self
+                .rest_from(name_at)
+                .iter()
+                .take_while(|&&c| is_ident(c) || c == b'.')
+                .count();
+            (TokenKind::Variable, name_at + len)
+        } else {
+            (TokenKind::Operator, start + 1)
+        }
+    }
+
+    /// A word starting with a letter, `_`, `$` or a byte >= 0x80 (or any word after a
+    /// qualifier's `.`).
+    fn scan_word(&self) -> (TokenKind, usize, Option<(&'static str, u8)>) {
+        let text = self.text;
+        let start = self.pos;
+        let end = ident_end(text, start);
+        let word = text.get(start..end).unwrap_or_default();
+        if self.after_qualifier {
+            return (TokenKind::Identifier, end, None);
+        }
+        if self.at(end) == b'\'' {
+            match word {
+                [b'x' | b'X' | b'b' | b'B'] => {
+                    return (TokenKind::HexOrBitLiteral, plain_quote_end(text, end), None);
+                }
+                [b'n' | b'N'] => return (TokenKind::String, string_end(text, end), None),
+                _ => {}
+            }
+        }
+        if word.first() == Some(&b'_') && keywords::is_introducer(word) {
+            let lit = end
+                + self
+                    .rest_from(end)
+                    .iter()
+                    .take_while(|&&c| is_space(c))
+                    .count();
+            match (self.at(lit), self.at(lit + 1)) {
+                (b'\'' | b'"', _) => return (TokenKind::String, string_end(text, lit), None),
+                (b'x' | b'X' | b'b' | b'B', b'\'') => {
+                    return (
+                        TokenKind::HexOrBitLiteral,
+                        plain_quote_end(text, lit + 1),
+                        None,
+                    );
+                }
+                (b'0', _) => {
+                    if let (TokenKind::HexOrBitLiteral, e) = scan_digits(text, lit) {
+                        return (TokenKind::HexOrBitLiteral, e, None);
+                    }
+                }
+                _ => {}
+            }
+        }
+        // A word glued to a following `.name` qualifies it: a name, never a keyword (as in the
+        // servers' lexers: `user.id`, `status.*`).
+        if self.at(end) == b'.' && {
+            let c = self.at(end + 1);
+            self.has(end + 1) && (is_ident(c) || c == b'`' || c == b'*')
+        } {
+            return (TokenKind::Identifier, end, None);
+        }
+        if word.eq_ignore_ascii_case(b"NULL") {
+            return (TokenKind::Null, end, None);
+        }
+        match keywords::lookup(word) {
+            Some(entry) => (TokenKind::Keyword, end, Some(entry)),
+            None => (TokenKind::Identifier, end, None),
+        }
+    }
+}
+
+impl<'a> Iterator for Tokens<'a> {
+    type Item = Token<'a>;
+
+    fn next(&mut self) -> Option<Token<'a>> {
+        if !self.skip_blank() {
+            return None;
+        }
+        let start = self.pos;
+        let (kind, end, keyword) = self.scan_token();
+        // Every token is at least one byte and ends within the text.
+        let end = end.clamp(start + 1, self.text.len());
+        let text = self.text.get(start..end)?;
+        self.keyword = keyword;
+        self.after_qualifier = text == b"."
+            && kind == TokenKind::Operator
+            && matches!(self.prev, Some((k, _)) if is_name_kind(k));
+        self.prev = Some((kind, end));
+        self.pos = end;
+        Some(Token { kind, text })
+    }
+}
+
+fn is_name_kind(k: TokenKind) -> bool {
+    matches!(
+        k,
+        TokenKind::Keyword | TokenKind::Identifier | TokenKind::QuotedIdentifier
+    )
+}
+
+const SPACE: u8 = 1;
+const IDENT: u8 = 2;
+
+/// Each byte's class, one table look-up per byte on the hot path.
+const CLASS: [u8; 256] = {
+    let mut class = [0u8; 256];
+    let mut b = 0;
+    while b < 256 {
+        let c = b as u8;
+        if matches!(c, b' ' | b'\t' | b'\n' | 0x0b | 0x0c | b'\r') {
+            class[b] = SPACE;
+        } else if c.is_ascii_alphanumeric() || c == b'_' || c == b'$' || c >= 0x80 {
+            class[b] = IDENT;
+        }
+        b += 1;
+    }
+    class
+};
+
+/// The servers' whitespace: space, tab, newline, vertical tab, form feed, carriage return.
+pub(crate) fn is_space(b: u8) -> bool {
+    CLASS[usize::from(b)] == SPACE
+}
+
+/// A byte that may appear in an unquoted identifier (letters, digits, `_`, `$`, bytes >= 0x80).
+pub(crate) fn is_ident(b: u8) -> bool {
+    CLASS[usize::from(b)] == IDENT
+}
+
+fn ident_end(text: &[u8], start: usize) -> usize {
+    start
+        + text
+            .get(start..)
+            .unwrap_or_default()
+            .iter()
+            .take_while(|&&c| is_ident(c))
+            .count()
+}
+
+fn digits_end(text: &[u8], start: usize) -> usize {
+    start
+        + text
+            .get(start..)
+            .unwrap_or_default()
+            .iter()
+            .take_while(|c| c.is_ascii_digit())
+            .count()
+}
+
+/// After a comment's `/*` at `start`: just past the first `*/` (comments do not nest), or the
+/// end of the text.
+fn comment_end(text: &[u8], start: usize) -> usize {
+    let body = text.get(start + 2..).unwrap_or_default();
+    match body.windows(2).position(|w| w == b"*/") {
+        Some(n) => start + 2 + n + 2,
+        None => text.len(),
+    }
+}
+
+/// A `'` or `"` string opened at `start`: backslash escapes, a doubled quote is one quote.
+fn string_end(text: &[u8], start: usize) -> usize {
+    let Some(&quote) = text.get(start) else {
+        return text.len();
+    };
+    let mut i = start + 1;
+    while let Some(&c) = text.get(i) {
+        if c == b'\\' {
+            i += 2;
+        } else if c == quote {
+            if text.get(i + 1) == Some(&quote) {
+                i += 2;
+            } else {
+                return i + 1;
+            }
+        } else {
+            i += 1;
+        }
+    }
+    text.len()
+}
+
+/// A backtick-quoted name opened at `start`: a doubled backtick is one backtick.
+fn backtick_end(text: &[u8], start: usize) -> usize {
+    let mut i = start + 1;
+    while let Some(&c) = text.get(i) {
+        if c == b'`' {
+            if text.get(i + 1) == Some(&b'`') {
+                i += 2;
+            } else {
+                return i + 1;
+            }
+        } else {
+            i += 1;
+        }
+    }
+    text.len()
+}
+
+/// The `'...'` of `X'1F'` / `B'01'` opened at `start`: no escapes.
+fn plain_quote_end(text: &[u8], start: usize) -> usize {
+    match text
+        .get(start + 1..)
+        .and_then(|t| t.iter().position(|&c| c == b'\''))
+    {
+        Some(n) => start + 1 + n + 1,
+        None => text.len(),
+    }
+}
+
+/// A word starting with a digit: a number (`12`, `1.5`, `1e10`, `2.5e-3`), `0x1F` / `0b01`, or
+/// an identifier such as `1st` (MySQL allows names that start with digits).
+fn scan_digits(text: &[u8], start: usize) -> (TokenKind, usize) {
+    let word_end = ident_end(text, start);
+    let word = text.get(start..word_end).unwrap_or_default();
+    let digits = digits_end(text, start);
+    if let Some(rest) = word.strip_prefix(b"0x") {
+        if !rest.is_empty() && rest.iter().all(u8::is_ascii_hexdigit) {
+            return (TokenKind::HexOrBitLiteral, word_end);
+        }
+    }
+    if let Some(rest) = word.strip_prefix(b"0b") {
+        if !rest.is_empty() && rest.iter().all(|&c| c == b'0' || c == b'1') {
+            return (TokenKind::HexOrBitLiteral, word_end);
+        }
+    }
+    if digits == word_end {
+        return (TokenKind::Number, number_tail(text, digits));
+    }
+    // `1e10` / `1e` `-5`: digits, an exponent and nothing else in the word.
+    if matches!(text.get(digits), Some(b'e' | b'E')) {
+        if let Some(end) = exponent_end(text, digits) {
+            if end >= word_end {
+                return (TokenKind::Number, end);
+            }
+        }
+    }
+    (TokenKind::Identifier, word_end)
+}
+
+/// The rest of a number after its integer digits, at `at`: an optional `.digits` and an
+/// optional exponent.
+fn number_tail(text: &[u8], at: usize) -> usize {
+    let mut end = at;
+    if text.get(end) == Some(&b'.') {
+        end = digits_end(text, end + 1);
+    }
+    if matches!(text.get(end), Some(b'e' | b'E')) {
+        if let Some(e) = exponent_end(text, end) {
+            end = e;
+        }
+    }
+    end
+}
+
+/// `e10`, `E-3`, `e+5` at `at`: its end, if digits follow.
+fn exponent_end(text: &[u8], at: usize) -> Option<usize> {
+    let mut i = at + 1;
+    if matches!(text.get(i), Some(b'+' | b'-')) {
+        i += 1;
+    }
+    let end = digits_end(text, i);
+    (end > i).then_some(end)
+}
+
+/// Operators of more than one byte, longest first.
+const LONG_OPERATORS: [&[u8]; 12] = [
+    b"<=>", b"->>", b"<=", b">=", b"<>", b"!=", b":=", b"||", b"&&", b"<<", b">>", b"->",
+];
+
+fn operator_len(text: &[u8], start: usize) -> usize {
+    let rest = text.get(start..).unwrap_or_default();
+    LONG_OPERATORS
+        .iter()
+        .find(|op| rest.starts_with(op))
+        .map_or(1, |op| op.len())
+}
