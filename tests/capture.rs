@@ -574,3 +574,91 @@ fn the_html_report_opens_in_a_real_browser_with_its_charts_and_no_error() {
     browser.drain_events(Duration::from_millis(300));
     assert_eq!(browser.errors(), Vec::<String>::new());
 }
+
+/// Commands of a TLS session and a compressed one are captured as their clients sent them
+/// (after TLS and inflation): a 200 KB statement whole, prepared statements with their
+/// parameters; and both replay with no new error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_and_compressed_sessions_are_captured_as_sent() {
+    use common::tls_server::certs;
+    use mysql_lb::config::{ClientTls, TlsVersion};
+    let pair = shared_pair();
+    for db in pair {
+        create_account(db);
+    }
+    let c = certs();
+    let mut cfg = common::proxy::config(&[pair[0].tcp_addr()]);
+    cfg.compression = true;
+    cfg.tls = Some(ClientTls {
+        cert: c.server.cert.clone(),
+        key: c.server.key.clone(),
+        ca: None,
+        verify_client: false,
+        min_version: TlsVersion::V1_2,
+        require: false,
+    });
+    let proxy = TestProxy::start_with(cfg);
+    let base = scratch_dir("capture-legs");
+    let dir = base.join("cap");
+    let (status, body) = capture_start(&proxy, &format!(r#"{{"dir":"{}"}}"#, dir.display()));
+    assert_eq!(status, 200, "{body}");
+    let addr = proxy.addr.to_string();
+    let plain =
+        mysql_async::OptsBuilder::from_opts(tcp_opts(&addr, USER, PASSWORD)).db_name(Some("test"));
+    let ssl = mysql_async::SslOpts::default()
+        .with_root_certs(vec![c.ca.clone().into()])
+        .with_disable_built_in_roots(true);
+    let big = "x".repeat(200_000);
+    let big_query = format!("SELECT LENGTH('{big}') AS n");
+    for (leg, opts) in [
+        ("tls", plain.clone().ssl_opts(ssl)),
+        (
+            "compressed",
+            plain.clone().compression(mysql_async::Compression::fast()),
+        ),
+    ] {
+        let mut conn = mysql_async::Conn::new(opts).await.unwrap();
+        let n: Option<u64> = conn.query_first(&big_query).await.unwrap();
+        assert_eq!(n, Some(200_000), "{leg}");
+        let stmt = conn.prep("SELECT ? + 1").await.unwrap();
+        let two: Option<i64> = conn.exec_first(&stmt, (41,)).await.unwrap();
+        assert_eq!(two, Some(42), "{leg}");
+        conn.close(stmt).await.unwrap();
+        conn.disconnect().await.unwrap();
+    }
+    capture_stop(&proxy);
+    let records = records(&dir);
+    let payloads: Vec<&Vec<u8>> = records
+        .iter()
+        .filter_map(|r| match &r.body {
+            Body::Command(c) => Some(&c.payload),
+            _ => None,
+        })
+        .collect();
+    let mut want_big = vec![0x03];
+    want_big.extend_from_slice(big_query.as_bytes());
+    assert_eq!(
+        payloads.iter().filter(|p| ***p == want_big).count(),
+        2,
+        "the 200 KB statement whole, once per leg"
+    );
+    let executes: Vec<&&Vec<u8>> = payloads.iter().filter(|p| p[0] == 0x17).collect();
+    assert_eq!(executes.len(), 2);
+    for e in executes {
+        assert!(contains(e, &41i64.to_le_bytes()), "the parameter: {e:?}");
+    }
+    let password = password_file(&base);
+    let (ok, _, report) = replay(
+        &dir,
+        &pair[1].tcp_addr(),
+        &password,
+        &["--as-fast-as-possible"],
+    );
+    assert!(ok, "{report}");
+    assert_eq!(report["new_errors"], 0, "{report}");
+    assert_eq!(report["skipped_commands"], 0, "{report}");
+    for d in digest_rows(&report) {
+        assert_eq!(d["replayed"], d["captured"], "{d}");
+        assert_eq!(d["rows_differ"], 0, "{d}");
+    }
+}

@@ -163,8 +163,9 @@ impl Tracker {
         &self.statements.found
     }
 
-    /// The payload of `s` (command byte first), or as much of it as was kept: at least the
-    /// first `limit` bytes. `buf` is the buffer last scanned.
+    /// The payload of `s` (command byte first), or as much of it as was kept: the whole of it
+    /// up to its first `limit` bytes, also when it spanned reads. `buf` is the buffer last
+    /// scanned.
     pub fn statement_payload<'b>(&'b self, s: &StatementAt, buf: &'b [u8]) -> &'b [u8] {
         let packet = if s.spanning {
             &self.statements.spanning[..]
@@ -502,6 +503,11 @@ struct ClientSide<'t> {
 impl ClientSide<'_> {
     fn packet(&mut self, p: Packet<'_>, buf: &[u8]) -> Result<(), TrackError> {
         self.open_at = Some(p.end);
+        if p.start.is_none() {
+            // A packet begun in an earlier buffer ends here: its kept start gets its end.
+            self.statements
+                .end_spanning(buf.get(..p.end).unwrap_or_default());
+        }
         let whole = p.start.map(|start| &buf[start..p.end]);
         if let (Some(caps), Some(packet)) = (self.guard, whole) {
             let command = *self.mode == ClientMode::Commands && p.first_seq == 0;
@@ -654,6 +660,16 @@ fn count(head: &mut Outstanding, before: Expect, ended: bool, p: &Packet<'_>) {
 }
 
 impl Statements {
+    /// Adds the last bytes of a statement packet that spanned reads to its kept start, up to
+    /// `limit` payload bytes in all.
+    fn end_spanning(&mut self, tail: &[u8]) {
+        let want = self.limit + 4;
+        if self.limit > 0 && !self.spanning.is_empty() && self.spanning.len() < want {
+            let more = (want - self.spanning.len()).min(tail.len());
+            self.spanning.extend_from_slice(&tail[..more]);
+        }
+    }
+
     /// Notes statement packet `p` (if its first `limit` bytes can be read) at queue `index`.
     fn found(&mut self, p: &Packet<'_>, command: u8, index: Option<usize>) {
         let (start, spanning) = match p.start {

@@ -128,3 +128,25 @@ fn nothing_is_reported_unless_asked() {
     t.on_client(&command(cmd::QUERY, b"SELECT 1")).unwrap();
     assert!(t.statements().is_empty());
 }
+
+#[test]
+fn a_statement_spanning_reads_is_reported_whole_up_to_the_limit() {
+    let text: Vec<u8> = (0..3000u32).map(|i| b'a' + (i % 26) as u8).collect();
+    let packet = command(cmd::QUERY, &text);
+    for limit in [100, 5000] {
+        for reads in [2, 3, 7] {
+            let mut t = Tracker::new(caps(false), 1 << 30);
+            t.report_statements(limit);
+            let mut reported = Vec::new();
+            for part in packet.chunks(packet.len().div_ceil(reads)) {
+                t.on_client(part).unwrap();
+                for s in t.statements().to_vec() {
+                    reported.push(t.statement_payload(&s, part).to_vec());
+                }
+            }
+            assert_eq!(reported.len(), 1);
+            let want = &packet[4..packet.len().min(4 + limit)];
+            assert_eq!(&reported[0][..], want, "limit {limit}, {reads} reads");
+        }
+    }
+}
