@@ -1,5 +1,5 @@
 //! Traffic capture and replay against real MariaDB: a sysbench oltp_read_write run (prepared
-//! statements) captured through mysql-lb and replayed at 1× and 4× onto a server restored to the
+//! statements) captured through mysql-lb over three backends and replayed at 1× and 4× onto a server restored to the
 //! data it started from; a session open before the capture; no password in the files; damaged
 //! files; a target that refuses the replay's account; the capture directory rules.
 
@@ -179,16 +179,25 @@ fn digest_rows(report: &Value) -> &Vec<Value> {
 #[test]
 fn sysbench_read_write_captured_replays_with_every_digest_count_at_1x_and_4x() {
     let started = Instant::now();
-    let (source, target) = std::thread::scope(|s| {
-        let a = s.spawn(|| MariaDb::start("cap-source"));
-        let b = s.spawn(|| MariaDb::start("cap-target"));
-        (a.join().unwrap(), b.join().unwrap())
+    // Three backends behind the proxy, each starting from the same data; the replay goes to a
+    // fourth restored to it.
+    let mut dbs: Vec<MariaDb> = std::thread::scope(|s| {
+        let starting: Vec<_> = ["cap-a", "cap-b", "cap-c", "cap-target"]
+            .into_iter()
+            .map(|name| {
+                s.spawn(move || {
+                    let db = MariaDb::start(name);
+                    create_account(&db);
+                    restore(&db);
+                    db
+                })
+            })
+            .collect();
+        starting.into_iter().map(|h| h.join().unwrap()).collect()
     });
-    for db in [&source, &target] {
-        create_account(db);
-        restore(db);
-    }
-    let proxy = TestProxy::start(&[source.tcp_addr()]);
+    let target = dbs.pop().unwrap();
+    let sources: Vec<String> = dbs.iter().map(MariaDb::tcp_addr).collect();
+    let proxy = TestProxy::start(&sources);
     let dir = scratch_dir("capture-sb").join("cap");
     let (status, started_capture) = capture_start(
         &proxy,
@@ -198,7 +207,7 @@ fn sysbench_read_write_captured_replays_with_every_digest_count_at_1x_and_4x() {
     let run = sysbench(
         proxy.addr.port(),
         &[
-            "--threads=2",
+            "--threads=3",
             "--time=4",
             // Well below what this machine serves, so a 4x replay is not capped by the target.
             "--rate=60",
@@ -210,7 +219,21 @@ fn sysbench_read_write_captured_replays_with_every_digest_count_at_1x_and_4x() {
     let capture = capture_stop(&proxy);
     println!("capture: {capture}");
     assert_eq!(capture["dropped"], 0);
-    assert_eq!(capture["sessions"], 2, "one per sysbench thread");
+    assert_eq!(capture["sessions"], 3, "one per sysbench thread");
+    let mut backends: Vec<String> = records(&dir)
+        .into_iter()
+        .filter_map(|r| match r.body {
+            Body::SessionStart(s) => Some(s.backend),
+            _ => None,
+        })
+        .collect();
+    backends.sort();
+    let mut want = sources.clone();
+    want.sort();
+    assert_eq!(
+        backends, want,
+        "one session on each backend, named in its start record"
+    );
     let report = String::from_utf8_lossy(&run.stdout);
     let transactions: u64 = report
         .lines()
