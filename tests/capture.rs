@@ -372,6 +372,11 @@ async fn a_session_open_before_the_capture_is_captured_from_its_next_command_and
 
 /// A file of `blocks` blocks, each one session's `SELECT n` commands.
 fn synthetic_capture(dir: &Path, blocks: u64) -> Vec<usize> {
+    synthetic_capture_with(dir, blocks, 5, 10)
+}
+
+/// A file of `blocks` blocks, each one session's `commands` commands `SELECT n`, `gap_us` apart.
+fn synthetic_capture_with(dir: &Path, blocks: u64, commands: u32, gap_us: u64) -> Vec<usize> {
     std::fs::create_dir_all(dir).unwrap();
     let mut bytes = format::FileHeader {
         started_unix_us: 0,
@@ -392,10 +397,10 @@ fn synthetic_capture(dir: &Path, blocks: u64) -> Vec<usize> {
             }),
         }
         .encode(&mut raw);
-        for i in 0..5u32 {
+        for i in 0..commands {
             Record {
                 session,
-                t_us: b * 1000 + u64::from(i) * 10,
+                t_us: b * 1000 + u64::from(i) * gap_us,
                 body: Body::Command(format::Command {
                     seq: i,
                     flags: 0,
@@ -684,4 +689,50 @@ async fn tls_and_compressed_sessions_are_captured_as_sent() {
         assert_eq!(d["replayed"], d["captured"], "{d}");
         assert_eq!(d["rows_differ"], 0, "{d}");
     }
+}
+
+#[test]
+fn a_target_that_goes_away_mid_replay_ends_it_with_a_clear_message_and_a_partial_report() {
+    let mut db = MariaDb::start("cap-vanishing");
+    create_account(&db);
+    let base = scratch_dir("capture-vanish");
+    let password = password_file(&base);
+    let dir = base.join("cap");
+    // 20 commands 100 ms apart: two seconds at 1x.
+    synthetic_capture_with(&dir, 1, 20, 100_000);
+    let json = base.join("report.json");
+    let child = Command::new(env!("CARGO_BIN_EXE_mysql-lb"))
+        .arg("replay")
+        .arg(&dir)
+        .args([
+            "--target",
+            &db.tcp_addr(),
+            "--user",
+            USER,
+            "--password-file",
+        ])
+        .arg(&password)
+        .arg("--json")
+        .arg(&json)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(700));
+    db.kill9();
+    let out = child.wait_with_output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    println!("{stdout}");
+    assert!(!out.status.success(), "{stdout}");
+    assert!(
+        stdout.contains("ended early: session 1: the target"),
+        "{stdout}"
+    );
+    let report: Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let replayed = report["replayed_commands"].as_u64().unwrap();
+    assert!(
+        (3..=10).contains(&replayed),
+        "the part before it went away: {replayed}"
+    );
+    assert_eq!(report["captured_commands"], 20);
 }
