@@ -504,3 +504,6 @@ impl Drop for SessionCapture {
         });
     }
 }
+
+#[cfg(test)]
+mod tests;
