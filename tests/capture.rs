@@ -392,6 +392,7 @@ fn synthetic_capture_with(dir: &Path, blocks: u64, commands: u32, gap_us: u64) -
             session,
             t_us: b * 1000,
             body: Body::SessionStart(format::SessionStart {
+                user: "legacy".into(),
                 schema: "test".into(),
                 ..Default::default()
             }),
@@ -735,4 +736,61 @@ fn a_target_that_goes_away_mid_replay_ends_it_with_a_clear_message_and_a_partial
         "the part before it went away: {replayed}"
     );
     assert_eq!(report["captured_commands"], 20);
+}
+
+#[test]
+fn an_account_map_logs_captured_users_in_as_other_accounts() {
+    let pair = shared_pair();
+    create_account(&pair[0]);
+    let base = scratch_dir("capture-map");
+    let dir = base.join("cap");
+    synthetic_capture(&dir, 2);
+    let map = base.join("accounts");
+    std::fs::write(
+        &map,
+        format!("# captured user, account, password\nlegacy {USER} {PASSWORD}\n"),
+    )
+    .unwrap();
+    let json = base.join("report.json");
+    let out = Command::new(env!("CARGO_BIN_EXE_mysql-lb"))
+        .arg("replay")
+        .arg(&dir)
+        .args([
+            "--target",
+            &pair[0].tcp_addr(),
+            "--as-fast-as-possible",
+            "--account-map",
+        ])
+        .arg(&map)
+        .arg("--json")
+        .arg(&json)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    assert_eq!(report["replayed_commands"], 10, "{report}");
+    // Without a mapping for `legacy` and without --user, its sessions are skipped.
+    std::fs::write(&map, format!("someone {USER} {PASSWORD}\n")).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_mysql-lb"))
+        .arg("replay")
+        .arg(&dir)
+        .args([
+            "--target",
+            &pair[0].tcp_addr(),
+            "--as-fast-as-possible",
+            "--account-map",
+        ])
+        .arg(&map)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("replayed 0 of 10 commands (10 skipped)"),
+        "{stdout}"
+    );
 }

@@ -85,12 +85,17 @@ pub struct ReplayArgs {
     /// The server (or proxy) to replay against.
     #[arg(long, value_name = "HOST:PORT")]
     pub target: String,
-    /// The account every replayed session logs in as (mysql_native_password).
-    #[arg(long, value_name = "USER")]
-    pub user: String,
+    /// The account replayed sessions log in as (mysql_native_password), unless
+    /// `--account-map` names another for their captured user.
+    #[arg(long, value_name = "USER", requires = "password_file")]
+    pub user: Option<String>,
     /// A file holding its password (one line).
-    #[arg(long, value_name = "PATH")]
-    pub password_file: PathBuf,
+    #[arg(long, value_name = "PATH", requires = "user")]
+    pub password_file: Option<PathBuf>,
+    /// A file mapping captured users to accounts, one per line: `captured_user user password`
+    /// (the password is the rest of the line; `#` starts a comment line).
+    #[arg(long, value_name = "PATH", required_unless_present = "user")]
+    pub account_map: Option<PathBuf>,
     /// Captured time divided by this, 0.1 to 100.
     #[arg(
         long,

@@ -1,5 +1,6 @@
 //! `mysql-lb replay DIR ...`: flags to [`Options`], a runtime, the report printed and written.
 
+use std::collections::HashMap;
 use std::io::Write;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
@@ -18,6 +19,8 @@ pub enum CliError {
         path: String,
         source: std::io::Error,
     },
+    #[error("--account-map {path}: {error}")]
+    AccountMap { path: String, error: String },
     #[error("{path}: {source}")]
     Write {
         path: String,
@@ -62,21 +65,72 @@ fn options(args: &ReplayArgs) -> Result<Options, CliError> {
         .map_err(|e: crate::config::AddressError| {
             CliError::Target(args.target.clone(), e.to_string())
         })?;
-    let password =
-        std::fs::read_to_string(&args.password_file).map_err(|source| CliError::PasswordFile {
-            path: args.password_file.display().to_string(),
-            source,
-        })?;
+    let account = match (&args.user, &args.password_file) {
+        (Some(user), Some(file)) => {
+            let password = read_private(file)?;
+            Some((user.clone(), first_line(&password).to_owned()))
+        }
+        _ => None,
+    };
+    let accounts = match &args.account_map {
+        Some(file) => {
+            parse_account_map(&read_private(file)?).map_err(|e| CliError::AccountMap {
+                path: file.display().to_string(),
+                error: e,
+            })?
+        }
+        None => HashMap::new(),
+    };
     Ok(Options {
         dir: args.dir.clone(),
         target,
-        user: args.user.clone(),
-        password: password.trim_end_matches(['\r', '\n']).to_owned(),
+        account,
+        accounts,
         speed,
         read_only: args.read_only,
         sessions: args.sessions,
         progress: true,
     })
+}
+
+fn read_private(path: &Path) -> Result<String, CliError> {
+    std::fs::read_to_string(path).map_err(|source| CliError::PasswordFile {
+        path: path.display().to_string(),
+        source,
+    })
+}
+
+fn first_line(text: &str) -> &str {
+    text.lines().next().unwrap_or_default()
+}
+
+/// `captured_user user password` per line (the password is the rest of the line, spaces
+/// included); blank lines and lines starting with `#` are skipped.
+pub fn parse_account_map(text: &str) -> Result<HashMap<String, (String, String)>, String> {
+    let mut map = HashMap::new();
+    for (n, line) in text.lines().enumerate() {
+        if line.trim().is_empty() || line.trim_start().starts_with('#') {
+            continue;
+        }
+        let mut parts = line.trim_start().splitn(3, ' ');
+        match (parts.next(), parts.next(), parts.next()) {
+            (Some(captured), Some(user), Some(password)) if !user.is_empty() => {
+                if map
+                    .insert(captured.to_owned(), (user.to_owned(), password.to_owned()))
+                    .is_some()
+                {
+                    return Err(format!("line {}: {captured} named twice", n + 1));
+                }
+            }
+            _ => {
+                return Err(format!(
+                    "line {}: expected `captured_user user password`",
+                    n + 1
+                ))
+            }
+        }
+    }
+    Ok(map)
 }
 
 /// Writes a report file (mode 0600: it holds statement texts).
@@ -93,4 +147,22 @@ fn write(path: &Path, bytes: &[u8]) -> Result<(), CliError> {
         .open(path)
         .map_err(err)?;
     f.write_all(bytes).map_err(err)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_account_map_maps_captured_users_to_accounts() {
+        let map = parse_account_map("# staging\napp replay s3cret with spaces\n\nreport ro pw\n")
+            .unwrap();
+        assert_eq!(
+            map["app"],
+            ("replay".to_owned(), "s3cret with spaces".to_owned())
+        );
+        assert_eq!(map["report"], ("ro".to_owned(), "pw".to_owned()));
+        assert!(parse_account_map("app replay\n").is_err());
+        assert!(parse_account_map("a b c\na d e\n").is_err());
+    }
 }

@@ -14,6 +14,7 @@ pub mod load;
 pub mod plan;
 pub mod report;
 
+use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -41,8 +42,10 @@ pub enum Speed {
 pub struct Options {
     pub dir: PathBuf,
     pub target: BackendAddr,
-    pub user: String,
-    pub password: String,
+    /// The account for sessions whose captured user `accounts` does not name: (user, password).
+    pub account: Option<(String, String)>,
+    /// Captured user → (user, password).
+    pub accounts: HashMap<String, (String, String)>,
     pub speed: Speed,
     pub read_only: bool,
     /// Replay only the first this many captured sessions.
@@ -173,11 +176,16 @@ async fn replay_session(ctx: Arc<Ctx>, session: Session) -> Vec<Sample> {
     let mut planner = Planner::new(ctx.opts.read_only);
     let mut samples = Vec::with_capacity(session.steps.len());
     let mut conn = None;
-    if ctx.wait(session.t_us).await {
-        let account = (ctx.opts.user.as_str(), ctx.opts.password.as_str());
-        match Conn::open(&ctx.opts.target, account).await {
+    let account = ctx
+        .opts
+        .accounts
+        .get(&session.start.user)
+        .or(ctx.opts.account.as_ref());
+    let no_account = account.is_none();
+    if let (Some((user, password)), true) = (account, ctx.wait(session.t_us).await) {
+        match Conn::open(&ctx.opts.target, (user, password)).await {
             Ok(c) => conn = Some(c),
-            Err(e) => ctx.fail(format!("session {}: {e}", session.id)),
+            Err(e) => ctx.fail(format!("session {} as {user}: {e}", session.id)),
         }
     }
     if let Some(c) = conn.as_mut() {
@@ -207,6 +215,9 @@ async fn replay_session(ctx: Arc<Ctx>, session: Session) -> Vec<Sample> {
             skipped: None,
         };
         let captured_id = step.response.map(|r| r.prepared).filter(|&id| id != 0);
+        if no_account {
+            sample.skipped = Some("no account for its captured user");
+        }
         reached = reached && conn.is_some() && ctx.wait(step.t_us).await;
         if let (true, Some(c)) = (reached, conn.as_mut()) {
             match planner.plan(&step.payload, step.flags, captured_id) {
