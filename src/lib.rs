@@ -242,6 +242,10 @@ impl Proxy {
         drain(&sessions, self.shutdown_timeout, &abort).await;
         // Every session has ended: the worker threads stop (and are joined) here.
         drop(self.workers);
+        // A capture still running gets its last records written and its file closed.
+        if self.shared.capture.stop().await.is_some() {
+            tracing::info!("capture stopped by the shutdown");
+        }
         admin_stop.cancel();
         if let Some(task) = admin_task {
             if let Err(e) = task.await {

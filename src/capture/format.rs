@@ -205,6 +205,20 @@ impl Record {
         out[len_at..len_at + 4].copy_from_slice(&len.to_le_bytes());
     }
 
+    /// Appends a command record to `out` straight from the payload it carries (what
+    /// [`encode`](Self::encode) writes for a [`Body::Command`], without building one).
+    pub fn encode_command(out: &mut Vec<u8>, session: u64, t_us: u64, command: (u32, u8, &[u8])) {
+        let (seq, flags, payload) = command;
+        out.push(KIND_COMMAND);
+        let len = 8 + 8 + 4 + 1 + payload.len();
+        out.extend_from_slice(&(len as u32).to_le_bytes());
+        out.extend_from_slice(&session.to_le_bytes());
+        out.extend_from_slice(&t_us.to_le_bytes());
+        out.extend_from_slice(&seq.to_le_bytes());
+        out.push(flags);
+        out.extend_from_slice(payload);
+    }
+
     /// Decodes the records of one block's bytes; None for a kind this version does not know
     /// (skipped by the caller).
     pub fn decode_all(mut b: &[u8]) -> Result<Vec<Record>, FormatError> {

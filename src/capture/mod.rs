@@ -291,6 +291,11 @@ impl Active {
         }
         let mut bytes = Vec::with_capacity(64 + record_len(record));
         record.encode(&mut bytes);
+        self.send_bytes(bytes);
+    }
+
+    /// Queues an encoded record, or drops and counts it when the queue is full.
+    fn send_bytes(&self, bytes: Vec<u8>) {
         let n = bytes.len() as u64;
         match self.tx.try_send(bytes) {
             Ok(()) => {
@@ -419,14 +424,14 @@ impl SessionCapture {
     /// A command packet's payload (command byte first), as the client sent it.
     pub fn statement(&mut self, command: u8, payload: &[u8]) {
         let now = Instant::now();
-        let mut flags = 0;
-        let payload = if command == cmd::CHANGE_USER {
-            redact::change_user(payload, self.capabilities)
+        let redacted;
+        let (payload, flags) = if command == cmd::CHANGE_USER {
+            redacted = redact::change_user(payload, self.capabilities);
+            (&redacted[..], 0)
         } else if payload.len() > MAX_PAYLOAD {
-            flags |= format::TRUNCATED;
-            payload[..MAX_PAYLOAD].to_vec()
+            (&payload[..MAX_PAYLOAD], format::TRUNCATED)
         } else {
-            payload.to_vec()
+            (payload, 0)
         };
         let seq = self.next_seq;
         self.next_seq = self.next_seq.wrapping_add(1);
@@ -434,15 +439,14 @@ impl SessionCapture {
             self.waiting.push_back((command, seq));
         }
         self.active.commands.fetch_add(1, Ordering::Relaxed);
-        self.active.send(&Record {
-            session: self.id,
-            t_us: self.active.elapsed_us(now),
-            body: Body::Command(Command {
-                seq,
-                flags,
-                payload,
-            }),
-        });
+        if self.active.stop.load(Ordering::Relaxed) {
+            return;
+        }
+        // Encoded straight from the relay's buffer: one copy, into the queued record.
+        let mut bytes = Vec::with_capacity(32 + payload.len());
+        let t_us = self.active.elapsed_us(now);
+        Record::encode_command(&mut bytes, self.id, t_us, (seq, flags, payload));
+        self.active.send_bytes(bytes);
     }
 
     /// A command's response ended.

@@ -131,3 +131,13 @@ fn huge_block_lengths_are_corrupt_not_allocated() {
     let d = decode_file(&bytes).unwrap();
     assert_eq!(d.stopped, Some((HEADER_LEN, FormatError::BadBlockLength)));
 }
+
+#[test]
+fn a_command_encoded_from_its_payload_is_the_same_record() {
+    let r = &sample()[1];
+    let mut a = Vec::new();
+    r.encode(&mut a);
+    let mut b = Vec::new();
+    Record::encode_command(&mut b, 1, 90, (0, 0, b"\x03SELECT 1"));
+    assert_eq!(a, b);
+}
