@@ -794,3 +794,28 @@ fn an_account_map_logs_captured_users_in_as_other_accounts() {
         "{stdout}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shutdown_stops_a_running_capture_with_its_last_records_written() {
+    let pair = shared_pair();
+    create_account(&pair[0]);
+    let proxy = TestProxy::start(&[pair[0].tcp_addr()]);
+    let dir = scratch_dir("capture-shutdown").join("cap");
+    let (status, body) = capture_start(&proxy, &format!(r#"{{"dir":"{}"}}"#, dir.display()));
+    assert_eq!(status, 200, "{body}");
+    let mut conn = mysql_async::Conn::new(tcp_opts(&proxy.addr.to_string(), USER, PASSWORD))
+        .await
+        .unwrap();
+    conn.query_drop("SELECT 'last words'").await.unwrap();
+    conn.disconnect().await.unwrap();
+    tokio::task::spawn_blocking(move || drop(proxy))
+        .await
+        .unwrap();
+    let records = records(&dir);
+    assert!(
+        records.iter().any(|r| matches!(&r.body,
+            Body::Command(c) if c.payload == b"\x03SELECT 'last words'")),
+        "the last statement was written before the proxy exited"
+    );
+    assert!(matches!(records.last().unwrap().body, Body::SessionEnd));
+}
