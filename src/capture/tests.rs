@@ -182,3 +182,43 @@ fn change_user_is_written_without_its_auth_data_and_long_payloads_are_cut() {
     assert_eq!(commands[1].flags, format::TRUNCATED);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn a_full_queue_drops_records_and_counts_them_instead_of_waiting() {
+    let counter = prometheus::IntCounter::new("dropped", "dropped").unwrap();
+    let (tx, _rx) = sync_channel(1);
+    let active = Arc::new(Active {
+        started: Instant::now(),
+        started_unix_us: 0,
+        dir: PathBuf::from("/nowhere"),
+        request: Request {
+            dir: PathBuf::from("/nowhere"),
+            duration: None,
+            max_bytes: None,
+            rotate_bytes: None,
+            filter: Filter::default(),
+        },
+        tx,
+        stop: AtomicBool::new(false),
+        finished: AtomicBool::new(false),
+        stop_reason: Mutex::new(None),
+        sessions: AtomicU64::new(0),
+        commands: AtomicU64::new(0),
+        bytes: AtomicU64::new(0),
+        dropped: AtomicU64::new(0),
+        written: AtomicU64::new(0),
+        files: AtomicU64::new(0),
+        dropped_total: counter.clone(),
+    });
+    // The start record fills the queue; nobody drains it.
+    let mut s = SessionCapture::start(Arc::clone(&active), &who(), false, 0).unwrap();
+    let started = Instant::now();
+    for _ in 0..100 {
+        s.statement(cmd::QUERY, b"\x03SELECT 1");
+    }
+    assert!(started.elapsed() < Duration::from_secs(1), "never waits");
+    assert_eq!(active.dropped.load(Ordering::Relaxed), 100);
+    assert_eq!(counter.get(), 100);
+    assert_eq!(active.status()["dropped"], 100);
+    assert_eq!(active.status()["commands"], 100);
+}
