@@ -42,6 +42,11 @@ trait Sink {
     fn put(&mut self, s: &str);
     /// `s` with ASCII letters lower-cased.
     fn put_lower(&mut self, s: &str);
+    /// Takes `bytes` (lower-cased with `lower`) as they are if this sink can without checking
+    /// them for UTF-8 (ASCII prints the same either way); false: pass them as text.
+    fn put_ascii(&mut self, _bytes: &[u8], _lower: bool) -> bool {
+        false
+    }
 }
 
 impl Sink for String {
@@ -102,20 +107,24 @@ impl Hasher {
         }
     }
 
-    fn bytes(&mut self, mut bytes: &[u8]) {
-        self.len += bytes.len() as u64;
-        while !bytes.is_empty() {
-            let n = bytes.len().min(BLOCK - self.filled);
-            let (head, rest) = bytes.split_at(n);
-            if let Some(dst) = self.block.get_mut(self.filled..self.filled + n) {
-                dst.copy_from_slice(head);
-            }
-            self.filled += n;
-            bytes = rest;
-            if self.filled == BLOCK {
-                self.mix_block(BLOCK / 8);
-                self.filled = 0;
-            }
+    /// Pieces are short (a keyword, a name, `?`): a byte at a time beats a call to memcpy.
+    #[inline]
+    fn bytes(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.byte(b);
+        }
+    }
+
+    #[inline]
+    fn byte(&mut self, b: u8) {
+        self.len += 1;
+        if let Some(slot) = self.block.get_mut(self.filled) {
+            *slot = b;
+        }
+        self.filled += 1;
+        if self.filled == BLOCK {
+            self.mix_block(BLOCK / 8);
+            self.filled = 0;
         }
     }
 
@@ -141,8 +150,22 @@ impl Sink for Hasher {
 
     fn put_lower(&mut self, s: &str) {
         for b in s.bytes() {
-            self.bytes(&[b.to_ascii_lowercase()]);
+            self.byte(b.to_ascii_lowercase());
         }
+    }
+
+    fn put_ascii(&mut self, bytes: &[u8], lower: bool) -> bool {
+        if !bytes.is_ascii() {
+            return false;
+        }
+        if lower {
+            for &b in bytes {
+                self.byte(b.to_ascii_lowercase());
+            }
+        } else {
+            self.bytes(bytes);
+        }
+        true
     }
 }
 
@@ -266,6 +289,9 @@ impl<S: Sink> Printer<'_, S> {
 
     /// Raw bytes, invalid UTF-8 replaced by U+FFFD.
     fn lossy(&mut self, bytes: &[u8], lower: bool) {
+        if self.sink.put_ascii(bytes, lower) {
+            return;
+        }
         if let Ok(s) = std::str::from_utf8(bytes) {
             if lower {
                 self.sink.put_lower(s);
