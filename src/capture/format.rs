@@ -11,6 +11,8 @@ use flate2::read::DeflateDecoder;
 use flate2::write::DeflateEncoder;
 use flate2::{Compression, Crc};
 
+use crate::protocol::response::cmd;
+
 pub const MAGIC: &[u8; 8] = b"MLBCAP\r\n";
 pub const VERSION: u16 = 1;
 /// Magic, version, flags (0), capture start (unix µs), file index.
@@ -32,6 +34,15 @@ pub const KIND_SESSION_END: u8 = 4;
 pub const STARTED_BEFORE: u8 = 1;
 /// Command flag: the payload was cut at [`MAX_PAYLOAD`].
 pub const TRUNCATED: u8 = 1;
+
+/// Whether the server answers a captured command (all but COM_QUIT, COM_STMT_CLOSE and
+/// COM_STMT_SEND_LONG_DATA): a response record follows it, and a replay waits for one.
+pub fn answered(command: u8) -> bool {
+    !matches!(
+        command,
+        cmd::QUIT | cmd::STMT_CLOSE | cmd::STMT_SEND_LONG_DATA
+    )
+}
 
 /// The fixed start of every capture file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

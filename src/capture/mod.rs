@@ -22,7 +22,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use serde_json::json;
 
 use crate::protocol::response::{cmd, Completed};
-use format::{Body, Command, Record, Response, SessionStart, MAX_PAYLOAD};
+use format::{answered, Body, Command, Record, Response, SessionStart, MAX_PAYLOAD};
 
 /// Records waiting for the writer, at most; past it records are dropped (and counted).
 const QUEUE: usize = 65_536;
@@ -366,14 +366,6 @@ fn prepare_dir(dir: &Path) -> Result<(), CaptureError> {
             None => Ok(()),
         },
     }
-}
-
-/// The commands whose packets are captured and that the server answers.
-fn answered(command: u8) -> bool {
-    !matches!(
-        command,
-        cmd::QUIT | cmd::STMT_CLOSE | cmd::STMT_SEND_LONG_DATA
-    )
 }
 
 /// One session's side of a capture: numbers its commands, pairs responses with them, and

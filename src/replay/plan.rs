@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 
-use crate::capture::format::TRUNCATED;
+use crate::capture::format::{answered, TRUNCATED};
 use crate::protocol::response::cmd;
 use crate::sql;
 
@@ -62,14 +62,6 @@ pub struct Planner {
     prepared: HashMap<u32, Prepared>,
     /// The last prepare's key, for an execute of id 0xFFFFFFFF (MariaDB's "the last one").
     last_prepared: Option<Key>,
-}
-
-/// The commands the server answers (the others: close, send long data, quit).
-pub fn answered(command: u8) -> bool {
-    !matches!(
-        command,
-        cmd::QUIT | cmd::STMT_CLOSE | cmd::STMT_SEND_LONG_DATA
-    )
 }
 
 fn stmt_id(payload: &[u8]) -> Option<u32> {
