@@ -104,7 +104,7 @@ fn a_mixed_workload_from_several_client_libraries_replays_with_the_same_digest_c
     });
     create_account(&source);
     create_account(&target);
-    let proxy = TestProxy::start(&[source.tcp_addr()]);
+    let proxy = TestProxy::start_with(common::proxy::with_digests(&[source.tcp_addr()]));
     let base = scratch_dir("capture-mix");
     let dir = base.join("cap");
     let (status, body) = http_request(

@@ -343,6 +343,7 @@ async fn every_metric_the_dashboard_queries_is_exported_by_a_running_proxy() {
     // One admitted client, so a second one is refused and the refusal series exists.
     cfg.max_connections = 1;
     // The digest families (the "Top queries" table) exist once some rows are exported.
+    cfg.digests.enabled = true;
     cfg.digests.prometheus_top = 5;
     let proxy = TestProxy::start_with(cfg);
 

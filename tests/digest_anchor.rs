@@ -10,7 +10,7 @@
 mod common;
 
 use common::mariadb::{MariaDb, BENCH_PASS, BENCH_USER};
-use common::proxy::{config, TestProxy};
+use common::proxy::{with_digests, TestProxy};
 use mysql_async::prelude::*;
 
 const SCHEMA: &str = "digest_ps";
@@ -91,7 +91,10 @@ async fn digest_counts_match_performance_schema_group_by_group() {
              TRUNCATE performance_schema.events_statements_summary_by_digest"
         ));
     }
-    let proxy = TestProxy::start_with(config(&[servers[0].tcp_addr(), servers[1].tcp_addr()]));
+    let proxy = TestProxy::start_with(with_digests(&[
+        servers[0].tcp_addr(),
+        servers[1].tcp_addr(),
+    ]));
     // Several sessions, so both servers serve each family.
     let mut conns = Vec::new();
     for _ in 0..4 {

@@ -10,7 +10,7 @@ mod common;
 use std::time::Duration;
 
 use common::mariadb::{shared_pair, BENCH_PASS, BENCH_USER};
-use common::proxy::{config, http_request, TestProxy};
+use common::proxy::{config, http_request, with_digests, TestProxy};
 use mysql_async::prelude::*;
 use serde_json::Value;
 
@@ -56,7 +56,7 @@ async fn statements_are_counted_per_digest_kind_user_and_schema() {
     let pair = shared_pair();
     setup_schema("digest_a");
     // One backend, so every row is on it.
-    let proxy = TestProxy::start(&[pair[0].tcp_addr()]);
+    let proxy = TestProxy::start_with(with_digests(&[pair[0].tcp_addr()]));
     let mut conn = mysql_async::Conn::new(proxy.opts(BENCH_USER, BENCH_PASS))
         .await
         .unwrap();
@@ -147,7 +147,7 @@ async fn samples_and_reset_need_the_token_when_one_is_set() {
     let dir = tempfile::tempdir().unwrap();
     let token_file = dir.path().join("token");
     std::fs::write(&token_file, "tok-q\n").unwrap();
-    let mut cfg = config(&[pair[0].tcp_addr()]);
+    let mut cfg = with_digests(&[pair[0].tcp_addr()]);
     cfg.admin_token_file = Some(token_file);
     let proxy = TestProxy::start_with(cfg);
     let mut conn = mysql_async::Conn::new(proxy.opts(BENCH_USER, BENCH_PASS))
@@ -187,7 +187,7 @@ async fn the_table_stays_within_its_bound_with_exact_totals() {
     const CONNS: usize = 4;
     const EACH: usize = 25_000;
     let pair = shared_pair();
-    let mut cfg = config(&[pair[0].tcp_addr(), pair[1].tcp_addr()]);
+    let mut cfg = with_digests(&[pair[0].tcp_addr(), pair[1].tcp_addr()]);
     cfg.digests.max_entries = 64;
     let proxy = TestProxy::start_with(cfg);
     let mut conns = Vec::new();
@@ -243,11 +243,9 @@ async fn the_table_stays_within_its_bound_with_exact_totals() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn digests_off_keep_nothing() {
+async fn digests_are_off_by_default_and_keep_nothing() {
     let pair = shared_pair();
-    let mut cfg = config(&[pair[0].tcp_addr()]);
-    cfg.digests.enabled = false;
-    let proxy = TestProxy::start_with(cfg);
+    let proxy = TestProxy::start_with(config(&[pair[0].tcp_addr()]));
     let mut conn = mysql_async::Conn::new(proxy.opts(BENCH_USER, BENCH_PASS))
         .await
         .unwrap();
@@ -264,7 +262,7 @@ async fn digests_off_keep_nothing() {
 fn a_foreign_host_name_reads_nothing_without_a_token() {
     use std::io::{Read, Write};
     let pair = shared_pair();
-    let proxy = TestProxy::start(&[pair[0].tcp_addr()]);
+    let proxy = TestProxy::start_with(with_digests(&[pair[0].tcp_addr()]));
     let ask = |host: &str| {
         let mut s = std::net::TcpStream::connect(proxy.admin.unwrap()).unwrap();
         s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();

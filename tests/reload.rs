@@ -108,7 +108,7 @@ async fn digests_turn_off_and_on_at_reload_and_log_slow_queries() {
         );
         std::fs::write(&path, yaml).unwrap();
     };
-    config("{ slow_query_threshold: 50ms }");
+    config("{ enabled: true, slow_query_threshold: 50ms }");
     let mut d = Daemon::start(&["--config".into(), path.display().to_string()], None);
     wait_connectable(port);
     let entries = || {

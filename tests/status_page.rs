@@ -104,7 +104,7 @@ fn after_a_sysbench_run_the_page_loads_clean_shows_backends_and_top_queries_and_
         sysbench(db.port, &[], "cleanup");
         sysbench(db.port, &[], "prepare");
     }
-    let proxy = TestProxy::start(&names);
+    let proxy = TestProxy::start_with(common::proxy::with_digests(&names));
     let admin = proxy.admin.expect("admin endpoint");
     // Text protocol, so the point select is a `query` row with its literal in the sample.
     sysbench(
@@ -278,7 +278,7 @@ fn with_a_token_configured_the_buttons_need_it_typed_into_the_page() {
     let dir = tempfile::tempdir().unwrap();
     let token_file = dir.path().join("token");
     std::fs::write(&token_file, format!("{TOKEN}\n")).unwrap();
-    let mut cfg = common::proxy::config(&names);
+    let mut cfg = common::proxy::with_digests(&names);
     cfg.admin_token_file = Some(token_file);
     let proxy = TestProxy::start_with(cfg);
     let admin = proxy.admin.expect("admin endpoint");
@@ -363,7 +363,7 @@ fn serve_page(html: String) -> SocketAddr {
 fn a_form_on_another_origin_cannot_drain_a_backend() {
     let pair = shared_pair();
     let names = backends(pair);
-    let proxy = TestProxy::start(&names);
+    let proxy = TestProxy::start_with(common::proxy::with_digests(&names));
     let admin = proxy.admin.expect("admin endpoint");
     let name = &names[0];
     let evil = serve_page(format!(

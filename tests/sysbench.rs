@@ -213,7 +213,10 @@ fn sysbench_oltp_read_only_through_the_proxy() {
         started.elapsed()
     );
 
-    let proxy = TestProxy::start(&[pair[0].tcp_addr(), pair[1].tcp_addr()]);
+    let proxy = TestProxy::start_with(common::proxy::with_digests(&[
+        pair[0].tcp_addr(),
+        pair[1].tcp_addr(),
+    ]));
     let runs: [(&str, u32, Option<&str>); 2] = [
         ("prepared statements", 10, None),
         ("text queries", 5, Some("--db-ps-mode=disable")),

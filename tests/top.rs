@@ -178,7 +178,7 @@ const COOKED: libc::tcflag_t = libc::ECHO | libc::ICANON | libc::ISIG;
 fn in_a_terminal_it_shows_the_backends_sorts_on_s_and_quits_clean_on_q() {
     let pair = shared_pair();
     let names = backends(pair);
-    let proxy = TestProxy::start(&names);
+    let proxy = TestProxy::start_with(common::proxy::with_digests(&names));
     let admin = proxy.admin.expect("admin endpoint").to_string();
     let mut top = InPty::spawn(&["--admin", &admin, "--interval", "1s"], 160, 40);
     assert_eq!(top.cooked & COOKED, COOKED, "a fresh pty is cooked");
@@ -216,7 +216,7 @@ fn in_a_terminal_it_shows_the_backends_sorts_on_s_and_quits_clean_on_q() {
 #[test]
 fn sigterm_restores_the_terminal_too() {
     let pair = shared_pair();
-    let proxy = TestProxy::start(&backends(pair));
+    let proxy = TestProxy::start_with(common::proxy::with_digests(&backends(pair)));
     let admin = proxy.admin.expect("admin endpoint").to_string();
     let mut top = InPty::spawn(&["--admin", &admin], 100, 30);
     top.wait_for("backends 2/2 up", 0);
@@ -259,7 +259,7 @@ fn an_unreachable_endpoint_is_shown_and_retried_not_a_crash() {
 fn without_a_terminal_or_with_once_it_prints_one_plain_frame() {
     let pair = shared_pair();
     let names = backends(pair);
-    let proxy = TestProxy::start(&names);
+    let proxy = TestProxy::start_with(common::proxy::with_digests(&names));
     let admin = proxy.admin.expect("admin endpoint").to_string();
     let marked = common::daemon::mariadb_cli(proxy.addr.port(), "SELECT 42 AS top_marker");
     assert!(marked.status.success(), "{marked:?}");

@@ -115,7 +115,7 @@ def main():
     ap.add_argument("--threads", type=int, default=8, help="sysbench threads")
     ap.add_argument("--tests", default="oltp_point_select,oltp_read_only")
     ap.add_argument("--digests", action="store_true",
-                    help="also mysql-lb with the query digest table off (\"mysql-lb no digests\")")
+                    help="also mysql-lb with the query digest table on (\"mysql-lb digests\")")
     ap.add_argument("--tls", action="store_true",
                     help="also count mysql-lb with a TLS client leg, and with TLS on both legs")
     ap.add_argument("--keep", help="copy each callgrind file here (read with callgrind_annotate)")
@@ -144,8 +144,8 @@ def main():
         client_leg = "tls: {cert: %s, key: %s}\n" % (tls["cert"], tls["key"])
         configs = {"": "backend_tls: {mode: disabled}\n"}
         if args.digests:
-            # The query digest table off: what it costs is the difference to "mysql-lb".
-            configs[" no digests"] = "backend_tls: {mode: disabled}\ndigests: {enabled: false}\n"
+            # The query digest table on: what it costs is the difference to "mysql-lb".
+            configs[" digests"] = "backend_tls: {mode: disabled}\ndigests: {enabled: true}\n"
         if args.tls:
             configs[" tls"] = client_leg + "backend_tls: {mode: disabled}\n"
             configs[" tls both"] = client_leg + "backend_tls: {mode: verify_identity, ca: %s}\n" % tls["ca"]

@@ -29,9 +29,9 @@ a shared machine hits all paths alike. Paths:
   direct compressed, mysql-lb compressed
                   sysbench --mysql-compression=on -> the backends / mysql-lb (its backend leg
                   uncompressed)
-  mysql-lb no digests
-                  the plaintext mysql-lb with `digests: {enabled: false}`: the query digest
-                  table's cost per query is "mysql-lb" against it
+  mysql-lb digests
+                  the plaintext mysql-lb with the query digest table on (`digests: {enabled:
+                  true}`; off by default): what it costs per query is this path against "mysql-lb"
   mysql-lb deferred
                   sysbench -> mysql-lb with `connect_mode: deferred` -> backends (TCP): mysql-lb
                   greets the client itself, reads its login, then connects a backend, whose
@@ -447,16 +447,16 @@ class Bench:
             self.reg, self.binary, "mysql-lb-deferred", lbd_addr, tcp_backends, deferred
         )
         self.lb_deferred = Target("mysql-lb deferred", tcp_args([lbd_addr]), lbd)
-        # The plaintext proxy with the query digest table off: what digests cost per query is
-        # "mysql-lb" against it.
+        # The plaintext proxy with the query digest table on: what digests cost per query is
+        # this path against "mysql-lb".
         lbn_addr = ("127.0.0.1", procs.free_port())
-        nodigests = extra + ["--config", procs.write_config(
-            os.path.join(self.reg.base, "nodigests.yaml"), tcp_backends,
-            "backend_tls: {mode: disabled}\ndigests: {enabled: false}\n")]
+        digests = extra + ["--config", procs.write_config(
+            os.path.join(self.reg.base, "digests.yaml"), tcp_backends,
+            "backend_tls: {mode: disabled}\ndigests: {enabled: true}\n")]
         lbn, _, _ = procs.start_mysql_lb(
-            self.reg, self.binary, "mysql-lb-nodigests", lbn_addr, tcp_backends, nodigests
+            self.reg, self.binary, "mysql-lb-digests", lbn_addr, tcp_backends, digests
         )
-        self.lb_nodigests = Target("mysql-lb no digests", tcp_args([lbn_addr]), lbn)
+        self.lb_digests = Target("mysql-lb digests", tcp_args([lbn_addr]), lbn)
         lb_sock = os.path.join(self.reg.base, "mysql-lb.sock")
         lbu, self.lbu_admin, _ = procs.start_mysql_lb(
             self.reg, self.binary, "mysql-lb-unix", lb_sock, [b.socket for b in self.backends], extra
@@ -511,9 +511,9 @@ class Bench:
         self.direct_unix = Target("direct unix", socket_args([b.socket for b in self.backends]))
         self.lb_unix = Target("mysql-lb unix", socket_args([lb_sock]), lbu)
         tls_targets, tls_proxies = self.start_tls_proxies(extra, tcp_backends)
-        self.targets = [self.direct, self.haproxy, self.pump, self.lb, self.lb_nodigests, self.lb_deferred] + baseline + variants + [
+        self.targets = [self.direct, self.haproxy, self.pump, self.lb, self.lb_digests, self.lb_deferred] + baseline + variants + [
             self.direct_unix, self.pump_unix, self.lb_unix] + baseline_unix + tls_targets
-        self.proxies = [self.haproxy, self.pump, self.lb, self.lb_nodigests, self.lb_deferred] + baseline + variants + [
+        self.proxies = [self.haproxy, self.pump, self.lb, self.lb_digests, self.lb_deferred] + baseline + variants + [
             self.pump_unix, self.lb_unix] + baseline_unix + tls_proxies
         if self.args.paths:
             unknown = set(self.args.paths) - {t.name for t in self.targets}

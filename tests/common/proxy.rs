@@ -60,6 +60,13 @@ pub fn config(backends: &[String]) -> Config {
     }
 }
 
+/// [`config`] with the query digest table on (it is off by default).
+pub fn with_digests(backends: &[String]) -> Config {
+    let mut c = config(backends);
+    c.digests.enabled = true;
+    c
+}
+
 impl TestProxy {
     pub fn start(backends: &[String]) -> Self {
         Self::start_with(config(backends))
