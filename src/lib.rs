@@ -12,6 +12,7 @@ pub mod config;
 pub mod digest;
 pub mod gate;
 pub mod health;
+pub mod html;
 pub mod identity_check;
 pub mod kill;
 pub mod leg;

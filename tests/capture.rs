@@ -21,17 +21,8 @@ const USER: &str = "capapp";
 const PASSWORD: &str = "Zq9-cap-Secret-71f3";
 const TABLE_SIZE: u32 = 10_000;
 
-fn sysbench_binary() -> PathBuf {
-    let path = std::env::var_os("PATH").unwrap_or_default();
-    std::env::split_paths(&path)
-        .chain(["/usr/bin", "/usr/local/bin"].map(PathBuf::from))
-        .map(|dir| dir.join("sysbench"))
-        .find(|p| p.is_file())
-        .unwrap_or_else(|| panic!("sysbench not found: run scripts/install-deps.sh"))
-}
-
 fn sysbench(port: u16, extra: &[&str], action: &str) -> Output {
-    let out = Command::new(sysbench_binary())
+    let out = Command::new(common::sysbench::binary())
         .arg("oltp_read_write")
         .args([
             "--db-driver=mysql",

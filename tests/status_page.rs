@@ -35,18 +35,9 @@ fn entry(proxy: &TestProxy, name: &str) -> Value {
         .unwrap_or_else(|| panic!("no {name} in {body}"))
 }
 
-fn sysbench_binary() -> PathBuf {
-    let path = std::env::var_os("PATH").unwrap_or_default();
-    std::env::split_paths(&path)
-        .chain(["/usr/bin", "/usr/local/bin"].map(PathBuf::from))
-        .map(|dir| dir.join("sysbench"))
-        .find(|p| p.is_file())
-        .unwrap_or_else(|| panic!("sysbench not found: run scripts/install-deps.sh"))
-}
-
 /// `sysbench oltp_read_only ... <action>` on one small table at 127.0.0.1:`port`; its report.
 fn sysbench(port: u16, extra: &[&str], action: &str) -> String {
-    let out = Command::new(sysbench_binary())
+    let out = Command::new(common::sysbench::binary())
         .arg("oltp_read_only")
         .args([
             "--db-driver=mysql".to_owned(),

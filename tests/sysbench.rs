@@ -4,7 +4,6 @@
 
 mod common;
 
-use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
 use std::time::Instant;
 
@@ -15,18 +14,9 @@ const THREADS: u32 = 8;
 const TABLES: u32 = 4;
 const TABLE_SIZE: u32 = 10_000;
 
-fn sysbench_binary() -> PathBuf {
-    let path = std::env::var_os("PATH").unwrap_or_default();
-    std::env::split_paths(&path)
-        .chain(["/usr/bin", "/usr/local/bin"].map(PathBuf::from))
-        .map(|dir| dir.join("sysbench"))
-        .find(|p| p.is_file())
-        .unwrap_or_else(|| panic!("sysbench not found: run scripts/install-deps.sh"))
-}
-
 /// Runs `sysbench oltp_read_only <extra...> <action>` against 127.0.0.1:`port`.
 fn sysbench(port: u16, extra: &[String], action: &str) -> Output {
-    let mut cmd = Command::new(sysbench_binary());
+    let mut cmd = Command::new(common::sysbench::binary());
     cmd.arg("oltp_read_only")
         .args([
             "--db-driver=mysql".to_string(),

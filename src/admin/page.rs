@@ -18,6 +18,7 @@ use hyper::Response;
 use serde_json::Value;
 
 use super::Recent;
+use crate::html::esc;
 use crate::state::ProxyState;
 
 /// Rows of the top-queries table.
@@ -87,22 +88,6 @@ fn new_nonce() -> String {
         let _ = write!(s, "{b:02x}");
         s
     })
-}
-
-/// `s` with the five characters that matter in HTML text and quoted attributes escaped.
-pub fn esc(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for c in s.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&#39;"),
-            c => out.push(c),
-        }
-    }
-    out
 }
 
 /// A JSON value as escaped cell text: strings bare, null as a dash.

@@ -5,26 +5,12 @@
 use std::fmt::Write as _;
 
 use super::report::Report;
+use crate::html::esc;
 
 /// Digests drawn in the latency chart.
 const CHART_DIGESTS: usize = 10;
 const CAPTURED: &str = "#4c78a8";
 const REPLAYED: &str = "#f58518";
-
-fn esc(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for c in s.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&#39;"),
-            c => out.push(c),
-        }
-    }
-    out
-}
 
 /// Commands per second over time, one line per run.
 fn throughput_svg(r: &Report) -> String {

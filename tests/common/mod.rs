@@ -13,6 +13,7 @@ pub mod pp;
 pub mod proxy;
 pub mod rawclient;
 pub mod scripts;
+pub mod sysbench;
 pub mod tls_server;
 
 /// Polls `cond` every 20 ms until it holds; panics naming `what` after 20 s.
