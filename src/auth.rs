@@ -118,6 +118,8 @@ pub struct Authenticated {
     pub user: String,
     /// The schema the client asked for in its handshake response ("" if none).
     pub schema: String,
+    /// The character set (collation id) of the client's handshake response.
+    pub charset: u8,
     /// Bytes the client sent after its last auth packet (a pipelined first command).
     pub client_pending: BytesMut,
     /// Bytes the backend sent after its OK.
@@ -399,6 +401,7 @@ fn authenticated(
         backend_compressed: plan.backend_compression,
         user: parsed.user,
         schema: parsed.database.unwrap_or_default(),
+        charset: parsed.charset,
         client_pending,
         backend_pending,
     }

@@ -122,6 +122,8 @@ pub struct Response {
     pub latency_us: u64,
     /// The statement id a COM_STMT_PREPARE got (0 otherwise).
     pub prepared: u32,
+    /// The ERR packet's error code (0 if the response was no error).
+    pub error_code: u16,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -209,6 +211,7 @@ impl Record {
                 out.extend_from_slice(&r.affected.to_le_bytes());
                 out.extend_from_slice(&r.latency_us.to_le_bytes());
                 out.extend_from_slice(&r.prepared.to_le_bytes());
+                out.extend_from_slice(&r.error_code.to_le_bytes());
             }
             Body::SessionEnd => {}
         }
@@ -278,6 +281,10 @@ impl Record {
                 affected: r.u64()?,
                 latency_us: r.u64()?,
                 prepared: r.u32()?,
+                error_code: {
+                    let b = r.take(2)?;
+                    u16::from_le_bytes([b[0], b[1]])
+                },
             }),
             _ => Body::SessionEnd,
         };

@@ -91,6 +91,8 @@ pub struct Who<'a> {
     pub backend: &'a str,
     pub client: &'a str,
     pub capabilities: u32,
+    /// The character set (collation id) of the client's handshake response.
+    pub charset: u8,
 }
 
 /// The proxy's capture switch: at most one capture at a time.
@@ -391,7 +393,7 @@ impl SessionCapture {
         let start = SessionStart {
             flags: if before { format::STARTED_BEFORE } else { 0 },
             capabilities: who.capabilities,
-            charset: 0,
+            charset: who.charset,
             user: who.user.to_owned(),
             schema: who.schema.to_owned(),
             pool: who.pool.to_owned(),
@@ -486,6 +488,7 @@ impl SessionCapture {
                 affected: c.affected,
                 latency_us: c.latency.as_micros() as u64,
                 prepared: c.prepared.unwrap_or(0),
+                error_code: c.error_code,
             }),
         });
     }

@@ -11,6 +11,7 @@ fn who() -> Who<'static> {
         backend: "db1",
         client: "127.0.0.1:5000",
         capabilities: crate::protocol::caps::CLIENT_SECURE_CONNECTION,
+        charset: 45,
     }
 }
 
@@ -22,6 +23,7 @@ fn completed(command: u8, rows: u64, prepared: Option<u32>) -> Completed {
         rows,
         affected: 0,
         error: false,
+        error_code: 0,
         prepared,
         at: Some(Instant::now()),
         tag: 0,

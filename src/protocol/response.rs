@@ -76,6 +76,8 @@ pub struct Completed {
     pub affected: u64,
     /// The response was (or ended with) an ERR packet.
     pub error: bool,
+    /// That ERR packet's error code (0 if none).
+    pub error_code: u16,
     /// The statement id of a successful COM_STMT_PREPARE.
     pub prepared: Option<u32>,
     /// When the response ended (None only in hand-made values).

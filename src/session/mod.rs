@@ -268,6 +268,7 @@ where
         backend: &leased.name,
         client: peer,
         capabilities: auth.negotiated.capabilities,
+        charset: auth.charset,
     };
     let mut observer = Recorder::new(shared, leased, worker, &auth.user, proxy_id, digests, who);
     let limit = observer.statement_limit();

@@ -31,11 +31,12 @@ fn sample() -> Vec<Record> {
             body: Body::Response(Response {
                 seq: 0,
                 command: 3,
-                error: false,
+                error: true,
                 rows: 1,
                 affected: 0,
                 latency_us: 30,
                 prepared: 0,
+                error_code: 1064,
             }),
         },
         Record {

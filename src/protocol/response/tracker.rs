@@ -626,6 +626,10 @@ impl<F: FnMut(Completed)> ServerSide<'_, F> {
                     rows: head.rows,
                     affected: head.affected,
                     error: p.first_byte() == Some(0xFF),
+                    error_code: match p.prefix {
+                        [0xFF, lo, hi, ..] => u16::from_le_bytes([*lo, *hi]),
+                        _ => 0,
+                    },
                     prepared: head.prepared,
                     at: Some(now),
                     tag: head.tag,

@@ -65,6 +65,8 @@ fn statements_are_reported_and_their_tags_come_back_with_counts() {
             (cmd::QUERY, 14, 0, 0, true, None),
         ]
     );
+    assert_eq!(done[4].error_code, 1064, "the ERR's code");
+    assert_eq!(done[0].error_code, 0);
 }
 
 #[test]
