@@ -32,6 +32,10 @@ a shared machine hits all paths alike. Paths:
   mysql-lb digests
                   the plaintext mysql-lb with the query digest table on (`digests: {enabled:
                   true}`; off by default): what it costs per query is this path against "mysql-lb"
+  mysql-lb capture
+                  the plaintext mysql-lb with a capture running for the whole run (`POST
+                  /capture/start` into the temp dir): what capturing costs is this path against
+                  "mysql-lb"; the capture's size per million queries is reported at the end
   mysql-lb deferred
                   sysbench -> mysql-lb with `connect_mode: deferred` -> backends (TCP): mysql-lb
                   greets the client itself, reads its login, then connects a backend, whose
@@ -78,6 +82,7 @@ here is stopped by pid and the temp dir removed on exit, Ctrl-C included.
 import argparse
 import asyncio
 import datetime
+import json
 import os
 import platform
 import re
@@ -457,6 +462,15 @@ class Bench:
             self.reg, self.binary, "mysql-lb-digests", lbn_addr, tcp_backends, digests
         )
         self.lb_digests = Target("mysql-lb digests", tcp_args([lbn_addr]), lbn)
+        # The plaintext proxy capturing everything for the whole run (POST /capture/start):
+        # what a running capture costs is this path against "mysql-lb".
+        lbc_addr = ("127.0.0.1", procs.free_port())
+        lbc, lbc_admin, _ = procs.start_mysql_lb(
+            self.reg, self.binary, "mysql-lb-capture", lbc_addr, tcp_backends, plain
+        )
+        start_capture(lbc_admin, os.path.join(self.reg.base, "capture"))
+        self.lb_capture_admin = lbc_admin
+        self.lb_capture = Target("mysql-lb capture", tcp_args([lbc_addr]), lbc)
         lb_sock = os.path.join(self.reg.base, "mysql-lb.sock")
         lbu, self.lbu_admin, _ = procs.start_mysql_lb(
             self.reg, self.binary, "mysql-lb-unix", lb_sock, [b.socket for b in self.backends], extra
@@ -511,9 +525,9 @@ class Bench:
         self.direct_unix = Target("direct unix", socket_args([b.socket for b in self.backends]))
         self.lb_unix = Target("mysql-lb unix", socket_args([lb_sock]), lbu)
         tls_targets, tls_proxies = self.start_tls_proxies(extra, tcp_backends)
-        self.targets = [self.direct, self.haproxy, self.pump, self.lb, self.lb_digests, self.lb_deferred] + baseline + variants + [
+        self.targets = [self.direct, self.haproxy, self.pump, self.lb, self.lb_digests, self.lb_capture, self.lb_deferred] + baseline + variants + [
             self.direct_unix, self.pump_unix, self.lb_unix] + baseline_unix + tls_targets
-        self.proxies = [self.haproxy, self.pump, self.lb, self.lb_digests, self.lb_deferred] + baseline + variants + [
+        self.proxies = [self.haproxy, self.pump, self.lb, self.lb_digests, self.lb_capture, self.lb_deferred] + baseline + variants + [
             self.pump_unix, self.lb_unix] + baseline_unix + tls_proxies
         if self.args.paths:
             unknown = set(self.args.paths) - {t.name for t in self.targets}
@@ -852,6 +866,15 @@ class Bench:
                   "absolute numbers are low; the interleaving keeps the comparison fair on average."
                   % (100 * statistics.median(foreign), 100 * max(foreign)))
                 w("")
+            cap = capture_status(self.lb_capture_admin) if getattr(self, "lb_capture_admin", None) else None
+            if cap:
+                commands = max(cap.get("commands", 0), 1)
+                written = cap.get("bytes_written", 0)
+                w("Capture (path \"mysql-lb capture\", running for the whole run): %d sessions, %d commands, "
+                  "%d bytes written (%.1f MB per million commands), %d records dropped."
+                  % (cap.get("sessions", 0), cap.get("commands", 0), written,
+                     written / commands, cap.get("dropped", 0)))
+                w("")
             if self.dist:
                 w("Share of queries per backend over all measured runs (checks that every path spreads load):")
                 w("")
@@ -1118,6 +1141,25 @@ async def hold_connections(addr, n, rss, admin_port):
         "rss_after_select_kib": rss_select,
         "gauge": gauge,
     }
+
+
+def start_capture(admin_port, directory):
+    """Starts a capture of everything into `directory` (which must not exist) on the mysql-lb
+    whose admin endpoint is `admin_port`."""
+    body = ('{"dir": "%s"}' % directory).encode()
+    req = urllib.request.Request("http://127.0.0.1:%d/capture/start" % admin_port, data=body,
+                                 method="POST", headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=10) as r:
+        r.read()
+
+
+def capture_status(admin_port):
+    """The running capture's `GET /capture` answer, or None."""
+    try:
+        with urllib.request.urlopen("http://127.0.0.1:%d/capture" % admin_port, timeout=10) as r:
+            return json.load(r)
+    except (OSError, ValueError):
+        return None
 
 
 def read_gauge(admin_port):
