@@ -311,7 +311,18 @@ mod tests {
 
     #[test]
     fn shards_merge_into_one_row_per_key() {
-        let table = Arc::new(Digests::new(&DigestConfig::default()));
+        let on = DigestConfig {
+            enabled: true,
+            ..DigestConfig::default()
+        };
+        let table = Arc::new(Digests::new(&on));
+        assert!(
+            Session::start(&Digests::new(&DigestConfig::default()).into(), 0, || {
+                Ident::new("b", "p", "u", "s")
+            })
+            .is_none(),
+            "off by default"
+        );
         let ident = Ident::new("b", "p", "u", "s");
         for worker in 0..4 {
             let mut s = Session::start(&table, worker, || Arc::clone(&ident)).unwrap();
