@@ -7,7 +7,7 @@ use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::os::unix::fs::OpenOptionsExt;
 use std::sync::atomic::Ordering;
-use std::sync::mpsc::{Receiver, RecvTimeoutError};
+use std::sync::mpsc::{Receiver, TryRecvError};
 use std::time::{Duration, Instant};
 
 use super::format::{encode_block, FileHeader};
@@ -16,8 +16,10 @@ use super::{Active, DEFAULT_ROTATE};
 /// A block is written once it holds this much, or has waited this long.
 const BLOCK: usize = 256 << 10;
 const BLOCK_WAIT: Duration = Duration::from_secs(1);
-/// How often a quiet writer checks for a stop.
-const TICK: Duration = Duration::from_millis(50);
+/// How often the writer looks at the queue (and for a stop). It never waits in the queue
+/// itself: a receiver parked there would make every session's send wake it (a futex call and a
+/// context switch per record); polled, a send is a few atomic operations.
+const TICK: Duration = Duration::from_millis(20);
 
 /// The file being written and its size.
 struct Output {
@@ -49,18 +51,22 @@ pub(super) fn run(active: &Active, rx: Receiver<Vec<u8>>) {
             flush(active, &mut out, &mut block);
             break;
         }
-        match rx.recv_timeout(TICK) {
-            Ok(r) => {
-                block.extend_from_slice(&r);
-                while block.len() < BLOCK {
-                    match rx.try_recv() {
-                        Ok(r) => block.extend_from_slice(&r),
-                        Err(_) => break,
+        std::thread::sleep(TICK);
+        loop {
+            match rx.try_recv() {
+                Ok(r) => {
+                    block.extend_from_slice(&r);
+                    if block.len() >= BLOCK {
+                        flush(active, &mut out, &mut block);
+                        since = Instant::now();
                     }
                 }
+                Err(TryRecvError::Empty) => break,
+                Err(TryRecvError::Disconnected) => {
+                    active.request_stop("queue closed");
+                    break;
+                }
             }
-            Err(RecvTimeoutError::Timeout) => {}
-            Err(RecvTimeoutError::Disconnected) => active.request_stop("queue closed"),
         }
         if block.len() >= BLOCK || (!block.is_empty() && since.elapsed() >= BLOCK_WAIT) {
             flush(active, &mut out, &mut block);
