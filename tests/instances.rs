@@ -209,8 +209,10 @@ async fn without_peers_a_kill_of_another_instances_session_is_refused_naming_it(
 
 #[tokio::test]
 async fn a_peer_that_cannot_be_asked_gets_the_client_an_err_and_kills_nothing() {
-    // Instance 3's admin address has nobody listening.
-    let cfg = instance(1, 0, admin_addr(), &[(3, admin_addr())]);
+    // Instance 3's admin address has nobody listening. Nobody asks this instance, so its own
+    // admin endpoint takes any free port (a port picked ahead could be taken by then).
+    let own_admin = SocketAddr::from(([127, 0, 0, 1], 0));
+    let cfg = instance(1, 0, own_admin, &[(3, admin_addr())]);
     let proxy = TestProxy::start_with(cfg);
     let mut killer = login(&proxy.addr_string()).await;
     let theirs = 0x6000_0000 | 3 << 21 | 5;
