@@ -168,26 +168,7 @@ impl Capture {
         }
         prepare_dir(&request.dir)?;
         let (tx, rx) = sync_channel(QUEUE);
-        let now = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .unwrap_or_default();
-        let active = Arc::new(Active {
-            started: Instant::now(),
-            started_unix_us: now.as_micros() as u64,
-            dir: request.dir.clone(),
-            request,
-            tx,
-            stop: AtomicBool::new(false),
-            finished: AtomicBool::new(false),
-            stop_reason: Mutex::new(None),
-            sessions: AtomicU64::new(0),
-            commands: AtomicU64::new(0),
-            bytes: AtomicU64::new(0),
-            dropped: AtomicU64::new(0),
-            written: AtomicU64::new(0),
-            files: AtomicU64::new(0),
-            dropped_total: self.inner.dropped_total.clone(),
-        });
+        let active = Arc::new(Active::new(request, tx, self.inner.dropped_total.clone()));
         let inner = Arc::clone(&self.inner);
         let writing = Arc::clone(&active);
         std::thread::Builder::new()
@@ -280,6 +261,34 @@ impl Active {
             if let Ok(mut r) = self.stop_reason.lock() {
                 r.get_or_insert_with(|| why.to_owned());
             }
+        }
+    }
+
+    /// A capture starting now, its records going to `tx`.
+    fn new(
+        request: Request,
+        tx: SyncSender<Vec<u8>>,
+        dropped_total: prometheus::IntCounter,
+    ) -> Self {
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or_default();
+        Active {
+            started: Instant::now(),
+            started_unix_us: now.as_micros() as u64,
+            dir: request.dir.clone(),
+            request,
+            tx,
+            stop: AtomicBool::new(false),
+            finished: AtomicBool::new(false),
+            stop_reason: Mutex::new(None),
+            sessions: AtomicU64::new(0),
+            commands: AtomicU64::new(0),
+            bytes: AtomicU64::new(0),
+            dropped: AtomicU64::new(0),
+            written: AtomicU64::new(0),
+            files: AtomicU64::new(0),
+            dropped_total,
         }
     }
 

@@ -189,29 +189,14 @@ fn change_user_is_written_without_its_auth_data_and_long_payloads_are_cut() {
 fn a_full_queue_drops_records_and_counts_them_instead_of_waiting() {
     let counter = prometheus::IntCounter::new("dropped", "dropped").unwrap();
     let (tx, _rx) = sync_channel(1);
-    let active = Arc::new(Active {
-        started: Instant::now(),
-        started_unix_us: 0,
+    let request = Request {
         dir: PathBuf::from("/nowhere"),
-        request: Request {
-            dir: PathBuf::from("/nowhere"),
-            duration: None,
-            max_bytes: None,
-            rotate_bytes: None,
-            filter: Filter::default(),
-        },
-        tx,
-        stop: AtomicBool::new(false),
-        finished: AtomicBool::new(false),
-        stop_reason: Mutex::new(None),
-        sessions: AtomicU64::new(0),
-        commands: AtomicU64::new(0),
-        bytes: AtomicU64::new(0),
-        dropped: AtomicU64::new(0),
-        written: AtomicU64::new(0),
-        files: AtomicU64::new(0),
-        dropped_total: counter.clone(),
-    });
+        duration: None,
+        max_bytes: None,
+        rotate_bytes: None,
+        filter: Filter::default(),
+    };
+    let active = Arc::new(Active::new(request, tx, counter.clone()));
     // The start record fills the queue; nobody drains it.
     let mut s = SessionCapture::start(Arc::clone(&active), &who(), false, 0).unwrap();
     let started = Instant::now();
