@@ -147,6 +147,15 @@ impl Registry {
         }
     }
 
+    /// Session `id` now runs on server connection `thread_id` of its backend.
+    fn move_to(&self, id: u32, thread_id: u32) {
+        if let Ok(mut ids) = self.ids.lock() {
+            if let Some(Some(target)) = ids.sessions.get_mut(&id) {
+                target.thread_id = thread_id;
+            }
+        }
+    }
+
     /// Records who session `id` is now; see [`Registration::set_user`].
     pub fn set_user(&self, id: u32, user: Option<&str>) {
         if let Ok(mut ids) = self.ids.lock() {
@@ -173,6 +182,12 @@ impl Registration<'_> {
     /// Names the backend session a reserved id stands for, from now on.
     pub fn bind(&self, target: Target) {
         self.registry.bind(self.id, target);
+    }
+
+    /// The session's statements run on server connection `thread_id` of the same backend from
+    /// now on (a transaction-mode pool handed it another): a KILL naming it goes there.
+    pub fn moved_to(&self, thread_id: u32) {
+        self.registry.move_to(self.id, thread_id);
     }
 
     /// The user name the session authenticated as (at the end of its connection phase), or None

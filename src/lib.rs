@@ -21,6 +21,7 @@ pub mod limits;
 pub mod logging;
 pub mod metrics;
 pub mod peer_api;
+pub mod pooling;
 pub mod protocol;
 pub mod relay;
 pub mod reload;

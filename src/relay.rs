@@ -54,6 +54,13 @@ pub enum RelayEnd {
     IdleTimeout,
     /// A protocol violation; everything before the offending packet was forwarded.
     Protocol(TrackError),
+    /// The observer let the backend go (see [`Observer::releasable`]) at a command boundary:
+    /// nothing in flight, nothing read and unsent. Carries the two emptied buffers (client's,
+    /// backend's) for the next relay to reuse.
+    Released(BytesMut, BytesMut),
+    /// A transaction-mode session got no server connection and was told so (see
+    /// `crate::pooling`); set by the pooled session, never by the relay itself.
+    NoServerConnection,
 }
 
 struct Direction {
@@ -148,6 +155,12 @@ pub trait Observer {
     /// backend instead, if any, or a future of it.
     fn rewrite_kill(&mut self, _packet: &[u8]) -> Option<KillRewrite> {
         None
+    }
+    /// Whether the session may give its backend connection back at the next command boundary
+    /// (a transaction-mode pool between transactions); the relay then ends with
+    /// [`RelayEnd::Released`]. Sessions that own their connection never do.
+    fn releasable(&self) -> bool {
+        false
     }
 }
 
@@ -390,6 +403,11 @@ where
         match step {
             Poll::Ready(end) => Poll::Ready(end),
             Poll::Pending if drain_now && session.boundary() => Poll::Ready(RelayEnd::Drained),
+            Poll::Pending if session.observer.releasable() && session.boundary() => {
+                let up = std::mem::take(&mut session.up.buf);
+                let down = std::mem::take(&mut session.down.buf);
+                Poll::Ready(RelayEnd::Released(up, down))
+            }
             Poll::Pending => Poll::Pending,
         }
     })

@@ -44,6 +44,8 @@ pub struct ProxyState {
     pub digests: Arc<crate::digest::Digests>,
     /// The traffic capture switch (see `crate::capture`).
     pub capture: crate::capture::Capture,
+    /// Transaction-mode pools' shared server connections, per backend (see `crate::pooling`).
+    pub server_pools: crate::pooling::ServerPools,
     /// Read by every session, fixed at start (a reload reports changes as needing a restart).
     pub session: SessionSettings,
     /// `accept_proxy_protocol`, fixed at start like `session`.
@@ -172,6 +174,7 @@ impl ProxyState {
                 metrics.peer_requests(),
             ),
             killer: kill::exec::Executor::new(&config.kill),
+            server_pools: crate::pooling::ServerPools::new(&metrics),
             metrics,
             digests: Arc::new(crate::digest::Digests::new(&config.digests)),
             capture,

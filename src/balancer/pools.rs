@@ -18,6 +18,8 @@ use crate::route::{Routes, Who};
 pub struct Pool {
     pub name: String,
     pub(super) policy: Policy,
+    /// Whether and how its sessions share server connections (`pooling:`).
+    pub pooling: crate::config::Pooling,
     /// The round-robin and least-connections tie-break counter of this pool.
     pub(super) next: AtomicUsize,
     pub(super) members: Vec<Arc<Backend>>,
@@ -43,6 +45,7 @@ pub(super) fn group(backends: &[Arc<Backend>], previous: Option<&BackendSet>) ->
                 pools.push(Pool {
                     name: b.pool.clone(),
                     policy: Policy::RoundRobin,
+                    pooling: crate::config::Pooling::default(),
                     next: AtomicUsize::new(next),
                     members: vec![Arc::clone(b)],
                 });
@@ -59,6 +62,7 @@ impl BackendSet {
         for p in &mut self.pools {
             if let Some(c) = pools.iter().find(|c| c.name == p.name) {
                 p.policy = c.policy;
+                p.pooling = c.pooling;
             }
         }
         self.routes = routes;

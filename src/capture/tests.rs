@@ -27,6 +27,7 @@ fn completed(command: u8, rows: u64, prepared: Option<u32>) -> Completed {
         prepared,
         at: Some(Instant::now()),
         tag: 0,
+        end: None,
     }
 }
 

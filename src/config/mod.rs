@@ -16,6 +16,7 @@ mod instances;
 mod keepalive;
 mod kill;
 mod lifecycle;
+mod pooling;
 mod pools;
 mod proxy_protocol;
 mod raw;
@@ -31,6 +32,7 @@ pub use instances::{parse_instance_id, InstanceConfig, Peer, PeerTemplate, PeerU
 pub use keepalive::TcpKeepalive;
 pub use kill::KillConfig;
 pub use lifecycle::LifecycleConfig;
+pub use pooling::{Pooling, PoolingMode};
 pub use pools::{ConnectMode, PoolConfig, RouteConfig};
 pub use proxy_protocol::ProxyProtocol;
 pub use secret::Secret;

@@ -21,6 +21,8 @@ pub struct PoolConfig {
     pub name: String,
     /// The pool's `policy:`, else `balancer.policy`.
     pub policy: Policy,
+    /// The pool's `pooling:` (the top-level one for "default").
+    pub pooling: super::Pooling,
 }
 
 /// One `routes:` entry: every condition given must match for the client to go to `pool`.
@@ -115,6 +117,7 @@ impl Config {
 #[serde(deny_unknown_fields)]
 pub(super) struct RawPool {
     policy: Option<Policy>,
+    pooling: Option<super::pooling::RawPooling>,
     #[serde(default)]
     backends: Vec<RawBackend>,
 }
@@ -154,7 +157,7 @@ impl<'de> Deserialize<'de> for RawPools {
 pub(super) fn build_pools(
     default_backends: Vec<RawBackend>,
     pools: RawPools,
-    policy: Policy,
+    (policy, pooling): (Policy, super::Pooling),
     tls: &BackendTls,
     compression: bool,
 ) -> Result<(Vec<BackendConfig>, Vec<PoolConfig>), ConfigError> {
@@ -167,6 +170,7 @@ pub(super) fn build_pools(
         configs.push(PoolConfig {
             name: DEFAULT_POOL.to_owned(),
             policy,
+            pooling,
         });
     }
     for (name, raw) in pools.0 {
@@ -182,9 +186,14 @@ pub(super) fn build_pools(
             b.pool.clone_from(&name);
             b
         }));
+        let pooling = match raw.pooling {
+            Some(p) => p.into_pooling(&format!("pools.{name}.pooling"))?,
+            None => super::Pooling::default(),
+        };
         configs.push(PoolConfig {
             name,
             policy: raw.policy.unwrap_or(policy),
+            pooling,
         });
     }
     Ok((backends, configs))
@@ -239,6 +248,7 @@ impl Config {
                 let pool = PoolConfig {
                     name: b.pool.clone(),
                     policy: self.balancer.policy,
+                    pooling: super::Pooling::default(),
                 };
                 if b.pool == DEFAULT_POOL {
                     self.pools.insert(0, pool);

@@ -108,6 +108,7 @@ pub(super) struct RawConfig {
     backend_compression: Option<bool>,
     #[serde(default)]
     pools: super::pools::RawPools,
+    pooling: Option<super::pooling::RawPooling>,
     #[serde(default)]
     routes: Vec<super::pools::RawRoute>,
     default_pool: Option<String>,
@@ -198,10 +199,14 @@ impl RawConfig {
         };
         let backend_tls = self.backend_tls.over(&BackendTls::default());
         let backend_compression = self.backend_compression.unwrap_or(false);
+        let pooling = match self.pooling {
+            Some(p) => p.into_pooling("pooling")?,
+            None => super::Pooling::default(),
+        };
         let (backends, pools) = super::pools::build_pools(
             self.backends,
             self.pools,
-            self.balancer.policy.unwrap_or(d.balancer.policy),
+            (self.balancer.policy.unwrap_or(d.balancer.policy), pooling),
             &backend_tls,
             backend_compression,
         )?;

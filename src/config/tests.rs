@@ -56,6 +56,7 @@ fn minimal_yaml_takes_defaults_for_everything_else() {
             pools: vec![PoolConfig {
                 name: "default".into(),
                 policy: Policy::RoundRobin,
+                pooling: Default::default(),
             }],
             default_pool: Some("default".into()),
             ..Config::default()
@@ -742,6 +743,7 @@ fn pool(name: &str, policy: Policy) -> PoolConfig {
     PoolConfig {
         name: name.into(),
         policy,
+        pooling: Default::default(),
     }
 }
 

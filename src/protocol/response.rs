@@ -85,6 +85,18 @@ pub struct Completed {
     /// What the relay's observer tagged the command with when it was sent (see
     /// [`Tracker::tag`]); 0 if nothing did.
     pub tag: u64,
+    /// What the OK or EOF packet that ended the response says of the session; None when it
+    /// ended otherwise (an ERR, a prepared statement's metadata, COM_STATISTICS' text).
+    pub end: Option<EndStatus>,
+}
+
+/// The server's word on its session at the end of a response: status flags (in a transaction,
+/// session state changed, a cursor open), warnings, and the last insert id of an OK.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct EndStatus {
+    pub status: u16,
+    pub warnings: u16,
+    pub insert_id: u64,
 }
 
 impl Completed {

@@ -5,6 +5,7 @@
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::sync::Arc;
 use std::time::Instant;
 
 use rustls_pki_types::ServerName;
@@ -15,6 +16,7 @@ use crate::auth::{read_greeting, AuthError, PatchedGreeting};
 use crate::balancer::ejection::Failure;
 use crate::balancer::{Backend, BackendSet, ClientInfo, Lease, Pool};
 use crate::config::BackendAddr;
+use crate::pooling::{BackendPool, Key, PoolError};
 use crate::protocol::caps::CLIENT_SSL;
 use crate::state::{LegSettings, ProxyState};
 use crate::stream::BackendStream;
@@ -32,12 +34,22 @@ pub(super) async fn connect_backend(
     let mut tried = Vec::new();
     tracing::Span::current().record("pool", pool.name.as_str());
     for backend in set.candidates_for(Instant::now(), client, Some(pool)) {
+        // A transaction-mode pool's login waits for a slot before it opens a connection.
+        let slot = match LoginSlot::take(shared, pool, &backend).await {
+            Ok(slot) => slot,
+            Err(e) => {
+                info!(backend = %backend.name, "no login slot: {e}");
+                tried.push(format!("{}: {e}", backend.label()));
+                continue;
+            }
+        };
         let started = Instant::now();
         // Counted in the backend's active sessions from now, so clients choosing meanwhile see it.
         let counted = set.attempt(&backend);
         let result = open_backend(shared, legs, &backend, addrs).await;
         match result {
-            Ok((stream, greeting)) => {
+            Ok((mut stream, greeting)) => {
+                stream.slot = slot;
                 backend.learn_greeting(&greeting.packet, &greeting.greeting);
                 backend
                     .stats
@@ -104,7 +116,14 @@ async fn open_backend(
             (e.to_string(), broken)
         })?;
         let tls = backend_tls(legs, backend, &greeting).map_err(|e| (e, true))?;
-        Ok((Connected { stream, tls }, greeting))
+        Ok((
+            Connected {
+                stream,
+                tls,
+                slot: None,
+            },
+            greeting,
+        ))
     };
     match tokio::time::timeout(shared.session.connect_timeout, attempt).await {
         Ok(r) => r,
@@ -128,6 +147,52 @@ pub(super) struct Connected {
     pub(super) stream: BackendStream,
     /// The leg switches to TLS during the connection phase, with this connector and name.
     pub(super) tls: Option<(TlsConnector, ServerName<'static>)>,
+    /// In a transaction-mode pool, the login slot the connection holds.
+    pub(super) slot: Option<LoginSlot>,
+}
+
+/// A login's place in a transaction-mode pool's count: given back (the login failed) when
+/// dropped, unless [`LoginSlot::logged_in`] turned it into a pooled connection.
+pub(super) struct LoginSlot {
+    pub(super) pool: Arc<BackendPool>,
+    done: bool,
+}
+
+impl LoginSlot {
+    /// Waits for a slot of `backend`'s pool when `pool` shares connections; Ok(None) when it
+    /// does not.
+    async fn take(
+        shared: &ProxyState,
+        pool: &Pool,
+        backend: &Backend,
+    ) -> Result<Option<LoginSlot>, PoolError> {
+        if !pool.pooling.shares() {
+            return Ok(None);
+        }
+        let backend_pool = shared
+            .server_pools
+            .of(&pool.name, &backend.name, pool.pooling);
+        backend_pool.login_slot().await?;
+        Ok(Some(LoginSlot {
+            pool: backend_pool,
+            done: false,
+        }))
+    }
+
+    /// The login succeeded: the connection joins the pool under `key`, held by its session.
+    pub(super) fn logged_in(mut self, key: &Key) -> Arc<BackendPool> {
+        self.done = true;
+        self.pool.logged_in(key);
+        Arc::clone(&self.pool)
+    }
+}
+
+impl Drop for LoginSlot {
+    fn drop(&mut self) {
+        if !self.done {
+            self.pool.login_failed();
+        }
+    }
 }
 
 /// Whether the backend leg switches to TLS, from the backend's mode and its greeting. A backend

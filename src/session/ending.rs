@@ -244,12 +244,17 @@ pub(super) async fn relay_ended<C: AsyncRead + AsyncWrite + Unpin>(
             );
             EndReason::IdleTimeout
         }
-        RelayEnd::Drained => {
+        // Only a pooled session's relay lets go of its backend, and it does not end there.
+        RelayEnd::Released(..) | RelayEnd::Drained => {
             debug!(
                 client = peer,
                 backend, "closed between commands for shutdown"
             );
             EndReason::Shutdown
+        }
+        RelayEnd::NoServerConnection => {
+            super::pooled::log_no_connection(peer, backend);
+            EndReason::NoBackend
         }
         RelayEnd::ClientClosed { quit: true } => {
             debug!(client = peer, backend, "client quit");

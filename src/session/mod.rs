@@ -19,16 +19,19 @@ use crate::balancer::{ClientInfo, Lease};
 use crate::digest;
 use crate::kill;
 use crate::leg::LegStream;
+use crate::pooling::{self, holding::TEXT_LIMIT};
 use crate::protocol::response::Tracker;
 use crate::relay::{relay, RelayEnd, Stop};
 use crate::route::{peer_ip, Who};
 use crate::state::ProxyState;
+use crate::stream::BackendStream;
 
 mod connect;
 mod deferred;
 mod ending;
 mod legs;
 mod opening;
+mod pooled;
 pub mod proxied;
 mod recorder;
 
@@ -167,7 +170,7 @@ where
         pool: Some(&pool.name),
     };
     let connect = connect_backend((&shared, &legs), &set, &info, pool, from.addrs);
-    let (lease, connected, greeting) = match connect.await {
+    let (lease, mut connected, greeting) = match connect.await {
         Ok(found) => found,
         Err(tried) => {
             let message = no_backend_message(&set, pool, &tried);
@@ -176,6 +179,8 @@ where
                 .await;
         }
     };
+    let slot = connected.slot.take();
+    let thread_id = greeting.greeting.connection_id;
     let mut backend = LegStream::Plain(connected.stream);
     let plan = legs::plan(
         &shared,
@@ -212,7 +217,22 @@ where
         auth,
         lease,
     };
-    command_phase(&shared, session, peer, worker, drain).await
+    match slot {
+        Some(slot) => {
+            let origin = legs
+                .proxy_protocol(&session.lease.backend().name)
+                .and(from.addrs)
+                .map(|(client, _)| client.ip());
+            let joined = pooled::Joined {
+                slot,
+                thread_id,
+                origin,
+                registration: registration.as_ref(),
+            };
+            command_phase(&shared, session, peer, worker, drain, Some(joined)).await
+        }
+        None => command_phase(&shared, session, peer, worker, drain, None).await,
+    }
 }
 
 /// A session past its connection phase.
@@ -225,17 +245,18 @@ struct Established<C, B> {
     proxy_id: Option<u32>,
 }
 
-/// Relays the command phase to its end, then closes both legs.
-async fn command_phase<C, B>(
+/// Relays the command phase to its end, then closes both legs. A session of a transaction-mode
+/// pool (`joined`) relays on the server connections the pool hands it (see `pooled`).
+async fn command_phase<C>(
     shared: &Arc<ProxyState>,
-    session: Established<C, B>,
+    session: Established<C, BackendStream>,
     peer: &str,
     worker: usize,
     drain: &CancellationToken,
+    joined: Option<pooled::Joined<'_>>,
 ) -> EndReason
 where
     C: AsyncRead + AsyncWrite + Unpin,
-    B: AsyncRead + AsyncWrite + Unpin,
 {
     let Established {
         mut client,
@@ -272,22 +293,58 @@ where
     };
     let mut observer = Recorder::new(shared, leased, worker, &auth.user, proxy_id, digests, who);
     let limit = observer.statement_limit();
-    if limit > 0 {
-        tracker.report_statements(limit);
+    if limit > 0 || joined.is_some() {
+        // A pooled session reads statements to see what pins it.
+        let pooled = if joined.is_some() { TEXT_LIMIT } else { 0 };
+        tracker.report_statements(limit.max(pooled));
     }
-    let end = relay(
-        &mut client,
-        &mut backend,
-        &mut tracker,
-        client_pending,
-        backend_pending,
-        Stop {
-            drain,
-            idle_timeout: shared.session.idle_timeout,
-        },
-        &mut observer,
-    )
-    .await;
+    let stop = Stop {
+        drain,
+        idle_timeout: shared.session.idle_timeout,
+    };
+    let pending = (client_pending, backend_pending);
+    let end = match joined {
+        None => {
+            relay(
+                &mut client,
+                &mut backend,
+                &mut tracker,
+                pending.0,
+                pending.1,
+                stop,
+                &mut observer,
+            )
+            .await
+        }
+        Some(joined) => {
+            let key = pooling::Key {
+                user: auth.user.clone(),
+                schema: auth.schema.clone(),
+                charset: auth.charset,
+                capabilities: (
+                    auth.negotiated.capabilities,
+                    auth.negotiated.mariadb_capabilities,
+                ),
+                tls: backend.is_tls(),
+                compressed: auth.backend_compressed,
+                origin: joined.origin(),
+            };
+            let backend = std::mem::replace(&mut backend, LegStream::Closed);
+            let session = (joined, key);
+            let (tracker, observer) = (&mut tracker, &mut observer);
+            pooled::relay_pooled(
+                &mut client,
+                backend,
+                tracker,
+                pending,
+                stop,
+                observer,
+                session,
+                (worker, peer),
+            )
+            .await
+        }
+    };
     if let Some(cause) = cut_mid_command(&end, &tracker) {
         shared.backends().session_failed(
             lease.backend(),

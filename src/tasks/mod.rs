@@ -76,5 +76,7 @@ pub async fn latency_scores(shared: Arc<ProxyState>, shutdown: CancellationToken
             _ = ticks.tick() => {}
         }
         latency::tick(shared.backends().backends());
+        // Transaction-mode pools close their connections idle past `pooling.idle_timeout`.
+        shared.server_pools.expire(std::time::Instant::now());
     }
 }

@@ -8,7 +8,7 @@ use super::super::caps::{
     SERVER_STATUS_CURSOR_EXISTS,
 };
 use super::super::codec::{lenenc_int, Packet, MAX_CHUNK};
-use super::{cmd, TrackError};
+use super::{cmd, EndStatus, TrackError};
 
 /// What the next server packet of the head command can be.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -303,6 +303,35 @@ fn ok_status(payload: &[u8]) -> u16 {
         .and_then(|(_, pos)| lenenc_int(payload, pos))
         .and_then(|(_, pos)| payload.get(pos..pos + 2))
         .map_or(0, |s| u16::from_le_bytes([s[0], s[1]]))
+}
+
+/// What the packet that ended command `command`'s response says of the session: an OK (0x00, or
+/// 0xFE and at least 7 bytes, which ends a result set under CLIENT_DEPRECATE_EOF) or an EOF
+/// (0xFE, 5 bytes). None for anything else, and for COM_STMT_PREPARE, whose 0x00 packet is no OK.
+pub(super) fn end_status(command: u8, len: u64, payload: &[u8]) -> Option<EndStatus> {
+    if command == cmd::STMT_PREPARE {
+        return None;
+    }
+    match payload.first() {
+        Some(0xFE) if len == 5 => Some(EndStatus {
+            status: eof_status(payload),
+            warnings: payload
+                .get(1..3)
+                .map_or(0, |w| u16::from_le_bytes([w[0], w[1]])),
+            insert_id: 0,
+        }),
+        Some(0x00 | 0xFE) if len >= 7 => {
+            let (_, pos) = lenenc_int(payload, 1)?;
+            let (insert_id, pos) = lenenc_int(payload, pos)?;
+            let s = payload.get(pos..pos + 4)?;
+            Some(EndStatus {
+                status: u16::from_le_bytes([s[0], s[1]]),
+                warnings: u16::from_le_bytes([s[2], s[3]]),
+                insert_id,
+            })
+        }
+        _ => None,
+    }
 }
 
 /// Status flags of an EOF packet: header, warnings, status.

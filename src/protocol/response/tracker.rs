@@ -11,7 +11,7 @@ use super::super::cleartext::{
     in_change_user, in_change_user_reply, Exposure, MAX_CHANGE_USER_CHECKED,
 };
 use super::super::codec::{lenenc_int, Packet, PacketScanner, Renumber};
-use super::rules::{expect_for, step, ClientMode, Expect};
+use super::rules::{end_status, expect_for, step, ClientMode, Expect};
 use super::{
     cmd, may_be_kill, may_become_kill, ClientScan, Completed, TrackError, MAX_KILL_PACKET,
     MAX_PENDING,
@@ -633,6 +633,7 @@ impl<F: FnMut(Completed)> ServerSide<'_, F> {
                     prepared: head.prepared,
                     at: Some(now),
                     tag: head.tag,
+                    end: end_status(head.command, p.len, p.prefix),
                 });
             }
         }

@@ -1,0 +1,100 @@
+//! `pooling:` (the default pool's, at the top level) and `pools.NAME.pooling:`: whether a pool's
+//! sessions share server connections between transactions, and the bounds of that sharing.
+//!
+//! Session mode (the default) is one server connection per client connection for life.
+//! Transaction mode lets a session that holds no state give its connection back between
+//! transactions; see `crate::pooling`.
+
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use super::ConfigError;
+
+/// How a pool's sessions hold server connections.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PoolingMode {
+    /// One server connection per client connection, for its whole life.
+    #[default]
+    Session,
+    /// Server connections are shared between transactions among the sessions of one user.
+    Transaction,
+}
+
+/// A pool's `pooling:` as applied.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Pooling {
+    pub mode: PoolingMode,
+    /// Server connections per backend of the pool, logins in progress included.
+    pub max_server_connections: usize,
+    /// An idle server connection is closed after this long (one per user with live sessions
+    /// is kept).
+    pub idle_timeout: Duration,
+    /// How long a statement or a login waits for a server connection before an ERR.
+    pub wait_timeout: Duration,
+}
+
+impl Default for Pooling {
+    fn default() -> Self {
+        Pooling {
+            mode: PoolingMode::Session,
+            max_server_connections: 100,
+            idle_timeout: Duration::from_secs(60),
+            wait_timeout: Duration::from_secs(5),
+        }
+    }
+}
+
+impl Pooling {
+    /// Whether sessions share server connections.
+    pub fn shares(&self) -> bool {
+        self.mode == PoolingMode::Transaction
+    }
+}
+
+/// `pooling:` as written.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawPooling {
+    mode: Option<PoolingMode>,
+    max_server_connections: Option<usize>,
+    #[serde(default, with = "humantime_serde")]
+    idle_timeout: Option<Duration>,
+    #[serde(default, with = "humantime_serde")]
+    wait_timeout: Option<Duration>,
+}
+
+impl RawPooling {
+    /// The applied settings; `key` names where they were written, for errors.
+    pub(super) fn into_pooling(self, key: &str) -> Result<Pooling, ConfigError> {
+        let d = Pooling::default();
+        let pooling = Pooling {
+            mode: self.mode.unwrap_or(d.mode),
+            max_server_connections: self
+                .max_server_connections
+                .unwrap_or(d.max_server_connections),
+            idle_timeout: self.idle_timeout.unwrap_or(d.idle_timeout),
+            wait_timeout: self.wait_timeout.unwrap_or(d.wait_timeout),
+        };
+        if pooling.max_server_connections < 2 {
+            return Err(ConfigError::invalid(
+                format!("{key}.max_server_connections"),
+                "must be at least 2: every login takes a fresh server connection, so a second \
+                 session of a user needs room for its own before the two can share one",
+            ));
+        }
+        for (field, value) in [
+            ("idle_timeout", pooling.idle_timeout),
+            ("wait_timeout", pooling.wait_timeout),
+        ] {
+            if value.is_zero() {
+                return Err(ConfigError::invalid(
+                    format!("{key}.{field}"),
+                    "must be > 0",
+                ));
+            }
+        }
+        Ok(pooling)
+    }
+}

@@ -1,0 +1,349 @@
+//! The bookkeeping of one backend's shared server connections, without I/O or locks: which are
+//! idle under which key, how many are open, who waits for what. `BackendPool` holds it behind a
+//! mutex and does the waiting; everything here is a plain state change, unit-tested alone.
+//!
+//! The rules that keep sessions from starving when no password is kept:
+//! - a connection exists only because some client logged in on it, so a key (a user and the
+//!   session state it logged in with) whose sessions are alive keeps at least one connection
+//!   that no session has pinned: an idle one is closed (for a login of another key, or at its
+//!   idle timeout) only when its key keeps another, or has no unpinned session left;
+//! - every login takes a slot: `open` counts connections and logins in flight, never above the
+//!   limit; a login finds a free slot, or closes a closable idle connection and takes its slot,
+//!   or waits in line.
+
+use std::collections::{HashMap, VecDeque};
+use std::hash::Hash;
+use std::time::{Duration, Instant};
+
+/// A connection parked in the pool.
+#[derive(Debug)]
+pub struct Idle<T> {
+    pub conn: T,
+    pub since: Instant,
+    /// The worker thread whose runtime the connection's socket is registered with.
+    pub worker: usize,
+}
+
+/// One key's share of the pool.
+#[derive(Debug)]
+struct KeyState<T, W> {
+    idle: Vec<Idle<T>>,
+    /// Connections of this key open, idle or in use (pinned ones included).
+    conns: usize,
+    /// Live sessions of this key.
+    sessions: usize,
+    /// Sessions holding their connection for good (each holds one of `conns`).
+    pinned: usize,
+    waiters: VecDeque<W>,
+}
+
+impl<T, W> Default for KeyState<T, W> {
+    fn default() -> Self {
+        KeyState {
+            idle: Vec::new(),
+            conns: 0,
+            sessions: 0,
+            pinned: 0,
+            waiters: VecDeque::new(),
+        }
+    }
+}
+
+impl<T, W> KeyState<T, W> {
+    /// Whether one idle connection of this key may close: another unpinned connection stays, or
+    /// no unpinned session is left to need one.
+    fn can_spare(&self) -> bool {
+        self.conns.saturating_sub(self.pinned) > 1 || self.sessions <= self.pinned
+    }
+}
+
+/// Something waiting that may have given up (its timeout passed): handing it a value gives the
+/// value back when nobody takes it.
+pub trait Waiter<T> {
+    fn offer(self, value: T) -> Result<(), T>;
+}
+
+/// What a login gets.
+#[derive(Debug)]
+pub enum Slot<T> {
+    /// A free slot.
+    Free,
+    /// The slot of an idle connection closed for it: close this one.
+    Freed(T),
+    /// None now: wait in line (the login's waiter was queued).
+    Wait,
+}
+
+/// What a session asking for a connection gets.
+#[derive(Debug)]
+pub enum Acquired<T> {
+    Got(T),
+    /// Queued: a connection of its key will be handed over, or the waiter dropped.
+    Wait,
+    /// Every connection of its key is pinned by another session (or none is left): nothing
+    /// to wait for, since only a login makes a connection.
+    Starved,
+}
+
+/// One backend's pool state. `T` is a server connection, `K` the key sessions share
+/// connections under, `W` a session waiting for a connection of its key, `L` a login waiting
+/// for a slot.
+#[derive(Debug)]
+pub struct Core<K, T, W, L> {
+    limit: usize,
+    /// Connections open plus logins in flight.
+    open: usize,
+    keys: HashMap<K, KeyState<T, W>>,
+    logins: VecDeque<L>,
+}
+
+/// Connections to close now (outside the lock), from an operation that let some go.
+pub type Closed<T> = Vec<T>;
+
+impl<K, T, W, L> Core<K, T, W, L>
+where
+    K: Hash + Eq + Clone,
+    W: Waiter<T>,
+    L: Waiter<()>,
+{
+    pub fn new(limit: usize) -> Self {
+        Core {
+            limit,
+            open: 0,
+            keys: HashMap::new(),
+            logins: VecDeque::new(),
+        }
+    }
+
+    /// A reload may change the limit; connections above a lowered one close as they come back.
+    pub fn set_limit(&mut self, limit: usize) {
+        self.limit = limit;
+    }
+
+    pub fn open(&self) -> usize {
+        self.open
+    }
+
+    pub fn idle(&self) -> usize {
+        self.keys.values().map(|k| k.idle.len()).sum()
+    }
+
+    pub fn waiting(&self) -> usize {
+        self.logins.len() + self.keys.values().map(|k| k.waiters.len()).sum::<usize>()
+    }
+
+    /// A login asks for a slot; `waiter` is queued when there is none.
+    pub fn login(&mut self, waiter: impl FnOnce() -> L) -> Slot<T> {
+        if self.open < self.limit {
+            self.open += 1;
+            return Slot::Free;
+        }
+        if let Some(conn) = self.take_spare_idle() {
+            // The closed connection's slot goes to the login: `open` stays.
+            return Slot::Freed(conn);
+        }
+        self.logins.push_back(waiter());
+        Slot::Wait
+    }
+
+    /// The oldest idle connection whose key can spare it, taken out (its key's count too).
+    fn take_spare_idle(&mut self) -> Option<T> {
+        let mut oldest: Option<(&K, usize, Instant)> = None;
+        for (key, state) in &self.keys {
+            if !state.can_spare() {
+                continue;
+            }
+            if let Some((i, idle)) = state.idle.iter().enumerate().min_by_key(|(_, i)| i.since) {
+                if oldest.is_none_or(|(_, _, since)| idle.since < since) {
+                    oldest = Some((key, i, idle.since));
+                }
+            }
+        }
+        let (key, i, _) = oldest?;
+        let key = key.clone();
+        let state = self.keys.get_mut(&key)?;
+        let conn = state.idle.remove(i).conn;
+        state.conns -= 1;
+        self.forget_if_empty(&key);
+        Some(conn)
+    }
+
+    /// A login that got a slot failed (refused, backend gone): the slot is free again.
+    pub fn login_failed(&mut self) {
+        self.open = self.open.saturating_sub(1);
+        self.slot_freed();
+    }
+
+    /// A login succeeded: its session holds the new connection.
+    pub fn logged_in(&mut self, key: &K) {
+        let state = self.keys.entry(key.clone()).or_default();
+        state.conns += 1;
+        state.sessions += 1;
+    }
+
+    /// A session of `key` wants a connection: an idle one (of `worker`'s if there is one, else
+    /// the most recently parked), or a place in line, or nothing to wait for.
+    pub fn acquire(&mut self, key: &K, worker: usize, waiter: impl FnOnce() -> W) -> Acquired<T> {
+        let Some(state) = self.keys.get_mut(key) else {
+            return Acquired::Starved;
+        };
+        let at = state
+            .idle
+            .iter()
+            .rposition(|i| i.worker == worker)
+            .or_else(|| state.idle.len().checked_sub(1));
+        match at {
+            Some(i) => Acquired::Got(state.idle.remove(i).conn),
+            None if state.conns == state.pinned => Acquired::Starved,
+            None => {
+                state.waiters.push_back(waiter());
+                Acquired::Wait
+            }
+        }
+    }
+
+    /// A session gives its connection back: to the first session of its key still waiting,
+    /// else closed for a waiting login when its key can spare it, else parked. A limit lowered
+    /// by a reload closes it instead of parking it.
+    pub fn release(&mut self, key: &K, conn: T, worker: usize, now: Instant) -> Closed<T> {
+        let Some(state) = self.keys.get_mut(key) else {
+            return vec![conn];
+        };
+        let mut conn = conn;
+        while let Some(w) = state.waiters.pop_front() {
+            match w.offer(conn) {
+                Ok(()) => return Vec::new(),
+                Err(back) => conn = back,
+            }
+        }
+        if self.open > self.limit && state.can_spare() {
+            state.conns -= 1;
+            self.open -= 1;
+            return vec![conn];
+        }
+        if state.can_spare() && !self.logins.is_empty() {
+            // Its slot goes to a waiting login (`open` stays), if one still waits.
+            state.conns -= 1;
+            if Self::give_slot_of(&mut self.logins) {
+                return vec![conn];
+            }
+            state.conns += 1;
+        }
+        state.idle.push(Idle {
+            conn,
+            since: now,
+            worker,
+        });
+        Vec::new()
+    }
+
+    /// Hands a slot to the first login still waiting; false if none took it.
+    fn give_slot(&mut self) -> bool {
+        Self::give_slot_of(&mut self.logins)
+    }
+
+    fn give_slot_of(logins: &mut VecDeque<L>) -> bool {
+        while let Some(l) = logins.pop_front() {
+            if l.offer(()).is_ok() {
+                return true;
+            }
+        }
+        false
+    }
+
+    /// A slot came free (a connection closed, a login failed): to a waiting login, or kept free.
+    fn slot_freed(&mut self) {
+        if self.open < self.limit && self.give_slot() {
+            self.open += 1;
+        }
+    }
+
+    /// A session's connection was closed or lost (the server went away, or it was pinned and
+    /// its session ended).
+    pub fn closed(&mut self, key: &K) {
+        if let Some(state) = self.keys.get_mut(key) {
+            state.conns = state.conns.saturating_sub(1);
+        }
+        self.open = self.open.saturating_sub(1);
+        self.slot_freed();
+        self.starving(key);
+        self.forget_if_empty(key);
+    }
+
+    /// The session pinned the connection it holds.
+    pub fn pinned(&mut self, key: &K) {
+        if let Some(state) = self.keys.get_mut(key) {
+            state.pinned += 1;
+        }
+        self.starving(key);
+    }
+
+    /// A session ended; `pinned` says whether it had pinned its connection, which closes
+    /// with it (its state is the session's). A connection it held unpinned was released or
+    /// reported [`closed`](Self::closed) before.
+    pub fn session_ended(&mut self, key: &K, pinned: bool) {
+        if let Some(state) = self.keys.get_mut(key) {
+            state.sessions = state.sessions.saturating_sub(1);
+            if pinned {
+                state.pinned = state.pinned.saturating_sub(1);
+                state.conns = state.conns.saturating_sub(1);
+                self.open = self.open.saturating_sub(1);
+            }
+        }
+        if pinned {
+            self.slot_freed();
+        }
+        self.forget_if_empty(key);
+    }
+
+    /// Waiters of a key left with no connection to wait for (every one closed or pinned) are
+    /// told at once rather than at their timeout: dropping them wakes them with nothing.
+    fn starving(&mut self, key: &K) {
+        if let Some(state) = self.keys.get_mut(key) {
+            if state.conns == state.pinned {
+                state.waiters.clear();
+            }
+        }
+    }
+
+    /// Idle connections past `timeout` that their keys can spare, taken out to close.
+    pub fn expire(&mut self, now: Instant, timeout: Duration) -> Closed<T> {
+        let mut closed = Vec::new();
+        let keys: Vec<K> = self.keys.keys().cloned().collect();
+        for key in keys {
+            let Some(state) = self.keys.get_mut(&key) else {
+                continue;
+            };
+            // Oldest first, each only while the key can still spare one.
+            state.idle.sort_by_key(|i| std::cmp::Reverse(i.since));
+            while let Some(last) = state.idle.last() {
+                if now.saturating_duration_since(last.since) < timeout || !state.can_spare() {
+                    break;
+                }
+                if let Some(idle) = state.idle.pop() {
+                    state.conns -= 1;
+                    self.open -= 1;
+                    closed.push(idle.conn);
+                }
+            }
+            self.forget_if_empty(&key);
+        }
+        while self.open < self.limit && self.give_slot() {
+            self.open += 1;
+        }
+        closed
+    }
+
+    fn forget_if_empty(&mut self, key: &K) {
+        if self
+            .keys
+            .get(key)
+            .is_some_and(|s| s.conns == 0 && s.sessions == 0 && s.waiters.is_empty())
+        {
+            self.keys.remove(key);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

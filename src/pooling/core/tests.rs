@@ -1,0 +1,172 @@
+use std::cell::RefCell;
+use std::rc::Rc;
+
+use super::*;
+
+/// A waiter that takes what it is offered, or refuses it once it "timed out".
+#[derive(Clone, Default)]
+struct Box<T>(Rc<RefCell<(bool, Option<T>)>>);
+
+impl<T> Box<T> {
+    fn gone(&self) {
+        self.0.borrow_mut().0 = true;
+    }
+    fn got(&self) -> Option<T> {
+        self.0.borrow_mut().1.take()
+    }
+}
+
+impl<T> Waiter<T> for Box<T> {
+    fn offer(self, value: T) -> Result<(), T> {
+        let mut inner = self.0.borrow_mut();
+        if inner.0 {
+            return Err(value);
+        }
+        inner.1 = Some(value);
+        Ok(())
+    }
+}
+
+type Pool = Core<&'static str, u32, Box<u32>, Box<()>>;
+
+fn now() -> Instant {
+    Instant::now()
+}
+
+/// A session of `key` logs in on connection `conn`, which it then holds.
+fn log_in(pool: &mut Pool, key: &'static str) {
+    assert!(matches!(pool.login(Box::default), Slot::Free));
+    pool.logged_in(&key);
+}
+
+#[test]
+fn logins_take_free_slots_then_the_oldest_spare_idle_connection_then_wait() {
+    let mut pool = Pool::new(3);
+    let t = now();
+    log_in(&mut pool, "a");
+    log_in(&mut pool, "a");
+    log_in(&mut pool, "b");
+    assert_eq!(pool.open(), 3);
+    // "a" has two sessions and two connections: parked, one of them can go.
+    assert!(pool.release(&"a", 1, 0, t).is_empty());
+    assert!(pool
+        .release(&"a", 2, 0, t + Duration::from_secs(1))
+        .is_empty());
+    // "b"'s only connection, parked, cannot: its session needs it.
+    assert!(pool.release(&"b", 3, 0, t).is_empty());
+    match pool.login(Box::default) {
+        Slot::Freed(conn) => assert_eq!(conn, 1, "the oldest idle of a key that can spare it"),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(pool.open(), 3);
+    pool.logged_in(&"c");
+    // Now "a" keeps one connection for its two sessions, "b" one: nothing to spare.
+    let waiter = Box::default();
+    let queued = waiter.clone();
+    assert!(matches!(pool.login(move || queued), Slot::Wait));
+    assert_eq!(pool.waiting(), 1);
+    // A session of "c" ends holding a pinned connection: its slot goes to the login.
+    pool.pinned(&"c");
+    pool.session_ended(&"c", true);
+    assert_eq!(waiter.got(), Some(()));
+    assert_eq!(pool.open(), 3);
+}
+
+#[test]
+fn the_last_connection_of_a_key_with_live_sessions_is_never_expired() {
+    let mut pool = Pool::new(4);
+    let t = now();
+    log_in(&mut pool, "a");
+    log_in(&mut pool, "a");
+    pool.release(&"a", 1, 0, t);
+    pool.release(&"a", 2, 0, t);
+    let closed = pool.expire(t + Duration::from_secs(120), Duration::from_secs(60));
+    assert_eq!(
+        closed.len(),
+        1,
+        "one of the two goes, one stays for the sessions"
+    );
+    assert_eq!(pool.idle(), 1);
+    // Both sessions end: the last one may go too.
+    pool.session_ended(&"a", false);
+    pool.session_ended(&"a", false);
+    let closed = pool.expire(t + Duration::from_secs(120), Duration::from_secs(60));
+    assert_eq!(closed.len(), 1);
+    assert_eq!((pool.open(), pool.idle()), (0, 0));
+}
+
+#[test]
+fn a_released_connection_goes_to_the_first_waiter_still_waiting() {
+    let mut pool = Pool::new(4);
+    let t = now();
+    log_in(&mut pool, "a");
+    log_in(&mut pool, "a");
+    log_in(&mut pool, "a");
+    let (first, second) = (Box::default(), Box::default());
+    let (f, s) = (first.clone(), second.clone());
+    assert!(matches!(pool.acquire(&"a", 0, move || f), Acquired::Wait));
+    assert!(matches!(pool.acquire(&"a", 0, move || s), Acquired::Wait));
+    first.gone();
+    assert!(pool.release(&"a", 7, 1, t).is_empty());
+    assert_eq!(
+        second.got(),
+        Some(7),
+        "the first gave up: the second gets it"
+    );
+    assert_eq!(pool.idle(), 0);
+    // With nobody waiting it is parked, and a worker's own connection is preferred.
+    pool.release(&"a", 8, 1, t);
+    pool.release(&"a", 9, 0, t);
+    match pool.acquire(&"a", 1, Box::default) {
+        Acquired::Got(conn) => assert_eq!(conn, 8),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn when_every_connection_of_a_key_is_pinned_its_waiters_are_let_go() {
+    let mut pool = Pool::new(4);
+    log_in(&mut pool, "a");
+    log_in(&mut pool, "a");
+    // One connection was closed (the server went away): two sessions, one connection.
+    pool.closed(&"a");
+    let waiter = Box::default();
+    let w = waiter.clone();
+    assert!(matches!(pool.acquire(&"a", 0, move || w), Acquired::Wait));
+    pool.pinned(&"a");
+    assert_eq!(pool.waiting(), 0, "nothing left to wait for");
+    assert!(matches!(
+        pool.acquire(&"a", 0, Box::default),
+        Acquired::Starved
+    ));
+    assert!(matches!(
+        pool.acquire(&"unknown", 0, Box::default),
+        Acquired::Starved
+    ));
+}
+
+#[test]
+fn a_lowered_limit_closes_connections_as_they_come_back() {
+    let mut pool = Pool::new(3);
+    let t = now();
+    log_in(&mut pool, "a");
+    log_in(&mut pool, "a");
+    log_in(&mut pool, "a");
+    pool.set_limit(2);
+    assert_eq!(pool.release(&"a", 1, 0, t), vec![1]);
+    assert_eq!(pool.open(), 2);
+    assert!(pool.release(&"a", 2, 0, t).is_empty());
+    assert_eq!(pool.open(), 2);
+}
+
+#[test]
+fn a_failed_login_frees_its_slot_for_the_next_in_line() {
+    let mut pool = Pool::new(1);
+    assert!(matches!(pool.login(Box::default), Slot::Free));
+    let waiter = Box::default();
+    let w = waiter.clone();
+    assert!(matches!(pool.login(move || w), Slot::Wait));
+    pool.login_failed();
+    assert_eq!(waiter.got(), Some(()));
+    assert_eq!(pool.open(), 1);
+}

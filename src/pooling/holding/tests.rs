@@ -1,0 +1,124 @@
+use super::*;
+use crate::protocol::response::EndStatus;
+
+fn done(command: u8, status: u16) -> Completed {
+    Completed {
+        command,
+        end: Some(EndStatus {
+            status,
+            ..EndStatus::default()
+        }),
+        ..Completed::default()
+    }
+}
+
+fn query(h: &mut Holding, text: &str) -> Option<Reason> {
+    let mut payload = vec![cmd::QUERY];
+    payload.extend_from_slice(text.as_bytes());
+    h.statement(cmd::QUERY, &payload)
+}
+
+#[test]
+fn a_transaction_holds_the_connection_until_the_server_says_it_ended() {
+    let mut h = Holding::default();
+    assert!(h.releasable());
+    assert_eq!(query(&mut h, "BEGIN"), None);
+    h.completed(&done(cmd::QUERY, SERVER_STATUS_IN_TRANS));
+    assert!(!h.releasable());
+    assert_eq!(query(&mut h, "SELECT 1"), None);
+    h.completed(&done(cmd::QUERY, SERVER_STATUS_IN_TRANS));
+    assert!(!h.releasable());
+    // An ERR inside leaves the transaction open.
+    h.completed(&Completed {
+        command: cmd::QUERY,
+        error: true,
+        ..Completed::default()
+    });
+    assert!(!h.releasable());
+    h.completed(&done(cmd::QUERY, 0));
+    assert!(h.releasable());
+    assert_eq!(h.pinned(), None);
+}
+
+#[test]
+fn warnings_errors_and_changed_rows_keep_it_for_one_more_command() {
+    let mut h = Holding::default();
+    h.completed(&Completed {
+        command: cmd::QUERY,
+        end: Some(EndStatus {
+            warnings: 1,
+            ..EndStatus::default()
+        }),
+        ..Completed::default()
+    });
+    assert!(!h.releasable(), "SHOW WARNINGS must see them");
+    h.completed(&done(cmd::QUERY, 0));
+    assert!(h.releasable());
+    h.completed(&Completed {
+        command: cmd::QUERY,
+        affected: 3,
+        end: Some(EndStatus::default()),
+        ..Completed::default()
+    });
+    assert!(!h.releasable(), "ROW_COUNT() must see them");
+    h.completed(&Completed {
+        command: cmd::QUERY,
+        error: true,
+        ..Completed::default()
+    });
+    assert!(!h.releasable(), "GET DIAGNOSTICS must see it");
+}
+
+#[test]
+fn state_pins_for_good_and_says_why_once() {
+    let mut h = Holding::default();
+    assert_eq!(
+        query(&mut h, "SET @x = 1"),
+        Some(Reason::Statement(Pin::Unknown)).filter(|_| pins(b"SET @x = 1").is_some())
+    );
+    assert!(h.pinned().is_some());
+    assert_eq!(query(&mut h, "SET @y = 2"), None, "reported once");
+    h.completed(&done(cmd::QUERY, 0));
+    assert!(!h.releasable());
+
+    for (command, reason) in [
+        (cmd::STMT_PREPARE, Reason::PreparedStatement),
+        (cmd::CHANGE_USER, Reason::ChangeUser),
+        (cmd::INIT_DB, Reason::InitDb),
+        (cmd::SET_OPTION, Reason::SetOption),
+        (cmd::RESET_CONNECTION, Reason::ResetConnection),
+        (0x12, Reason::Command),
+    ] {
+        let mut h = Holding::default();
+        assert_eq!(h.completed(&done(command, 0)), Some(reason));
+        assert!(!h.releasable());
+    }
+    let mut h = Holding::default();
+    assert_eq!(
+        h.completed(&done(cmd::QUERY, SERVER_SESSION_STATE_CHANGED)),
+        Some(Reason::StateChanged)
+    );
+    let mut h = Holding::default();
+    assert_eq!(
+        h.completed(&done(cmd::STMT_EXECUTE, SERVER_STATUS_CURSOR_EXISTS)),
+        Some(Reason::Cursor)
+    );
+    // A failed prepare leaves nothing behind.
+    let mut h = Holding::default();
+    let failed = Completed {
+        command: cmd::STMT_PREPARE,
+        error: true,
+        ..Completed::default()
+    };
+    assert_eq!(h.completed(&failed), None);
+}
+
+#[test]
+fn a_statement_too_long_to_read_whole_pins() {
+    let mut h = Holding::default();
+    let long = format!("SELECT '{}'", "x".repeat(TEXT_LIMIT));
+    assert_eq!(query(&mut h, &long), Some(Reason::LongStatement));
+    let mut h = Holding::default();
+    assert_eq!(query(&mut h, "SELECT 1"), None);
+    assert_eq!(query(&mut h, "  select * from t where id = 1"), None);
+}

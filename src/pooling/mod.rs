@@ -1,0 +1,538 @@
+//! Transaction pooling without a password store: in a pool with `pooling.mode: transaction`,
+//! server connections are shared among the sessions of one user between transactions.
+//!
+//! No password is kept. Every client logs in on a fresh server connection, relayed as in session
+//! mode, so the server checks each client's credentials itself; that connection then joins the
+//! backend's pool under the session's [`Key`]: the user, the schema and character set it logged
+//! in with, the capabilities negotiated, how the backend leg is encrypted or compressed, and the
+//! client's address when the backend is sent a PROXY header (the server then matches accounts by
+//! it). A session's statements run on any idle connection of its key, which holds exactly the
+//! state of a fresh login of that key, because a session that changes state keeps its
+//! connection for good (`holding`). A connection is never logged in to again: no
+//! `COM_CHANGE_USER`, whose answer to the greeting's nonce could be replayed.
+//!
+//! `core` is the bookkeeping (slots, idle lists, waiters; sans-IO), [`BackendPool`] the lock and
+//! the waiting around it, [`ServerPools`] one pool per backend, in `ProxyState`.
+
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::{Context, Poll};
+use std::time::Instant;
+
+use prometheus::{HistogramOpts, HistogramVec, IntCounterVec, IntGaugeVec, Opts};
+use thiserror::Error;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::sync::oneshot;
+
+use crate::config::Pooling;
+use crate::leg::LegStream;
+use crate::metrics::Metrics;
+use crate::stream::BackendStream;
+
+mod core;
+pub mod holding;
+
+use self::core::{Acquired, Core, Slot, Waiter};
+pub use holding::{Holding, Reason};
+
+/// What sessions share connections under: a connection holds exactly the state a login of this
+/// key leaves.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Key {
+    pub user: String,
+    pub schema: String,
+    /// The collation id of the HandshakeResponse.
+    pub charset: u8,
+    /// Negotiated capabilities (standard, MariaDB's).
+    pub capabilities: (u32, u32),
+    /// The backend leg: TLS, compression.
+    pub tls: bool,
+    pub compressed: bool,
+    /// The client's address, when the backend is told it in a PROXY header.
+    pub origin: Option<IpAddr>,
+}
+
+/// A server connection past its login, as the pool keeps it.
+pub struct ServerConn {
+    pub leg: LegStream<BackendStream>,
+    /// The server's id of the connection (`CONNECTION_ID()`), for KILL.
+    pub thread_id: u32,
+}
+
+impl std::fmt::Debug for ServerConn {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "ServerConn({})", self.thread_id)
+    }
+}
+
+impl ServerConn {
+    /// True when the server closed the connection or sent something unasked while it was idle
+    /// (a `wait_timeout`, a KILL, a shutdown): it must not take a statement. One read attempt
+    /// that does not wait.
+    pub fn is_stale(&mut self) -> bool {
+        let mut cx = Context::from_waker(std::task::Waker::noop());
+        let mut byte = [0u8; 1];
+        let mut buf = ReadBuf::new(&mut byte);
+        !matches!(
+            Pin::new(&mut self.leg).poll_read(&mut cx, &mut buf),
+            Poll::Pending
+        )
+    }
+
+    /// Ends the connection politely, as far as it can without waiting: COM_QUIT if the socket
+    /// takes it now, then the close.
+    fn quit(mut self) {
+        let mut cx = Context::from_waker(std::task::Waker::noop());
+        let leg = Pin::new(&mut self.leg);
+        if let Poll::Ready(Ok(5)) = leg.poll_write(&mut cx, &[1, 0, 0, 0, 0x01]) {
+            let _ = Pin::new(&mut self.leg).poll_flush(&mut cx);
+        }
+    }
+}
+
+impl Waiter<ServerConn> for oneshot::Sender<ServerConn> {
+    fn offer(self, value: ServerConn) -> Result<(), ServerConn> {
+        self.send(value)
+    }
+}
+
+impl Waiter<()> for oneshot::Sender<()> {
+    fn offer(self, value: ()) -> Result<(), ()> {
+        self.send(value)
+    }
+}
+
+type Inner = Core<Key, ServerConn, oneshot::Sender<ServerConn>, oneshot::Sender<()>>;
+
+/// Why a session got no connection.
+#[derive(Debug, Error, Clone, PartialEq, Eq)]
+pub enum PoolError {
+    #[error(
+        "no server connection of backend {backend} came free within {waited:?} \
+         (pooling.max_server_connections {limit}, all in use)"
+    )]
+    Timeout {
+        backend: String,
+        waited: std::time::Duration,
+        limit: usize,
+    },
+    #[error(
+        "no server connection of user '{user}' is left on backend {backend}: every one is held \
+         for good by a session that changed its state (pinned), and only a login makes another; \
+         reconnect"
+    )]
+    Starved { user: String, backend: String },
+}
+
+/// One backend's shared connections.
+pub struct BackendPool {
+    backend: String,
+    inner: Mutex<(Inner, Pooling)>,
+    metrics: PoolMetrics,
+}
+
+impl std::fmt::Debug for BackendPool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "BackendPool({})", self.backend)
+    }
+}
+
+impl BackendPool {
+    fn lock(&self) -> MutexGuard<'_, (Inner, Pooling)> {
+        // A panic while holding it cannot leave the counts worse than a lost update.
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub fn pooling(&self) -> Pooling {
+        self.lock().1
+    }
+
+    /// Waits for a slot for a login (a fresh server connection); Err when none came free in
+    /// `wait_timeout`. On Ok the caller must report [`logged_in`](Self::logged_in) or
+    /// [`login_failed`](Self::login_failed).
+    pub async fn login_slot(&self) -> Result<(), PoolError> {
+        let started = Instant::now();
+        let (receiver, pooling) = {
+            let mut guard = self.lock();
+            let (core, pooling) = &mut *guard;
+            let mut rx = None;
+            let slot = core.login(|| {
+                let (tx, r) = oneshot::channel();
+                rx = Some(r);
+                tx
+            });
+            let pooling = *pooling;
+            self.metrics.update(core);
+            match slot {
+                Slot::Free => return Ok(()),
+                Slot::Freed(conn) => {
+                    drop(guard);
+                    conn.quit();
+                    return Ok(());
+                }
+                Slot::Wait => (rx, pooling),
+            }
+        };
+        let Some(receiver) = receiver else {
+            return Ok(());
+        };
+        let got = tokio::time::timeout(pooling.wait_timeout, receiver).await;
+        self.metrics.waited(started.elapsed());
+        match got {
+            Ok(Ok(())) => Ok(()),
+            _ => {
+                self.metrics.failed("timeout");
+                Err(PoolError::Timeout {
+                    backend: self.backend.clone(),
+                    waited: pooling.wait_timeout,
+                    limit: pooling.max_server_connections,
+                })
+            }
+        }
+    }
+
+    /// A login that had a slot failed.
+    pub fn login_failed(&self) {
+        let mut guard = self.lock();
+        guard.0.login_failed();
+        self.metrics.update(&guard.0);
+    }
+
+    /// A login succeeded: its session holds the new connection.
+    pub fn logged_in(&self, key: &Key) {
+        let mut guard = self.lock();
+        guard.0.logged_in(key);
+        self.metrics.update(&guard.0);
+    }
+
+    /// A connection for a session of `key` on worker `worker`: an idle one that is still
+    /// alive, or the next one released, within `wait_timeout`.
+    pub async fn acquire(&self, key: &Key, worker: usize) -> Result<ServerConn, PoolError> {
+        let started = Instant::now();
+        loop {
+            let (receiver, pooling) = {
+                let mut guard = self.lock();
+                let (core, pooling) = &mut *guard;
+                let mut rx = None;
+                let got = core.acquire(key, worker, || {
+                    let (tx, r) = oneshot::channel();
+                    rx = Some(r);
+                    tx
+                });
+                self.metrics.update(core);
+                match got {
+                    Acquired::Got(mut conn) => {
+                        if conn.is_stale() {
+                            core.closed(key);
+                            self.metrics.update(core);
+                            drop(guard);
+                            drop(conn);
+                            continue;
+                        }
+                        self.metrics.acquired.inc();
+                        return Ok(conn);
+                    }
+                    Acquired::Starved => {
+                        self.metrics.failed("starved");
+                        return Err(self.starved(key));
+                    }
+                    Acquired::Wait => (rx, *pooling),
+                }
+            };
+            let Some(receiver) = receiver else {
+                continue;
+            };
+            let left = pooling.wait_timeout.saturating_sub(started.elapsed());
+            let got = tokio::time::timeout(left, receiver).await;
+            self.metrics.waited(started.elapsed());
+            match got {
+                Ok(Ok(mut conn)) => {
+                    if conn.is_stale() {
+                        self.closed(key);
+                        continue;
+                    }
+                    self.metrics.acquired.inc();
+                    return Ok(conn);
+                }
+                // Let go because nothing is left to wait for.
+                Ok(Err(_)) => {
+                    self.metrics.failed("starved");
+                    return Err(self.starved(key));
+                }
+                Err(_) => {
+                    self.metrics.failed("timeout");
+                    return Err(PoolError::Timeout {
+                        backend: self.backend.clone(),
+                        waited: pooling.wait_timeout,
+                        limit: pooling.max_server_connections,
+                    });
+                }
+            }
+        }
+    }
+
+    fn starved(&self, key: &Key) -> PoolError {
+        PoolError::Starved {
+            user: key.user.clone(),
+            backend: self.backend.clone(),
+        }
+    }
+
+    /// A session gives back a connection it holds, unpinned and at a command boundary.
+    pub fn release(&self, key: &Key, conn: ServerConn, worker: usize) {
+        let closed = {
+            let mut guard = self.lock();
+            let closed = guard.0.release(key, conn, worker, Instant::now());
+            self.metrics.update(&guard.0);
+            closed
+        };
+        closed.into_iter().for_each(ServerConn::quit);
+    }
+
+    /// A connection a session held is gone (the server closed it, or it failed).
+    pub fn closed(&self, key: &Key) {
+        let mut guard = self.lock();
+        guard.0.closed(key);
+        self.metrics.update(&guard.0);
+    }
+
+    /// The session holding a connection of `key` pinned it, for `reason`.
+    pub fn pinned(&self, key: &Key, reason: Reason) {
+        self.metrics.pinned(reason);
+        let mut guard = self.lock();
+        guard.0.pinned(key);
+        self.metrics.update(&guard.0);
+    }
+
+    /// A session ended; its pinned connection, if it had one, closes with it.
+    pub fn session_ended(&self, key: &Key, pinned: bool) {
+        let mut guard = self.lock();
+        guard.0.session_ended(key, pinned);
+        self.metrics.update(&guard.0);
+    }
+
+    /// Closes idle connections past their idle timeout that their keys can spare.
+    pub fn expire(&self, now: Instant) {
+        let closed = {
+            let mut guard = self.lock();
+            let timeout = guard.1.idle_timeout;
+            let closed = guard.0.expire(now, timeout);
+            self.metrics.update(&guard.0);
+            closed
+        };
+        closed.into_iter().for_each(ServerConn::quit);
+    }
+
+    fn reconfigure(&self, pooling: Pooling) {
+        let mut guard = self.lock();
+        guard.0.set_limit(pooling.max_server_connections);
+        guard.1 = pooling;
+    }
+
+    /// Idle connections and gauges, for `/backends` and tests.
+    pub fn counts(&self) -> PoolCounts {
+        let guard = self.lock();
+        PoolCounts {
+            open: guard.0.open(),
+            idle: guard.0.idle(),
+            waiting: guard.0.waiting(),
+        }
+    }
+}
+
+/// A pool's gauges at one moment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PoolCounts {
+    /// Connections open, logins in flight included.
+    pub open: usize,
+    pub idle: usize,
+    /// Sessions and logins waiting for a connection.
+    pub waiting: usize,
+}
+
+/// Every backend's pool, by backend name; created when a transaction-mode session first needs
+/// one, kept across reloads (a reload updates its limits).
+pub struct ServerPools {
+    pools: Mutex<HashMap<String, Arc<BackendPool>>>,
+    families: Families,
+}
+
+impl std::fmt::Debug for ServerPools {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ServerPools")
+    }
+}
+
+impl ServerPools {
+    /// Registers the pool metrics with `metrics` (once, at start).
+    pub fn new(metrics: &Metrics) -> Self {
+        ServerPools {
+            pools: Mutex::default(),
+            families: Families::register(metrics),
+        }
+    }
+
+    /// The pool of `backend` (of pool `pool`), its limits set to `pooling`.
+    pub fn of(&self, pool: &str, backend: &str, pooling: Pooling) -> Arc<BackendPool> {
+        let mut pools = self.pools.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(found) = pools.get(backend) {
+            if found.pooling() != pooling {
+                found.reconfigure(pooling);
+            }
+            return Arc::clone(found);
+        }
+        let created = Arc::new(BackendPool {
+            backend: backend.to_owned(),
+            inner: Mutex::new((Core::new(pooling.max_server_connections), pooling)),
+            metrics: PoolMetrics::new(&self.families, pool, backend),
+        });
+        pools.insert(backend.to_owned(), Arc::clone(&created));
+        created
+    }
+
+    /// Runs [`BackendPool::expire`] on every pool (once a second, from `tasks`).
+    pub fn expire(&self, now: Instant) {
+        let pools: Vec<Arc<BackendPool>> = {
+            let pools = self.pools.lock().unwrap_or_else(|e| e.into_inner());
+            pools.values().cloned().collect()
+        };
+        for pool in pools {
+            pool.expire(now);
+        }
+    }
+
+    /// The pool of `backend`, if one was made.
+    pub fn get(&self, backend: &str) -> Option<Arc<BackendPool>> {
+        let pools = self.pools.lock().unwrap_or_else(|e| e.into_inner());
+        pools.get(backend).cloned()
+    }
+}
+
+/// The metric families every pool's series belong to.
+#[derive(Clone)]
+struct Families {
+    connections: IntGaugeVec,
+    waiting: IntGaugeVec,
+    wait: HistogramVec,
+    pins: IntCounterVec,
+    acquired: IntCounterVec,
+    failed: IntCounterVec,
+}
+
+impl Families {
+    /// The families, registered with `metrics` (a registry that has them already, as a second
+    /// proxy in one test process, keeps its own and these count unexported).
+    fn register(metrics: &Metrics) -> Families {
+        let labels = ["pool", "backend"];
+        let gauge = |name: &str, help: &str, labels: &[&str]| {
+            IntGaugeVec::new(Opts::new(name, help), labels).expect("a valid metric name")
+        };
+        let counter = |name: &str, help: &str, labels: &[&str]| {
+            IntCounterVec::new(Opts::new(name, help), labels).expect("a valid metric name")
+        };
+        let families = Families {
+            connections: gauge(
+                "mysql_lb_pool_server_connections",
+                "Server connections of a transaction-mode pool by state (idle, in_use; \
+                 logins in flight count as in use)",
+                &["pool", "backend", "state"],
+            ),
+            waiting: gauge(
+                "mysql_lb_pool_waiting",
+                "Sessions and logins waiting for a server connection",
+                &labels,
+            ),
+            wait: HistogramVec::new(
+                HistogramOpts::new(
+                    "mysql_lb_pool_wait_seconds",
+                    "How long a session or login waited for a server connection",
+                )
+                .buckets(vec![
+                    0.0001, 0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 30.0,
+                ]),
+                &labels,
+            )
+            .expect("a valid metric name"),
+            pins: counter(
+                "mysql_lb_pool_pins_total",
+                "Sessions that kept their server connection for good, by reason",
+                &["pool", "backend", "reason"],
+            ),
+            acquired: counter(
+                "mysql_lb_pool_acquired_total",
+                "Server connections taken from the pool by a session (reuses)",
+                &labels,
+            ),
+            failed: counter(
+                "mysql_lb_pool_wait_failed_total",
+                "Sessions and logins that got no server connection (timeout, starved)",
+                &["pool", "backend", "reason"],
+            ),
+        };
+        for c in [
+            Box::new(families.connections.clone()) as Box<dyn prometheus::core::Collector>,
+            Box::new(families.waiting.clone()),
+            Box::new(families.wait.clone()),
+            Box::new(families.pins.clone()),
+            Box::new(families.acquired.clone()),
+            Box::new(families.failed.clone()),
+        ] {
+            let _ = metrics.register(c);
+        }
+        families
+    }
+}
+
+/// One pool's series.
+struct PoolMetrics {
+    idle: prometheus::IntGauge,
+    in_use: prometheus::IntGauge,
+    waiting: prometheus::IntGauge,
+    wait: prometheus::Histogram,
+    pins: IntCounterVec,
+    acquired: prometheus::IntCounter,
+    failed: IntCounterVec,
+    labels: [String; 2],
+}
+
+impl PoolMetrics {
+    fn new(f: &Families, pool: &str, backend: &str) -> Self {
+        PoolMetrics {
+            idle: f.connections.with_label_values(&[pool, backend, "idle"]),
+            in_use: f.connections.with_label_values(&[pool, backend, "in_use"]),
+            waiting: f.waiting.with_label_values(&[pool, backend]),
+            wait: f.wait.with_label_values(&[pool, backend]),
+            pins: f.pins.clone(),
+            acquired: f.acquired.with_label_values(&[pool, backend]),
+            failed: f.failed.clone(),
+            labels: [pool.to_owned(), backend.to_owned()],
+        }
+    }
+
+    fn update(&self, core: &Inner) {
+        let idle = core.idle();
+        self.idle.set(idle as i64);
+        self.in_use.set(core.open().saturating_sub(idle) as i64);
+        self.waiting.set(core.waiting() as i64);
+    }
+
+    fn waited(&self, d: std::time::Duration) {
+        self.wait.observe(d.as_secs_f64());
+    }
+
+    fn pinned(&self, reason: Reason) {
+        let [pool, backend] = &self.labels;
+        self.pins
+            .with_label_values(&[pool, backend, reason.as_str()])
+            .inc();
+    }
+
+    fn failed(&self, reason: &str) {
+        let [pool, backend] = &self.labels;
+        self.failed
+            .with_label_values(&[pool, backend, reason])
+            .inc();
+    }
+}

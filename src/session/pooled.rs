@@ -1,0 +1,294 @@
+//! The command phase of a session in a transaction-mode pool: the relay runs on a server
+//! connection while the session holds one, and ends at a command boundary once the session may
+//! give it back (`pooling::Holding`); the connection goes back to the pool, and the session waits
+//! for its client's next command without one, then takes whichever idle connection of its key
+//! the pool hands it (`pooling`). Everything else (the tracker, metrics, digests, capture, KILL
+//! mapping) is the one relay and observer every session uses.
+
+use std::net::IpAddr;
+
+use bytes::{Buf, BytesMut};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tracing::{debug, info, warn};
+
+use super::connect::LoginSlot;
+use super::recorder::Recorder;
+use crate::kill;
+use crate::leg::LegStream;
+use crate::pooling::{holding::TEXT_LIMIT, BackendPool, Holding, Key, PoolError, ServerConn};
+use crate::protocol::errors::{code, err_packet, sqlstate_for};
+use crate::protocol::response::{Completed, Tracker};
+use crate::relay::{relay, KillRewrite, Observer, RelayEnd, Stop};
+use crate::stream::BackendStream;
+
+/// How a session joins its backend's pool once logged in.
+pub(super) struct Joined<'r> {
+    pub(super) slot: LoginSlot,
+    /// The server's id of the login connection.
+    pub(super) thread_id: u32,
+    /// The client's address, when the backend is told it in a PROXY header.
+    pub(super) origin: Option<IpAddr>,
+    pub(super) registration: Option<&'r kill::Registration<'r>>,
+}
+
+impl Joined<'_> {
+    pub(super) fn origin(&self) -> Option<IpAddr> {
+        self.origin
+    }
+}
+
+/// The session's relays, one per server connection it holds in turn, to the session's end.
+#[allow(clippy::too_many_arguments)]
+pub(super) async fn relay_pooled<C>(
+    client: &mut LegStream<C>,
+    backend: LegStream<BackendStream>,
+    tracker: &mut Tracker,
+    (mut up, mut down): (BytesMut, BytesMut),
+    stop: Stop<'_>,
+    recorder: &mut Recorder<'_>,
+    (joined, key): (Joined<'_>, Key),
+    (worker, peer): (usize, &str),
+) -> RelayEnd
+where
+    C: AsyncRead + AsyncWrite + Unpin,
+{
+    let pool = joined.slot.logged_in(&key);
+    let mut observer = Pooled {
+        inner: recorder,
+        holding: Holding::default(),
+        pool: &pool,
+        key: &key,
+    };
+    let mut conn = Some(ServerConn {
+        leg: backend,
+        thread_id: joined.thread_id,
+    });
+    let end = loop {
+        let held = match conn.as_mut() {
+            Some(held) => held,
+            None => {
+                if let Some(end) = next_command(client, &mut up, stop).await {
+                    break end;
+                }
+                match pool.acquire(&key, worker).await {
+                    Ok(got) => {
+                        if let Some(r) = joined.registration {
+                            r.moved_to(got.thread_id);
+                        }
+                        conn.insert(got)
+                    }
+                    Err(e) => match refuse_command(client, &mut up, &e, peer).await {
+                        Ok(()) if matches!(e, PoolError::Timeout { .. }) => continue,
+                        Ok(()) => break RelayEnd::NoServerConnection,
+                        Err(end) => break end,
+                    },
+                }
+            }
+        };
+        let pending = (std::mem::take(&mut up), std::mem::take(&mut down));
+        let end = relay(
+            client,
+            &mut held.leg,
+            tracker,
+            pending.0,
+            pending.1,
+            stop,
+            &mut observer,
+        )
+        .await;
+        match end {
+            RelayEnd::Released(u, d) => {
+                (up, down) = (u, d);
+                if let Some(held) = conn.take() {
+                    pool.release(&key, held, worker);
+                }
+            }
+            end => break end,
+        }
+    };
+    let pinned = observer.holding.pinned().is_some();
+    if let Some(held) = conn.take() {
+        let clean = match end {
+            RelayEnd::ClientClosed { quit } => !quit,
+            RelayEnd::Drained | RelayEnd::IdleTimeout => true,
+            _ => false,
+        };
+        if pinned {
+            // Its state is the session's: it closes with it (counted by `session_ended`).
+            drop(held);
+        } else if clean && tracker.idle() && observer.holding.releasable() {
+            pool.release(&key, held, worker);
+        } else {
+            pool.closed(&key);
+            drop(held);
+        }
+    }
+    pool.session_ended(&key, pinned);
+    end
+}
+
+/// Waits, holding no server connection, until the client's next command begins (None), or the
+/// session ends: the client closed or quit (its COM_QUIT is not forwarded: no connection is
+/// held), the idle timeout, or the drain.
+async fn next_command<C>(
+    client: &mut LegStream<C>,
+    up: &mut BytesMut,
+    stop: Stop<'_>,
+) -> Option<RelayEnd>
+where
+    C: AsyncRead + AsyncWrite + Unpin,
+{
+    let idle = async {
+        match stop.idle_timeout {
+            Some(after) => tokio::time::sleep(after).await,
+            None => std::future::pending().await,
+        }
+    };
+    tokio::pin!(idle);
+    while up.is_empty() {
+        if up.capacity() < 1024 {
+            up.reserve(8 * 1024);
+        }
+        tokio::select! {
+            biased;
+            () = stop.drain.cancelled() => return Some(RelayEnd::Drained),
+            () = &mut idle => return Some(RelayEnd::IdleTimeout),
+            read = client.read_buf(up) => match read {
+                Ok(0) => return Some(RelayEnd::ClientClosed { quit: false }),
+                Ok(_) => {}
+                Err(e) => return Some(RelayEnd::ClientIo(e)),
+            },
+        }
+    }
+    up.starts_with(&[1, 0, 0, 0, 0x01])
+        .then_some(RelayEnd::ClientClosed { quit: true })
+}
+
+/// Answers the client's next command with an ERR in its response's place, without running it
+/// (no server connection came free), and drops the command's bytes. Err when the client failed
+/// or the command cannot be read whole.
+async fn refuse_command<C>(
+    client: &mut LegStream<C>,
+    up: &mut BytesMut,
+    e: &PoolError,
+    peer: &str,
+) -> Result<(), RelayEnd>
+where
+    C: AsyncRead + AsyncWrite + Unpin,
+{
+    warn!(client = peer, "statement refused: {e}");
+    let (len, last_seq) = loop {
+        match whole_command(up) {
+            Ok(Some(found)) => break found,
+            Ok(None) => {}
+            Err(()) => {
+                // A command of 16 MiB or more: it is not read to its end to be thrown away.
+                let packet = pool_err(0, e);
+                let _ = client.write_all(&packet).await;
+                return Err(RelayEnd::NoServerConnection);
+            }
+        }
+        match client.read_buf(up).await {
+            Ok(0) => return Err(RelayEnd::ClientClosed { quit: false }),
+            Ok(_) => {}
+            Err(e) => return Err(RelayEnd::ClientIo(e)),
+        }
+    };
+    up.advance(len);
+    let packet = pool_err(last_seq.wrapping_add(1), e);
+    let written = async {
+        client.write_all(&packet).await?;
+        client.flush().await
+    };
+    written.await.map_err(RelayEnd::ClientIo)
+}
+
+fn pool_err(seq: u8, e: &PoolError) -> Vec<u8> {
+    let message = format!("mysql-lb: {e}");
+    let code = code::TOO_MANY_CONNECTIONS;
+    err_packet(seq, code, Some(sqlstate_for(code)), &message)
+}
+
+/// The length and sequence id of the single-packet command at the front of `buf`, once whole;
+/// Err for a command split over 16 MiB chunks.
+fn whole_command(buf: &[u8]) -> Result<Option<(usize, u8)>, ()> {
+    let Some(header) = buf.get(..4) else {
+        return Ok(None);
+    };
+    let len = usize::from(header[0]) | usize::from(header[1]) << 8 | usize::from(header[2]) << 16;
+    if len == 0xFF_FFFF {
+        return Err(());
+    }
+    Ok((buf.len() >= 4 + len).then_some((4 + len, header[3])))
+}
+
+/// The session's observer with the pool's view added: what pins the session, and whether it
+/// may let its connection go.
+struct Pooled<'a, 'r> {
+    inner: &'a mut Recorder<'r>,
+    holding: Holding,
+    pool: &'a BackendPool,
+    key: &'a Key,
+}
+
+impl Pooled<'_, '_> {
+    fn pinned(&self, reason: Option<crate::pooling::Reason>) {
+        if let Some(reason) = reason {
+            debug!(user = %self.key.user, reason = reason.as_str(), "session pinned its server connection");
+            self.pool.pinned(self.key, reason);
+        }
+    }
+}
+
+impl Observer for Pooled<'_, '_> {
+    fn completed(&mut self, c: &Completed) {
+        self.inner.completed(c);
+        let reason = self.holding.completed(c);
+        self.pinned(reason);
+    }
+
+    fn relayed(&mut self, to_backend: bool, n: usize) {
+        self.inner.relayed(to_backend, n);
+    }
+
+    fn statement(&mut self, command: u8, payload: &[u8]) -> u64 {
+        let reason = self.holding.statement(command, payload);
+        self.pinned(reason);
+        self.inner.statement(command, payload)
+    }
+
+    fn client_scan(&mut self, in_flight: usize) -> Option<usize> {
+        self.inner
+            .client_scan(in_flight)
+            .map(|limit| limit.max(TEXT_LIMIT))
+    }
+
+    fn rewrite_kill(&mut self, packet: &[u8]) -> Option<KillRewrite> {
+        self.inner.rewrite_kill(packet)
+    }
+
+    fn releasable(&self) -> bool {
+        self.holding.releasable()
+    }
+}
+
+/// Says so in the log when a pool could not serve a session at all.
+pub(super) fn log_no_connection(peer: &str, backend: &str) {
+    info!(
+        client = peer,
+        backend, "closing: no server connection of the session's user is left in the pool"
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::whole_command;
+
+    #[test]
+    fn a_command_is_whole_once_its_payload_is_read() {
+        assert_eq!(whole_command(&[3, 0, 0]), Ok(None));
+        assert_eq!(whole_command(&[3, 0, 0, 0, 3, b'S']), Ok(None));
+        assert_eq!(whole_command(&[2, 0, 0, 0, 3, b'S', 9]), Ok(Some((6, 0))));
+        assert_eq!(whole_command(&[0xFF, 0xFF, 0xFF, 0]), Err(()));
+    }
+}
