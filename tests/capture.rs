@@ -1,6 +1,6 @@
-//! Traffic capture and replay against real MariaDB: a sysbench oltp_read_write run (prepared
-//! statements) captured through mysql-lb over three backends and replayed at 1× and 4× onto a server restored to the
-//! data it started from; a session open before the capture; no password in the files; damaged
+//! Traffic capture and replay against real MariaDB: 20 s of sysbench oltp_read_write (prepared
+//! statements) captured through mysql-lb over three backends and replayed at 1× and 4× onto a
+//! server restored to the data it started from; a session open before the capture; no password in the files; damaged
 //! files; a target that refuses the replay's account; the capture directory rules.
 
 mod common;
@@ -20,6 +20,8 @@ const USER: &str = "capapp";
 /// Distinctive, so finding it in a file cannot be a coincidence.
 const PASSWORD: &str = "Zq9-cap-Secret-71f3";
 const TABLE_SIZE: u32 = 10_000;
+/// The sysbench run captured in the sysbench test (issue 21 asks for 20 s).
+const CAPTURE_SECONDS: u32 = 20;
 
 fn sysbench(port: u16, extra: &[&str], action: &str) -> Output {
     let out = Command::new(common::sysbench::binary())
@@ -199,7 +201,7 @@ fn sysbench_read_write_captured_replays_with_every_digest_count_at_1x_and_4x() {
         proxy.addr.port(),
         &[
             "--threads=3",
-            "--time=4",
+            &format!("--time={}", CAPTURE_SECONDS),
             // Well below what this (shared, loaded) machine serves, so a 4x replay of a debug
             // build is not capped by the machine.
             "--rate=20",
@@ -233,7 +235,7 @@ fn sysbench_read_write_captured_replays_with_every_digest_count_at_1x_and_4x() {
         .and_then(|l| l.split_whitespace().next()?.parse().ok())
         .expect("sysbench transactions");
     assert!(
-        transactions > 20,
+        transactions > 5 * u64::from(CAPTURE_SECONDS),
         "a real workload: {transactions} transactions"
     );
     assert_no_secret(&dir);
@@ -271,10 +273,13 @@ fn sysbench_read_write_captured_replays_with_every_digest_count_at_1x_and_4x() {
         (at_1x - captured).abs() < 0.15 * captured + 0.3,
         "1x replay takes the captured time"
     );
+    // A quarter is 0.25. The bounds sit between what 8x (0.125) and 2x (0.5) would give, so a
+    // speed off by a factor of two either way fails; the room above 0.25 is for a shared 2-core
+    // machine where the 4x replay's statements can fall behind their schedule.
     let ratio = at_4x / at_1x;
     assert!(
-        (0.18..=0.35).contains(&ratio),
-        "4x takes about a quarter: {ratio:.2}"
+        (0.15..=0.45).contains(&ratio),
+        "4x takes about a quarter of 1x: {ratio:.2} ({at_4x:.2} s vs {at_1x:.2} s)"
     );
 
     // Read-only, two of the three sessions, back to back: the writes and the executes of their
