@@ -716,6 +716,101 @@ async fn tls_and_compressed_sessions_are_captured_as_sent() {
     }
 }
 
+/// A server-side cursor (COM_STMT_EXECUTE with CURSOR_TYPE_READ_ONLY, then COM_STMT_FETCH a few
+/// rows at a time) is captured fetch by fetch, and each fetch replays on the cursor of the
+/// statement prepared again on the target, with the same rows. No client library here opens
+/// cursors (MariaDB Connector/J and mysql_async do not), so the raw client does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs COM_STMT_FETCH reported as a statement by protocol::response::tracker::is_statement"]
+async fn cursor_fetches_are_captured_and_replayed_on_the_prepared_again_statement() {
+    use common::rawclient::RawClient;
+    let pair = shared_pair();
+    for db in pair {
+        create_account(db);
+    }
+    let proxy = TestProxy::start(&[pair[0].tcp_addr()]);
+    let base = scratch_dir("capture-cursor");
+    let dir = base.join("cap");
+    let (status, body) = capture_start(&proxy, &format!(r#"{{"dir":"{}"}}"#, dir.display()));
+    assert_eq!(status, 200, "{body}");
+    let addr = proxy.addr.to_string();
+    let mut c = RawClient::connect_tcp(&addr, USER, PASSWORD, Some("test"), 0, 0)
+        .await
+        .unwrap();
+    for sql in [
+        "DROP TABLE IF EXISTS cursor_t",
+        "CREATE TABLE cursor_t (id INT PRIMARY KEY)",
+        "INSERT INTO cursor_t VALUES (1), (2), (3), (4), (5)",
+    ] {
+        c.query_results(sql).await.unwrap();
+    }
+    c.send_command(0x16, b"SELECT id FROM cursor_t ORDER BY id")
+        .await
+        .unwrap();
+    let (_, ok) = c.read_packet().await.unwrap();
+    assert_eq!(ok[..].first(), Some(&0), "prepare OK: {ok:02x?}");
+    let id: [u8; 4] = ok[1..5].try_into().unwrap();
+    c.read_until_eof_or_err().await.unwrap(); // the column definition and its EOF
+                                              // Statement id, CURSOR_TYPE_READ_ONLY, iteration count 1; no parameters.
+    let mut execute = id.to_vec();
+    execute.push(1);
+    execute.extend_from_slice(&1u32.to_le_bytes());
+    c.send_command(0x17, &execute).await.unwrap();
+    let opened = c.read_until_eof_or_err().await.unwrap();
+    let status = opened.last().map(|(_, p)| u16::from_le_bytes([p[3], p[4]]));
+    assert_eq!(status.map(|s| s & 0x40), Some(0x40), "a cursor is open");
+    let mut fetched = Vec::new();
+    for _ in 0..3 {
+        let mut fetch = id.to_vec();
+        fetch.extend_from_slice(&2u32.to_le_bytes());
+        c.send_command(0x1C, &fetch).await.unwrap();
+        let packets = c.read_until_eof_or_err().await.unwrap();
+        fetched.push(packets.len() - 1);
+    }
+    assert_eq!(fetched, vec![2, 2, 1], "rows per fetch of 2");
+    c.send_command(0x19, &id).await.unwrap(); // COM_STMT_CLOSE, no answer
+    c.ping().await.unwrap();
+    c.quit().await.unwrap();
+    capture_stop(&proxy);
+
+    let fetches: Vec<(u64, u32)> = records(&dir)
+        .into_iter()
+        .filter_map(|r| match r.body {
+            Body::Response(resp) if resp.command == 0x1C => Some((resp.rows, resp.seq)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        fetches.iter().map(|f| f.0).collect::<Vec<_>>(),
+        vec![2, 2, 1],
+        "each fetch and its rows captured: {fetches:?}"
+    );
+    let password = password_file(&base);
+    let (ok, _, report) = replay(
+        &dir,
+        &pair[1].tcp_addr(),
+        &password,
+        &["--as-fast-as-possible"],
+    );
+    assert!(ok, "{report}");
+    assert_eq!(report["new_errors"], 0, "{report}");
+    assert_eq!(report["skipped_commands"], 0, "{report}");
+    let fetch = digest_rows(&report)
+        .iter()
+        .find(|d| d["kind"] == "fetch")
+        .unwrap_or_else(|| panic!("a fetch row: {report}"));
+    assert_eq!(fetch["captured"], 3, "{fetch}");
+    assert_eq!(fetch["replayed"], 3, "{fetch}");
+    assert_eq!(fetch["rows_differ"], 0, "{fetch}");
+    assert!(
+        fetch["text"]
+            .as_str()
+            .unwrap()
+            .starts_with("SELECT id FROM cursor_t"),
+        "counted under its statement: {fetch}"
+    );
+}
+
 #[test]
 fn a_target_that_goes_away_mid_replay_ends_it_with_a_clear_message_and_a_partial_report() {
     let mut db = MariaDb::start("cap-vanishing");
