@@ -1,6 +1,6 @@
-//! Traffic capture and replay against real MariaDB: a sysbench oltp_read_write run (prepared
-//! statements) captured through mysql-lb over three backends and replayed at 1× and 4× onto a server restored to the
-//! data it started from; a session open before the capture; no password in the files; damaged
+//! Traffic capture and replay against real MariaDB: 20 s of sysbench oltp_read_write (prepared
+//! statements) captured through mysql-lb over three backends and replayed at 1× and 4× onto a
+//! server restored to the data it started from; a session open before the capture; no password in the files; damaged
 //! files; a target that refuses the replay's account; the capture directory rules.
 
 mod common;
@@ -20,6 +20,8 @@ const USER: &str = "capapp";
 /// Distinctive, so finding it in a file cannot be a coincidence.
 const PASSWORD: &str = "Zq9-cap-Secret-71f3";
 const TABLE_SIZE: u32 = 10_000;
+/// The sysbench run captured in the sysbench test (issue 21 asks for 20 s).
+const CAPTURE_SECONDS: u32 = 20;
 
 fn sysbench(port: u16, extra: &[&str], action: &str) -> Output {
     let out = Command::new(common::sysbench::binary())
@@ -199,7 +201,7 @@ fn sysbench_read_write_captured_replays_with_every_digest_count_at_1x_and_4x() {
         proxy.addr.port(),
         &[
             "--threads=3",
-            "--time=4",
+            &format!("--time={}", CAPTURE_SECONDS),
             // Well below what this (shared, loaded) machine serves, so a 4x replay of a debug
             // build is not capped by the machine.
             "--rate=20",
@@ -233,7 +235,7 @@ fn sysbench_read_write_captured_replays_with_every_digest_count_at_1x_and_4x() {
         .and_then(|l| l.split_whitespace().next()?.parse().ok())
         .expect("sysbench transactions");
     assert!(
-        transactions > 20,
+        transactions > 5 * u64::from(CAPTURE_SECONDS),
         "a real workload: {transactions} transactions"
     );
     assert_no_secret(&dir);
@@ -271,10 +273,13 @@ fn sysbench_read_write_captured_replays_with_every_digest_count_at_1x_and_4x() {
         (at_1x - captured).abs() < 0.15 * captured + 0.3,
         "1x replay takes the captured time"
     );
+    // A quarter is 0.25. The bounds sit between what 8x (0.125) and 2x (0.5) would give, so a
+    // speed off by a factor of two either way fails; the room above 0.25 is for a shared 2-core
+    // machine where the 4x replay's statements can fall behind their schedule.
     let ratio = at_4x / at_1x;
     assert!(
-        (0.18..=0.35).contains(&ratio),
-        "4x takes about a quarter: {ratio:.2}"
+        (0.15..=0.45).contains(&ratio),
+        "4x takes about a quarter of 1x: {ratio:.2} ({at_4x:.2} s vs {at_1x:.2} s)"
     );
 
     // Read-only, two of the three sessions, back to back: the writes and the executes of their
@@ -709,6 +714,101 @@ async fn tls_and_compressed_sessions_are_captured_as_sent() {
         assert_eq!(d["replayed"], d["captured"], "{d}");
         assert_eq!(d["rows_differ"], 0, "{d}");
     }
+}
+
+/// A server-side cursor (COM_STMT_EXECUTE with CURSOR_TYPE_READ_ONLY, then COM_STMT_FETCH a few
+/// rows at a time) is captured fetch by fetch, and each fetch replays on the cursor of the
+/// statement prepared again on the target, with the same rows. No client library here opens
+/// cursors (MariaDB Connector/J and mysql_async do not), so the raw client does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs COM_STMT_FETCH reported as a statement by protocol::response::tracker::is_statement"]
+async fn cursor_fetches_are_captured_and_replayed_on_the_prepared_again_statement() {
+    use common::rawclient::RawClient;
+    let pair = shared_pair();
+    for db in pair {
+        create_account(db);
+    }
+    let proxy = TestProxy::start(&[pair[0].tcp_addr()]);
+    let base = scratch_dir("capture-cursor");
+    let dir = base.join("cap");
+    let (status, body) = capture_start(&proxy, &format!(r#"{{"dir":"{}"}}"#, dir.display()));
+    assert_eq!(status, 200, "{body}");
+    let addr = proxy.addr.to_string();
+    let mut c = RawClient::connect_tcp(&addr, USER, PASSWORD, Some("test"), 0, 0)
+        .await
+        .unwrap();
+    for sql in [
+        "DROP TABLE IF EXISTS cursor_t",
+        "CREATE TABLE cursor_t (id INT PRIMARY KEY)",
+        "INSERT INTO cursor_t VALUES (1), (2), (3), (4), (5)",
+    ] {
+        c.query_results(sql).await.unwrap();
+    }
+    c.send_command(0x16, b"SELECT id FROM cursor_t ORDER BY id")
+        .await
+        .unwrap();
+    let (_, ok) = c.read_packet().await.unwrap();
+    assert_eq!(ok[..].first(), Some(&0), "prepare OK: {ok:02x?}");
+    let id: [u8; 4] = ok[1..5].try_into().unwrap();
+    c.read_until_eof_or_err().await.unwrap(); // the column definition and its EOF
+                                              // Statement id, CURSOR_TYPE_READ_ONLY, iteration count 1; no parameters.
+    let mut execute = id.to_vec();
+    execute.push(1);
+    execute.extend_from_slice(&1u32.to_le_bytes());
+    c.send_command(0x17, &execute).await.unwrap();
+    let opened = c.read_until_eof_or_err().await.unwrap();
+    let status = opened.last().map(|(_, p)| u16::from_le_bytes([p[3], p[4]]));
+    assert_eq!(status.map(|s| s & 0x40), Some(0x40), "a cursor is open");
+    let mut fetched = Vec::new();
+    for _ in 0..3 {
+        let mut fetch = id.to_vec();
+        fetch.extend_from_slice(&2u32.to_le_bytes());
+        c.send_command(0x1C, &fetch).await.unwrap();
+        let packets = c.read_until_eof_or_err().await.unwrap();
+        fetched.push(packets.len() - 1);
+    }
+    assert_eq!(fetched, vec![2, 2, 1], "rows per fetch of 2");
+    c.send_command(0x19, &id).await.unwrap(); // COM_STMT_CLOSE, no answer
+    c.ping().await.unwrap();
+    c.quit().await.unwrap();
+    capture_stop(&proxy);
+
+    let fetches: Vec<(u64, u32)> = records(&dir)
+        .into_iter()
+        .filter_map(|r| match r.body {
+            Body::Response(resp) if resp.command == 0x1C => Some((resp.rows, resp.seq)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        fetches.iter().map(|f| f.0).collect::<Vec<_>>(),
+        vec![2, 2, 1],
+        "each fetch and its rows captured: {fetches:?}"
+    );
+    let password = password_file(&base);
+    let (ok, _, report) = replay(
+        &dir,
+        &pair[1].tcp_addr(),
+        &password,
+        &["--as-fast-as-possible"],
+    );
+    assert!(ok, "{report}");
+    assert_eq!(report["new_errors"], 0, "{report}");
+    assert_eq!(report["skipped_commands"], 0, "{report}");
+    let fetch = digest_rows(&report)
+        .iter()
+        .find(|d| d["kind"] == "fetch")
+        .unwrap_or_else(|| panic!("a fetch row: {report}"));
+    assert_eq!(fetch["captured"], 3, "{fetch}");
+    assert_eq!(fetch["replayed"], 3, "{fetch}");
+    assert_eq!(fetch["rows_differ"], 0, "{fetch}");
+    assert!(
+        fetch["text"]
+            .as_str()
+            .unwrap()
+            .starts_with("SELECT id FROM cursor_t"),
+        "counted under its statement: {fetch}"
+    );
 }
 
 #[test]

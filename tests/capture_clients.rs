@@ -1,7 +1,11 @@
 //! A capture of a mixed workload from several client libraries (PyMySQL's text protocol, PHP
-//! mysqli's prepared statements, Node mysql2's prepared statements and pings), each with its own
-//! protocol code, replayed onto a fresh server: every digest replays as often as captured, with
-//! no new error, and the tables hold what the clients wrote.
+//! mysqli's prepared statements, Node mysql2's prepared statements and pings, MariaDB
+//! Connector/J's server-side prepared statements in a transaction and its `isValid()` ping),
+//! each with its own protocol code, replayed onto a fresh server: every digest replays as often
+//! as captured, with no new error, and the tables hold what the clients wrote.
+//!
+//! The Java client is a single source file run by the JDK's source launcher (`java -cp JAR
+//! Mix.java`) against Debian's Connector/J jar, which scripts/install-deps.sh installs.
 
 mod common;
 
@@ -10,7 +14,7 @@ use std::process::{Command, Stdio};
 
 use common::mariadb::{scratch_dir, MariaDb};
 use common::proxy::{http_request, TestProxy};
-use common::scripts::{node_path, python, python_with, require_php_mysql, run_check};
+use common::scripts::{node_path, python, python_with, require, require_php_mysql, run_check};
 use serde_json::Value;
 
 const USER: &str = "mixapp";
@@ -69,6 +73,59 @@ const mysql = require('mysql2/promise');
 })().catch(e => { console.error(e); process.exit(1); });
 "#;
 
+/// Connector/J 2.x prepares on the client unless told otherwise; `useServerPrepStmts` makes it
+/// send COM_STMT_PREPARE/EXECUTE. `executeUpdate()` one row at a time: a batch would go out as
+/// MariaDB's COM_STMT_BULK_EXECUTE, which the capture does not take.
+const JAVA: &str = r#"
+import java.sql.*;
+
+public class Mix {
+    public static void main(String[] args) throws Exception {
+        String url = "jdbc:mariadb://127.0.0.1:" + System.getenv("PORT")
+            + "/test?useServerPrepStmts=true&connectTimeout=10000";
+        int rows = Integer.parseInt(System.getenv("ROWS"));
+        try (Connection c = DriverManager.getConnection(url, System.getenv("U"), System.getenv("P"))) {
+            try (Statement s = c.createStatement()) {
+                s.execute("CREATE TABLE java_t (id INT PRIMARY KEY, v VARCHAR(40))");
+            }
+            c.setAutoCommit(false);
+            try (PreparedStatement ins = c.prepareStatement("INSERT INTO java_t VALUES (?, ?)")) {
+                for (int i = 0; i < rows; i++) {
+                    ins.setInt(1, i);
+                    ins.setString(2, "java" + i);
+                    ins.executeUpdate();
+                }
+            }
+            c.commit();
+            c.setAutoCommit(true);
+            try (PreparedStatement sel = c.prepareStatement("SELECT COUNT(*) FROM java_t WHERE v LIKE ?")) {
+                sel.setString(1, "java%");
+                try (ResultSet r = sel.executeQuery()) {
+                    r.next();
+                    if (r.getInt(1) != rows) throw new IllegalStateException("count " + r.getInt(1));
+                }
+            }
+            if (!c.isValid(10)) throw new IllegalStateException("isValid() false");
+        }
+    }
+}
+"#;
+/// Debian's libmariadb-java (a symlink to the versioned jar).
+const JAVA_DRIVER: &str = "/usr/share/java/mariadb-java-client.jar";
+
+fn require_java() {
+    require(
+        "java",
+        &["-version"],
+        "apt-get install default-jdk-headless",
+    );
+    assert!(
+        Path::new(JAVA_DRIVER).exists(),
+        "{JAVA_DRIVER} not found: install it with `apt-get install libmariadb-java` (or run \
+         scripts/install-deps.sh)"
+    );
+}
+
 fn create_account(db: &MariaDb) {
     for host in ["%", "localhost"] {
         db.root_exec(&format!(
@@ -96,6 +153,7 @@ fn client(program: &str, script: &Path, port: u16) -> Command {
 fn a_mixed_workload_from_several_client_libraries_replays_with_the_same_digest_counts() {
     python_with("pymysql");
     require_php_mysql();
+    require_java();
     let node_modules = node_path();
     let (source, target) = std::thread::scope(|s| {
         let a = s.spawn(|| MariaDb::start("mix-source"));
@@ -121,19 +179,28 @@ fn a_mixed_workload_from_several_client_libraries_replays_with_the_same_digest_c
     for (ext, text) in scripts {
         std::fs::write(base.join(format!("mix.{ext}")), text).unwrap();
     }
+    // The source launcher wants the file named after its public class.
+    std::fs::write(base.join("Mix.java"), JAVA).unwrap();
     std::thread::scope(|s| {
         let py = client(&python(), &base.join("mix.py"), port);
         let php = client("php", &base.join("mix.php"), port);
         let mut node = client("node", &base.join("mix.js"), port);
         node.env("NODE_PATH", &node_modules);
-        for (what, cmd) in [("pymysql", py), ("php mysqli", php), ("node mysql2", node)] {
+        let mut java = client("java", &base.join("Mix.java"), port);
+        java.env("CLASSPATH", JAVA_DRIVER);
+        for (what, cmd) in [
+            ("pymysql", py),
+            ("php mysqli", php),
+            ("node mysql2", node),
+            ("java connector/j", java),
+        ] {
             s.spawn(move || run_check(what, cmd));
         }
     });
     let (status, body) = proxy.admin_post("/capture/stop", &[]);
     assert_eq!(status, 200, "{body}");
     let capture: Value = serde_json::from_str(&body).unwrap();
-    assert_eq!(capture["capture"]["sessions"], 3, "{body}");
+    assert_eq!(capture["capture"]["sessions"], 4, "one per client: {body}");
     assert_eq!(capture["capture"]["dropped"], 0, "{body}");
 
     let password = base.join("pw");
@@ -168,7 +235,12 @@ fn a_mixed_workload_from_several_client_libraries_replays_with_the_same_digest_c
     for kind in ["query", "prepare", "execute", "ping", "close"] {
         assert!(kinds.contains(&kind), "{kind} in {kinds:?}");
     }
-    for (table, prefix) in [("py_t", "py"), ("php_t", "php"), ("node_t", "node")] {
+    for (table, prefix) in [
+        ("py_t", "py"),
+        ("php_t", "php"),
+        ("node_t", "node"),
+        ("java_t", "java"),
+    ] {
         let n = target.root_query(&format!(
             "SELECT COUNT(*) FROM test.{table} WHERE v LIKE '{prefix}%'"
         ));

@@ -113,6 +113,8 @@ impl Planner {
             cmd::STMT_CLOSE => of_stmt("close"),
             cmd::STMT_RESET => of_stmt("reset"),
             cmd::STMT_SEND_LONG_DATA => of_stmt("long_data"),
+            cmd::STMT_FETCH => of_stmt("fetch"),
+            cmd::STMT_BULK_EXECUTE => of_stmt("bulk_execute"),
             cmd::INIT_DB => Key::bare("init_db"),
             cmd::PING => Key::bare("ping"),
             cmd::CHANGE_USER => Key::bare("change_user"),
@@ -153,7 +155,14 @@ impl Planner {
                     send(payload.to_vec())
                 }
             }
-            cmd::STMT_EXECUTE | cmd::STMT_CLOSE | cmd::STMT_RESET | cmd::STMT_SEND_LONG_DATA => {
+            // Every command that names a statement has its id in bytes 1..5; a fetch reads the
+            // cursor its statement's last execute opened on the target.
+            cmd::STMT_EXECUTE
+            | cmd::STMT_CLOSE
+            | cmd::STMT_RESET
+            | cmd::STMT_SEND_LONG_DATA
+            | cmd::STMT_FETCH
+            | cmd::STMT_BULK_EXECUTE => {
                 let Some(id) = stmt_id(payload) else {
                     return Plan::Skip("malformed");
                 };
@@ -203,73 +212,4 @@ fn change_user_schema(body: &[u8]) -> Option<&[u8]> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn exec(id: u32) -> Vec<u8> {
-        let mut p = vec![cmd::STMT_EXECUTE];
-        p.extend_from_slice(&id.to_le_bytes());
-        p.extend_from_slice(&[0, 1, 0, 0, 0]);
-        p
-    }
-
-    #[test]
-    fn executes_are_sent_with_the_id_the_target_gave_their_prepare() {
-        let mut p = Planner::default();
-        let prepare = b"\x16SELECT c FROM t WHERE id=?".to_vec();
-        assert_eq!(
-            p.plan(&prepare, 0, Some(7)),
-            Plan::Send(vec![(prepare.clone(), true)])
-        );
-        assert_eq!(
-            p.plan(&exec(7), 0, None),
-            Plan::Skip("its prepare was skipped or failed")
-        );
-        p.prepared(7, 1);
-        assert_eq!(p.plan(&exec(7), 0, None), Plan::Send(vec![(exec(1), true)]));
-        assert_eq!(p.key(&exec(7)).kind, "execute");
-        assert_eq!(p.key(&exec(7)).digest, p.key(&prepare).digest);
-        assert_eq!(
-            p.plan(&exec(8), 0, None),
-            Plan::Skip("prepared before the capture")
-        );
-    }
-
-    #[test]
-    fn read_only_skips_writes_and_the_executes_of_their_prepares() {
-        let mut p = Planner::new(true);
-        assert!(matches!(p.plan(b"\x03SELECT 1", 0, None), Plan::Send(_)));
-        assert!(matches!(
-            p.plan(b"\x03 /* x */ UPDATE t SET a=1", 0, None),
-            Plan::Skip(_)
-        ));
-        assert!(matches!(
-            p.plan(b"\x16DELETE FROM t WHERE id=?", 0, Some(3)),
-            Plan::Skip(_)
-        ));
-        assert!(matches!(p.plan(&exec(3), 0, None), Plan::Skip(_)));
-        assert!(matches!(p.plan(b"\x03BEGIN", 0, None), Plan::Send(_)));
-    }
-
-    #[test]
-    fn a_change_user_becomes_a_reset_and_its_schema() {
-        let mut p = Planner::default();
-        let plan = p.plan(b"\x11bob\0\0shop\0\x21\0", 0, None);
-        assert_eq!(
-            plan,
-            Plan::Send(vec![
-                (vec![cmd::RESET_CONNECTION], true),
-                (b"\x02shop".to_vec(), true)
-            ])
-        );
-    }
-
-    #[test]
-    fn cut_payloads_are_not_replayed() {
-        let mut p = Planner::default();
-        assert!(matches!(
-            p.plan(b"\x03SELECT", TRUNCATED, None),
-            Plan::Skip(_)
-        ));
-    }
-}
+mod tests;
