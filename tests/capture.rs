@@ -721,7 +721,6 @@ async fn tls_and_compressed_sessions_are_captured_as_sent() {
 /// statement prepared again on the target, with the same rows. No client library here opens
 /// cursors (MariaDB Connector/J and mysql_async do not), so the raw client does.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs COM_STMT_FETCH reported as a statement by protocol::response::tracker::is_statement"]
 async fn cursor_fetches_are_captured_and_replayed_on_the_prepared_again_statement() {
     use common::rawclient::RawClient;
     let pair = shared_pair();

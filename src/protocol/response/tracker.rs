@@ -61,6 +61,8 @@ fn is_statement(command: u8) -> bool {
             | cmd::STMT_RESET
             | cmd::STMT_SEND_LONG_DATA
             | cmd::SET_OPTION
+            | cmd::STMT_FETCH
+            | cmd::STMT_BULK_EXECUTE
     )
 }
 
