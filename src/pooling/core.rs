@@ -80,8 +80,8 @@ pub enum Acquired<T> {
     Got(T),
     /// Queued: a connection of its key will be handed over, or the waiter dropped.
     Wait,
-    /// Every connection of its key is pinned by another session (or none is left): nothing
-    /// to wait for, since only a login makes a connection.
+    /// No connection of its key is left (the server closed them): nothing to wait for, since
+    /// only a login makes one. (While sessions hold them pinned, their ends bring them back.)
     Starved,
 }
 
@@ -194,7 +194,7 @@ where
             .or_else(|| state.idle.len().checked_sub(1));
         match at {
             Some(i) => Acquired::Got(state.idle.remove(i).conn),
-            None if state.conns == state.pinned => Acquired::Starved,
+            None if state.conns == 0 => Acquired::Starved,
             None => {
                 state.waiters.push_back(waiter());
                 Acquired::Wait
@@ -275,7 +275,14 @@ where
         if let Some(state) = self.keys.get_mut(key) {
             state.pinned += 1;
         }
-        self.starving(key);
+    }
+
+    /// A pinned session's connection was brought back to its key's login state (its session
+    /// ends): it counts as shared again, to be [`release`](Self::release)d.
+    pub fn unpinned(&mut self, key: &K) {
+        if let Some(state) = self.keys.get_mut(key) {
+            state.pinned = state.pinned.saturating_sub(1);
+        }
     }
 
     /// A session ended; `pinned` says whether it had pinned its connection, which closes
@@ -296,11 +303,11 @@ where
         self.forget_if_empty(key);
     }
 
-    /// Waiters of a key left with no connection to wait for (every one closed or pinned) are
-    /// told at once rather than at their timeout: dropping them wakes them with nothing.
+    /// Waiters of a key left with no connection at all are told at once rather than at their
+    /// timeout: dropping them wakes them with nothing.
     fn starving(&mut self, key: &K) {
         if let Some(state) = self.keys.get_mut(key) {
-            if state.conns == state.pinned {
+            if state.conns == 0 {
                 state.waiters.clear();
             }
         }

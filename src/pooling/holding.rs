@@ -64,6 +64,11 @@ pub struct Holding {
     in_transaction: bool,
     /// The last response left something the next command may read.
     keep_once: bool,
+    /// The session may have left its login schema (`USE`, COM_INIT_DB, or a statement that
+    /// could hold a `USE`): a reset connection cannot be brought back to "no schema".
+    schema_moved: bool,
+    /// The session logged in again as someone (COM_CHANGE_USER).
+    user_changed: bool,
 }
 
 impl Holding {
@@ -80,7 +85,7 @@ impl Holding {
     /// A statement packet as the relay forwards it (`payload` command byte first, at most
     /// [`TEXT_LIMIT`] of it). Returns the reason when this pins the session.
     pub fn statement(&mut self, command: u8, payload: &[u8]) -> Option<Reason> {
-        if self.pinned.is_some() || command != cmd::QUERY {
+        if command != cmd::QUERY {
             return None;
         }
         let text = payload.get(1..).unwrap_or_default();
@@ -89,7 +94,22 @@ impl Holding {
         } else {
             pins(text).map(Reason::Statement)
         };
+        self.schema_moved |= matches!(
+            reason,
+            Some(
+                Reason::LongStatement
+                    | Reason::Statement(Pin::Schema | Pin::MultiStatement | Pin::Unknown)
+            )
+        );
         self.pin(reason)
+    }
+
+    /// Whether the session's connection, pinned, can be brought back to its key's login state
+    /// when the session ends (COM_RESET_CONNECTION, then COM_INIT_DB of the login schema, if it
+    /// had one). Not after COM_CHANGE_USER, nor when it had no login schema and may have left
+    /// it (no command goes back to none).
+    pub fn recyclable(&self, login_schema: &str) -> bool {
+        !self.user_changed && !(login_schema.is_empty() && self.schema_moved)
     }
 
     /// A command answered in full. Returns the reason when this pins the session.
@@ -109,8 +129,14 @@ impl Holding {
             | cmd::STMT_BULK_EXECUTE => None,
             cmd::STMT_PREPARE if !c.error => Some(Reason::PreparedStatement),
             cmd::STMT_PREPARE => None,
-            cmd::CHANGE_USER => Some(Reason::ChangeUser),
-            cmd::INIT_DB => Some(Reason::InitDb),
+            cmd::CHANGE_USER => {
+                self.user_changed = true;
+                Some(Reason::ChangeUser)
+            }
+            cmd::INIT_DB => {
+                self.schema_moved = true;
+                Some(Reason::InitDb)
+            }
             cmd::SET_OPTION => Some(Reason::SetOption),
             cmd::RESET_CONNECTION => Some(Reason::ResetConnection),
             _ => Some(Reason::Command),

@@ -3,6 +3,8 @@
 /// What a statement leaves on its server connection.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Pin {
+    Schema,
+    MultiStatement,
     Unknown,
 }
 

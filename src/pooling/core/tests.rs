@@ -124,17 +124,28 @@ fn a_released_connection_goes_to_the_first_waiter_still_waiting() {
 }
 
 #[test]
-fn when_every_connection_of_a_key_is_pinned_its_waiters_are_let_go() {
+fn waiters_wait_for_pinned_connections_and_are_let_go_when_none_is_left() {
     let mut pool = Pool::new(4);
+    let t = now();
     log_in(&mut pool, "a");
     log_in(&mut pool, "a");
     // One connection was closed (the server went away): two sessions, one connection.
     pool.closed(&"a");
+    pool.pinned(&"a");
     let waiter = Box::default();
     let w = waiter.clone();
     assert!(matches!(pool.acquire(&"a", 0, move || w), Acquired::Wait));
-    pool.pinned(&"a");
-    assert_eq!(pool.waiting(), 0, "nothing left to wait for");
+    // The pinned session ends with its connection brought back: the waiter gets it.
+    pool.unpinned(&"a");
+    pool.session_ended(&"a", false);
+    assert!(pool.release(&"a", 5, 0, t).is_empty());
+    assert_eq!(waiter.got(), Some(5));
+    // The server closes it: nothing is left to wait for.
+    let late = Box::default();
+    let l = late.clone();
+    assert!(matches!(pool.acquire(&"a", 0, move || l), Acquired::Wait));
+    pool.closed(&"a");
+    assert_eq!(pool.waiting(), 0, "let go");
     assert!(matches!(
         pool.acquire(&"a", 0, Box::default),
         Acquired::Starved
