@@ -77,6 +77,7 @@
 mod classify;
 mod digest;
 mod keywords;
+pub mod pins;
 mod token;
 
 pub use classify::{classify, Statement};
