@@ -13,10 +13,14 @@
 //!   `DEALLOCATE`/`DROP PREPARE`, `HANDLER`, `XA`, `CALL`, and `COMMIT`/`ROLLBACK .. RELEASE`
 //!   (the server closes the connection);
 //! - any token pins for user variables (`@x`, `@'x'`, `` @`x` ``, read or written; `@@x` is a
-//!   system variable read and does not), `SQL_CALC_FOUND_ROWS`, `GET_LOCK(`,
-//!   `LAST_INSERT_ID(expr)` with an argument, the sequence functions (`NEXTVAL(`, `LASTVAL(`,
-//!   `SETVAL(`, `NEXT VALUE FOR`, `PREVIOUS VALUE FOR`), and anything after a `;`
-//!   ([`Pin::MultiStatement`]; a trailing `;` alone is one statement).
+//!   system variable read and does not), `SQL_CALC_FOUND_ROWS`, `GET_LOCK(` (and MySQL's
+//!   `SERVICE_GET_READ_LOCKS(` / `SERVICE_GET_WRITE_LOCKS(`), `LAST_INSERT_ID(expr)` with an
+//!   argument, the sequence functions (`NEXTVAL(`, `LASTVAL(`, `SETVAL(`, `NEXT VALUE FOR`,
+//!   `PREVIOUS VALUE FOR`), and anything after a `;` ([`Pin::MultiStatement`]; a trailing `;`
+//!   alone is one statement, and a `;` inside a routine's `BEGIN .. END` counts too).
+//!
+//! Any other first word is [`Pin::Unknown`]. The reason returned is the first one met reading
+//! left to right (`SET @x = 1` is a user variable, `SET a = @x` a session variable).
 //!
 //! Words match in any case but never as backticked names; a function needs its `(`.
 //! Executable comments (`/*! .. */`, `/*!50001 .. */`, `/*M! .. */`) run on the server, so
@@ -68,7 +72,8 @@ pub enum Pin {
     /// `LOCK TABLES`, `UNLOCK TABLES`, `FLUSH TABLES .. WITH READ LOCK` / `FOR EXPORT`,
     /// `BACKUP LOCK`.
     LockTables,
-    /// `GET_LOCK(..)`: a named lock held until released or the connection ends.
+    /// `GET_LOCK(..)` (and MySQL's locking service, `SERVICE_GET_READ_LOCKS(..)` /
+    /// `SERVICE_GET_WRITE_LOCKS(..)`): a named lock held until released or the connection ends.
     UserLock,
     /// `SQL_CALC_FOUND_ROWS`, for a later `FOUND_ROWS()`.
     FoundRows,
@@ -352,7 +357,7 @@ impl<'a> Stream<'a> {
         if w("SQL_CALC_FOUND_ROWS") {
             return Err(Pin::FoundRows);
         }
-        if w("GET_LOCK") {
+        if w("GET_LOCK") || w("SERVICE_GET_READ_LOCKS") || w("SERVICE_GET_WRITE_LOCKS") {
             self.call = Some(Call::UserLock);
         } else if w("NEXTVAL") || w("LASTVAL") || w("SETVAL") {
             self.call = Some(Call::Sequence);

@@ -96,6 +96,10 @@ fn keywords_need_their_shape() {
     // A word after a `.` is a name in the tokenizer, but still counts here (conservative).
     assert_eq!(pins(b"SELECT d.GET_LOCK('a', 1)"), Some(Pin::UserLock));
     assert_eq!(pins(b"SELECT `GET_LOCK`('a', 1)"), None);
+    assert_eq!(
+        pins(b"SELECT service_get_write_locks('ns', 'a', 0)"),
+        Some(Pin::UserLock)
+    );
     assert_eq!(pins(b"SELECT LAST_INSERT_ID(/* none */)"), None);
     assert_eq!(pins(b"SELECT LAST_INSERT_ID(@x)"), Some(Pin::UserVariable));
     assert_eq!(pins(b"SELECT next, value FOR"), None);
