@@ -257,3 +257,25 @@ async fn the_server_flags_what_pins_pins_and_nothing_it_calls_stateless() {
     }
     assert!(wrong.is_empty(), "{}", wrong.join("\n"));
 }
+
+/// Why an executable comment that ends inside a quote is `Unknown`: the server reads quotes
+/// inside it, so its `*/` may stand in a string (here `SELECT 'a*/'`), while the tokenizer
+/// ends the comment at the first `*/`. And why a trailing comment after `;` is still one
+/// statement here: MariaDB answers it with a second, empty OK, which changes nothing.
+#[tokio::test]
+async fn the_server_reads_quotes_inside_executable_comments() {
+    let db = MariaDb::start("pins_lexer");
+    let mut client = connect(&db).await;
+
+    let quoted = "SELECT /*! 'a*/' */";
+    let rows = client.query_text(quoted).await.expect("run it");
+    assert_eq!(rows, vec![vec![Some("a*/".to_string())]]);
+    assert_eq!(pins(quoted.as_bytes()), Some(Pin::Unknown));
+
+    let trailing = "SELECT 1;  -- done";
+    let results = client.query_results(trailing).await.expect("run it");
+    assert_eq!(results.len(), 2, "{results:?}");
+    assert_eq!(results.get(1), Some(&Vec::new()), "{results:?}");
+    assert_eq!(pins(trailing.as_bytes()), None);
+    client.quit().await.expect("quit");
+}

@@ -155,6 +155,8 @@
     ("/*!SELECT 1; SELECT 2 */", Some(Pin::MultiStatement)),
     ("SET autocommit = 1; SELECT 1", Some(Pin::SessionVariable)),
     ("SELECT 1; SET @x = 1", Some(Pin::MultiStatement)),
+    ("CREATE PROCEDURE pins_p2() BEGIN SELECT 1; SELECT 2; END", Some(Pin::MultiStatement)),
+    ("SET a = @x", Some(Pin::SessionVariable)),
     // the connection ends
     ("COMMIT RELEASE", Some(Pin::Release)),
     ("ROLLBACK WORK AND NO CHAIN RELEASE", Some(Pin::Release)),
