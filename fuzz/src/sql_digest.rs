@@ -1,8 +1,10 @@
 //! The SQL normalizer's properties, kept apart from `checks.rs` (the MySQL protocol's): on any
 //! bytes, [`mysql_lb::sql::normalize`] and [`mysql_lb::sql::digest`] never panic, read only the
 //! first `max_len` bytes, print a bounded text that normalizes to itself, and the digest is that
-//! text's; the tokens cover the text in order without overlapping; `classify` never panics.
+//! text's; the tokens cover the text in order without overlapping; `classify` never panics;
+//! `pins` never panics and a comment appended to the text does not change its verdict.
 
+use mysql_lb::sql::pins::pins;
 use mysql_lb::sql::{classify, digest, normalize, tokens};
 
 /// Byte 0 picks `max_len` (0 = the whole input, else a cut somewhere in it); the rest is the
@@ -57,4 +59,13 @@ pub fn sql_digest(data: &[u8]) {
     }
     assert!(count <= read.len());
     let _ = classify(read).is_write();
+
+    let verdict = pins(read);
+    let mut commented = read.to_vec();
+    commented.extend_from_slice(b"\n/* @x; SET a = 1 */");
+    assert_eq!(
+        pins(&commented),
+        verdict,
+        "a trailing comment changes the pin"
+    );
 }

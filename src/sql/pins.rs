@@ -1,34 +1,516 @@
-//! Placeholder until the classifier lands: pins everything but plain reads and writes.
+//! Whether a `COM_QUERY` text leaves session state on its server connection: the question
+//! transaction pooling asks after every statement, since a session that left state behind must
+//! keep ("pin") its connection instead of handing it back to the pool between transactions.
+//!
+//! It reads the [tokens](super::tokens) once, without allocating, and is conservative: a
+//! statement it does not know is [`Pin::Unknown`] (pinned), never stateless. A statement is
+//! stateless when its first keyword(s) say so (reads and writes of data, transaction control,
+//! `SHOW`, non-temporary DDL, ...) and no token anywhere in it sets or reads session state:
+//!
+//! - the first keyword(s) pin for `SET` (except MariaDB's per-statement `SET STATEMENT .. FOR`,
+//!   whose inner statement is classified instead), `USE`, `CREATE`/`DROP TEMPORARY`, `LOCK`,
+//!   `UNLOCK`, `FLUSH .. WITH READ LOCK` / `FOR EXPORT`, `BACKUP LOCK`, `PREPARE`, `EXECUTE`,
+//!   `DEALLOCATE`/`DROP PREPARE`, `HANDLER`, `XA`, `CALL`, and `COMMIT`/`ROLLBACK .. RELEASE`
+//!   (the server closes the connection);
+//! - any token pins for user variables (`@x`, `@'x'`, `` @`x` ``, read or written; `@@x` is a
+//!   system variable read and does not), `SQL_CALC_FOUND_ROWS`, `GET_LOCK(` (and MySQL's
+//!   `SERVICE_GET_READ_LOCKS(` / `SERVICE_GET_WRITE_LOCKS(`), `LAST_INSERT_ID(expr)` with an
+//!   argument, the sequence functions (`NEXTVAL(`, `LASTVAL(`, `SETVAL(`, `NEXT VALUE FOR`,
+//!   `PREVIOUS VALUE FOR`), and anything after a `;` ([`Pin::MultiStatement`]; a trailing `;`
+//!   alone is one statement, and a `;` inside a routine's `BEGIN .. END` counts too).
+//!
+//! Any other first word is [`Pin::Unknown`]. The reason returned is the first one met reading
+//! left to right (`SET @x = 1` is a user variable, `SET a = @x` a session variable).
+//!
+//! Words match in any case but never as backticked names; a function needs its `(`.
+//! Executable comments (`/*! .. */`, `/*!50001 .. */`, `/*M! .. */`) run on the server, so
+//! their text is tokenized and read like the rest; one that is unterminated, contains `/*`,
+//! or ends inside a quote is [`Pin::Unknown`] (the server's lexer and ours could disagree on
+//! where it ends). Optimizer hints and plain comments never pin, nor does anything inside a
+//! string.
+//!
+//! What the text cannot show: a stored function called from a stateless statement (or a
+//! trigger it fires) may set user variables or take user locks; such a function call looks
+//! like any other. A statement such as `SELECT LAST_INSERT_ID()`, `SELECT FOUND_ROWS()` or
+//! `SHOW WARNINGS` reads what the *previous* statement left; that is the caller's concern
+//! (the previous statement ran on the same connection only if it was pinned or in a
+//! transaction).
+//!
+//! # Checked against MariaDB
+//!
+//! `tests/pins_anchor.rs` runs the unit tests' corpus on MariaDB 10.11 with
+//! `session_track_state_change`, `session_track_schema` and `session_track_system_variables='*'`
+//! on, over a client that negotiates `CLIENT_SESSION_TRACK`:
+//!
+//! - every statement classified stateless here (82 that succeed there: reads, writes,
+//!   transaction control, savepoints, `SHOW`, DDL, `GRANT`, executable comments, ...) comes back
+//!   without `SERVER_SESSION_STATE_CHANGED` in its OK/EOF status; except `SET STATEMENT var = ..
+//!   FOR ..`, which MariaDB flags (it reports `var` with the statement's value) although the
+//!   session's value is restored afterwards, which the test checks;
+//! - `SET` of system variables, `SET NAMES`, `USE`, `SET @x`, `CREATE TEMPORARY TABLE` and
+//!   `PREPARE` are flagged by the server and pinned here;
+//! - user variables set outside `SET` (`SELECT @x := 1`), `GET_LOCK`, `LOCK TABLES`,
+//!   `SQL_CALC_FOUND_ROWS`, `LAST_INSERT_ID(5)`, `NEXTVAL`, `HANDLER .. OPEN` and `XA START`
+//!   change the session without the server flagging them: the flag alone cannot replace this
+//!   module, and the test asserts both that they are pinned here and that the server still
+//!   does not flag them;
+//! - the server reads quotes inside an executable comment (`SELECT /*! 'a*/' */` selects
+//!   `a*/`), hence `Unknown` for one that ends inside a quote; and it answers a comment after
+//!   the last `;` as a second, empty statement (an extra OK), which changes nothing.
 
-/// What a statement leaves on its server connection.
+use super::token::{tokens, Token, TokenKind, Tokens};
+
+/// What a statement leaves on its server connection that a later statement of the same session
+/// may depend on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Pin {
+    /// `SET` of a system variable, `NAMES`, `CHARACTER SET`, `TRANSACTION`, `ROLE`, ...
+    SessionVariable,
+    /// `USE schema`.
     Schema,
+    /// A user variable `@x`, read or written.
+    UserVariable,
+    /// `CREATE TEMPORARY TABLE` / `DROP TEMPORARY TABLE`.
+    TemporaryTable,
+    /// `LOCK TABLES`, `UNLOCK TABLES`, `FLUSH TABLES .. WITH READ LOCK` / `FOR EXPORT`,
+    /// `BACKUP LOCK`.
+    LockTables,
+    /// `GET_LOCK(..)` (and MySQL's locking service, `SERVICE_GET_READ_LOCKS(..)` /
+    /// `SERVICE_GET_WRITE_LOCKS(..)`): a named lock held until released or the connection ends.
+    UserLock,
+    /// `SQL_CALC_FOUND_ROWS`, for a later `FOUND_ROWS()`.
+    FoundRows,
+    /// `LAST_INSERT_ID(expr)`: sets the value a later `LAST_INSERT_ID()` returns.
+    LastInsertId,
+    /// `PREPARE`, `EXECUTE`, `DEALLOCATE PREPARE`, `DROP PREPARE`, `EXECUTE IMMEDIATE`.
+    Prepare,
+    /// `HANDLER`: an open table cursor.
+    Handler,
+    /// `XA`: a distributed transaction bound to the connection.
+    Xa,
+    /// `CALL`: a procedure may do anything a session can.
+    Call,
+    /// Sequence functions: `NEXTVAL`, `LASTVAL`, `SETVAL`, `NEXT VALUE FOR`,
+    /// `PREVIOUS VALUE FOR` (the last value is kept per session).
+    Sequence,
+    /// More than one statement in the text.
     MultiStatement,
+    /// `COMMIT RELEASE` / `ROLLBACK RELEASE`: the server closes the connection.
+    Release,
+    /// A statement not known to be stateless (compound statements, `FLUSH`, `RESET`, text that
+    /// is no statement, ...).
     Unknown,
 }
 
 impl Pin {
+    /// Every reason, in declaration order.
+    pub const ALL: [Pin; 16] = [
+        Pin::SessionVariable,
+        Pin::Schema,
+        Pin::UserVariable,
+        Pin::TemporaryTable,
+        Pin::LockTables,
+        Pin::UserLock,
+        Pin::FoundRows,
+        Pin::LastInsertId,
+        Pin::Prepare,
+        Pin::Handler,
+        Pin::Xa,
+        Pin::Call,
+        Pin::Sequence,
+        Pin::MultiStatement,
+        Pin::Release,
+        Pin::Unknown,
+    ];
+
+    /// The reason as a metric label (`snake_case`).
     pub fn as_str(self) -> &'static str {
-        "unknown"
+        match self {
+            Pin::SessionVariable => "session_variable",
+            Pin::Schema => "schema",
+            Pin::UserVariable => "user_variable",
+            Pin::TemporaryTable => "temporary_table",
+            Pin::LockTables => "lock_tables",
+            Pin::UserLock => "user_lock",
+            Pin::FoundRows => "found_rows",
+            Pin::LastInsertId => "last_insert_id",
+            Pin::Prepare => "prepare",
+            Pin::Handler => "handler",
+            Pin::Xa => "xa",
+            Pin::Call => "call",
+            Pin::Sequence => "sequence",
+            Pin::MultiStatement => "multi_statement",
+            Pin::Release => "release",
+            Pin::Unknown => "unknown",
+        }
     }
 }
 
+/// None when the statement, whatever it does to data, leaves no session state on the
+/// connection; else the first reason found. When unsure: `Some(Pin::Unknown)`.
 pub fn pins(text: &[u8]) -> Option<Pin> {
-    use super::Statement;
-    if text.contains(&b'@') || text.contains(&b';') {
-        return Some(Pin::Unknown);
-    }
-    match super::classify(text) {
-        Statement::Select
-        | Statement::Insert
-        | Statement::Update
-        | Statement::Delete
-        | Statement::Replace
-        | Statement::Begin
-        | Statement::Commit
-        | Statement::Rollback
-        | Statement::Show => None,
-        _ => Some(Pin::Unknown),
+    statement(&mut Stream::new(text)).err()
+}
+
+/// First keywords after which the statement is stateless unless a token says otherwise.
+const STATELESS_HEADS: &[&str] = &[
+    "SELECT",
+    "VALUES",
+    "TABLE",
+    "WITH",
+    "INSERT",
+    "UPDATE",
+    "DELETE",
+    "REPLACE",
+    "SAVEPOINT",
+    "SHOW",
+    "EXPLAIN",
+    "DESCRIBE",
+    "DESC",
+    "DO",
+    "ALTER",
+    "RENAME",
+    "TRUNCATE",
+    "GRANT",
+    "REVOKE",
+    "ANALYZE",
+    "OPTIMIZE",
+    "CHECK",
+    "REPAIR",
+    "CHECKSUM",
+    "KILL",
+    "HELP",
+];
+
+/// First keywords that pin whatever follows.
+const PINNING_HEADS: &[(&str, Pin)] = &[
+    ("USE", Pin::Schema),
+    ("LOCK", Pin::LockTables),
+    ("UNLOCK", Pin::LockTables),
+    ("PREPARE", Pin::Prepare),
+    ("EXECUTE", Pin::Prepare),
+    ("DEALLOCATE", Pin::Prepare),
+    ("HANDLER", Pin::Handler),
+    ("XA", Pin::Xa),
+    ("CALL", Pin::Call),
+];
+
+/// `Ok(())` for a stateless statement, `Err(reason)` for the first reason to pin.
+fn statement(s: &mut Stream<'_>) -> Result<(), Pin> {
+    loop {
+        let head = s.head()?;
+        let w = |word: &str| head.is_word(word);
+        if STATELESS_HEADS.iter().any(|h| w(h)) {
+            return s.rest();
+        }
+        if let Some(&(_, pin)) = PINNING_HEADS.iter().find(|(h, _)| w(h)) {
+            return Err(pin);
+        }
+        if w("SET") {
+            // `SET @x = 1` is found as a user variable when the next token is read.
+            if !s.next_is("STATEMENT")? {
+                return Err(Pin::SessionVariable);
+            }
+            s.skip_to_for()?;
+            continue;
+        }
+        return if w("COMMIT") || w("ROLLBACK") {
+            s.transaction_end()
+        } else if w("BEGIN") {
+            // MariaDB's `BEGIN NOT ATOMIC` opens a compound statement.
+            if s.next_is("NOT")? {
+                Err(Pin::Unknown)
+            } else {
+                s.rest()
+            }
+        } else if w("START") {
+            s.rest_if("TRANSACTION")
+        } else if w("RELEASE") {
+            s.rest_if("SAVEPOINT")
+        } else if w("LOAD") {
+            match s.next()? {
+                Some(t) if t.is_word("DATA") || t.is_word("XML") => s.rest(),
+                _ => Err(Pin::Unknown),
+            }
+        } else if w("CREATE") {
+            let mut t = s.next()?;
+            while t.is_some_and(|t| t.is_word("OR") || t.is_word("REPLACE")) {
+                t = s.next()?;
+            }
+            if t.is_some_and(|t| t.is_word("TEMPORARY")) {
+                Err(Pin::TemporaryTable)
+            } else {
+                s.rest()
+            }
+        } else if w("DROP") {
+            match s.next()? {
+                Some(t) if t.is_word("TEMPORARY") => Err(Pin::TemporaryTable),
+                Some(t) if t.is_word("PREPARE") => Err(Pin::Prepare),
+                _ => s.rest(),
+            }
+        } else if w("FLUSH") {
+            s.flush()
+        } else if w("BACKUP") {
+            match s.next()? {
+                Some(t) if t.is_word("LOCK") || t.is_word("UNLOCK") => Err(Pin::LockTables),
+                _ => Err(Pin::Unknown),
+            }
+        } else {
+            Err(Pin::Unknown)
+        };
     }
 }
+
+/// A function whose `(` is awaited.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Call {
+    UserLock,
+    Sequence,
+    LastInsertId,
+}
+
+/// The tokens of a text with executable comments' contents spliced in, each passed through the
+/// token-level checks before the statement rules see it.
+struct Stream<'a> {
+    outer: Tokens<'a>,
+    /// The contents of the executable comment being read.
+    inner: Option<Tokens<'a>>,
+    /// A `;` was read: any further token is a second statement.
+    after_semicolon: bool,
+    /// The previous token is this function's name.
+    call: Option<Call>,
+    /// The previous token is the `(` of `LAST_INSERT_ID(`.
+    last_insert_id_open: bool,
+    /// How far into `NEXT VALUE FOR` / `PREVIOUS VALUE FOR` the last tokens are (0 to 2).
+    value_for: u8,
+}
+
+impl<'a> Stream<'a> {
+    fn new(text: &'a [u8]) -> Self {
+        Stream {
+            outer: tokens(text),
+            inner: None,
+            after_semicolon: false,
+            call: None,
+            last_insert_id_open: false,
+            value_for: 0,
+        }
+    }
+
+    /// The next token, after the token-level checks; `Ok(None)` at the end.
+    fn next(&mut self) -> Result<Option<Token<'a>>, Pin> {
+        let t = loop {
+            if let Some(inner) = &mut self.inner {
+                if let Some(t) = inner.next() {
+                    if t.kind == TokenKind::ExecutableComment || unterminated(&t) {
+                        return Err(Pin::Unknown);
+                    }
+                    break t;
+                }
+                self.inner = None;
+            }
+            let Some(t) = self.outer.next() else {
+                return Ok(None);
+            };
+            if self.after_semicolon {
+                return Err(Pin::MultiStatement);
+            }
+            if t.kind == TokenKind::ExecutableComment {
+                self.inner = Some(tokens(executable_body(t.text)?));
+                continue;
+            }
+            break t;
+        };
+        self.check(&t)?;
+        Ok(Some(t))
+    }
+
+    /// The reasons any token may give, wherever it stands.
+    fn check(&mut self, t: &Token<'_>) -> Result<(), Pin> {
+        if self.after_semicolon {
+            return Err(Pin::MultiStatement);
+        }
+        match t.kind {
+            // A hint between a function's name and its `(` keeps the call.
+            TokenKind::Hint => return Ok(()),
+            TokenKind::Variable if t.text.get(1) != Some(&b'@') => {
+                return Err(Pin::UserVariable);
+            }
+            _ => {}
+        }
+        if std::mem::take(&mut self.last_insert_id_open) && !t.is_operator(")") {
+            return Err(Pin::LastInsertId);
+        }
+        match self.call.take() {
+            Some(call) if t.is_operator("(") => match call {
+                Call::UserLock => return Err(Pin::UserLock),
+                Call::Sequence => return Err(Pin::Sequence),
+                Call::LastInsertId => self.last_insert_id_open = true,
+            },
+            _ => {}
+        }
+        let value_for = std::mem::take(&mut self.value_for);
+        if !matches!(t.kind, TokenKind::Keyword | TokenKind::Identifier) {
+            if t.is_operator(";") {
+                self.after_semicolon = true;
+            }
+            return Ok(());
+        }
+        let w = |word: &str| t.is_word(word);
+        if w("SQL_CALC_FOUND_ROWS") {
+            return Err(Pin::FoundRows);
+        }
+        if w("GET_LOCK") || w("SERVICE_GET_READ_LOCKS") || w("SERVICE_GET_WRITE_LOCKS") {
+            self.call = Some(Call::UserLock);
+        } else if w("NEXTVAL") || w("LASTVAL") || w("SETVAL") {
+            self.call = Some(Call::Sequence);
+        } else if w("LAST_INSERT_ID") {
+            self.call = Some(Call::LastInsertId);
+        }
+        if w("NEXT") || w("PREVIOUS") {
+            self.value_for = 1;
+        } else if value_for == 1 && w("VALUE") {
+            self.value_for = 2;
+        } else if value_for == 2 && w("FOR") {
+            return Err(Pin::Sequence);
+        }
+        Ok(())
+    }
+
+    /// The statement's first word, after hints and opening parentheses; `Unknown` for anything
+    /// else (including no statement at all).
+    fn head(&mut self) -> Result<Token<'a>, Pin> {
+        loop {
+            match self.next()? {
+                Some(t) if t.kind == TokenKind::Hint || t.is_operator("(") => {}
+                Some(t) if matches!(t.kind, TokenKind::Keyword | TokenKind::Identifier) => {
+                    return Ok(t)
+                }
+                _ => return Err(Pin::Unknown),
+            }
+        }
+    }
+
+    /// Reads the next token: true if it is `word`.
+    fn next_is(&mut self, word: &str) -> Result<bool, Pin> {
+        Ok(self.next()?.is_some_and(|t| t.is_word(word)))
+    }
+
+    /// Reads the rest of a statement whose first keywords are stateless.
+    fn rest(&mut self) -> Result<(), Pin> {
+        while self.next()?.is_some() {}
+        Ok(())
+    }
+
+    /// Stateless if the next word is `word`, else `Unknown`.
+    fn rest_if(&mut self, word: &str) -> Result<(), Pin> {
+        if self.next_is(word)? {
+            self.rest()
+        } else {
+            Err(Pin::Unknown)
+        }
+    }
+
+    /// After `COMMIT` / `ROLLBACK`: `RELEASE` (not `NO RELEASE`) closes the connection.
+    fn transaction_end(&mut self) -> Result<(), Pin> {
+        let mut after_no = false;
+        while let Some(t) = self.next()? {
+            if t.is_word("RELEASE") && !after_no {
+                return Err(Pin::Release);
+            }
+            after_no = t.is_word("NO");
+        }
+        Ok(())
+    }
+
+    /// `SET STATEMENT var = value, ... FOR`: reads up to the `FOR` (outside parentheses).
+    fn skip_to_for(&mut self) -> Result<(), Pin> {
+        let mut depth = 0usize;
+        while let Some(t) = self.next()? {
+            if t.is_operator("(") {
+                depth += 1;
+            } else if t.is_operator(")") {
+                depth = depth.saturating_sub(1);
+            } else if depth == 0 && t.is_word("FOR") {
+                return Ok(());
+            }
+        }
+        Err(Pin::Unknown)
+    }
+
+    /// `FLUSH TABLES .. WITH READ LOCK` / `FOR EXPORT` lock tables; any other `FLUSH` is
+    /// `Unknown`.
+    fn flush(&mut self) -> Result<(), Pin> {
+        while let Some(t) = self.next()? {
+            if t.is_word("LOCK") || t.is_word("EXPORT") {
+                return Err(Pin::LockTables);
+            }
+        }
+        Err(Pin::Unknown)
+    }
+}
+
+/// The text inside `/*!50100 ... */` or `/*M!100100 ... */`; `Unknown` when the comment is not
+/// closed or holds a `/*` (where the server's lexer and ours may disagree on its end).
+fn executable_body(text: &[u8]) -> Result<&[u8], Pin> {
+    let body = text
+        .strip_prefix(b"/*M!")
+        .or_else(|| text.strip_prefix(b"/*!"))
+        .and_then(|b| b.strip_suffix(b"*/"))
+        .ok_or(Pin::Unknown)?;
+    let digits = body.iter().take_while(|b| b.is_ascii_digit()).count();
+    let body = body.get(digits..).unwrap_or_default();
+    if body.windows(2).any(|w| w == b"/*") {
+        return Err(Pin::Unknown);
+    }
+    Ok(body)
+}
+
+/// True for a quoted token that runs to the end of its text without its closing quote.
+fn unterminated(t: &Token<'_>) -> bool {
+    let text = t.text;
+    let from = |i: usize| text.get(i..).unwrap_or_default();
+    match t.kind {
+        TokenKind::String => match text.iter().position(|&b| b == b'\'' || b == b'"') {
+            Some(i) => !closes(from(i), true),
+            None => true,
+        },
+        TokenKind::QuotedIdentifier => !closes(text, false),
+        TokenKind::Variable => match text.get(1) {
+            Some(b'\'' | b'"') => !closes(from(1), true),
+            Some(b'`') => !closes(from(1), false),
+            _ => false,
+        },
+        TokenKind::HexOrBitLiteral => {
+            let quotes = text.iter().filter(|&&b| b == b'\'').count();
+            quotes == 1
+        }
+        _ => false,
+    }
+}
+
+/// True if the quote opening `text` is closed exactly at its last byte (doubled quotes inside,
+/// and backslash escapes if `escapes`).
+fn closes(text: &[u8], escapes: bool) -> bool {
+    let Some(&quote) = text.first() else {
+        return false;
+    };
+    let mut i = 1;
+    while let Some(&c) = text.get(i) {
+        if escapes && c == b'\\' {
+            i += 2;
+        } else if c == quote {
+            if text.get(i + 1) == Some(&quote) {
+                i += 2;
+            } else {
+                return i + 1 == text.len();
+            }
+        } else {
+            i += 1;
+        }
+    }
+    false
+}
+
+#[cfg(test)]
+mod tests;

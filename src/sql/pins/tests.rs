@@ -1,0 +1,177 @@
+//! The statement corpus (shared with `tests/pins_anchor.rs`), byte-level corner cases, and
+//! properties over arbitrary bytes.
+
+use proptest::prelude::*;
+
+use super::{pins, Pin};
+
+/// (statement, expected): see `corpus.rs`.
+const CORPUS: &[(&str, Option<Pin>)] = include!("corpus.rs");
+
+#[test]
+fn corpus_statements_pin_as_expected() {
+    let wrong: Vec<String> = CORPUS
+        .iter()
+        .filter(|(sql, want)| pins(sql.as_bytes()) != *want)
+        .map(|(sql, want)| format!("{sql:?}: got {:?}, want {want:?}", pins(sql.as_bytes())))
+        .collect();
+    assert!(
+        wrong.is_empty(),
+        "{} wrong:\n{}",
+        wrong.len(),
+        wrong.join("\n")
+    );
+}
+
+#[test]
+fn corpus_is_large_and_covers_every_reason() {
+    assert!(CORPUS.len() >= 80, "{} statements", CORPUS.len());
+    for pin in Pin::ALL {
+        assert!(
+            CORPUS.iter().any(|(_, want)| *want == Some(pin)),
+            "no statement pins for {pin:?}"
+        );
+    }
+}
+
+#[test]
+fn labels_are_distinct_snake_case() {
+    let mut labels: Vec<&str> = Pin::ALL.iter().map(|p| p.as_str()).collect();
+    assert!(labels
+        .iter()
+        .all(|l| !l.is_empty() && l.bytes().all(|b| b.is_ascii_lowercase() || b == b'_')));
+    labels.sort_unstable();
+    labels.dedup();
+    assert_eq!(labels.len(), Pin::ALL.len());
+    assert_eq!(Pin::UserVariable.as_str(), "user_variable");
+    assert_eq!(Pin::MultiStatement.as_str(), "multi_statement");
+}
+
+#[test]
+fn bytes_that_are_not_utf8_do_not_hide_a_reason() {
+    assert_eq!(pins(b"SELECT '\xff\xfe' FROM t"), None);
+    assert_eq!(pins(b"SELECT \xff\xfe FROM t"), None);
+    assert_eq!(pins(b"SELECT '\xff', @x"), Some(Pin::UserVariable));
+    assert_eq!(pins(b"\xffSELECT 1"), Some(Pin::Unknown));
+    assert_eq!(pins(b"SELECT 1\x00"), None);
+}
+
+#[test]
+fn truncated_text_never_panics_and_stays_conservative() {
+    assert_eq!(pins(b"SELECT 'abc"), None);
+    assert_eq!(pins(b"SELECT `abc"), None);
+    assert_eq!(pins(b"SELECT @'abc"), Some(Pin::UserVariable));
+    assert_eq!(pins(b"SELECT 1 /* lone"), None);
+    assert_eq!(pins(b"/*"), Some(Pin::Unknown));
+    assert_eq!(pins(b"/*!"), Some(Pin::Unknown));
+    assert_eq!(pins(b"/*M!"), Some(Pin::Unknown));
+    assert_eq!(pins(b"SELECT LAST_INSERT_ID("), None);
+    assert_eq!(pins(b"SELECT GET_LOCK"), None);
+    assert_eq!(pins(b"SELECT NEXT VALUE"), None);
+    assert_eq!(pins(b"SET"), Some(Pin::SessionVariable));
+    assert_eq!(pins(b"SET STATEMENT x = 1"), Some(Pin::Unknown));
+}
+
+#[test]
+fn executable_comment_contents_are_read_as_statements() {
+    assert_eq!(pins(b"/*!50001 SET @x = 1 */"), Some(Pin::UserVariable));
+    assert_eq!(
+        pins(b"/*M!100100 LOCK TABLES t READ */"),
+        Some(Pin::LockTables)
+    );
+    assert_eq!(pins(b"/*!*/ SELECT 1"), None);
+    assert_eq!(pins(b"SELECT GET_LOCK /*!*/ ('a', 1)"), Some(Pin::UserLock));
+    assert_eq!(pins(b"/*!50001 SELECT 'a*/"), Some(Pin::Unknown));
+    assert_eq!(pins(b"/*! SELECT `a */"), Some(Pin::Unknown));
+    assert_eq!(pins(b"/*! SELECT @'a */"), Some(Pin::Unknown));
+    assert_eq!(pins(b"/*! SELECT X'4 */"), Some(Pin::Unknown));
+    assert_eq!(pins(b"/*! SELECT 'a' */"), None);
+    assert_eq!(pins(b"/*! SELECT _utf8mb4'a''b' */"), None);
+    // The outer comment's digits are its version, not part of the statement.
+    assert_eq!(pins(b"/*!50001SELECT 1*/"), None);
+}
+
+#[test]
+fn keywords_need_their_shape() {
+    // A word after a `.` is a name in the tokenizer, but still counts here (conservative).
+    assert_eq!(pins(b"SELECT d.GET_LOCK('a', 1)"), Some(Pin::UserLock));
+    assert_eq!(pins(b"SELECT `GET_LOCK`('a', 1)"), None);
+    assert_eq!(
+        pins(b"SELECT service_get_write_locks('ns', 'a', 0)"),
+        Some(Pin::UserLock)
+    );
+    assert_eq!(pins(b"SELECT LAST_INSERT_ID(/* none */)"), None);
+    assert_eq!(pins(b"SELECT LAST_INSERT_ID(@x)"), Some(Pin::UserVariable));
+    assert_eq!(pins(b"SELECT next, value FOR"), None);
+    assert_eq!(pins(b"SELECT next next value for s"), Some(Pin::Sequence));
+    assert_eq!(pins(b"COMMIT NO RELEASE"), None);
+    assert_eq!(pins(b"ROLLBACK AND CHAIN"), None);
+    assert_eq!(
+        pins(b"SET STATEMENT a = (1) FOR SET b = 2"),
+        Some(Pin::SessionVariable)
+    );
+    assert_eq!(
+        pins(b"SET STATEMENT a = 1 FOR SET STATEMENT b = 2 FOR SELECT 1"),
+        None
+    );
+    assert_eq!(
+        pins(b"SET STATEMENT a = @v FOR SELECT 1"),
+        Some(Pin::UserVariable)
+    );
+    assert_eq!(pins(b"((SELECT 1))"), None);
+    assert_eq!(pins(b"/*+ hint */ SELECT 1"), None);
+    assert_eq!(pins(b"CREATE USER u@localhost"), None);
+}
+
+#[test]
+fn long_texts_take_linear_time() {
+    // Deep nesting of constructs that could recurse: none of these may blow the stack.
+    let sets = "SET STATEMENT a = 1 FOR ".repeat(20_000) + "SELECT 1";
+    assert_eq!(pins(sets.as_bytes()), None);
+    let comments = "/*!".repeat(50_000);
+    assert_eq!(pins(comments.as_bytes()), Some(Pin::Unknown));
+    let parens = "(".repeat(100_000) + "SELECT 1";
+    assert_eq!(pins(parens.as_bytes()), None);
+}
+
+/// Comments a client or driver may append; none of them may change the verdict.
+const COMMENTS: &[&str] = &["\n/* c */", "\n-- c", "\n# c", " /* @x; SET x = 1 */"];
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(2000))]
+
+    #[test]
+    fn any_bytes_never_panic_and_a_comment_changes_nothing(
+        data in proptest::collection::vec(any::<u8>(), 0..200),
+        which in 0..COMMENTS.len(),
+    ) {
+        let verdict = pins(&data);
+        let mut more = data.clone();
+        more.extend_from_slice(COMMENTS.get(which).map_or(&b""[..], |c| c.as_bytes()));
+        prop_assert_eq!(pins(&more), verdict);
+    }
+
+    #[test]
+    fn sql_like_text_never_panics_and_a_comment_changes_nothing(
+        words in proptest::collection::vec(
+            prop::sample::select(vec![
+                "SELECT", "SET", "@x", "@@y", "'s'", "`q`", "(", ")", ";", "/*!", "*/", "/*+",
+                "/*", "--", "#", "\n", "GET_LOCK", "NEXT", "VALUE", "FOR", "LAST_INSERT_ID",
+                "COMMIT", "RELEASE", "NO", "CREATE", "TEMPORARY", "STATEMENT", "'", "\"", "`",
+                "\\", "1", ",", "@", "M!", "50001",
+            ]),
+            0..30,
+        ),
+        glue in proptest::collection::vec(prop::sample::select(vec!["", " "]), 30),
+        which in 0..COMMENTS.len(),
+    ) {
+        let mut text = String::new();
+        for (w, g) in words.iter().zip(glue.iter().cycle()) {
+            text.push_str(w);
+            text.push_str(g);
+        }
+        let verdict = pins(text.as_bytes());
+        text.push_str(COMMENTS.get(which).copied().unwrap_or(""));
+        prop_assert_eq!(pins(text.as_bytes()), verdict, "{:?}", text);
+    }
+}
