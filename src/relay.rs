@@ -35,6 +35,9 @@ const MAX_BUF: usize = 256 * 1024;
 /// keeps moving them does not reallocate on every round trip.
 const QUIET: std::time::Duration = std::time::Duration::from_secs(1);
 
+/// A whole COM_QUIT packet.
+const COM_QUIT: [u8; 5] = [1, 0, 0, 0, 0x01];
+
 /// How the relay ended.
 #[derive(Debug)]
 pub enum RelayEnd {
@@ -162,6 +165,11 @@ pub trait Observer {
     fn releasable(&self) -> bool {
         false
     }
+    /// Whether the backend connection outlives the session (a pool's): a client's COM_QUIT at
+    /// the end of a read is then not forwarded, so the server does not close it.
+    fn keeps_backend(&self) -> bool {
+        false
+    }
 }
 
 struct Upstream<'a, O> {
@@ -194,6 +202,9 @@ impl<O: Observer> Hooks for Upstream<'_, O> {
         }
         let scan = scan?;
         self.quit |= scan.quit;
+        if scan.quit && self.observer.keeps_backend() && buf.ends_with(&COM_QUIT) {
+            buf.truncate(buf.len() - COM_QUIT.len());
+        }
         if scan.held > 0 {
             // Held bytes are not written yet (the write stamps the rest); a client trickling a
             // command into them is not idle.

@@ -299,6 +299,7 @@ where
         }
         if pinned {
             self.slot_freed();
+            self.starving(key);
         }
         self.forget_if_empty(key);
     }

@@ -81,9 +81,54 @@ impl ServerConn {
         )
     }
 
+    /// Brings a connection a session pinned back to the state a login of its key leaves:
+    /// COM_RESET_CONNECTION (transaction rolled back, temporary tables dropped, locks released,
+    /// variables and prepared statements gone, the login's character set restored), then
+    /// COM_INIT_DB of the login schema when there was one. False if the server did not answer
+    /// both with an OK within a second: the connection must close.
+    pub async fn reset(&mut self, schema: &str) -> bool {
+        let steps = async {
+            let mut packet = vec![1, 0, 0, 0, 0x1F];
+            if !self.exchange(&packet).await? {
+                return Ok::<bool, std::io::Error>(false);
+            }
+            if schema.is_empty() {
+                return Ok(true);
+            }
+            let len = 1 + schema.len();
+            if len >= 0xFF_FFFF {
+                return Ok(false);
+            }
+            packet.clear();
+            packet.extend_from_slice(&[len as u8, (len >> 8) as u8, (len >> 16) as u8, 0, 0x02]);
+            packet.extend_from_slice(schema.as_bytes());
+            self.exchange(&packet).await
+        };
+        matches!(
+            tokio::time::timeout(std::time::Duration::from_secs(1), steps).await,
+            Ok(Ok(true))
+        )
+    }
+
+    /// Sends one command packet and reads its one-packet answer: true for an OK.
+    async fn exchange(&mut self, packet: &[u8]) -> std::io::Result<bool> {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        self.leg.write_all(packet).await?;
+        self.leg.flush().await?;
+        let mut header = [0u8; 4];
+        self.leg.read_exact(&mut header).await?;
+        let len = usize::from(header[0]) | usize::from(header[1]) << 8 | usize::from(header[2]) << 16;
+        if len > 64 * 1024 {
+            return Ok(false);
+        }
+        let mut payload = vec![0u8; len];
+        self.leg.read_exact(&mut payload).await?;
+        Ok(payload.first() == Some(&0x00) && header[3] == 1)
+    }
+
     /// Ends the connection politely, as far as it can without waiting: COM_QUIT if the socket
     /// takes it now, then the close.
-    fn quit(mut self) {
+    pub fn quit(mut self) {
         let mut cx = Context::from_waker(std::task::Waker::noop());
         let leg = Pin::new(&mut self.leg);
         if let Poll::Ready(Ok(5)) = leg.poll_write(&mut cx, &[1, 0, 0, 0, 0x01]) {
@@ -304,6 +349,17 @@ impl BackendPool {
         let mut guard = self.lock();
         guard.0.pinned(key);
         self.metrics.update(&guard.0);
+    }
+
+    /// A session that pinned a connection ends with it brought back to its key's login state
+    /// ([`ServerConn::reset`]): it is shared again.
+    pub fn recycle(&self, key: &Key, conn: ServerConn, worker: usize) {
+        {
+            let mut guard = self.lock();
+            guard.0.unpinned(key);
+            guard.0.session_ended(key, false);
+        }
+        self.release(key, conn, worker);
     }
 
     /// A session ended; its pinned connection, if it had one, closes with it.

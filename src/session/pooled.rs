@@ -107,23 +107,31 @@ where
         }
     };
     let pinned = observer.holding.pinned().is_some();
-    if let Some(held) = conn.take() {
-        let clean = match end {
-            RelayEnd::ClientClosed { quit } => !quit,
-            RelayEnd::Drained | RelayEnd::IdleTimeout => true,
-            _ => false,
-        };
-        if pinned {
-            // Its state is the session's: it closes with it (counted by `session_ended`).
-            drop(held);
-        } else if clean && tracker.idle() && observer.holding.releasable() {
+    let Some(mut held) = conn.take() else {
+        pool.session_ended(&key, pinned);
+        return end;
+    };
+    // A client's trailing COM_QUIT is not forwarded (`Observer::keeps_backend`).
+    let clean = matches!(
+        end,
+        RelayEnd::ClientClosed { .. } | RelayEnd::Drained | RelayEnd::IdleTimeout
+    ) && tracker.idle();
+    if !pinned {
+        if clean && observer.holding.releasable() {
             pool.release(&key, held, worker);
         } else {
             pool.closed(&key);
-            drop(held);
+            held.quit();
         }
+        pool.session_ended(&key, false);
+    } else if clean && observer.holding.recyclable(&key.schema) && held.reset(&key.schema).await {
+        // Its state was the session's alone; reset, it serves the key again.
+        pool.recycle(&key, held, worker);
+    } else {
+        // Counted closed by `session_ended`.
+        held.quit();
+        pool.session_ended(&key, true);
     }
-    pool.session_ended(&key, pinned);
     end
 }
 
@@ -204,9 +212,8 @@ where
 }
 
 fn pool_err(seq: u8, e: &PoolError) -> Vec<u8> {
-    let message = format!("mysql-lb: {e}");
     let code = code::TOO_MANY_CONNECTIONS;
-    err_packet(seq, code, Some(sqlstate_for(code)), &message)
+    err_packet(seq, code, Some(sqlstate_for(code)), &e.to_string())
 }
 
 /// The length and sequence id of the single-packet command at the front of `buf`, once whole;
@@ -269,6 +276,10 @@ impl Observer for Pooled<'_, '_> {
 
     fn releasable(&self) -> bool {
         self.holding.releasable()
+    }
+
+    fn keeps_backend(&self) -> bool {
+        true
     }
 }
 
