@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use common::mariadb::shared_pair;
 use common::proxy::TestProxy;
 use mysql_async::prelude::*;
-use mysql_lb::config::{Config, PoolConfig, Pooling, PoolingMode, Policy};
+use mysql_lb::config::{Config, Policy, PoolConfig, Pooling, PoolingMode};
 
 /// A proxy on `backends` whose default pool shares connections.
 fn pooled(backends: &[String], max: usize, idle: Duration) -> TestProxy {
@@ -59,7 +59,11 @@ async fn open_connections(proxy: &TestProxy, backend: &str, want: usize) {
 async fn sessions_of_one_user_share_one_server_connection_between_transactions() {
     let db = &shared_pair()[0];
     let backend = db.tcp_addr();
-    let proxy = pooled(std::slice::from_ref(&backend), 4, Duration::from_millis(500));
+    let proxy = pooled(
+        std::slice::from_ref(&backend),
+        4,
+        Duration::from_millis(500),
+    );
     let mut a = connect(&proxy).await;
     let mut b = connect(&proxy).await;
     // Each logged in on a connection of its own; once idle, one is enough for both.
@@ -74,7 +78,9 @@ async fn sessions_of_one_user_share_one_server_connection_between_transactions()
     // A transaction holds the connection: the other session waits for its end, then sees the
     // committed row.
     a.query_drop("BEGIN").await.unwrap();
-    a.query_drop("INSERT INTO test.pool_tx VALUES (1)").await.unwrap();
+    a.query_drop("INSERT INTO test.pool_tx VALUES (1)")
+        .await
+        .unwrap();
     let waiting = tokio::spawn(async move {
         let started = Instant::now();
         let n: u64 = b
@@ -88,7 +94,10 @@ async fn sessions_of_one_user_share_one_server_connection_between_transactions()
     a.query_drop("COMMIT").await.unwrap();
     let (n, waited, mut b) = waiting.await.unwrap();
     assert_eq!(n, 1, "it ran after the commit, on the same connection");
-    assert!(waited >= Duration::from_millis(300), "it waited: {waited:?}");
+    assert!(
+        waited >= Duration::from_millis(300),
+        "it waited: {waited:?}"
+    );
     assert_eq!(server_id(&mut b).await, x);
     a.disconnect().await.unwrap();
     b.disconnect().await.unwrap();
@@ -98,7 +107,11 @@ async fn sessions_of_one_user_share_one_server_connection_between_transactions()
 async fn a_session_that_sets_state_keeps_its_connection_and_its_end_brings_it_back_clean() {
     let db = &shared_pair()[1];
     let backend = db.tcp_addr();
-    let proxy = pooled(std::slice::from_ref(&backend), 4, Duration::from_millis(500));
+    let proxy = pooled(
+        std::slice::from_ref(&backend),
+        4,
+        Duration::from_millis(500),
+    );
     let mut a = connect(&proxy).await;
     let mut b = connect(&proxy).await;
     open_connections(&proxy, &backend, 1).await;

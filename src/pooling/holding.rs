@@ -109,7 +109,8 @@ impl Holding {
     /// had one). Not after COM_CHANGE_USER, nor when it had no login schema and may have left
     /// it (no command goes back to none).
     pub fn recyclable(&self, login_schema: &str) -> bool {
-        !self.user_changed && !(login_schema.is_empty() && self.schema_moved)
+        let stranded = login_schema.is_empty() && self.schema_moved;
+        !self.user_changed && !stranded
     }
 
     /// A command answered in full. Returns the reason when this pins the session.

@@ -117,7 +117,8 @@ impl ServerConn {
         self.leg.flush().await?;
         let mut header = [0u8; 4];
         self.leg.read_exact(&mut header).await?;
-        let len = usize::from(header[0]) | usize::from(header[1]) << 8 | usize::from(header[2]) << 16;
+        let len =
+            usize::from(header[0]) | usize::from(header[1]) << 8 | usize::from(header[2]) << 16;
         if len > 64 * 1024 {
             return Ok(false);
         }
