@@ -99,6 +99,14 @@ async fn sessions_of_one_user_share_one_server_connection_between_transactions()
         "it waited: {waited:?}"
     );
     assert_eq!(server_id(&mut b).await, x);
+    // `/backends` shows the shared connections.
+    let (status, body) = proxy.admin_get("/backends");
+    assert_eq!(status, 200);
+    let json: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let pool = &json["backends"][0]["server_pool"];
+    assert_eq!(pool["open"], 1, "{body}");
+    assert_eq!(pool["idle"], 1, "{body}");
+    assert_eq!(pool["max"], 4, "{body}");
     a.disconnect().await.unwrap();
     b.disconnect().await.unwrap();
 }

@@ -484,6 +484,15 @@ pub fn backends_json(shared: &ProxyState, recent: &Recent) -> serde_json::Value 
                 "recent_latency_seconds": b.latency.average().as_secs_f64(),
                 "last_check": check,
                 "ejection": ejection,
+                "server_pool": shared.server_pools.get(&b.name).map(|p| {
+                    let c = p.counts();
+                    json!({
+                        "open": c.open,
+                        "idle": c.idle,
+                        "waiting": c.waiting,
+                        "max": p.pooling().max_server_connections,
+                    })
+                }),
             })
         })
         .collect();
