@@ -99,6 +99,11 @@ where
         match end {
             RelayEnd::Released(u, d) => {
                 (up, down) = (u, d);
+                if let Some(r) = joined.registration {
+                    // Holding no connection, a KILL naming the session must reach no one (the
+                    // server answers that thread 0 is unknown), never the next holder.
+                    r.moved_to(0);
+                }
                 if let Some(held) = conn.take() {
                     pool.release(&key, held, worker);
                 }
