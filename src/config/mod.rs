@@ -156,6 +156,8 @@ pub struct Config {
     /// Every pool that has backends, "default" (`backends:`) first when present, then `pools:` in
     /// file order. `validate` adds the pools of backends built in code or given by flags.
     pub pools: Vec<PoolConfig>,
+    /// The top-level `pooling:`: the "default" pool's, however its backends are given.
+    pub pooling: Pooling,
     /// `routes:` in file order; the first whose conditions all match picks the pool.
     pub routes: Vec<RouteConfig>,
     /// The pool of clients no route matches; None refuses them. `validate` resolves None to
@@ -282,6 +284,7 @@ impl Default for Config {
             listen: vec![ListenAddr::Tcp(DEFAULT_LISTEN)],
             backends: Vec::new(),
             pools: Vec::new(),
+            pooling: Pooling::default(),
             routes: Vec::new(),
             default_pool: None,
             connect_mode: ConnectMode::Auto,

@@ -248,7 +248,12 @@ impl Config {
                 let pool = PoolConfig {
                     name: b.pool.clone(),
                     policy: self.balancer.policy,
-                    pooling: super::Pooling::default(),
+                    // The top-level `pooling:` is the default pool's, backends from flags too.
+                    pooling: if b.pool == DEFAULT_POOL {
+                        self.pooling
+                    } else {
+                        super::Pooling::default()
+                    },
                 };
                 if b.pool == DEFAULT_POOL {
                     self.pools.insert(0, pool);

@@ -219,6 +219,7 @@ impl RawConfig {
             listen: self.listen.unwrap_or(d.listen),
             backends,
             pools,
+            pooling,
             connect_mode: self.connect_mode.unwrap_or_default(),
             routes,
             default_pool: self.default_pool,

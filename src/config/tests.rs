@@ -1387,3 +1387,54 @@ fn only_tcp_to_a_name_or_address_other_than_loopback_leaves_the_host() {
         assert!(leaves(remote), "{remote}");
     }
 }
+
+#[test]
+fn pooling_applies_to_its_pool_and_the_top_level_one_to_default_however_its_backends_come() {
+    let c = Config::from_yaml_str(
+        "pooling: {mode: transaction, max_server_connections: 10, wait_timeout: 2s}\n\
+         backends: [\"127.0.0.1:3306\"]\n\
+         pools:\n  etl:\n    pooling: {mode: transaction, max_server_connections: 3}\n    \
+         backends: [\"127.0.0.1:3307\"]\n  plain:\n    backends: [\"127.0.0.1:3308\"]\n",
+    )
+    .unwrap();
+    let of = |name: &str| c.pools.iter().find(|p| p.name == name).unwrap().pooling;
+    assert_eq!(of("default").mode, PoolingMode::Transaction);
+    assert_eq!(of("default").max_server_connections, 10);
+    assert_eq!(
+        of("default").wait_timeout,
+        std::time::Duration::from_secs(2)
+    );
+    assert_eq!(of("default").idle_timeout, Pooling::default().idle_timeout);
+    assert_eq!(of("etl").max_server_connections, 3);
+    assert_eq!(of("plain").mode, PoolingMode::Session);
+
+    // Backends given only as flags still get the top-level pooling.
+    let mut flags = super::raw::RawConfig::parse("pooling: {mode: transaction}\n")
+        .unwrap()
+        .into_config()
+        .unwrap();
+    flags.backends.push(BackendConfig {
+        name: "db".into(),
+        address: tcp("127.0.0.1", 3306),
+        weight: 1,
+        kind: BackendKind::Rw,
+        tls: Default::default(),
+        compression: false,
+        proxy_protocol: None,
+        pool: DEFAULT_POOL.into(),
+    });
+    let flags = flags.validate().unwrap();
+    assert_eq!(flags.pools[0].pooling.mode, PoolingMode::Transaction);
+}
+
+#[test]
+fn pooling_refuses_a_limit_below_two_and_zero_timeouts_naming_the_key() {
+    let e = err(
+        "backends: [\"127.0.0.1:3306\"]\npooling: {mode: transaction, max_server_connections: 1}\n",
+    );
+    assert!(e.contains("pooling.max_server_connections"), "{e}");
+    let e = err("backends: [\"127.0.0.1:3306\"]\npools:\n  p:\n    pooling: {wait_timeout: 0s}\n    backends: [\"127.0.0.1:3307\"]\n");
+    assert!(e.contains("pools.p.pooling.wait_timeout"), "{e}");
+    let e = err("pooling: {mode: sometimes}\n");
+    assert!(e.contains("mode"), "{e}");
+}
