@@ -16,7 +16,7 @@ are millions of instructions) cancel out.
 
     cargo build --release --bin mysql-lb --example pump
     python3 benches/load/instructions.py [--baseline OTHER_BINARY] [--events 4000]
-        [--tests oltp_point_select,oltp_read_only] [--tls]
+        [--tests oltp_point_select,oltp_read_only] [--tls] [--digests] [--pooling]
 
 It runs scripts/install-deps.sh demo (MariaDB, sysbench) and installs valgrind with apt-get
 when it is missing; build the release binary and the bare relay first (above).
@@ -116,6 +116,8 @@ def main():
     ap.add_argument("--tests", default="oltp_point_select,oltp_read_only")
     ap.add_argument("--digests", action="store_true",
                     help="also mysql-lb with the query digest table on (\"mysql-lb digests\")")
+    ap.add_argument("--pooling", action="store_true",
+                    help="also mysql-lb with transaction pooling (\"mysql-lb pooled\")")
     ap.add_argument("--tls", action="store_true",
                     help="also count mysql-lb with a TLS client leg, and with TLS on both legs")
     ap.add_argument("--keep", help="copy each callgrind file here (read with callgrind_annotate)")
@@ -146,6 +148,11 @@ def main():
         if args.digests:
             # The query digest table on: what it costs is the difference to "mysql-lb".
             configs[" digests"] = "backend_tls: {mode: disabled}\ndigests: {enabled: true}\n"
+        if args.pooling:
+            # Sessions share server connections between transactions (sysbench's text protocol
+            # here, so nothing pins): what that costs is the difference to "mysql-lb".
+            configs[" pooled"] = ("backend_tls: {mode: disabled}\n"
+                                  "pooling: {mode: transaction, max_server_connections: 16}\n")
         if args.tls:
             configs[" tls"] = client_leg + "backend_tls: {mode: disabled}\n"
             configs[" tls both"] = client_leg + "backend_tls: {mode: verify_identity, ca: %s}\n" % tls["ca"]
@@ -153,7 +160,7 @@ def main():
             cfg = procs.write_config(os.path.join(reg.base, "lb%s.yaml" % suffix.replace(" ", "-")), [backend], body)
             for name, binary in (("mysql-lb", lb), ("baseline", args.baseline)):
                 # An older baseline may not know the `digests:` key.
-                if binary and not (name == "baseline" and "digests" in body):
+                if binary and not (name == "baseline" and ("digests" in body or "pooling" in body)):
                     paths.append((name + suffix, lambda port, b=binary, cfg=cfg: [
                         b, "--config", cfg, "--proxy-address", "127.0.0.1:%d" % port,
                         "--proxy-backend-addresses", backend,

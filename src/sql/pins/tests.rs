@@ -3,7 +3,7 @@
 
 use proptest::prelude::*;
 
-use super::{pins, Pin};
+use super::{pins, plainly_stateless, read_all, Pin};
 
 /// (statement, expected): see `corpus.rs`.
 const CORPUS: &[(&str, Option<Pin>)] = include!("corpus.rs");
@@ -141,6 +141,32 @@ proptest! {
     #![proptest_config(ProptestConfig::with_cases(2000))]
 
     #[test]
+    fn the_byte_shortcut_settles_only_what_the_token_reading_finds_stateless(
+        head in prop::sample::select(vec!["SELECT", "insert", "Update", "DELETE", "REPLACE", " SELECT", "\tselect"]),
+        words in proptest::collection::vec(
+            prop::sample::select(vec![
+                "c", "FROM", "t", "WHERE", "id", "=", "1", "'s'", "'", "\"", "`", "`q`", "(",
+                ")", ",", "*", "INTO", "VALUES", "SET", "LIMIT", "@", "@x", "@@y", ";", "/*!",
+                "/*", "*/", "--", "#", "\n", "GET_LOCK", "RELEASE_LOCK", "SQL_CALC_FOUND_ROWS",
+                "LAST_INSERT_ID", "NEXTVAL", "LASTVAL", "SETVAL", "NEXT", "VALUE", "FOR",
+                "PREVIOUS", "UNION", "SELECT", "M!", "\\", "x'41'", "1e3", ".",
+            ]),
+            0..24,
+        ),
+        glue in proptest::collection::vec(prop::sample::select(vec!["", " "]), 24),
+    ) {
+        let mut text = head.to_owned();
+        text.push(' ');
+        for (w, g) in words.iter().zip(glue.iter().cycle()) {
+            text.push_str(w);
+            text.push_str(g);
+        }
+        if plainly_stateless(text.as_bytes()) {
+            prop_assert_eq!(read_all(text.as_bytes()), None, "{:?}", text);
+        }
+    }
+
+    #[test]
     fn any_bytes_never_panic_and_a_comment_changes_nothing(
         data in proptest::collection::vec(any::<u8>(), 0..200),
         which in 0..COMMENTS.len(),
@@ -173,5 +199,34 @@ proptest! {
         let verdict = pins(text.as_bytes());
         text.push_str(COMMENTS.get(which).copied().unwrap_or(""));
         prop_assert_eq!(pins(text.as_bytes()), verdict, "{:?}", text);
+    }
+}
+
+#[test]
+fn the_byte_shortcut_takes_plain_traffic_and_leaves_the_rest_to_the_tokens() {
+    for plain in [
+        "SELECT c FROM sbtest1 WHERE id=5032",
+        "select c from sbtest1 where id between 1 and 100 order by c",
+        "INSERT INTO t (id, k, c, pad) VALUES (1, 2, 'a', 'b')",
+        "UPDATE sbtest1 SET k=k+1 WHERE id=7",
+        "  DELETE FROM t WHERE id = 3",
+        "REPLACE INTO t VALUES (1)",
+    ] {
+        assert!(plainly_stateless(plain.as_bytes()), "{plain}");
+        assert_eq!(read_all(plain.as_bytes()), None, "{plain}");
+    }
+    for long_way in [
+        "SELECT @x",
+        "SELECT GET_LOCK('a', 1)",
+        "SELECT SQL_CALC_FOUND_ROWS * FROM t",
+        "SELECT LAST_INSERT_ID(5)",
+        "SELECT NEXTVAL(s)",
+        "SELECT 1; SELECT 2",
+        "SELECT /*! @x := 1 */ 1",
+        "SET x = 1",
+        "SELECT\tget_lock('a', 1)",
+        "SELECT(1)",
+    ] {
+        assert!(!plainly_stateless(long_way.as_bytes()), "{long_way}");
     }
 }
