@@ -31,6 +31,7 @@ pub mod peer;
 pub use parse::{parse, KillRequest};
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 
 use crate::balancer::Backend;
@@ -56,6 +57,9 @@ pub struct Target {
     pub thread_id: u32,
     /// The user name the session authenticated as, once it has (see [`Registration::set_user`]).
     pub user: Option<Arc<str>>,
+    /// A pooled session's server connection of the moment (0 while it holds none), which
+    /// [`Registry::lookup`] reads in place of `thread_id` (see [`Registration::follow`]).
+    pub live: Option<Arc<AtomicU32>>,
 }
 
 impl Target {
@@ -65,6 +69,7 @@ impl Target {
             backend: Arc::clone(backend),
             thread_id: greeting.greeting.connection_id,
             user: None,
+            live: None,
         }
     }
 }
@@ -136,7 +141,11 @@ impl Registry {
     }
 
     pub fn lookup(&self, id: u32) -> Option<Target> {
-        self.ids.lock().ok()?.sessions.get(&id).cloned().flatten()
+        let mut target = self.ids.lock().ok()?.sessions.get(&id).cloned().flatten()?;
+        if let Some(live) = &target.live {
+            target.thread_id = live.load(Ordering::Relaxed);
+        }
+        Some(target)
     }
 
     fn bind(&self, id: u32, target: Target) {
@@ -147,13 +156,14 @@ impl Registry {
         }
     }
 
-    /// Session `id` now runs on server connection `thread_id` of its backend.
-    fn move_to(&self, id: u32, thread_id: u32) {
-        if let Ok(mut ids) = self.ids.lock() {
-            if let Some(Some(target)) = ids.sessions.get_mut(&id) {
-                target.thread_id = thread_id;
-            }
-        }
+    /// The server connection session `id` runs on from now on, kept in an atomic the session
+    /// updates (see [`Registration::follow`]).
+    fn follow(&self, id: u32) -> Option<Arc<AtomicU32>> {
+        let mut ids = self.ids.lock().ok()?;
+        let target = ids.sessions.get_mut(&id)?.as_mut()?;
+        let live = Arc::new(AtomicU32::new(target.thread_id));
+        target.live = Some(Arc::clone(&live));
+        Some(live)
     }
 
     /// Records who session `id` is now; see [`Registration::set_user`].
@@ -184,10 +194,12 @@ impl Registration<'_> {
         self.registry.bind(self.id, target);
     }
 
-    /// The session's statements run on server connection `thread_id` of the same backend from
-    /// now on (a transaction-mode pool handed it another): a KILL naming it goes there.
-    pub fn moved_to(&self, thread_id: u32) {
-        self.registry.move_to(self.id, thread_id);
+    /// For a session whose statements run on one server connection after another of its
+    /// backend (a transaction-mode pool's): the atomic it stores the connection of the moment
+    /// in (0 while it holds none), which a KILL naming the session reads. One lock now, none
+    /// per move. None if the session is not bound to a backend session yet.
+    pub fn follow(&self) -> Option<Arc<AtomicU32>> {
+        self.registry.follow(self.id)
     }
 
     /// The user name the session authenticated as (at the end of its connection phase), or None

@@ -101,6 +101,7 @@ fn target(backend: &Arc<Backend>, thread_id: u32) -> Target {
         backend: Arc::clone(backend),
         thread_id,
         user: Some("app".into()),
+        live: None,
     }
 }
 
@@ -397,4 +398,28 @@ fn across_backends_only_the_same_user_has_the_kill_run_there() {
     registration.set_user(None);
     let d = rewrite(&req, &reg, &by(b, "app", true)).unwrap();
     assert_eq!(d.mapping, Mapping::NotOwner);
+}
+
+#[test]
+fn a_followed_session_is_found_on_its_connection_of_the_moment() {
+    let set = two_backends();
+    let a = &set.backends()[0];
+    let reg = Registry::default();
+    let r = reg.register(target(a, 10)).unwrap();
+    let live = r.follow().expect("bound to a backend session");
+    assert_eq!(
+        reg.lookup(r.id()).unwrap().thread_id,
+        10,
+        "starts where it logged in"
+    );
+    live.store(42, Ordering::Relaxed);
+    assert_eq!(reg.lookup(r.id()).unwrap().thread_id, 42);
+    live.store(0, Ordering::Relaxed);
+    assert_eq!(
+        reg.lookup(r.id()).unwrap().thread_id,
+        0,
+        "between transactions: no one"
+    );
+    // A reserved id not bound yet has nothing to follow.
+    assert!(reg.reserve().unwrap().follow().is_none());
 }

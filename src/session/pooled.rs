@@ -6,6 +6,7 @@
 //! mapping) is the one relay and observer every session uses.
 
 use std::net::IpAddr;
+use std::sync::atomic::Ordering;
 
 use bytes::{Buf, BytesMut};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
@@ -63,6 +64,9 @@ where
         leg: backend,
         thread_id: joined.thread_id,
     });
+    // Where a KILL naming the session goes: the connection it holds, or nowhere (0) between
+    // transactions, never the connection's next holder.
+    let live = joined.registration.and_then(kill::Registration::follow);
     let end = loop {
         let held = match conn.as_mut() {
             Some(held) => held,
@@ -72,8 +76,8 @@ where
                 }
                 match pool.acquire(&key, worker).await {
                     Ok(got) => {
-                        if let Some(r) = joined.registration {
-                            r.moved_to(got.thread_id);
+                        if let Some(live) = &live {
+                            live.store(got.thread_id, Ordering::Relaxed);
                         }
                         conn.insert(got)
                     }
@@ -99,10 +103,9 @@ where
         match end {
             RelayEnd::Released(u, d) => {
                 (up, down) = (u, d);
-                if let Some(r) = joined.registration {
-                    // Holding no connection, a KILL naming the session must reach no one (the
-                    // server answers that thread 0 is unknown), never the next holder.
-                    r.moved_to(0);
+                if let Some(live) = &live {
+                    // The server answers a KILL of thread 0 as unknown.
+                    live.store(0, Ordering::Relaxed);
                 }
                 if let Some(held) = conn.take() {
                     pool.release(&key, held, worker);
