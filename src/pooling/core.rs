@@ -85,6 +85,29 @@ pub enum Acquired<T> {
     Starved,
 }
 
+/// The hasher of the pool's map: keys arrive hashed ([`super::Key`] writes one `u64`, taken as
+/// it is); anything else (tests' keys) is folded in with FNV-1a.
+#[derive(Default)]
+pub struct PreHashed(u64);
+
+impl std::hash::Hasher for PreHashed {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0 ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+
+    fn write_u64(&mut self, n: u64) {
+        self.0 ^= n;
+    }
+}
+
+type Map<K, V> = HashMap<K, V, std::hash::BuildHasherDefault<PreHashed>>;
+
 /// One backend's pool state. `T` is a server connection, `K` the key sessions share
 /// connections under, `W` a session waiting for a connection of its key, `L` a login waiting
 /// for a slot.
@@ -93,7 +116,7 @@ pub struct Core<K, T, W, L> {
     limit: usize,
     /// Connections open plus logins in flight.
     open: usize,
-    keys: HashMap<K, KeyState<T, W>>,
+    keys: Map<K, KeyState<T, W>>,
     logins: VecDeque<L>,
 }
 
@@ -110,7 +133,7 @@ where
         Core {
             limit,
             open: 0,
-            keys: HashMap::new(),
+            keys: Map::default(),
             logins: VecDeque::new(),
         }
     }

@@ -40,7 +40,7 @@ pub use holding::{Holding, Reason};
 /// What sessions share connections under: a connection holds exactly the state a login of this
 /// key leaves.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct Key {
+pub struct KeyData {
     pub user: String,
     pub schema: String,
     /// The collation id of the HandshakeResponse.
@@ -52,6 +52,48 @@ pub struct Key {
     pub compressed: bool,
     /// The client's address, when the backend is told it in a PROXY header.
     pub origin: Option<IpAddr>,
+}
+
+/// A [`KeyData`] shared by its session and the pool, hashed once: the pool looks it up twice
+/// per transaction.
+#[derive(Debug, Clone)]
+pub struct Key {
+    data: Arc<KeyData>,
+    hash: u64,
+}
+
+impl Key {
+    /// Hashed with `seed` ([`ServerPools::key`]: one per proxy, random, so that user names
+    /// chosen to collide cannot slow the pool's lookups).
+    fn new(data: KeyData, seed: &std::hash::RandomState) -> Key {
+        use std::hash::BuildHasher;
+        let hash = seed.hash_one(&data);
+        Key {
+            data: Arc::new(data),
+            hash,
+        }
+    }
+}
+
+impl std::ops::Deref for Key {
+    type Target = KeyData;
+    fn deref(&self) -> &KeyData {
+        &self.data
+    }
+}
+
+impl PartialEq for Key {
+    fn eq(&self, other: &Key) -> bool {
+        self.hash == other.hash && (Arc::ptr_eq(&self.data, &other.data) || self.data == other.data)
+    }
+}
+
+impl Eq for Key {}
+
+impl std::hash::Hash for Key {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        state.write_u64(self.hash);
+    }
 }
 
 /// A server connection past its login, as the pool keeps it.
@@ -414,6 +456,7 @@ pub struct PoolCounts {
 pub struct ServerPools {
     pools: Mutex<HashMap<String, Arc<BackendPool>>>,
     families: Families,
+    seed: std::hash::RandomState,
 }
 
 impl std::fmt::Debug for ServerPools {
@@ -428,7 +471,13 @@ impl ServerPools {
         ServerPools {
             pools: Mutex::default(),
             families: Families::register(metrics),
+            seed: std::hash::RandomState::new(),
         }
+    }
+
+    /// The key a session's connections are shared under.
+    pub fn key(&self, data: KeyData) -> Key {
+        Key::new(data, &self.seed)
     }
 
     /// The pool of `backend` (of pool `pool`), its limits set to `pooling`.

@@ -317,7 +317,7 @@ where
             .await
         }
         Some(joined) => {
-            let key = pooling::Key {
+            let key = shared.server_pools.key(pooling::KeyData {
                 user: auth.user.clone(),
                 schema: auth.schema.clone(),
                 charset: auth.charset,
@@ -328,7 +328,7 @@ where
                 tls: backend.is_tls(),
                 compressed: auth.backend_compressed,
                 origin: joined.origin(),
-            };
+            });
             let backend = std::mem::replace(&mut backend, LegStream::Closed);
             let session = (joined, key);
             let (tracker, observer) = (&mut tracker, &mut observer);

@@ -74,7 +74,7 @@ fn state_pins_for_good_and_says_why_once() {
     let mut h = Holding::default();
     assert_eq!(
         query(&mut h, "SET @x = 1"),
-        Some(Reason::Statement(Pin::Unknown)).filter(|_| pins(b"SET @x = 1").is_some())
+        Some(Reason::Statement(Pin::UserVariable))
     );
     assert!(h.pinned().is_some());
     assert_eq!(query(&mut h, "SET @y = 2"), None, "reported once");
