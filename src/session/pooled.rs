@@ -67,11 +67,13 @@ where
     // Where a KILL naming the session goes: the connection it holds, or nowhere (0) between
     // transactions, never the connection's next holder.
     let live = joined.registration.and_then(kill::Registration::follow);
+    // Polled only when the drain wakes it (see `gate`): one atomic load per wait, not a lock.
+    let mut draining = crate::gate::cancelled(stop.drain);
     let end = loop {
         let held = match conn.as_mut() {
             Some(held) => held,
             None => {
-                if let Some(end) = next_command(client, &mut up, stop).await {
+                if let Some(end) = next_command(client, &mut up, stop, &mut draining).await {
                     break end;
                 }
                 match pool.acquire(&key, worker).await {
@@ -150,6 +152,7 @@ async fn next_command<C>(
     client: &mut LegStream<C>,
     up: &mut BytesMut,
     stop: Stop<'_>,
+    draining: &mut crate::gate::Cancelled<'_>,
 ) -> Option<RelayEnd>
 where
     C: AsyncRead + AsyncWrite + Unpin,
@@ -167,7 +170,7 @@ where
         }
         tokio::select! {
             biased;
-            () = stop.drain.cancelled() => return Some(RelayEnd::Drained),
+            () = &mut *draining => return Some(RelayEnd::Drained),
             () = &mut idle => return Some(RelayEnd::IdleTimeout),
             read = client.read_buf(up) => match read {
                 Ok(0) => return Some(RelayEnd::ClientClosed { quit: false }),
