@@ -247,8 +247,10 @@ fn ten_thousand_idle_clients_and_fifty_busy_ones_hold_about_fifty_server_connect
     let _serial = serial();
     let dbs = backends();
     // The test holds one descriptor per idle client. The proxy, a process of its own that
-    // inherits the hard limit, sizes its `max_connections` at two per client: without root
-    // (which may raise the hard limit) as many idle clients as both fit, said in the output.
+    // inherits the hard limit, sizes `max_connections` at two descriptors per client
+    // (`mysql_lb::limits`), though an idle pooled session holds only its client's: under a hard
+    // limit of 20,000 that cannot be raised (a container, or no root) that is 9,718 idle
+    // clients, not 10,000. As many as fit are used, said in the output.
     let soft = raise_nofile(25_000);
     let (_, hard) = rlimit::Resource::NOFILE.get().expect("RLIMIT_NOFILE");
     let fit = soft

@@ -60,6 +60,7 @@ def parse_args():
     ap.add_argument("--time", type=int, default=5, help="seconds per sysbench run")
     ap.add_argument("--threads", default="64,512,2000")
     ap.add_argument("--binary", default=os.path.join(ROOT, "target/release/mysql-lb"))
+    ap.add_argument("--paths", default=",".join(PATHS), help="paths to run (default all)")
     ap.add_argument("--out", default=os.path.join(HERE, "results-issue22.md"))
     return ap.parse_args()
 
@@ -126,6 +127,7 @@ def run_cell(reg, backends, target, threads, seconds):
 def main():
     args = parse_args()
     threads = [int(t) for t in args.threads.split(",")]
+    paths = [p for p in PATHS if p in args.paths.split(",")]
     reg = procs.Registry()
     started = time.time()
     busy_before, own_before = procs.machine_busy(), reg.own_cpu()
@@ -162,7 +164,7 @@ def main():
         cells = {}
         for rnd in range(args.rounds):
             for n in threads:
-                for path in PATHS:
+                for path in paths:
                     log("round %d: %s, %d threads" % (rnd + 1, path, n))
                     res = run_cell(reg, backends, targets[path], n, args.time)
                     log("  %s" % res)
@@ -175,19 +177,20 @@ def main():
     lines = []
     rev = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True,
                          text=True).stdout.strip()
-    lines.append("Run %s with `python3 benches/load/pooling.py --rounds %d --time %d --threads %s` "
+    lines.append("Run %s with `python3 benches/load/pooling.py --rounds %d --time %d --threads %s "
+                 "--paths %s` "
                  "(%.0f s; mysql-lb %s, git %s). sysbench oltp_point_select, `--tables=%d "
                  "--table-size=%d --db-ps-mode=disable`; backends `--max-connections=%d`, the "
                  "pool `max_server_connections: %d`."
                  % (datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-                    args.rounds, args.time, args.threads, wall, args.binary, rev, TABLES,
+                    args.rounds, args.time, args.threads, ",".join(paths), wall, args.binary, rev, TABLES,
                     TABLE_SIZE, SERVER_MAX, POOL_MAX))
     lines.append("")
     lines.append("| threads | path | qps median (min–max) | p95 ms | proxy CPU s / 10k q | "
                  "most connections on one server | runs failed |")
     lines.append("|---:|---|---|---:|---:|---:|---|")
     for n in threads:
-        for path in PATHS:
+        for path in paths:
             runs = cells[(n, path)]
             good = [r for r in runs if r["ok"]]
             failed = [r for r in runs if not r["ok"]]
@@ -205,8 +208,8 @@ def main():
                                                                  fail.replace("|", "/")))
     lines.append("")
     for n in threads:
-        s = [r["cpu_10k"] for r in cells[(n, "session")] if r["ok"] and r["cpu_10k"]]
-        t = [r["cpu_10k"] for r in cells[(n, "transaction")] if r["ok"] and r["cpu_10k"]]
+        s = [r["cpu_10k"] for r in cells.get((n, "session"), []) if r["ok"] and r["cpu_10k"]]
+        t = [r["cpu_10k"] for r in cells.get((n, "transaction"), []) if r["ok"] and r["cpu_10k"]]
         if s and t:
             lines.append("- %d threads: transaction mode's proxy CPU per query is %.2f× session "
                          "mode's (medians %.3f and %.3f s / 10k queries)."
