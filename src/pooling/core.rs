@@ -9,7 +9,11 @@
 //!   idle timeout) only when its key keeps another, or has no unpinned session left;
 //! - every login takes a slot: `open` counts connections and logins in flight, never above the
 //!   limit; a login finds a free slot, or closes a closable idle connection and takes its slot,
-//!   or waits in line.
+//!   or waits in line;
+//! - a connection the proxy closes keeps its slot until the server has let it go
+//!   ([`close_done`](Core::close_done)): the server frees its own count of a connection a
+//!   moment after the close, and a login let in before then would take the server past the
+//!   limit (under churn, past its `max_connections`).
 
 use std::collections::{HashMap, VecDeque};
 use std::hash::Hash;
@@ -114,8 +118,10 @@ type Map<K, V> = HashMap<K, V, std::hash::BuildHasherDefault<PreHashed>>;
 #[derive(Debug)]
 pub struct Core<K, T, W, L> {
     limit: usize,
-    /// Connections open plus logins in flight.
+    /// Connections open plus logins in flight, connections being closed included.
     open: usize,
+    /// Connections being closed (their slots are not free yet).
+    closing: usize,
     keys: Map<K, KeyState<T, W>>,
     logins: VecDeque<L>,
 }
@@ -133,6 +139,7 @@ where
         Core {
             limit,
             open: 0,
+            closing: 0,
             keys: Map::default(),
             logins: VecDeque::new(),
         }
@@ -227,7 +234,8 @@ where
 
     /// A session gives its connection back: to the first session of its key still waiting,
     /// else closed for a waiting login when its key can spare it, else parked. A limit lowered
-    /// by a reload closes it instead of parking it.
+    /// by a reload closes it instead of parking it. What is returned is to be closed, then
+    /// reported with [`close_done`](Self::close_done).
     pub fn release(&mut self, key: &K, conn: T, worker: usize, now: Instant) -> Closed<T> {
         let Some(state) = self.keys.get_mut(key) else {
             return vec![conn];
@@ -239,18 +247,13 @@ where
                 Err(back) => conn = back,
             }
         }
-        if self.open > self.limit && state.can_spare() {
+        let over = self.open > self.limit + self.closing;
+        if state.can_spare() && (over || self.logins.len() > self.closing) {
+            // Closed: for a lowered limit, or so that its slot goes to a waiting login once the
+            // server has let it go (`close_done`).
             state.conns -= 1;
-            self.open -= 1;
+            self.closing += 1;
             return vec![conn];
-        }
-        if state.can_spare() && !self.logins.is_empty() {
-            // Its slot goes to a waiting login (`open` stays), if one still waits.
-            state.conns -= 1;
-            if Self::give_slot_of(&mut self.logins) {
-                return vec![conn];
-            }
-            state.conns += 1;
         }
         state.idle.push(Idle {
             conn,
@@ -262,16 +265,20 @@ where
 
     /// Hands a slot to the first login still waiting; false if none took it.
     fn give_slot(&mut self) -> bool {
-        Self::give_slot_of(&mut self.logins)
-    }
-
-    fn give_slot_of(logins: &mut VecDeque<L>) -> bool {
-        while let Some(l) = logins.pop_front() {
+        while let Some(l) = self.logins.pop_front() {
             if l.offer(()).is_ok() {
                 return true;
             }
         }
         false
+    }
+
+    /// The server let go of a connection [`release`](Self::release) or
+    /// [`expire`](Self::expire) gave to close: its slot is free.
+    pub fn close_done(&mut self) {
+        self.closing = self.closing.saturating_sub(1);
+        self.open = self.open.saturating_sub(1);
+        self.slot_freed();
     }
 
     /// A slot came free (a connection closed, a login failed): to a waiting login, or kept free.
@@ -337,7 +344,8 @@ where
         }
     }
 
-    /// Idle connections past `timeout` that their keys can spare, taken out to close.
+    /// Idle connections past `timeout` that their keys can spare, taken out to close (each
+    /// then reported with [`close_done`](Self::close_done)).
     pub fn expire(&mut self, now: Instant, timeout: Duration) -> Closed<T> {
         let mut closed = Vec::new();
         let keys: Vec<K> = self.keys.keys().cloned().collect();
@@ -353,7 +361,7 @@ where
                 }
                 if let Some(idle) = state.idle.pop() {
                     state.conns -= 1;
-                    self.open -= 1;
+                    self.closing += 1;
                     closed.push(idle.conn);
                 }
             }

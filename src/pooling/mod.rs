@@ -169,6 +169,21 @@ impl ServerConn {
         Ok(payload.first() == Some(&0x00) && header[3] == 1)
     }
 
+    /// Ends the connection and waits (up to a second) until the server has closed its end:
+    /// only then does the server no longer count it against its `max_connections`, and may
+    /// its pool slot go to a login.
+    pub async fn close(mut self) {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let ends = async {
+            self.leg.write_all(&[1, 0, 0, 0, 0x01]).await?;
+            self.leg.flush().await?;
+            let mut sink = [0u8; 256];
+            while self.leg.read(&mut sink).await? > 0 {}
+            Ok::<(), std::io::Error>(())
+        };
+        let _ = tokio::time::timeout(std::time::Duration::from_secs(1), ends).await;
+    }
+
     /// Ends the connection politely, as far as it can without waiting: COM_QUIT if the socket
     /// takes it now, then the close.
     pub fn quit(mut self) {
@@ -255,12 +270,16 @@ impl BackendPool {
             self.metrics.update(core);
             match slot {
                 Slot::Free => return Ok(()),
-                Slot::Freed(conn) => {
-                    drop(guard);
-                    conn.quit();
-                    return Ok(());
-                }
-                Slot::Wait => (rx, pooling),
+                // The slot of this connection, once the server let go of it.
+                Slot::Freed(conn) => (Err(conn), pooling),
+                Slot::Wait => (Ok(rx), pooling),
+            }
+        };
+        let receiver = match receiver {
+            Ok(receiver) => receiver,
+            Err(conn) => {
+                conn.close().await;
+                return Ok(());
             }
         };
         let Some(receiver) = receiver else {
@@ -369,14 +388,46 @@ impl BackendPool {
     }
 
     /// A session gives back a connection it holds, unpinned and at a command boundary.
-    pub fn release(&self, key: &Key, conn: ServerConn, worker: usize) {
+    pub fn release(self: &Arc<Self>, key: &Key, conn: ServerConn, worker: usize) {
         let closed = {
             let mut guard = self.lock();
             let closed = guard.0.release(key, conn, worker, Instant::now());
             self.metrics.update(&guard.0);
             closed
         };
-        closed.into_iter().for_each(ServerConn::quit);
+        self.close_all(closed);
+    }
+
+    /// Closes connections the pool let go, each slot freed once the server let go of it, on a
+    /// task of its own (nobody waits for it).
+    fn close_all(self: &Arc<Self>, closed: Vec<ServerConn>) {
+        if closed.is_empty() {
+            return;
+        }
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => {
+                let pool = Arc::clone(self);
+                drop(runtime.spawn(async move {
+                    for conn in closed {
+                        conn.close().await;
+                        pool.close_done();
+                    }
+                }));
+            }
+            // Outside a runtime (nothing in the proxy): closed without waiting.
+            Err(_) => {
+                for conn in closed {
+                    conn.quit();
+                    self.close_done();
+                }
+            }
+        }
+    }
+
+    fn close_done(&self) {
+        let mut guard = self.lock();
+        guard.0.close_done();
+        self.metrics.update(&guard.0);
     }
 
     /// A connection a session held is gone (the server closed it, or it failed).
@@ -396,7 +447,7 @@ impl BackendPool {
 
     /// A session that pinned a connection ends with it brought back to its key's login state
     /// ([`ServerConn::reset`]): it is shared again.
-    pub fn recycle(&self, key: &Key, conn: ServerConn, worker: usize) {
+    pub fn recycle(self: &Arc<Self>, key: &Key, conn: ServerConn, worker: usize) {
         {
             let mut guard = self.lock();
             guard.0.unpinned(key);
@@ -413,7 +464,7 @@ impl BackendPool {
     }
 
     /// Closes idle connections past their idle timeout that their keys can spare.
-    pub fn expire(&self, now: Instant) {
+    pub fn expire(self: &Arc<Self>, now: Instant) {
         let closed = {
             let mut guard = self.lock();
             let timeout = guard.1.idle_timeout;
@@ -421,7 +472,7 @@ impl BackendPool {
             self.metrics.update(&guard.0);
             closed
         };
-        closed.into_iter().for_each(ServerConn::quit);
+        self.close_all(closed);
     }
 
     fn reconfigure(&self, pooling: Pooling) {

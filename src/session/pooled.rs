@@ -130,16 +130,17 @@ where
         if clean && observer.holding.releasable() {
             pool.release(&key, held, worker);
         } else {
+            // Its slot is free once the server let go of it.
+            held.close().await;
             pool.closed(&key);
-            held.quit();
         }
         pool.session_ended(&key, false);
     } else if clean && observer.holding.recyclable(&key.schema) && held.reset(&key.schema).await {
         // Its state was the session's alone; reset, it serves the key again.
         pool.recycle(&key, held, worker);
     } else {
-        // Counted closed by `session_ended`.
-        held.quit();
+        // Counted closed by `session_ended`, once the server let go of it.
+        held.close().await;
         pool.session_ended(&key, true);
     }
     end

@@ -87,12 +87,45 @@ fn the_last_connection_of_a_key_with_live_sessions_is_never_expired() {
         "one of the two goes, one stays for the sessions"
     );
     assert_eq!(pool.idle(), 1);
+    // Its slot stays taken until the server has let it go.
+    assert_eq!(pool.open(), 2);
+    pool.close_done();
+    assert_eq!(pool.open(), 1);
     // Both sessions end: the last one may go too.
     pool.session_ended(&"a", false);
     pool.session_ended(&"a", false);
     let closed = pool.expire(t + Duration::from_secs(120), Duration::from_secs(60));
     assert_eq!(closed.len(), 1);
+    pool.close_done();
     assert_eq!((pool.open(), pool.idle()), (0, 0));
+}
+
+#[test]
+fn a_connection_closed_for_a_waiting_login_frees_its_slot_only_once_closed() {
+    let mut pool = Pool::new(2);
+    let t = now();
+    log_in(&mut pool, "a");
+    log_in(&mut pool, "a");
+    let waiter = Box::default();
+    let w = waiter.clone();
+    assert!(matches!(pool.login(move || w), Slot::Wait));
+    // A second login in line does not make a second connection close for the first one.
+    let second = Box::default();
+    let w2 = second.clone();
+    assert!(matches!(pool.login(move || w2), Slot::Wait));
+    assert_eq!(pool.release(&"a", 1, 0, t), vec![1]);
+    assert_eq!(
+        waiter.got(),
+        None,
+        "the server still counts the closing one"
+    );
+    assert_eq!(pool.open(), 2);
+    // "a" keeps its last connection for its sessions.
+    assert!(pool.release(&"a", 2, 0, t).is_empty());
+    pool.close_done();
+    assert_eq!(waiter.got(), Some(()));
+    assert_eq!(second.got(), None);
+    assert_eq!(pool.open(), 2);
 }
 
 #[test]
@@ -165,6 +198,7 @@ fn a_lowered_limit_closes_connections_as_they_come_back() {
     log_in(&mut pool, "a");
     pool.set_limit(2);
     assert_eq!(pool.release(&"a", 1, 0, t), vec![1]);
+    pool.close_done();
     assert_eq!(pool.open(), 2);
     assert!(pool.release(&"a", 2, 0, t).is_empty());
     assert_eq!(pool.open(), 2);
