@@ -398,3 +398,31 @@ fn across_backends_only_the_same_user_has_the_kill_run_there() {
     let d = rewrite(&req, &reg, &by(b, "app", true)).unwrap();
     assert_eq!(d.mapping, Mapping::NotOwner);
 }
+
+#[test]
+fn a_session_holding_no_server_connection_is_reached_by_no_kill() {
+    let set = two_backends();
+    let a = &set.backends()[0];
+    let reg = Registry::default();
+    let registration = reg.register(target(a, 42)).unwrap();
+    let id = registration.id();
+    registration.released();
+    let query_kill = parse(&query(&format!("KILL QUERY {id}"))).unwrap();
+    let (mapping, packet) = rw(&query_kill, &reg, a).unwrap();
+    assert_eq!(mapping, Mapping::NoConnection);
+    assert_eq!(sql_of(&packet), "DO 0", "nothing runs: an OK, as directly");
+    let connection_kill = parse(&query(&format!("KILL {id}"))).unwrap();
+    let refused = sql_of(&rw(&connection_kill, &reg, a).unwrap().1);
+    assert!(
+        refused.contains("1095") && refused.contains("nothing was killed"),
+        "{refused}"
+    );
+    let other = rewrite(&query_kill, &reg, &by(a, "eve", false)).unwrap();
+    assert!(sql_of(&other.packet).contains("not owner"));
+    // Once it runs a statement again, on another connection, the KILL goes there.
+    registration.moved_to(43);
+    assert_eq!(
+        sql_of(&rw(&query_kill, &reg, a).unwrap().1),
+        "KILL QUERY 43"
+    );
+}

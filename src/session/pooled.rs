@@ -100,6 +100,9 @@ where
             RelayEnd::Released(u, d) => {
                 (up, down) = (u, d);
                 if let Some(held) = conn.take() {
+                    if let Some(r) = joined.registration {
+                        r.released();
+                    }
                     pool.release(&key, held, worker);
                 }
             }
