@@ -342,6 +342,25 @@ where
         closed
     }
 
+    /// Every idle connection taken out to close (the drain is over: no session will ask
+    /// again).
+    pub fn close_idle(&mut self) -> Closed<T> {
+        let mut closed = Vec::new();
+        let keys: Vec<K> = self.keys.keys().cloned().collect();
+        for key in keys {
+            let Some(state) = self.keys.get_mut(&key) else {
+                continue;
+            };
+            for idle in state.idle.drain(..) {
+                state.conns -= 1;
+                self.open -= 1;
+                closed.push(idle.conn);
+            }
+            self.forget_if_empty(&key);
+        }
+        closed
+    }
+
     fn forget_if_empty(&mut self, key: &K) {
         if self
             .keys

@@ -382,6 +382,17 @@ impl BackendPool {
         closed.into_iter().for_each(ServerConn::quit);
     }
 
+    /// Closes every idle connection (at the end of the drain).
+    pub fn close_idle(&self) {
+        let closed = {
+            let mut guard = self.lock();
+            let closed = guard.0.close_idle();
+            self.metrics.update(&guard.0);
+            closed
+        };
+        closed.into_iter().for_each(ServerConn::quit);
+    }
+
     fn reconfigure(&self, pooling: Pooling) {
         let mut guard = self.lock();
         guard.0.set_limit(pooling.max_server_connections);
@@ -457,6 +468,19 @@ impl ServerPools {
         };
         for pool in pools {
             pool.expire(now);
+        }
+    }
+
+    /// Runs [`BackendPool::close_idle`] on every pool: once the drain has ended the sessions,
+    /// the connections they gave back are closed with COM_QUIT rather than left open for as
+    /// long as the proxy's state lives.
+    pub fn close_idle(&self) {
+        let pools: Vec<Arc<BackendPool>> = {
+            let pools = self.pools.lock().unwrap_or_else(|e| e.into_inner());
+            pools.values().cloned().collect()
+        };
+        for pool in pools {
+            pool.close_idle();
         }
     }
 

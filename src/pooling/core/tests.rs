@@ -181,3 +181,20 @@ fn a_failed_login_frees_its_slot_for_the_next_in_line() {
     assert_eq!(waiter.got(), Some(()));
     assert_eq!(pool.open(), 1);
 }
+
+#[test]
+fn the_end_of_the_drain_closes_every_idle_connection_and_frees_its_slot() {
+    let mut pool = Pool::new(3);
+    let t = now();
+    log_in(&mut pool, "a");
+    log_in(&mut pool, "b");
+    log_in(&mut pool, "b");
+    assert!(pool.release(&"a", 1, 0, t).is_empty());
+    assert!(pool.release(&"b", 2, 0, t).is_empty());
+    pool.session_ended(&"a", false);
+    // The third connection is still in use: it stays.
+    let mut closed = pool.close_idle();
+    closed.sort();
+    assert_eq!(closed, vec![1, 2]);
+    assert_eq!((pool.open(), pool.idle()), (1, 0));
+}
