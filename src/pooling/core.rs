@@ -115,9 +115,23 @@ where
         }
     }
 
-    /// A reload may change the limit; connections above a lowered one close as they come back.
-    pub fn set_limit(&mut self, limit: usize) {
+    /// A reload may change the limit. A raised one hands its new slots to logins waiting now;
+    /// above a lowered one, idle connections their keys can spare close now (returned) and
+    /// the rest as they come back.
+    pub fn set_limit(&mut self, limit: usize) -> Closed<T> {
         self.limit = limit;
+        let mut closed = Vec::new();
+        while self.open > self.limit {
+            let Some(conn) = self.take_spare_idle() else {
+                break;
+            };
+            self.open -= 1;
+            closed.push(conn);
+        }
+        while self.open < self.limit && self.give_slot() {
+            self.open += 1;
+        }
+        closed
     }
 
     pub fn open(&self) -> usize {

@@ -394,9 +394,14 @@ impl BackendPool {
     }
 
     fn reconfigure(&self, pooling: Pooling) {
-        let mut guard = self.lock();
-        guard.0.set_limit(pooling.max_server_connections);
-        guard.1 = pooling;
+        let closed = {
+            let mut guard = self.lock();
+            let closed = guard.0.set_limit(pooling.max_server_connections);
+            guard.1 = pooling;
+            self.metrics.update(&guard.0);
+            closed
+        };
+        closed.into_iter().for_each(ServerConn::quit);
     }
 
     /// Idle connections and gauges, for `/backends` and tests.
@@ -468,6 +473,24 @@ impl ServerPools {
         };
         for pool in pools {
             pool.expire(now);
+        }
+    }
+
+    /// Puts a reloaded `pooling:` in force in the pools already made: `pooling_of` says a
+    /// backend's (None: it left, or its pool no longer shares; its pool keeps its limits and
+    /// empties as its sessions end).
+    pub fn reconfigure(&self, pooling_of: impl Fn(&str) -> Option<Pooling>) {
+        let pools: Vec<Arc<BackendPool>> = {
+            let pools = self.pools.lock().unwrap_or_else(|e| e.into_inner());
+            pools.values().cloned().collect()
+        };
+        for pool in pools {
+            match pooling_of(&pool.backend) {
+                Some(pooling) if pooling.shares() && pool.pooling() != pooling => {
+                    pool.reconfigure(pooling)
+                }
+                _ => {}
+            }
         }
     }
 
