@@ -492,3 +492,283 @@ async fn a_backend_killed_under_load_tells_its_sessions_and_runs_no_statement_tw
         "{rows} rows for {ok} statements the clients saw succeed"
     );
 }
+
+/// A server that takes PROXY headers from loopback, for the tests that send them.
+fn accepting_proxy_headers() -> &'static MariaDb {
+    static DB: OnceLock<MariaDb> = OnceLock::new();
+    DB.get_or_init(|| MariaDb::start_with_args("pf-pp", &["--proxy-protocol-networks=127.0.0.0/8"]))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_proxy_protocol_clients_of_one_user_from_two_addresses_never_share() {
+    let db = accepting_proxy_headers();
+    let backend = db.tcp_addr();
+    let mut cfg = config(std::slice::from_ref(&backend));
+    cfg.proxy_protocol = mysql_lb::config::ProxyProtocol::V2;
+    transaction_mode(&mut cfg, 8, Duration::from_millis(300));
+    let proxy = TestProxy::start_with(cfg);
+    let mut clients = Vec::new();
+    for from in ["127.0.0.2", "127.0.0.3", "127.0.0.2"] {
+        let (client, _) = common::pp::login_from(from, proxy.addr, BENCH_USER, BENCH_PASS)
+            .await
+            .unwrap_or_else(|e| panic!("login from {from}: {e}"));
+        clients.push((from, client));
+    }
+    // One connection per address is left: the two clients from 127.0.0.2 share theirs.
+    open_connections(&proxy, &backend, 2).await;
+    let mut ids: [HashSet<String>; 2] = Default::default();
+    for round in 0..4 {
+        for (from, client) in &mut clients {
+            let user = pp_value(client, "SELECT USER()").await;
+            assert_eq!(user, format!("{BENCH_USER}@{from}"), "round {round}");
+            let id = pp_value(client, "SELECT CONNECTION_ID()").await;
+            ids[usize::from(*from == "127.0.0.3")].insert(id);
+        }
+    }
+    assert_eq!(ids[0].len(), 1, "127.0.0.2's clients share one: {ids:?}");
+    assert!(
+        ids[0].is_disjoint(&ids[1]),
+        "no connection of both: {ids:?}"
+    );
+    for (_, c) in clients {
+        c.quit().await.unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_on_both_legs_and_a_compressed_backend_leg_pool_like_plain_ones() {
+    use common::tls_server::certs;
+    use mysql_lb::config::{BackendTls, BackendTlsMode, ClientTls, TlsVersion};
+    let c = certs();
+    let db = MariaDb::start_tls(
+        "pf-tls",
+        &common::mariadb::ServerTls {
+            cert: &c.server.cert,
+            key: &c.server.key,
+            ca: Some(&c.ca),
+            require_secure_transport: false,
+        },
+    );
+    let backend = db.tcp_addr();
+    let tls_proxy = {
+        let mut cfg = config(std::slice::from_ref(&backend));
+        cfg.tls = Some(ClientTls {
+            cert: c.server.cert.clone(),
+            key: c.server.key.clone(),
+            ca: None,
+            verify_client: false,
+            min_version: TlsVersion::V1_2,
+            require: true,
+        });
+        cfg.backends[0].tls = BackendTls {
+            mode: BackendTlsMode::VerifyIdentity,
+            ca: Some(c.ca.clone()),
+            cert: None,
+            key: None,
+            min_version: TlsVersion::V1_2,
+            allow_cleartext_passwords: false,
+        };
+        transaction_mode(&mut cfg, 4, Duration::from_millis(300));
+        TestProxy::start_with(cfg)
+    };
+    let ssl = mysql_async::SslOpts::default()
+        .with_root_certs(vec![c.ca.clone().into()])
+        .with_disable_built_in_roots(true);
+    let tls_opts: mysql_async::Opts =
+        mysql_async::OptsBuilder::from_opts(tls_proxy.opts(BENCH_USER, BENCH_PASS))
+            .ssl_opts(ssl)
+            .into();
+    shares_one_connection(&tls_proxy, &backend, tls_opts, "Ssl_cipher", |v| {
+        !v.is_empty()
+    })
+    .await;
+
+    let compressed_proxy = {
+        let mut cfg = config(std::slice::from_ref(&backend));
+        cfg.backends[0].compression = true;
+        transaction_mode(&mut cfg, 4, Duration::from_millis(300));
+        TestProxy::start_with(cfg)
+    };
+    let opts = compressed_proxy.opts(BENCH_USER, BENCH_PASS);
+    shares_one_connection(&compressed_proxy, &backend, opts, "Compression", |v| {
+        v == "ON"
+    })
+    .await;
+}
+
+/// Two sessions through `proxy` with `opts` end up on one server connection whose session
+/// status `status` satisfies `leg` (the backend leg is what the test says), and a result
+/// bigger than a packet comes through whole on it.
+async fn shares_one_connection(
+    proxy: &TestProxy,
+    backend: &str,
+    opts: mysql_async::Opts,
+    status: &str,
+    leg: impl Fn(&str) -> bool,
+) {
+    let mut a = mysql_async::Conn::new(opts.clone()).await.unwrap();
+    let mut b = mysql_async::Conn::new(opts).await.unwrap();
+    open_connections(proxy, backend, 1).await;
+    for conn in [&mut a, &mut b] {
+        let (_, value): (String, String) = conn
+            .query_first(format!("SHOW SESSION STATUS LIKE '{status}'"))
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(leg(&value), "{status} = {value:?}");
+        let long: String = conn
+            .query_first("SELECT REPEAT('x', 100000)")
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(long.len(), 100_000);
+    }
+    assert_eq!(server_id(&mut a).await, server_id(&mut b).await);
+    a.disconnect().await.unwrap();
+    b.disconnect().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_that_changes_max_server_connections_takes_effect() {
+    let db = &shared_pair()[0];
+    let backend = db.tcp_addr();
+    let with_max = |max| {
+        let mut cfg = config(std::slice::from_ref(&backend));
+        transaction_mode(&mut cfg, max, Duration::from_secs(60));
+        cfg.validate().expect("valid config")
+    };
+    let proxy = pooled(&backend, 2, Duration::from_secs(60));
+    let mut a = mysql_async::Conn::new(proxy.opts(BENCH_USER, BENCH_PASS))
+        .await
+        .unwrap();
+    let mut b = mysql_async::Conn::new(proxy.opts(BENCH_USER, BENCH_PASS))
+        .await
+        .unwrap();
+    a.query_drop("BEGIN").await.unwrap();
+    b.query_drop("BEGIN").await.unwrap();
+    // Both connections are held: a third login finds no slot.
+    let refused = mysql_async::Conn::new(proxy.opts(BENCH_USER, BENCH_PASS)).await;
+    assert!(refused.is_err(), "a login beyond max_server_connections");
+
+    mysql_lb::reload::apply(&proxy.shared, &with_max(3)).expect("reload");
+    let mut c = mysql_async::Conn::new(proxy.opts(BENCH_USER, BENCH_PASS))
+        .await
+        .expect("a third login after the reload raised the limit");
+    assert_eq!(counts(&proxy, &backend).open, 3);
+
+    // Lowered again: the idle connection above the limit closes at once; the two held in
+    // transactions serve everyone once they end.
+    server_id(&mut c).await;
+    mysql_lb::reload::apply(&proxy.shared, &with_max(2)).expect("reload");
+    assert_eq!(counts(&proxy, &backend).open, 2);
+    a.query_drop("COMMIT").await.unwrap();
+    b.query_drop("COMMIT").await.unwrap();
+    server_id(&mut c).await;
+    assert_eq!(counts(&proxy, &backend).open, 2);
+    for conn in [a, b, c] {
+        conn.disconnect().await.unwrap();
+    }
+}
+
+/// The `mariadb` CLI (it has the client_ed25519 plugin mysql_async lacks), reading statements
+/// from a pipe and answering each as it comes.
+struct Cli {
+    child: std::process::Child,
+    out: std::io::BufReader<std::process::ChildStdout>,
+}
+
+impl Cli {
+    fn login(addr: std::net::SocketAddr, user: &str, pass: &str) -> Cli {
+        use std::process::{Command, Stdio};
+        let mut child = Command::new("mariadb")
+            .args([
+                "--no-defaults",
+                "--batch",
+                "--skip-column-names",
+                "--unbuffered",
+            ])
+            .args([
+                "--protocol=tcp",
+                "-h",
+                "127.0.0.1",
+                "-P",
+                &addr.port().to_string(),
+            ])
+            .arg(format!("--user={user}"))
+            .arg(format!("--password={pass}"))
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("run the mariadb CLI");
+        let out = std::io::BufReader::new(child.stdout.take().expect("stdout"));
+        Cli { child, out }
+    }
+
+    /// One statement whose answer is one line.
+    fn line(&mut self, sql: &str) -> String {
+        use std::io::{BufRead, Write};
+        let stdin = self.child.stdin.as_mut().expect("stdin");
+        writeln!(stdin, "{sql};").expect("write to the CLI");
+        stdin.flush().expect("flush");
+        let mut line = String::new();
+        self.out.read_line(&mut line).expect("read the CLI");
+        line.trim().to_owned()
+    }
+}
+
+impl Drop for Cli {
+    fn drop(&mut self) {
+        drop(self.child.stdin.take());
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn an_ed25519_user_logs_in_and_shares_connections() {
+    let db = &shared_pair()[1];
+    static ONCE: OnceLock<()> = OnceLock::new();
+    ONCE.get_or_init(|| {
+        let installed = db.root_query(
+            "SELECT COUNT(*) FROM information_schema.PLUGINS \
+             WHERE PLUGIN_NAME = 'ed25519' AND PLUGIN_STATUS = 'ACTIVE'",
+        );
+        if installed.trim() == "0" {
+            db.root_exec("INSTALL SONAME 'auth_ed25519'");
+        }
+        db.root_exec(
+            "DROP USER IF EXISTS 'pf_ed'@'%'; \
+             CREATE USER 'pf_ed'@'%' IDENTIFIED VIA ed25519 USING PASSWORD('edpass')",
+        );
+    });
+    let backend = db.tcp_addr();
+    let proxy = pooled(&backend, 4, Duration::from_millis(300));
+    let mut a = Cli::login(proxy.addr, "pf_ed", "edpass");
+    let mut b = Cli::login(proxy.addr, "pf_ed", "edpass");
+    assert!(a.line("SELECT CURRENT_USER()").starts_with("pf_ed@"));
+    assert!(b.line("SELECT CURRENT_USER()").starts_with("pf_ed@"));
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while counts(&proxy, &backend).open != 1 {
+        assert!(Instant::now() < deadline, "{:?}", counts(&proxy, &backend));
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let id = a.line("SELECT CONNECTION_ID()");
+    assert_eq!(
+        b.line("SELECT CONNECTION_ID()"),
+        id,
+        "one connection for both"
+    );
+    // A wrong password is the server's own refusal.
+    let refused = std::process::Command::new("mariadb")
+        .args(["--no-defaults", "--protocol=tcp", "-h", "127.0.0.1"])
+        .args([
+            "-P",
+            &proxy.addr.port().to_string(),
+            "--user=pf_ed",
+            "--password=nope",
+        ])
+        .args(["-e", "SELECT 1"])
+        .output()
+        .expect("run the mariadb CLI");
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(stderr.contains("1045"), "{stderr}");
+}
