@@ -646,9 +646,16 @@ async fn a_reload_that_changes_max_server_connections_takes_effect() {
         .unwrap();
     a.query_drop("BEGIN").await.unwrap();
     b.query_drop("BEGIN").await.unwrap();
-    // Both connections are held: a third login finds no slot.
+    // Both connections are held: a third login finds no slot, and is told as a full server
+    // tells it.
     let refused = mysql_async::Conn::new(proxy.opts(BENCH_USER, BENCH_PASS)).await;
-    assert!(refused.is_err(), "a login beyond max_server_connections");
+    let err = refused.expect_err("a login beyond max_server_connections");
+    assert_eq!(server_code(&err), 1040, "{err}");
+    assert!(
+        err.to_string().contains("max_server_connections 2"),
+        "{err}"
+    );
+    assert!(!err.to_string().contains("down"), "{err}");
 
     mysql_lb::reload::apply(&proxy.shared, &with_max(3)).expect("reload");
     let mut c = mysql_async::Conn::new(proxy.opts(BENCH_USER, BENCH_PASS))
@@ -656,11 +663,11 @@ async fn a_reload_that_changes_max_server_connections_takes_effect() {
         .expect("a third login after the reload raised the limit");
     assert_eq!(counts(&proxy, &backend).open, 3);
 
-    // Lowered again: the idle connection above the limit closes at once; the two held in
-    // transactions serve everyone once they end.
+    // Lowered again: the connection above the limit closes once idle (c gives it back just
+    // after its answer), while a and b keep theirs; those serve everyone once they commit.
     server_id(&mut c).await;
     mysql_lb::reload::apply(&proxy.shared, &with_max(2)).expect("reload");
-    assert_eq!(counts(&proxy, &backend).open, 2);
+    open_connections(&proxy, &backend, 2).await;
     a.query_drop("COMMIT").await.unwrap();
     b.query_drop("COMMIT").await.unwrap();
     server_id(&mut c).await;
