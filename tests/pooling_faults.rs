@@ -266,7 +266,33 @@ async fn kill_query_reaches_the_statement_its_session_runs_now_and_nobody_elses(
         id,
         "the sleep ran on the connection it reports"
     );
-    for c in [victim, other, killer] {
+
+    // KILL CONNECTION of a session between statements would have to end it from outside:
+    // refused, nothing killed. Running, it ends the server connection the session holds.
+    let err = killer
+        .query_text(&format!("KILL {}", victim.connection_id))
+        .await
+        .expect_err("refused");
+    assert!(
+        err.starts_with("1095") && err.contains("nothing was killed"),
+        "{err}"
+    );
+    assert_eq!(pp_value(&mut other, "SELECT 1").await, "1");
+    start_sleeping(&mut victim, "pf-victim-connection").await;
+    killer
+        .query_results(&format!("KILL {}", victim.connection_id))
+        .await
+        .expect("KILL CONNECTION of the running victim");
+    assert!(victim.read_results().await.is_err(), "its connection ended");
+    wait_until("the killed statement to go", || {
+        !running_on_shared_backends("pf-victim-connection")
+    });
+    assert_eq!(
+        pp_value(&mut other, "SELECT 1").await,
+        "1",
+        "the others go on"
+    );
+    for c in [other, killer] {
         c.quit().await.unwrap();
     }
 }
@@ -491,6 +517,13 @@ async fn a_backend_killed_under_load_tells_its_sessions_and_runs_no_statement_tw
         rows >= ok && rows <= ok + 8,
         "{rows} rows for {ok} statements the clients saw succeed"
     );
+    // Every session ended: the pool kept no slot, and the backend back takes new logins.
+    open_connections(&proxy, &backend, 0).await;
+    let mut again = mysql_async::Conn::new(proxy.opts(BENCH_USER, BENCH_PASS))
+        .await
+        .expect("a login once the backend is back");
+    server_id(&mut again).await;
+    again.disconnect().await.unwrap();
 }
 
 /// A server that takes PROXY headers from loopback, for the tests that send them.
