@@ -165,9 +165,10 @@ pub enum PoolError {
         limit: usize,
     },
     #[error(
-        "no server connection of user '{user}' is left on backend {backend}: every one is held \
-         for good by a session that changed its state (pinned), and only a login makes another; \
-         reconnect"
+        "no server connection of user '{user}' is left on backend {backend}: the last ones \
+         closed (the server ended them, or a session left one mid-statement or with state of its \
+         own) or are held for good by sessions that changed their state, and only a login makes \
+         another; reconnect"
     )]
     Starved { user: String, backend: String },
 }
