@@ -812,3 +812,71 @@ fn an_ed25519_user_logs_in_and_shares_connections() {
     let stderr = String::from_utf8_lossy(&refused.stderr);
     assert!(stderr.contains("1045"), "{stderr}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_gone_mid_statement_leaves_its_connection_in_sync_for_the_others() {
+    let db = &shared_pair()[0];
+    let backend = db.tcp_addr();
+    let proxy = pooled(&backend, 4, Duration::from_millis(300));
+    let addr = proxy.addr_string();
+    let login = || RawClient::connect_tcp(&addr, BENCH_USER, BENCH_PASS, None, 0, 0);
+    let mut gone = login().await.unwrap();
+    let mut stays = login().await.unwrap();
+    open_connections(&proxy, &backend, 1).await;
+    let shared_id = pp_value(&mut stays, "SELECT CONNECTION_ID()").await;
+
+    // Mid-statement, between two rows of a result.
+    sleep_briefly(&mut gone, "pf-gone-mid-statement").await;
+    drop(gone);
+    let started = Instant::now();
+    assert_eq!(
+        pp_value(&mut stays, "SELECT CONNECTION_ID()").await,
+        shared_id,
+        "the user's one connection is still there, its answer read to the end"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(pp_value(&mut stays, "SELECT 'mine'").await, "mine");
+
+    // Mid-transaction: its statement's answer is read, then the connection is reset (rolled
+    // back) before anyone else runs on it.
+    stays
+        .query_text("CREATE TABLE IF NOT EXISTS test.pf_gone (id INT PRIMARY KEY)")
+        .await
+        .unwrap();
+    stays.query_text("DELETE FROM test.pf_gone").await.unwrap();
+    let mut gone = login().await.unwrap();
+    open_connections(&proxy, &backend, 1).await;
+    let shared_id = pp_value(&mut gone, "SELECT CONNECTION_ID()").await;
+    gone.query_text("BEGIN").await.unwrap();
+    gone.query_text("INSERT INTO test.pf_gone VALUES (1)")
+        .await
+        .unwrap();
+    sleep_briefly(&mut gone, "pf-gone-mid-transaction").await;
+    drop(gone);
+    assert_eq!(
+        pp_value(
+            &mut stays,
+            "SELECT CONCAT(CONNECTION_ID(), ' ', @@in_transaction, ' ', COUNT(*)) \
+             FROM test.pf_gone"
+        )
+        .await,
+        format!("{shared_id} 0 0"),
+        "the same connection, no transaction left open, nothing committed"
+    );
+    assert_eq!(counts(&proxy, &backend).open, 1);
+    stays.quit().await.unwrap();
+}
+
+/// Starts `SELECT SLEEP(1)` tagged `marker` (shorter than the pool's wait_timeout) and waits
+/// until the server runs it.
+async fn sleep_briefly(client: &mut RawClient, marker: &str) {
+    client
+        .send_command(0x03, format!("SELECT SLEEP(1), '{marker}'").as_bytes())
+        .await
+        .unwrap();
+    wait_until(marker, || running_on_shared_backends(marker));
+}
