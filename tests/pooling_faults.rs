@@ -2,9 +2,10 @@
 //! MariaDB: logins the server refuses leave no slot behind, users (and, with the PROXY protocol
 //! to the backend, client addresses) never share a server connection, TLS and compression on the
 //! backend leg pool like plain ones, a backend killed under load runs no statement twice, a
-//! pooled connection killed on the server is noticed before a statement lands on it, KILL
-//! reaches the connection its session holds now and nobody else's, the drain closes the pool,
-//! and COM_RESET_CONNECTION / COM_CHANGE_USER behave as they do directly.
+//! pooled connection killed on the server is noticed before a statement lands on it, a client
+//! gone mid-statement leaves its connection in sync for the others, KILL reaches the connection
+//! its session holds now and nobody else's, the drain closes the pool, a reload's limit takes
+//! effect, and COM_RESET_CONNECTION / COM_CHANGE_USER behave as they do directly.
 
 mod common;
 
