@@ -54,6 +54,8 @@ pub fn is_proxy_id(id: u32) -> bool {
 #[derive(Debug, Clone)]
 pub struct Target {
     pub backend: Arc<Backend>,
+    /// The server connection the session runs on; [`NO_THREAD`] while it holds none (a
+    /// session of a transaction-mode pool between statements).
     pub thread_id: u32,
     /// The user name the session authenticated as, once it has (see [`Registration::set_user`]).
     pub user: Option<Arc<str>>,
@@ -73,6 +75,10 @@ impl Target {
         }
     }
 }
+
+/// The thread id of a session that holds no server connection now: servers number their
+/// connections from 1, so no KILL of it can name a real one.
+pub const NO_THREAD: u32 = 0;
 
 /// Live sessions by proxy id.
 #[derive(Debug, Default)]
@@ -196,7 +202,9 @@ impl Registration<'_> {
 
     /// For a session whose statements run on one server connection after another of its
     /// backend (a transaction-mode pool's): the atomic it stores the connection of the moment
-    /// in (0 while it holds none), which a KILL naming the session reads. One lock now, none
+    /// in ([`NO_THREAD`] while it holds none: another session may run on that connection now,
+    /// and the KILL is decided as `Mapping::NoConnection`), which a KILL naming the session
+    /// reads. One lock now, none
     /// per move. None if the session is not bound to a backend session yet.
     pub fn follow(&self) -> Option<Arc<AtomicU32>> {
         self.registry.follow(self.id)
@@ -239,6 +247,9 @@ pub enum Mapping {
     OtherInstance(u8),
     /// The peer owning the id could not be asked: answered with ERR 1105, nothing killed.
     PeerFailed,
+    /// The target holds no server connection now (a pooled session between statements): KILL
+    /// QUERY of its own user's is an OK that kills nothing, anything else ERR 1095.
+    NoConnection,
 }
 
 impl Mapping {
@@ -256,6 +267,9 @@ impl Mapping {
                 "KILL refused: its id belongs to another instance, which has no entry in peers:"
             }
             Mapping::PeerFailed => "KILL refused: the instance owning its id could not be asked",
+            Mapping::NoConnection => {
+                "KILL of a pooled session between statements: nothing to reach on a server"
+            }
         }
     }
 }
@@ -420,10 +434,13 @@ fn decide(
             signal(1094, &format!("Unknown thread id: {proxy_id}")),
         );
     };
+    let same_user = matches!((killer.user, t.user), (Some(a), Some(b)) if a == b);
+    if t.thread_id == NO_THREAD {
+        return holding_nothing(request, proxy_id, same_user);
+    }
     if t.same_backend {
         return answer(Mapping::Mapped, statement(t.thread_id));
     }
-    let same_user = matches!((killer.user, t.user), (Some(a), Some(b)) if a == b);
     if !same_user {
         let message = format!("mysql-lb: You are not owner of thread {proxy_id}");
         return answer(Mapping::NotOwner, signal(1095, &message));
@@ -450,6 +467,37 @@ fn decide(
                 ),
             ),
         ),
+    }
+}
+
+/// A KILL of a pooled session between statements, which holds no server connection. KILL
+/// QUERY finds nothing running, as it would directly: an OK for its own user (the server's
+/// owner rule by user name; an account with CONNECTION ADMIN killing another user's session is
+/// refused here, though nothing would have been killed). KILL CONNECTION would have to end the
+/// session from outside its task: refused, saying so.
+fn holding_nothing(request: &KillRequest, proxy_id: u32, same_user: bool) -> Decision {
+    let query = request.prefix.to_ascii_uppercase().contains("QUERY");
+    let sql = if !same_user {
+        signal(
+            1095,
+            &format!("mysql-lb: You are not owner of thread {proxy_id}"),
+        )
+    } else if query {
+        "DO 0".to_owned()
+    } else {
+        signal(
+            1095,
+            &format!(
+                "mysql-lb: connection {proxy_id} is between statements of a transaction-mode \
+                 pool and holds no server connection; KILL CONNECTION of it is not supported, \
+                 nothing was killed"
+            ),
+        )
+    };
+    Decision {
+        mapping: Mapping::NoConnection,
+        packet: query_packet(&sql),
+        elsewhere: None,
     }
 }
 

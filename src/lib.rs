@@ -242,6 +242,9 @@ impl Proxy {
         // the unix listening sockets and remove their files now.
         drop(self.listeners);
         drain(&sessions, self.shutdown_timeout, &abort).await;
+        // Transaction-mode pools: the connections sessions gave back close while the worker
+        // runtimes their sockets belong to still run.
+        self.shared.server_pools.close_idle();
         // Every session has ended: the worker threads stop (and are joined) here.
         drop(self.workers);
         // A capture still running gets its last records written and its file closed.

@@ -92,6 +92,12 @@ pub fn apply(shared: &ProxyState, new: &Config) -> Result<Summary, ReloadError> 
             Err(_) => Vec::new(),
         },
     };
+    let pooling_of = |backend: &str| {
+        let pools = next.pools().iter();
+        let mut with = pools.filter(|p| p.members().iter().any(|b| b.name == backend));
+        with.next().map(|p| p.pooling)
+    };
+    shared.server_pools.reconfigure(pooling_of);
     shared.replace_backends(next);
     shared.replace_leg_settings(legs);
     shared.digests.apply(&new.digests);

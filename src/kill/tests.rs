@@ -423,3 +423,32 @@ fn a_followed_session_is_found_on_its_connection_of_the_moment() {
     // A reserved id not bound yet has nothing to follow.
     assert!(reg.reserve().unwrap().follow().is_none());
 }
+
+#[test]
+fn a_session_holding_no_server_connection_is_reached_by_no_kill() {
+    let set = two_backends();
+    let a = &set.backends()[0];
+    let reg = Registry::default();
+    let registration = reg.register(target(a, 42)).unwrap();
+    let id = registration.id();
+    let live = registration.follow().unwrap();
+    live.store(NO_THREAD, Ordering::Relaxed);
+    let query_kill = parse(&query(&format!("KILL QUERY {id}"))).unwrap();
+    let (mapping, packet) = rw(&query_kill, &reg, a).unwrap();
+    assert_eq!(mapping, Mapping::NoConnection);
+    assert_eq!(sql_of(&packet), "DO 0", "nothing runs: an OK, as directly");
+    let connection_kill = parse(&query(&format!("KILL {id}"))).unwrap();
+    let refused = sql_of(&rw(&connection_kill, &reg, a).unwrap().1);
+    assert!(
+        refused.contains("1095") && refused.contains("nothing was killed"),
+        "{refused}"
+    );
+    let other = rewrite(&query_kill, &reg, &by(a, "eve", false)).unwrap();
+    assert!(sql_of(&other.packet).contains("not owner"));
+    // Once it runs a statement again, on another connection, the KILL goes there.
+    live.store(43, Ordering::Relaxed);
+    assert_eq!(
+        sql_of(&rw(&query_kill, &reg, a).unwrap().1),
+        "KILL QUERY 43"
+    );
+}

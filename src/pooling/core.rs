@@ -145,9 +145,23 @@ where
         }
     }
 
-    /// A reload may change the limit; connections above a lowered one close as they come back.
-    pub fn set_limit(&mut self, limit: usize) {
+    /// A reload may change the limit. A raised one hands its new slots to logins waiting now;
+    /// above a lowered one, idle connections their keys can spare close now (returned) and
+    /// the rest as they come back.
+    pub fn set_limit(&mut self, limit: usize) -> Closed<T> {
         self.limit = limit;
+        let mut closed = Vec::new();
+        while self.open > self.limit {
+            let Some(conn) = self.take_spare_idle() else {
+                break;
+            };
+            self.open -= 1;
+            closed.push(conn);
+        }
+        while self.open < self.limit && self.give_slot() {
+            self.open += 1;
+        }
+        closed
     }
 
     pub fn open(&self) -> usize {
@@ -369,6 +383,25 @@ where
         }
         while self.open < self.limit && self.give_slot() {
             self.open += 1;
+        }
+        closed
+    }
+
+    /// Every idle connection taken out to close (the drain is over: no session will ask
+    /// again).
+    pub fn close_idle(&mut self) -> Closed<T> {
+        let mut closed = Vec::new();
+        let keys: Vec<K> = self.keys.keys().cloned().collect();
+        for key in keys {
+            let Some(state) = self.keys.get_mut(&key) else {
+                continue;
+            };
+            for idle in state.idle.drain(..) {
+                state.conns -= 1;
+                self.open -= 1;
+                closed.push(idle.conn);
+            }
+            self.forget_if_empty(&key);
         }
         closed
     }

@@ -222,9 +222,10 @@ pub enum PoolError {
         limit: usize,
     },
     #[error(
-        "no server connection of user '{user}' is left on backend {backend}: every one is held \
-         for good by a session that changed its state (pinned), and only a login makes another; \
-         reconnect"
+        "no server connection of user '{user}' is left on backend {backend}: the last ones \
+         closed (the server ended them, or a session left one mid-statement or with state of its \
+         own) or are held for good by sessions that changed their state, and only a login makes \
+         another; reconnect"
     )]
     Starved { user: String, backend: String },
 }
@@ -475,10 +476,26 @@ impl BackendPool {
         self.close_all(closed);
     }
 
+    /// Closes every idle connection (at the end of the drain).
+    pub fn close_idle(&self) {
+        let closed = {
+            let mut guard = self.lock();
+            let closed = guard.0.close_idle();
+            self.metrics.update(&guard.0);
+            closed
+        };
+        closed.into_iter().for_each(ServerConn::quit);
+    }
+
     fn reconfigure(&self, pooling: Pooling) {
-        let mut guard = self.lock();
-        guard.0.set_limit(pooling.max_server_connections);
-        guard.1 = pooling;
+        let closed = {
+            let mut guard = self.lock();
+            let closed = guard.0.set_limit(pooling.max_server_connections);
+            guard.1 = pooling;
+            self.metrics.update(&guard.0);
+            closed
+        };
+        closed.into_iter().for_each(ServerConn::quit);
     }
 
     /// Idle connections and gauges, for `/backends` and tests.
@@ -557,6 +574,37 @@ impl ServerPools {
         };
         for pool in pools {
             pool.expire(now);
+        }
+    }
+
+    /// Puts a reloaded `pooling:` in force in the pools already made: `pooling_of` says a
+    /// backend's (None: it left, or its pool no longer shares; its pool keeps its limits and
+    /// empties as its sessions end).
+    pub fn reconfigure(&self, pooling_of: impl Fn(&str) -> Option<Pooling>) {
+        let pools: Vec<Arc<BackendPool>> = {
+            let pools = self.pools.lock().unwrap_or_else(|e| e.into_inner());
+            pools.values().cloned().collect()
+        };
+        for pool in pools {
+            match pooling_of(&pool.backend) {
+                Some(pooling) if pooling.shares() && pool.pooling() != pooling => {
+                    pool.reconfigure(pooling)
+                }
+                _ => {}
+            }
+        }
+    }
+
+    /// Runs [`BackendPool::close_idle`] on every pool: once the drain has ended the sessions,
+    /// the connections they gave back are closed with COM_QUIT rather than left open for as
+    /// long as the proxy's state lives.
+    pub fn close_idle(&self) {
+        let pools: Vec<Arc<BackendPool>> = {
+            let pools = self.pools.lock().unwrap_or_else(|e| e.into_inner());
+            pools.values().cloned().collect()
+        };
+        for pool in pools {
+            pool.close_idle();
         }
     }
 

@@ -21,6 +21,13 @@ use crate::protocol::caps::CLIENT_SSL;
 use crate::state::{LegSettings, ProxyState};
 use crate::stream::BackendStream;
 
+/// Why no backend took a session: what each candidate said, and whether each one failed only
+/// because its transaction-mode pool was full (no login slot came free in `wait_timeout`).
+pub(super) struct NotConnected {
+    pub(super) tried: Vec<String>,
+    pub(super) full: bool,
+}
+
 /// Tries backends in the balancer's order (a script may choose the first for this client) until
 /// one greets; returns what each failed one said. A backend with `proxy_protocol` is first sent
 /// the header naming `addrs` (the session's [`Origin::addrs`]).
@@ -30,8 +37,9 @@ pub(super) async fn connect_backend(
     client: &ClientInfo<'_>,
     pool: &Pool,
     addrs: Option<(SocketAddr, SocketAddr)>,
-) -> Result<(Lease, Connected, PatchedGreeting), Vec<String>> {
+) -> Result<(Lease, Connected, PatchedGreeting), NotConnected> {
     let mut tried = Vec::new();
+    let mut full = 0;
     tracing::Span::current().record("pool", pool.name.as_str());
     for backend in set.candidates_for(Instant::now(), client, Some(pool)) {
         // A transaction-mode pool's login waits for a slot before it opens a connection.
@@ -40,6 +48,7 @@ pub(super) async fn connect_backend(
             Err(e) => {
                 info!(backend = %backend.name, "no login slot: {e}");
                 tried.push(format!("{}: {e}", backend.label()));
+                full += 1;
                 continue;
             }
         };
@@ -75,10 +84,11 @@ pub(super) async fn connect_backend(
         }
     }
     set.client_refused(client);
+    let full = full > 0 && full == tried.len();
     if tried.is_empty() {
         tried.push("no backend configured".to_owned());
     }
-    Err(tried)
+    Err(NotConnected { tried, full })
 }
 
 /// Connects `backend` and reads its greeting under one deadline (one timer per connect); whether
@@ -218,9 +228,12 @@ fn backend_tls(
 }
 
 /// "all backends are down", naming the pool when there are several.
-pub(super) fn no_backend_message(set: &BackendSet, pool: &Pool, tried: &[String]) -> String {
-    let tried = tried.join("; ");
-    if set.pools().len() > 1 {
+pub(super) fn no_backend_message(set: &BackendSet, pool: &Pool, not: &NotConnected) -> String {
+    let tried = not.tried.join("; ");
+    if not.full {
+        // The backends are up; their pools had no room for one more login.
+        format!("Too many connections: {tried}")
+    } else if set.pools().len() > 1 {
         format!("all backends of pool {} are down; tried {tried}", pool.name)
     } else {
         format!("all backends are down; tried {tried}")

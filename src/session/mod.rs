@@ -20,6 +20,7 @@ use crate::digest;
 use crate::kill;
 use crate::leg::LegStream;
 use crate::pooling::{self, holding::TEXT_LIMIT};
+use crate::protocol::errors::code;
 use crate::protocol::response::Tracker;
 use crate::relay::{relay, RelayEnd, Stop};
 use crate::route::{peer_ip, Who};
@@ -159,8 +160,9 @@ where
     let who = opening.who(&from);
     let Some(pool) = set.route(&who) else {
         let message = opening.unrouted();
+        let refusal = (code::UNKNOWN_ERROR, message.as_str());
         return opening
-            .refuse(&shared, &mut client, (peer, next_seq), &message)
+            .refuse(&shared, &mut client, (peer, next_seq), refusal)
             .await;
     };
     let info = ClientInfo {
@@ -172,10 +174,16 @@ where
     let connect = connect_backend((&shared, &legs), &set, &info, pool, from.addrs);
     let (lease, mut connected, greeting) = match connect.await {
         Ok(found) => found,
-        Err(tried) => {
-            let message = no_backend_message(&set, pool, &tried);
+        Err(not) => {
+            let message = no_backend_message(&set, pool, &not);
+            // A pool with no room for one more login answers as a full server does.
+            let code = if not.full {
+                code::TOO_MANY_CONNECTIONS
+            } else {
+                code::UNKNOWN_ERROR
+            };
             return opening
-                .refuse(&shared, &mut client, (peer, next_seq), &message)
+                .refuse(&shared, &mut client, (peer, next_seq), (code, &message))
                 .await;
         }
     };

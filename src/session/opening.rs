@@ -21,7 +21,7 @@ use crate::balancer::{Backend, BackendSet};
 use crate::kill;
 use crate::leg::LegStream;
 use crate::metrics::Refusal;
-use crate::protocol::errors::{code, err_packet, pre_greeting_err, sqlstate_for};
+use crate::protocol::errors::{err_packet, pre_greeting_err, sqlstate_for};
 use crate::protocol::handshake::set_greeting_connection_id;
 use crate::route::Who;
 use crate::state::{LegSettings, ProxyState};
@@ -85,13 +85,14 @@ impl<'a> Opening<'a> {
 
     /// Refuses the client with `message` (counted as having no backend): before any greeting
     /// an ERR with sequence id 0 and no SQLSTATE marker, after the proxy's own an ERR in the
-    /// client's sequence (`next_seq`) on its leg as it now is (TLS closed cleanly).
+    /// client's sequence (`next_seq`) on its leg as it now is (TLS closed cleanly). `code` is
+    /// the ERR's error code.
     pub(super) async fn refuse<C>(
         &self,
         shared: &ProxyState,
         client: &mut LegStream<C>,
         (peer, next_seq): (&str, u8),
-        message: &str,
+        (code, message): (u16, &str),
     ) -> super::EndReason
     where
         C: AsyncRead + AsyncWrite + Unpin,
@@ -99,10 +100,10 @@ impl<'a> Opening<'a> {
         warn!(client = peer, "refused: {message}");
         shared.metrics.rejected(Refusal::NoBackend);
         match self {
-            Self::Immediate => send(client, &pre_greeting_err(code::UNKNOWN_ERROR, message)).await,
+            Self::Immediate => send(client, &pre_greeting_err(code, message)).await,
             Self::Deferred { .. } => {
-                let sqlstate = Some(sqlstate_for(code::UNKNOWN_ERROR));
-                let packet = err_packet(next_seq, code::UNKNOWN_ERROR, sqlstate, message);
+                let sqlstate = Some(sqlstate_for(code));
+                let packet = err_packet(next_seq, code, sqlstate, message);
                 send(client, &packet).await;
                 legs::close_tls(client).await;
             }

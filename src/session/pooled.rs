@@ -106,8 +106,7 @@ where
             RelayEnd::Released(u, d) => {
                 (up, down) = (u, d);
                 if let Some(live) = &live {
-                    // The server answers a KILL of thread 0 as unknown.
-                    live.store(0, Ordering::Relaxed);
+                    live.store(kill::NO_THREAD, Ordering::Relaxed);
                 }
                 if let Some(held) = conn.take() {
                     pool.release(&key, held, worker);
@@ -116,18 +115,29 @@ where
             end => break end,
         }
     };
-    let pinned = observer.holding.pinned().is_some();
     let Some(mut held) = conn.take() else {
-        pool.session_ended(&key, pinned);
+        pool.session_ended(&key, observer.holding.pinned().is_some());
         return end;
     };
     // A client's trailing COM_QUIT is not forwarded (`Observer::keeps_backend`).
-    let clean = matches!(
+    let mut clean = matches!(
         end,
         RelayEnd::ClientClosed { .. } | RelayEnd::Drained | RelayEnd::IdleTimeout
     ) && tracker.idle();
+    let gone = matches!(end, RelayEnd::ClientClosed { .. } | RelayEnd::ClientIo(_));
+    if gone && !tracker.idle() {
+        // The client left with a command unanswered: closing the connection could leave its
+        // user's other sessions with none. Its answer is read to the end and thrown away.
+        let within = pool.pooling().wait_timeout;
+        clean = settle(&mut held, tracker, stop, &mut observer, within).await;
+    }
+    let pinned = observer.holding.pinned().is_some();
     if !pinned {
         if clean && observer.holding.releasable() {
+            pool.release(&key, held, worker);
+        } else if clean && gone && held.reset(&key.schema).await {
+            // Left in a transaction, or with warnings or a changed row count the next command
+            // could have read: reset, it holds its key's login state again.
             pool.release(&key, held, worker);
         } else {
             // Its slot is free once the server let go of it.
@@ -144,6 +154,93 @@ where
         pool.session_ended(&key, true);
     }
     end
+}
+
+/// Reads, within `within`, the rest of the answers to commands whose client left, as far as a
+/// command boundary, and throws them away; true once there (the connection is in sync again).
+/// The tracker has seen every byte read from the server, so it goes on where the session's
+/// relay stopped; the commands' ends still reach the observer (a transaction they opened, a
+/// pin).
+async fn settle(
+    held: &mut ServerConn,
+    tracker: &mut Tracker,
+    stop: Stop<'_>,
+    observer: &mut Pooled<'_, '_>,
+    within: std::time::Duration,
+) -> bool {
+    let mut nobody = LegStream::Plain(Nobody);
+    let mut settling = Settling(observer);
+    let rest = relay(
+        &mut nobody,
+        &mut held.leg,
+        tracker,
+        BytesMut::new(),
+        BytesMut::new(),
+        stop,
+        &mut settling,
+    );
+    match tokio::time::timeout(within, rest).await {
+        Ok(RelayEnd::Released(..) | RelayEnd::Drained) => tracker.idle(),
+        _ => false,
+    }
+}
+
+/// The client side of [`settle`]: sends nothing, takes and drops everything.
+struct Nobody;
+
+impl AsyncRead for Nobody {
+    fn poll_read(
+        self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+        _: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::task::Poll::Pending
+    }
+}
+
+impl AsyncWrite for Nobody {
+    fn poll_write(
+        self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        std::task::Poll::Ready(Ok(buf.len()))
+    }
+
+    fn poll_flush(
+        self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::task::Poll::Ready(Ok(()))
+    }
+
+    fn poll_shutdown(
+        self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::task::Poll::Ready(Ok(()))
+    }
+}
+
+/// The session's observer while [`settle`] reads: the relay ends at the first boundary.
+struct Settling<'a, 'b, 'r>(&'a mut Pooled<'b, 'r>);
+
+impl Observer for Settling<'_, '_, '_> {
+    fn completed(&mut self, c: &Completed) {
+        self.0.completed(c);
+    }
+
+    fn relayed(&mut self, to_backend: bool, n: usize) {
+        self.0.relayed(to_backend, n);
+    }
+
+    fn releasable(&self) -> bool {
+        true
+    }
+
+    fn keeps_backend(&self) -> bool {
+        true
+    }
 }
 
 /// Waits, holding no server connection, until the client's next command begins (None), or the

@@ -215,3 +215,43 @@ fn a_failed_login_frees_its_slot_for_the_next_in_line() {
     assert_eq!(waiter.got(), Some(()));
     assert_eq!(pool.open(), 1);
 }
+
+#[test]
+fn the_end_of_the_drain_closes_every_idle_connection_and_frees_its_slot() {
+    let mut pool = Pool::new(3);
+    let t = now();
+    log_in(&mut pool, "a");
+    log_in(&mut pool, "b");
+    log_in(&mut pool, "b");
+    assert!(pool.release(&"a", 1, 0, t).is_empty());
+    assert!(pool.release(&"b", 2, 0, t).is_empty());
+    pool.session_ended(&"a", false);
+    // The third connection is still in use: it stays.
+    let mut closed = pool.close_idle();
+    closed.sort();
+    assert_eq!(closed, vec![1, 2]);
+    assert_eq!((pool.open(), pool.idle()), (1, 0));
+}
+
+#[test]
+fn a_changed_limit_wakes_waiting_logins_or_closes_spare_idle_connections_now() {
+    let mut pool = Pool::new(2);
+    let t = now();
+    log_in(&mut pool, "a");
+    log_in(&mut pool, "a");
+    let waiting = Box::default();
+    assert!(matches!(pool.login(|| waiting.clone()), Slot::Wait));
+    assert!(pool.set_limit(3).is_empty());
+    assert_eq!(
+        waiting.got(),
+        Some(()),
+        "the new slot went to the waiting login"
+    );
+    pool.logged_in(&"a");
+    assert_eq!(pool.open(), 3);
+    assert!(pool.release(&"a", 1, 0, t).is_empty());
+    assert!(pool.release(&"a", 2, 0, t).is_empty());
+    // Lowered to 1: the idle ones go at once (the one in use serves the key's sessions).
+    assert_eq!(pool.set_limit(1).len(), 2);
+    assert_eq!((pool.open(), pool.idle()), (1, 0));
+}
