@@ -81,28 +81,39 @@ impl ServerConn {
         )
     }
 
-    /// Brings a connection a session pinned back to the state a login of its key leaves:
-    /// COM_RESET_CONNECTION (transaction rolled back, temporary tables dropped, locks released,
-    /// variables and prepared statements gone, the login's character set restored), then
-    /// COM_INIT_DB of the login schema when there was one. False if the server did not answer
-    /// both with an OK within a second: the connection must close.
+    /// Brings a connection back to the state a login of its key leaves (after a session pinned
+    /// it, or left warnings or an insert id on it): COM_RESET_CONNECTION (transaction rolled
+    /// back, temporary tables dropped, locks released, variables, diagnostics and prepared
+    /// statements gone, the login's character set kept), then COM_INIT_DB of the login schema
+    /// when there was one, both sent at once. False if the server did not answer both with an
+    /// OK within a second: the connection must close.
     pub async fn reset(&mut self, schema: &str) -> bool {
         let steps = async {
-            let mut packet = vec![1, 0, 0, 0, 0x1F];
-            if !self.exchange(&packet).await? {
-                return Ok::<bool, std::io::Error>(false);
+            use tokio::io::AsyncWriteExt;
+            let mut packets = vec![1, 0, 0, 0, 0x1F];
+            let mut answers = 1;
+            if !schema.is_empty() {
+                let len = 1 + schema.len();
+                if len >= 0xFF_FFFF {
+                    return Ok::<bool, std::io::Error>(false);
+                }
+                packets.extend_from_slice(&[
+                    len as u8,
+                    (len >> 8) as u8,
+                    (len >> 16) as u8,
+                    0,
+                    0x02,
+                ]);
+                packets.extend_from_slice(schema.as_bytes());
+                answers = 2;
             }
-            if schema.is_empty() {
-                return Ok(true);
+            self.leg.write_all(&packets).await?;
+            self.leg.flush().await?;
+            let mut ok = true;
+            for _ in 0..answers {
+                ok &= self.read_ok().await?;
             }
-            let len = 1 + schema.len();
-            if len >= 0xFF_FFFF {
-                return Ok(false);
-            }
-            packet.clear();
-            packet.extend_from_slice(&[len as u8, (len >> 8) as u8, (len >> 16) as u8, 0, 0x02]);
-            packet.extend_from_slice(schema.as_bytes());
-            self.exchange(&packet).await
+            Ok(ok)
         };
         matches!(
             tokio::time::timeout(std::time::Duration::from_secs(1), steps).await,
@@ -110,11 +121,9 @@ impl ServerConn {
         )
     }
 
-    /// Sends one command packet and reads its one-packet answer: true for an OK.
-    async fn exchange(&mut self, packet: &[u8]) -> std::io::Result<bool> {
-        use tokio::io::{AsyncReadExt, AsyncWriteExt};
-        self.leg.write_all(packet).await?;
-        self.leg.flush().await?;
+    /// Reads a one-packet answer to a command: true for an OK.
+    async fn read_ok(&mut self) -> std::io::Result<bool> {
+        use tokio::io::AsyncReadExt;
         let mut header = [0u8; 4];
         self.leg.read_exact(&mut header).await?;
         let len =

@@ -99,8 +99,16 @@ where
         match end {
             RelayEnd::Released(u, d) => {
                 (up, down) = (u, d);
-                if let Some(held) = conn.take() {
-                    pool.release(&key, held, worker);
+                if let Some(mut held) = conn.take() {
+                    if !observer.holding.leaves_traces() {
+                        pool.release(&key, held, worker);
+                    } else if held.reset(&key.schema).await {
+                        observer.holding.reset_done();
+                        pool.release(&key, held, worker);
+                    } else {
+                        pool.closed(&key);
+                        held.quit();
+                    }
                 }
             }
             end => break end,
@@ -117,7 +125,10 @@ where
         RelayEnd::ClientClosed { .. } | RelayEnd::Drained | RelayEnd::IdleTimeout
     ) && tracker.idle();
     if !pinned {
-        if clean && observer.holding.releasable() {
+        // A session that ends in a transaction, or with its warnings or insert id on the
+        // connection, leaves it reset.
+        let at_rest = observer.holding.releasable() && !observer.holding.leaves_traces();
+        if clean && (at_rest || held.reset(&key.schema).await) {
             pool.release(&key, held, worker);
         } else {
             pool.closed(&key);
