@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 
 use common::mariadb::{shared_pair, MariaDb};
 use common::proxy::TestProxy;
+use common::rawclient::RawClient;
 use mysql_async::prelude::*;
 use mysql_async::{Conn, Opts, OptsBuilder, Row, Value};
 use mysql_lb::config::{Config, Policy, PoolConfig, Pooling, PoolingMode};
@@ -716,4 +717,42 @@ async fn a_pinned_session_s_end_hands_the_next_session_a_connection_as_fresh_as_
         .unwrap();
     assert_eq!(n, 0, "A's open transaction was rolled back");
     b.disconnect().await.unwrap();
+}
+
+/// A client that sends COM_QUIT and waits for the server to close (as Node mysql2's `end()`
+/// does) is closed at once, whether its session holds its connection for good or for one more
+/// command; its connection goes back to the pool.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_com_quit_closes_the_client_s_side_while_the_session_holds_its_connection() {
+    let db = &shared_pair()[0];
+    let backend = db.tcp_addr();
+    reset_tables(db);
+    let proxy = pooled(&backend);
+    let addr = proxy.addr_string();
+    for (holding, sql) in [
+        ("pinned", "SET @ps_quit = 1"),
+        ("one more command", "UPDATE test.ps_rows SET v = v + 1"),
+    ] {
+        let mut client = RawClient::connect_tcp(&addr, "bench", "bench", Some("test"), 0, 0)
+            .await
+            .expect("log in through the pool");
+        client.query_results(sql).await.expect(sql);
+        client.send_command(0x01, &[]).await.expect("COM_QUIT");
+        let closed = tokio::time::timeout(Duration::from_secs(2), client.read_packet()).await;
+        assert!(
+            matches!(closed, Ok(Err(_))),
+            "{holding}: the proxy did not close after COM_QUIT: {closed:?}"
+        );
+    }
+    let pool = proxy.shared.server_pools.get(&backend).expect("a pool");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while pool.counts().open != pool.counts().idle {
+        assert!(Instant::now() < deadline, "{:?}", pool.counts());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(
+        pool.counts().idle >= 1,
+        "the connections came back: {:?}",
+        pool.counts()
+    );
 }
