@@ -226,6 +226,20 @@ fn scenarios() -> Vec<Scenario> {
             b_pooled: vec![],
         },
         Scenario {
+            name: "FOUND_ROWS() after a plain SELECT",
+            a: vec![
+                Q("SELECT id FROM ps_rows ORDER BY id"),
+                Q("SELECT FOUND_ROWS()"),
+            ],
+            b: vec![Q("SELECT id FROM ps_rows ORDER BY id LIMIT 1")],
+            pin: None,
+            // A limitation of step 1: without SQL_CALC_FOUND_ROWS, FOUND_ROWS() counts the
+            // rows of the connection's previous SELECT, here B's, which ran between A's two
+            // statements on the one shared connection (a count, not data).
+            a_pooled: vec![(1, rows(&[&["1"]]))],
+            b_pooled: vec![],
+        },
+        Scenario {
             name: "text PREPARE / EXECUTE",
             a: vec![
                 Q("PREPARE ps_s FROM 'SELECT ? + 1'"),
