@@ -46,6 +46,9 @@ struct Scenario {
     /// The `reason` label A's session pins its connection with; None when A's state must not
     /// pin (it is shared between its statements).
     pin: Option<&'static str>,
+    /// A leaves warnings, an error, an insert id or a row count on the shared connection: it
+    /// is reset before B gets it (`mysql_lb_pool_resets_total{reason="traces"}`).
+    traces: bool,
     /// A's steps whose outcome through the pool cannot be the direct one in step 1, and what it
     /// is instead (why in a comment at the scenario).
     a_pooled: Vec<(usize, Outcome)>,
@@ -78,6 +81,7 @@ fn scenarios() -> Vec<Scenario> {
             a: vec![Q("SET NAMES latin1"), Q(char_reads), Q("SELECT 'é'")],
             b: vec![Q(char_reads), Q(char_reads)],
             pin: Some("session_variable"),
+            traces: false,
             a_pooled: vec![],
             b_pooled: vec![],
         },
@@ -86,6 +90,7 @@ fn scenarios() -> Vec<Scenario> {
             a: vec![Q("SET CHARACTER SET latin1"), Q(char_reads)],
             b: vec![Q(char_reads), Q(char_reads)],
             pin: Some("session_variable"),
+            traces: false,
             a_pooled: vec![],
             b_pooled: vec![],
         },
@@ -98,6 +103,7 @@ fn scenarios() -> Vec<Scenario> {
             ],
             b: vec![Q("SELECT DATABASE()"), Q("SELECT COUNT(*) FROM ps_rows")],
             pin: Some("schema"),
+            traces: false,
             a_pooled: vec![],
             b_pooled: vec![],
         },
@@ -116,6 +122,7 @@ fn scenarios() -> Vec<Scenario> {
                 Q("SELECT @@autocommit, COUNT(*) FROM ps_rows"),
             ],
             pin: Some("session_variable"),
+            traces: false,
             a_pooled: vec![],
             b_pooled: vec![],
         },
@@ -127,6 +134,7 @@ fn scenarios() -> Vec<Scenario> {
             ],
             b: vec![Q("SELECT @@tx_isolation"), Q("SELECT @@tx_isolation")],
             pin: Some("session_variable"),
+            traces: false,
             a_pooled: vec![],
             b_pooled: vec![],
         },
@@ -139,6 +147,7 @@ fn scenarios() -> Vec<Scenario> {
             ],
             b: vec![Q("SELECT @@sql_mode"), Q("SELECT \"v\"")],
             pin: Some("session_variable"),
+            traces: false,
             a_pooled: vec![],
             b_pooled: vec![],
         },
@@ -150,6 +159,7 @@ fn scenarios() -> Vec<Scenario> {
             ],
             b: vec![Q("SELECT @@time_zone"), Q("SELECT FROM_UNIXTIME(0)")],
             pin: Some("session_variable"),
+            traces: false,
             a_pooled: vec![],
             b_pooled: vec![],
         },
@@ -163,6 +173,7 @@ fn scenarios() -> Vec<Scenario> {
             ],
             b: vec![Q("SELECT @ps_v"), Q("SELECT @ps_w")],
             pin: Some("user_variable"),
+            traces: false,
             a_pooled: vec![],
             b_pooled: vec![],
         },
@@ -178,6 +189,7 @@ fn scenarios() -> Vec<Scenario> {
                 Q("SELECT COUNT(*) FROM ps_tmp"),
             ],
             pin: Some("temporary_table"),
+            traces: false,
             a_pooled: vec![],
             b_pooled: vec![],
         },
@@ -190,6 +202,7 @@ fn scenarios() -> Vec<Scenario> {
             ],
             b: vec![Q("SELECT IS_FREE_LOCK('ps_lock')")],
             pin: Some("user_lock"),
+            traces: false,
             // Directly B sees A's lock taken. Through the pool B has no connection while A's is
             // pinned; it runs once A ended, on A's connection reset, which released the lock.
             a_pooled: vec![],
@@ -207,6 +220,7 @@ fn scenarios() -> Vec<Scenario> {
                 Q("SELECT COUNT(*) FROM ps_rows"),
             ],
             pin: Some("lock_tables"),
+            traces: false,
             a_pooled: vec![],
             b_pooled: vec![],
         },
@@ -222,6 +236,7 @@ fn scenarios() -> Vec<Scenario> {
                 Q("SELECT FOUND_ROWS()"),
             ],
             pin: Some("found_rows"),
+            traces: false,
             a_pooled: vec![],
             b_pooled: vec![],
         },
@@ -233,6 +248,7 @@ fn scenarios() -> Vec<Scenario> {
             ],
             b: vec![Q("SELECT id FROM ps_rows ORDER BY id LIMIT 1")],
             pin: None,
+            traces: false,
             // A limitation of step 1: without SQL_CALC_FOUND_ROWS, FOUND_ROWS() counts the
             // rows of the connection's previous SELECT, here B's, which ran between A's two
             // statements on the one shared connection (a count, not data).
@@ -248,6 +264,7 @@ fn scenarios() -> Vec<Scenario> {
             ],
             b: vec![Q("EXECUTE ps_s USING 1")],
             pin: Some("prepare"),
+            traces: false,
             a_pooled: vec![],
             b_pooled: vec![],
         },
@@ -263,6 +280,7 @@ fn scenarios() -> Vec<Scenario> {
                 Exec("SELECT ? + 1", vec![Value::Int(0)]),
             ],
             pin: Some("prepared_statement"),
+            traces: false,
             a_pooled: vec![],
             b_pooled: vec![],
         },
@@ -280,6 +298,7 @@ fn scenarios() -> Vec<Scenario> {
                 Q("SELECT LAST_INSERT_ID()"),
             ],
             pin: None,
+            traces: true,
             // A reads its id with the command right after the INSERT; later, its connection
             // may be another (this one was reset before B got it): step 1 answers 0.
             a_pooled: vec![(3, rows(&[&["0"]]))],
@@ -299,6 +318,7 @@ fn scenarios() -> Vec<Scenario> {
                 Q("SHOW WARNINGS"),
             ],
             pin: None,
+            traces: true,
             // A reads its warnings with the command right after; then its connection was reset
             // for B (MariaDB would keep them through statements that use no table).
             a_pooled: vec![(2, rows(&[])), (3, rows(&[&["0"]]))],
@@ -313,6 +333,7 @@ fn scenarios() -> Vec<Scenario> {
             ],
             b: vec![Q("SHOW WARNINGS"), Q("SELECT @@error_count")],
             pin: None,
+            traces: true,
             // As above: the error is A's to read with the next command only.
             a_pooled: vec![(2, rows(&[&["0"]]))],
             b_pooled: vec![],
@@ -334,6 +355,7 @@ fn scenarios() -> Vec<Scenario> {
                 Q("SHOW WARNINGS"),
             ],
             pin: None,
+            traces: true,
             // Directly `SELECT @@warning_count`, `SHOW COUNT(*) WARNINGS` and `SELECT 1` keep
             // A's warning; through the pool only the next command sees it.
             a_pooled: vec![(2, rows(&[&["0"]])), (3, rows(&[&["0"]])), (5, rows(&[]))],
@@ -344,6 +366,7 @@ fn scenarios() -> Vec<Scenario> {
             a: vec![Q("SELECT CAST('1x' AS SIGNED)"), Ping, Q("SHOW WARNINGS")],
             b: vec![Q("SHOW WARNINGS"), Q("SHOW WARNINGS")],
             pin: None,
+            traces: true,
             // The COM_PING was A's next command: its warning is gone after it.
             a_pooled: vec![(2, rows(&[]))],
             b_pooled: vec![],
@@ -361,6 +384,7 @@ fn scenarios() -> Vec<Scenario> {
                 Q("SELECT ROW_COUNT()"),
             ],
             pin: None,
+            traces: false,
             a_pooled: vec![],
             b_pooled: vec![],
         },
@@ -373,6 +397,7 @@ fn scenarios() -> Vec<Scenario> {
             ],
             b: vec![Q("SELECT ROW_COUNT()"), Q("SELECT ROW_COUNT()")],
             pin: None,
+            traces: true,
             // The COM_PING was A's next command; the connection was reset before B got it, and
             // B's first ROW_COUNT() reads the reset's OK (0), never A's UPDATE (3); directly
             // it reads the SELECT mysql_async sent at login (-1).
@@ -392,6 +417,7 @@ fn scenarios() -> Vec<Scenario> {
                 Q("SELECT COUNT(*) FROM ps_rows"),
             ],
             pin: None,
+            traces: false,
             // Directly B counts before A's commit; through the pool it waits for the commit.
             a_pooled: vec![],
             b_pooled: vec![(0, rows(&[&["4"]])), (1, rows(&[&["4"]]))],
@@ -621,6 +647,18 @@ async fn every_session_sees_its_own_state_and_never_another_s_as_directly() {
                 .unwrap_or(0.0),
             None => 0.0,
         };
+        let resets = |reason: &str, outcome: &str| {
+            proxy
+                .series(&format!(
+                    "mysql_lb_pool_resets_total{{backend=\"{backend}\",outcome=\"{outcome}\",pool=\"default\",reason=\"{reason}\"}}"
+                ))
+                .unwrap_or(0.0)
+        };
+        let traces_reset = resets("traces", "ok");
+        let failed_resets = ["traces", "session_end", "pinned"]
+            .iter()
+            .map(|r| resets(r, "failed"))
+            .sum::<f64>();
         let open = proxy
             .shared
             .server_pools
@@ -642,6 +680,15 @@ async fn every_session_sees_its_own_state_and_never_another_s_as_directly() {
                 "{}: B got {:?} through the pool, want {:?} (directly {:?}; A directly {:?})",
                 s.name, pooled_run.b, want_b, direct.b, direct.a
             ));
+        }
+        if s.traces != (traces_reset > 0.0) {
+            failures.push(format!(
+                "{}: {traces_reset} resets for traces, want some: {}",
+                s.name, s.traces
+            ));
+        }
+        if failed_resets > 0.0 {
+            failures.push(format!("{}: {failed_resets} resets failed", s.name));
         }
         match s.pin {
             // A pinned the one connection: B waited for A's end (and may have pinned too).
@@ -721,6 +768,10 @@ async fn a_pinned_session_s_end_hands_the_next_session_a_connection_as_fresh_as_
         .unwrap()
         .unwrap();
     assert_eq!(id_b, id_a, "B runs on the connection A pinned");
+    let resets = proxy.series(&format!(
+        "mysql_lb_pool_resets_total{{backend=\"{backend}\",outcome=\"ok\",pool=\"default\",reason=\"pinned\"}}"
+    ));
+    assert_eq!(resets, Some(1.0), "A's connection was reset once");
     assert_eq!(got, want, "B reads what a fresh login reads");
     assert_eq!(got_tmp, want_tmp, "A's temporary table is gone");
     assert_eq!(got_stmt, want_stmt, "A's prepared statement is gone");

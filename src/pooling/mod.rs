@@ -346,6 +346,11 @@ impl BackendPool {
         closed.into_iter().for_each(ServerConn::quit);
     }
 
+    /// Counts a reset of a connection of this pool ([`ServerConn::reset`]) and how it went.
+    pub fn count_reset(&self, reason: &'static str, ok: bool) {
+        self.metrics.reset(reason, ok);
+    }
+
     /// A connection a session held is gone (the server closed it, or it failed).
     pub fn closed(&self, key: &Key) {
         let mut guard = self.lock();
@@ -485,6 +490,7 @@ struct Families {
     pins: IntCounterVec,
     acquired: IntCounterVec,
     failed: IntCounterVec,
+    resets: IntCounterVec,
 }
 
 impl Families {
@@ -536,6 +542,14 @@ impl Families {
                 "Sessions and logins that got no server connection (timeout, starved)",
                 &["pool", "backend", "reason"],
             ),
+            resets: counter(
+                "mysql_lb_pool_resets_total",
+                "Server connections reset (COM_RESET_CONNECTION) before another session gets \
+                 them, by why: traces (warnings, an error, an insert id or a row count left \
+                 on it), session_end (a session ended in a transaction or with traces), pinned \
+                 (a pinned session ended); outcome failed when the connection closed instead",
+                &["pool", "backend", "reason", "outcome"],
+            ),
         };
         for c in [
             Box::new(families.connections.clone()) as Box<dyn prometheus::core::Collector>,
@@ -544,6 +558,7 @@ impl Families {
             Box::new(families.pins.clone()),
             Box::new(families.acquired.clone()),
             Box::new(families.failed.clone()),
+            Box::new(families.resets.clone()),
         ] {
             let _ = metrics.register(c);
         }
@@ -560,6 +575,7 @@ struct PoolMetrics {
     pins: IntCounterVec,
     acquired: prometheus::IntCounter,
     failed: IntCounterVec,
+    resets: IntCounterVec,
     labels: [String; 2],
 }
 
@@ -573,6 +589,7 @@ impl PoolMetrics {
             pins: f.pins.clone(),
             acquired: f.acquired.with_label_values(&[pool, backend]),
             failed: f.failed.clone(),
+            resets: f.resets.clone(),
             labels: [pool.to_owned(), backend.to_owned()],
         }
     }
@@ -592,6 +609,14 @@ impl PoolMetrics {
         let [pool, backend] = &self.labels;
         self.pins
             .with_label_values(&[pool, backend, reason.as_str()])
+            .inc();
+    }
+
+    fn reset(&self, reason: &str, ok: bool) {
+        let [pool, backend] = &self.labels;
+        let outcome = if ok { "ok" } else { "failed" };
+        self.resets
+            .with_label_values(&[pool, backend, reason, outcome])
             .inc();
     }
 

@@ -102,7 +102,7 @@ where
                 if let Some(mut held) = conn.take() {
                     if !observer.holding.leaves_traces() {
                         pool.release(&key, held, worker);
-                    } else if held.reset(&key.schema).await {
+                    } else if reset(&pool, &mut held, &key, "traces").await {
                         observer.holding.reset_done();
                         pool.release(&key, held, worker);
                     } else {
@@ -128,14 +128,17 @@ where
         // A session that ends in a transaction, or with its warnings or insert id on the
         // connection, leaves it reset.
         let at_rest = observer.holding.releasable() && !observer.holding.leaves_traces();
-        if clean && (at_rest || held.reset(&key.schema).await) {
+        if clean && (at_rest || reset(&pool, &mut held, &key, "session_end").await) {
             pool.release(&key, held, worker);
         } else {
             pool.closed(&key);
             held.quit();
         }
         pool.session_ended(&key, false);
-    } else if clean && observer.holding.recyclable(&key.schema) && held.reset(&key.schema).await {
+    } else if clean
+        && observer.holding.recyclable(&key.schema)
+        && reset(&pool, &mut held, &key, "pinned").await
+    {
         // Its state was the session's alone; reset, it serves the key again.
         pool.recycle(&key, held, worker);
     } else {
@@ -144,6 +147,13 @@ where
         pool.session_ended(&key, true);
     }
     end
+}
+
+/// Brings `held` back to `key`'s login state, counted under `reason`; false when it must close.
+async fn reset(pool: &BackendPool, held: &mut ServerConn, key: &Key, reason: &'static str) -> bool {
+    let ok = held.reset(&key.schema).await;
+    pool.count_reset(reason, ok);
+    ok
 }
 
 /// Waits, holding no server connection, until the client's next command begins (None), or the
