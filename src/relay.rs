@@ -414,6 +414,13 @@ where
         match step {
             Poll::Ready(end) => Poll::Ready(end),
             Poll::Pending if drain_now && session.boundary() => Poll::Ready(RelayEnd::Drained),
+            // A COM_QUIT not forwarded: nobody closes the client's side but the proxy, and
+            // clients (Node mysql2) wait for that close.
+            Poll::Pending
+                if session.quit && session.observer.keeps_backend() && session.boundary() =>
+            {
+                Poll::Ready(RelayEnd::ClientClosed { quit: true })
+            }
             Poll::Pending if session.observer.releasable() && session.boundary() => {
                 let up = std::mem::take(&mut session.up.buf);
                 let down = std::mem::take(&mut session.down.buf);

@@ -10,6 +10,13 @@
 //! `COM_SET_OPTION`, `COM_RESET_CONNECTION`, a cursor, a statement too long to read whole, or the
 //! server saying the session state changed (`SERVER_SESSION_STATE_CHANGED`, when the client
 //! asked for session tracking). When unsure, it pins.
+//!
+//! What such a response leaves outlives that one command on the server: MariaDB keeps the
+//! warnings and errors of a statement through every later statement that uses no table and
+//! raises none (`SELECT 1`, `SHOW WARNINGS`, `SELECT @@warning_count`) and through `COM_PING`;
+//! `LAST_INSERT_ID()` stays until the next generated id; `ROW_COUNT()` until the next statement.
+//! A connection that may still hold any of them ([`Holding::leaves_traces`]) is reset before
+//! another session gets it; the session itself reads them only with its next command.
 
 use crate::protocol::response::{cmd, Completed};
 use crate::sql::pins::{pins, Pin};
@@ -69,6 +76,10 @@ pub struct Holding {
     schema_moved: bool,
     /// The session logged in again as someone (COM_CHANGE_USER).
     user_changed: bool,
+    /// The server may still hold this session's warnings or error, or an id it generated.
+    diagnostics: bool,
+    /// The last statement changed rows (`ROW_COUNT()`).
+    row_count: bool,
 }
 
 impl Holding {
@@ -80,6 +91,19 @@ impl Holding {
     /// Whether the connection may go back to the pool at the next command boundary.
     pub fn releasable(&self) -> bool {
         self.pinned.is_none() && !self.in_transaction && !self.keep_once
+    }
+
+    /// Whether the connection may hold something of this session's that another session could
+    /// read (warnings, an error, `LAST_INSERT_ID()`, `ROW_COUNT()`): it must be reset before
+    /// it is shared again.
+    pub fn leaves_traces(&self) -> bool {
+        self.diagnostics || self.row_count
+    }
+
+    /// The connection was reset (COM_RESET_CONNECTION): nothing of the session is left on it.
+    pub fn reset_done(&mut self) {
+        self.diagnostics = false;
+        self.row_count = false;
     }
 
     /// A statement packet as the relay forwards it (`payload` command byte first, at most
@@ -152,10 +176,18 @@ impl Holding {
                     reason = reason.or(Some(Reason::StateChanged));
                 }
                 self.keep_once = end.warnings > 0 || end.insert_id > 0 || c.affected > 0;
+                self.diagnostics |= end.warnings > 0 || end.insert_id > 0;
             }
             // An ERR leaves the transaction as it was; its diagnostics are the next command's
             // to read.
-            None => self.keep_once = c.error,
+            None => {
+                self.keep_once = c.error;
+                self.diagnostics |= c.error;
+            }
+        }
+        // Only a statement replaces the row count (an error sets it to -1).
+        if matches!(c.command, cmd::QUERY | cmd::STMT_EXECUTE) {
+            self.row_count = c.affected > 0;
         }
         self.pin(reason)
     }

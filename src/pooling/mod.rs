@@ -123,28 +123,39 @@ impl ServerConn {
         )
     }
 
-    /// Brings a connection a session pinned back to the state a login of its key leaves:
-    /// COM_RESET_CONNECTION (transaction rolled back, temporary tables dropped, locks released,
-    /// variables and prepared statements gone, the login's character set restored), then
-    /// COM_INIT_DB of the login schema when there was one. False if the server did not answer
-    /// both with an OK within a second: the connection must close.
+    /// Brings a connection back to the state a login of its key leaves (after a session pinned
+    /// it, or left warnings or an insert id on it): COM_RESET_CONNECTION (transaction rolled
+    /// back, temporary tables dropped, locks released, variables, diagnostics and prepared
+    /// statements gone, the login's character set kept), then COM_INIT_DB of the login schema
+    /// when there was one, both sent at once. False if the server did not answer both with an
+    /// OK within a second: the connection must close.
     pub async fn reset(&mut self, schema: &str) -> bool {
         let steps = async {
-            let mut packet = vec![1, 0, 0, 0, 0x1F];
-            if !self.exchange(&packet).await? {
-                return Ok::<bool, std::io::Error>(false);
+            use tokio::io::AsyncWriteExt;
+            let mut packets = vec![1, 0, 0, 0, 0x1F];
+            let mut answers = 1;
+            if !schema.is_empty() {
+                let len = 1 + schema.len();
+                if len >= 0xFF_FFFF {
+                    return Ok::<bool, std::io::Error>(false);
+                }
+                packets.extend_from_slice(&[
+                    len as u8,
+                    (len >> 8) as u8,
+                    (len >> 16) as u8,
+                    0,
+                    0x02,
+                ]);
+                packets.extend_from_slice(schema.as_bytes());
+                answers = 2;
             }
-            if schema.is_empty() {
-                return Ok(true);
+            self.leg.write_all(&packets).await?;
+            self.leg.flush().await?;
+            let mut ok = true;
+            for _ in 0..answers {
+                ok &= self.read_ok().await?;
             }
-            let len = 1 + schema.len();
-            if len >= 0xFF_FFFF {
-                return Ok(false);
-            }
-            packet.clear();
-            packet.extend_from_slice(&[len as u8, (len >> 8) as u8, (len >> 16) as u8, 0, 0x02]);
-            packet.extend_from_slice(schema.as_bytes());
-            self.exchange(&packet).await
+            Ok(ok)
         };
         matches!(
             tokio::time::timeout(std::time::Duration::from_secs(1), steps).await,
@@ -152,11 +163,9 @@ impl ServerConn {
         )
     }
 
-    /// Sends one command packet and reads its one-packet answer: true for an OK.
-    async fn exchange(&mut self, packet: &[u8]) -> std::io::Result<bool> {
-        use tokio::io::{AsyncReadExt, AsyncWriteExt};
-        self.leg.write_all(packet).await?;
-        self.leg.flush().await?;
+    /// Reads a one-packet answer to a command: true for an OK.
+    async fn read_ok(&mut self) -> std::io::Result<bool> {
+        use tokio::io::AsyncReadExt;
         let mut header = [0u8; 4];
         self.leg.read_exact(&mut header).await?;
         let len =
@@ -431,6 +440,11 @@ impl BackendPool {
         self.metrics.update(&guard.0);
     }
 
+    /// Counts a reset of a connection of this pool ([`ServerConn::reset`]) and how it went.
+    pub fn count_reset(&self, reason: &'static str, ok: bool) {
+        self.metrics.reset(reason, ok);
+    }
+
     /// A connection a session held is gone (the server closed it, or it failed).
     pub fn closed(&self, key: &Key) {
         let mut guard = self.lock();
@@ -624,6 +638,7 @@ struct Families {
     pins: IntCounterVec,
     acquired: IntCounterVec,
     failed: IntCounterVec,
+    resets: IntCounterVec,
 }
 
 impl Families {
@@ -675,6 +690,14 @@ impl Families {
                 "Sessions and logins that got no server connection (timeout, starved)",
                 &["pool", "backend", "reason"],
             ),
+            resets: counter(
+                "mysql_lb_pool_resets_total",
+                "Server connections reset (COM_RESET_CONNECTION) before another session gets \
+                 them, by why: traces (warnings, an error, an insert id or a row count left \
+                 on it), session_end (a session ended in a transaction or with traces), pinned \
+                 (a pinned session ended); outcome failed when the connection closed instead",
+                &["pool", "backend", "reason", "outcome"],
+            ),
         };
         for c in [
             Box::new(families.connections.clone()) as Box<dyn prometheus::core::Collector>,
@@ -683,6 +706,7 @@ impl Families {
             Box::new(families.pins.clone()),
             Box::new(families.acquired.clone()),
             Box::new(families.failed.clone()),
+            Box::new(families.resets.clone()),
         ] {
             let _ = metrics.register(c);
         }
@@ -699,6 +723,7 @@ struct PoolMetrics {
     pins: IntCounterVec,
     acquired: prometheus::IntCounter,
     failed: IntCounterVec,
+    resets: IntCounterVec,
     labels: [String; 2],
 }
 
@@ -712,6 +737,7 @@ impl PoolMetrics {
             pins: f.pins.clone(),
             acquired: f.acquired.with_label_values(&[pool, backend]),
             failed: f.failed.clone(),
+            resets: f.resets.clone(),
             labels: [pool.to_owned(), backend.to_owned()],
         }
     }
@@ -731,6 +757,14 @@ impl PoolMetrics {
         let [pool, backend] = &self.labels;
         self.pins
             .with_label_values(&[pool, backend, reason.as_str()])
+            .inc();
+    }
+
+    fn reset(&self, reason: &str, ok: bool) {
+        let [pool, backend] = &self.labels;
+        let outcome = if ok { "ok" } else { "failed" };
+        self.resets
+            .with_label_values(&[pool, backend, reason, outcome])
             .inc();
     }
 

@@ -108,8 +108,16 @@ where
                 if let Some(live) = &live {
                     live.store(kill::NO_THREAD, Ordering::Relaxed);
                 }
-                if let Some(held) = conn.take() {
-                    pool.release(&key, held, worker);
+                if let Some(mut held) = conn.take() {
+                    if !observer.holding.leaves_traces() {
+                        pool.release(&key, held, worker);
+                    } else if reset(&pool, &mut held, &key, "traces").await {
+                        observer.holding.reset_done();
+                        pool.release(&key, held, worker);
+                    } else {
+                        pool.closed(&key);
+                        held.quit();
+                    }
                 }
             }
             end => break end,
@@ -133,7 +141,10 @@ where
     }
     let pinned = observer.holding.pinned().is_some();
     if !pinned {
-        if clean && observer.holding.releasable() {
+        // A session that ends in a transaction, or with its warnings or insert id on the
+        // connection, leaves it reset.
+        let at_rest = observer.holding.releasable() && !observer.holding.leaves_traces();
+        if clean && (at_rest || reset(&pool, &mut held, &key, "session_end").await) {
             pool.release(&key, held, worker);
         } else if clean && gone && held.reset(&key.schema).await {
             // Left in a transaction, or with warnings or a changed row count the next command
@@ -145,7 +156,10 @@ where
             pool.closed(&key);
         }
         pool.session_ended(&key, false);
-    } else if clean && observer.holding.recyclable(&key.schema) && held.reset(&key.schema).await {
+    } else if clean
+        && observer.holding.recyclable(&key.schema)
+        && reset(&pool, &mut held, &key, "pinned").await
+    {
         // Its state was the session's alone; reset, it serves the key again.
         pool.recycle(&key, held, worker);
     } else {
@@ -241,6 +255,13 @@ impl Observer for Settling<'_, '_, '_> {
     fn keeps_backend(&self) -> bool {
         true
     }
+}
+
+/// Brings `held` back to `key`'s login state, counted under `reason`; false when it must close.
+async fn reset(pool: &BackendPool, held: &mut ServerConn, key: &Key, reason: &'static str) -> bool {
+    let ok = held.reset(&key.schema).await;
+    pool.count_reset(reason, ok);
+    ok
 }
 
 /// Waits, holding no server connection, until the client's next command begins (None), or the

@@ -122,3 +122,46 @@ fn a_statement_too_long_to_read_whole_pins() {
     assert_eq!(query(&mut h, "SELECT 1"), None);
     assert_eq!(query(&mut h, "  select * from t where id = 1"), None);
 }
+
+#[test]
+fn warnings_errors_and_insert_ids_stay_until_a_reset_row_counts_until_the_next_statement() {
+    let with = |warnings: u16, insert_id: u64, affected: u64| Completed {
+        command: cmd::QUERY,
+        affected,
+        end: Some(EndStatus {
+            warnings,
+            insert_id,
+            ..EndStatus::default()
+        }),
+        ..Completed::default()
+    };
+    let mut h = Holding::default();
+    assert!(!h.leaves_traces());
+    for left in [
+        with(1, 0, 0),
+        with(0, 7, 1),
+        Completed {
+            command: cmd::QUERY,
+            error: true,
+            ..Completed::default()
+        },
+    ] {
+        h.completed(&left);
+        // SHOW WARNINGS, SELECT 1 and COM_PING keep them on the server.
+        h.completed(&done(cmd::QUERY, 0));
+        h.completed(&done(cmd::PING, 0));
+        assert!(h.releasable());
+        assert!(h.leaves_traces(), "{left:?}");
+        h.reset_done();
+        assert!(!h.leaves_traces());
+    }
+    h.completed(&with(0, 0, 3));
+    h.completed(&done(cmd::PING, 0));
+    assert!(
+        h.leaves_traces(),
+        "ROW_COUNT() is the UPDATE's until a statement"
+    );
+    h.completed(&done(cmd::QUERY, 0));
+    assert!(!h.leaves_traces());
+    assert_eq!(h.pinned(), None);
+}
