@@ -306,8 +306,10 @@ fn pool_counters(proxy: &TestProxy, backend: &str) -> (f64, BTreeMap<String, f64
 }
 
 /// PyMySQL, Connector/Python and DBD::MariaDB send `SET NAMES ..` at connect, Connector/J
-/// `set autocommit=1, sql_mode = ..`: all are session variables.
-const SET_NAMES: Expect = Expect::PinsAtConnect("session_variable");
+/// `set autocommit=1, sql_mode = concat(@@sql_mode, ..)`: replayable settings (see
+/// `sql::pins::replayable`), which become the session's state instead of pinning it, so these
+/// sessions share as the others do.
+const SET_NAMES: Expect = Expect::Shares { acquired: 8 };
 
 /// How a client's sessions use the pool in step 1.
 #[derive(Debug, Clone, Copy)]
@@ -315,10 +317,6 @@ enum Expect {
     /// They give their connections back between statements and transactions: at least this
     /// many acquisitions, and pins only for the prepared statement at the end.
     Shares { acquired: usize },
-    /// The library restates session settings at connect (`SET NAMES ..`, `SET autocommit
-    /// = 1`, ...), which pins every session for good with this reason: no sharing between
-    /// its sessions, only logins waiting for slots.
-    PinsAtConnect(&'static str),
 }
 
 /// Checks what every client test checks once its workers are done: `rows` rows in `table`,
@@ -343,13 +341,6 @@ fn check_pool(what: &str, proxy: &TestProxy, table: &str, rows: usize, expect: E
             assert!(
                 pins.keys().all(|r| named.contains(&r.as_str())),
                 "{what}: pinned for something else than its prepared statement: {pins:?}"
-            );
-        }
-        Expect::PinsAtConnect(reason) => {
-            let pinned = pins.get(reason).copied().unwrap_or(0.0);
-            assert_eq!(
-                pinned, WORKERS as f64,
-                "{what}: every session pins for {reason}: {pins:?}"
             );
         }
     }
@@ -388,19 +379,19 @@ fn python_client(mode: &str, table_name: &str, ld_path: Option<&str>, expect: Ex
 }
 
 #[test]
-fn pymysql_sessions_pin_at_connect_and_take_turns() {
+fn pymysql_sessions_share_with_their_connect_settings_replayed() {
     python_with("pymysql");
     python_client("pymysql", "pc_pymysql", None, SET_NAMES);
 }
 
 #[test]
-fn mysql_connector_python_pure_sessions_pin_at_connect_and_take_turns() {
+fn mysql_connector_python_pure_sessions_share_with_their_connect_settings_replayed() {
     python_with("mysql.connector");
     python_client("pure", "pc_connector_pure", None, SET_NAMES);
 }
 
 #[test]
-fn mysql_connector_python_c_extension_sessions_pin_at_connect_and_take_turns() {
+fn mysql_connector_python_c_extension_sessions_share_with_their_connect_settings_replayed() {
     let ld_path = connector_cext_ld_path();
     python_client("cext", "pc_connector_cext", Some(&ld_path), SET_NAMES);
 }
@@ -449,7 +440,7 @@ fn node_mysql2_connections_share_server_connections() {
 }
 
 #[test]
-fn connector_j_sessions_pin_at_connect_and_take_turns() {
+fn connector_j_sessions_share_with_their_connect_settings_replayed() {
     require(
         "java",
         &["-version"],
@@ -473,7 +464,7 @@ fn connector_j_sessions_pin_at_connect_and_take_turns() {
 }
 
 #[test]
-fn perl_dbd_mariadb_sessions_pin_at_connect_and_take_turns() {
+fn perl_dbd_mariadb_sessions_share_with_their_connect_settings_replayed() {
     require(
         "perl",
         &["-MDBD::MariaDB", "-e", "exit 0"],

@@ -80,7 +80,8 @@ fn scenarios() -> Vec<Scenario> {
             name: "SET NAMES",
             a: vec![Q("SET NAMES latin1"), Q(char_reads), Q("SELECT 'é'")],
             b: vec![Q(char_reads), Q(char_reads)],
-            pin: Some("session_variable"),
+            // Replayed, not pinned: the one connection takes each session's settings in turn.
+            pin: None,
             traces: false,
             a_pooled: vec![],
             b_pooled: vec![],
@@ -89,7 +90,8 @@ fn scenarios() -> Vec<Scenario> {
             name: "SET CHARACTER SET",
             a: vec![Q("SET CHARACTER SET latin1"), Q(char_reads)],
             b: vec![Q(char_reads), Q(char_reads)],
-            pin: Some("session_variable"),
+            // Replayed, not pinned: the one connection takes each session's settings in turn.
+            pin: None,
             traces: false,
             a_pooled: vec![],
             b_pooled: vec![],
@@ -102,7 +104,8 @@ fn scenarios() -> Vec<Scenario> {
                 Q("SELECT COUNT(*) > 0 FROM user"),
             ],
             b: vec![Q("SELECT DATABASE()"), Q("SELECT COUNT(*) FROM ps_rows")],
-            pin: Some("schema"),
+            // Replayed, not pinned: the one connection takes each session's settings in turn.
+            pin: None,
             traces: false,
             a_pooled: vec![],
             b_pooled: vec![],
@@ -121,7 +124,8 @@ fn scenarios() -> Vec<Scenario> {
                 Q("SELECT COUNT(*) FROM ps_rows"),
                 Q("SELECT @@autocommit, COUNT(*) FROM ps_rows"),
             ],
-            pin: Some("session_variable"),
+            // Replayed, not pinned: the one connection takes each session's settings in turn.
+            pin: None,
             traces: false,
             a_pooled: vec![],
             b_pooled: vec![],
@@ -133,7 +137,8 @@ fn scenarios() -> Vec<Scenario> {
                 Q("SELECT @@tx_isolation"),
             ],
             b: vec![Q("SELECT @@tx_isolation"), Q("SELECT @@tx_isolation")],
-            pin: Some("session_variable"),
+            // Replayed, not pinned: the one connection takes each session's settings in turn.
+            pin: None,
             traces: false,
             a_pooled: vec![],
             b_pooled: vec![],
@@ -146,7 +151,8 @@ fn scenarios() -> Vec<Scenario> {
                 Q("SELECT \"v\" FROM ps_rows LIMIT 1"),
             ],
             b: vec![Q("SELECT @@sql_mode"), Q("SELECT \"v\"")],
-            pin: Some("session_variable"),
+            // Replayed, not pinned: the one connection takes each session's settings in turn.
+            pin: None,
             traces: false,
             a_pooled: vec![],
             b_pooled: vec![],
@@ -158,7 +164,8 @@ fn scenarios() -> Vec<Scenario> {
                 Q("SELECT @@time_zone, FROM_UNIXTIME(0)"),
             ],
             b: vec![Q("SELECT @@time_zone"), Q("SELECT FROM_UNIXTIME(0)")],
-            pin: Some("session_variable"),
+            // Replayed, not pinned: the one connection takes each session's settings in turn.
+            pin: None,
             traces: false,
             a_pooled: vec![],
             b_pooled: vec![],

@@ -227,15 +227,30 @@ where
 
     /// A session of `key` wants a connection: an idle one (of `worker`'s if there is one, else
     /// the most recently parked), or a place in line, or nothing to wait for.
+    #[cfg(test)]
     pub fn acquire(&mut self, key: &K, worker: usize, waiter: impl FnOnce() -> W) -> Acquired<T> {
+        self.acquire_like(key, worker, |_| true, waiter)
+    }
+
+    /// [`acquire`](Self::acquire), preferring (most recently parked first) a connection `like`
+    /// accepts, on `worker`'s thread, then one `like` accepts, then one of `worker`'s.
+    pub fn acquire_like(
+        &mut self,
+        key: &K,
+        worker: usize,
+        like: impl Fn(&T) -> bool,
+        waiter: impl FnOnce() -> W,
+    ) -> Acquired<T> {
         let Some(state) = self.keys.get_mut(key) else {
             return Acquired::Starved;
         };
-        let at = state
-            .idle
+        let idle = &state.idle;
+        let at = idle
             .iter()
-            .rposition(|i| i.worker == worker)
-            .or_else(|| state.idle.len().checked_sub(1));
+            .rposition(|i| i.worker == worker && like(&i.conn))
+            .or_else(|| idle.iter().rposition(|i| like(&i.conn)))
+            .or_else(|| idle.iter().rposition(|i| i.worker == worker))
+            .or_else(|| idle.len().checked_sub(1));
         match at {
             Some(i) => Acquired::Got(state.idle.remove(i).conn),
             None if state.conns == 0 => Acquired::Starved,

@@ -18,8 +18,28 @@
 //! A connection that may still hold any of them ([`Holding::leaves_traces`]) is reset before
 //! another session gets it; the session itself reads them only with its next command.
 
+use std::sync::Arc;
+
 use crate::protocol::response::{cmd, Completed};
-use crate::sql::pins::{pins, Pin};
+use crate::sql::pins::{pins, replayable, Pin};
+
+/// One statement of a session's replayable state, as the client sent it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Step {
+    /// A `SET` or `USE` text ([`replayable`]).
+    Query(Box<[u8]>),
+    /// COM_INIT_DB's schema name.
+    InitDb(Box<[u8]>),
+}
+
+/// The replayable state a session applied since its login, in order; a connection carries the
+/// state of the session that last held it, and a session given a connection in another state
+/// has it reset and this list run on it first. Empty: the login's state.
+pub type State = Arc<Vec<Step>>;
+
+/// A session's replayable state stops growing here; past it, a setting pins.
+const MAX_STEPS: usize = 32;
+const MAX_STATE_BYTES: usize = 16 * 1024;
 
 /// Statement text read to decide on pins; a longer statement pins (its end is not read).
 pub const TEXT_LIMIT: usize = 64 * 1024;
@@ -80,9 +100,33 @@ pub struct Holding {
     diagnostics: bool,
     /// The last statement changed rows (`ROW_COUNT()`).
     row_count: bool,
+    /// The session's replayable settings so far (see [`State`]).
+    state: State,
+    state_bytes: usize,
+    /// A replayable setting sent, waiting for its answer: the next COM_QUERY / COM_INIT_DB to
+    /// complete (it was the only one in flight when sent).
+    pending: Option<Step>,
+    /// COM_QUERY and COM_INIT_DB sent and not answered yet.
+    in_flight: usize,
+    /// The login named a schema, so a reset connection goes back to it and `USE` can be
+    /// replayed; without one, `USE` pins (nothing goes back to no schema).
+    login_schema: bool,
 }
 
 impl Holding {
+    /// A session whose login named a schema (`login_schema`) or not.
+    pub fn new(login_schema: bool) -> Self {
+        Holding {
+            login_schema,
+            ..Holding::default()
+        }
+    }
+
+    /// The settings a connection must carry to serve this session.
+    pub fn state(&self) -> &State {
+        &self.state
+    }
+
     /// Why the session keeps its connection for good, if it does.
     pub fn pinned(&self) -> Option<Reason> {
         self.pinned
@@ -109,15 +153,32 @@ impl Holding {
     /// A statement packet as the relay forwards it (`payload` command byte first, at most
     /// [`TEXT_LIMIT`] of it). Returns the reason when this pins the session.
     pub fn statement(&mut self, command: u8, payload: &[u8]) -> Option<Reason> {
+        if command == cmd::INIT_DB {
+            self.in_flight += 1;
+            let name = payload.get(1..).unwrap_or_default();
+            if self.login_schema {
+                self.replay_later(Step::InitDb(name.into()));
+            }
+            return None;
+        }
         if command != cmd::QUERY {
             return None;
         }
+        self.in_flight += 1;
         let text = payload.get(1..).unwrap_or_default();
         let reason = if text.len() >= TEXT_LIMIT {
             Some(Reason::LongStatement)
         } else {
             pins(text).map(Reason::Statement)
         };
+        let setting = match reason {
+            Some(Reason::Statement(Pin::SessionVariable)) => true,
+            Some(Reason::Statement(Pin::Schema)) => self.login_schema,
+            _ => false,
+        };
+        if setting && replayable(text) && self.replay_later(Step::Query(text.into())) {
+            return None;
+        }
         self.schema_moved |= matches!(
             reason,
             Some(
@@ -126,6 +187,20 @@ impl Holding {
             )
         );
         self.pin(reason)
+    }
+
+    /// Takes a setting as replayable if it is the only statement in flight, nothing pins yet
+    /// and the state stays small; false otherwise (it pins instead).
+    fn replay_later(&mut self, step: Step) -> bool {
+        let len = match &step {
+            Step::Query(t) | Step::InitDb(t) => t.len(),
+        };
+        let fits = self.state.len() < MAX_STEPS && self.state_bytes + len <= MAX_STATE_BYTES;
+        if self.pinned.is_some() || self.pending.is_some() || self.in_flight != 1 || !fits {
+            return false;
+        }
+        self.pending = Some(step);
+        true
     }
 
     /// Whether the session's connection, pinned, can be brought back to its key's login state
@@ -139,6 +214,24 @@ impl Holding {
 
     /// A command answered in full. Returns the reason when this pins the session.
     pub fn completed(&mut self, c: &Completed) -> Option<Reason> {
+        let setting = if matches!(c.command, cmd::QUERY | cmd::INIT_DB) {
+            self.in_flight = self.in_flight.saturating_sub(1);
+            self.pending.take()
+        } else {
+            None
+        };
+        if let Some(step) = setting {
+            // A setting the server took is part of the session's state from now on (one it
+            // refused changed nothing). The state-changed flag it raises is this setting's.
+            if !c.error {
+                self.state_bytes += match &step {
+                    Step::Query(t) | Step::InitDb(t) => t.len(),
+                };
+                Arc::make_mut(&mut self.state).push(step);
+            }
+            self.after(c);
+            return None;
+        }
         let mut reason = match c.command {
             cmd::QUERY
             | cmd::PING
@@ -166,15 +259,23 @@ impl Holding {
             cmd::RESET_CONNECTION => Some(Reason::ResetConnection),
             _ => Some(Reason::Command),
         };
+        if let Some(end) = c.end {
+            if end.status & SERVER_STATUS_CURSOR_EXISTS != 0 {
+                reason = reason.or(Some(Reason::Cursor));
+            }
+            if end.status & SERVER_SESSION_STATE_CHANGED != 0 {
+                reason = reason.or(Some(Reason::StateChanged));
+            }
+        }
+        self.after(c);
+        self.pin(reason)
+    }
+
+    /// What every answer says of the transaction and of what the next command may read.
+    fn after(&mut self, c: &Completed) {
         match c.end {
             Some(end) => {
                 self.in_transaction = end.status & SERVER_STATUS_IN_TRANS != 0;
-                if end.status & SERVER_STATUS_CURSOR_EXISTS != 0 {
-                    reason = reason.or(Some(Reason::Cursor));
-                }
-                if end.status & SERVER_SESSION_STATE_CHANGED != 0 {
-                    reason = reason.or(Some(Reason::StateChanged));
-                }
                 self.keep_once = end.warnings > 0 || end.insert_id > 0 || c.affected > 0;
                 self.diagnostics |= end.warnings > 0 || end.insert_id > 0;
             }
@@ -189,7 +290,6 @@ impl Holding {
         if matches!(c.command, cmd::QUERY | cmd::STMT_EXECUTE) {
             self.row_count = c.affected > 0;
         }
-        self.pin(reason)
     }
 
     fn pin(&mut self, reason: Option<Reason>) -> Option<Reason> {

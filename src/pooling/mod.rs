@@ -35,7 +35,7 @@ mod core;
 pub mod holding;
 
 use self::core::{Acquired, Core, Slot, Waiter};
-pub use holding::{Holding, Reason};
+pub use holding::{Holding, Reason, State, Step};
 
 /// What sessions share connections under: a connection holds exactly the state a login of this
 /// key leaves.
@@ -101,6 +101,8 @@ pub struct ServerConn {
     pub leg: LegStream<BackendStream>,
     /// The server's id of the connection (`CONNECTION_ID()`), for KILL.
     pub thread_id: u32,
+    /// The replayable settings it carries beyond its login's (see [`holding::State`]).
+    pub state: State,
 }
 
 impl std::fmt::Debug for ServerConn {
@@ -157,10 +159,64 @@ impl ServerConn {
             }
             Ok(ok)
         };
-        matches!(
+        let done = matches!(
             tokio::time::timeout(std::time::Duration::from_secs(1), steps).await,
             Ok(Ok(true))
-        )
+        );
+        if done {
+            self.state = State::default();
+        }
+        done
+    }
+
+    /// Whether the connection carries exactly `state`'s settings.
+    pub fn carries(&self, state: &State) -> bool {
+        Arc::ptr_eq(&self.state, state) || self.state == *state
+    }
+
+    /// Brings the connection to `state` (a session's settings, see [`holding::State`]): when
+    /// it carries other settings, reset first (COM_RESET_CONNECTION, COM_INIT_DB of the login
+    /// `schema`), then each setting run again, all in one write. False if the server did not
+    /// answer each with an OK within a second: the connection must close.
+    pub async fn adopt(&mut self, state: &State, schema: &str) -> bool {
+        if self.carries(state) {
+            return true;
+        }
+        if !self.state.is_empty() && !self.reset(schema).await {
+            return false;
+        }
+        let steps = async {
+            use tokio::io::AsyncWriteExt;
+            let mut packets = Vec::new();
+            for step in state.iter() {
+                let (command, body) = match step {
+                    Step::Query(text) => (0x03, text),
+                    Step::InitDb(name) => (0x02, name),
+                };
+                let len = 1 + body.len();
+                if len >= 0xFF_FFFF {
+                    return Ok::<bool, std::io::Error>(false);
+                }
+                packets.extend_from_slice(&[len as u8, (len >> 8) as u8, (len >> 16) as u8, 0]);
+                packets.push(command);
+                packets.extend_from_slice(body);
+            }
+            self.leg.write_all(&packets).await?;
+            self.leg.flush().await?;
+            let mut ok = true;
+            for _ in state.iter() {
+                ok &= self.read_ok().await?;
+            }
+            Ok(ok)
+        };
+        let done = matches!(
+            tokio::time::timeout(std::time::Duration::from_secs(1), steps).await,
+            Ok(Ok(true))
+        );
+        if done {
+            self.state = Arc::clone(state);
+        }
+        done
     }
 
     /// Reads a one-packet answer to a command: true for an OK.
@@ -237,6 +293,11 @@ pub enum PoolError {
          another; reconnect"
     )]
     Starved { user: String, backend: String },
+    #[error(
+        "a shared server connection could not be given this session's settings again (a SET or \
+         USE that succeeded before failed when run again, or the connection failed); reconnect"
+    )]
+    Replay,
 }
 
 /// One backend's shared connections.
@@ -326,14 +387,20 @@ impl BackendPool {
 
     /// A connection for a session of `key` on worker `worker`: an idle one that is still
     /// alive, or the next one released, within `wait_timeout`.
-    pub async fn acquire(&self, key: &Key, worker: usize) -> Result<ServerConn, PoolError> {
+    pub async fn acquire(
+        &self,
+        key: &Key,
+        worker: usize,
+        state: &State,
+    ) -> Result<ServerConn, PoolError> {
         let started = Instant::now();
         loop {
             let (receiver, pooling) = {
                 let mut guard = self.lock();
                 let (core, pooling) = &mut *guard;
                 let mut rx = None;
-                let got = core.acquire(key, worker, || {
+                let like = |c: &ServerConn| c.carries(state);
+                let got = core.acquire_like(key, worker, like, || {
                     let (tx, r) = oneshot::channel();
                     rx = Some(r);
                     tx

@@ -56,13 +56,14 @@ where
     let pool = joined.slot.logged_in(&key);
     let mut observer = Pooled {
         inner: recorder,
-        holding: Holding::default(),
+        holding: Holding::new(!key.schema.is_empty()),
         pool: &pool,
         key: &key,
     };
     let mut conn = Some(ServerConn {
         leg: backend,
         thread_id: joined.thread_id,
+        state: Default::default(),
     });
     // Where a KILL naming the session goes: the connection it holds, or nowhere (0) between
     // transactions, never the connection's next holder.
@@ -76,7 +77,24 @@ where
                 if let Some(end) = next_command(client, &mut up, stop, &mut draining).await {
                     break end;
                 }
-                match pool.acquire(&key, worker).await {
+                let state = observer.holding.state();
+                let got = match pool.acquire(&key, worker, state).await {
+                    Ok(got) if got.carries(state) => Ok(got),
+                    Ok(mut got) => {
+                        // Another session's settings on it: reset, then this one's run again.
+                        let adopted = got.adopt(state, &key.schema).await;
+                        pool.count_reset("state", adopted);
+                        if adopted {
+                            Ok(got)
+                        } else {
+                            pool.closed(&key);
+                            got.quit();
+                            Err(PoolError::Replay)
+                        }
+                    }
+                    Err(e) => Err(e),
+                };
+                match got {
                     Ok(got) => {
                         if let Some(live) = &live {
                             live.store(got.thread_id, Ordering::Relaxed);
@@ -109,6 +127,7 @@ where
                     live.store(kill::NO_THREAD, Ordering::Relaxed);
                 }
                 if let Some(mut held) = conn.take() {
+                    held.state = observer.holding.state().clone();
                     if !observer.holding.leaves_traces() {
                         pool.release(&key, held, worker);
                     } else if reset(&pool, &mut held, &key, "traces").await {
@@ -127,6 +146,7 @@ where
         pool.session_ended(&key, observer.holding.pinned().is_some());
         return end;
     };
+    held.state = observer.holding.state().clone();
     // A client's trailing COM_QUIT is not forwarded (`Observer::keeps_backend`).
     let mut clean = matches!(
         end,

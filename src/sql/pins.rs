@@ -155,6 +155,77 @@ pub fn pins(text: &[u8]) -> Option<Pin> {
     read_all(text)
 }
 
+/// Whether a statement that pins for session state can be run again, word for word, on another
+/// connection of the same login to give that connection the same state: transaction pooling
+/// replays such statements instead of pinning (a session's state is then the list of them).
+///
+/// True for `USE` and for a `SET` of session variables, `NAMES` or `CHARACTER SET` whose values
+/// are literals, system variables, `DEFAULT` and a few pure functions of them (`CONCAT`,
+/// `CONCAT_WS`, `REPLACE`, `LOWER`, `UPPER`, `TRIM`, `IFNULL`, `IF`, `COALESCE`). Not for a
+/// one-shot `SET TRANSACTION` (it applies to the next transaction only), `GLOBAL` or `@@global.`
+/// variables, `PASSWORD`, `DEFAULT ROLE`, user variables, any other function or a subquery (a
+/// value that could differ on the next run), executable comments or a second statement.
+pub fn replayable(text: &[u8]) -> bool {
+    const PURE: &[&str] = &[
+        "CONCAT",
+        "CONCAT_WS",
+        "REPLACE",
+        "LOWER",
+        "UPPER",
+        "TRIM",
+        "IFNULL",
+        "IF",
+        "COALESCE",
+    ];
+    let mut all = tokens(text).filter(|t| t.kind != TokenKind::Hint);
+    let Some(head) = all.next() else {
+        return false;
+    };
+    if head.is_word("USE") {
+        return pins(text) == Some(Pin::Schema);
+    }
+    if !head.is_word("SET") {
+        return false;
+    }
+    let mut previous: Option<Token<'_>> = None;
+    for (i, t) in all.enumerate() {
+        let refused_second = [
+            "TRANSACTION",
+            "GLOBAL",
+            "PASSWORD",
+            "DEFAULT",
+            "STATEMENT",
+            "PERSIST",
+        ];
+        if i == 0 && refused_second.iter().any(|w| t.is_word(w)) {
+            return false;
+        }
+        let bad = match t.kind {
+            TokenKind::Variable => {
+                let global = t
+                    .text
+                    .get(..8)
+                    .is_some_and(|p| p.eq_ignore_ascii_case(b"@@global"));
+                t.text.get(1) != Some(&b'@') || global
+            }
+            TokenKind::ExecutableComment | TokenKind::Other => true,
+            TokenKind::Keyword | TokenKind::Identifier => {
+                t.is_word("GLOBAL") || t.is_word("SELECT")
+            }
+            TokenKind::Operator if t.is_operator(";") => true,
+            TokenKind::Operator if t.is_operator("(") => !previous
+                .as_ref()
+                .is_some_and(|p| PURE.iter().any(|f| p.is_word(f))),
+            _ => false,
+        };
+        if bad {
+            return false;
+        }
+        previous = Some(t);
+    }
+    pins(text) == Some(Pin::SessionVariable)
+}
+
 /// The reading by tokens, for every statement [`plainly_stateless`] does not settle.
 fn read_all(text: &[u8]) -> Option<Pin> {
     statement(&mut Stream::new(text)).err()

@@ -165,3 +165,53 @@ fn warnings_errors_and_insert_ids_stay_until_a_reset_row_counts_until_the_next_s
     assert!(!h.leaves_traces());
     assert_eq!(h.pinned(), None);
 }
+
+#[test]
+fn replayable_settings_become_the_session_state_instead_of_pinning() {
+    let mut h = Holding::new(true);
+    assert_eq!(query(&mut h, "SET NAMES utf8mb4"), None);
+    assert!(h.state().is_empty(), "not before the server took it");
+    assert_eq!(h.completed(&done(cmd::QUERY, 0)), None);
+    assert_eq!(
+        *h.state().as_ref(),
+        vec![Step::Query((*b"SET NAMES utf8mb4").into())]
+    );
+    assert!(h.releasable());
+    // The state-changed flag a setting raises (session tracking) is that setting's own.
+    assert_eq!(query(&mut h, "USE test"), None);
+    assert_eq!(
+        h.completed(&done(cmd::QUERY, SERVER_SESSION_STATE_CHANGED)),
+        None
+    );
+    assert_eq!(h.state().len(), 2);
+    // A refused setting changed nothing.
+    assert_eq!(query(&mut h, "SET time_zone = 'nowhere'"), None);
+    let refused = Completed {
+        command: cmd::QUERY,
+        error: true,
+        ..Completed::default()
+    };
+    assert_eq!(h.completed(&refused), None);
+    assert_eq!(h.state().len(), 2);
+    assert_eq!(h.pinned(), None);
+
+    // Without a login schema, USE cannot be undone by a reset: it pins.
+    let mut h = Holding::new(false);
+    assert_eq!(
+        query(&mut h, "USE test"),
+        Some(Reason::Statement(Pin::Schema))
+    );
+    // A setting pipelined behind another statement pins (its answer is not the next one).
+    let mut h = Holding::new(true);
+    assert_eq!(query(&mut h, "SELECT 1"), None);
+    assert_eq!(
+        query(&mut h, "SET NAMES latin1"),
+        Some(Reason::Statement(Pin::SessionVariable))
+    );
+    // A setting that is not replayable pins as before.
+    let mut h = Holding::new(true);
+    assert_eq!(
+        query(&mut h, "SET TRANSACTION ISOLATION LEVEL SERIALIZABLE"),
+        Some(Reason::Statement(Pin::SessionVariable))
+    );
+}

@@ -230,3 +230,41 @@ fn the_byte_shortcut_takes_plain_traffic_and_leaves_the_rest_to_the_tokens() {
         assert!(!plainly_stateless(long_way.as_bytes()), "{long_way}");
     }
 }
+
+#[test]
+fn session_settings_made_of_literals_can_be_replayed_and_nothing_else() {
+    use super::replayable;
+    for yes in [
+        "SET NAMES utf8mb4",
+        "SET NAMES 'utf8mb4' COLLATE 'utf8mb4_general_ci'",
+        "SET @@session.autocommit = ON",
+        "set autocommit=1, sql_mode = concat(@@sql_mode,',STRICT_TRANS_TABLES')",
+        "SET character_set_results = NULL",
+        "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED",
+        "SET time_zone = '+00:00'",
+        "SET SESSION sql_mode = DEFAULT",
+        "SET character_set_server = utf8mb4, collation_server = utf8mb4_general_ci",
+        "USE test",
+        "SET ROLE r1",
+    ] {
+        assert!(replayable(yes.as_bytes()), "{yes}");
+    }
+    for no in [
+        "SET TRANSACTION ISOLATION LEVEL SERIALIZABLE",
+        "SET GLOBAL max_connections = 10",
+        "SET @@global.sql_mode = ''",
+        "SET @x = 1",
+        "SET a = @x",
+        "SET PASSWORD = PASSWORD('x')",
+        "SET DEFAULT ROLE r1",
+        "SET timestamp = UNIX_TIMESTAMP()",
+        "SET sql_mode = (SELECT 'ANSI')",
+        "SET NAMES utf8; SELECT 1",
+        "SET STATEMENT max_statement_time=1 FOR SELECT 1",
+        "SELECT 1",
+        "SET /*! @x = 1 */ a = 1",
+        "",
+    ] {
+        assert!(!replayable(no.as_bytes()), "{no}");
+    }
+}
