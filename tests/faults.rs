@@ -488,11 +488,25 @@ async fn backend_refusing_with_its_own_err_is_skipped_and_named() {
     all_land_on(&proxy, pair[0].port, 4).await;
     assert!(full.accepted() >= 1, "the full backend was never tried");
 
-    let err = error_before_greeting(&TestProxy::start(&[full.addr_string()])).await;
+    let alone = TestProxy::start(&[full.addr_string()]);
+    let err = error_before_greeting(&alone).await;
     assert!(err.message.contains(&full.addr_string()), "{err:?}");
     assert!(
         err.message.contains("1040") && err.message.contains("Too many connections"),
         "the server's own reason is passed on: {err:?}"
+    );
+    // A full server is up: the client is not told that every backend is down, and the backend
+    // stays in rotation.
+    assert!(
+        err.message
+            .starts_with("mysql-lb: every backend refused the connection (none is down)"),
+        "{err:?}"
+    );
+    let (status, body) = alone.admin_get("/backends");
+    assert_eq!(status, 200);
+    assert!(
+        body.contains("\"state\":\"up\""),
+        "still in rotation: {body}"
     );
 }
 

@@ -26,6 +26,9 @@ use crate::stream::BackendStream;
 pub(super) struct NotConnected {
     pub(super) tried: Vec<String>,
     pub(super) full: bool,
+    /// Every backend tried is up and refused the login itself (its own ERR, such as 1040 Too
+    /// many connections), or had no room in its pool: none is down.
+    pub(super) refused: bool,
 }
 
 /// Tries backends in the balancer's order (a script may choose the first for this client) until
@@ -40,6 +43,7 @@ pub(super) async fn connect_backend(
 ) -> Result<(Lease, Connected, PatchedGreeting), NotConnected> {
     let mut tried = Vec::new();
     let mut full = 0;
+    let mut refused = 0;
     tracing::Span::current().record("pool", pool.name.as_str());
     for backend in set.candidates_for(Instant::now(), client, Some(pool)) {
         // A transaction-mode pool's login waits for a slot before it opens a connection.
@@ -72,6 +76,7 @@ pub(super) async fn connect_backend(
             Err((reason, broken)) => {
                 if !broken {
                     info!(backend = %backend.name, "backend refused a connection: {reason}");
+                    refused += 1;
                 } else {
                     let now = Instant::now();
                     set.session_failed(&backend, Failure::Connect, &reason, now);
@@ -84,11 +89,16 @@ pub(super) async fn connect_backend(
         }
     }
     set.client_refused(client);
+    let all_refused = !tried.is_empty() && full + refused == tried.len();
     let full = full > 0 && full == tried.len();
     if tried.is_empty() {
         tried.push("no backend configured".to_owned());
     }
-    Err(NotConnected { tried, full })
+    Err(NotConnected {
+        tried,
+        full,
+        refused: all_refused,
+    })
 }
 
 /// Connects `backend` and reads its greeting under one deadline (one timer per connect); whether
@@ -227,12 +237,16 @@ fn backend_tls(
     }
 }
 
-/// "all backends are down", naming the pool when there are several.
+/// "all backends are down" (naming the pool when there are several), or what else kept the
+/// client from every backend.
 pub(super) fn no_backend_message(set: &BackendSet, pool: &Pool, not: &NotConnected) -> String {
     let tried = not.tried.join("; ");
     if not.full {
         // The backends are up; their pools had no room for one more login.
         format!("Too many connections: {tried}")
+    } else if not.refused {
+        // Up, and answering: a full server's 1040 is no outage.
+        format!("every backend refused the connection (none is down); tried {tried}")
     } else if set.pools().len() > 1 {
         format!("all backends of pool {} are down; tried {tried}", pool.name)
     } else {
