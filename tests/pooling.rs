@@ -7,52 +7,19 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::mariadb::shared_pair;
+use common::pooling::{open_connections, server_id};
 use common::proxy::TestProxy;
 use mysql_async::prelude::*;
-use mysql_lb::config::{Config, Policy, PoolConfig, Pooling, PoolingMode};
 
 /// A proxy on `backends` whose default pool shares connections.
 fn pooled(backends: &[String], max: usize, idle: Duration) -> TestProxy {
-    let mut config: Config = common::proxy::config(backends);
-    config.pools = vec![PoolConfig {
-        name: "default".into(),
-        policy: Policy::RoundRobin,
-        pooling: Pooling {
-            mode: PoolingMode::Transaction,
-            max_server_connections: max,
-            idle_timeout: idle,
-            wait_timeout: Duration::from_secs(3),
-        },
-    }];
-    TestProxy::start_with(config)
+    common::pooling::pooled(backends, max, idle, Duration::from_secs(3))
 }
 
 async fn connect(proxy: &TestProxy) -> mysql_async::Conn {
     mysql_async::Conn::new(proxy.opts("bench", "bench"))
         .await
         .expect("connect through the pool")
-}
-
-async fn server_id(conn: &mut mysql_async::Conn) -> u64 {
-    conn.query_first("SELECT CONNECTION_ID()")
-        .await
-        .expect("CONNECTION_ID()")
-        .expect("a row")
-}
-
-/// Waits until the pool of the only backend has `want` connections open (idle ones past the
-/// idle timeout close down to one per user with live sessions).
-async fn open_connections(proxy: &TestProxy, backend: &str, want: usize) {
-    let pool = proxy.shared.server_pools.get(backend).expect("a pool");
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while pool.counts().open != want {
-        assert!(
-            Instant::now() < deadline,
-            "the pool has {:?}, want {want} open",
-            pool.counts()
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

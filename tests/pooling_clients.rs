@@ -25,7 +25,6 @@ use common::proxy::TestProxy;
 use common::scripts::{
     connector_cext_ld_path, node_path, python, python_with, require, require_php_mysql, run_check,
 };
-use mysql_lb::config::{Config, Policy, PoolConfig, Pooling, PoolingMode};
 
 /// Connections of one client at once, and rounds of queries and a transaction on each.
 const WORKERS: usize = 4;
@@ -227,17 +226,9 @@ fn db() -> &'static MariaDb {
 
 /// A proxy whose default pool shares at most `MAX_SERVER_CONNECTIONS`.
 fn pooled(backend: &str) -> TestProxy {
-    let mut config: Config = common::proxy::config(&[backend.to_owned()]);
-    config.pools = vec![PoolConfig {
-        name: "default".into(),
-        policy: Policy::RoundRobin,
-        pooling: Pooling {
-            mode: PoolingMode::Transaction,
-            max_server_connections: MAX_SERVER_CONNECTIONS,
-            idle_timeout: Duration::from_secs(5),
-            wait_timeout: Duration::from_secs(20),
-        },
-    }];
+    let mut config = common::proxy::config(&[backend.to_owned()]);
+    let (idle, wait) = (Duration::from_secs(5), Duration::from_secs(20));
+    common::pooling::transaction_mode(&mut config, MAX_SERVER_CONNECTIONS, idle, wait);
     TestProxy::start_with(config)
 }
 

@@ -15,12 +15,11 @@ use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use common::mariadb::{shared_pair, tcp_opts, MariaDb, BENCH_PASS, BENCH_USER};
+use common::pooling::{counts, open_connections, server_id, transaction_mode};
 use common::proxy::{config, TestProxy};
 use common::rawclient::RawClient;
 use common::{running_on_shared_backends, start_sleeping, wait_until};
 use mysql_async::prelude::*;
-use mysql_lb::config::{Config, Policy, PoolConfig, Pooling, PoolingMode};
-use mysql_lb::pooling::PoolCounts;
 
 /// A second account on every shared backend, to check that users never share.
 const OTHER_USER: &str = "pf_other";
@@ -40,58 +39,9 @@ fn other_user() {
     });
 }
 
-/// Transaction pooling for the default pool of `config`.
-fn transaction_mode(config: &mut Config, max: usize, idle: Duration) {
-    config.pools = vec![PoolConfig {
-        name: "default".into(),
-        policy: Policy::RoundRobin,
-        pooling: Pooling {
-            mode: PoolingMode::Transaction,
-            max_server_connections: max,
-            idle_timeout: idle,
-            wait_timeout: Duration::from_secs(2),
-        },
-    }];
-}
-
 /// A proxy in transaction mode on one backend.
 fn pooled(backend: &str, max: usize, idle: Duration) -> TestProxy {
-    let mut cfg = config(&[backend.to_owned()]);
-    transaction_mode(&mut cfg, max, idle);
-    TestProxy::start_with(cfg)
-}
-
-fn counts(proxy: &TestProxy, backend: &str) -> PoolCounts {
-    proxy
-        .shared
-        .server_pools
-        .get(backend)
-        .map(|p| p.counts())
-        .unwrap_or(PoolCounts {
-            open: 0,
-            idle: 0,
-            waiting: 0,
-        })
-}
-
-/// Waits until the pool of `backend` has `want` connections open.
-async fn open_connections(proxy: &TestProxy, backend: &str, want: usize) {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while counts(proxy, backend).open != want {
-        assert!(
-            Instant::now() < deadline,
-            "the pool has {:?}, want {want} open",
-            counts(proxy, backend)
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
-async fn server_id(conn: &mut mysql_async::Conn) -> u64 {
-    conn.query_first("SELECT CONNECTION_ID()")
-        .await
-        .expect("CONNECTION_ID()")
-        .expect("a row")
+    common::pooling::pooled(&[backend.to_owned()], max, idle, Duration::from_secs(2))
 }
 
 fn server_code(e: &mysql_async::Error) -> u16 {
@@ -539,7 +489,12 @@ async fn with_proxy_protocol_clients_of_one_user_from_two_addresses_never_share(
     let backend = db.tcp_addr();
     let mut cfg = config(std::slice::from_ref(&backend));
     cfg.proxy_protocol = mysql_lb::config::ProxyProtocol::V2;
-    transaction_mode(&mut cfg, 8, Duration::from_millis(300));
+    transaction_mode(
+        &mut cfg,
+        8,
+        Duration::from_millis(300),
+        Duration::from_secs(2),
+    );
     let proxy = TestProxy::start_with(cfg);
     let mut clients = Vec::new();
     for from in ["127.0.0.2", "127.0.0.3", "127.0.0.2"] {
@@ -602,7 +557,12 @@ async fn tls_on_both_legs_and_a_compressed_backend_leg_pool_like_plain_ones() {
             min_version: TlsVersion::V1_2,
             allow_cleartext_passwords: false,
         };
-        transaction_mode(&mut cfg, 4, Duration::from_millis(300));
+        transaction_mode(
+            &mut cfg,
+            4,
+            Duration::from_millis(300),
+            Duration::from_secs(2),
+        );
         TestProxy::start_with(cfg)
     };
     let ssl = mysql_async::SslOpts::default()
@@ -620,7 +580,12 @@ async fn tls_on_both_legs_and_a_compressed_backend_leg_pool_like_plain_ones() {
     let compressed_proxy = {
         let mut cfg = config(std::slice::from_ref(&backend));
         cfg.backends[0].compression = true;
-        transaction_mode(&mut cfg, 4, Duration::from_millis(300));
+        transaction_mode(
+            &mut cfg,
+            4,
+            Duration::from_millis(300),
+            Duration::from_secs(2),
+        );
         TestProxy::start_with(cfg)
     };
     let opts = compressed_proxy.opts(BENCH_USER, BENCH_PASS);
@@ -668,7 +633,12 @@ async fn a_reload_that_changes_max_server_connections_takes_effect() {
     let backend = db.tcp_addr();
     let with_max = |max| {
         let mut cfg = config(std::slice::from_ref(&backend));
-        transaction_mode(&mut cfg, max, Duration::from_secs(60));
+        transaction_mode(
+            &mut cfg,
+            max,
+            Duration::from_secs(60),
+            Duration::from_secs(2),
+        );
         cfg.validate().expect("valid config")
     };
     let proxy = pooled(&backend, 2, Duration::from_secs(60));

@@ -16,11 +16,11 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::mariadb::{shared_pair, MariaDb};
+use common::pooling::open_connections;
 use common::proxy::TestProxy;
 use common::rawclient::RawClient;
 use mysql_async::prelude::*;
 use mysql_async::{Conn, Opts, OptsBuilder, Row, Value};
-use mysql_lb::config::{Config, Policy, PoolConfig, Pooling, PoolingMode};
 use tokio::sync::mpsc;
 
 /// One statement of a session's script.
@@ -578,32 +578,8 @@ async fn run(s: &Scenario, a: Conn, b: Conn, window: Duration) -> Run {
 
 /// A proxy on `backend` whose default pool shares connections (idle ones close after 300 ms).
 fn pooled(backend: &str) -> TestProxy {
-    let mut config: Config = common::proxy::config(&[backend.to_owned()]);
-    config.pools = vec![PoolConfig {
-        name: "default".into(),
-        policy: Policy::RoundRobin,
-        pooling: Pooling {
-            mode: PoolingMode::Transaction,
-            max_server_connections: 4,
-            idle_timeout: Duration::from_millis(300),
-            wait_timeout: Duration::from_secs(10),
-        },
-    }];
-    TestProxy::start_with(config)
-}
-
-/// Waits until the pool of `backend` has `want` connections open.
-async fn open_connections(proxy: &TestProxy, backend: &str, want: usize) {
-    let pool = proxy.shared.server_pools.get(backend).expect("a pool");
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while pool.counts().open != want {
-        assert!(
-            Instant::now() < deadline,
-            "the pool has {:?}, want {want} open",
-            pool.counts()
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let (idle, wait) = (Duration::from_millis(300), Duration::from_secs(10));
+    common::pooling::pooled(&[backend.to_owned()], 4, idle, wait)
 }
 
 /// The sum of a counter's series whose labels start with `prefix`.
