@@ -132,37 +132,11 @@ impl ServerConn {
     /// when there was one, both sent at once. False if the server did not answer both with an
     /// OK within a second: the connection must close.
     pub async fn reset(&mut self, schema: &str) -> bool {
-        let steps = async {
-            use tokio::io::AsyncWriteExt;
-            let mut packets = vec![1, 0, 0, 0, 0x1F];
-            let mut answers = 1;
-            if !schema.is_empty() {
-                let len = 1 + schema.len();
-                if len >= 0xFF_FFFF {
-                    return Ok::<bool, std::io::Error>(false);
-                }
-                packets.extend_from_slice(&[
-                    len as u8,
-                    (len >> 8) as u8,
-                    (len >> 16) as u8,
-                    0,
-                    0x02,
-                ]);
-                packets.extend_from_slice(schema.as_bytes());
-                answers = 2;
-            }
-            self.leg.write_all(&packets).await?;
-            self.leg.flush().await?;
-            let mut ok = true;
-            for _ in 0..answers {
-                ok &= self.read_ok().await?;
-            }
-            Ok(ok)
-        };
-        let done = matches!(
-            tokio::time::timeout(std::time::Duration::from_secs(1), steps).await,
-            Ok(Ok(true))
-        );
+        let mut commands: Vec<(u8, &[u8])> = vec![(0x1F, &[])];
+        if !schema.is_empty() {
+            commands.push((0x02, schema.as_bytes()));
+        }
+        let done = self.run(&commands).await;
         if done {
             self.state = State::default();
         }
@@ -182,41 +156,53 @@ impl ServerConn {
         if self.carries(state) {
             return true;
         }
-        if !self.state.is_empty() && !self.reset(schema).await {
-            return false;
+        let mut commands: Vec<(u8, &[u8])> = Vec::new();
+        if !self.state.is_empty() {
+            commands.push((0x1F, &[]));
+            if !schema.is_empty() {
+                commands.push((0x02, schema.as_bytes()));
+            }
         }
+        for step in state.iter() {
+            commands.push(match step {
+                Step::Query(text) => (0x03, text),
+                Step::InitDb(name) => (0x02, name),
+            });
+        }
+        let done = self.run(&commands).await;
+        if done {
+            self.state = Arc::clone(state);
+        }
+        done
+    }
+
+    /// Sends `commands` (command byte, body) in one write and reads their answers: true if
+    /// each is an OK, within a second.
+    async fn run(&mut self, commands: &[(u8, &[u8])]) -> bool {
         let steps = async {
             use tokio::io::AsyncWriteExt;
             let mut packets = Vec::new();
-            for step in state.iter() {
-                let (command, body) = match step {
-                    Step::Query(text) => (0x03, text),
-                    Step::InitDb(name) => (0x02, name),
-                };
+            for (command, body) in commands {
                 let len = 1 + body.len();
                 if len >= 0xFF_FFFF {
                     return Ok::<bool, std::io::Error>(false);
                 }
                 packets.extend_from_slice(&[len as u8, (len >> 8) as u8, (len >> 16) as u8, 0]);
-                packets.push(command);
+                packets.push(*command);
                 packets.extend_from_slice(body);
             }
             self.leg.write_all(&packets).await?;
             self.leg.flush().await?;
             let mut ok = true;
-            for _ in state.iter() {
+            for _ in commands {
                 ok &= self.read_ok().await?;
             }
             Ok(ok)
         };
-        let done = matches!(
+        matches!(
             tokio::time::timeout(std::time::Duration::from_secs(1), steps).await,
             Ok(Ok(true))
-        );
-        if done {
-            self.state = Arc::clone(state);
-        }
-        done
+        )
     }
 
     /// Reads a one-packet answer to a command: true for an OK.
