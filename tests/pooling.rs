@@ -119,3 +119,36 @@ async fn a_session_that_sets_state_keeps_its_connection_and_its_end_brings_it_ba
     assert_eq!(pins, 2.0);
     b.disconnect().await.unwrap();
 }
+
+/// Production pools mostly run behind a deferred connect (the default for backends off this
+/// host): the proxy greets, reads the login, then logs in on a fresh server connection that
+/// joins the pool as in an immediate connect.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deferred_connect_logs_in_and_shares_as_an_immediate_one_does() {
+    let db = &shared_pair()[0];
+    let backend = db.tcp_addr();
+    let mut config = common::proxy::config(std::slice::from_ref(&backend));
+    config.connect_mode = mysql_lb::config::ConnectMode::Deferred;
+    let (idle, wait) = (Duration::from_millis(500), Duration::from_secs(3));
+    common::pooling::transaction_mode(&mut config, 4, idle, wait);
+    let proxy = TestProxy::start_with(config);
+    let mut a = connect(&proxy).await;
+    let mut b = connect(&proxy).await;
+    open_connections(&proxy, &backend, 1).await;
+    let (x, y) = (server_id(&mut a).await, server_id(&mut b).await);
+    assert_eq!(x, y, "both sessions run on the one connection left");
+    // Settings are replayed on the shared connection, each session reading its own.
+    a.query_drop("SET time_zone = '+05:00'").await.unwrap();
+    let theirs: String = b.query_first("SELECT @@time_zone").await.unwrap().unwrap();
+    let ours: String = a.query_first("SELECT @@time_zone").await.unwrap().unwrap();
+    assert_eq!((ours.as_str(), theirs.as_str()), ("+05:00", "SYSTEM"));
+    // A wrong password is refused by the server, as directly.
+    let refused = mysql_async::Conn::new(proxy.opts("bench", "wrong")).await;
+    let code = match refused {
+        Err(mysql_async::Error::Server(e)) => e.code,
+        other => panic!("a refused login, got {other:?}"),
+    };
+    assert_eq!(code, 1045);
+    a.disconnect().await.unwrap();
+    b.disconnect().await.unwrap();
+}
