@@ -310,7 +310,9 @@ fn ten_thousand_idle_clients_and_fifty_busy_ones_hold_about_fifty_server_connect
         &[
             "--threads=50".to_string(),
             "--time=5".to_string(),
-            "--mysql-ignore-errors=none".to_string(),
+            // A deadlock between two writers is the workload's (the same directly); sysbench
+            // retries it. Any other error fails the run.
+            "--mysql-ignore-errors=1213".to_string(),
         ],
         "run",
     );
