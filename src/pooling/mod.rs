@@ -16,26 +16,24 @@
 
 use std::collections::HashMap;
 use std::net::IpAddr;
-use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::task::{Context, Poll};
 use std::time::Instant;
 
-use prometheus::{HistogramOpts, HistogramVec, IntCounterVec, IntGaugeVec, Opts};
 use thiserror::Error;
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::sync::oneshot;
 
 use crate::config::Pooling;
-use crate::leg::LegStream;
 use crate::metrics::Metrics;
-use crate::stream::BackendStream;
 
+mod conn;
 mod core;
 pub mod holding;
+mod metrics;
 
 use self::core::{Acquired, Core, Slot, Waiter};
+pub use conn::ServerConn;
 pub use holding::{Holding, Reason, State, Step};
+use metrics::{Families, PoolMetrics};
 
 /// What sessions share connections under: a connection holds exactly the state a login of this
 /// key leaves.
@@ -93,156 +91,6 @@ impl Eq for Key {}
 impl std::hash::Hash for Key {
     fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
         state.write_u64(self.hash);
-    }
-}
-
-/// A server connection past its login, as the pool keeps it.
-pub struct ServerConn {
-    pub leg: LegStream<BackendStream>,
-    /// The server's id of the connection (`CONNECTION_ID()`), for KILL.
-    pub thread_id: u32,
-    /// The replayable settings it carries beyond its login's (see [`holding::State`]).
-    pub state: State,
-}
-
-impl std::fmt::Debug for ServerConn {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "ServerConn({})", self.thread_id)
-    }
-}
-
-impl ServerConn {
-    /// True when the server closed the connection or sent something unasked while it was idle
-    /// (a `wait_timeout`, a KILL, a shutdown): it must not take a statement. One read attempt
-    /// that does not wait.
-    pub fn is_stale(&mut self) -> bool {
-        let mut cx = Context::from_waker(std::task::Waker::noop());
-        let mut byte = [0u8; 1];
-        let mut buf = ReadBuf::new(&mut byte);
-        !matches!(
-            Pin::new(&mut self.leg).poll_read(&mut cx, &mut buf),
-            Poll::Pending
-        )
-    }
-
-    /// Brings a connection back to the state a login of its key leaves (after a session pinned
-    /// it, or left warnings or an insert id on it): COM_RESET_CONNECTION (transaction rolled
-    /// back, temporary tables dropped, locks released, variables, diagnostics and prepared
-    /// statements gone, the login's character set kept), then COM_INIT_DB of the login schema
-    /// when there was one, both sent at once. False if the server did not answer both with an
-    /// OK within a second: the connection must close.
-    pub async fn reset(&mut self, schema: &str) -> bool {
-        let mut commands: Vec<(u8, &[u8])> = vec![(0x1F, &[])];
-        if !schema.is_empty() {
-            commands.push((0x02, schema.as_bytes()));
-        }
-        let done = self.run(&commands).await;
-        if done {
-            self.state = State::default();
-        }
-        done
-    }
-
-    /// Whether the connection carries exactly `state`'s settings.
-    pub fn carries(&self, state: &State) -> bool {
-        Arc::ptr_eq(&self.state, state) || self.state == *state
-    }
-
-    /// Brings the connection to `state` (a session's settings, see [`holding::State`]): when
-    /// it carries other settings, reset first (COM_RESET_CONNECTION, COM_INIT_DB of the login
-    /// `schema`), then each setting run again, all in one write. False if the server did not
-    /// answer each with an OK within a second: the connection must close.
-    pub async fn adopt(&mut self, state: &State, schema: &str) -> bool {
-        if self.carries(state) {
-            return true;
-        }
-        let mut commands: Vec<(u8, &[u8])> = Vec::new();
-        if !self.state.is_empty() {
-            commands.push((0x1F, &[]));
-            if !schema.is_empty() {
-                commands.push((0x02, schema.as_bytes()));
-            }
-        }
-        for step in state.iter() {
-            commands.push(match step {
-                Step::Query(text) => (0x03, text),
-                Step::InitDb(name) => (0x02, name),
-            });
-        }
-        let done = self.run(&commands).await;
-        if done {
-            self.state = Arc::clone(state);
-        }
-        done
-    }
-
-    /// Sends `commands` (command byte, body) in one write and reads their answers: true if
-    /// each is an OK, within a second.
-    async fn run(&mut self, commands: &[(u8, &[u8])]) -> bool {
-        let steps = async {
-            use tokio::io::AsyncWriteExt;
-            let mut packets = Vec::new();
-            for (command, body) in commands {
-                let len = 1 + body.len();
-                if len >= 0xFF_FFFF {
-                    return Ok::<bool, std::io::Error>(false);
-                }
-                packets.extend_from_slice(&[len as u8, (len >> 8) as u8, (len >> 16) as u8, 0]);
-                packets.push(*command);
-                packets.extend_from_slice(body);
-            }
-            self.leg.write_all(&packets).await?;
-            self.leg.flush().await?;
-            let mut ok = true;
-            for _ in commands {
-                ok &= self.read_ok().await?;
-            }
-            Ok(ok)
-        };
-        matches!(
-            tokio::time::timeout(std::time::Duration::from_secs(1), steps).await,
-            Ok(Ok(true))
-        )
-    }
-
-    /// Reads a one-packet answer to a command: true for an OK.
-    async fn read_ok(&mut self) -> std::io::Result<bool> {
-        use tokio::io::AsyncReadExt;
-        let mut header = [0u8; 4];
-        self.leg.read_exact(&mut header).await?;
-        let len =
-            usize::from(header[0]) | usize::from(header[1]) << 8 | usize::from(header[2]) << 16;
-        if len > 64 * 1024 {
-            return Ok(false);
-        }
-        let mut payload = vec![0u8; len];
-        self.leg.read_exact(&mut payload).await?;
-        Ok(payload.first() == Some(&0x00) && header[3] == 1)
-    }
-
-    /// Ends the connection and waits (up to a second) until the server has closed its end:
-    /// only then does the server no longer count it against its `max_connections`, and may
-    /// its pool slot go to a login.
-    pub async fn close(mut self) {
-        use tokio::io::{AsyncReadExt, AsyncWriteExt};
-        let ends = async {
-            self.leg.write_all(&[1, 0, 0, 0, 0x01]).await?;
-            self.leg.flush().await?;
-            let mut sink = [0u8; 256];
-            while self.leg.read(&mut sink).await? > 0 {}
-            Ok::<(), std::io::Error>(())
-        };
-        let _ = tokio::time::timeout(std::time::Duration::from_secs(1), ends).await;
-    }
-
-    /// Ends the connection politely, as far as it can without waiting: COM_QUIT if the socket
-    /// takes it now, then the close.
-    pub fn quit(mut self) {
-        let mut cx = Context::from_waker(std::task::Waker::noop());
-        let leg = Pin::new(&mut self.leg);
-        if let Poll::Ready(Ok(5)) = leg.poll_write(&mut cx, &[1, 0, 0, 0, 0x01]) {
-            let _ = Pin::new(&mut self.leg).poll_flush(&mut cx);
-        }
     }
 }
 
@@ -679,152 +527,5 @@ impl ServerPools {
     pub fn get(&self, backend: &str) -> Option<Arc<BackendPool>> {
         let pools = self.pools.lock().unwrap_or_else(|e| e.into_inner());
         pools.get(backend).cloned()
-    }
-}
-
-/// The metric families every pool's series belong to.
-#[derive(Clone)]
-struct Families {
-    connections: IntGaugeVec,
-    waiting: IntGaugeVec,
-    wait: HistogramVec,
-    pins: IntCounterVec,
-    acquired: IntCounterVec,
-    failed: IntCounterVec,
-    resets: IntCounterVec,
-}
-
-impl Families {
-    /// The families, registered with `metrics` (a registry that has them already, as a second
-    /// proxy in one test process, keeps its own and these count unexported).
-    fn register(metrics: &Metrics) -> Families {
-        let labels = ["pool", "backend"];
-        let gauge = |name: &str, help: &str, labels: &[&str]| {
-            IntGaugeVec::new(Opts::new(name, help), labels).expect("a valid metric name")
-        };
-        let counter = |name: &str, help: &str, labels: &[&str]| {
-            IntCounterVec::new(Opts::new(name, help), labels).expect("a valid metric name")
-        };
-        let families = Families {
-            connections: gauge(
-                "mysql_lb_pool_server_connections",
-                "Server connections of a transaction-mode pool by state (idle, in_use; \
-                 logins in flight count as in use)",
-                &["pool", "backend", "state"],
-            ),
-            waiting: gauge(
-                "mysql_lb_pool_waiting",
-                "Sessions and logins waiting for a server connection",
-                &labels,
-            ),
-            wait: HistogramVec::new(
-                HistogramOpts::new(
-                    "mysql_lb_pool_wait_seconds",
-                    "How long a session or login waited for a server connection",
-                )
-                .buckets(vec![
-                    0.0001, 0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 30.0,
-                ]),
-                &labels,
-            )
-            .expect("a valid metric name"),
-            pins: counter(
-                "mysql_lb_pool_pins_total",
-                "Sessions that kept their server connection for good, by reason",
-                &["pool", "backend", "reason"],
-            ),
-            acquired: counter(
-                "mysql_lb_pool_acquired_total",
-                "Server connections taken from the pool by a session (reuses)",
-                &labels,
-            ),
-            failed: counter(
-                "mysql_lb_pool_wait_failed_total",
-                "Sessions and logins that got no server connection (timeout, starved)",
-                &["pool", "backend", "reason"],
-            ),
-            resets: counter(
-                "mysql_lb_pool_resets_total",
-                "Server connections reset (COM_RESET_CONNECTION) before another session gets \
-                 them, by why: traces (warnings, an error, an insert id or a row count left \
-                 on it), session_end (a session ended in a transaction or with traces), pinned \
-                 (a pinned session ended); outcome failed when the connection closed instead",
-                &["pool", "backend", "reason", "outcome"],
-            ),
-        };
-        for c in [
-            Box::new(families.connections.clone()) as Box<dyn prometheus::core::Collector>,
-            Box::new(families.waiting.clone()),
-            Box::new(families.wait.clone()),
-            Box::new(families.pins.clone()),
-            Box::new(families.acquired.clone()),
-            Box::new(families.failed.clone()),
-            Box::new(families.resets.clone()),
-        ] {
-            let _ = metrics.register(c);
-        }
-        families
-    }
-}
-
-/// One pool's series.
-struct PoolMetrics {
-    idle: prometheus::IntGauge,
-    in_use: prometheus::IntGauge,
-    waiting: prometheus::IntGauge,
-    wait: prometheus::Histogram,
-    pins: IntCounterVec,
-    acquired: prometheus::IntCounter,
-    failed: IntCounterVec,
-    resets: IntCounterVec,
-    labels: [String; 2],
-}
-
-impl PoolMetrics {
-    fn new(f: &Families, pool: &str, backend: &str) -> Self {
-        PoolMetrics {
-            idle: f.connections.with_label_values(&[pool, backend, "idle"]),
-            in_use: f.connections.with_label_values(&[pool, backend, "in_use"]),
-            waiting: f.waiting.with_label_values(&[pool, backend]),
-            wait: f.wait.with_label_values(&[pool, backend]),
-            pins: f.pins.clone(),
-            acquired: f.acquired.with_label_values(&[pool, backend]),
-            failed: f.failed.clone(),
-            resets: f.resets.clone(),
-            labels: [pool.to_owned(), backend.to_owned()],
-        }
-    }
-
-    fn update(&self, core: &Inner) {
-        let idle = core.idle();
-        self.idle.set(idle as i64);
-        self.in_use.set(core.open().saturating_sub(idle) as i64);
-        self.waiting.set(core.waiting() as i64);
-    }
-
-    fn waited(&self, d: std::time::Duration) {
-        self.wait.observe(d.as_secs_f64());
-    }
-
-    fn pinned(&self, reason: Reason) {
-        let [pool, backend] = &self.labels;
-        self.pins
-            .with_label_values(&[pool, backend, reason.as_str()])
-            .inc();
-    }
-
-    fn reset(&self, reason: &str, ok: bool) {
-        let [pool, backend] = &self.labels;
-        let outcome = if ok { "ok" } else { "failed" };
-        self.resets
-            .with_label_values(&[pool, backend, reason, outcome])
-            .inc();
-    }
-
-    fn failed(&self, reason: &str) {
-        let [pool, backend] = &self.labels;
-        self.failed
-            .with_label_values(&[pool, backend, reason])
-            .inc();
     }
 }
