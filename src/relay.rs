@@ -58,8 +58,10 @@ pub enum RelayEnd {
     /// A protocol violation; everything before the offending packet was forwarded.
     Protocol(TrackError),
     /// The observer let the backend go (see [`Observer::releasable`]) at a command boundary:
-    /// nothing in flight, nothing read and unsent. Carries the two emptied buffers (client's,
-    /// backend's) for the next relay to reuse.
+    /// nothing in flight, nothing read and unsent; or the client scan stopped before a
+    /// prepared-statement command (see `Tracker::pause_statements`), whose bytes are then at the
+    /// front of the client's buffer. Carries the two buffers (client's, backend's) for the next
+    /// relay to reuse.
     Released(BytesMut, BytesMut),
     /// A transaction-mode session got no server connection and was told so (see
     /// `crate::pooling`); set by the pooled session, never by the relay itself.
@@ -136,6 +138,10 @@ trait Hooks {
     /// Where the first byte that may not be written yet is (a KILL waiting for its rewrite).
     fn writable(&mut self, _cx: &mut Context<'_>, _buf: &mut BytesMut) -> Option<usize> {
         None
+    }
+    /// True when the source must not be read for now (the relay is about to end).
+    fn paused(&self) -> bool {
+        false
     }
 }
 
@@ -224,6 +230,12 @@ impl<O: Observer> Hooks for Upstream<'_, O> {
 
     fn writable(&mut self, cx: &mut Context<'_>, buf: &mut BytesMut) -> Option<usize> {
         self.pending.poll(cx, buf)
+    }
+
+    /// A transaction-mode pool's session stopped before a prepared-statement command (see
+    /// `Tracker::pause_statements`): the relay ends once what precedes it is answered.
+    fn paused(&self) -> bool {
+        self.tracker.paused()
     }
 }
 
@@ -323,6 +335,9 @@ where
         if dir.eof {
             return Poll::Ready(Step::Eof);
         }
+        if hooks.paused() {
+            return Poll::Pending;
+        }
         match poll_read_buf(Pin::new(&mut *src), cx, &mut dir.buf) {
             Poll::Ready(Ok(0)) => dir.eof = true,
             Poll::Ready(Ok(n)) => {
@@ -421,6 +436,13 @@ where
             {
                 Poll::Ready(RelayEnd::ClientClosed { quit: true })
             }
+            // Stopped before a prepared-statement command, everything before it answered: the
+            // pool's session handles it (its bytes stay at the front of the client's buffer).
+            Poll::Pending if session.paused_at_boundary() => {
+                let up = std::mem::take(&mut session.up.buf);
+                let down = std::mem::take(&mut session.down.buf);
+                Poll::Ready(RelayEnd::Released(up, down))
+            }
             Poll::Pending if session.observer.releasable() && session.boundary() => {
                 let up = std::mem::take(&mut session.up.buf);
                 let down = std::mem::take(&mut session.down.buf);
@@ -478,6 +500,14 @@ where
     /// Nothing in flight and nothing half read: a safe point to close the session.
     fn boundary(&self) -> bool {
         self.tracker.idle() && self.up.buf.is_empty() && self.down.buf.is_empty()
+    }
+
+    /// Stopped before a prepared-statement command with nothing before it in flight.
+    fn paused_at_boundary(&self) -> bool {
+        self.tracker.paused()
+            && self.tracker.idle()
+            && self.up.buf.len() == self.up.held
+            && self.down.buf.is_empty()
     }
 
     /// No command waiting for its answer, nothing read waiting to be written (but held bytes) and

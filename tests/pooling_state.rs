@@ -286,7 +286,7 @@ fn scenarios() -> Vec<Scenario> {
                 Exec("SELECT ? * 2", vec![Value::Int(4)]),
                 Exec("SELECT ? + 1", vec![Value::Int(0)]),
             ],
-            pin: Some("prepared_statement"),
+            pin: None,
             traces: false,
             a_pooled: vec![],
             b_pooled: vec![],

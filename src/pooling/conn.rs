@@ -9,6 +9,7 @@ use std::task::{Context, Poll};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 use super::holding::{State, Step};
+use super::statements::{close_packet, prepare_packet, ConnStatements, PrepareOk};
 use crate::leg::LegStream;
 use crate::stream::BackendStream;
 
@@ -19,7 +20,21 @@ pub struct ServerConn {
     pub thread_id: u32,
     /// The replayable settings it carries beyond its login's (see [`State`]).
     pub state: State,
+    /// The prepared statements it holds (see `super::statements`).
+    pub statements: ConnStatements,
 }
+
+/// A COM_STMT_PREPARE's whole answer as the server sent it.
+pub struct PrepareAnswer {
+    /// Its packets, headers included, sequence ids 1, 2, … as the client expects them.
+    pub bytes: Vec<u8>,
+    /// The STMT_PREPARE_OK, or None for an ERR (`bytes` is then that one packet).
+    pub ok: Option<PrepareOk>,
+}
+
+/// A prepare's answer larger than this ends the connection (thousands of columns' definitions
+/// stay far below it).
+const MAX_PREPARE_ANSWER: usize = 16 * 1024 * 1024;
 
 impl std::fmt::Debug for ServerConn {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -59,6 +74,75 @@ impl ServerConn {
         done
     }
 
+    /// Sends a COM_STMT_PREPARE packet (header included; sent with sequence id 0) and reads its
+    /// whole answer; `deprecate_eof` as the session negotiated. An I/O error, or an answer the
+    /// pool cannot follow, means the connection must close.
+    pub async fn prepare(
+        &mut self,
+        packet: &[u8],
+        deprecate_eof: bool,
+    ) -> std::io::Result<PrepareAnswer> {
+        use tokio::io::AsyncWriteExt;
+        let mut first = packet.to_vec();
+        if let Some(seq) = first.get_mut(3) {
+            *seq = 0;
+        }
+        self.leg.write_all(&first).await?;
+        self.leg.flush().await?;
+        let mut bytes = Vec::new();
+        let payload = self.read_packet(&mut bytes, 1).await?;
+        let ok = PrepareOk::parse(&bytes[payload..]);
+        let Some(ok) = ok else {
+            return match bytes.get(payload) {
+                Some(0xFF) => Ok(PrepareAnswer { bytes, ok: None }),
+                _ => Err(malformed("a prepare's answer is neither STMT_PREPARE_OK nor ERR")),
+            };
+        };
+        for i in 1..ok.packets(deprecate_eof) {
+            self.read_packet(&mut bytes, (i + 1) as u8).await?;
+        }
+        Ok(PrepareAnswer {
+            bytes,
+            ok: Some(ok),
+        })
+    }
+
+    /// Prepares `text` for the pool's own use (a session executes it here for the first time).
+    pub async fn prepare_text(
+        &mut self,
+        text: &[u8],
+        deprecate_eof: bool,
+    ) -> std::io::Result<PrepareAnswer> {
+        let packet = prepare_packet(text).ok_or_else(|| malformed("statement too long"))?;
+        self.prepare(&packet, deprecate_eof).await
+    }
+
+    /// Closes server statement `id` (no answer comes).
+    pub async fn close_statement(&mut self, id: u32) -> std::io::Result<()> {
+        use tokio::io::AsyncWriteExt;
+        self.leg.write_all(&close_packet(id)).await?;
+        self.leg.flush().await
+    }
+
+    /// Appends one packet of an answer to `out`, with sequence id `seq`; returns where its
+    /// payload starts in `out`.
+    async fn read_packet(&mut self, out: &mut Vec<u8>, seq: u8) -> std::io::Result<usize> {
+        use tokio::io::AsyncReadExt;
+        let mut header = [0u8; 4];
+        self.leg.read_exact(&mut header).await?;
+        let len =
+            usize::from(header[0]) | usize::from(header[1]) << 8 | usize::from(header[2]) << 16;
+        if len == 0xFF_FFFF || out.len() + 4 + len > MAX_PREPARE_ANSWER {
+            return Err(malformed("a prepare's answer is too large"));
+        }
+        header[3] = seq;
+        out.extend_from_slice(&header);
+        let at = out.len();
+        out.resize(at + len, 0);
+        self.leg.read_exact(&mut out[at..]).await?;
+        Ok(at)
+    }
+
     /// Whether the connection carries exactly `state`'s settings.
     pub fn carries(&self, state: &State) -> bool {
         Arc::ptr_eq(&self.state, state) || self.state == *state
@@ -95,6 +179,10 @@ impl ServerConn {
     /// Sends `commands` (command byte, body) in one write and reads their answers: true if
     /// each is an OK, within a second.
     async fn run(&mut self, commands: &[(u8, &[u8])]) -> bool {
+        if commands.iter().any(|&(command, _)| command == 0x1F) {
+            // COM_RESET_CONNECTION drops the connection's prepared statements.
+            self.statements.clear();
+        }
         let steps = async {
             use tokio::io::AsyncWriteExt;
             let mut packets = Vec::new();
@@ -160,4 +248,8 @@ impl ServerConn {
             let _ = Pin::new(&mut self.leg).poll_flush(&mut cx);
         }
     }
+}
+
+fn malformed(what: &str) -> std::io::Error {
+    std::io::Error::new(std::io::ErrorKind::InvalidData, what.to_owned())
 }

@@ -54,6 +54,8 @@ pub enum Reason {
     /// A statement that leaves state (see [`Pin`]).
     Statement(Pin),
     PreparedStatement,
+    /// COM_STMT_SEND_LONG_DATA: the data waits on the connection for its execute.
+    LongData,
     ChangeUser,
     InitDb,
     SetOption,
@@ -72,6 +74,7 @@ impl Reason {
         match self {
             Reason::Statement(pin) => pin.as_str(),
             Reason::PreparedStatement => "prepared_statement",
+            Reason::LongData => "long_data",
             Reason::ChangeUser => "change_user",
             Reason::InitDb => "init_db",
             Reason::SetOption => "set_option",
@@ -111,6 +114,9 @@ pub struct Holding {
     /// The login named a schema, so a reset connection goes back to it and `USE` can be
     /// replayed; without one, `USE` pins (nothing goes back to no schema).
     login_schema: bool,
+    /// Prepared statements are the pool's to share (`super::statements`): a prepare does not
+    /// pin.
+    shared_statements: bool,
 }
 
 impl Holding {
@@ -120,6 +126,12 @@ impl Holding {
             login_schema,
             ..Holding::default()
         }
+    }
+
+    /// The session's prepared statements are shared by the pool (see `super::statements`),
+    /// not pinned.
+    pub fn share_statements(&mut self) {
+        self.shared_statements = true;
     }
 
     /// The settings a connection must carry to serve this session.
@@ -160,6 +172,9 @@ impl Holding {
                 self.replay_later(Step::InitDb(name.into()));
             }
             return None;
+        }
+        if command == cmd::STMT_SEND_LONG_DATA {
+            return self.pin(Some(Reason::LongData));
         }
         if command != cmd::QUERY {
             return None;
@@ -245,7 +260,9 @@ impl Holding {
             | cmd::STMT_RESET
             | cmd::STMT_SEND_LONG_DATA
             | cmd::STMT_BULK_EXECUTE => None,
-            cmd::STMT_PREPARE if !c.error => Some(Reason::PreparedStatement),
+            cmd::STMT_PREPARE if !c.error && !self.shared_statements => {
+                Some(Reason::PreparedStatement)
+            }
             cmd::STMT_PREPARE => None,
             cmd::CHANGE_USER => {
                 self.user_changed = true;

@@ -29,6 +29,7 @@ mod conn;
 mod core;
 pub mod holding;
 mod metrics;
+pub mod statements;
 
 use self::core::{Acquired, Core, Slot, Waiter};
 pub use conn::ServerConn;

@@ -151,6 +151,10 @@ pub enum TrackError {
         exposure: Exposure,
         start: Option<usize>,
     },
+    /// Not a failure: the client scan stopped before a prepared-statement command (see
+    /// [`Tracker::pause_statements`]); never leaves the tracker.
+    #[error("client scan paused before a statement command")]
+    Paused { start: usize },
 }
 
 impl TrackError {
@@ -167,6 +171,7 @@ impl TrackError {
             | Self::BackendMalformed { start, .. }
             | Self::TooManyPending { start, .. }
             | Self::CleartextPassword { start, .. } => start,
+            Self::Paused { start } => Some(start),
         }
     }
 

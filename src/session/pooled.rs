@@ -13,14 +13,19 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tracing::{debug, info, warn};
 
 use super::connect::LoginSlot;
+use prepared::{Front, Ran};
 use super::recorder::Recorder;
 use crate::kill;
 use crate::leg::LegStream;
+use crate::pooling::statements::{is_statement_command, SessionStatements};
 use crate::pooling::{holding::TEXT_LIMIT, BackendPool, Holding, Key, PoolError, ServerConn};
+use crate::protocol::caps::CLIENT_DEPRECATE_EOF;
 use crate::protocol::errors::{code, err_packet, sqlstate_for};
 use crate::protocol::response::{Completed, Tracker};
 use crate::relay::{relay, KillRewrite, Observer, RelayEnd, Stop};
 use crate::stream::BackendStream;
+
+mod prepared;
 
 /// How a session joins its backend's pool once logged in.
 pub(super) struct Joined<'r> {
@@ -54,61 +59,109 @@ where
     C: AsyncRead + AsyncWrite + Unpin,
 {
     let pool = joined.slot.logged_in(&key);
+    let mut holding = Holding::new(!key.schema.is_empty());
+    holding.share_statements();
     let mut observer = Pooled {
         inner: recorder,
-        holding: Holding::new(!key.schema.is_empty()),
+        holding,
         pool: &pool,
         key: &key,
+        statements: SessionStatements::default(),
+        front: None,
+        scratch: Vec::new(),
+        conn_reset: false,
     };
     let mut conn = Some(ServerConn {
         leg: backend,
         thread_id: joined.thread_id,
         state: Default::default(),
+        statements: Default::default(),
     });
+    let deprecate_eof = tracker.caps().has(CLIENT_DEPRECATE_EOF);
     // Where a KILL naming the session goes: the connection it holds, or nowhere (0) between
     // transactions, never the connection's next holder.
     let live = joined.registration.and_then(kill::Registration::follow);
     // Polled only when the drain wakes it (see `gate`): one atomic load per wait, not a lock.
     let mut draining = crate::gate::cancelled(stop.drain);
     let end = loop {
-        let held = match conn.as_mut() {
-            Some(held) => held,
-            None => {
-                if let Some(end) = next_command(client, &mut up, stop, &mut draining).await {
-                    break end;
+        if conn.is_none() {
+            if let Some(end) = next_command(client, &mut up, stop, &mut draining).await {
+                break end;
+            }
+        } else if stop.drain.is_cancelled() && tracker.idle() && !up.is_empty() {
+            // A statement command read before the drain and not begun: the session ends here.
+            break RelayEnd::Drained;
+        }
+        let statement = up.get(4).is_some_and(|&c| is_statement_command(c));
+        let front = if statement {
+            match prepared::front(client, &mut up, &mut observer).await {
+                Ok(Front::Done) => continue,
+                Ok(front) => Some(front),
+                Err(end) => break end,
+            }
+        } else {
+            None
+        };
+        if conn.is_none() {
+            let state = observer.holding.state();
+            let got = match pool.acquire(&key, worker, state).await {
+                Ok(got) if got.carries(state) => Ok(got),
+                Ok(mut got) => {
+                    // Another session's settings on it: reset, then this one's run again.
+                    let adopted = got.adopt(state, &key.schema).await;
+                    pool.count_reset("state", adopted);
+                    if adopted {
+                        Ok(got)
+                    } else {
+                        pool.closed(&key);
+                        got.quit();
+                        Err(PoolError::Replay)
+                    }
                 }
-                let state = observer.holding.state();
-                let got = match pool.acquire(&key, worker, state).await {
-                    Ok(got) if got.carries(state) => Ok(got),
-                    Ok(mut got) => {
-                        // Another session's settings on it: reset, then this one's run again.
-                        let adopted = got.adopt(state, &key.schema).await;
-                        pool.count_reset("state", adopted);
-                        if adopted {
-                            Ok(got)
-                        } else {
-                            pool.closed(&key);
-                            got.quit();
-                            Err(PoolError::Replay)
-                        }
+                Err(e) => Err(e),
+            };
+            match got {
+                Ok(got) => {
+                    if let Some(live) = &live {
+                        live.store(got.thread_id, Ordering::Relaxed);
                     }
-                    Err(e) => Err(e),
-                };
-                match got {
-                    Ok(got) => {
-                        if let Some(live) = &live {
-                            live.store(got.thread_id, Ordering::Relaxed);
-                        }
-                        conn.insert(got)
-                    }
-                    Err(e) => match refuse_command(client, &mut up, &e, peer).await {
+                    conn = Some(got);
+                }
+                Err(e) => {
+                    let refused = match front {
+                        // Long data has no answer to put an ERR in: it is dropped, and its
+                        // execute meets the same wait.
+                        Some(Front::Statement {
+                            command: crate::protocol::cmd::STMT_SEND_LONG_DATA,
+                            ..
+                        }) => prepared::drop_front(client, &mut up).await,
+                        _ => refuse_command(client, &mut up, &e, peer).await,
+                    };
+                    match refused {
                         Ok(()) if matches!(e, PoolError::Timeout { .. }) => continue,
                         Ok(()) => break RelayEnd::NoServerConnection,
                         Err(end) => break end,
-                    },
+                    }
                 }
             }
+        }
+        let Some(held) = conn.as_mut() else {
+            continue;
         };
+        if let Some(front) = front {
+            let ran = prepared::run(front, client, held, &mut up, &mut observer, deprecate_eof);
+            match ran.await {
+                Ok(Ran::Done) => {
+                    if observer.holding.releasable() {
+                        give_back(&pool, &key, worker, &mut conn, &mut observer, live.as_deref()).await;
+                    }
+                    continue;
+                }
+                Ok(Ran::Relay) => {}
+                Err(end) => break end,
+            }
+        }
+        tracker.pause_statements(statement);
         let pending = (std::mem::take(&mut up), std::mem::take(&mut down));
         let end = relay(
             client,
@@ -120,23 +173,15 @@ where
             &mut observer,
         )
         .await;
+        if std::mem::take(&mut observer.conn_reset) {
+            // COM_RESET_CONNECTION or COM_CHANGE_USER dropped its prepared statements.
+            held.statements.clear();
+        }
         match end {
             RelayEnd::Released(u, d) => {
                 (up, down) = (u, d);
-                if let Some(live) = &live {
-                    live.store(kill::NO_THREAD, Ordering::Relaxed);
-                }
-                if let Some(mut held) = conn.take() {
-                    held.state = observer.holding.state().clone();
-                    if !observer.holding.leaves_traces() {
-                        pool.release(&key, held, worker);
-                    } else if reset(&pool, &mut held, &key, "traces").await {
-                        observer.holding.reset_done();
-                        pool.release(&key, held, worker);
-                    } else {
-                        pool.closed(&key);
-                        held.quit();
-                    }
+                if observer.holding.releasable() {
+                    give_back(&pool, &key, worker, &mut conn, &mut observer, live.as_deref()).await;
                 }
             }
             end => break end,
@@ -277,6 +322,34 @@ impl Observer for Settling<'_, '_, '_> {
     }
 }
 
+/// Gives the session's connection back to its pool between transactions (reset first when
+/// the session left traces on it).
+async fn give_back(
+    pool: &std::sync::Arc<BackendPool>,
+    key: &Key,
+    worker: usize,
+    conn: &mut Option<ServerConn>,
+    observer: &mut Pooled<'_, '_>,
+    live: Option<&std::sync::atomic::AtomicU32>,
+) {
+    if let Some(live) = live {
+        live.store(kill::NO_THREAD, Ordering::Relaxed);
+    }
+    let Some(mut held) = conn.take() else {
+        return;
+    };
+    held.state = observer.holding.state().clone();
+    if !observer.holding.leaves_traces() {
+        pool.release(key, held, worker);
+    } else if reset(pool, &mut held, key, "traces").await {
+        observer.holding.reset_done();
+        pool.release(key, held, worker);
+    } else {
+        pool.closed(key);
+        held.quit();
+    }
+}
+
 /// Brings `held` back to `key`'s login state, counted under `reason`; false when it must close.
 async fn reset(pool: &BackendPool, held: &mut ServerConn, key: &Key, reason: &'static str) -> bool {
     let ok = held.reset(&key.schema).await;
@@ -386,6 +459,15 @@ struct Pooled<'a, 'r> {
     holding: Holding,
     pool: &'a BackendPool,
     key: &'a Key,
+    /// The session's prepared statements, by the ids the proxy gave them.
+    statements: SessionStatements,
+    /// The client's id of the statement command the relay sends next, which carries its server
+    /// connection's id (see [`prepared::as_client_sent`]).
+    front: Option<u32>,
+    scratch: Vec<u8>,
+    /// A COM_RESET_CONNECTION or COM_CHANGE_USER completed: the server connection's prepared
+    /// statements are gone.
+    conn_reset: bool,
 }
 
 impl Pooled<'_, '_> {
@@ -402,6 +484,16 @@ impl Observer for Pooled<'_, '_> {
         self.inner.completed(c);
         let reason = self.holding.completed(c);
         self.pinned(reason);
+        if matches!(
+            c.command,
+            crate::protocol::cmd::RESET_CONNECTION | crate::protocol::cmd::CHANGE_USER
+        ) {
+            self.conn_reset = true;
+            if !c.error {
+                // As directly: the session's statements are gone.
+                self.statements.clear();
+            }
+        }
     }
 
     fn relayed(&mut self, to_backend: bool, n: usize) {
@@ -409,9 +501,13 @@ impl Observer for Pooled<'_, '_> {
     }
 
     fn statement(&mut self, command: u8, payload: &[u8]) -> u64 {
-        let reason = self.holding.statement(command, payload);
+        let mut scratch = std::mem::take(&mut self.scratch);
+        let seen = prepared::as_client_sent(command, payload, &mut self.front, &mut scratch);
+        let reason = self.holding.statement(command, seen);
         self.pinned(reason);
-        self.inner.statement(command, payload)
+        let tag = self.inner.statement(command, seen);
+        self.scratch = scratch;
+        tag
     }
 
     fn client_scan(&mut self, in_flight: usize) -> Option<usize> {

@@ -99,6 +99,62 @@ pub struct Tracker {
     /// A COM_CHANGE_USER reply that makes the client send its password in clear is an error
     /// (see [`guard_cleartext`](Self::guard_cleartext)).
     guard_cleartext: bool,
+    /// Whether a prepared-statement command stops the client scan (see
+    /// [`pause_statements`](Self::pause_statements)).
+    pause: Pause,
+    paused: bool,
+}
+
+/// When a client scan stops before a prepared-statement command.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Pause {
+    Off,
+    On,
+    /// The next one goes through (it was handled already), then `On`.
+    AfterFirst,
+}
+
+impl Pause {
+    /// Whether the scan stops before whole command packet `command`.
+    fn stops(&mut self, command: u8) -> bool {
+        if !is_statement_command(command) {
+            return false;
+        }
+        match *self {
+            Pause::Off => false,
+            Pause::On => true,
+            Pause::AfterFirst => {
+                *self = Pause::On;
+                false
+            }
+        }
+    }
+
+    /// Whether the scan holds back a command packet cut short at the end of a read, of which
+    /// `partial` arrived so far: one that may still be, or is, a statement command.
+    fn holds(self, partial: &[u8]) -> bool {
+        match self {
+            Pause::Off => false,
+            // The command byte is not here yet, or it is a statement command other than the one
+            // let through (which passes whole or in parts).
+            Pause::On => partial.get(4).is_none_or(|&c| is_statement_command(c)),
+            Pause::AfterFirst => partial.len() < 5,
+        }
+    }
+}
+
+/// The commands a paused scan stops before.
+fn is_statement_command(command: u8) -> bool {
+    matches!(
+        command,
+        cmd::STMT_PREPARE
+            | cmd::STMT_EXECUTE
+            | cmd::STMT_SEND_LONG_DATA
+            | cmd::STMT_CLOSE
+            | cmd::STMT_RESET
+            | cmd::STMT_FETCH
+            | cmd::STMT_BULK_EXECUTE
+    )
 }
 
 impl Tracker {
@@ -118,7 +174,34 @@ impl Tracker {
             renumber_client: false,
             renumber_server: false,
             guard_cleartext: false,
+            pause: Pause::Off,
+            paused: false,
         }
+    }
+
+    /// From now on the client scan stops before a prepared-statement command (COM_STMT_*): it
+    /// and what follows are held back (see [`ClientScan::held`]) and not counted, and
+    /// [`paused`](Self::paused) says so; a transaction-mode pool handles such a command before
+    /// it is relayed (`crate::pooling::statements`). With `let_first`, the first one is relayed
+    /// (the pool handled it), whole or in parts. A command's first bytes are held until its
+    /// command byte is read.
+    pub fn pause_statements(&mut self, let_first: bool) {
+        self.pause = if let_first {
+            Pause::AfterFirst
+        } else {
+            Pause::On
+        };
+        self.paused = false;
+    }
+
+    /// True when the last client scan stopped before a prepared-statement command.
+    pub fn paused(&self) -> bool {
+        self.paused
+    }
+
+    /// The capabilities the session runs with.
+    pub fn caps(&self) -> Negotiated {
+        self.caps
     }
 
     /// Per direction, whether [`on_client_mut`](Self::on_client_mut) and
@@ -288,6 +371,7 @@ impl Tracker {
             mode: &mut self.client_mode,
             kills: &mut self.kills,
             statements: &mut self.statements,
+            pause: &mut self.pause,
             scan: ClientScan::default(),
             open_at,
         };
@@ -302,6 +386,14 @@ impl Tracker {
         open_at: Option<usize>,
         result: Result<(), TrackError>,
     ) -> Result<ClientScan, TrackError> {
+        self.paused = false;
+        if let Err(TrackError::Paused { start }) = result {
+            // Not counted: it is scanned again, from its header, once relayed.
+            self.client = PacketScanner::new(self.max_client_packet);
+            self.paused = true;
+            scan.held = buf.len() - start;
+            return Ok(scan);
+        }
         // The sink never yields a backend error: a framing error here is the client's.
         result.map_err(|e| match e {
             TrackError::BackendFrame(f) => TrackError::ClientFrame(f),
@@ -309,6 +401,12 @@ impl Tracker {
         })?;
         if let Some(at) = open_at.filter(|&at| at < buf.len()) {
             let partial = &buf[at..];
+            if self.client_mode == ClientMode::Commands && self.pause.holds(partial) {
+                self.client = PacketScanner::new(self.max_client_packet);
+                self.paused = partial.len() >= 5;
+                scan.held = buf.len() - at;
+                return Ok(scan);
+            }
             if self.guard_cleartext && self.client_mode == ClientMode::Commands {
                 match change_user_len(partial) {
                     Some(len) if len > MAX_CHANGE_USER_CHECKED => {
@@ -342,6 +440,7 @@ impl Tracker {
         scan: &mut ClientScan,
         kills: &mut Vec<(usize, usize)>,
         statements: &mut Statements,
+        pause: &mut Pause,
     ) -> Result<(), TrackError> {
         match *mode {
             ClientMode::Commands => {}
@@ -356,6 +455,9 @@ impl Tracker {
             });
         }
         let command = p.first_byte().unwrap_or(0);
+        if let (Some(start), true) = (p.start, pause.stops(command)) {
+            return Err(TrackError::Paused { start });
+        }
         scan.quit |= command == cmd::QUIT;
         if statements.limit > 0 && is_statement(command) {
             statements.found(p, command, expect_for(command).map(|_| queue.len()));
@@ -497,6 +599,7 @@ struct ClientSide<'t> {
     mode: &'t mut ClientMode,
     kills: &'t mut Vec<(usize, usize)>,
     statements: &'t mut Statements,
+    pause: &'t mut Pause,
     scan: ClientScan,
     /// Where the packet in progress at the end began, if it began in this buffer.
     open_at: Option<usize>,
@@ -528,6 +631,7 @@ impl ClientSide<'_> {
             &mut self.scan,
             self.kills,
             self.statements,
+            self.pause,
         )
     }
 }

@@ -1,0 +1,444 @@
+//! The prepared-statement commands of a transaction-mode session, which the relay stops before
+//! (`Tracker::pause_statements`): the session's ids are the proxy's, its statements are prepared
+//! on whichever server connection runs them (`crate::pooling::statements` says how). A prepare
+//! runs here, its answer given the session's id; a close is the session's alone and never reaches
+//! a server; the others get the server connection's id (and, when needed, the session's parameter
+//! types) written in and go through the relay like any command.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::{Buf, BytesMut};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+
+use super::Pooled;
+use crate::leg::LegStream;
+use crate::pooling::statements::{
+    execute_head, handler_name, insert_types, names_statement, set_statement_id, statement_id,
+    ExecuteHead,
+};
+use crate::pooling::ServerConn;
+use crate::protocol::errors::{code, err_packet, sqlstate_for};
+use crate::protocol::response::{cmd, Completed};
+use crate::relay::{Observer, RelayEnd};
+
+/// How long the pool waits for a prepare's answer before it gives the connection up.
+const PREPARE_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// MariaDB's errors for a statement id it does not know, for one statement too many, and for a
+/// statement whose parameters changed since the client prepared it.
+const UNKNOWN_STMT_HANDLER: u16 = 1243;
+const MAX_PREPARED_STMT_COUNT_REACHED: u16 = 1461;
+const NEED_REPREPARE: u16 = 1615;
+
+/// COM_STMT_BULK_EXECUTE's flag: parameter types follow the flags.
+const BULK_SEND_TYPES: u16 = 128;
+
+/// What the statement command at the front of the client's buffer needs.
+pub(super) enum Front {
+    /// Done without a server connection: a close, or an ERR for an id the session does not
+    /// hold.
+    Done,
+    /// The client's COM_STMT_PREPARE, whole in the buffer.
+    Prepare,
+    /// A command naming the session's statement `id`.
+    Statement { command: u8, id: u32, client_id: u32 },
+}
+
+/// Where an execute's parameter types go.
+enum Types {
+    /// After COM_STMT_EXECUTE's `new_params_bound_flag`, at this offset; the flag is set.
+    Execute(usize),
+    /// After COM_STMT_BULK_EXECUTE's flags, which get `BULK_SEND_TYPES`.
+    Bulk,
+}
+
+/// What [`run`] did with the front command.
+pub(super) enum Ran {
+    /// Answered here.
+    Done,
+    /// Rewritten for the server connection: the relay sends it on.
+    Relay,
+}
+
+/// Reads enough of the statement command at the front of `up` to say what it needs, and does
+/// what needs no server connection.
+pub(super) async fn front<C>(
+    client: &mut LegStream<C>,
+    up: &mut BytesMut,
+    observer: &mut Pooled<'_, '_>,
+) -> Result<Front, RelayEnd>
+where
+    C: AsyncRead + AsyncWrite + Unpin,
+{
+    fill(client, up, 5).await?;
+    let (len, command) = (packet_len(up), up[4]);
+    if command == cmd::STMT_PREPARE {
+        if len >= 0xFF_FFFF {
+            let message = "a statement to prepare of 16 MiB or more is refused in a transaction-mode pool";
+            answer(client, up, code::NET_PACKET_TOO_LARGE, message).await?;
+            return Ok(Front::Done);
+        }
+        fill(client, up, 4 + len).await?;
+        return Ok(Front::Prepare);
+    }
+    if len < 5 {
+        let message = format!("malformed {} packet", handler_name(command));
+        answer(client, up, code::UNKNOWN_ERROR, &message).await?;
+        return Ok(Front::Done);
+    }
+    fill(client, up, 9).await?;
+    let client_id = statement_id(up).unwrap_or(0);
+    let id = observer.statements.resolve(client_id);
+    let silent = matches!(command, cmd::STMT_CLOSE | cmd::STMT_SEND_LONG_DATA);
+    match id {
+        Some(id) if command == cmd::STMT_CLOSE => {
+            let seen = up.len().min(4 + len);
+            observer.relayed(true, 4 + len);
+            observer.statement(command, &up[4..seen]);
+            observer.statements.close(id);
+            consume(client, up).await?;
+            Ok(Front::Done)
+        }
+        Some(id) => Ok(Front::Statement {
+            command,
+            id,
+            client_id,
+        }),
+        // The server answers neither a close nor long data, not even for an unknown id.
+        None if silent => {
+            consume(client, up).await?;
+            Ok(Front::Done)
+        }
+        None => {
+            let message = format!(
+                "Unknown prepared statement handler ({client_id}) given to {}",
+                handler_name(command)
+            );
+            answer(client, up, UNKNOWN_STMT_HANDLER, &message).await?;
+            Ok(Front::Done)
+        }
+    }
+}
+
+/// Carries out `front` on the session's server connection `held`.
+pub(super) async fn run<C>(
+    front: Front,
+    client: &mut LegStream<C>,
+    held: &mut ServerConn,
+    up: &mut BytesMut,
+    observer: &mut Pooled<'_, '_>,
+    deprecate_eof: bool,
+) -> Result<Ran, RelayEnd>
+where
+    C: AsyncRead + AsyncWrite + Unpin,
+{
+    match front {
+        Front::Done => Ok(Ran::Done),
+        Front::Prepare => prepare(client, held, up, observer, deprecate_eof).await,
+        Front::Statement {
+            command,
+            id,
+            client_id,
+        } => {
+            let ran = statement(client, held, up, observer, (command, id), deprecate_eof).await?;
+            if matches!(ran, Ran::Relay) {
+                observer.front = Some(client_id);
+            }
+            Ok(ran)
+        }
+    }
+}
+
+/// The client's COM_STMT_PREPARE, run on `held`: the client gets the server's answer with the
+/// session's id for the statement.
+async fn prepare<C>(
+    client: &mut LegStream<C>,
+    held: &mut ServerConn,
+    up: &mut BytesMut,
+    observer: &mut Pooled<'_, '_>,
+    deprecate_eof: bool,
+) -> Result<Ran, RelayEnd>
+where
+    C: AsyncRead + AsyncWrite + Unpin,
+{
+    let end = 4 + packet_len(up);
+    let text: Arc<[u8]> = Arc::from(&up[5..end]);
+    observer.relayed(true, end);
+    let tag = observer.statement(cmd::STMT_PREPARE, &up[4..end]);
+    let sent = Instant::now();
+    let answer = within(held.prepare(&up[..end], deprecate_eof)).await?;
+    up.advance(end);
+    let now = Instant::now();
+    let mut bytes = answer.bytes;
+    let mut done = Completed {
+        command: cmd::STMT_PREPARE,
+        latency: now - sent,
+        first_byte: now - sent,
+        at: Some(now),
+        tag,
+        ..Completed::default()
+    };
+    match answer.ok {
+        Some(ok) => {
+            let close = match observer.statements.add(Arc::clone(&text), ok.params) {
+                Some(id) => {
+                    set_statement_id(&mut bytes, id);
+                    done.prepared = Some(id);
+                    held.statements.insert(text, ok.id, ok.params)
+                }
+                None => {
+                    let message = format!(
+                        "Can't create more than max_prepared_stmt_count statements (current value: {}) in one session",
+                        crate::pooling::statements::MAX_PER_SESSION
+                    );
+                    bytes = err_packet(
+                        1,
+                        MAX_PREPARED_STMT_COUNT_REACHED,
+                        Some("42000"),
+                        &message,
+                    );
+                    done.error = true;
+                    done.error_code = MAX_PREPARED_STMT_COUNT_REACHED;
+                    held.statements.insert(text, ok.id, ok.params)
+                }
+            };
+            if let Some(id) = close {
+                held.close_statement(id).await.map_err(RelayEnd::BackendIo)?;
+            }
+        }
+        None => {
+            done.error = true;
+            done.error_code = bytes.get(5..7).map_or(0, |c| u16::from_le_bytes([c[0], c[1]]));
+        }
+    }
+    observer.completed(&done);
+    observer.relayed(false, bytes.len());
+    write(client, &bytes).await?;
+    Ok(Ran::Done)
+}
+
+/// A command naming the session's statement `id`: prepared on `held` first if it is not there
+/// yet, then given `held`'s id and, for an execute that does not send its parameter types, the
+/// session's, when the server statement was last bound otherwise.
+async fn statement<C>(
+    client: &mut LegStream<C>,
+    held: &mut ServerConn,
+    up: &mut BytesMut,
+    observer: &mut Pooled<'_, '_>,
+    (command, id): (u8, u32),
+    deprecate_eof: bool,
+) -> Result<Ran, RelayEnd>
+where
+    C: AsyncRead + AsyncWrite + Unpin,
+{
+    let Some(prepared) = observer.statements.get(id) else {
+        return Err(RelayEnd::NoServerConnection);
+    };
+    let (text, params) = (Arc::clone(&prepared.text), prepared.params);
+    let silent = command == cmd::STMT_SEND_LONG_DATA;
+    if held.statements.get(&text).is_none() {
+        let prepared = within(held.prepare_text(&text, deprecate_eof)).await?;
+        let Some(ok) = prepared.ok else {
+            // Refused now (a table gone): the command gets the server's error.
+            if silent {
+                consume(client, up).await?;
+            } else {
+                let seq = consume(client, up).await?.wrapping_add(1);
+                let mut err = prepared.bytes;
+                err[3] = seq;
+                write(client, &err).await?;
+            }
+            return Ok(Ran::Done);
+        };
+        if let Some(close) = held.statements.insert(Arc::clone(&text), ok.id, ok.params) {
+            held.close_statement(close).await.map_err(RelayEnd::BackendIo)?;
+        }
+        if ok.params != params {
+            held.statements.remove(&text);
+            held.close_statement(ok.id).await.map_err(RelayEnd::BackendIo)?;
+            let message = "Prepared statement needs to be re-prepared";
+            if silent {
+                consume(client, up).await?;
+            } else {
+                answer(client, up, NEED_REPREPARE, message).await?;
+            }
+            return Ok(Ran::Done);
+        }
+    }
+    let Some(on) = held.statements.get_mut(&text) else {
+        return Err(RelayEnd::NoServerConnection);
+    };
+    set_statement_id(up, on.id);
+    let len = 4 + packet_len(up);
+    let types_at = match command {
+        cmd::STMT_EXECUTE => loop {
+            match execute_head(up, params) {
+                ExecuteHead::NeedMore(n) if n <= len => fill(client, up, n).await?,
+                ExecuteHead::Params { flag_at, types } => break Some((Types::Execute(flag_at), types)),
+                ExecuteHead::NeedMore(_) | ExecuteHead::NoParams => break None,
+            }
+        },
+        cmd::STMT_BULK_EXECUTE if params > 0 && len >= 11 => {
+            fill(client, up, 11).await?;
+            let flags = u16::from_le_bytes([up[9], up[10]]);
+            let end = 11 + 2 * usize::from(params);
+            let types = if flags & BULK_SEND_TYPES != 0 && end <= len {
+                fill(client, up, end).await?;
+                Some((11, end))
+            } else {
+                None
+            };
+            Some((Types::Bulk, types))
+        }
+        _ => None,
+    };
+    let Some((place, sent)) = types_at else {
+        return Ok(Ran::Relay);
+    };
+    let Some(prepared) = observer.statements.get_mut(id) else {
+        return Ok(Ran::Relay);
+    };
+    if let Some((from, to)) = sent {
+        let sent: Arc<[u8]> = Arc::from(&up[from..to]);
+        prepared.types = Some(Arc::clone(&sent));
+        on.bound = Some(sent);
+        return Ok(Ran::Relay);
+    }
+    let Some(types) = prepared.types.clone().filter(|t| on.bound.as_ref() != Some(t)) else {
+        // Bound as the session last bound it, or the session never sent types (the server
+        // answers that as it would directly).
+        return Ok(Ran::Relay);
+    };
+    let written = match place {
+        Types::Execute(flag_at) => insert_types(up, flag_at + 1, Some(flag_at), &types),
+        Types::Bulk => insert_types(up, 11, None, &types).map(|()| {
+            let flags = u16::from_le_bytes([up[9], up[10]]) | BULK_SEND_TYPES;
+            up[9..11].copy_from_slice(&flags.to_le_bytes());
+        }),
+    };
+    if written.is_err() {
+        let message = "an execute of 16 MiB or more cannot move to another server connection without its parameter types; send them with it";
+        answer(client, up, code::NET_PACKET_TOO_LARGE, message).await?;
+        return Ok(Ran::Done);
+    }
+    on.bound = Some(types);
+    Ok(Ran::Relay)
+}
+
+/// A prepare on the server within [`PREPARE_TIMEOUT`]; a failure ends the session's hold on
+/// the connection.
+async fn within<T>(
+    exchange: impl std::future::Future<Output = std::io::Result<T>>,
+) -> Result<T, RelayEnd> {
+    match tokio::time::timeout(PREPARE_TIMEOUT, exchange).await {
+        Ok(Ok(t)) => Ok(t),
+        Ok(Err(e)) => Err(RelayEnd::BackendIo(e)),
+        Err(_) => Err(RelayEnd::BackendIo(std::io::ErrorKind::TimedOut.into())),
+    }
+}
+
+/// The length of the payload of the packet at the front of `up` (its first chunk's).
+fn packet_len(up: &[u8]) -> usize {
+    usize::from(up[0]) | usize::from(up[1]) << 8 | usize::from(up[2]) << 16
+}
+
+/// Reads from the client until `up` holds at least `n` bytes.
+async fn fill<C>(client: &mut LegStream<C>, up: &mut BytesMut, n: usize) -> Result<(), RelayEnd>
+where
+    C: AsyncRead + AsyncWrite + Unpin,
+{
+    while up.len() < n {
+        up.reserve(n - up.len());
+        match client.read_buf(up).await {
+            Ok(0) => return Err(RelayEnd::ClientClosed { quit: false }),
+            Ok(_) => {}
+            Err(e) => return Err(RelayEnd::ClientIo(e)),
+        }
+    }
+    Ok(())
+}
+
+/// Drops the command packet at the front of `up`, every chunk of it, reading what is not here
+/// yet; returns its last sequence id.
+async fn consume<C>(client: &mut LegStream<C>, up: &mut BytesMut) -> Result<u8, RelayEnd>
+where
+    C: AsyncRead + AsyncWrite + Unpin,
+{
+    loop {
+        fill(client, up, 4).await?;
+        let (len, seq) = (packet_len(up), up[3]);
+        let mut left = 4 + len;
+        loop {
+            let here = left.min(up.len());
+            up.advance(here);
+            left -= here;
+            if left == 0 {
+                break;
+            }
+            fill(client, up, left.min(64 * 1024)).await?;
+        }
+        if len < 0xFF_FFFF {
+            return Ok(seq);
+        }
+    }
+}
+
+/// Drops the command at the front of `up` unanswered (one the server does not answer).
+pub(super) async fn drop_front<C>(client: &mut LegStream<C>, up: &mut BytesMut) -> Result<(), RelayEnd>
+where
+    C: AsyncRead + AsyncWrite + Unpin,
+{
+    consume(client, up).await.map(|_| ())
+}
+
+/// Answers the command at the front of `up` with an ERR of the proxy's, dropping the command.
+async fn answer<C>(
+    client: &mut LegStream<C>,
+    up: &mut BytesMut,
+    code: u16,
+    message: &str,
+) -> Result<(), RelayEnd>
+where
+    C: AsyncRead + AsyncWrite + Unpin,
+{
+    let seq = consume(client, up).await?.wrapping_add(1);
+    let state = match code {
+        UNKNOWN_STMT_HANDLER | NEED_REPREPARE => "HY000",
+        _ => sqlstate_for(code),
+    };
+    write(client, &err_packet(seq, code, Some(state), message)).await
+}
+
+async fn write<C>(client: &mut LegStream<C>, bytes: &[u8]) -> Result<(), RelayEnd>
+where
+    C: AsyncRead + AsyncWrite + Unpin,
+{
+    let written = async {
+        client.write_all(bytes).await?;
+        client.flush().await
+    };
+    written.await.map_err(RelayEnd::ClientIo)
+}
+
+/// The payload the session's observers see for the command the relay sends next: the client's
+/// id in the server connection's place (`front`), so digests and capture follow the client's ids.
+pub(super) fn as_client_sent<'p>(
+    command: u8,
+    payload: &'p [u8],
+    front: &mut Option<u32>,
+    scratch: &'p mut Vec<u8>,
+) -> &'p [u8] {
+    match front.take() {
+        Some(id) if names_statement(command) && payload.len() >= 5 => {
+            scratch.clear();
+            scratch.extend_from_slice(payload);
+            scratch[1..5].copy_from_slice(&id.to_le_bytes());
+            scratch
+        }
+        other => {
+            *front = other;
+            payload
+        }
+    }
+}
