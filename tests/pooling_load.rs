@@ -67,8 +67,8 @@ fn backends() -> &'static [MariaDb; 3] {
     })
 }
 
-/// `sysbench TEST <extra...> ACTION` against 127.0.0.1:`port`, text protocol (prepared
-/// statements pin a pooled session's connection).
+/// `sysbench TEST <extra...> ACTION` against 127.0.0.1:`port`, with server-side prepared
+/// statements (sysbench's default), which a pooled session shares rather than pins.
 fn sysbench(test: &str, port: u16, extra: &[String], action: &str) -> Output {
     Command::new(common::sysbench::binary())
         .arg(test)
@@ -81,7 +81,7 @@ fn sysbench(test: &str, port: u16, extra: &[String], action: &str) -> Output {
             "--mysql-db=sbtest".to_string(),
             format!("--tables={TABLES}"),
             format!("--table-size={TABLE_SIZE}"),
-            "--db-ps-mode=disable".to_string(),
+            "--db-ps-mode=auto".to_string(),
             "--report-interval=0".to_string(),
         ])
         .args(extra)
@@ -185,6 +185,7 @@ fn two_thousand_clients_share_fewer_than_sixty_connections_per_server() {
     let (mut proxy, port) = pooled_proxy(dbs, 4_000, "10s");
     for test in ["oltp_point_select", "oltp_read_write"] {
         flush_status(dbs);
+        let executes_before: u64 = dbs.iter().map(|db| status(db, "Com_stmt_execute")).sum();
         let stop = Arc::new(AtomicBool::new(false));
         let sampler = {
             let stop = Arc::clone(&stop);
@@ -226,6 +227,25 @@ fn two_thousand_clients_share_fewer_than_sixty_connections_per_server() {
             started.elapsed()
         );
         assert!(queries > 0.0, "{test}: no queries:\n{report}");
+        // The statements ran prepared, and the servers hold them per connection and text,
+        // not per client: at most the pool's connections × sysbench's texts (its
+        // oltp_read_write prepares at most 10 statements per table), far below the 2,000
+        // clients' own.
+        let executes: u64 = dbs.iter().map(|db| status(db, "Com_stmt_execute")).sum();
+        assert!(
+            (executes - executes_before) as f64 >= queries * 0.8,
+            "{test}: {} executes for {queries} queries: the statements did not run prepared",
+            executes - executes_before
+        );
+        let held: Vec<u64> = dbs
+            .iter()
+            .map(|db| status(db, "Prepared_stmt_count"))
+            .collect();
+        println!("{test}: prepared statements held per server {held:?}");
+        for (db, held) in dbs.iter().zip(&held) {
+            let most = (POOL_MAX + BESIDE_POOL) * 10 * u64::from(TABLES);
+            assert!(*held <= most, "{}: {held} prepared statements (at most {most})", db.name);
+        }
         // sysbench exits non-zero on any error it does not ignore (`checked`); the only ones
         // ignored are deadlocks, and a read-only test has none.
         if test == "oltp_point_select" {

@@ -119,6 +119,11 @@ impl SessionStatements {
         }
     }
 
+    /// A prepare failed: as on the server, no statement is the last prepared.
+    pub fn forget_last(&mut self) {
+        self.last = None;
+    }
+
     /// COM_RESET_CONNECTION or COM_CHANGE_USER: the session's statements are gone, as they
     /// would be directly.
     pub fn clear(&mut self) {

@@ -208,6 +208,7 @@ where
             }
         }
         None => {
+            observer.statements.forget_last();
             done.error = true;
             done.error_code = bytes.get(5..7).map_or(0, |c| u16::from_le_bytes([c[0], c[1]]));
         }
