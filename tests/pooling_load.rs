@@ -244,7 +244,11 @@ fn two_thousand_clients_share_fewer_than_sixty_connections_per_server() {
         println!("{test}: prepared statements held per server {held:?}");
         for (db, held) in dbs.iter().zip(&held) {
             let most = (POOL_MAX + BESIDE_POOL) * 10 * u64::from(TABLES);
-            assert!(*held <= most, "{}: {held} prepared statements (at most {most})", db.name);
+            assert!(
+                *held <= most,
+                "{}: {held} prepared statements (at most {most})",
+                db.name
+            );
         }
         // sysbench exits non-zero on any error it does not ignore (`checked`); the only ones
         // ignored are deadlocks, and a read-only test has none.

@@ -97,7 +97,10 @@ async fn prepared(c: &mut RawClient) -> Result<u32, String> {
     }
     assert_eq!(ok.first(), Some(&0), "STMT_PREPARE_OK: {ok:02x?}");
     let id = u32::from_le_bytes([ok[1], ok[2], ok[3], ok[4]]);
-    for n in [u16::from_le_bytes([ok[7], ok[8]]), u16::from_le_bytes([ok[5], ok[6]])] {
+    for n in [
+        u16::from_le_bytes([ok[7], ok[8]]),
+        u16::from_le_bytes([ok[5], ok[6]]),
+    ] {
         if n > 0 {
             for _ in 0..n + u16::from(ends_list(c)) {
                 read(c).await;
@@ -181,9 +184,15 @@ fn pins(proxy: &TestProxy) -> f64 {
 /// its statements are prepared again.
 async fn two_sessions(mut a: RawClient, mut b: RawClient) -> Vec<Outcome> {
     let mut got = Vec::new();
-    let a1 = prepare(&mut a, "SELECT CONCAT(?, '')").await.expect("A prepares");
-    let b1 = prepare(&mut b, "SELECT CONCAT(?, '')").await.expect("B prepares");
-    let b2 = prepare(&mut b, "SELECT CONCAT(?, ':', ?)").await.expect("B prepares");
+    let a1 = prepare(&mut a, "SELECT CONCAT(?, '')")
+        .await
+        .expect("A prepares");
+    let b1 = prepare(&mut b, "SELECT CONCAT(?, '')")
+        .await
+        .expect("B prepares");
+    let b2 = prepare(&mut b, "SELECT CONCAT(?, ':', ?)")
+        .await
+        .expect("B prepares");
     for i in 0..8i64 {
         got.push(exec(&mut a, a1, &[Param::Int(i)], i == 0).await);
         let s = Param::Str(format!("s{i}"));
@@ -243,7 +252,9 @@ async fn ids(mut c: RawClient) -> Vec<Outcome> {
         .await
         .expect("send");
     got.push(c.ping().await.map(|()| Vec::new()));
-    let id = prepare(&mut c, "SELECT CONCAT('one', ?)").await.expect("prepare");
+    let id = prepare(&mut c, "SELECT CONCAT('one', ?)")
+        .await
+        .expect("prepare");
     got.push(exec(&mut c, id, &[Param::Str("!".into())], true).await);
     c.send_raw(&command(COM_STMT_CLOSE, &id.to_le_bytes()))
         .await
@@ -293,7 +304,9 @@ async fn unknown_closed_last_and_reset_statement_ids_answer_as_directly() {
 
 /// Long data for a parameter, sent in two parts, then the execute that uses it.
 async fn long_data(mut c: RawClient) -> Vec<Outcome> {
-    let id = prepare(&mut c, "SELECT CONCAT(?, '|', ?)").await.expect("prepare");
+    let id = prepare(&mut c, "SELECT CONCAT(?, '|', ?)")
+        .await
+        .expect("prepare");
     for part in [&b"long "[..], b"data"] {
         let mut body = id.to_le_bytes().to_vec();
         body.extend_from_slice(&0u16.to_le_bytes());
@@ -345,7 +358,7 @@ async fn many_sessions_execute_their_statements_on_few_server_connections() {
     let db = &shared_pair()[1];
     let backend = db.tcp_addr();
     let proxy = common::pooling::pooled(
-        &[backend.clone()],
+        std::slice::from_ref(&backend),
         3,
         Duration::from_secs(10),
         Duration::from_secs(20),
@@ -359,7 +372,10 @@ async fn many_sessions_execute_their_statements_on_few_server_connections() {
             let mut conn = mysql_async::Conn::new(opts).await.expect("connect");
             for i in 0..40i64 {
                 let (n, text): (i64, String) = conn
-                    .exec_first("SELECT ? * 2, CONCAT(?, '-', ?)", (i + s, format!("s{s}"), i))
+                    .exec_first(
+                        "SELECT ? * 2, CONCAT(?, '-', ?)",
+                        (i + s, format!("s{s}"), i),
+                    )
                     .await
                     .expect("execute")
                     .expect("a row");

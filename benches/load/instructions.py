@@ -16,7 +16,7 @@ are millions of instructions) cancel out.
 
     cargo build --release --bin mysql-lb --example pump
     python3 benches/load/instructions.py [--baseline OTHER_BINARY] [--events 4000]
-        [--tests oltp_point_select,oltp_read_only] [--tls] [--digests] [--pooling]
+        [--tests oltp_point_select,oltp_read_only] [--tls] [--digests] [--pooling] [--ps]
 
 It runs scripts/install-deps.sh demo (MariaDB, sysbench) and installs valgrind with apt-get
 when it is missing; build the release binary and the bare relay first (above).
@@ -60,7 +60,7 @@ def control(pid, flag):
         raise RuntimeError("callgrind_control %s: %s" % (flag, out.stderr.decode()))
 
 
-def measure(reg, name, argv, listen, test, events, threads, tls_dir=None):
+def measure(reg, name, argv, listen, test, events, threads, tls_dir=None, ps_mode="disable"):
     """Starts argv under callgrind and counts two sysbench runs of `test`, of `events` and of
     3 × `events` transactions; returns (instructions, queries) of the difference, so what every
     run costs alike (its connections: a TLS handshake is a few million instructions) cancels."""
@@ -74,7 +74,7 @@ def measure(reg, name, argv, listen, test, events, threads, tls_dir=None):
         extra = ["--events=%d" % n]
         if tls_dir:
             extra.append("--mysql-ssl=on")
-        argv_sb = sysbench.sysbench_argv(test, target, threads, 0, extra)
+        argv_sb = sysbench.sysbench_argv(test, target, threads, 0, extra, ps_mode)
         # Everything before (start-up, the readiness probe, the last run) is discarded here.
         control(proc.pid, "--zero")
         out = subprocess.run(argv_sb, capture_output=True, timeout=1800, cwd=tls_dir)
@@ -120,6 +120,9 @@ def main():
                     help="also mysql-lb with transaction pooling (\"mysql-lb pooled\")")
     ap.add_argument("--tls", action="store_true",
                     help="also count mysql-lb with a TLS client leg, and with TLS on both legs")
+    ap.add_argument("--ps", action="store_true",
+                    help="sysbench with server-side prepared statements (--db-ps-mode=auto) "
+                         "instead of the text protocol")
     ap.add_argument("--keep", help="copy each callgrind file here (read with callgrind_annotate)")
     args = ap.parse_args()
     global KEEP
@@ -149,8 +152,8 @@ def main():
             # The query digest table on: what it costs is the difference to "mysql-lb".
             configs[" digests"] = "backend_tls: {mode: disabled}\ndigests: {enabled: true}\n"
         if args.pooling:
-            # Sessions share server connections between transactions (sysbench's text protocol
-            # here, so nothing pins): what that costs is the difference to "mysql-lb".
+            # Sessions share server connections between transactions (and, with --ps, their
+            # prepared statements): what that costs is the difference to "mysql-lb".
             configs[" pooled"] = ("backend_tls: {mode: disabled}\n"
                                   "pooling: {mode: transaction, max_server_connections: 16}\n")
         if args.tls:
@@ -172,7 +175,8 @@ def main():
                 port = procs.free_port()
                 listen = ("127.0.0.1", port)
                 use_tls = tls["sysbench_dir"] if " tls" in name else None
-                instr, queries = measure(reg, name, argv_of(port), listen, test, args.events, args.threads, use_tls)
+                instr, queries = measure(reg, name, argv_of(port), listen, test, args.events,
+                                         args.threads, use_tls, "auto" if args.ps else "disable")
                 rows.append((test, name, instr / queries))
         print()
         print("| test | path | instructions per query | × bare relay |")

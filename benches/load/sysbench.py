@@ -42,7 +42,9 @@ def socket_args(paths):
     return ["--mysql-socket=" + ",".join(paths)]
 
 
-def sysbench_argv(script, target, threads, seconds, extra=()):
+def sysbench_argv(script, target, threads, seconds, extra=(), ps_mode="disable"):
+    """ps_mode: sysbench's --db-ps-mode, `disable` (text protocol, the benchmarks' default) or
+    `auto` (server-side prepared statements, sysbench's own default)."""
     return [
         "sysbench",
         script,
@@ -52,7 +54,7 @@ def sysbench_argv(script, target, threads, seconds, extra=()):
         "--mysql-db=sbtest",
         "--tables=%d" % TABLES,
         "--table-size=%d" % TABLE_SIZE,
-        "--db-ps-mode=disable",
+        "--db-ps-mode=" + ps_mode,
         "--percentile=95",
         "--threads=%d" % threads,
         "--time=%d" % seconds,

@@ -95,7 +95,9 @@ impl ServerConn {
         let Some(ok) = ok else {
             return match bytes.get(payload) {
                 Some(0xFF) => Ok(PrepareAnswer { bytes, ok: None }),
-                _ => Err(malformed("a prepare's answer is neither STMT_PREPARE_OK nor ERR")),
+                _ => Err(malformed(
+                    "a prepare's answer is neither STMT_PREPARE_OK nor ERR",
+                )),
             };
         };
         for i in 1..ok.packets(deprecate_eof) {

@@ -90,7 +90,14 @@ impl SessionStatements {
         }
         let id = self.next;
         let types = None;
-        self.by_id.insert(id, Prepared { text, params, types });
+        self.by_id.insert(
+            id,
+            Prepared {
+                text,
+                params,
+                types,
+            },
+        );
         self.last = Some(id);
         Some(id)
     }
@@ -290,21 +297,17 @@ pub fn statement_id(buf: &[u8]) -> Option<u32> {
 
 /// The execute at the front of `buf` sends `types` at offset `at` (header included): after its
 /// `new_params_bound_flag` (at `flag`, found by [`execute_head`] to be 0), which is set, or
-/// after a bulk execute's flags. The packet grows by the types' length. Err when it would reach
-/// 16 MiB (a packet in chunks is not rewritten) or `at` is not read yet.
-pub fn insert_types(
-    buf: &mut BytesMut,
-    at: usize,
-    flag: Option<usize>,
-    types: &[u8],
-) -> Result<(), ()> {
+/// after a bulk execute's flags. The packet grows by the types' length. False (nothing changed)
+/// when it would reach 16 MiB (a packet in chunks is not rewritten) or `at` is not read yet.
+#[must_use]
+pub fn insert_types(buf: &mut BytesMut, at: usize, flag: Option<usize>, types: &[u8]) -> bool {
     let Some(header) = buf.get(..4) else {
-        return Err(());
+        return false;
     };
     let len = usize::from(header[0]) | usize::from(header[1]) << 8 | usize::from(header[2]) << 16;
     let grown = len + types.len();
     if len >= 0xFF_FFFF || grown >= 0xFF_FFFF || buf.len() < at || at > 4 + len {
-        return Err(());
+        return false;
     }
     let tail = buf.split_off(at);
     buf[..3].copy_from_slice(&(grown as u32).to_le_bytes()[..3]);
@@ -313,7 +316,7 @@ pub fn insert_types(
     }
     buf.extend_from_slice(types);
     buf.unsplit(tail);
-    Ok(())
+    true
 }
 
 /// A COM_STMT_PREPARE packet for `text` (header included).
@@ -404,7 +407,10 @@ mod tests {
         assert_eq!(c.insert(text.clone(), 9, 1), Some(9));
         assert_eq!(c.get(&text).map(|s| s.id), Some(5));
         for i in 1..MAX_PER_CONNECTION {
-            assert_eq!(c.insert(Arc::from(format!("S{i}").as_bytes()), 100 + i as u32, 0), None);
+            assert_eq!(
+                c.insert(Arc::from(format!("S{i}").as_bytes()), 100 + i as u32, 0),
+                None
+            );
         }
         let evicted = c.insert(Arc::from(&b"one more"[..]), 999, 0);
         assert!(evicted.is_some());
@@ -463,19 +469,22 @@ mod tests {
         buf.extend_from_slice(b"next command");
         set_statement_id(&mut buf, 42);
         assert_eq!(statement_id(&buf), Some(42));
-        insert_types(&mut buf, 16, Some(15), &[8, 0, 253, 0]).unwrap();
+        assert!(insert_types(&mut buf, 16, Some(15), &[8, 0, 253, 0]));
         let expected = execute(42, &[0], 1, &[8, 0, 253, 0, 0xAA, 0xBB]);
         assert_eq!(&buf[..expected.len()], &expected[..]);
         assert_eq!(&buf[expected.len()..], b"next command");
         // A packet at the 16 MiB limit is not rewritten.
         let mut big = BytesMut::from(&[0xFE, 0xFF, 0xFF, 0][..]);
         big.extend_from_slice(&[0u8; 20]);
-        assert_eq!(insert_types(&mut big, 16, Some(15), &[8, 0, 8, 0]), Err(()));
+        assert!(!insert_types(&mut big, 16, Some(15), &[8, 0, 8, 0]));
     }
 
     #[test]
     fn packets_the_pool_sends_of_its_own() {
-        assert_eq!(close_packet(5), vec![5, 0, 0, 0, cmd::STMT_CLOSE, 5, 0, 0, 0]);
+        assert_eq!(
+            close_packet(5),
+            vec![5, 0, 0, 0, cmd::STMT_CLOSE, 5, 0, 0, 0]
+        );
         assert_eq!(
             prepare_packet(b"SELECT 1").unwrap()[..5],
             [9, 0, 0, 0, cmd::STMT_PREPARE]

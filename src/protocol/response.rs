@@ -7,7 +7,9 @@
 //! outstanding commands. It sees both directions of one session as the relay forwards them,
 //! classifies each logical packet from its first bytes only, and yields one [`Completed`] per
 //! finished command for latency metrics. The only bytes held back are a short command that may
-//! still turn out to be a KILL (see [`may_become_kill`]), so the KILL mapping sees it whole.
+//! still turn out to be a KILL (see [`may_become_kill`]), so the KILL mapping sees it whole, and,
+//! in a transaction-mode pool, a prepared-statement command and what follows it (see
+//! [`Tracker::pause_statements`]).
 //! Violations it is sure of (sequence ids out of order, oversized packets, responses that cannot
 //! be parsed) are errors that say which side sent them; the relay ends the session on them.
 //! This file holds what both halves and the relay share: command bytes, what a scan reports, the

@@ -13,7 +13,6 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tracing::{debug, info, warn};
 
 use super::connect::LoginSlot;
-use prepared::{Front, Ran};
 use super::recorder::Recorder;
 use crate::kill;
 use crate::leg::LegStream;
@@ -24,6 +23,7 @@ use crate::protocol::errors::{code, err_packet, sqlstate_for};
 use crate::protocol::response::{Completed, Tracker};
 use crate::relay::{relay, KillRewrite, Observer, RelayEnd, Stop};
 use crate::stream::BackendStream;
+use prepared::{Front, Ran};
 
 mod prepared;
 
@@ -153,7 +153,15 @@ where
             match ran.await {
                 Ok(Ran::Done) => {
                     if observer.holding.releasable() {
-                        give_back(&pool, &key, worker, &mut conn, &mut observer, live.as_deref()).await;
+                        give_back(
+                            &pool,
+                            &key,
+                            worker,
+                            &mut conn,
+                            &mut observer,
+                            live.as_deref(),
+                        )
+                        .await;
                     }
                     continue;
                 }
@@ -181,7 +189,15 @@ where
             RelayEnd::Released(u, d) => {
                 (up, down) = (u, d);
                 if observer.holding.releasable() {
-                    give_back(&pool, &key, worker, &mut conn, &mut observer, live.as_deref()).await;
+                    give_back(
+                        &pool,
+                        &key,
+                        worker,
+                        &mut conn,
+                        &mut observer,
+                        live.as_deref(),
+                    )
+                    .await;
                 }
             }
             end => break end,
@@ -357,9 +373,9 @@ async fn reset(pool: &BackendPool, held: &mut ServerConn, key: &Key, reason: &'s
     ok
 }
 
-/// Waits, holding no server connection, until the client's next command begins (None), or the
-/// session ends: the client closed or quit (its COM_QUIT is not forwarded: no connection is
-/// held), the idle timeout, or the drain.
+/// Waits, holding no server connection, until the client's next command begins (its first five
+/// bytes are read: None), or the session ends: the client closed or quit (its COM_QUIT is not
+/// forwarded: no connection is held), the idle timeout, or the drain.
 async fn next_command<C>(
     client: &mut LegStream<C>,
     up: &mut BytesMut,
@@ -376,7 +392,14 @@ where
         }
     };
     tokio::pin!(idle);
-    while up.is_empty() {
+    // A command's header and command byte: enough to tell a statement command (see `prepared`).
+    let begun = |up: &[u8]| {
+        up.get(..4).is_some_and(|h| {
+            let empty = h[..3] == [0, 0, 0];
+            up.len() >= if empty { 4 } else { 5 }
+        })
+    };
+    while !begun(up) {
         if up.capacity() < 1024 {
             up.reserve(8 * 1024);
         }

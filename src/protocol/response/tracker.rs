@@ -440,7 +440,6 @@ impl Tracker {
         scan: &mut ClientScan,
         kills: &mut Vec<(usize, usize)>,
         statements: &mut Statements,
-        pause: &mut Pause,
     ) -> Result<(), TrackError> {
         match *mode {
             ClientMode::Commands => {}
@@ -455,9 +454,6 @@ impl Tracker {
             });
         }
         let command = p.first_byte().unwrap_or(0);
-        if let (Some(start), true) = (p.start, pause.stops(command)) {
-            return Err(TrackError::Paused { start });
-        }
         scan.quit |= command == cmd::QUIT;
         if statements.limit > 0 && is_statement(command) {
             statements.found(p, command, expect_for(command).map(|_| queue.len()));
@@ -623,6 +619,12 @@ impl ClientSide<'_> {
                 }
             }
         }
+        if *self.mode == ClientMode::Commands && p.first_seq == 0 {
+            let command = p.first_byte().unwrap_or(0);
+            if let (Some(start), true) = (p.start, self.pause.stops(command)) {
+                return Err(TrackError::Paused { start });
+            }
+        }
         Tracker::client_packet(
             self.queue,
             self.mode,
@@ -631,7 +633,6 @@ impl ClientSide<'_> {
             &mut self.scan,
             self.kills,
             self.statements,
-            self.pause,
         )
     }
 }

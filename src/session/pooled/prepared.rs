@@ -42,7 +42,11 @@ pub(super) enum Front {
     /// The client's COM_STMT_PREPARE, whole in the buffer.
     Prepare,
     /// A command naming the session's statement `id`.
-    Statement { command: u8, id: u32, client_id: u32 },
+    Statement {
+        command: u8,
+        id: u32,
+        client_id: u32,
+    },
 }
 
 /// Where an execute's parameter types go.
@@ -75,7 +79,8 @@ where
     let (len, command) = (packet_len(up), up[4]);
     if command == cmd::STMT_PREPARE {
         if len >= 0xFF_FFFF {
-            let message = "a statement to prepare of 16 MiB or more is refused in a transaction-mode pool";
+            let message =
+                "a statement to prepare of 16 MiB or more is refused in a transaction-mode pool";
             answer(client, up, code::NET_PACKET_TOO_LARGE, message).await?;
             return Ok(Front::Done);
         }
@@ -192,25 +197,24 @@ where
                         "Can't create more than max_prepared_stmt_count statements (current value: {}) in one session",
                         crate::pooling::statements::MAX_PER_SESSION
                     );
-                    bytes = err_packet(
-                        1,
-                        MAX_PREPARED_STMT_COUNT_REACHED,
-                        Some("42000"),
-                        &message,
-                    );
+                    bytes = err_packet(1, MAX_PREPARED_STMT_COUNT_REACHED, Some("42000"), &message);
                     done.error = true;
                     done.error_code = MAX_PREPARED_STMT_COUNT_REACHED;
                     held.statements.insert(text, ok.id, ok.params)
                 }
             };
             if let Some(id) = close {
-                held.close_statement(id).await.map_err(RelayEnd::BackendIo)?;
+                held.close_statement(id)
+                    .await
+                    .map_err(RelayEnd::BackendIo)?;
             }
         }
         None => {
             observer.statements.forget_last();
             done.error = true;
-            done.error_code = bytes.get(5..7).map_or(0, |c| u16::from_le_bytes([c[0], c[1]]));
+            done.error_code = bytes
+                .get(5..7)
+                .map_or(0, |c| u16::from_le_bytes([c[0], c[1]]));
         }
     }
     observer.completed(&done);
@@ -253,11 +257,15 @@ where
             return Ok(Ran::Done);
         };
         if let Some(close) = held.statements.insert(Arc::clone(&text), ok.id, ok.params) {
-            held.close_statement(close).await.map_err(RelayEnd::BackendIo)?;
+            held.close_statement(close)
+                .await
+                .map_err(RelayEnd::BackendIo)?;
         }
         if ok.params != params {
             held.statements.remove(&text);
-            held.close_statement(ok.id).await.map_err(RelayEnd::BackendIo)?;
+            held.close_statement(ok.id)
+                .await
+                .map_err(RelayEnd::BackendIo)?;
             let message = "Prepared statement needs to be re-prepared";
             if silent {
                 consume(client, up).await?;
@@ -276,7 +284,9 @@ where
         cmd::STMT_EXECUTE => loop {
             match execute_head(up, params) {
                 ExecuteHead::NeedMore(n) if n <= len => fill(client, up, n).await?,
-                ExecuteHead::Params { flag_at, types } => break Some((Types::Execute(flag_at), types)),
+                ExecuteHead::Params { flag_at, types } => {
+                    break Some((Types::Execute(flag_at), types))
+                }
                 ExecuteHead::NeedMore(_) | ExecuteHead::NoParams => break None,
             }
         },
@@ -306,19 +316,27 @@ where
         on.bound = Some(sent);
         return Ok(Ran::Relay);
     }
-    let Some(types) = prepared.types.clone().filter(|t| on.bound.as_ref() != Some(t)) else {
+    let Some(types) = prepared
+        .types
+        .clone()
+        .filter(|t| on.bound.as_ref() != Some(t))
+    else {
         // Bound as the session last bound it, or the session never sent types (the server
         // answers that as it would directly).
         return Ok(Ran::Relay);
     };
     let written = match place {
         Types::Execute(flag_at) => insert_types(up, flag_at + 1, Some(flag_at), &types),
-        Types::Bulk => insert_types(up, 11, None, &types).map(|()| {
-            let flags = u16::from_le_bytes([up[9], up[10]]) | BULK_SEND_TYPES;
-            up[9..11].copy_from_slice(&flags.to_le_bytes());
-        }),
+        Types::Bulk => {
+            let written = insert_types(up, 11, None, &types);
+            if written {
+                let flags = u16::from_le_bytes([up[9], up[10]]) | BULK_SEND_TYPES;
+                up[9..11].copy_from_slice(&flags.to_le_bytes());
+            }
+            written
+        }
     };
-    if written.is_err() {
+    if !written {
         let message = "an execute of 16 MiB or more cannot move to another server connection without its parameter types; send them with it";
         answer(client, up, code::NET_PACKET_TOO_LARGE, message).await?;
         return Ok(Ran::Done);
@@ -386,7 +404,10 @@ where
 }
 
 /// Drops the command at the front of `up` unanswered (one the server does not answer).
-pub(super) async fn drop_front<C>(client: &mut LegStream<C>, up: &mut BytesMut) -> Result<(), RelayEnd>
+pub(super) async fn drop_front<C>(
+    client: &mut LegStream<C>,
+    up: &mut BytesMut,
+) -> Result<(), RelayEnd>
 where
     C: AsyncRead + AsyncWrite + Unpin,
 {

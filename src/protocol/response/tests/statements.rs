@@ -152,3 +152,63 @@ fn a_statement_spanning_reads_is_reported_whole_up_to_the_limit() {
         }
     }
 }
+
+#[test]
+fn a_paused_scan_stops_before_a_statement_command_and_lets_the_handled_one_through() {
+    let mut t = Tracker::new(caps(true), 1 << 30);
+    let mut bytes = command(cmd::QUERY, b"SELECT 1");
+    let at = bytes.len();
+    bytes.extend(command(cmd::STMT_EXECUTE, &[1, 0, 0, 0, 0, 1, 0, 0, 0]));
+    bytes.extend(command(cmd::QUERY, b"SELECT 2"));
+    t.pause_statements(false);
+    let scan = t.on_client(&bytes).unwrap();
+    // The query before it is counted; the execute and all after it are held, not counted.
+    assert!(t.paused());
+    assert_eq!((scan.commands, scan.held), (1, bytes.len() - at));
+    assert_eq!(t.pending(), 1);
+
+    // Handled by the pool, the execute goes through once; a second statement command stops.
+    let mut t = Tracker::new(caps(true), 1 << 30);
+    let mut rest = bytes[at..].to_vec();
+    let second = rest.len();
+    rest.extend(command(cmd::STMT_CLOSE, &[1, 0, 0, 0]));
+    t.pause_statements(true);
+    let scan = t.on_client(&rest).unwrap();
+    assert!(t.paused());
+    assert_eq!((scan.commands, scan.held), (2, rest.len() - second));
+}
+
+#[test]
+fn a_paused_scan_holds_a_command_cut_before_its_command_byte_or_a_statement_command_cut_short() {
+    let mut t = Tracker::new(caps(true), 1 << 30);
+    t.pause_statements(false);
+    let execute = command(cmd::STMT_EXECUTE, &[1, 0, 0, 0, 0, 1, 0, 0, 0]);
+    let query = command(cmd::QUERY, b"SELECT 1");
+    for cut in 1..5 {
+        let scan = t.on_client(&query[..cut]).unwrap();
+        assert_eq!(scan.held, cut, "a command's first {cut} bytes");
+        assert!(!t.paused());
+    }
+    // A query cut after its command byte goes on (it is no statement command).
+    let scan = t.on_client(&query[..6]).unwrap();
+    assert_eq!((scan.held, t.paused()), (0, false));
+    t.on_client(&query[6..]).unwrap();
+    assert_eq!(t.pending(), 1);
+    // An execute cut short is held whole from its header, and pauses.
+    let scan = t.on_client(&execute[..7]).unwrap();
+    assert_eq!((scan.held, t.paused()), (7, true));
+    // The one let through may arrive in parts.
+    t.pause_statements(true);
+    assert_eq!(t.on_client(&execute[..7]).unwrap().held, 0);
+    assert_eq!(t.on_client(&execute[7..]).unwrap().commands, 1);
+    assert!(!t.paused());
+    assert_eq!(t.pending(), 2);
+}
+
+#[test]
+fn without_pausing_statement_commands_are_never_held() {
+    let mut t = Tracker::new(caps(true), 1 << 30);
+    let execute = command(cmd::STMT_EXECUTE, &[1, 0, 0, 0, 0, 1, 0, 0, 0]);
+    let scan = t.on_client(&execute[..7]).unwrap();
+    assert_eq!((scan.held, t.paused()), (0, false));
+}
