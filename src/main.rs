@@ -76,6 +76,7 @@ fn run(config: &mut Config, cli: &Cli) -> anyhow::Result<()> {
         config.max_connections,
         config.max_open_files,
         config.max_connections_chosen,
+        config.descriptor_budget(),
     )
     .context("raising the open-files limit")?;
     config.max_connections = plan.max_connections;

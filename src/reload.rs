@@ -131,6 +131,14 @@ fn restart_keys(old: &Config, new: &Config) -> Vec<&'static str> {
         "max_connections",
     );
     check(old.max_open_files != new.max_open_files, "max_open_files");
+    // The open-files limit was sized at start for what a client costs then (one descriptor
+    // when every pool shares server connections): a pool back in session mode, or more shared
+    // connections, may need more than it has until a restart.
+    let (ob, nb) = (old.descriptor_budget(), new.descriptor_budget());
+    check(
+        nb.per_connection > ob.per_connection || nb.shared > ob.shared,
+        "pooling (open-files limit)",
+    );
     check(
         old.connect_timeout != new.connect_timeout,
         "connect_timeout",

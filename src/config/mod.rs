@@ -49,7 +49,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use crate::limits::FD_RESERVE;
+use crate::limits::{Budget, FD_RESERVE};
 
 const DEFAULT_LISTEN: SocketAddr = SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 4040);
 const DEFAULT_ADMIN: SocketAddr = SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 4041);
@@ -436,6 +436,38 @@ fn check_readable_file(path: &Path) -> Result<(), String> {
 }
 
 impl Config {
+    /// What each client connection costs in descriptors (see [`Budget`]): one, with the shared
+    /// server connections counted once, when every pool with backends is in transaction mode;
+    /// else two.
+    pub fn descriptor_budget(&self) -> Budget {
+        let mut shared = 0u64;
+        let mut names: Vec<&str> = self.backends.iter().map(|b| b.pool.as_str()).collect();
+        names.sort_unstable();
+        names.dedup();
+        for name in names {
+            let pooling = self
+                .pools
+                .iter()
+                .find(|p| p.name == name)
+                .map(|p| p.pooling)
+                .or((name == DEFAULT_POOL).then_some(self.pooling))
+                .unwrap_or_default();
+            if pooling.mode != PoolingMode::Transaction {
+                return Budget::SESSION;
+            }
+            let backends = self.backends.iter().filter(|b| b.pool == name).count() as u64;
+            shared = shared
+                .saturating_add(backends.saturating_mul(pooling.max_server_connections as u64));
+        }
+        if shared == 0 {
+            return Budget::SESSION;
+        }
+        Budget {
+            per_connection: 1,
+            shared,
+        }
+    }
+
     /// Reads `cli.config` if given (YAML), applies the CLI flags over it, then validates.
     pub fn load(cli: &Cli) -> Result<Config, ConfigError> {
         let file = cli.config.as_deref();
