@@ -145,6 +145,13 @@ impl ServerConn {
         Ok(at)
     }
 
+    /// Sets the connection's `LAST_INSERT_ID()` back to 0, as after a login, when a session's
+    /// generated id is all it left (see `Holding::only_insert_id`). False if the server did not
+    /// answer with an OK within a second: the connection must close.
+    pub async fn forget_insert_id(&mut self) -> bool {
+        self.run(&[(0x03, b"DO LAST_INSERT_ID(0)")]).await
+    }
+
     /// Whether the connection carries exactly `state`'s settings.
     pub fn carries(&self, state: &State) -> bool {
         Arc::ptr_eq(&self.state, state) || self.state == *state

@@ -101,6 +101,8 @@ pub struct Holding {
     user_changed: bool,
     /// The server may still hold this session's warnings or error, or an id it generated.
     diagnostics: bool,
+    /// The server generated an id for this session (`LAST_INSERT_ID()`).
+    insert_id: bool,
     /// The last statement changed rows (`ROW_COUNT()`).
     row_count: bool,
     /// The session's replayable settings so far (see [`State`]).
@@ -153,13 +155,21 @@ impl Holding {
     /// read (warnings, an error, `LAST_INSERT_ID()`, `ROW_COUNT()`): it must be reset before
     /// it is shared again.
     pub fn leaves_traces(&self) -> bool {
-        self.diagnostics || self.row_count
+        self.diagnostics || self.row_count || self.insert_id
     }
 
-    /// The connection was reset (COM_RESET_CONNECTION): nothing of the session is left on it.
+    /// Whether the only trace is a generated id, which `DO LAST_INSERT_ID(0)` clears without a
+    /// reset (a reset also drops the connection's prepared statements).
+    pub fn only_insert_id(&self) -> bool {
+        self.insert_id && !self.diagnostics && !self.row_count
+    }
+
+    /// The connection was reset (COM_RESET_CONNECTION), or its insert id cleared when that was
+    /// all: nothing of the session is left on it.
     pub fn reset_done(&mut self) {
         self.diagnostics = false;
         self.row_count = false;
+        self.insert_id = false;
     }
 
     /// A statement packet as the relay forwards it (`payload` command byte first, at most
@@ -294,7 +304,8 @@ impl Holding {
             Some(end) => {
                 self.in_transaction = end.status & SERVER_STATUS_IN_TRANS != 0;
                 self.keep_once = end.warnings > 0 || end.insert_id > 0 || c.affected > 0;
-                self.diagnostics |= end.warnings > 0 || end.insert_id > 0;
+                self.diagnostics |= end.warnings > 0;
+                self.insert_id |= end.insert_id > 0;
             }
             // An ERR leaves the transaction as it was; its diagnostics are the next command's
             // to read.

@@ -222,10 +222,15 @@ where
     }
     let pinned = observer.holding.pinned().is_some();
     if !pinned {
-        // A session that ends in a transaction, or with its warnings or insert id on the
-        // connection, leaves it reset.
-        let at_rest = observer.holding.releasable() && !observer.holding.leaves_traces();
-        if clean && (at_rest || reset(&pool, &mut held, &key, "session_end").await) {
+        // A session that ends in a transaction, or with its warnings or row count on the
+        // connection, leaves it reset; with only its insert id, that is cleared.
+        let tidy = clean
+            && if observer.holding.releasable() {
+                wipe(&pool, &mut held, &key, &mut observer.holding, "session_end").await
+            } else {
+                reset(&pool, &mut held, &key, "session_end").await
+            };
+        if tidy {
             pool.release(&key, held, worker);
         } else if clean && gone && held.reset(&key.schema).await {
             // Left in a transaction, or with warnings or a changed row count the next command
@@ -355,15 +360,37 @@ async fn give_back(
         return;
     };
     held.state = observer.holding.state().clone();
-    if !observer.holding.leaves_traces() {
-        pool.release(key, held, worker);
-    } else if reset(pool, &mut held, key, "traces").await {
-        observer.holding.reset_done();
+    if wipe(pool, &mut held, key, &mut observer.holding, "traces").await {
         pool.release(key, held, worker);
     } else {
         pool.closed(key);
         held.quit();
     }
+}
+
+/// Clears what a session left on `held` that another could read: nothing to do, its insert id
+/// alone (`DO LAST_INSERT_ID(0)`, counted as reason `insert_id`; the connection keeps its
+/// prepared statements), or a reset counted under `reason`. False when it must close.
+async fn wipe(
+    pool: &BackendPool,
+    held: &mut ServerConn,
+    key: &Key,
+    holding: &mut Holding,
+    reason: &'static str,
+) -> bool {
+    let ok = if !holding.leaves_traces() {
+        return true;
+    } else if holding.only_insert_id() {
+        let ok = held.forget_insert_id().await;
+        pool.count_reset("insert_id", ok);
+        ok
+    } else {
+        reset(pool, held, key, reason).await
+    };
+    if ok {
+        holding.reset_done();
+    }
+    ok
 }
 
 /// Brings `held` back to `key`'s login state, counted under `reason`; false when it must close.
