@@ -148,59 +148,41 @@ where
         let Some(held) = conn.as_mut() else {
             continue;
         };
-        if let Some(front) = front {
-            let ran = prepared::run(front, client, held, &mut up, &mut observer, deprecate_eof);
-            match ran.await {
-                Ok(Ran::Done) => {
-                    if observer.holding.releasable() {
-                        give_back(
-                            &pool,
-                            &key,
-                            worker,
-                            &mut conn,
-                            &mut observer,
-                            live.as_deref(),
-                        )
-                        .await;
-                    }
-                    continue;
-                }
-                Ok(Ran::Relay) => {}
-                Err(end) => break end,
-            }
-        }
-        tracker.pause_statements(statement);
-        let pending = (std::mem::take(&mut up), std::mem::take(&mut down));
-        let end = relay(
-            client,
-            &mut held.leg,
-            tracker,
-            pending.0,
-            pending.1,
-            stop,
-            &mut observer,
-        )
-        .await;
-        if std::mem::take(&mut observer.conn_reset) {
-            // COM_RESET_CONNECTION or COM_CHANGE_USER dropped its prepared statements.
-            held.statements.clear();
-        }
-        match end {
-            RelayEnd::Released(u, d) => {
-                (up, down) = (u, d);
-                if observer.holding.releasable() {
-                    give_back(
-                        &pool,
-                        &key,
-                        worker,
-                        &mut conn,
-                        &mut observer,
-                        live.as_deref(),
-                    )
-                    .await;
+        let answered = match front {
+            Some(front) => {
+                let ran = prepared::run(front, client, held, &mut up, &mut observer, deprecate_eof);
+                match ran.await {
+                    Ok(ran) => matches!(ran, Ran::Done),
+                    Err(end) => break end,
                 }
             }
-            end => break end,
+            None => false,
+        };
+        if !answered {
+            tracker.pause_statements(statement);
+            let pending = (std::mem::take(&mut up), std::mem::take(&mut down));
+            let end = relay(
+                client,
+                &mut held.leg,
+                tracker,
+                pending.0,
+                pending.1,
+                stop,
+                &mut observer,
+            )
+            .await;
+            if std::mem::take(&mut observer.conn_reset) {
+                // COM_RESET_CONNECTION or COM_CHANGE_USER dropped its prepared statements.
+                held.statements.clear();
+            }
+            match end {
+                RelayEnd::Released(u, d) => (up, down) = (u, d),
+                end => break end,
+            }
+        }
+        if observer.holding.releasable() {
+            let live = live.as_deref();
+            give_back(&pool, &key, worker, &mut conn, &mut observer, live).await;
         }
     };
     let Some(mut held) = conn.take() else {

@@ -126,7 +126,8 @@ where
     }
 }
 
-/// Carries out `front` on the session's server connection `held`.
+/// Carries out `front` on the session's server connection `held` (`deprecate_eof` as the
+/// session negotiated).
 pub(super) async fn run<C>(
     front: Front,
     client: &mut LegStream<C>,
@@ -138,15 +139,16 @@ pub(super) async fn run<C>(
 where
     C: AsyncRead + AsyncWrite + Unpin,
 {
+    let io = (client, up);
     match front {
         Front::Done => Ok(Ran::Done),
-        Front::Prepare => prepare(client, held, up, observer, deprecate_eof).await,
+        Front::Prepare => prepare(io, held, observer, deprecate_eof).await,
         Front::Statement {
             command,
             id,
             client_id,
         } => {
-            let ran = statement(client, held, up, observer, (command, id), deprecate_eof).await?;
+            let ran = statement(io, held, observer, (command, id), deprecate_eof).await?;
             if matches!(ran, Ran::Relay) {
                 observer.front = Some(client_id);
             }
@@ -158,9 +160,8 @@ where
 /// The client's COM_STMT_PREPARE, run on `held`: the client gets the server's answer with the
 /// session's id for the statement.
 async fn prepare<C>(
-    client: &mut LegStream<C>,
+    (client, up): (&mut LegStream<C>, &mut BytesMut),
     held: &mut ServerConn,
-    up: &mut BytesMut,
     observer: &mut Pooled<'_, '_>,
     deprecate_eof: bool,
 ) -> Result<Ran, RelayEnd>
@@ -227,9 +228,8 @@ where
 /// yet, then given `held`'s id and, for an execute that does not send its parameter types, the
 /// session's, when the server statement was last bound otherwise.
 async fn statement<C>(
-    client: &mut LegStream<C>,
+    (client, up): (&mut LegStream<C>, &mut BytesMut),
     held: &mut ServerConn,
-    up: &mut BytesMut,
     observer: &mut Pooled<'_, '_>,
     (command, id): (u8, u32),
     deprecate_eof: bool,
