@@ -165,6 +165,12 @@ pub trait Observer {
     fn rewrite_kill(&mut self, _packet: &[u8]) -> Option<KillRewrite> {
         None
     }
+    /// The client scan stopped before a prepared-statement command (see
+    /// `Tracker::pause_statements`; `packet` is it, header first, and what follows, or the part
+    /// read so far): true when the observer rewrote it in place for the backend, so it goes on.
+    fn resume_statement(&mut self, _packet: &mut [u8]) -> bool {
+        false
+    }
     /// Whether the session may give its backend connection back at the next command boundary
     /// (a transaction-mode pool between transactions); the relay then ends with
     /// [`RelayEnd::Released`]. Sessions that own their connection never do.
@@ -193,30 +199,18 @@ impl<O: Observer> Hooks for Upstream<'_, O> {
         if let Some(limit) = self.observer.client_scan(self.tracker.pending()) {
             self.tracker.set_statement_limit(limit);
         }
-        let scan = self.tracker.on_client_mut(buf);
-        if !self.tracker.statements().is_empty() {
-            // Before a KILL is rewritten: the offsets are this buffer's.
-            tag_statements(self.tracker, buf, &mut *self.observer);
+        let mut held = self.scan_from(buf, 0)?;
+        // Stopped before a prepared-statement command the observer can rewrite in place: it
+        // goes on, and so does the scan, from there.
+        while self.tracker.paused() {
+            let start = buf.len() - held;
+            if !self.observer.resume_statement(&mut buf[start..]) {
+                break;
+            }
+            self.tracker.pause_statements(true);
+            held = self.scan_from(buf, start)?;
         }
-        if let Err(e) = &scan {
-            keep_good_part(buf, e);
-        }
-        // KILLs before a bad packet are still forwarded, so they are mapped too.
-        if !self.tracker.kill_candidates().is_empty() {
-            let kills = self.tracker.kill_candidates();
-            rewrite_kills(buf, kills, &mut *self.observer, self.pending);
-        }
-        let scan = scan?;
-        self.quit |= scan.quit;
-        if scan.quit && self.observer.keeps_backend() && buf.ends_with(&COM_QUIT) {
-            buf.truncate(buf.len() - COM_QUIT.len());
-        }
-        if scan.held > 0 {
-            // Held bytes are not written yet (the write stamps the rest); a client trickling a
-            // command into them is not idle.
-            *self.active = Some(Instant::now());
-        }
-        Ok(scan.held)
+        Ok(held)
     }
 
     fn written(&mut self) {
@@ -236,6 +230,42 @@ impl<O: Observer> Hooks for Upstream<'_, O> {
     /// `Tracker::pause_statements`): the relay ends once what precedes it is answered.
     fn paused(&self) -> bool {
         self.tracker.paused()
+    }
+}
+
+impl<O: Observer> Upstream<'_, O> {
+    /// Scans `buf[from..]` (bytes before `from` were scanned already); returns how many bytes
+    /// at the end to hold back.
+    fn scan_from(&mut self, buf: &mut BytesMut, from: usize) -> Result<usize, TrackError> {
+        let scan = self.tracker.on_client_mut(&mut buf[from..]);
+        if !self.tracker.statements().is_empty() {
+            // Before a KILL is rewritten: the offsets are this buffer's.
+            tag_statements(self.tracker, &buf[from..], &mut *self.observer);
+        }
+        if let Err(e) = &scan {
+            buf.truncate(from + e.start().unwrap_or(0));
+        }
+        // KILLs before a bad packet are still forwarded, so they are mapped too.
+        if !self.tracker.kill_candidates().is_empty() {
+            let kills = self.tracker.kill_candidates();
+            if from == 0 {
+                rewrite_kills(buf, kills, &mut *self.observer, self.pending);
+            } else {
+                let kills: Vec<_> = kills.iter().map(|&(a, b)| (a + from, b + from)).collect();
+                rewrite_kills(buf, &kills, &mut *self.observer, self.pending);
+            }
+        }
+        let scan = scan?;
+        self.quit |= scan.quit;
+        if scan.quit && self.observer.keeps_backend() && buf.ends_with(&COM_QUIT) {
+            buf.truncate(buf.len() - COM_QUIT.len());
+        }
+        if scan.held > 0 {
+            // Held bytes are not written yet (the write stamps the rest); a client trickling a
+            // command into them is not idle.
+            *self.active = Some(Instant::now());
+        }
+        Ok(scan.held)
     }
 }
 

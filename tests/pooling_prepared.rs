@@ -396,3 +396,51 @@ async fn many_sessions_execute_their_statements_on_few_server_connections() {
     assert!(common::pooling::counts(&proxy, &backend).open <= 3);
     assert_eq!(pins(&proxy), 0.0, "prepared statements pinned a session");
 }
+
+/// Inside A's transaction (its connection held), executes sent together: one whose types B
+/// bound last on the shared connection (written in), then others rewritten in place.
+async fn in_a_transaction(mut a: RawClient, mut b: RawClient) -> Vec<Outcome> {
+    let mut got = Vec::new();
+    let a1 = prepare(&mut a, "SELECT CONCAT(?, '')")
+        .await
+        .expect("A prepares");
+    let a2 = prepare(&mut a, "SELECT CONCAT(?, ':', ?)")
+        .await
+        .expect("A prepares");
+    got.push(exec(&mut a, a1, &[Param::Int(7)], true).await);
+    let b1 = prepare(&mut b, "SELECT CONCAT(?, '')")
+        .await
+        .expect("B prepares");
+    got.push(exec(&mut b, b1, &[Param::Str("b".into())], true).await);
+    got.push(a.query_text("BEGIN").await.map(|_| Vec::new()));
+    let mut batch = execute(a1, &[Param::Int(1)], false);
+    batch.extend(execute(a2, &[Param::Int(2), Param::Str("x".into())], true));
+    batch.extend(execute(a1, &[Param::Int(3)], false));
+    batch.extend(execute(a2, &[Param::Int(4), Param::Str("y".into())], false));
+    batch.extend(command(0x03, b"COMMIT"));
+    a.send_raw(&batch).await.expect("send");
+    for _ in 0..4 {
+        got.push(binary_result(&mut a).await);
+    }
+    got.push(a.read_ok().await.map(|()| Vec::new()));
+    got.push(exec(&mut b, b1, &[Param::Str("c".into())], true).await);
+    got
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn executes_sent_together_in_a_transaction_keep_their_session_s_types() {
+    let db = &shared_pair()[0];
+    let backend = db.tcp_addr();
+    let direct = in_a_transaction(login(&backend).await, login(&backend).await).await;
+    assert_eq!(
+        direct[3..7],
+        [row(&["1"]), row(&["2:x"]), row(&["3"]), row(&["4:y"])]
+    );
+    let proxy = pooled(&backend);
+    let a = login(&proxy.addr_string()).await;
+    let b = login(&proxy.addr_string()).await;
+    open_connections(&proxy, &backend, 1).await;
+    let through = in_a_transaction(a, b).await;
+    assert_eq!(through, direct);
+    assert_eq!(pins(&proxy), 0.0);
+}

@@ -16,7 +16,7 @@ use super::connect::LoginSlot;
 use super::recorder::Recorder;
 use crate::kill;
 use crate::leg::LegStream;
-use crate::pooling::statements::{is_statement_command, SessionStatements};
+use crate::pooling::statements::{is_statement_command, ConnStatements, SessionStatements};
 use crate::pooling::{holding::TEXT_LIMIT, BackendPool, Holding, Key, PoolError, ServerConn};
 use crate::protocol::caps::CLIENT_DEPRECATE_EOF;
 use crate::protocol::errors::{code, err_packet, sqlstate_for};
@@ -67,6 +67,7 @@ where
         pool: &pool,
         key: &key,
         statements: SessionStatements::default(),
+        conn_statements: Default::default(),
         front: None,
         scratch: Vec::new(),
         conn_reset: false,
@@ -161,6 +162,7 @@ where
         if !answered {
             tracker.pause_statements(statement);
             let pending = (std::mem::take(&mut up), std::mem::take(&mut down));
+            observer.conn_statements = std::mem::take(&mut held.statements);
             let end = relay(
                 client,
                 &mut held.leg,
@@ -171,6 +173,7 @@ where
                 &mut observer,
             )
             .await;
+            held.statements = std::mem::take(&mut observer.conn_statements);
             if std::mem::take(&mut observer.conn_reset) {
                 // COM_RESET_CONNECTION or COM_CHANGE_USER dropped its prepared statements.
                 held.statements.clear();
@@ -493,6 +496,9 @@ struct Pooled<'a, 'r> {
     key: &'a Key,
     /// The session's prepared statements, by the ids the proxy gave them.
     statements: SessionStatements,
+    /// Those of the server connection the session holds, while a relay runs on it (they are
+    /// the connection's again after).
+    conn_statements: ConnStatements,
     /// The client's id of the statement command the relay sends next, which carries its server
     /// connection's id (see [`prepared::as_client_sent`]).
     front: Option<u32>,
@@ -558,6 +564,11 @@ impl Observer for Pooled<'_, '_> {
 
     fn keeps_backend(&self) -> bool {
         true
+    }
+
+    fn resume_statement(&mut self, packet: &mut [u8]) -> bool {
+        let (session, conn) = (&mut self.statements, &mut self.conn_statements);
+        prepared::resume(packet, session, conn, &mut self.front)
     }
 }
 

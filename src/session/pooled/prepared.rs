@@ -15,7 +15,7 @@ use super::Pooled;
 use crate::leg::LegStream;
 use crate::pooling::statements::{
     execute_head, handler_name, insert_types, names_statement, set_statement_id, statement_id,
-    ExecuteHead,
+    ConnStatements, ExecuteHead, SessionStatements,
 };
 use crate::pooling::ServerConn;
 use crate::protocol::errors::{code, err_packet, sqlstate_for};
@@ -343,6 +343,63 @@ where
     }
     on.bound = Some(types);
     Ok(Ran::Relay)
+}
+
+/// The relay stopped before `packet` (header first, maybe with what follows, maybe cut short;
+/// see `Observer::resume_statement`): rewrites it in place when the connection the session
+/// holds (`conn`) has its statement prepared and bound as the session last bound it, so the
+/// relay goes on instead of ending. Anything else (a prepare, a close, long data, types to write
+/// in, an unknown id) is left to [`front`] and [`run`].
+pub(super) fn resume(
+    packet: &mut [u8],
+    session: &mut SessionStatements,
+    conn: &mut ConnStatements,
+    front: &mut Option<u32>,
+) -> bool {
+    let command = match packet.get(4) {
+        Some(&c @ (cmd::STMT_EXECUTE | cmd::STMT_RESET | cmd::STMT_FETCH)) => c,
+        _ => return false,
+    };
+    let len = 4 + packet_len(packet);
+    let (Some(client_id), true) = (statement_id(packet), len >= 9) else {
+        return false;
+    };
+    let Some(prepared) = session
+        .resolve(client_id)
+        .and_then(|id| session.get_mut(id))
+    else {
+        return false;
+    };
+    let Some(on) = conn.get_mut(&prepared.text) else {
+        return false;
+    };
+    if command == cmd::STMT_EXECUTE {
+        let head = &packet[..len.min(packet.len())];
+        match execute_head(head, prepared.params) {
+            ExecuteHead::NoParams => {}
+            ExecuteHead::Params {
+                types: Some((from, to)),
+                ..
+            } => {
+                let sent = &head[from..to];
+                if prepared.types.as_deref() != Some(sent) {
+                    prepared.types = Some(Arc::from(sent));
+                }
+                if on.bound != prepared.types {
+                    on.bound = prepared.types.clone();
+                }
+            }
+            ExecuteHead::Params { types: None, .. } => {
+                if prepared.types.is_some() && on.bound != prepared.types {
+                    return false;
+                }
+            }
+            ExecuteHead::NeedMore(_) => return false,
+        }
+    }
+    set_statement_id(packet, on.id);
+    *front = Some(client_id);
+    true
 }
 
 /// A prepare on the server within [`PREPARE_TIMEOUT`]; a failure ends the session's hold on
