@@ -444,3 +444,33 @@ async fn executes_sent_together_in_a_transaction_keep_their_session_s_types() {
     assert_eq!(through, direct);
     assert_eq!(pins(&proxy), 0.0);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_at_max_prepared_stmt_count_gets_room_from_the_statements_a_connection_keeps() {
+    // A server of its own: the limit counts every connection's statements.
+    let db =
+        common::mariadb::MariaDb::start_with_args("ps-limit", &["--max-prepared-stmt-count=6"]);
+    let backend = db.tcp_addr();
+    let proxy = pooled(&backend);
+    let mut c = login(&proxy.addr_string()).await;
+    // Each text stays prepared on the session's connection for other sessions, after the
+    // session closes its id: the seventh would be refused without the pool making room.
+    for i in 0..12 {
+        let sql = format!("SELECT CONCAT(?, '-{i}')");
+        let id = prepare(&mut c, &sql)
+            .await
+            .unwrap_or_else(|e| panic!("prepare {i}: {e}"));
+        let got = exec(&mut c, id, &[Param::Int(i)], true).await;
+        assert_eq!(got, row(&[&format!("{i}-{i}")]));
+        c.send_raw(&command(COM_STMT_CLOSE, &id.to_le_bytes()))
+            .await
+            .expect("send");
+    }
+    let held: u64 = db
+        .root_query("SHOW GLOBAL STATUS LIKE 'Prepared_stmt_count'")
+        .split_whitespace()
+        .nth(1)
+        .and_then(|v| v.parse().ok())
+        .expect("Prepared_stmt_count");
+    assert!(held <= 6, "{held} statements held");
+}

@@ -32,7 +32,7 @@ mod metrics;
 pub mod statements;
 
 use self::core::{Acquired, Core, Slot, Waiter};
-pub use conn::ServerConn;
+pub use conn::{PrepareAnswer, ServerConn};
 pub use holding::{Holding, Reason, State, Step};
 use metrics::{Families, PoolMetrics};
 

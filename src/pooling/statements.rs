@@ -189,6 +189,15 @@ impl ConnStatements {
         evicted
     }
 
+    /// Takes up to `n` statements out; returns their server ids, to close.
+    pub fn evict(&mut self, n: usize) -> Vec<u32> {
+        let texts: Vec<Arc<[u8]>> = self.by_text.keys().take(n).cloned().collect();
+        texts
+            .iter()
+            .filter_map(|t| self.by_text.remove(t).map(|s| s.id))
+            .collect()
+    }
+
     /// The server statement for `text` failed (it is gone: a reprepare error): forget it.
     pub fn remove(&mut self, text: &[u8]) {
         self.by_text.remove(text);
@@ -415,6 +424,8 @@ mod tests {
         let evicted = c.insert(Arc::from(&b"one more"[..]), 999, 0);
         assert!(evicted.is_some());
         assert_eq!(c.len(), MAX_PER_CONNECTION);
+        assert_eq!(c.evict(10).len(), 10);
+        assert_eq!(c.len(), MAX_PER_CONNECTION - 10);
         c.clear();
         assert!(c.get(&text).is_none());
     }

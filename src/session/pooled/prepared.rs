@@ -17,7 +17,7 @@ use crate::pooling::statements::{
     execute_head, handler_name, insert_types, names_statement, set_statement_id, statement_id,
     ConnStatements, ExecuteHead, SessionStatements,
 };
-use crate::pooling::ServerConn;
+use crate::pooling::{PrepareAnswer, ServerConn};
 use crate::protocol::errors::{code, err_packet, sqlstate_for};
 use crate::protocol::response::{cmd, Completed};
 use crate::relay::{Observer, RelayEnd};
@@ -173,7 +173,10 @@ where
     observer.relayed(true, end);
     let tag = observer.statement(cmd::STMT_PREPARE, &up[4..end]);
     let sent = Instant::now();
-    let answer = within(held.prepare(&up[..end], deprecate_eof)).await?;
+    let mut answer = within(held.prepare(&up[..end], deprecate_eof)).await?;
+    if server_full(&answer) && make_room(held).await? {
+        answer = within(held.prepare(&up[..end], deprecate_eof)).await?;
+    }
     up.advance(end);
     let now = Instant::now();
     let mut bytes = answer.bytes;
@@ -243,7 +246,10 @@ where
     let (text, params) = (Arc::clone(&prepared.text), prepared.params);
     let silent = command == cmd::STMT_SEND_LONG_DATA;
     if held.statements.get(&text).is_none() {
-        let prepared = within(held.prepare_text(&text, deprecate_eof)).await?;
+        let mut prepared = within(held.prepare_text(&text, deprecate_eof)).await?;
+        if server_full(&prepared) && make_room(held).await? {
+            prepared = within(held.prepare_text(&text, deprecate_eof)).await?;
+        }
         let Some(ok) = prepared.ok else {
             // Refused now (a table gone): the command gets the server's error.
             if silent {
@@ -400,6 +406,26 @@ pub(super) fn resume(
     set_statement_id(packet, on.id);
     *front = Some(client_id);
     true
+}
+
+/// Whether a prepare was refused for the server's `max_prepared_stmt_count`, which counts the
+/// statements of all its connections.
+fn server_full(answer: &PrepareAnswer) -> bool {
+    answer.ok.is_none()
+        && answer.bytes.get(5..7) == Some(&MAX_PREPARED_STMT_COUNT_REACHED.to_le_bytes())
+}
+
+/// Closes half of the statements `held` keeps for its sessions (they are prepared again where
+/// needed), so a prepare the server refused as one too many may be tried again; false when it
+/// keeps none.
+async fn make_room(held: &mut ServerConn) -> Result<bool, RelayEnd> {
+    let closed = held.statements.evict(held.statements.len().div_ceil(2));
+    for &id in &closed {
+        held.close_statement(id)
+            .await
+            .map_err(RelayEnd::BackendIo)?;
+    }
+    Ok(!closed.is_empty())
 }
 
 /// A prepare on the server within [`PREPARE_TIMEOUT`]; a failure ends the session's hold on
