@@ -9,7 +9,7 @@ Starts three MariaDB backends with --max-connections=60, HAProxy (mode tcp, roun
 mysql-lb in front of them: one in session mode (the default: a server connection per client) and
 one whose default pool is in transaction mode (`pooling: {mode: transaction,
 max_server_connections: 50}`: 10 left per server for health checks and the script's own
-connection). Then sysbench oltp_point_select, text protocol (`--db-ps-mode=disable`), or with
+connection). Then sysbench oltp_point_select (or `--test`), text protocol (`--db-ps-mode=disable`), or with
 `--ps` server-side prepared statements (`--db-ps-mode=auto`, which a transaction-mode pool shares
 among sessions), at each thread count on each path, interleaved by round so that drift on a
 shared machine hits all paths alike:
@@ -63,6 +63,8 @@ def parse_args():
     ap.add_argument("--binary", default=os.path.join(ROOT, "target/release/mysql-lb"))
     ap.add_argument("--paths", default=",".join(PATHS), help="paths to run (default all)")
     ap.add_argument("--out", default=os.path.join(HERE, "results-issue22.md"))
+    ap.add_argument("--test", default="oltp_point_select",
+                    help="the sysbench test (oltp_point_select, oltp_read_only, ...)")
     ap.add_argument("--ps", action="store_true",
                     help="server-side prepared statements (sysbench --db-ps-mode=auto)")
     return ap.parse_args()
@@ -103,11 +105,11 @@ def first_error(text):
     return text.strip().splitlines()[-1][:120] if text.strip() else "no output"
 
 
-def run_cell(reg, backends, target, threads, seconds, ps_mode):
+def run_cell(reg, backends, target, threads, seconds, ps_mode, test):
     settle(backends)
     pid = target.pid
     cpu_before = procs.cpu_seconds(pid) if pid else None
-    argv = sysbench_argv("oltp_point_select", target, threads, seconds,
+    argv = sysbench_argv(test, target, threads, seconds,
                          ["--mysql-ignore-errors=none"], ps_mode)
     code, text = procs.run_capture(reg, argv, timeout=seconds + 120)
     cpu = procs.cpu_seconds(pid) - cpu_before if pid else None
@@ -170,7 +172,8 @@ def main():
             for n in threads:
                 for path in paths:
                     log("round %d: %s, %d threads" % (rnd + 1, path, n))
-                    res = run_cell(reg, backends, targets[path], n, args.time, ps_mode)
+                    res = run_cell(reg, backends, targets[path], n, args.time, ps_mode,
+                                   args.test)
                     log("  %s" % res)
                     cells.setdefault((n, path), []).append(res)
         wall = time.time() - started
@@ -182,13 +185,14 @@ def main():
     rev = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True,
                          text=True).stdout.strip()
     lines.append("Run %s with `python3 benches/load/pooling.py --rounds %d --time %d --threads %s "
-                 "--paths %s%s` "
-                 "(%.0f s; mysql-lb %s, git %s). sysbench oltp_point_select, `--tables=%d "
+                 "--paths %s%s --test %s` "
+                 "(%.0f s; mysql-lb %s, git %s). sysbench %s, `--tables=%d "
                  "--table-size=%d --db-ps-mode=%s`; backends `--max-connections=%d`, the "
                  "pool `max_server_connections: %d`."
                  % (datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
                     args.rounds, args.time, args.threads, ",".join(paths),
-                    " --ps" if args.ps else "", wall, args.binary, rev, TABLES,
+                    " --ps" if args.ps else "", args.test, wall, args.binary, rev, args.test,
+                    TABLES,
                     TABLE_SIZE, ps_mode, SERVER_MAX, POOL_MAX))
     lines.append("")
     lines.append("| threads | path | qps median (min–max) | p95 ms | proxy CPU s / 10k q | "
