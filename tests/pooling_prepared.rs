@@ -474,3 +474,32 @@ async fn a_server_at_max_prepared_stmt_count_gets_room_from_the_statements_a_con
         .expect("Prepared_stmt_count");
     assert!(held <= 6, "{held} statements held");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn malformed_statement_commands_get_an_error_and_the_session_goes_on() {
+    let db = &shared_pair()[0];
+    let backend = db.tcp_addr();
+    let proxy = pooled(&backend);
+    let mut c = login(&proxy.addr_string()).await;
+    // Too short to name a statement.
+    c.send_raw(&command(COM_STMT_EXECUTE, &[1, 0]))
+        .await
+        .expect("send");
+    let (_, reply) = c.read_packet().await.expect("an answer");
+    assert_eq!(reply.first(), Some(&0xFF), "{reply:02x?}");
+    // An execute whose parameters run past its end: the server's error, as directly.
+    let id = prepare(&mut c, "SELECT CONCAT(?, ?)")
+        .await
+        .expect("prepare");
+    let mut body = id.to_le_bytes().to_vec();
+    body.extend_from_slice(&[0, 1, 0, 0, 0]);
+    c.send_raw(&command(COM_STMT_EXECUTE, &body))
+        .await
+        .expect("send");
+    assert!(binary_result(&mut c).await.is_err());
+    assert_eq!(c.ping().await, Ok(()));
+    assert_eq!(
+        exec(&mut c, id, &[Param::Int(1), Param::Str("a".into())], true).await,
+        row(&["1a"])
+    );
+}

@@ -3,7 +3,7 @@
 backends that accept 60 connections each.
 
     python3 benches/load/pooling.py [--rounds 3] [--time 5] [--threads 64,512,2000]
-                                    [--binary target/release/mysql-lb]
+                                    [--binary target/release/mysql-lb] [--test T] [--ps]
 
 Starts three MariaDB backends with --max-connections=60, HAProxy (mode tcp, roundrobin) and two
 mysql-lb in front of them: one in session mode (the default: a server connection per client) and
