@@ -20,10 +20,12 @@
 //! [`ConnStatements::clear`].
 
 use std::collections::HashMap;
+use std::hash::BuildHasherDefault;
 use std::sync::Arc;
 
 use bytes::BytesMut;
 
+use super::core::PreHashed;
 use crate::protocol::cmd;
 
 /// MariaDB's id for "the statement this connection prepared last" (for a prepare and an execute
@@ -68,7 +70,8 @@ pub struct Prepared {
 #[derive(Debug, Default)]
 pub struct SessionStatements {
     next: u32,
-    by_id: HashMap<u32, Prepared>,
+    /// Keyed by ids the proxy gave out, so a plain fast hash will do.
+    by_id: HashMap<u32, Prepared, BuildHasherDefault<PreHashed>>,
     /// The id of the session's last successful prepare (for [`LAST_PREPARED`]).
     last: Option<u32>,
 }

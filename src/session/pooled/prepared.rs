@@ -245,7 +245,14 @@ where
     };
     let (text, params) = (Arc::clone(&prepared.text), prepared.params);
     let silent = command == cmd::STMT_SEND_LONG_DATA;
-    if held.statements.get(&text).is_none() {
+    // One lookup by text when the connection has the statement (the common case).
+    let known = held
+        .statements
+        .get(&text)
+        .map(|on| (on.id, on.bound.clone()));
+    let (server_id, bound) = if let Some(known) = known {
+        known
+    } else {
         let mut prepared = within(held.prepare_text(&text, deprecate_eof)).await?;
         if server_full(&prepared) && make_room(held).await? {
             prepared = within(held.prepare_text(&text, deprecate_eof)).await?;
@@ -280,11 +287,9 @@ where
             }
             return Ok(Ran::Done);
         }
-    }
-    let Some(on) = held.statements.get_mut(&text) else {
-        return Err(RelayEnd::NoServerConnection);
+        (ok.id, None)
     };
-    set_statement_id(up, on.id);
+    set_statement_id(up, server_id);
     let len = 4 + packet_len(up);
     let types_at = match command {
         cmd::STMT_EXECUTE => loop {
@@ -317,16 +322,16 @@ where
         return Ok(Ran::Relay);
     };
     if let Some((from, to)) = sent {
-        let sent: Arc<[u8]> = Arc::from(&up[from..to]);
-        prepared.types = Some(Arc::clone(&sent));
-        on.bound = Some(sent);
+        let sent = &up[from..to];
+        if prepared.types.as_deref() != Some(sent) {
+            prepared.types = Some(Arc::from(sent));
+        }
+        if bound != prepared.types {
+            bind(held, &text, prepared.types.clone());
+        }
         return Ok(Ran::Relay);
     }
-    let Some(types) = prepared
-        .types
-        .clone()
-        .filter(|t| on.bound.as_ref() != Some(t))
-    else {
+    let Some(types) = prepared.types.clone().filter(|t| bound.as_ref() != Some(t)) else {
         // Bound as the session last bound it, or the session never sent types (the server
         // answers that as it would directly).
         return Ok(Ran::Relay);
@@ -347,8 +352,15 @@ where
         answer(client, up, code::NET_PACKET_TOO_LARGE, message).await?;
         return Ok(Ran::Done);
     }
-    on.bound = Some(types);
+    bind(held, &text, Some(types));
     Ok(Ran::Relay)
+}
+
+/// Notes the types `held`'s statement for `text` is executed with from now on.
+fn bind(held: &mut ServerConn, text: &[u8], types: Option<Arc<[u8]>>) {
+    if let Some(on) = held.statements.get_mut(text) {
+        on.bound = types;
+    }
 }
 
 /// The relay stopped before `packet` (header first, maybe with what follows, maybe cut short;
