@@ -245,77 +245,14 @@ where
     };
     let (text, params) = (Arc::clone(&prepared.text), prepared.params);
     let silent = command == cmd::STMT_SEND_LONG_DATA;
-    // One lookup by text when the connection has the statement (the common case).
-    let known = held
-        .statements
-        .get(&text)
-        .map(|on| (on.id, on.bound.clone()));
-    let (server_id, bound) = if let Some(known) = known {
-        known
-    } else {
-        let mut prepared = within(held.prepare_text(&text, deprecate_eof)).await?;
-        if server_full(&prepared) && make_room(held).await? {
-            prepared = within(held.prepare_text(&text, deprecate_eof)).await?;
-        }
-        let Some(ok) = prepared.ok else {
-            // Refused now (a table gone): the command gets the server's error.
-            if silent {
-                consume(client, up).await?;
-            } else {
-                let seq = consume(client, up).await?.wrapping_add(1);
-                let mut err = prepared.bytes;
-                err[3] = seq;
-                write(client, &err).await?;
-            }
-            return Ok(Ran::Done);
-        };
-        if let Some(close) = held.statements.insert(Arc::clone(&text), ok.id, ok.params) {
-            held.close_statement(close)
-                .await
-                .map_err(RelayEnd::BackendIo)?;
-        }
-        if ok.params != params {
-            held.statements.remove(&text);
-            held.close_statement(ok.id)
-                .await
-                .map_err(RelayEnd::BackendIo)?;
-            let message = "Prepared statement needs to be re-prepared";
-            if silent {
-                consume(client, up).await?;
-            } else {
-                answer(client, up, NEED_REPREPARE, message).await?;
-            }
-            return Ok(Ran::Done);
-        }
-        (ok.id, None)
+    let io = (&mut *client, &mut *up);
+    let Some((server_id, bound)) =
+        on_connection(io, held, (&text, params), silent, deprecate_eof).await?
+    else {
+        return Ok(Ran::Done);
     };
     set_statement_id(up, server_id);
-    let len = 4 + packet_len(up);
-    let types_at = match command {
-        cmd::STMT_EXECUTE => loop {
-            match execute_head(up, params) {
-                ExecuteHead::NeedMore(n) if n <= len => fill(client, up, n).await?,
-                ExecuteHead::Params { flag_at, types } => {
-                    break Some((Types::Execute(flag_at), types))
-                }
-                ExecuteHead::NeedMore(_) | ExecuteHead::NoParams => break None,
-            }
-        },
-        cmd::STMT_BULK_EXECUTE if params > 0 && len >= 11 => {
-            fill(client, up, 11).await?;
-            let flags = u16::from_le_bytes([up[9], up[10]]);
-            let end = 11 + 2 * usize::from(params);
-            let types = if flags & BULK_SEND_TYPES != 0 && end <= len {
-                fill(client, up, end).await?;
-                Some((11, end))
-            } else {
-                None
-            };
-            Some((Types::Bulk, types))
-        }
-        _ => None,
-    };
-    let Some((place, sent)) = types_at else {
+    let Some((place, sent)) = types_place((client, up), command, params).await? else {
         return Ok(Ran::Relay);
     };
     let Some(prepared) = observer.statements.get_mut(id) else {
@@ -354,6 +291,97 @@ where
     }
     bind(held, &text, Some(types));
     Ok(Ran::Relay)
+}
+
+/// `held`'s id for `text` (a statement of `params` parameters) and the types it was last
+/// bound with: one lookup when the connection has it (the common case), else it is prepared
+/// there now. None when the command was answered here instead (the server refused the text
+/// now, or its parameters changed; `silent`: a command the server never answers, dropped).
+async fn on_connection<C>(
+    (client, up): (&mut LegStream<C>, &mut BytesMut),
+    held: &mut ServerConn,
+    (text, params): (&Arc<[u8]>, u16),
+    silent: bool,
+    deprecate_eof: bool,
+) -> Result<Option<(u32, Option<Arc<[u8]>>)>, RelayEnd>
+where
+    C: AsyncRead + AsyncWrite + Unpin,
+{
+    if let Some(on) = held.statements.get(text) {
+        return Ok(Some((on.id, on.bound.clone())));
+    }
+    let mut prepared = within(held.prepare_text(text, deprecate_eof)).await?;
+    if server_full(&prepared) && make_room(held).await? {
+        prepared = within(held.prepare_text(text, deprecate_eof)).await?;
+    }
+    let Some(ok) = prepared.ok else {
+        // Refused now (a table gone): the command gets the server's error.
+        if silent {
+            consume(client, up).await?;
+        } else {
+            let seq = consume(client, up).await?.wrapping_add(1);
+            let mut err = prepared.bytes;
+            err[3] = seq;
+            write(client, &err).await?;
+        }
+        return Ok(None);
+    };
+    if let Some(close) = held.statements.insert(Arc::clone(text), ok.id, ok.params) {
+        held.close_statement(close)
+            .await
+            .map_err(RelayEnd::BackendIo)?;
+    }
+    if ok.params != params {
+        held.statements.remove(text);
+        held.close_statement(ok.id)
+            .await
+            .map_err(RelayEnd::BackendIo)?;
+        let message = "Prepared statement needs to be re-prepared";
+        if silent {
+            consume(client, up).await?;
+        } else {
+            answer(client, up, NEED_REPREPARE, message).await?;
+        }
+        return Ok(None);
+    }
+    Ok(Some((ok.id, None)))
+}
+
+/// Where the execute at the front of `up` keeps its parameter types, and the types it sends,
+/// if any (read from the client as far as needed); None for a command without.
+async fn types_place<C>(
+    (client, up): (&mut LegStream<C>, &mut BytesMut),
+    command: u8,
+    params: u16,
+) -> Result<Option<(Types, Option<(usize, usize)>)>, RelayEnd>
+where
+    C: AsyncRead + AsyncWrite + Unpin,
+{
+    let len = 4 + packet_len(up);
+    Ok(match command {
+        cmd::STMT_EXECUTE => loop {
+            match execute_head(up, params) {
+                ExecuteHead::NeedMore(n) if n <= len => fill(client, up, n).await?,
+                ExecuteHead::Params { flag_at, types } => {
+                    break Some((Types::Execute(flag_at), types))
+                }
+                ExecuteHead::NeedMore(_) | ExecuteHead::NoParams => break None,
+            }
+        },
+        cmd::STMT_BULK_EXECUTE if params > 0 && len >= 11 => {
+            fill(client, up, 11).await?;
+            let flags = u16::from_le_bytes([up[9], up[10]]);
+            let end = 11 + 2 * usize::from(params);
+            let types = if flags & BULK_SEND_TYPES != 0 && end <= len {
+                fill(client, up, end).await?;
+                Some((11, end))
+            } else {
+                None
+            };
+            Some((Types::Bulk, types))
+        }
+        _ => None,
+    })
 }
 
 /// Notes the types `held`'s statement for `text` is executed with from now on.
