@@ -104,24 +104,7 @@ where
             None
         };
         if conn.is_none() {
-            let state = observer.holding.state();
-            let got = match pool.acquire(&key, worker, state).await {
-                Ok(got) if got.carries(state) => Ok(got),
-                Ok(mut got) => {
-                    // Another session's settings on it: reset, then this one's run again.
-                    let adopted = got.adopt(state, &key.schema).await;
-                    pool.count_reset("state", adopted);
-                    if adopted {
-                        Ok(got)
-                    } else {
-                        pool.closed(&key);
-                        got.quit();
-                        Err(PoolError::Replay)
-                    }
-                }
-                Err(e) => Err(e),
-            };
-            match got {
+            match take(&pool, &key, worker, observer.holding.state()).await {
                 Ok(got) => {
                     if let Some(live) = &live {
                         live.store(got.thread_id, Ordering::Relaxed);
@@ -188,10 +171,24 @@ where
             give_back(&pool, &key, worker, &mut conn, &mut observer, live).await;
         }
     };
-    let Some(mut held) = conn.take() else {
+    let Some(held) = conn.take() else {
         pool.session_ended(&key, observer.holding.pinned().is_some());
         return end;
     };
+    let ended = (&end, &mut *tracker, stop);
+    hand_back(held, ended, (&pool, &key, worker), &mut observer).await;
+    end
+}
+
+/// Where the connection a session held at its end goes: back to the pool, reset first if the
+/// session left something on it; recycled if it was pinned and can be brought back to its
+/// key's login state; else closed. `end` says how the session ended.
+async fn hand_back(
+    mut held: ServerConn,
+    (end, tracker, stop): (&RelayEnd, &mut Tracker, Stop<'_>),
+    (pool, key, worker): (&std::sync::Arc<BackendPool>, &Key, usize),
+    observer: &mut Pooled<'_, '_>,
+) {
     held.state = observer.holding.state().clone();
     // A client's trailing COM_QUIT is not forwarded (`Observer::keeps_backend`).
     let mut clean = matches!(
@@ -203,7 +200,7 @@ where
         // The client left with a command unanswered: closing the connection could leave its
         // user's other sessions with none. Its answer is read to the end and thrown away.
         let within = pool.pooling().wait_timeout;
-        clean = settle(&mut held, tracker, stop, &mut observer, within).await;
+        clean = settle(&mut held, tracker, stop, observer, within).await;
     }
     let pinned = observer.holding.pinned().is_some();
     if !pinned {
@@ -211,34 +208,33 @@ where
         // connection, leaves it reset; with only its insert id, that is cleared.
         let tidy = clean
             && if observer.holding.releasable() {
-                wipe(&pool, &mut held, &key, &mut observer.holding, "session_end").await
+                wipe(pool, &mut held, key, &mut observer.holding, "session_end").await
             } else {
-                reset(&pool, &mut held, &key, "session_end").await
+                reset(pool, &mut held, key, "session_end").await
             };
         if tidy {
-            pool.release(&key, held, worker);
+            pool.release(key, held, worker);
         } else if clean && gone && held.reset(&key.schema).await {
             // Left in a transaction, or with warnings or a changed row count the next command
             // could have read: reset, it holds its key's login state again.
-            pool.release(&key, held, worker);
+            pool.release(key, held, worker);
         } else {
             // Its slot is free once the server let go of it.
             held.close().await;
-            pool.closed(&key);
+            pool.closed(key);
         }
-        pool.session_ended(&key, false);
+        pool.session_ended(key, false);
     } else if clean
         && observer.holding.recyclable(&key.schema)
-        && reset(&pool, &mut held, &key, "pinned").await
+        && reset(pool, &mut held, key, "pinned").await
     {
         // Its state was the session's alone; reset, it serves the key again.
-        pool.recycle(&key, held, worker);
+        pool.recycle(key, held, worker);
     } else {
         // Counted closed by `session_ended`, once the server let go of it.
         held.close().await;
-        pool.session_ended(&key, true);
+        pool.session_ended(key, true);
     }
-    end
 }
 
 /// Reads, within `within`, the rest of the answers to commands whose client left, as far as a
@@ -325,6 +321,29 @@ impl Observer for Settling<'_, '_, '_> {
 
     fn keeps_backend(&self) -> bool {
         true
+    }
+}
+
+/// A connection of `key` from the pool, brought to the session's `state`.
+async fn take(
+    pool: &BackendPool,
+    key: &Key,
+    worker: usize,
+    state: &crate::pooling::State,
+) -> Result<ServerConn, PoolError> {
+    let mut got = pool.acquire(key, worker, state).await?;
+    if got.carries(state) {
+        return Ok(got);
+    }
+    // Another session's settings on it: reset, then this one's run again.
+    let adopted = got.adopt(state, &key.schema).await;
+    pool.count_reset("state", adopted);
+    if adopted {
+        Ok(got)
+    } else {
+        pool.closed(key);
+        got.quit();
+        Err(PoolError::Replay)
     }
 }
 
