@@ -66,6 +66,31 @@ pub struct Prepared {
     pub types: Option<Arc<[u8]>>,
 }
 
+impl Prepared {
+    /// An execute of this statement on a server statement last bound with `bound`, which sent
+    /// `sent` types or none: types it sent become the session's and the server statement's;
+    /// without, the session's last types are returned when the server statement is bound
+    /// otherwise (they must be written into the execute, and `bound` becomes them once it is).
+    /// None when nothing is to be written in (bound alike, or the session never sent types:
+    /// the server answers that as it would directly).
+    pub fn rebind(
+        &mut self,
+        bound: &mut Option<Arc<[u8]>>,
+        sent: Option<&[u8]>,
+    ) -> Option<Arc<[u8]>> {
+        if let Some(sent) = sent {
+            if self.types.as_deref() != Some(sent) {
+                self.types = Some(Arc::from(sent));
+            }
+            if *bound != self.types {
+                bound.clone_from(&self.types);
+            }
+            return None;
+        }
+        self.types.clone().filter(|t| bound.as_ref() != Some(t))
+    }
+}
+
 /// A session's prepared statements by the ids it was given.
 #[derive(Debug, Default)]
 pub struct SessionStatements {
@@ -399,6 +424,33 @@ mod tests {
         assert_eq!(s.add(Arc::from(&b"x"[..]), 0), Some(2));
         s.clear();
         assert!(s.is_empty());
+    }
+
+    #[test]
+    fn sent_types_are_the_sessions_and_the_servers_and_missing_ones_are_written_in() {
+        let mut p = Prepared {
+            text: Arc::from(&b"SELECT ?"[..]),
+            params: 1,
+            types: None,
+        };
+        let mut bound = None;
+        // Never sent: nothing to write in.
+        assert_eq!(p.rebind(&mut bound, None), None);
+        assert_eq!(p.rebind(&mut bound, Some(&[8, 0])), None);
+        assert_eq!(
+            (p.types.as_deref(), bound.as_deref()),
+            (Some(&[8u8, 0][..]), Some(&[8u8, 0][..]))
+        );
+        // Bound alike: nothing to write in.
+        assert_eq!(p.rebind(&mut bound, None), None);
+        // Another session bound other types: the session's are written in.
+        let mut other: Option<Arc<[u8]>> = Some(Arc::from(&[253u8, 0][..]));
+        assert_eq!(p.rebind(&mut other, None).as_deref(), Some(&[8u8, 0][..]));
+        assert_eq!(
+            other.as_deref(),
+            Some(&[253u8, 0][..]),
+            "bound once written, not before"
+        );
     }
 
     #[test]

@@ -8,8 +8,8 @@
 use std::net::IpAddr;
 use std::sync::atomic::Ordering;
 
-use bytes::{Buf, BytesMut};
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use bytes::BytesMut;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite};
 use tracing::{debug, info, warn};
 
 use super::connect::LoginSlot;
@@ -19,13 +19,15 @@ use crate::leg::LegStream;
 use crate::pooling::statements::{is_statement_command, ConnStatements, SessionStatements};
 use crate::pooling::{holding::TEXT_LIMIT, BackendPool, Holding, Key, PoolError, ServerConn};
 use crate::protocol::caps::CLIENT_DEPRECATE_EOF;
-use crate::protocol::errors::{code, err_packet, sqlstate_for};
+use crate::protocol::errors::code;
 use crate::protocol::response::{Completed, Tracker};
 use crate::relay::{relay, KillRewrite, Observer, RelayEnd, Stop};
 use crate::stream::BackendStream;
 use prepared::{Front, Ran};
 
+mod client;
 mod prepared;
+mod settle;
 
 /// How a session joins its backend's pool once logged in.
 pub(super) struct Joined<'r> {
@@ -118,7 +120,7 @@ where
                         Some(Front::Statement {
                             command: crate::protocol::cmd::STMT_SEND_LONG_DATA,
                             ..
-                        }) => prepared::drop_front(client, &mut up).await,
+                        }) => client::drop_front(client, &mut up).await,
                         _ => refuse_command(client, &mut up, &e, peer).await,
                     };
                     match refused {
@@ -200,7 +202,7 @@ async fn hand_back(
         // The client left with a command unanswered: closing the connection could leave its
         // user's other sessions with none. Its answer is read to the end and thrown away.
         let within = pool.pooling().wait_timeout;
-        clean = settle(&mut held, tracker, stop, observer, within).await;
+        clean = settle::settle(&mut held, tracker, stop, observer, within).await;
     }
     let pinned = observer.holding.pinned().is_some();
     if !pinned {
@@ -234,93 +236,6 @@ async fn hand_back(
         // Counted closed by `session_ended`, once the server let go of it.
         held.close().await;
         pool.session_ended(key, true);
-    }
-}
-
-/// Reads, within `within`, the rest of the answers to commands whose client left, as far as a
-/// command boundary, and throws them away; true once there (the connection is in sync again).
-/// The tracker has seen every byte read from the server, so it goes on where the session's
-/// relay stopped; the commands' ends still reach the observer (a transaction they opened, a
-/// pin).
-async fn settle(
-    held: &mut ServerConn,
-    tracker: &mut Tracker,
-    stop: Stop<'_>,
-    observer: &mut Pooled<'_, '_>,
-    within: std::time::Duration,
-) -> bool {
-    let mut nobody = LegStream::Plain(Nobody);
-    let mut settling = Settling(observer);
-    let rest = relay(
-        &mut nobody,
-        &mut held.leg,
-        tracker,
-        BytesMut::new(),
-        BytesMut::new(),
-        stop,
-        &mut settling,
-    );
-    match tokio::time::timeout(within, rest).await {
-        Ok(RelayEnd::Released(..) | RelayEnd::Drained) => tracker.idle(),
-        _ => false,
-    }
-}
-
-/// The client side of [`settle`]: sends nothing, takes and drops everything.
-struct Nobody;
-
-impl AsyncRead for Nobody {
-    fn poll_read(
-        self: std::pin::Pin<&mut Self>,
-        _: &mut std::task::Context<'_>,
-        _: &mut tokio::io::ReadBuf<'_>,
-    ) -> std::task::Poll<std::io::Result<()>> {
-        std::task::Poll::Pending
-    }
-}
-
-impl AsyncWrite for Nobody {
-    fn poll_write(
-        self: std::pin::Pin<&mut Self>,
-        _: &mut std::task::Context<'_>,
-        buf: &[u8],
-    ) -> std::task::Poll<std::io::Result<usize>> {
-        std::task::Poll::Ready(Ok(buf.len()))
-    }
-
-    fn poll_flush(
-        self: std::pin::Pin<&mut Self>,
-        _: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<std::io::Result<()>> {
-        std::task::Poll::Ready(Ok(()))
-    }
-
-    fn poll_shutdown(
-        self: std::pin::Pin<&mut Self>,
-        _: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<std::io::Result<()>> {
-        std::task::Poll::Ready(Ok(()))
-    }
-}
-
-/// The session's observer while [`settle`] reads: the relay ends at the first boundary.
-struct Settling<'a, 'b, 'r>(&'a mut Pooled<'b, 'r>);
-
-impl Observer for Settling<'_, '_, '_> {
-    fn completed(&mut self, c: &Completed) {
-        self.0.completed(c);
-    }
-
-    fn relayed(&mut self, to_backend: bool, n: usize) {
-        self.0.relayed(to_backend, n);
-    }
-
-    fn releasable(&self) -> bool {
-        true
-    }
-
-    fn keeps_backend(&self) -> bool {
-        true
     }
 }
 
@@ -450,8 +365,8 @@ where
 }
 
 /// Answers the client's next command with an ERR in its response's place, without running it
-/// (no server connection came free), and drops the command's bytes. Err when the client failed
-/// or the command cannot be read whole.
+/// (no server connection came free), and drops the command's bytes (read to their end, however
+/// long). Err when the client failed.
 async fn refuse_command<C>(
     client: &mut LegStream<C>,
     up: &mut BytesMut,
@@ -462,48 +377,7 @@ where
     C: AsyncRead + AsyncWrite + Unpin,
 {
     warn!(client = peer, "statement refused: {e}");
-    let (len, last_seq) = loop {
-        match whole_command(up) {
-            Ok(Some(found)) => break found,
-            Ok(None) => {}
-            Err(()) => {
-                // A command of 16 MiB or more: it is not read to its end to be thrown away.
-                let packet = pool_err(0, e);
-                let _ = client.write_all(&packet).await;
-                return Err(RelayEnd::NoServerConnection);
-            }
-        }
-        match client.read_buf(up).await {
-            Ok(0) => return Err(RelayEnd::ClientClosed { quit: false }),
-            Ok(_) => {}
-            Err(e) => return Err(RelayEnd::ClientIo(e)),
-        }
-    };
-    up.advance(len);
-    let packet = pool_err(last_seq.wrapping_add(1), e);
-    let written = async {
-        client.write_all(&packet).await?;
-        client.flush().await
-    };
-    written.await.map_err(RelayEnd::ClientIo)
-}
-
-fn pool_err(seq: u8, e: &PoolError) -> Vec<u8> {
-    let code = code::TOO_MANY_CONNECTIONS;
-    err_packet(seq, code, Some(sqlstate_for(code)), &e.to_string())
-}
-
-/// The length and sequence id of the single-packet command at the front of `buf`, once whole;
-/// Err for a command split over 16 MiB chunks.
-fn whole_command(buf: &[u8]) -> Result<Option<(usize, u8)>, ()> {
-    let Some(header) = buf.get(..4) else {
-        return Ok(None);
-    };
-    let len = usize::from(header[0]) | usize::from(header[1]) << 8 | usize::from(header[2]) << 16;
-    if len == 0xFF_FFFF {
-        return Err(());
-    }
-    Ok((buf.len() >= 4 + len).then_some((4 + len, header[3])))
+    client::answer(client, up, code::TOO_MANY_CONNECTIONS, &e.to_string()).await
 }
 
 /// The session's observer with the pool's view added: what pins the session, and whether it
@@ -597,17 +471,4 @@ pub(super) fn log_no_connection(peer: &str, backend: &str) {
         client = peer,
         backend, "closing: no server connection of the session's user is left in the pool"
     );
-}
-
-#[cfg(test)]
-mod tests {
-    use super::whole_command;
-
-    #[test]
-    fn a_command_is_whole_once_its_payload_is_read() {
-        assert_eq!(whole_command(&[3, 0, 0]), Ok(None));
-        assert_eq!(whole_command(&[3, 0, 0, 0, 3, b'S']), Ok(None));
-        assert_eq!(whole_command(&[2, 0, 0, 0, 3, b'S', 9]), Ok(Some((6, 0))));
-        assert_eq!(whole_command(&[0xFF, 0xFF, 0xFF, 0]), Err(()));
-    }
 }

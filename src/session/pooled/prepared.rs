@@ -9,8 +9,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::{Buf, BytesMut};
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncWrite};
 
+use super::client::{answer, consume, fill, packet_len, write};
 use super::Pooled;
 use crate::leg::LegStream;
 use crate::pooling::statements::{
@@ -18,7 +19,7 @@ use crate::pooling::statements::{
     ConnStatements, ExecuteHead, SessionStatements,
 };
 use crate::pooling::{PrepareAnswer, ServerConn};
-use crate::protocol::errors::{code, err_packet, sqlstate_for};
+use crate::protocol::errors::{code, err_packet};
 use crate::protocol::response::{cmd, Completed};
 use crate::relay::{Observer, RelayEnd};
 
@@ -190,11 +191,10 @@ where
     };
     match answer.ok {
         Some(ok) => {
-            let close = match observer.statements.add(Arc::clone(&text), ok.params) {
+            match observer.statements.add(Arc::clone(&text), ok.params) {
                 Some(id) => {
                     set_statement_id(&mut bytes, id);
                     done.prepared = Some(id);
-                    held.statements.insert(text, ok.id, ok.params)
                 }
                 None => {
                     let message = format!(
@@ -204,10 +204,10 @@ where
                     bytes = err_packet(1, MAX_PREPARED_STMT_COUNT_REACHED, Some("42000"), &message);
                     done.error = true;
                     done.error_code = MAX_PREPARED_STMT_COUNT_REACHED;
-                    held.statements.insert(text, ok.id, ok.params)
                 }
-            };
-            if let Some(id) = close {
+            }
+            // Kept for the connection's sessions either way.
+            if let Some(id) = held.statements.insert(text, ok.id, ok.params) {
                 held.close_statement(id)
                     .await
                     .map_err(RelayEnd::BackendIo)?;
@@ -258,19 +258,12 @@ where
     let Some(prepared) = observer.statements.get_mut(id) else {
         return Ok(Ran::Relay);
     };
-    if let Some((from, to)) = sent {
-        let sent = &up[from..to];
-        if prepared.types.as_deref() != Some(sent) {
-            prepared.types = Some(Arc::from(sent));
-        }
-        if bound != prepared.types {
-            bind(held, &text, prepared.types.clone());
-        }
-        return Ok(Ran::Relay);
+    let mut now_bound = bound.clone();
+    let needed = prepared.rebind(&mut now_bound, sent.map(|(from, to)| &up[from..to]));
+    if now_bound != bound {
+        bind(held, &text, now_bound);
     }
-    let Some(types) = prepared.types.clone().filter(|t| bound.as_ref() != Some(t)) else {
-        // Bound as the session last bound it, or the session never sent types (the server
-        // answers that as it would directly).
+    let Some(types) = needed else {
         return Ok(Ran::Relay);
     };
     let written = match place {
@@ -421,26 +414,14 @@ pub(super) fn resume(
     };
     if command == cmd::STMT_EXECUTE {
         let head = &packet[..len.min(packet.len())];
-        match execute_head(head, prepared.params) {
-            ExecuteHead::NoParams => {}
-            ExecuteHead::Params {
-                types: Some((from, to)),
-                ..
-            } => {
-                let sent = &head[from..to];
-                if prepared.types.as_deref() != Some(sent) {
-                    prepared.types = Some(Arc::from(sent));
-                }
-                if on.bound != prepared.types {
-                    on.bound = prepared.types.clone();
-                }
-            }
-            ExecuteHead::Params { types: None, .. } => {
-                if prepared.types.is_some() && on.bound != prepared.types {
-                    return false;
-                }
-            }
+        let sent = match execute_head(head, prepared.params) {
+            ExecuteHead::NoParams => None,
+            ExecuteHead::Params { types, .. } => types.map(|(from, to)| &head[from..to]),
             ExecuteHead::NeedMore(_) => return false,
+        };
+        // Types to write in need the packet to grow: that is `run`'s.
+        if prepared.rebind(&mut on.bound, sent).is_some() {
+            return false;
         }
     }
     set_statement_id(packet, on.id);
@@ -478,92 +459,6 @@ async fn within<T>(
         Ok(Err(e)) => Err(RelayEnd::BackendIo(e)),
         Err(_) => Err(RelayEnd::BackendIo(std::io::ErrorKind::TimedOut.into())),
     }
-}
-
-/// The length of the payload of the packet at the front of `up` (its first chunk's).
-fn packet_len(up: &[u8]) -> usize {
-    usize::from(up[0]) | usize::from(up[1]) << 8 | usize::from(up[2]) << 16
-}
-
-/// Reads from the client until `up` holds at least `n` bytes.
-async fn fill<C>(client: &mut LegStream<C>, up: &mut BytesMut, n: usize) -> Result<(), RelayEnd>
-where
-    C: AsyncRead + AsyncWrite + Unpin,
-{
-    while up.len() < n {
-        up.reserve(n - up.len());
-        match client.read_buf(up).await {
-            Ok(0) => return Err(RelayEnd::ClientClosed { quit: false }),
-            Ok(_) => {}
-            Err(e) => return Err(RelayEnd::ClientIo(e)),
-        }
-    }
-    Ok(())
-}
-
-/// Drops the command packet at the front of `up`, every chunk of it, reading what is not here
-/// yet; returns its last sequence id.
-async fn consume<C>(client: &mut LegStream<C>, up: &mut BytesMut) -> Result<u8, RelayEnd>
-where
-    C: AsyncRead + AsyncWrite + Unpin,
-{
-    loop {
-        fill(client, up, 4).await?;
-        let (len, seq) = (packet_len(up), up[3]);
-        let mut left = 4 + len;
-        loop {
-            let here = left.min(up.len());
-            up.advance(here);
-            left -= here;
-            if left == 0 {
-                break;
-            }
-            fill(client, up, left.min(64 * 1024)).await?;
-        }
-        if len < 0xFF_FFFF {
-            return Ok(seq);
-        }
-    }
-}
-
-/// Drops the command at the front of `up` unanswered (one the server does not answer).
-pub(super) async fn drop_front<C>(
-    client: &mut LegStream<C>,
-    up: &mut BytesMut,
-) -> Result<(), RelayEnd>
-where
-    C: AsyncRead + AsyncWrite + Unpin,
-{
-    consume(client, up).await.map(|_| ())
-}
-
-/// Answers the command at the front of `up` with an ERR of the proxy's, dropping the command.
-async fn answer<C>(
-    client: &mut LegStream<C>,
-    up: &mut BytesMut,
-    code: u16,
-    message: &str,
-) -> Result<(), RelayEnd>
-where
-    C: AsyncRead + AsyncWrite + Unpin,
-{
-    let seq = consume(client, up).await?.wrapping_add(1);
-    let state = match code {
-        UNKNOWN_STMT_HANDLER | NEED_REPREPARE => "HY000",
-        _ => sqlstate_for(code),
-    };
-    write(client, &err_packet(seq, code, Some(state), message)).await
-}
-
-async fn write<C>(client: &mut LegStream<C>, bytes: &[u8]) -> Result<(), RelayEnd>
-where
-    C: AsyncRead + AsyncWrite + Unpin,
-{
-    let written = async {
-        client.write_all(bytes).await?;
-        client.flush().await
-    };
-    written.await.map_err(RelayEnd::ClientIo)
 }
 
 /// The payload the session's observers see for the command the relay sends next: the client's
