@@ -153,16 +153,28 @@ async fn least_latency_sends_new_sessions_away_from_a_slow_backend() {
     use mysql_async::prelude::*;
     let pair = shared_pair();
     let proxy = TestProxy::start_with(pair_config(Policy::LeastLatency));
-    // One session on each backend (least_latency has no samples yet; retry until both are held).
+    // One session on each backend (retry until both are held). The connects themselves may
+    // leave one backend looking faster on a loaded machine; the extra sessions stay open
+    // meanwhile, so its growing session count sends a later connect to the other one, and are
+    // closed before the measured part.
     let mut by_port = std::collections::HashMap::new();
+    let mut extra = Vec::new();
     for _ in 0..40 {
         let (conn, port) = proxy.connect().await;
-        by_port.entry(port).or_insert(conn);
+        match by_port.entry(port) {
+            std::collections::hash_map::Entry::Occupied(_) => extra.push(conn),
+            std::collections::hash_map::Entry::Vacant(v) => {
+                v.insert(conn);
+            }
+        }
         if by_port.len() == 2 {
             break;
         }
     }
     assert_eq!(by_port.len(), 2, "both backends reached");
+    for conn in extra {
+        conn.disconnect().await.expect("disconnect");
+    }
     let (slow_port, fast_port) = (pair[0].port, pair[1].port);
     for _ in 0..5 {
         let slow = by_port.get_mut(&slow_port).expect("slow session");
