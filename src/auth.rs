@@ -21,9 +21,9 @@ use crate::leg::LegStream;
 use crate::protocol::caps::{Negotiated, CLIENT_COMPRESS, CLIENT_SSL};
 use crate::protocol::errors::ServerErr;
 use crate::protocol::handshake::{
-    negotiate, offer_in_greeting, parse_client_first, parse_greeting, patch_client_first_with,
-    patch_greeting_with, set_client_bits, ssl_request_for, ClientFirst, ClientResponse, Greeting,
-    HandshakeError, Strip,
+    greeting_capabilities, negotiate, offer_in_greeting, parse_client_first,
+    patch_client_first_with, patch_greeting_with, set_client_bits, ssl_request_for, ClientFirst,
+    ClientResponse, Greeting, HandshakeError, Strip,
 };
 use crate::stream::identity::SocketIdentity;
 use crate::stream::{read_packet, PacketReadError};
@@ -161,9 +161,8 @@ pub async fn read_greeting<B: AsyncRead + Unpin>(
         let ServerErr { code, message } = ServerErr::parse_lenient(&packet[4..]);
         return Err(AuthError::BackendRefused { code, message });
     }
-    let backend_capabilities = parse_greeting(&packet[4..])
-        .map_err(AuthError::BackendGreeting)?
-        .capabilities;
+    let backend_capabilities =
+        greeting_capabilities(&packet[4..]).map_err(AuthError::BackendGreeting)?;
     let greeting =
         patch_greeting_with(&mut packet[4..], strip).map_err(AuthError::BackendGreeting)?;
     Ok(PatchedGreeting {

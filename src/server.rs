@@ -241,18 +241,32 @@ impl StdAcceptor {
 impl Acceptor {
     /// One connection, with the client's name for logs and the listener's name for routes.
     /// TCP connections come with TCP_NODELAY and keepalive set: see `bind_tcp_group`.
-    async fn accept(&self) -> io::Result<(Accepted, String, Arc<str>)> {
+    async fn accept(&self) -> io::Result<(Accepted, Peer, Arc<str>)> {
         match self {
             Self::Tcp(l, name, local) => {
                 let (s, peer) = l.accept().await?;
-                Ok((Accepted::Tcp(s, *local), peer.to_string(), Arc::clone(name)))
+                let peer = Peer {
+                    name: peer.to_string(),
+                    addr: Some(peer),
+                };
+                Ok((Accepted::Tcp(s, *local), peer, Arc::clone(name)))
             }
             Self::Unix(l, name) => {
                 let (s, _) = l.accept().await?;
-                Ok((Accepted::Unix(s), name.to_string(), Arc::clone(name)))
+                let peer = Peer {
+                    name: name.to_string(),
+                    addr: None,
+                };
+                Ok((Accepted::Unix(s), peer, Arc::clone(name)))
             }
         }
     }
+}
+
+/// Who connected: the name logs and the connection list show, and a TCP client's address.
+struct Peer {
+    name: String,
+    addr: Option<SocketAddr>,
 }
 
 /// How sessions end and what they share: every accept loop has a copy.
@@ -305,7 +319,7 @@ pub async fn accept_loop(listener: Acceptor, sessions: Sessions, me: usize, plac
         };
         let Ok(permit) = Arc::clone(&admission).try_acquire_owned() else {
             warn!(
-                client = %peer,
+                client = %peer.name,
                 "refused: too many connections (max_connections = {max_connections})"
             );
             shared.metrics.rejected(Refusal::TooManyConnections);
@@ -321,7 +335,7 @@ pub async fn accept_loop(listener: Acceptor, sessions: Sessions, me: usize, plac
             match stream.into_std() {
                 Ok(s) => Incoming::Moved(s),
                 Err(e) => {
-                    warn!(client = %peer, "dropped: cannot move the connection to a worker: {e}");
+                    warn!(client = %peer.name, "dropped: cannot move the connection to a worker: {e}");
                     continue;
                 }
             }
@@ -385,7 +399,7 @@ enum StdAccepted {
 async fn run_session(
     shared: Arc<ProxyState>,
     stream: Incoming,
-    (peer, listener): (String, Arc<str>),
+    (Peer { name: peer, addr }, listener): (Peer, Arc<str>),
     admitted: Admitted,
     drain: CancellationToken,
     abort: CancellationToken,
@@ -393,12 +407,7 @@ async fn run_session(
     // `pool` is recorded once the session is routed, so every later line of it names its pool.
     // From a load balancer in `accept_proxy_protocol`, `client` is recorded once its PROXY header
     // named the client, and the balancer's own address is `via`.
-    let tcp_peer: Option<SocketAddr> = matches!(
-        stream,
-        Incoming::Here(Accepted::Tcp(..)) | Incoming::Moved(StdAccepted::Tcp(..))
-    )
-    .then(|| peer.parse().ok())
-    .flatten();
+    let tcp_peer = addr;
     let balancer =
         tcp_peer.filter(|a| session::proxied::from_balancer(&shared.accept_proxy_protocol, *a));
     let span = match balancer {
@@ -616,7 +625,8 @@ mod tests {
                 .await
                 .unwrap();
             let (accepted, peer, _) = acceptor.accept().await.unwrap();
-            assert_eq!(peer, client.local_addr().unwrap().to_string());
+            assert_eq!(peer.name, client.local_addr().unwrap().to_string());
+            assert_eq!(peer.addr, Some(client.local_addr().unwrap()));
             let Accepted::Tcp(s, arrived) = accepted else {
                 panic!("a TCP listener accepts TCP connections");
             };

@@ -481,7 +481,7 @@ proptest! {
             .then(|| f.plugin.clone());
         prop_assert_eq!(r.auth_plugin, plugin);
         let attributes = if c & caps::CLIENT_CONNECT_ATTRS != 0 { f.attributes.clone() } else { Vec::new() };
-        prop_assert_eq!(r.attributes, attributes);
+        prop_assert_eq!(r.attributes.pairs(), attributes);
         checks::handshake_response(&bytes);
     }
 }

@@ -17,6 +17,7 @@ are millions of instructions) cancel out.
     cargo build --release --bin mysql-lb --example pump
     python3 benches/load/instructions.py [--baseline OTHER_BINARY] [--events 4000]
         [--tests oltp_point_select,oltp_read_only] [--tls] [--digests] [--pooling] [--ps]
+        [--deferred] [--connects]
 
 It runs scripts/install-deps.sh demo (MariaDB, sysbench) and installs valgrind with apt-get
 when it is missing; build the release binary and the bare relay first (above).
@@ -64,7 +65,7 @@ def measure(reg, name, argv, listen, test, events, threads, tls_dir=None, ps_mod
     """Starts argv under callgrind and counts two sysbench runs of `test`, of `events` and of
     3 × `events` transactions; returns (instructions, queries) of the difference, so what every
     run costs alike (its connections: a TLS handshake is a few million instructions) cancels."""
-    out_prefix = os.path.join(reg.base, "cg-%s-%s" % (name.replace(" ", "_"), test))
+    out_prefix = os.path.join(reg.base, "cg-%s-%s" % (name.replace(" ", "_"), os.path.basename(test)))
     cg = ["valgrind", "--tool=callgrind", "--callgrind-out-file=%s.%%p" % out_prefix]
     proc, log_path = reg.spawn(name, cg + argv)
     procs.wait_until(name, lambda: myclient.greets(listen), 120, proc, log_path)
@@ -91,7 +92,7 @@ def measure(reg, name, argv, listen, test, events, threads, tls_dir=None, ps_mod
         raise RuntimeError("expected two callgrind dumps for %s, found %s" % (name, dumps))
     small, large = (total_instructions(f) for f in dumps)
     if KEEP:
-        shutil.copy(dumps[1], os.path.join(KEEP, "callgrind.%s.%s" % (name.replace(" ", "_"), test)))
+        shutil.copy(dumps[1], os.path.join(KEEP, "callgrind.%s.%s" % (name.replace(" ", "_"), os.path.basename(test))))
     instr, queries = large - small, counted[1] - counted[0]
     log("%-20s %-18s %7.0f instructions per query (%d - %d queries)" % (
         name, test, instr / queries, counted[1], counted[0]))
@@ -123,6 +124,11 @@ def main():
     ap.add_argument("--ps", action="store_true",
                     help="sysbench with server-side prepared statements (--db-ps-mode=auto) "
                          "instead of the text protocol")
+    ap.add_argument("--deferred", action="store_true",
+                    help="also mysql-lb with `connect_mode: deferred` (\"mysql-lb deferred\")")
+    ap.add_argument("--connects", action="store_true",
+                    help="count per connection instead of per query: each sysbench event is a new "
+                         "connection, its login and one SELECT 1 (benches/load/connect.lua)")
     ap.add_argument("--keep", help="copy each callgrind file here (read with callgrind_annotate)")
     args = ap.parse_args()
     global KEEP
@@ -156,6 +162,8 @@ def main():
             # prepared statements): what that costs is the difference to "mysql-lb".
             configs[" pooled"] = ("backend_tls: {mode: disabled}\n"
                                   "pooling: {mode: transaction, max_server_connections: 16}\n")
+        if args.deferred:
+            configs[" deferred"] = "backend_tls: {mode: disabled}\nconnect_mode: deferred\n"
         if args.tls:
             configs[" tls"] = client_leg + "backend_tls: {mode: disabled}\n"
             configs[" tls both"] = client_leg + "backend_tls: {mode: verify_identity, ca: %s}\n" % tls["ca"]
@@ -170,7 +178,10 @@ def main():
                         "--admin-address", "127.0.0.1:%d" % procs.free_port(),
                         "--log-level", "warn", "--worker-threads", "2"]))
         rows = []
-        for test in args.tests.split(","):
+        tests = args.tests.split(",")
+        if args.connects:
+            tests = [os.path.join(ROOT, "benches", "load", "connect.lua")]
+        for test in tests:
             for name, argv_of in paths:
                 port = procs.free_port()
                 listen = ("127.0.0.1", port)
@@ -179,11 +190,12 @@ def main():
                                          args.threads, use_tls, "auto" if args.ps else "disable")
                 rows.append((test, name, instr / queries))
         print()
-        print("| test | path | instructions per query | × bare relay |")
+        unit = "connection" if args.connects else "query"
+        print("| test | path | instructions per %s | × bare relay |" % unit)
         print("|---|---|---:|---:|")
         for test, name, per in rows:
             relay = next(p for t, n, p in rows if t == test and n == "bare relay")
-            print("| %s | %s | %.0f | %.2f |" % (test, name, per, per / relay))
+            print("| %s | %s | %.0f | %.2f |" % (os.path.basename(test), name, per, per / relay))
     finally:
         reg.close()
 

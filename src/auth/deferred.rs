@@ -42,9 +42,7 @@ where
 {
     let run = async {
         send_greeting(client, greeting, plan).await?;
-        let offered = parse_greeting(&greeting[4..])
-            .map_err(AuthError::BackendGreeting)?
-            .capabilities;
+        let offered = greeting_capabilities(&greeting[4..]).map_err(AuthError::BackendGreeting)?;
         let mut client_buf = BytesMut::with_capacity(512);
         let Response { packet, client_seq } =
             client_response(client, &mut client_buf, plan, limits.max_packet, next_seq).await?;

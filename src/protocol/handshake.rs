@@ -35,8 +35,8 @@ pub use client::{
 };
 pub use deferred::{nonce_from, response_for_backend, set_greeting_scramble, DEFERRED_PLUGIN};
 pub use greeting::{
-    greeting_scramble, offer_in_greeting, parse_greeting, patch_greeting, patch_greeting_with,
-    set_greeting_connection_id,
+    greeting_capabilities, greeting_scramble, offer_in_greeting, parse_greeting, patch_greeting,
+    patch_greeting_with, set_greeting_connection_id,
 };
 
 /// Which handshake packet an error is about.
@@ -111,10 +111,39 @@ pub struct ClientResponse {
     /// `None` without `CLIENT_PLUGIN_AUTH` or when the name is empty.
     pub auth_plugin: Option<String>,
     /// Connect attributes in the order the client sent them.
-    pub attributes: Vec<(String, String)>,
+    pub attributes: ConnectAttributes,
     /// The auth answer holds something beyond an empty password's lone NUL (its bytes are never
     /// kept): with a plugin that answers in clear, the response carries the password itself.
     pub answered: bool,
+}
+
+/// A HandshakeResponse's connect attributes, checked well formed and kept as sent: nothing in
+/// the proxy reads them but a debug log line, so they become strings only when asked
+/// ([`ConnectAttributes::pairs`]), not on every login.
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct ConnectAttributes(Vec<u8>);
+
+impl ConnectAttributes {
+    /// Name/value pairs, in the client's order (bytes that are not UTF-8 replaced).
+    pub fn pairs(&self) -> Vec<(String, String)> {
+        let mut a = bytes::Reader::new(&self.0, Packet::ClientResponse);
+        let mut pairs = Vec::new();
+        // Checked when parsed: every pair is whole.
+        while let (Ok(key), Ok(value)) = (a.lenenc_bytes("name"), a.lenenc_bytes("value")) {
+            pairs.push((lossy(key), lossy(value)));
+        }
+        pairs
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+impl std::fmt::Debug for ConnectAttributes {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list().entries(self.pairs()).finish()
+    }
 }
 
 /// Capability bits to clear in both directions: always [`Strip::UNSUPPORTED`], plus whatever the

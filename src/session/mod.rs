@@ -125,7 +125,11 @@ impl<'a> Origin<'a> {
         Who {
             user: None,
             schema: None,
-            client: if self.local { None } else { peer_ip(self.peer) },
+            client: match self.addrs {
+                Some((client, _)) => Some(client.ip()),
+                None if self.local => None,
+                None => peer_ip(self.peer),
+            },
             listener: self.listener,
         }
     }

@@ -94,10 +94,6 @@ impl<'a> Reader<'a> {
         self.array::<1>(what).map(|[b]| b)
     }
 
-    pub(super) fn u16(&mut self, what: &'static str) -> Result<u16, HandshakeError> {
-        self.array(what).map(u16::from_le_bytes)
-    }
-
     pub(super) fn u32(&mut self, what: &'static str) -> Result<u32, HandshakeError> {
         self.array(what).map(u32::from_le_bytes)
     }

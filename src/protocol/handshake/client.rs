@@ -3,8 +3,8 @@
 
 use super::bytes::{clear_bits, set_bits, Reader};
 use super::{
-    lossy, mariadb_bits, non_empty_lossy, truncated, ClientFirst, ClientResponse, HandshakeError,
-    Packet, Strip,
+    lossy, mariadb_bits, non_empty_lossy, truncated, ClientFirst, ClientResponse,
+    ConnectAttributes, HandshakeError, Packet, Strip,
 };
 use crate::protocol::caps;
 
@@ -108,7 +108,7 @@ fn parse_response(payload: &[u8], capabilities: u32) -> Result<ClientResponse, H
     let attributes = if capabilities & caps::CLIENT_CONNECT_ATTRS != 0 {
         read_attributes(r.lenenc_bytes("connect attributes")?)?
     } else {
-        Vec::new()
+        ConnectAttributes::default()
     };
     // Anything after (MySQL's zstd level byte) is not ours to judge.
     Ok(ClientResponse {
@@ -140,14 +140,13 @@ pub(super) fn skip_auth_data<'a>(
     }
 }
 
-/// The connect-attributes block: name/value pairs of length-encoded strings, in the client's order.
-fn read_attributes(block: &[u8]) -> Result<Vec<(String, String)>, HandshakeError> {
+/// The connect-attributes block: name/value pairs of length-encoded strings, in the client's
+/// order; checked whole here, read as strings only when asked.
+fn read_attributes(block: &[u8]) -> Result<ConnectAttributes, HandshakeError> {
     let mut a = Reader::new(block, Packet::ClientResponse);
-    let mut attributes = Vec::new();
     while !a.is_empty() {
-        let key = a.lenenc_bytes("connect attribute name")?;
-        let value = a.lenenc_bytes("connect attribute value")?;
-        attributes.push((lossy(key), lossy(value)));
+        a.lenenc_bytes("connect attribute name")?;
+        a.lenenc_bytes("connect attribute value")?;
     }
-    Ok(attributes)
+    Ok(ConnectAttributes(block.to_vec()))
 }

@@ -359,7 +359,7 @@ fn mysql8_response_setting_query_attributes_has_it_cleared_and_nothing_else_chan
     assert_eq!(after.database.as_deref(), Some("test"));
     assert_eq!(after.auth_plugin.as_deref(), Some("caching_sha2_password"));
     assert_eq!(after.attributes, before.attributes);
-    assert_eq!(after.attributes.len(), 1);
+    assert_eq!(after.attributes.pairs().len(), 1);
 
     let mut greeting = unhex(MYSQL8_GREETING_HEX);
     let g = patch_greeting(&mut greeting).unwrap();
