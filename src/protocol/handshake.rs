@@ -191,8 +191,13 @@ fn mariadb_bits(capabilities: u32, raw: u32) -> u32 {
     }
 }
 
+/// The bytes as a string, anything not UTF-8 replaced. Names are almost always valid UTF-8 (ASCII
+/// most of all), which `from_utf8` checks a word at a time.
 fn lossy(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
+    match std::str::from_utf8(bytes) {
+        Ok(s) => s.to_owned(),
+        Err(_) => String::from_utf8_lossy(bytes).into_owned(),
+    }
 }
 
 fn non_empty_lossy(bytes: &[u8]) -> Option<String> {

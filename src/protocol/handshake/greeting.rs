@@ -4,7 +4,7 @@
 use std::ops::Range;
 
 use super::bytes::{clear_bits, set_bits, Reader};
-use super::{mariadb_bits, non_empty_lossy, truncated, Greeting, HandshakeError, Packet, Strip};
+use super::{lossy, mariadb_bits, non_empty_lossy, truncated, Greeting, HandshakeError, Packet, Strip};
 use crate::protocol::caps;
 use crate::protocol::errors::ServerErr;
 
@@ -112,8 +112,6 @@ pub(super) struct Layout {
     pub(super) fixed: usize,
     /// Auth-plugin-data part 2 with its NUL (empty without `CLIENT_SECURE_CONNECTION`).
     pub(super) scramble_2: Range<usize>,
-    /// The auth plugin's name (None without `CLIENT_PLUGIN_AUTH`).
-    plugin: Option<Range<usize>>,
     /// The capability flags as found (before any patch).
     capabilities: u32,
 }
@@ -126,7 +124,7 @@ impl Layout {
             |at: usize| u32::from(u16_at(fixed, at)) | u32::from(u16_at(fixed, at + 2)) << 16;
         let capabilities = fixed_capabilities(fixed);
         let raw_mariadb = u32_at(G_MARIADB_CAPS);
-        let server_version = String::from_utf8_lossy(&payload[self.version.clone()]).into_owned();
+        let server_version = lossy(&payload[self.version.clone()]);
         Greeting {
             protocol_version: 10,
             is_mariadb: server_version.contains("MariaDB"),
@@ -136,10 +134,14 @@ impl Layout {
             mariadb_capabilities: mariadb_bits(capabilities, raw_mariadb),
             charset: fixed[G_CHARSET],
             status: u16_at(fixed, G_STATUS),
-            auth_plugin: self
-                .plugin
-                .clone()
-                .and_then(|name| non_empty_lossy(&payload[name])),
+            auth_plugin: if capabilities & caps::CLIENT_PLUGIN_AUTH != 0 {
+                // Some MySQL versions omit the trailing NUL (MySQL bug #59453): accept both.
+                let mut r = Reader::new(payload, Packet::Greeting);
+                r.pos = self.scramble_2.end;
+                non_empty_lossy(r.nul_terminated_or_rest())
+            } else {
+                None
+            },
         }
     }
 }
@@ -185,20 +187,11 @@ pub(super) fn locate(payload: &[u8]) -> Result<Layout, HandshakeError> {
         let len = usize::from(auth_data_len).saturating_sub(8).max(13);
         r.take(len, "auth-plugin-data part 2")?;
     }
-    let scramble_2 = scramble_2_start..r.pos;
-    let plugin = if capabilities & caps::CLIENT_PLUGIN_AUTH != 0 {
-        // Some MySQL versions omit the trailing NUL (MySQL bug #59453): accept both.
-        let start = r.pos;
-        let len = r.nul_terminated_or_rest().len();
-        Some(start..start + len)
-    } else {
-        None
-    };
+    // The auth plugin's name follows (read by `Layout::greeting`, which alone needs it).
     Ok(Layout {
         version,
         fixed: fixed_start,
-        scramble_2,
-        plugin,
+        scramble_2: scramble_2_start..r.pos,
         capabilities,
     })
 }
