@@ -246,7 +246,7 @@ impl Acceptor {
             Self::Tcp(l, name, local) => {
                 let (s, peer) = l.accept().await?;
                 let peer = Peer {
-                    name: peer.to_string(),
+                    name: peer_name(peer),
                     addr: Some(peer),
                 };
                 Ok((Accepted::Tcp(s, *local), peer, Arc::clone(name)))
@@ -260,6 +260,42 @@ impl Acceptor {
                 Ok((Accepted::Unix(s), peer, Arc::clone(name)))
             }
         }
+    }
+}
+
+/// `ip:port`, as `SocketAddr`'s `Display` writes it. An IPv4 peer (nearly every client) is written
+/// digit by digit: the general formatter costs about as much as the rest of an accept.
+fn peer_name(addr: SocketAddr) -> String {
+    let SocketAddr::V4(v4) = addr else {
+        return addr.to_string();
+    };
+    let mut name = String::with_capacity(21);
+    for (i, octet) in v4.ip().octets().into_iter().enumerate() {
+        if i > 0 {
+            name.push('.');
+        }
+        push_decimal(&mut name, u32::from(octet));
+    }
+    name.push(':');
+    push_decimal(&mut name, u32::from(v4.port()));
+    name
+}
+
+/// Appends `n` in decimal.
+fn push_decimal(out: &mut String, n: u32) {
+    let mut digits = [0u8; 10];
+    let mut at = digits.len();
+    let mut n = n;
+    loop {
+        at -= 1;
+        digits[at] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    for &d in &digits[at..] {
+        out.push(char::from(d));
     }
 }
 
@@ -549,6 +585,22 @@ pub fn announce(listeners: &[Listener]) {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_peer_is_named_as_its_address_displays() {
+        for addr in [
+            "127.0.0.1:3306",
+            "0.0.0.0:0",
+            "255.255.255.255:65535",
+            "10.0.20.1:9",
+            "192.168.100.7:50000",
+            "[::1]:3306",
+            "[fe80::1:2]:10",
+        ] {
+            let addr: SocketAddr = addr.parse().unwrap();
+            assert_eq!(peer_name(addr), addr.to_string());
+        }
+    }
+
     use super::*;
 
     fn local(port: u16) -> SocketAddr {

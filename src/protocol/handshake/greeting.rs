@@ -4,7 +4,9 @@
 use std::ops::Range;
 
 use super::bytes::{clear_bits, set_bits, Reader};
-use super::{lossy, mariadb_bits, non_empty_lossy, truncated, Greeting, HandshakeError, Packet, Strip};
+use super::{
+    lossy, mariadb_bits, non_empty_lossy, truncated, Greeting, HandshakeError, Packet, Strip,
+};
 use crate::protocol::caps;
 use crate::protocol::errors::ServerErr;
 
