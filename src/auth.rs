@@ -226,11 +226,14 @@ where
     let mut turn = Side::Client;
     let run = async {
         let mut client_buf = BytesMut::with_capacity(512);
+        // Awaited where it is made: a future bound to a name keeps its room in this state
+        // machine beside the login's (see `session::run`).
         let first = async {
             send_greeting(client, &mut greeting.packet, plan).await?;
             client_response(client, &mut client_buf, plan, max, next_seq).await
-        };
-        let Response { packet, client_seq } = match first.await {
+        }
+        .await;
+        let Response { packet, client_seq } = match first {
             Ok(response) => response,
             Err(e) => {
                 // The client left or spoke nonsense before its login: the backend gets one

@@ -156,11 +156,14 @@ where
     let peer = from.peer;
     // The client-leg sequence id an ERR of the proxy's own takes next.
     let mut next_seq = 2;
-    let opened = Opening::open(&shared, (&set, &legs), &mut client, from, &mut next_seq);
-    let opening = match opened.await {
-        Ok(opening) => opening,
-        Err(reason) => return reason,
-    };
+    // Futures are awaited where they are made, never bound to a name first: a named one keeps
+    // its room in this state machine after it is done, beside every later one (its size would
+    // be the sum of its steps, not the largest).
+    let opening =
+        match Opening::open(&shared, (&set, &legs), &mut client, from, &mut next_seq).await {
+            Ok(opening) => opening,
+            Err(reason) => return reason,
+        };
     let who = opening.who(&from);
     let Some(pool) = set.route(&who) else {
         let message = opening.unrouted();
@@ -175,22 +178,22 @@ where
         default_db: who.schema,
         pool: Some(&pool.name),
     };
-    let connect = connect_backend((&shared, &legs), &set, &info, pool, from.addrs);
-    let (lease, mut connected, greeting) = match connect.await {
-        Ok(found) => found,
-        Err(not) => {
-            let message = no_backend_message(&set, pool, &not);
-            // A pool with no room for one more login answers as a full server does.
-            let code = if not.full {
-                code::TOO_MANY_CONNECTIONS
-            } else {
-                code::UNKNOWN_ERROR
-            };
-            return opening
-                .refuse(&shared, &mut client, (peer, next_seq), (code, &message))
-                .await;
-        }
-    };
+    let (lease, mut connected, greeting) =
+        match connect_backend((&shared, &legs), &set, &info, pool, from.addrs).await {
+            Ok(found) => found,
+            Err(not) => {
+                let message = no_backend_message(&set, pool, &not);
+                // A pool with no room for one more login answers as a full server does.
+                let code = if not.full {
+                    code::TOO_MANY_CONNECTIONS
+                } else {
+                    code::UNKNOWN_ERROR
+                };
+                return opening
+                    .refuse(&shared, &mut client, (peer, next_seq), (code, &message))
+                    .await;
+            }
+        };
     let slot = connected.slot.take();
     let thread_id = greeting.greeting.connection_id;
     let mut backend = LegStream::Plain(connected.stream);
