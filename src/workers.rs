@@ -120,15 +120,23 @@ impl Placer {
     /// (1/8 of the sessions, none below 8) spares most of them while keeping the spread even.
     pub fn place(&self, me: usize) -> Placement {
         let me = me % self.sessions.len();
-        let loads: Vec<i64> = self.sessions.iter().map(IntGauge::get).collect();
-        let (least, min) = loads
-            .iter()
-            .copied()
-            .enumerate()
-            .min_by_key(|&(_, load)| load)
-            .unwrap_or((me, 0));
-        let slack = loads.iter().sum::<i64>() / 8;
-        let best = if loads[me] > min + slack { least } else { me };
+        // One read of each count (no list of them: this runs for every connection).
+        let (mut least, mut min, mut mine, mut total) = (me, i64::MAX, 0, 0);
+        for (i, load) in self.sessions.iter().map(IntGauge::get).enumerate() {
+            if load < min {
+                (least, min) = (i, load);
+            }
+            if i == me {
+                mine = load;
+            }
+            total += load;
+        }
+        let slack = total / 8;
+        let best = if mine > min.saturating_add(slack) {
+            least
+        } else {
+            me
+        };
         let sessions = self.sessions[best].clone();
         sessions.inc();
         Placement {
