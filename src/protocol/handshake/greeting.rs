@@ -120,6 +120,8 @@ pub(super) struct Layout {
 
 impl Layout {
     /// The greeting as `payload` (the one this layout was found in, maybe patched since) says.
+    /// Which fields are there (the plugin name, MariaDB's capabilities) follows the flags as
+    /// found, as the walk did; the flags reported are the payload's.
     fn greeting(&self, payload: &[u8]) -> Greeting {
         let fixed = &payload[self.fixed..self.fixed + G_FIXED_LEN];
         let u32_at =
@@ -133,10 +135,10 @@ impl Layout {
             server_version,
             connection_id: u32_at(G_CONNECTION_ID),
             capabilities,
-            mariadb_capabilities: mariadb_bits(capabilities, raw_mariadb),
+            mariadb_capabilities: mariadb_bits(self.capabilities, raw_mariadb),
             charset: fixed[G_CHARSET],
             status: u16_at(fixed, G_STATUS),
-            auth_plugin: if capabilities & caps::CLIENT_PLUGIN_AUTH != 0 {
+            auth_plugin: if self.capabilities & caps::CLIENT_PLUGIN_AUTH != 0 {
                 // Some MySQL versions omit the trailing NUL (MySQL bug #59453): accept both.
                 let mut r = Reader::new(payload, Packet::Greeting);
                 r.pos = self.scramble_2.end;

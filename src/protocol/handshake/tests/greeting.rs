@@ -218,6 +218,27 @@ fn patch_greeting_returns_what_the_patched_bytes_say() {
 }
 
 #[test]
+fn the_capabilities_alone_are_the_full_parses_and_fail_as_it_fails() {
+    for payload in [
+        mariadb_greeting(),
+        mysql8_greeting(),
+        greeting("8.0.0", 0x0000_A20F, 0, None),
+    ] {
+        let full = parse_greeting(&payload).unwrap();
+        assert_eq!(greeting_capabilities(&payload).unwrap(), full.capabilities);
+        for cut in 0..payload.len() {
+            assert_eq!(
+                greeting_capabilities(&payload[..cut]).map_err(|e| e.to_string()),
+                parse_greeting(&payload[..cut])
+                    .map(|g| g.capabilities)
+                    .map_err(|e| e.to_string()),
+                "cut at {cut}"
+            );
+        }
+    }
+}
+
+#[test]
 fn patch_greeting_is_idempotent() {
     for original in [mariadb_greeting(), mysql8_greeting()] {
         let mut once = original.clone();
