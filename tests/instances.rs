@@ -9,7 +9,7 @@ use std::collections::BTreeSet;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use common::mariadb::{free_port, new_temp_dir, shared_pair};
+use common::mariadb::{named_port, new_temp_dir, shared_pair};
 use common::proxy::{config, http_request, TestProxy};
 use common::rawclient::RawClient;
 use common::{running_on_shared_backends, start_sleeping};
@@ -40,8 +40,9 @@ fn instance(id: u8, port: u16, admin: SocketAddr, peers: &[(u8, SocketAddr)]) ->
     cfg
 }
 
+/// An admin address a peer names before the instance starts (see [`named_port`]).
 fn admin_addr() -> SocketAddr {
-    SocketAddr::from(([127, 0, 0, 1], free_port()))
+    SocketAddr::from(([127, 0, 0, 1], named_port()))
 }
 
 /// Two instances (ids 1 and 2) sharing one port; with `peered` each lists the other.
@@ -246,7 +247,7 @@ fn daemon_config(dir: &std::path::Path, id: u8, port: u16) -> String {
 async fn two_daemon_processes_share_one_port_and_say_which_instance_they_are() {
     use common::daemon::{Daemon, BIN};
     let dir = new_temp_dir("instances-daemon");
-    let port = free_port();
+    let port = named_port();
     let (one, two) = (daemon_config(&dir, 1, port), daemon_config(&dir, 2, port));
     let check = std::process::Command::new(BIN)
         .args(["--config", &two, "--check-config"])

@@ -441,6 +441,35 @@ pub fn scratch_dir(name: &str) -> PathBuf {
     new_temp_dir(name)
 }
 
+/// A port to write into a config before anything listens on it (a peer's admin address, two
+/// daemons sharing one port): one below the kernel's ephemeral range, free when returned. A port
+/// from [`free_port`] comes from that range, so any connection another test opens meanwhile can
+/// take it as its local port and the later bind fails (`AddrInUse`); below the range only an
+/// explicit bind can, and the pick is spread over some 20,000 ports.
+pub fn named_port() -> u16 {
+    use std::hash::{BuildHasher, Hasher};
+    const FLOOR: u16 = 10_000;
+    let ephemeral_low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse::<u16>().ok())
+        .unwrap_or(32_768);
+    if ephemeral_low < FLOOR + 1_000 {
+        return free_port();
+    }
+    let span = u64::from(ephemeral_low - FLOOR);
+    for _ in 0..200 {
+        // A fresh RandomState is seeded anew: a random number without a crate for it.
+        let r = std::collections::hash_map::RandomState::new()
+            .build_hasher()
+            .finish();
+        let port = FLOOR + u16::try_from(r % span).unwrap_or(0);
+        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no free port below the ephemeral range ({FLOOR}..{ephemeral_low}) in 200 tries")
+}
+
 /// A port nobody listens on right now (the caller must cope with losing it to a race).
 pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
