@@ -169,6 +169,37 @@ fn digest_rows(report: &Value) -> &Vec<Value> {
     report["digests"].as_array().expect("digests in the report")
 }
 
+/// A replay 4× faster interleaves the sessions' transactions otherwise than captured, so InnoDB
+/// may pick a deadlock victim where the capture had none (1213), and the victim's rolled-back
+/// DELETE then makes its session's INSERT of that row a duplicate (1062). That is the server's
+/// answer to a new interleaving, not a replay fault: allowed only as that pair, only after a
+/// deadlock, and rarely (at most 1 in 500 commands). Any other new error still fails.
+fn only_deadlock_fallout(report: &Value) {
+    let new_errors = report["new_errors"].as_u64().expect("new_errors");
+    if new_errors == 0 {
+        return;
+    }
+    let firsts: Vec<&str> = digest_rows(report)
+        .iter()
+        .filter(|d| d["new_errors"].as_u64().unwrap_or(0) > 0)
+        .map(|d| d["first_new_error"].as_str().unwrap_or(""))
+        .collect();
+    assert!(
+        firsts.iter().any(|e| e.starts_with("1213:")),
+        "new errors without a deadlock: {report}"
+    );
+    assert!(
+        firsts
+            .iter()
+            .all(|e| e.starts_with("1213:") || e.starts_with("1062:")),
+        "a new error other than a deadlock and its duplicate key: {report}"
+    );
+    let commands = report["replayed_commands"]
+        .as_u64()
+        .expect("replayed_commands");
+    assert!(new_errors * 500 <= commands, "too many deadlocks: {report}");
+}
+
 #[test]
 fn sysbench_read_write_captured_replays_with_every_digest_count_at_1x_and_4x() {
     let started = Instant::now();
@@ -246,8 +277,9 @@ fn sysbench_read_write_captured_replays_with_every_digest_count_at_1x_and_4x() {
     restore(&target);
     let (ok, _, four) = replay(&dir, &target.tcp_addr(), &password, &["--speed", "4"]);
     assert!(ok, "4x replay ran to the end: {four}");
+    assert_eq!(one["new_errors"], 0, "{one}");
+    only_deadlock_fallout(&four);
     for report in [&one, &four] {
-        assert_eq!(report["new_errors"], 0, "{report}");
         assert_eq!(report["skipped_commands"], 0, "{report}");
         assert!(report["damaged_files"].as_array().unwrap().is_empty());
         for d in digest_rows(report) {
