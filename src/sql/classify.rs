@@ -8,7 +8,8 @@
 
 use std::borrow::Cow;
 
-use super::token::{tokens, Token, TokenKind, Tokens};
+use super::reading::{readings, Dialect, Reading};
+use super::token::{tokens, tokens_as, Token, TokenKind, Tokens};
 
 /// A statement's kind.
 #[derive(Clone, PartialEq, Eq, Debug)]
@@ -102,9 +103,35 @@ impl Statement<'_> {
     }
 }
 
-/// Classifies `text` by its first keyword(s).
+/// Classifies `text` by its first keyword(s), reading executable comments as the digest does
+/// (a leading one by its content): for labels, never for a decision that must hold.
 pub fn classify(text: &[u8]) -> Statement<'_> {
     classify_tokens(tokens(text), true)
+}
+
+/// Classifies `text` as the server reads it in `reading`.
+pub fn classify_as(text: &[u8], reading: Reading) -> Statement<'_> {
+    classify_tokens(tokens_as(text, reading), true)
+}
+
+/// True only when `text` is one statement that is [read-only](Statement::is_read_only) in
+/// every reading the server could take of it (see [`readings`]): replay's read-only mode runs
+/// nothing else. A second statement after a `;`, in any reading, is not read-only.
+pub fn read_only(text: &[u8]) -> bool {
+    let Some(all) = readings(text, Dialect::default()) else {
+        return false;
+    };
+    all.into_iter().all(|r| {
+        classify_as(text, r).is_read_only() && {
+            let mut toks = tokens_as(text, r);
+            let mut after_semicolon = false;
+            toks.all(|t| {
+                let ok = !after_semicolon && t.kind != TokenKind::Unsure;
+                after_semicolon |= t.is_operator(";");
+                ok || (after_semicolon && t.is_operator(";"))
+            })
+        }
+    })
 }
 
 /// The first token that starts the statement: hints, `(` and `;` skipped.
@@ -116,6 +143,9 @@ fn classify_tokens(mut toks: Tokens<'_>, outer: bool) -> Statement<'_> {
     let Some(tok) = first(&mut toks) else {
         return Statement::Other;
     };
+    if tok.kind == TokenKind::Unsure {
+        return Statement::Other;
+    }
     if tok.kind == TokenKind::ExecutableComment {
         return if outer {
             classify_tokens(tokens(executable_body(tok.text)), false)

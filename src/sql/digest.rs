@@ -391,7 +391,7 @@ impl<S: Sink> Printer<'_, S> {
                 self.start(Piece::Opaque);
                 self.special_comment(tok.text);
             }
-            TokenKind::Other => {
+            TokenKind::Other | TokenKind::Unsure => {
                 self.start(Piece::Opaque);
                 self.lossy(tok.text, false);
             }

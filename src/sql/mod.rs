@@ -78,11 +78,13 @@ mod classify;
 mod digest;
 mod keywords;
 pub mod pins;
+mod reading;
 mod token;
 
-pub use classify::{classify, Statement};
+pub use classify::{classify, classify_as, read_only, Statement};
 pub use digest::{digest, normalize, Digest};
-pub use token::{tokens, Token, TokenKind, Tokens};
+pub use reading::{readings, Comments, Dialect, Multibyte, Reading, Server, MAX_READINGS};
+pub use token::{tokens, tokens_as, Token, TokenKind, Tokens};
 
 #[cfg(test)]
 mod tests;

@@ -58,7 +58,8 @@
 //!   `a*/`), hence `Unknown` for one that ends inside a quote; and it answers a comment after
 //!   the last `;` as a second, empty statement (an extra OK), which changes nothing.
 
-use super::token::{tokens, Token, TokenKind, Tokens};
+use super::reading::{readings, Dialect, Reading};
+use super::token::{tokens_as, Token, TokenKind, Tokens};
 
 /// What a statement leaves on its server connection that a later statement of the same session
 /// may depend on.
@@ -97,6 +98,9 @@ pub enum Pin {
     MultiStatement,
     /// `COMMIT RELEASE` / `ROLLBACK RELEASE`: the server closes the connection.
     Release,
+    /// `CONNECTION_ID()`: the session will name this server connection later (`KILL QUERY
+    /// <id>` from another connection), so it must stay the one that answers to that id.
+    ConnectionId,
     /// A statement not known to be stateless (compound statements, `FLUSH`, `RESET`, text that
     /// is no statement, ...).
     Unknown,
@@ -104,7 +108,7 @@ pub enum Pin {
 
 impl Pin {
     /// Every reason, in declaration order.
-    pub const ALL: [Pin; 16] = [
+    pub const ALL: [Pin; 17] = [
         Pin::SessionVariable,
         Pin::Schema,
         Pin::UserVariable,
@@ -120,6 +124,7 @@ impl Pin {
         Pin::Sequence,
         Pin::MultiStatement,
         Pin::Release,
+        Pin::ConnectionId,
         Pin::Unknown,
     ];
 
@@ -141,18 +146,29 @@ impl Pin {
             Pin::Sequence => "sequence",
             Pin::MultiStatement => "multi_statement",
             Pin::Release => "release",
+            Pin::ConnectionId => "connection_id",
             Pin::Unknown => "unknown",
         }
     }
 }
 
 /// None when the statement, whatever it does to data, leaves no session state on the
-/// connection; else the first reason found. When unsure: `Some(Pin::Unknown)`.
+/// connection in any reading a server could take of it; else the first reason found. When
+/// unsure: `Some(Pin::Unknown)`.
 pub fn pins(text: &[u8]) -> Option<Pin> {
+    pins_for(text, Dialect::default())
+}
+
+/// [`pins`] for a backend known as `dialect` says (its version decides which executable
+/// comments run).
+pub fn pins_for(text: &[u8], dialect: Dialect) -> Option<Pin> {
     if plainly_stateless(text) {
         return None;
     }
-    read_all(text)
+    let Some(all) = readings(text, dialect) else {
+        return Some(Pin::Unknown);
+    };
+    all.into_iter().find_map(|r| read_all(text, r))
 }
 
 /// Whether a statement that pins for session state can be run again, word for word, on another
@@ -166,6 +182,18 @@ pub fn pins(text: &[u8]) -> Option<Pin> {
 /// variables, `PASSWORD`, `DEFAULT ROLE`, user variables, any other function or a subquery (a
 /// value that could differ on the next run), executable comments or a second statement.
 pub fn replayable(text: &[u8]) -> bool {
+    // A comment of any kind could read differently on another server; not worth it here.
+    if text.windows(2).any(|w| w == b"/*") {
+        return false;
+    }
+    match readings(text, Dialect::default()) {
+        Some(all) => all.into_iter().all(|r| replayable_as(text, r)),
+        None => false,
+    }
+}
+
+/// [`replayable`] in one reading.
+fn replayable_as(text: &[u8], reading: Reading) -> bool {
     const PURE: &[&str] = &[
         "CONCAT",
         "CONCAT_WS",
@@ -177,12 +205,16 @@ pub fn replayable(text: &[u8]) -> bool {
         "IF",
         "COALESCE",
     ];
-    let mut all = tokens(text).filter(|t| t.kind != TokenKind::Hint);
+    let mut all = tokens_as(text, reading).filter(|t| t.kind != TokenKind::Hint);
     let Some(head) = all.next() else {
         return false;
     };
     if head.is_word("USE") {
-        return pins(text) == Some(Pin::Schema);
+        // `USE name`, nothing after it (`USE db; INSERT ...` would run the insert again).
+        let name = all.next();
+        return name.is_some_and(|t| t.is_name() || t.kind == TokenKind::String)
+            && all.next().is_none()
+            && read_all(text, reading) == Some(Pin::Schema);
     }
     if !head.is_word("SET") {
         return false;
@@ -208,7 +240,7 @@ pub fn replayable(text: &[u8]) -> bool {
                     .is_some_and(|p| p.eq_ignore_ascii_case(b"@@global"));
                 t.text.get(1) != Some(&b'@') || global
             }
-            TokenKind::ExecutableComment | TokenKind::Other => true,
+            TokenKind::ExecutableComment | TokenKind::Other | TokenKind::Unsure => true,
             TokenKind::Keyword | TokenKind::Identifier => {
                 t.is_word("GLOBAL") || t.is_word("SELECT")
             }
@@ -223,12 +255,12 @@ pub fn replayable(text: &[u8]) -> bool {
         }
         previous = Some(t);
     }
-    pins(text) == Some(Pin::SessionVariable)
+    read_all(text, reading) == Some(Pin::SessionVariable)
 }
 
 /// The reading by tokens, for every statement [`plainly_stateless`] does not settle.
-fn read_all(text: &[u8]) -> Option<Pin> {
-    statement(&mut Stream::new(text)).err()
+fn read_all(text: &[u8], reading: Reading) -> Option<Pin> {
+    statement(&mut Stream::new(text, reading)).err()
 }
 
 /// Settles, in one pass over the bytes and without tokenizing, the statements most traffic is
@@ -236,8 +268,10 @@ fn read_all(text: &[u8]) -> Option<Pin> {
 /// could start a user variable (`@`), a second statement (`;`) or a comment the server runs
 /// (`/*`), nor, in any case and anywhere (inside strings and names too), the letters of a word
 /// that pins inside such a statement (`_LOCK`, `FOUND_ROWS`, `INSERT_ID`, `NEXT`, `PREVIOUS`,
-/// and `TVAL` of the sequence functions). True only where [`read_all`] finds no pin (a
-/// proptest holds the two together); anything else goes the long way.
+/// `CONNECTION_ID`, and `TVAL` of the sequence functions). True only where [`read_all`] finds
+/// no pin in any reading (a proptest holds the two together): none of these bytes is a string's
+/// or a comment's end in any `sql_mode` or character set, so what they would hide they cannot;
+/// anything else goes the long way.
 fn plainly_stateless(text: &[u8]) -> bool {
     let start = text
         .iter()
@@ -267,6 +301,7 @@ fn plainly_stateless(text: &[u8]) -> bool {
             b'I' | b'i' => at(i, b"INSERT_ID"),
             b'N' | b'n' => at(i, b"NEXT"),
             b'P' | b'p' => at(i, b"PREVIOUS"),
+            b'C' | b'c' => at(i, b"CONNECTION_ID"),
             _ => false,
         };
         if pinning {
@@ -391,14 +426,14 @@ enum Call {
     UserLock,
     Sequence,
     LastInsertId,
+    ConnectionId,
 }
 
-/// The tokens of a text with executable comments' contents spliced in, each passed through the
-/// token-level checks before the statement rules see it.
+/// The tokens of a text as one reading has them (executable comments the server runs are read
+/// as code there), hints left out, each passed through the token-level checks before the
+/// statement rules see it.
 struct Stream<'a> {
     outer: Tokens<'a>,
-    /// The contents of the executable comment being read.
-    inner: Option<Tokens<'a>>,
     /// A `;` was read: any further token is a second statement.
     after_semicolon: bool,
     /// The previous token is this function's name.
@@ -410,10 +445,9 @@ struct Stream<'a> {
 }
 
 impl<'a> Stream<'a> {
-    fn new(text: &'a [u8]) -> Self {
+    fn new(text: &'a [u8], reading: Reading) -> Self {
         Stream {
-            outer: tokens(text),
-            inner: None,
+            outer: tokens_as(text, reading),
             after_semicolon: false,
             call: None,
             last_insert_id_open: false,
@@ -421,29 +455,21 @@ impl<'a> Stream<'a> {
         }
     }
 
-    /// The next token, after the token-level checks; `Ok(None)` at the end.
+    /// The next token, after the token-level checks; `Ok(None)` at the end. Hints are left
+    /// out: they never pin, and a keyword after one is read as if it were not there
+    /// (`CREATE /*+ x */ TEMPORARY TABLE`).
     fn next(&mut self) -> Result<Option<Token<'a>>, Pin> {
         let t = loop {
-            if let Some(inner) = &mut self.inner {
-                if let Some(t) = inner.next() {
-                    if t.kind == TokenKind::ExecutableComment || unterminated(&t) {
-                        return Err(Pin::Unknown);
-                    }
-                    break t;
-                }
-                self.inner = None;
-            }
             let Some(t) = self.outer.next() else {
                 return Ok(None);
             };
-            if self.after_semicolon {
-                return Err(Pin::MultiStatement);
+            match t.kind {
+                // Only in the digest's reading, which this is not.
+                TokenKind::ExecutableComment | TokenKind::Unsure => return Err(Pin::Unknown),
+                _ if self.after_semicolon => return Err(Pin::MultiStatement),
+                TokenKind::Hint => continue,
+                _ => break t,
             }
-            if t.kind == TokenKind::ExecutableComment {
-                self.inner = Some(tokens(executable_body(t.text)?));
-                continue;
-            }
-            break t;
         };
         self.check(&t)?;
         Ok(Some(t))
@@ -469,27 +495,42 @@ impl<'a> Stream<'a> {
             Some(call) if t.is_operator("(") => match call {
                 Call::UserLock => return Err(Pin::UserLock),
                 Call::Sequence => return Err(Pin::Sequence),
+                Call::ConnectionId => return Err(Pin::ConnectionId),
                 Call::LastInsertId => self.last_insert_id_open = true,
             },
             _ => {}
         }
         let value_for = std::mem::take(&mut self.value_for);
-        if !matches!(t.kind, TokenKind::Keyword | TokenKind::Identifier) {
-            if t.is_operator(";") {
-                self.after_semicolon = true;
+        // A quoted name before `(` calls the built-in of that name (`` `GET_LOCK`('l', 0) ``).
+        let function = match t.kind {
+            TokenKind::Keyword | TokenKind::Identifier => t.text,
+            TokenKind::QuotedIdentifier => t
+                .text
+                .get(1..t.text.len().saturating_sub(1))
+                .unwrap_or_default(),
+            _ => {
+                if t.is_operator(";") {
+                    self.after_semicolon = true;
+                }
+                return Ok(());
             }
+        };
+        let f = |word: &str| function.eq_ignore_ascii_case(word.as_bytes());
+        if f("GET_LOCK") || f("SERVICE_GET_READ_LOCKS") || f("SERVICE_GET_WRITE_LOCKS") {
+            self.call = Some(Call::UserLock);
+        } else if f("NEXTVAL") || f("LASTVAL") || f("SETVAL") {
+            self.call = Some(Call::Sequence);
+        } else if f("LAST_INSERT_ID") {
+            self.call = Some(Call::LastInsertId);
+        } else if f("CONNECTION_ID") {
+            self.call = Some(Call::ConnectionId);
+        }
+        if t.kind == TokenKind::QuotedIdentifier {
             return Ok(());
         }
         let w = |word: &str| t.is_word(word);
         if w("SQL_CALC_FOUND_ROWS") {
             return Err(Pin::FoundRows);
-        }
-        if w("GET_LOCK") || w("SERVICE_GET_READ_LOCKS") || w("SERVICE_GET_WRITE_LOCKS") {
-            self.call = Some(Call::UserLock);
-        } else if w("NEXTVAL") || w("LASTVAL") || w("SETVAL") {
-            self.call = Some(Call::Sequence);
-        } else if w("LAST_INSERT_ID") {
-            self.call = Some(Call::LastInsertId);
         }
         if w("NEXT") || w("PREVIOUS") {
             self.value_for = 1;
@@ -572,68 +613,6 @@ impl<'a> Stream<'a> {
         }
         Err(Pin::Unknown)
     }
-}
-
-/// The text inside `/*!50100 ... */` or `/*M!100100 ... */`; `Unknown` when the comment is not
-/// closed or holds a `/*` (where the server's lexer and ours may disagree on its end).
-fn executable_body(text: &[u8]) -> Result<&[u8], Pin> {
-    let body = text
-        .strip_prefix(b"/*M!")
-        .or_else(|| text.strip_prefix(b"/*!"))
-        .and_then(|b| b.strip_suffix(b"*/"))
-        .ok_or(Pin::Unknown)?;
-    let digits = body.iter().take_while(|b| b.is_ascii_digit()).count();
-    let body = body.get(digits..).unwrap_or_default();
-    if body.windows(2).any(|w| w == b"/*") {
-        return Err(Pin::Unknown);
-    }
-    Ok(body)
-}
-
-/// True for a quoted token that runs to the end of its text without its closing quote.
-fn unterminated(t: &Token<'_>) -> bool {
-    let text = t.text;
-    let from = |i: usize| text.get(i..).unwrap_or_default();
-    match t.kind {
-        TokenKind::String => match text.iter().position(|&b| b == b'\'' || b == b'"') {
-            Some(i) => !closes(from(i), true),
-            None => true,
-        },
-        TokenKind::QuotedIdentifier => !closes(text, false),
-        TokenKind::Variable => match text.get(1) {
-            Some(b'\'' | b'"') => !closes(from(1), true),
-            Some(b'`') => !closes(from(1), false),
-            _ => false,
-        },
-        TokenKind::HexOrBitLiteral => {
-            let quotes = text.iter().filter(|&&b| b == b'\'').count();
-            quotes == 1
-        }
-        _ => false,
-    }
-}
-
-/// True if the quote opening `text` is closed exactly at its last byte (doubled quotes inside,
-/// and backslash escapes if `escapes`).
-fn closes(text: &[u8], escapes: bool) -> bool {
-    let Some(&quote) = text.first() else {
-        return false;
-    };
-    let mut i = 1;
-    while let Some(&c) = text.get(i) {
-        if escapes && c == b'\\' {
-            i += 2;
-        } else if c == quote {
-            if text.get(i + 1) == Some(&quote) {
-                i += 2;
-            } else {
-                return i + 1 == text.len();
-            }
-        } else {
-            i += 1;
-        }
-    }
-    false
 }
 
 #[cfg(test)]

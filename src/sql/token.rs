@@ -9,6 +9,7 @@
 //! one stream, so they never disagree on where a string or comment ends.
 
 use super::keywords;
+use super::reading::{comment_version, Comments, Multibyte, Reading};
 
 /// What a token is.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
@@ -42,6 +43,10 @@ pub enum TokenKind {
     Variable,
     /// A control byte outside any other token.
     Other,
+    /// Where the server's reading cannot be followed (only in a server's [`Reading`]): a
+    /// comment not closed, an executable comment inside one the server runs. It covers the
+    /// rest of the text; whoever decides on it does the safe thing.
+    Unsure,
 }
 
 /// One token: its kind and its raw bytes in the text.
@@ -114,16 +119,27 @@ pub struct Tokens<'a> {
     after_qualifier: bool,
     /// The keyword the last token is, with its flags (saves the printer a second lookup).
     keyword: Option<(&'static str, u8)>,
+    reading: Reading,
+    /// Inside an executable comment the server runs: its `*/` is skipped.
+    in_executable: bool,
 }
 
-/// Iterates over the tokens of `text`.
+/// Iterates over the tokens of `text` as the digest reads it ([`Reading::DIGEST`]: executable
+/// comments as single tokens).
 pub fn tokens(text: &[u8]) -> Tokens<'_> {
+    tokens_as(text, Reading::DIGEST)
+}
+
+/// Iterates over the tokens of `text` as `reading` says the server reads it.
+pub fn tokens_as(text: &[u8], reading: Reading) -> Tokens<'_> {
     Tokens {
         text,
         pos: 0,
         prev: None,
         after_qualifier: false,
         keyword: None,
+        reading,
+        in_executable: false,
     }
 }
 
@@ -161,33 +177,112 @@ impl<'a> Tokens<'a> {
         i < self.text.len()
     }
 
-    /// Skips whitespace and plain comments; false at the end of the text.
+    /// Skips whitespace and plain comments (and, in a server's reading, executable comments it
+    /// skips, and the markers of those it runs); false at the end of the text.
     fn skip_blank(&mut self) -> bool {
         loop {
             let Some(&b) = self.text.get(self.pos) else {
                 return false;
             };
+            let next = self.at(self.pos + 1);
             if is_space(b) {
                 self.pos += 1;
             } else if b == b'#'
                 || (b == b'-'
-                    && self.at(self.pos + 1) == b'-'
+                    && next == b'-'
                     && (!self.has(self.pos + 2) || self.at(self.pos + 2) <= b' '))
             {
                 self.pos = match self.rest().iter().position(|&c| c == b'\n') {
                     Some(n) => self.pos + n + 1,
                     None => self.text.len(),
                 };
-            } else if b == b'/'
-                && self.at(self.pos + 1) == b'*'
-                && !matches!(self.at(self.pos + 2), b'+' | b'!')
-                && !(self.at(self.pos + 2) == b'M' && self.at(self.pos + 3) == b'!')
-            {
-                self.pos = comment_end(self.text, self.pos);
+            } else if b == b'*' && next == b'/' && self.in_executable {
+                self.in_executable = false;
+                self.pos += 2;
+            } else if b == b'/' && next == b'*' {
+                let third = self.at(self.pos + 2);
+                let executable = third == b'!' || (third == b'M' && self.at(self.pos + 3) == b'!');
+                match self.reading.comments {
+                    Comments::Tokens if executable || third == b'+' => return true,
+                    Comments::Server(_) if third == b'+' => return true,
+                    Comments::Server(server) if executable => {
+                        if self.in_executable {
+                            // The server reads a second marker inside a running comment as
+                            // another; its `*/` then ends both, and the first one's is an
+                            // operator: not worth following.
+                            return true;
+                        }
+                        let maria = third == b'M';
+                        let at = self.pos + if maria { 4 } else { 3 };
+                        let (version, digits) = comment_version(self.text, at);
+                        if server.runs(maria, version) {
+                            // MySQL reads five digits; MariaDB five or six.
+                            let digits = if server.mariadb {
+                                digits
+                            } else {
+                                digits.min(5)
+                            };
+                            self.in_executable = true;
+                            self.pos = at + digits;
+                        } else {
+                            match nested_comment_end(self.text, self.pos) {
+                                Some(end) => self.pos = end,
+                                None => return true,
+                            }
+                        }
+                    }
+                    Comments::Server(_) => match plain_comment_end(self.text, self.pos) {
+                        Some(end) => self.pos = end,
+                        None => return true,
+                    },
+                    Comments::Tokens => self.pos = comment_end(self.text, self.pos),
+                }
             } else {
                 return true;
             }
         }
+    }
+
+    /// In a server's reading, [`skip_blank`](Self::skip_blank) stopped at a comment it cannot
+    /// follow (not closed, or an executable one inside a running one).
+    fn unsure_here(&self) -> bool {
+        matches!(self.reading.comments, Comments::Server(_))
+            && self.at(self.pos) == b'/'
+            && self.at(self.pos + 1) == b'*'
+            && self.at(self.pos + 2) != b'+'
+    }
+
+    /// A `'` or `"` string opened at `start`, by this reading's escapes and character set.
+    fn string_end(&self, start: usize) -> usize {
+        let r = self.reading;
+        if r.backslash_escapes && r.multibyte == Multibyte::None {
+            return string_end(self.text, start);
+        }
+        quoted_end(self.text, start, r.backslash_escapes, r.multibyte)
+    }
+
+    /// A quoted name opened at `start` (`` ` ``, or `"` under `ANSI_QUOTES`): no escapes.
+    fn quoted_end(&self, start: usize) -> usize {
+        match self.reading.multibyte {
+            Multibyte::None if self.at(start) == b'`' => backtick_end(self.text, start),
+            mb => quoted_end(self.text, start, false, mb),
+        }
+    }
+
+    /// The end of an unquoted word from `start`, by this reading's character set.
+    fn ident_end(&self, start: usize) -> usize {
+        let mb = self.reading.multibyte;
+        if mb == Multibyte::None {
+            return ident_end(self.text, start);
+        }
+        let mut end = start;
+        while let Some(&c) = self.text.get(end) {
+            if !is_ident(c) {
+                break;
+            }
+            end += mb.char_len(self.text, end);
+        }
+        end.min(self.text.len())
     }
 
     /// The token starting at `self.pos` (not blank): its kind, end, and keyword entry.
@@ -208,18 +303,31 @@ impl<'a> Tokens<'a> {
         let b = self.at(start);
         let next = self.at(start + 1);
         match b {
-            b'\'' | b'"' => (TokenKind::String, string_end(text, start)),
-            b'`' => (TokenKind::QuotedIdentifier, backtick_end(text, start)),
+            b'"' if self.reading.ansi_quotes => {
+                (TokenKind::QuotedIdentifier, self.quoted_end(start))
+            }
+            b'\'' | b'"' => (TokenKind::String, self.string_end(start)),
+            b'`' => (TokenKind::QuotedIdentifier, self.quoted_end(start)),
             b'?' => (TokenKind::Placeholder, start + 1),
             b'@' => self.scan_at(),
-            b'/' if next == b'*' => {
-                let kind = if self.at(start + 2) == b'+' {
-                    TokenKind::Hint
-                } else {
-                    TokenKind::ExecutableComment
-                };
-                (kind, comment_end(text, start))
-            }
+            b'/' if next == b'*' => match self.reading.comments {
+                Comments::Tokens if self.at(start + 2) == b'+' => {
+                    (TokenKind::Hint, comment_end(text, start))
+                }
+                Comments::Tokens => (TokenKind::ExecutableComment, comment_end(text, start)),
+                // A hint the server reads as a comment (MariaDB) or as hints (MySQL, which
+                // reads quotes inside them): one with a quote in it is not followed.
+                Comments::Server(_) => match plain_comment_end(text, start) {
+                    Some(end)
+                        if !text[start..end]
+                            .iter()
+                            .any(|c| matches!(c, b'\'' | b'"' | b'`')) =>
+                    {
+                        (TokenKind::Hint, end)
+                    }
+                    _ => (TokenKind::Unsure, text.len()),
+                },
+            },
             b'.' if next.is_ascii_digit() && !self.glued_to_name(start) => {
                 (TokenKind::Number, number_tail(text, start))
             }
@@ -253,17 +361,26 @@ impl<'a> Tokens<'a> {
             start + 1
         };
         let c = self.at(name_at);
-        if name_at == start + 1 && matches!(c, b'\'' | b'"') {
-            (TokenKind::Variable, string_end(self.text, name_at))
+        if name_at == start + 1 && c == b'\'' {
+            (TokenKind::Variable, self.string_end(name_at))
+        } else if name_at == start + 1 && c == b'"' {
+            let end = if self.reading.ansi_quotes {
+                self.quoted_end(name_at)
+            } else {
+                self.string_end(name_at)
+            };
+            (TokenKind::Variable, end)
         } else if name_at == start + 1 && c == b'`' {
-            (TokenKind::Variable, backtick_end(self.text, name_at))
+            (TokenKind::Variable, self.quoted_end(name_at))
         } else if self.has(name_at) && is_ident(c) {
-            let len = self
-                .rest_from(name_at)
-                .iter()
-                .take_while(|&&c| is_ident(c) || c == b'.')
-                .count();
-            (TokenKind::Variable, name_at + len)
+            let mut end = name_at;
+            while let Some(&c) = self.text.get(end) {
+                if !(is_ident(c) || c == b'.') {
+                    break;
+                }
+                end += self.reading.multibyte.char_len(self.text, end);
+            }
+            (TokenKind::Variable, end.min(self.text.len()))
         } else {
             (TokenKind::Operator, start + 1)
         }
@@ -274,7 +391,7 @@ impl<'a> Tokens<'a> {
     fn scan_word(&self) -> (TokenKind, usize, Option<(&'static str, u8)>) {
         let text = self.text;
         let start = self.pos;
-        let end = ident_end(text, start);
+        let end = self.ident_end(start);
         let word = text.get(start..end).unwrap_or_default();
         if self.after_qualifier {
             return (TokenKind::Identifier, end, None);
@@ -284,7 +401,7 @@ impl<'a> Tokens<'a> {
                 [b'x' | b'X' | b'b' | b'B'] => {
                     return (TokenKind::HexOrBitLiteral, plain_quote_end(text, end), None);
                 }
-                [b'n' | b'N'] => return (TokenKind::String, string_end(text, end), None),
+                [b'n' | b'N'] => return (TokenKind::String, self.string_end(end), None),
                 _ => {}
             }
         }
@@ -296,7 +413,8 @@ impl<'a> Tokens<'a> {
                     .take_while(|&&c| is_space(c))
                     .count();
             match (self.at(lit), self.at(lit + 1)) {
-                (b'\'' | b'"', _) => return (TokenKind::String, string_end(text, lit), None),
+                (b'"', _) if self.reading.ansi_quotes => {}
+                (b'\'' | b'"', _) => return (TokenKind::String, self.string_end(lit), None),
                 (b'x' | b'X' | b'b' | b'B', b'\'') => {
                     return (
                         TokenKind::HexOrBitLiteral,
@@ -335,10 +453,24 @@ impl<'a> Iterator for Tokens<'a> {
 
     fn next(&mut self) -> Option<Token<'a>> {
         if !self.skip_blank() {
+            if self.in_executable {
+                // A running executable comment not closed: the server refuses the text.
+                self.in_executable = false;
+                let at = self.text.len().saturating_sub(1);
+                self.pos = self.text.len();
+                return Some(Token {
+                    kind: TokenKind::Unsure,
+                    text: self.text.get(at..).unwrap_or_default(),
+                });
+            }
             return None;
         }
         let start = self.pos;
-        let (kind, end, keyword) = self.scan_token();
+        let (kind, end, keyword) = if self.unsure_here() {
+            (TokenKind::Unsure, self.text.len(), None)
+        } else {
+            self.scan_token()
+        };
         // Every token is at least one byte and ends within the text.
         let end = end.clamp(start + 1, self.text.len());
         let text = self.text.get(start..end)?;
@@ -416,6 +548,59 @@ fn comment_end(text: &[u8], start: usize) -> usize {
         Some(n) => start + 2 + n + 2,
         None => text.len(),
     }
+}
+
+/// A plain comment's end as the server finds it: just past the first `*/`; None when it is not
+/// closed (the server refuses the text).
+fn plain_comment_end(text: &[u8], start: usize) -> Option<usize> {
+    let body = text.get(start + 2..)?;
+    body.windows(2)
+        .position(|w| w == b"*/")
+        .map(|n| start + 2 + n + 2)
+}
+
+/// The end of an executable comment the server skips: it may hold one plain comment, whose
+/// `*/` does not end it. None when it is not closed.
+fn nested_comment_end(text: &[u8], start: usize) -> Option<usize> {
+    let mut i = start + 2;
+    while let Some(&c) = text.get(i) {
+        if c == b'/' && text.get(i + 1) == Some(&b'*') {
+            // The inner one ends at its first `*/`; not closed, it runs to the end.
+            i = plain_comment_end(text, i).unwrap_or(text.len());
+        } else if c == b'*' && text.get(i + 1) == Some(&b'/') {
+            return Some(i + 2);
+        } else {
+            i += 1;
+        }
+    }
+    None
+}
+
+/// A string or quoted name opened at `start`: a doubled quote is one quote, `\` escapes when
+/// `escapes`, and a character of `mb` is never split (its second byte neither escapes nor
+/// closes).
+fn quoted_end(text: &[u8], start: usize, escapes: bool, mb: Multibyte) -> usize {
+    let Some(&quote) = text.get(start) else {
+        return text.len();
+    };
+    let mut i = start + 1;
+    while let Some(&c) = text.get(i) {
+        let len = mb.char_len(text, i);
+        if len > 1 {
+            i += len;
+        } else if escapes && c == b'\\' {
+            i += 2;
+        } else if c == quote {
+            if text.get(i + 1) == Some(&quote) {
+                i += 2;
+            } else {
+                return i + 1;
+            }
+        } else {
+            i += 1;
+        }
+    }
+    text.len()
 }
 
 /// A `'` or `"` string opened at `start`: backslash escapes, a doubled quote is one quote.
