@@ -21,7 +21,8 @@
 use std::sync::Arc;
 
 use crate::protocol::response::{cmd, Completed};
-use crate::sql::pins::{pins, replayable, Pin};
+use crate::sql::pins::{pins_for, replayable, Pin};
+use crate::sql::Dialect;
 
 /// One statement of a session's replayable state, as the client sent it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -117,8 +118,10 @@ pub struct Holding {
     /// replayed; without one, `USE` pins (nothing goes back to no schema).
     login_schema: bool,
     /// Prepared statements are the pool's to share (`super::statements`): a prepare does not
-    /// pin.
+    /// pin by itself (its text may).
     shared_statements: bool,
+    /// How the backend reads statements (which executable comments it runs).
+    dialect: Dialect,
 }
 
 impl Holding {
@@ -134,6 +137,11 @@ impl Holding {
     /// not pinned.
     pub fn share_statements(&mut self) {
         self.shared_statements = true;
+    }
+
+    /// Statements are read as a backend of `dialect` reads them (unknown: every reading).
+    pub fn read_as(&mut self, dialect: Dialect) {
+        self.dialect = dialect;
     }
 
     /// The settings a connection must carry to serve this session.
@@ -186,16 +194,30 @@ impl Holding {
         if command == cmd::STMT_SEND_LONG_DATA {
             return self.pin(Some(Reason::LongData));
         }
+        let text = payload.get(1..).unwrap_or_default();
+        // What was kept of a longer statement is its start: it may end anyhow.
+        let reason = if payload.len() >= TEXT_LIMIT {
+            Some(Reason::LongStatement)
+        } else {
+            pins_for(text, self.dialect).map(Reason::Statement)
+        };
+        if command == cmd::STMT_PREPARE {
+            // Its executes run this text: what it would leave as a query, they leave (pinned
+            // now, as the prepare cannot say which execute will run it; a setting is not
+            // replayed from a prepared statement).
+            self.schema_moved |= matches!(
+                reason,
+                Some(
+                    Reason::LongStatement
+                        | Reason::Statement(Pin::Schema | Pin::MultiStatement | Pin::Unknown)
+                )
+            );
+            return self.pin(reason);
+        }
         if command != cmd::QUERY {
             return None;
         }
         self.in_flight += 1;
-        let text = payload.get(1..).unwrap_or_default();
-        let reason = if text.len() >= TEXT_LIMIT {
-            Some(Reason::LongStatement)
-        } else {
-            pins(text).map(Reason::Statement)
-        };
         let setting = match reason {
             Some(Reason::Statement(Pin::SessionVariable)) => true,
             Some(Reason::Statement(Pin::Schema)) => self.login_schema,

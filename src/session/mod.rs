@@ -196,6 +196,7 @@ where
         };
     let slot = connected.slot.take();
     let thread_id = greeting.greeting.connection_id;
+    let server = crate::sql::Server::from_greeting(greeting.greeting.server_version.as_bytes());
     let mut backend = LegStream::Plain(connected.stream);
     let plan = legs::plan(
         &shared,
@@ -241,6 +242,7 @@ where
             let joined = pooled::Joined {
                 slot,
                 thread_id,
+                server,
                 origin,
                 registration: registration.as_ref(),
             };

@@ -34,6 +34,8 @@ pub(super) struct Joined<'r> {
     pub(super) slot: LoginSlot,
     /// The server's id of the login connection.
     pub(super) thread_id: u32,
+    /// The backend's flavour and version, from its greeting: which executable comments it runs.
+    pub(super) server: Option<crate::sql::Server>,
     /// The client's address, when the backend is told it in a PROXY header.
     pub(super) origin: Option<IpAddr>,
     pub(super) registration: Option<&'r kill::Registration<'r>>,
@@ -63,6 +65,9 @@ where
     let pool = joined.slot.logged_in(&key);
     let mut holding = Holding::new(!key.schema.is_empty());
     holding.share_statements();
+    holding.read_as(crate::sql::Dialect {
+        server: joined.server,
+    });
     let mut observer = Pooled {
         inner: recorder,
         holding,

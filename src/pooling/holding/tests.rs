@@ -124,6 +124,75 @@ fn a_statement_too_long_to_read_whole_pins() {
 }
 
 #[test]
+fn a_statement_cut_to_the_text_limit_pins_whatever_its_start_says() {
+    // What the tracker keeps of a longer packet: the command byte and TEXT_LIMIT - 1 bytes.
+    let mut h = Holding::default();
+    let mut cut = vec![cmd::QUERY];
+    cut.extend_from_slice(b"SELECT '");
+    cut.resize(TEXT_LIMIT, b'x');
+    assert_eq!(h.statement(cmd::QUERY, &cut), Some(Reason::LongStatement));
+    let mut h = Holding::default();
+    cut[0] = cmd::STMT_PREPARE;
+    assert_eq!(
+        h.statement(cmd::STMT_PREPARE, &cut),
+        Some(Reason::LongStatement)
+    );
+}
+
+#[test]
+fn a_prepared_text_pins_as_the_same_text_would_as_a_query() {
+    let prepare = |h: &mut Holding, text: &str| {
+        let mut payload = vec![cmd::STMT_PREPARE];
+        payload.extend_from_slice(text.as_bytes());
+        h.statement(cmd::STMT_PREPARE, &payload)
+    };
+    let mut h = Holding::default();
+    h.share_statements();
+    assert_eq!(prepare(&mut h, "SELECT c FROM t WHERE id = ?"), None);
+    assert!(h.pinned().is_none());
+    assert_eq!(
+        prepare(&mut h, "SET @v = ?"),
+        Some(Reason::Statement(Pin::UserVariable))
+    );
+    let mut h = Holding::new(true);
+    h.share_statements();
+    // A setting that would be replayed as a query pins as a prepared statement.
+    assert_eq!(
+        prepare(&mut h, "SET autocommit = ?"),
+        Some(Reason::Statement(Pin::SessionVariable))
+    );
+    let mut h = Holding::default();
+    h.share_statements();
+    assert_eq!(
+        prepare(&mut h, "/*!99999 SELECT */ SELECT GET_LOCK(?, 0)"),
+        Some(Reason::Statement(Pin::UserLock))
+    );
+}
+
+#[test]
+fn a_comment_the_server_skips_does_not_hide_a_setting() {
+    let mut h = Holding::new(true);
+    assert_eq!(
+        query(&mut h, "/*!99999 SELECT */ SET autocommit = 0"),
+        Some(Reason::Statement(Pin::SessionVariable))
+    );
+    let mut h = Holding::new(true);
+    assert_eq!(
+        query(&mut h, "/*!99999 SELECT */ USE other"),
+        Some(Reason::Statement(Pin::Schema))
+    );
+    // `USE` with a second statement is not a setting to replay: it pins.
+    let mut h = Holding::new(true);
+    assert_eq!(
+        query(&mut h, "USE db; INSERT INTO t VALUES (1)"),
+        Some(Reason::Statement(Pin::Schema))
+    );
+    // A plain `USE` is replayed instead.
+    let mut h = Holding::new(true);
+    assert_eq!(query(&mut h, "USE db"), None);
+}
+
+#[test]
 fn warnings_errors_and_insert_ids_stay_until_a_reset_row_counts_until_the_next_statement() {
     let with = |warnings: u16, insert_id: u64, affected: u64| Completed {
         command: cmd::QUERY,
