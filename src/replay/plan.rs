@@ -77,10 +77,29 @@ fn with_id(payload: &[u8], id: u32) -> Vec<u8> {
     p
 }
 
-/// Whether `--read-only` skips a statement: anything not known to change no data (a `SET`,
-/// `CALL` or `DO` may write; see `sql::Statement::is_read_only`).
+/// Whether `--read-only` skips a statement: anything not known to change no data in every
+/// reading a server could take of it (a `SET`, `CALL` or `DO` may write, and so may what a
+/// version-gated comment hides; see `sql::read_only`).
 pub fn writes(text: &[u8]) -> bool {
-    !sql::classify(text).is_read_only()
+    !sql::read_only(text)
+}
+
+/// COM_SET_OPTION's option that lets one COM_QUERY carry several statements.
+const MULTI_STATEMENTS_ON: u16 = 0;
+
+/// Commands `--read-only` sends besides statements it read: none of them changes data.
+fn harmless(command: u8, body: &[u8]) -> bool {
+    match command {
+        cmd::SET_OPTION => body.get(..2) != Some(&MULTI_STATEMENTS_ON.to_le_bytes()[..]),
+        cmd::INIT_DB
+        | cmd::PING
+        | cmd::QUIT
+        | cmd::STATISTICS
+        | cmd::FIELD_LIST
+        | cmd::CHANGE_USER
+        | cmd::RESET_CONNECTION => true,
+        _ => false,
+    }
 }
 
 impl Planner {
@@ -134,6 +153,24 @@ impl Planner {
         };
         let body = &payload[1..];
         let send = |p: Vec<u8>| Plan::Send(vec![(p, answered(command))]);
+        let statement = matches!(
+            command,
+            cmd::QUERY
+                | cmd::STMT_PREPARE
+                | cmd::STMT_EXECUTE
+                | cmd::STMT_CLOSE
+                | cmd::STMT_RESET
+                | cmd::STMT_SEND_LONG_DATA
+                | cmd::STMT_FETCH
+                | cmd::STMT_BULK_EXECUTE
+        );
+        if self.read_only && !statement && !harmless(command, body) {
+            return Plan::Skip(if command == cmd::SET_OPTION {
+                "multi-statements on (--read-only)"
+            } else {
+                "not a read (--read-only)"
+            });
+        }
         match command {
             cmd::QUERY if self.read_only && writes(body) => Plan::Skip("writes (--read-only)"),
             cmd::STMT_PREPARE => {

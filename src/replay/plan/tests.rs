@@ -78,6 +78,45 @@ fn read_only_skips_writes_and_the_executes_of_their_prepares() {
 }
 
 #[test]
+fn read_only_runs_nothing_a_reading_of_the_server_could_take_as_a_write() {
+    let mut p = Planner::new(true);
+    for text in [
+        // MariaDB skips MySQL 5.7+ comments, so the DELETE is what runs.
+        &b"\x03/*!99999 SELECT 1 */ DELETE FROM t WHERE v = 1"[..],
+        b"\x03/*M!999999 SELECT */ UPDATE t SET a = 1",
+        b"\x03SELECT 1; DELETE FROM t",
+        b"\x03/*!40000 SELECT 1; */ DELETE FROM t",
+        // Not closed: the server refuses it, but nothing tells what was meant.
+        b"\x03SELECT 1 /* x",
+    ] {
+        assert!(
+            matches!(p.plan(text, 0, None), Plan::Skip(_)),
+            "{:?}",
+            String::from_utf8_lossy(text)
+        );
+    }
+    assert!(matches!(
+        p.plan(b"\x03/*!40000 SELECT */ 1", 0, None),
+        Plan::Skip(_)
+    ));
+    assert!(matches!(
+        p.plan(b"\x03SELECT /*!40000 SQL_NO_CACHE */ 1", 0, None),
+        Plan::Send(_)
+    ));
+    assert!(matches!(p.plan(b"\x03SELECT 1;", 0, None), Plan::Send(_)));
+    // COM_SET_OPTION: multi-statements on is skipped, off is sent.
+    assert_eq!(
+        p.plan(b"\x1b\x00\x00", 0, None),
+        Plan::Skip("multi-statements on (--read-only)")
+    );
+    assert!(matches!(p.plan(b"\x1b\x01\x00", 0, None), Plan::Send(_)));
+    // COM_REFRESH and COM_SHUTDOWN change the server.
+    assert!(matches!(p.plan(b"\x07\x01", 0, None), Plan::Skip(_)));
+    assert!(matches!(p.plan(b"\x08", 0, None), Plan::Skip(_)));
+    assert!(matches!(p.plan(b"\x0e", 0, None), Plan::Send(_)));
+}
+
+#[test]
 fn a_change_user_becomes_a_reset_and_its_schema() {
     let mut p = Planner::default();
     let plan = p.plan(b"\x11bob\0\0shop\0\x21\0", 0, None);
