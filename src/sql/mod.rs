@@ -8,6 +8,16 @@
 //! session-state statements apart (`USE`, `SET`, `BEGIN`, `LOCK TABLES`, `PREPARE`, ...) for
 //! transaction pooling. Nothing here imports the rest of the crate.
 //!
+//! # One lexer, read as the server reads
+//!
+//! Everything here reads text through one tokenizer ([`tokens_as`]), in a [`Reading`]: the
+//! digest's (executable comments kept as single tokens, for grouping), or a server's, which
+//! follows the server's lexer where what runs depends on it: executable comments run or skipped
+//! by flavour and version, `#` and `-- ` to the end of the line even inside a running comment,
+//! quotes inside one, `sql_mode`'s quoting and the multibyte character sets (see
+//! [`readings`]). Decisions whose wrong answer leaks state or runs a write ([`pins::pins`],
+//! [`read_only`]) take the worst answer over every reading the server could take.
+//!
 //! # Normalization rules
 //!
 //! [`normalize`] prints the tokens of the first `max_len` bytes; [`digest`] hashes exactly those

@@ -15,19 +15,28 @@
 //! - any token pins for user variables (`@x`, `@'x'`, `` @`x` ``, read or written; `@@x` is a
 //!   system variable read and does not), `SQL_CALC_FOUND_ROWS`, `GET_LOCK(` (and MySQL's
 //!   `SERVICE_GET_READ_LOCKS(` / `SERVICE_GET_WRITE_LOCKS(`), `LAST_INSERT_ID(expr)` with an
-//!   argument, the sequence functions (`NEXTVAL(`, `LASTVAL(`, `SETVAL(`, `NEXT VALUE FOR`,
-//!   `PREVIOUS VALUE FOR`), and anything after a `;` ([`Pin::MultiStatement`]; a trailing `;`
-//!   alone is one statement, and a `;` inside a routine's `BEGIN .. END` counts too).
+//!   argument, `CONNECTION_ID(` (a client that reads its id will `KILL QUERY` it from another
+//!   connection, which must then reach this one), the sequence functions (`NEXTVAL(`,
+//!   `LASTVAL(`, `SETVAL(`, `NEXT VALUE FOR`, `PREVIOUS VALUE FOR`), and anything after a `;`
+//!   ([`Pin::MultiStatement`]; a trailing `;` alone is one statement, and a `;` inside a
+//!   routine's `BEGIN .. END` counts too).
 //!
 //! Any other first word is [`Pin::Unknown`]. The reason returned is the first one met reading
 //! left to right (`SET @x = 1` is a user variable, `SET a = @x` a session variable).
 //!
-//! Words match in any case but never as backticked names; a function needs its `(`.
-//! Executable comments (`/*! .. */`, `/*!50001 .. */`, `/*M! .. */`) run on the server, so
-//! their text is tokenized and read like the rest; one that is unterminated, contains `/*`,
-//! or ends inside a quote is [`Pin::Unknown`] (the server's lexer and ours could disagree on
-//! where it ends). Optimizer hints and plain comments never pin, nor does anything inside a
-//! string.
+//! Words match in any case; a function needs its `(`, and a quoted name before `(` is the
+//! built-in of that name (`` `GET_LOCK`('l', 0) `` calls it on the server). Hints never pin
+//! and are read as if absent (`CREATE /*+ x */ TEMPORARY TABLE`), and nothing inside a string
+//! or a plain comment does.
+//!
+//! **Every reading.** Which executable comments run, where a string ends under `sql_mode`'s
+//! `NO_BACKSLASH_ESCAPES` / `ANSI_QUOTES`, and in a multibyte character set, are the server's
+//! to decide (see [`super::readings`]). [`pins`] reads the text in every reading the server
+//! could take and pins when any does: `/*!99999 SELECT */ SET autocommit = 0` runs the `SET` on
+//! MariaDB, which skips MySQL 5.7+ comments. [`pins_for`] takes the backend's flavour and
+//! version from its greeting, which settles the comments. Where the server's lexer cannot be
+//! followed (a comment not closed, an executable comment inside a running one), it is
+//! [`Pin::Unknown`].
 //!
 //! What the text cannot show: a stored function called from a stateless statement (or a
 //! trigger it fires) may set user variables or take user locks; such a function call looks
@@ -54,8 +63,8 @@
 //!   change the session without the server flagging them: the flag alone cannot replace this
 //!   module, and the test asserts both that they are pinned here and that the server still
 //!   does not flag them;
-//! - the server reads quotes inside an executable comment (`SELECT /*! 'a*/' */` selects
-//!   `a*/`), hence `Unknown` for one that ends inside a quote; and it answers a comment after
+//! - the server reads quotes inside an executable comment it runs (`SELECT /*! 'a*/' */`
+//!   selects `a*/`), and so does a server's reading here; and it answers a comment after
 //!   the last `;` as a second, empty statement (an extra OK), which changes nothing.
 
 use super::reading::{readings, Dialect, Reading};

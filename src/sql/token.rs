@@ -5,8 +5,9 @@
 //! escapes, number forms, `word.word`), and never fails: an unterminated string, quoted
 //! identifier or comment runs to the end of the text, a byte it has no rule for is a one-byte
 //! [`TokenKind::Other`]. Every token is at least one byte, so a text of n bytes gives at most n
-//! tokens. The digest, the statement classifier and (later) session-state tracking all read this
-//! one stream, so they never disagree on where a string or comment ends.
+//! tokens. The digest, the statement classifier, session-state tracking and replay's read-only
+//! mode all read this one stream, so they never disagree on where a string or comment ends;
+//! the [`Reading`] they ask for says how the server would read the text (see `reading.rs`).
 
 use super::keywords;
 use super::reading::{comment_version, Comments, Multibyte, Reading};
