@@ -129,7 +129,7 @@ async fn two_users_never_share_a_server_connection() {
     for round in 0..5 {
         for (i, (user, conn)) in sessions.iter_mut().enumerate() {
             let (current, id): (String, u64) = conn
-                .query_first("SELECT CURRENT_USER(), CONNECTION_ID()")
+                .query_first("SELECT CURRENT_USER(), @@pseudo_thread_id")
                 .await
                 .unwrap()
                 .unwrap();
@@ -165,11 +165,12 @@ async fn kill_query_reaches_the_statement_its_session_runs_now_and_nobody_elses(
     let mut victim = login().await.unwrap();
     let mut other = login().await.unwrap();
     open_connections(&proxy, &backend, 1).await;
-    // CONNECTION_ID() shows the server connection in use, not the proxy id of the greeting.
-    let shared_id = pp_value(&mut victim, "SELECT CONNECTION_ID()").await;
+    // @@pseudo_thread_id shows the server connection in use (CONNECTION_ID() would pin it), not
+    // the proxy id of the greeting.
+    let shared_id = pp_value(&mut victim, "SELECT @@pseudo_thread_id").await;
     assert_ne!(shared_id, victim.connection_id.to_string());
     assert_eq!(
-        pp_value(&mut other, "SELECT CONNECTION_ID()").await,
+        pp_value(&mut other, "SELECT @@pseudo_thread_id").await,
         shared_id
     );
 
@@ -210,8 +211,8 @@ async fn kill_query_reaches_the_statement_its_session_runs_now_and_nobody_elses(
     let err = victim.read_results().await.expect_err("interrupted");
     assert!(err.starts_with("1317"), "{err}");
     assert!(started.elapsed() < Duration::from_secs(10));
-    // It still works, and its statements run where CONNECTION_ID() says.
-    let id = pp_value(&mut victim, "SELECT CONNECTION_ID()").await;
+    // It still works, and its statements run where @@pseudo_thread_id says.
+    let id = pp_value(&mut victim, "SELECT @@pseudo_thread_id").await;
     assert_eq!(
         running_on.trim(),
         id,
@@ -312,8 +313,8 @@ async fn the_drain_ends_pooled_sessions_at_a_boundary_and_closes_the_pools_conne
         .await
         .unwrap();
     let mut ids = HashSet::new();
-    ids.insert(pp_value(&mut busy, "SELECT CONNECTION_ID()").await);
-    ids.insert(pp_value(&mut idle, "SELECT CONNECTION_ID()").await);
+    ids.insert(pp_value(&mut busy, "SELECT @@pseudo_thread_id").await);
+    ids.insert(pp_value(&mut idle, "SELECT @@pseudo_thread_id").await);
     busy.send_command(0x03, b"SELECT SLEEP(1), 'pf-drain'")
         .await
         .unwrap();
@@ -394,7 +395,7 @@ async fn reset_connection_and_change_user_behave_as_directly() {
     a.disconnect().await.unwrap();
     for _ in 0..3 {
         let (user, id): (String, u64) = b
-            .query_first("SELECT CURRENT_USER(), CONNECTION_ID()")
+            .query_first("SELECT CURRENT_USER(), @@pseudo_thread_id")
             .await
             .unwrap()
             .unwrap();
@@ -510,7 +511,7 @@ async fn with_proxy_protocol_clients_of_one_user_from_two_addresses_never_share(
         for (from, client) in &mut clients {
             let user = pp_value(client, "SELECT USER()").await;
             assert_eq!(user, format!("{BENCH_USER}@{from}"), "round {round}");
-            let id = pp_value(client, "SELECT CONNECTION_ID()").await;
+            let id = pp_value(client, "SELECT @@pseudo_thread_id").await;
             ids[usize::from(*from == "127.0.0.3")].insert(id);
         }
     }
@@ -762,9 +763,9 @@ fn an_ed25519_user_logs_in_and_shares_connections() {
         assert!(Instant::now() < deadline, "{:?}", counts(&proxy, &backend));
         std::thread::sleep(Duration::from_millis(50));
     }
-    let id = a.line("SELECT CONNECTION_ID()");
+    let id = a.line("SELECT @@pseudo_thread_id");
     assert_eq!(
-        b.line("SELECT CONNECTION_ID()"),
+        b.line("SELECT @@pseudo_thread_id"),
         id,
         "one connection for both"
     );
@@ -794,14 +795,14 @@ async fn a_client_gone_mid_statement_leaves_its_connection_in_sync_for_the_other
     let mut gone = login().await.unwrap();
     let mut stays = login().await.unwrap();
     open_connections(&proxy, &backend, 1).await;
-    let shared_id = pp_value(&mut stays, "SELECT CONNECTION_ID()").await;
+    let shared_id = pp_value(&mut stays, "SELECT @@pseudo_thread_id").await;
 
     // Mid-statement, between two rows of a result.
     sleep_briefly(&mut gone, "pf-gone-mid-statement").await;
     drop(gone);
     let started = Instant::now();
     assert_eq!(
-        pp_value(&mut stays, "SELECT CONNECTION_ID()").await,
+        pp_value(&mut stays, "SELECT @@pseudo_thread_id").await,
         shared_id,
         "the user's one connection is still there, its answer read to the end"
     );
@@ -821,7 +822,7 @@ async fn a_client_gone_mid_statement_leaves_its_connection_in_sync_for_the_other
     stays.query_text("DELETE FROM test.pf_gone").await.unwrap();
     let mut gone = login().await.unwrap();
     open_connections(&proxy, &backend, 1).await;
-    let shared_id = pp_value(&mut gone, "SELECT CONNECTION_ID()").await;
+    let shared_id = pp_value(&mut gone, "SELECT @@pseudo_thread_id").await;
     gone.query_text("BEGIN").await.unwrap();
     gone.query_text("INSERT INTO test.pf_gone VALUES (1)")
         .await
@@ -831,7 +832,7 @@ async fn a_client_gone_mid_statement_leaves_its_connection_in_sync_for_the_other
     assert_eq!(
         pp_value(
             &mut stays,
-            "SELECT CONCAT(CONNECTION_ID(), ' ', @@in_transaction, ' ', COUNT(*)) \
+            "SELECT CONCAT(@@pseudo_thread_id, ' ', @@in_transaction, ' ', COUNT(*)) \
              FROM test.pf_gone"
         )
         .await,

@@ -412,6 +412,136 @@ fn scenarios() -> Vec<Scenario> {
             a_pooled: vec![(2, rows(&[&["-1"]]))],
             b_pooled: vec![(0, rows(&[&["0"]]))],
         },
+        // The server's reading, not the first keyword's: each of these was read as stateless
+        // and leaked its state to the next session before the SQL layer read statements as
+        // the server runs them.
+        Scenario {
+            name: "a SET behind a comment MariaDB skips",
+            a: vec![
+                Q("/*!99999 SELECT */ SET autocommit = 0"),
+                Q("SELECT @@autocommit"),
+            ],
+            b: vec![Q("SELECT @@autocommit"), Q("SELECT @@autocommit")],
+            pin: Some("session_variable"),
+            traces: false,
+            a_pooled: vec![],
+            b_pooled: vec![],
+        },
+        Scenario {
+            name: "SET NAMES behind a comment MariaDB skips",
+            a: vec![Q("/*!50700 SELECT 1 */ SET NAMES latin1"), Q(char_reads)],
+            b: vec![Q(char_reads), Q(char_reads)],
+            pin: Some("session_variable"),
+            traces: false,
+            a_pooled: vec![],
+            b_pooled: vec![],
+        },
+        Scenario {
+            name: "USE behind a comment MariaDB skips",
+            a: vec![Q("/*!99999 SELECT */ USE mysql"), Q("SELECT DATABASE()")],
+            b: vec![Q("SELECT DATABASE()"), Q("SELECT DATABASE()")],
+            pin: Some("schema"),
+            traces: false,
+            a_pooled: vec![],
+            b_pooled: vec![],
+        },
+        Scenario {
+            name: "a temporary table behind a comment MariaDB skips",
+            a: vec![
+                Q("/*!99999 SELECT */ CREATE TEMPORARY TABLE ps_tmp_c (x INT)"),
+                Q("SELECT COUNT(*) FROM ps_tmp_c"),
+            ],
+            b: vec![Q("SELECT COUNT(*) FROM ps_tmp_c")],
+            pin: Some("temporary_table"),
+            traces: false,
+            a_pooled: vec![],
+            b_pooled: vec![],
+        },
+        Scenario {
+            name: "a hint between CREATE and TEMPORARY",
+            a: vec![
+                Q("CREATE /*+ x */ TEMPORARY TABLE ps_tmp_h (x INT)"),
+                Q("SELECT COUNT(*) FROM ps_tmp_h"),
+            ],
+            b: vec![Q("SELECT COUNT(*) FROM ps_tmp_h")],
+            pin: Some("temporary_table"),
+            traces: false,
+            a_pooled: vec![],
+            b_pooled: vec![],
+        },
+        Scenario {
+            name: "GET_LOCK called by a backticked name",
+            a: vec![
+                Q("SELECT `GET_LOCK`('ps_lock_q', 0)"),
+                Q("SELECT IS_FREE_LOCK('ps_lock_q')"),
+            ],
+            b: vec![Q("SELECT IS_FREE_LOCK('ps_lock_q')")],
+            pin: Some("user_lock"),
+            traces: false,
+            // As for GET_LOCK: B runs once A ended and its connection was reset.
+            a_pooled: vec![],
+            b_pooled: vec![(0, rows(&[&["1"]]))],
+        },
+        Scenario {
+            name: "LAST_INSERT_ID(n) called by a backticked name",
+            a: vec![
+                Q("SELECT `LAST_INSERT_ID`(777)"),
+                Q("SELECT LAST_INSERT_ID()"),
+            ],
+            b: vec![Q("SELECT LAST_INSERT_ID()"), Q("SELECT LAST_INSERT_ID()")],
+            pin: Some("last_insert_id"),
+            traces: false,
+            a_pooled: vec![],
+            b_pooled: vec![],
+        },
+        Scenario {
+            name: "a user variable past a # inside a running comment",
+            a: vec![
+                Q("SELECT 1 /*!40000 # */ '\n, @ps_h := 4 -- ' */\n */"),
+                Q("SELECT @ps_h"),
+            ],
+            b: vec![Q("SELECT @ps_h"), Q("SELECT @ps_h")],
+            pin: Some("user_variable"),
+            traces: false,
+            a_pooled: vec![],
+            b_pooled: vec![],
+        },
+        Scenario {
+            name: "a user variable after 70,000 bytes of string",
+            a: vec![
+                Q(Box::leak(
+                    format!("SELECT LENGTH('{}'), @ps_long := 48", "x".repeat(70_000))
+                        .into_boxed_str(),
+                )),
+                Q("SELECT @ps_long"),
+            ],
+            b: vec![Q("SELECT @ps_long"), Q("SELECT @ps_long")],
+            pin: Some("long_statement"),
+            traces: false,
+            a_pooled: vec![],
+            b_pooled: vec![],
+        },
+        Scenario {
+            name: "a prepared SET of a user variable",
+            a: vec![
+                Exec("SET @ps_pv = ?", vec![Value::Int(5)]),
+                Q("SELECT @ps_pv"),
+            ],
+            b: vec![Q("SELECT @ps_pv"), Q("SELECT @ps_pv")],
+            pin: Some("user_variable"),
+            traces: false,
+            a_pooled: vec![],
+            b_pooled: vec![],
+        },
+        Scenario {
+            name: "CONNECTION_ID()",
+            a: vec![Q("SELECT CONNECTION_ID() > 0"), Q("SELECT 1")],
+            b: vec![Q("SELECT 2")],
+            pin: Some("connection_id"),
+            traces: false,
+            a_pooled: vec![],
+            b_pooled: vec![],
+        },
         Scenario {
             name: "a transaction",
             a: vec![
@@ -721,7 +851,7 @@ async fn a_pinned_session_s_end_hands_the_next_session_a_connection_as_fresh_as_
     let proxy = pooled(&backend);
     let (mut a, mut b) = two_sharing(&proxy, &backend).await;
     let id_a: u64 = a
-        .query_first("SELECT CONNECTION_ID()")
+        .query_first("SELECT @@pseudo_thread_id")
         .await
         .unwrap()
         .unwrap();
@@ -748,7 +878,7 @@ async fn a_pinned_session_s_end_hands_the_next_session_a_connection_as_fresh_as_
     let got_tmp = run_step(&mut b, &Q("SELECT COUNT(*) FROM ps_tmp_end")).await;
     let got_stmt = run_step(&mut b, &Q("EXECUTE ps_end_s")).await;
     let id_b: u64 = b
-        .query_first("SELECT CONNECTION_ID()")
+        .query_first("SELECT @@pseudo_thread_id")
         .await
         .unwrap()
         .unwrap();

@@ -2,10 +2,38 @@
 //! bytes, [`mysql_lb::sql::normalize`] and [`mysql_lb::sql::digest`] never panic, read only the
 //! first `max_len` bytes, print a bounded text that normalizes to itself, and the digest is that
 //! text's; the tokens cover the text in order without overlapping; `classify` never panics;
-//! `pins` never panics and a comment appended to the text does not change its verdict.
+//! `pins` never panics and a comment appended to the text does not change its verdict (unless
+//! the text leaves a comment open, which the appended one may close); in every reading the
+//! server could take the tokens are in order within the text; and `pins` (every reading) pins
+//! whatever a known server's reading pins, as `read_only` holds only what every one holds.
 
-use mysql_lb::sql::pins::pins;
-use mysql_lb::sql::{classify, digest, normalize, tokens};
+use mysql_lb::sql::pins::{pins, pins_for, Pin};
+use mysql_lb::sql::{
+    classify, classify_as, digest, normalize, read_only, readings, tokens, tokens_as, Dialect,
+    Reading, Server, TokenKind,
+};
+
+/// The tokens of `read` in `reading` are non-empty, in order, within the text, at most one per
+/// byte.
+fn covers(read: &[u8], reading: Reading) {
+    let base = read.as_ptr() as usize;
+    let mut at = 0;
+    let mut count = 0;
+    for t in tokens_as(read, reading) {
+        let start = t.text.as_ptr() as usize - base;
+        // An executable comment left running is an empty `Unsure` at the end.
+        let at_end = t.kind == TokenKind::Unsure && start == read.len();
+        assert!(!t.text.is_empty() || at_end, "empty token at {start}");
+        assert!(
+            start >= at,
+            "token at {start} overlaps the one ending at {at}"
+        );
+        at = start + t.text.len();
+        assert!(at <= read.len(), "token past the end");
+        count += 1;
+    }
+    assert!(count <= read.len());
+}
 
 /// Byte 0 picks `max_len` (0 = the whole input, else a cut somewhere in it); the rest is the
 /// statement text.
@@ -43,29 +71,46 @@ pub fn sql_digest(data: &[u8]) {
         "the digest is not the normal form's"
     );
 
-    let base = read.as_ptr() as usize;
-    let mut at = 0;
-    let mut count = 0;
-    for t in tokens(read) {
-        let start = t.text.as_ptr() as usize - base;
-        assert!(!t.text.is_empty(), "empty token at {start}");
-        assert!(
-            start >= at,
-            "token at {start} overlaps the one ending at {at}"
-        );
-        at = start + t.text.len();
-        assert!(at <= read.len(), "token past the end");
-        count += 1;
-    }
-    assert!(count <= read.len());
+    assert!(tokens(read).count() <= read.len());
+    covers(read, Reading::DIGEST);
     let _ = classify(read).is_write();
 
     let verdict = pins(read);
     let mut commented = read.to_vec();
     commented.extend_from_slice(b"\n/* @x; SET a = 1 */");
-    assert_eq!(
-        pins(&commented),
-        verdict,
-        "a trailing comment changes the pin"
-    );
+    if verdict != Some(Pin::Unknown) {
+        assert_eq!(
+            pins(&commented),
+            verdict,
+            "a trailing comment changes the pin"
+        );
+    }
+
+    let all_read_only = read_only(read);
+    for reading in readings(read, Dialect::default()).unwrap_or_default() {
+        covers(read, reading);
+        if all_read_only {
+            assert!(classify_as(read, reading).is_read_only(), "{reading:?}");
+        }
+    }
+    for server in [
+        Server::MARIADB_10_11,
+        Server {
+            mariadb: false,
+            version: 80_036,
+        },
+    ] {
+        let known = pins_for(
+            read,
+            Dialect {
+                server: Some(server),
+            },
+        );
+        if known.is_some() {
+            assert!(
+                verdict.is_some(),
+                "{server:?} pins ({known:?}), every reading does not"
+            );
+        }
+    }
 }

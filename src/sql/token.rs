@@ -4,10 +4,11 @@
 //! It follows the servers' lexers where a token's extent depends on them (comments, quoting,
 //! escapes, number forms, `word.word`), and never fails: an unterminated string, quoted
 //! identifier or comment runs to the end of the text, a byte it has no rule for is a one-byte
-//! [`TokenKind::Other`]. Every token is at least one byte, so a text of n bytes gives at most n
-//! tokens. The digest, the statement classifier, session-state tracking and replay's read-only
-//! mode all read this one stream, so they never disagree on where a string or comment ends;
-//! the [`Reading`] they ask for says how the server would read the text (see `reading.rs`).
+//! [`TokenKind::Other`]. Every token is at least one byte (but an [`TokenKind::Unsure`] at the
+//! end), so a text of n bytes gives at most n tokens. The digest, the statement classifier,
+//! session-state tracking and replay's read-only mode all read this one stream, so they never
+//! disagree on where a string or comment ends; the [`Reading`] they ask for says how the server
+//! would read the text (see `reading.rs`).
 
 use super::keywords;
 use super::reading::{comment_version, Comments, Multibyte, Reading};
@@ -46,7 +47,8 @@ pub enum TokenKind {
     Other,
     /// Where the server's reading cannot be followed (only in a server's [`Reading`]): a
     /// comment not closed, an executable comment inside one the server runs. It covers the
-    /// rest of the text; whoever decides on it does the safe thing.
+    /// rest of the text (empty at its end, for an executable comment the server runs that is
+    /// not closed); whoever decides on it does the safe thing.
     Unsure,
 }
 
@@ -456,12 +458,13 @@ impl<'a> Iterator for Tokens<'a> {
         if !self.skip_blank() {
             if self.in_executable {
                 // A running executable comment not closed: the server refuses the text.
+                // Its marker took at least three bytes no token covers: an empty token at the
+                // end keeps the count of tokens within the text's length.
                 self.in_executable = false;
-                let at = self.text.len().saturating_sub(1);
                 self.pos = self.text.len();
                 return Some(Token {
                     kind: TokenKind::Unsure,
-                    text: self.text.get(at..).unwrap_or_default(),
+                    text: self.text.get(self.text.len()..).unwrap_or_default(),
                 });
             }
             return None;

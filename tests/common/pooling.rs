@@ -58,11 +58,12 @@ pub async fn open_connections(proxy: &TestProxy, backend: &str, want: usize) {
     }
 }
 
-/// `SELECT CONNECTION_ID()`: the server connection a pooled session's statement runs on.
+/// `SELECT @@pseudo_thread_id`: the server connection a pooled session's statement runs on (its
+/// thread id, as `CONNECTION_ID()` gives it, which would pin the session).
 pub async fn server_id(conn: &mut mysql_async::Conn) -> u64 {
     use mysql_async::prelude::Queryable;
-    conn.query_first("SELECT CONNECTION_ID()")
+    conn.query_first("SELECT @@pseudo_thread_id")
         .await
-        .expect("CONNECTION_ID()")
+        .expect("@@pseudo_thread_id")
         .expect("a row")
 }
