@@ -534,6 +534,20 @@ fn scenarios() -> Vec<Scenario> {
             b_pooled: vec![],
         },
         Scenario {
+            name: "a user variable after a backslash under NO_BACKSLASH_ESCAPES",
+            a: vec![
+                Q("SET SESSION sql_mode = 'NO_BACKSLASH_ESCAPES'"),
+                // The server reads 'a\', then the variable, then '\'.
+                Q("SELECT 'a\\', @ps_nb := 1, '\\'"),
+                Q("SELECT @ps_nb"),
+            ],
+            b: vec![Q("SELECT @@sql_mode"), Q("SELECT @ps_nb, @@sql_mode")],
+            pin: Some("user_variable"),
+            traces: false,
+            a_pooled: vec![],
+            b_pooled: vec![],
+        },
+        Scenario {
             name: "CONNECTION_ID()",
             a: vec![Q("SELECT CONNECTION_ID() > 0"), Q("SELECT 1")],
             b: vec![Q("SELECT 2")],

@@ -276,3 +276,6 @@ pub(crate) fn comment_version(text: &[u8], at: usize) -> (Option<u32>, usize) {
         .fold(0u32, |v, &d| v * 10 + u32::from(d - b'0'));
     (Some(v), digits)
 }
+
+#[cfg(test)]
+mod tests;
