@@ -65,6 +65,11 @@ impl<T, W> KeyState<T, W> {
 /// value back when nobody takes it.
 pub trait Waiter<T> {
     fn offer(self, value: T) -> Result<(), T>;
+
+    /// True once nobody waits here any more (it stays queued until a handover skips it).
+    fn left(&self) -> bool {
+        false
+    }
 }
 
 /// What a login gets.
@@ -172,8 +177,20 @@ where
         self.keys.values().map(|k| k.idle.len()).sum()
     }
 
+    /// A key's connections, sessions and pinned sessions (zeros once it is forgotten).
+    #[cfg(test)]
+    pub fn key_counts(&self, key: &K) -> (usize, usize, usize) {
+        self.keys
+            .get(key)
+            .map_or((0, 0, 0), |s| (s.conns, s.sessions, s.pinned))
+    }
+
     pub fn waiting(&self) -> usize {
-        self.logins.len() + self.keys.values().map(|k| k.waiters.len()).sum::<usize>()
+        // Those that gave up (timed out, or their session ended) stay queued until a handover
+        // skips them; they wait for nothing.
+        let logins = self.logins.iter().filter(|l| !l.left()).count();
+        let sessions = self.keys.values().flat_map(|k| &k.waiters);
+        logins + sessions.filter(|w| !w.left()).count()
     }
 
     /// A login asks for a slot; `waiter` is queued when there is none.
