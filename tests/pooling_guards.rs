@@ -77,7 +77,7 @@ async fn an_empty_packet_then_a_length_byte_of_0x16_is_answered_as_directly_and_
     assert!(want.1.contains("sixteen"), "{want:?}");
 
     let proxy = pooled(
-        &[backend.clone()],
+        std::slice::from_ref(&backend),
         MAX,
         Duration::from_secs(60),
         Duration::from_secs(2),
@@ -123,7 +123,7 @@ async fn an_empty_packet_is_answered_as_directly_in_a_transaction_and_before_a_p
     let db = &shared_pair()[0];
     let backend = db.tcp_addr();
     let proxy = pooled(
-        &[backend.clone()],
+        std::slice::from_ref(&backend),
         2,
         Duration::from_secs(60),
         Duration::from_secs(2),
