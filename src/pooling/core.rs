@@ -160,7 +160,7 @@ where
             let Some(conn) = self.take_spare_idle() else {
                 break;
             };
-            self.open -= 1;
+            self.open = self.open.saturating_sub(1);
             closed.push(conn);
         }
         while self.open < self.limit && self.give_slot() {
@@ -224,7 +224,7 @@ where
         let key = key.clone();
         let state = self.keys.get_mut(&key)?;
         let conn = state.idle.remove(i).conn;
-        state.conns -= 1;
+        state.conns = state.conns.saturating_sub(1);
         self.forget_if_empty(&key);
         Some(conn)
     }
@@ -297,7 +297,7 @@ where
         if state.can_spare() && (over || self.logins.len() > self.closing) {
             // Closed: for a lowered limit, or so that its slot goes to a waiting login once the
             // server has let it go (`close_done`).
-            state.conns -= 1;
+            state.conns = state.conns.saturating_sub(1);
             self.closing += 1;
             return vec![conn];
         }
@@ -406,7 +406,7 @@ where
                     break;
                 }
                 if let Some(idle) = state.idle.pop() {
-                    state.conns -= 1;
+                    state.conns = state.conns.saturating_sub(1);
                     self.closing += 1;
                     closed.push(idle.conn);
                 }
@@ -429,8 +429,8 @@ where
                 continue;
             };
             for idle in state.idle.drain(..) {
-                state.conns -= 1;
-                self.open -= 1;
+                state.conns = state.conns.saturating_sub(1);
+                self.open = self.open.saturating_sub(1);
                 closed.push(idle.conn);
             }
             self.forget_if_empty(&key);
