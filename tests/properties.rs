@@ -6,6 +6,8 @@
 #[allow(dead_code)]
 #[path = "../fuzz/src/checks.rs"]
 mod checks;
+#[path = "../fuzz/src/pooled_front.rs"]
+mod pooled_front_checks;
 #[path = "../fuzz/src/proxy_in.rs"]
 mod proxy_in_checks;
 #[path = "../fuzz/src/sql_digest.rs"]
@@ -1188,7 +1190,7 @@ proptest! {
 #[test]
 fn fuzz_seeds_and_crash_reproducers_pass_the_checks() {
     type Check = fn(&[u8]);
-    let targets: [(&str, Check); 7] = [
+    let targets: [(&str, Check); 8] = [
         ("codec", checks::codec),
         ("compress", checks::compress),
         ("greeting", checks::greeting),
@@ -1196,6 +1198,7 @@ fn fuzz_seeds_and_crash_reproducers_pass_the_checks() {
         ("tracker", checks::tracker),
         ("proxy_header", proxy_in_checks::proxy_header),
         ("sql_digest", sql_digest_checks::sql_digest),
+        ("pooled_front", pooled_front_checks::pooled_front),
     ];
     let mut failed = Vec::new();
     for (target, check) in targets {
@@ -1227,5 +1230,29 @@ proptest! {
         cut in 0usize..16,
     ) {
         proxy_in_checks::proxy_header(&mutated(&seeds("proxy_header"), pick, &edits, cut));
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// a pooled session's command front
+
+proptest! {
+    #![proptest_config(config(300))]
+
+    /// The fuzz target's check (verdicts stable, ranges inside their packet, rewrites exact)
+    /// on any client bytes.
+    #[test]
+    fn pooled_front_check_holds_for_any_bytes(data in vec(any::<u8>(), 0..512)) {
+        pooled_front_checks::pooled_front(&data);
+    }
+
+    /// The same on mutated seeds: real statement traffic, empty packets, malformed commands.
+    #[test]
+    fn pooled_front_check_holds_for_mutated_seeds(
+        pick in any::<usize>(),
+        edits in vec((any::<usize>(), any::<u8>()), 0..6),
+        cut in 0usize..32,
+    ) {
+        pooled_front_checks::pooled_front(&mutated(&seeds("pooled_front"), pick, &edits, cut));
     }
 }

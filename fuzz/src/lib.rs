@@ -3,5 +3,6 @@
 //! `tests/properties.rs` (which includes `checks.rs` too), and in a debugger.
 
 pub mod checks;
+pub mod pooled_front;
 pub mod proxy_in;
 pub mod sql_digest;

@@ -65,6 +65,11 @@ impl<T, W> KeyState<T, W> {
 /// value back when nobody takes it.
 pub trait Waiter<T> {
     fn offer(self, value: T) -> Result<(), T>;
+
+    /// True once nobody waits here any more (it stays queued until a handover skips it).
+    fn left(&self) -> bool {
+        false
+    }
 }
 
 /// What a login gets.
@@ -155,7 +160,7 @@ where
             let Some(conn) = self.take_spare_idle() else {
                 break;
             };
-            self.open -= 1;
+            self.open = self.open.saturating_sub(1);
             closed.push(conn);
         }
         while self.open < self.limit && self.give_slot() {
@@ -172,8 +177,20 @@ where
         self.keys.values().map(|k| k.idle.len()).sum()
     }
 
+    /// A key's connections, sessions and pinned sessions (zeros once it is forgotten).
+    #[cfg(test)]
+    pub fn key_counts(&self, key: &K) -> (usize, usize, usize) {
+        self.keys
+            .get(key)
+            .map_or((0, 0, 0), |s| (s.conns, s.sessions, s.pinned))
+    }
+
     pub fn waiting(&self) -> usize {
-        self.logins.len() + self.keys.values().map(|k| k.waiters.len()).sum::<usize>()
+        // Those that gave up (timed out, or their session ended) stay queued until a handover
+        // skips them; they wait for nothing.
+        let logins = self.logins.iter().filter(|l| !l.left()).count();
+        let sessions = self.keys.values().flat_map(|k| &k.waiters);
+        logins + sessions.filter(|w| !w.left()).count()
     }
 
     /// A login asks for a slot; `waiter` is queued when there is none.
@@ -207,7 +224,7 @@ where
         let key = key.clone();
         let state = self.keys.get_mut(&key)?;
         let conn = state.idle.remove(i).conn;
-        state.conns -= 1;
+        state.conns = state.conns.saturating_sub(1);
         self.forget_if_empty(&key);
         Some(conn)
     }
@@ -280,7 +297,7 @@ where
         if state.can_spare() && (over || self.logins.len() > self.closing) {
             // Closed: for a lowered limit, or so that its slot goes to a waiting login once the
             // server has let it go (`close_done`).
-            state.conns -= 1;
+            state.conns = state.conns.saturating_sub(1);
             self.closing += 1;
             return vec![conn];
         }
@@ -389,7 +406,7 @@ where
                     break;
                 }
                 if let Some(idle) = state.idle.pop() {
-                    state.conns -= 1;
+                    state.conns = state.conns.saturating_sub(1);
                     self.closing += 1;
                     closed.push(idle.conn);
                 }
@@ -412,8 +429,8 @@ where
                 continue;
             };
             for idle in state.idle.drain(..) {
-                state.conns -= 1;
-                self.open -= 1;
+                state.conns = state.conns.saturating_sub(1);
+                self.open = self.open.saturating_sub(1);
                 closed.push(idle.conn);
             }
             self.forget_if_empty(&key);

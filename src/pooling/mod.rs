@@ -12,7 +12,10 @@
 //! `COM_CHANGE_USER`, whose answer to the greeting's nonce could be replayed.
 //!
 //! `core` is the bookkeeping (slots, idle lists, waiters; sans-IO), [`BackendPool`] the lock and
-//! the waiting around it, [`ServerPools`] one pool per backend, in `ProxyState`.
+//! the waiting around it, [`ServerPools`] one pool per backend, in `ProxyState`. A session holds
+//! its share of a pool only through the guards of `guard` (a login's slot, its place among its
+//! key's sessions, the connection it holds), so however it ends the counts are given back;
+//! `command` reads the client's bytes the session handles itself.
 
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -25,14 +28,18 @@ use tokio::sync::oneshot;
 use crate::config::Pooling;
 use crate::metrics::Metrics;
 
+pub mod command;
 mod conn;
 mod core;
+mod guard;
 pub mod holding;
 mod metrics;
 pub mod statements;
 
 use self::core::{Acquired, Core, Slot, Waiter};
 pub use conn::{PrepareAnswer, ServerConn};
+use guard::Pending;
+pub use guard::{Held, LoginPermit, Member};
 pub use holding::{Holding, Reason, State, Step};
 use metrics::{Families, PoolMetrics};
 
@@ -99,11 +106,19 @@ impl Waiter<ServerConn> for oneshot::Sender<ServerConn> {
     fn offer(self, value: ServerConn) -> Result<(), ServerConn> {
         self.send(value)
     }
+
+    fn left(&self) -> bool {
+        self.is_closed()
+    }
 }
 
 impl Waiter<()> for oneshot::Sender<()> {
     fn offer(self, value: ()) -> Result<(), ()> {
         self.send(value)
+    }
+
+    fn left(&self) -> bool {
+        self.is_closed()
     }
 }
 
@@ -159,9 +174,9 @@ impl BackendPool {
     }
 
     /// Waits for a slot for a login (a fresh server connection); Err when none came free in
-    /// `wait_timeout`. On Ok the caller must report [`logged_in`](Self::logged_in) or
-    /// [`login_failed`](Self::login_failed).
-    pub async fn login_slot(&self) -> Result<(), PoolError> {
+    /// `wait_timeout`. The slot is the permit's until it is dropped (the login failed) or
+    /// turned into a session ([`LoginPermit::logged_in`]).
+    pub async fn login_slot(self: &Arc<Self>) -> Result<LoginPermit, PoolError> {
         let started = Instant::now();
         let (receiver, pooling) = {
             let mut guard = self.lock();
@@ -175,7 +190,7 @@ impl BackendPool {
             let pooling = *pooling;
             self.metrics.update(core);
             match slot {
-                Slot::Free => return Ok(()),
+                Slot::Free => return Ok(LoginPermit::new(Arc::clone(self))),
                 // The slot of this connection, once the server let go of it.
                 Slot::Freed(conn) => (Err(conn), pooling),
                 Slot::Wait => (Ok(rx), pooling),
@@ -184,17 +199,22 @@ impl BackendPool {
         let receiver = match receiver {
             Ok(receiver) => receiver,
             Err(conn) => {
+                // The slot is the login's from now, even if it is cancelled while it waits.
+                let permit = LoginPermit::new(Arc::clone(self));
                 conn.close().await;
-                return Ok(());
+                return Ok(permit);
             }
         };
         let Some(receiver) = receiver else {
-            return Ok(());
+            return Ok(LoginPermit::new(Arc::clone(self)));
         };
-        let got = tokio::time::timeout(pooling.wait_timeout, receiver).await;
+        // A slot handed over as the wait ends (its timeout, or the login cancelled) is given
+        // back, not lost.
+        let mut pending = Pending::new(receiver, |()| self.login_failed());
+        let got = pending.recv(pooling.wait_timeout).await;
         self.metrics.waited(started.elapsed());
         match got {
-            Ok(Ok(())) => Ok(()),
+            Some(Some(())) => Ok(LoginPermit::new(Arc::clone(self))),
             _ => {
                 self.metrics.failed("timeout");
                 Err(PoolError::Timeout {
@@ -207,14 +227,14 @@ impl BackendPool {
     }
 
     /// A login that had a slot failed.
-    pub fn login_failed(&self) {
+    fn login_failed(&self) {
         let mut guard = self.lock();
         guard.0.login_failed();
         self.metrics.update(&guard.0);
     }
 
     /// A login succeeded: its session holds the new connection.
-    pub fn logged_in(&self, key: &Key) {
+    fn logged_in(&self, key: &Key) {
         let mut guard = self.lock();
         guard.0.logged_in(key);
         self.metrics.update(&guard.0);
@@ -223,11 +243,11 @@ impl BackendPool {
     /// A connection for a session of `key` on worker `worker`: an idle one that is still
     /// alive, or the next one released, within `wait_timeout`.
     pub async fn acquire(
-        &self,
+        self: &Arc<Self>,
         key: &Key,
         worker: usize,
         state: &State,
-    ) -> Result<ServerConn, PoolError> {
+    ) -> Result<Held, PoolError> {
         let started = Instant::now();
         loop {
             let (receiver, pooling) = {
@@ -251,7 +271,7 @@ impl BackendPool {
                             continue;
                         }
                         self.metrics.acquired.inc();
-                        return Ok(conn);
+                        return Ok(Held::new(conn, Arc::clone(self), key.clone()));
                     }
                     Acquired::Starved => {
                         self.metrics.failed("starved");
@@ -264,23 +284,27 @@ impl BackendPool {
                 continue;
             };
             let left = pooling.wait_timeout.saturating_sub(started.elapsed());
-            let got = tokio::time::timeout(left, receiver).await;
+            // A connection handed over as the wait ends (its timeout, or the session cancelled)
+            // goes back to the pool, not lost with the channel.
+            let mut pending = Pending::new(receiver, |conn| self.release(key, conn, worker));
+            let got = pending.recv(left).await;
+            drop(pending);
             self.metrics.waited(started.elapsed());
             match got {
-                Ok(Ok(mut conn)) => {
+                Some(Some(mut conn)) => {
                     if conn.is_stale() {
                         self.closed(key);
                         continue;
                     }
                     self.metrics.acquired.inc();
-                    return Ok(conn);
+                    return Ok(Held::new(conn, Arc::clone(self), key.clone()));
                 }
                 // Let go because nothing is left to wait for.
-                Ok(Err(_)) => {
+                Some(None) => {
                     self.metrics.failed("starved");
                     return Err(self.starved(key));
                 }
-                Err(_) => {
+                None => {
                     self.metrics.failed("timeout");
                     return Err(PoolError::Timeout {
                         backend: self.backend.clone(),
@@ -300,7 +324,7 @@ impl BackendPool {
     }
 
     /// A session gives back a connection it holds, unpinned and at a command boundary.
-    pub fn release(self: &Arc<Self>, key: &Key, conn: ServerConn, worker: usize) {
+    fn release(self: &Arc<Self>, key: &Key, conn: ServerConn, worker: usize) {
         let closed = {
             let mut guard = self.lock();
             let closed = guard.0.release(key, conn, worker, Instant::now());
@@ -348,35 +372,33 @@ impl BackendPool {
     }
 
     /// A connection a session held is gone (the server closed it, or it failed).
-    pub fn closed(&self, key: &Key) {
+    fn closed(&self, key: &Key) {
         let mut guard = self.lock();
         guard.0.closed(key);
         self.metrics.update(&guard.0);
     }
 
     /// The session holding a connection of `key` pinned it, for `reason`.
-    pub fn pinned(&self, key: &Key, reason: Reason) {
+    fn pinned(&self, key: &Key, reason: Reason) {
         self.metrics.pinned(reason);
         let mut guard = self.lock();
         guard.0.pinned(key);
         self.metrics.update(&guard.0);
     }
 
-    /// A session that pinned a connection ends with it brought back to its key's login state
-    /// ([`ServerConn::reset`]): it is shared again.
-    pub fn recycle(self: &Arc<Self>, key: &Key, conn: ServerConn, worker: usize) {
-        {
-            let mut guard = self.lock();
-            guard.0.unpinned(key);
-            guard.0.session_ended(key, false);
-        }
-        self.release(key, conn, worker);
+    /// A pinned session's connection was brought back to its key's login state
+    /// ([`ServerConn::reset`]): it counts as shared again.
+    fn unpinned(&self, key: &Key) {
+        let mut guard = self.lock();
+        guard.0.unpinned(key);
+        self.metrics.update(&guard.0);
     }
 
-    /// A session ended; its pinned connection, if it had one, closes with it.
-    pub fn session_ended(&self, key: &Key, pinned: bool) {
+    /// A session ended (one that pinned its connection was [`unpinned`](Self::unpinned) first;
+    /// the connection it held counts as closed or released on its own, see [`Member`]).
+    fn session_ended(&self, key: &Key) {
         let mut guard = self.lock();
-        guard.0.session_ended(key, pinned);
+        guard.0.session_ended(key, false);
         self.metrics.update(&guard.0);
     }
 

@@ -335,7 +335,8 @@ pub fn statement_id(buf: &[u8]) -> Option<u32> {
 /// The execute at the front of `buf` sends `types` at offset `at` (header included): after its
 /// `new_params_bound_flag` (at `flag`, found by [`execute_head`] to be 0), which is set, or
 /// after a bulk execute's flags. The packet grows by the types' length. False (nothing changed)
-/// when it would reach 16 MiB (a packet in chunks is not rewritten) or `at` is not read yet.
+/// when it would reach 16 MiB (a packet in chunks is not rewritten), `at` is not read yet or
+/// lies outside the packet's payload past its command byte, or `flag` is not between them.
 #[must_use]
 pub fn insert_types(buf: &mut BytesMut, at: usize, flag: Option<usize>, types: &[u8]) -> bool {
     let Some(header) = buf.get(..4) else {
@@ -343,7 +344,9 @@ pub fn insert_types(buf: &mut BytesMut, at: usize, flag: Option<usize>, types: &
     };
     let len = usize::from(header[0]) | usize::from(header[1]) << 8 | usize::from(header[2]) << 16;
     let grown = len + types.len();
-    if len >= 0xFF_FFFF || grown >= 0xFF_FFFF || buf.len() < at || at > 4 + len {
+    // Types go after the command byte, the flag between it and them.
+    let inside = (5..=4 + len).contains(&at) && flag.is_none_or(|f| (5..at).contains(&f));
+    if len >= 0xFF_FFFF || grown >= 0xFF_FFFF || buf.len() < at || !inside {
         return false;
     }
     let tail = buf.split_off(at);
@@ -539,6 +542,22 @@ mod tests {
         let expected = execute(42, &[0], 1, &[8, 0, 253, 0, 0xAA, 0xBB]);
         assert_eq!(&buf[..expected.len()], &expected[..]);
         assert_eq!(&buf[expected.len()..], b"next command");
+        // Places outside the packet's payload are refused, the packet untouched.
+        let before = BytesMut::from(&again[..]);
+        for (at, flag) in [
+            (0, None),
+            (3, None),
+            (16, Some(2)),
+            (16, Some(16)),
+            (99, None),
+        ] {
+            let mut b = before.clone();
+            assert!(
+                !insert_types(&mut b, at, flag, &[8, 0]),
+                "at {at}, flag {flag:?}"
+            );
+            assert_eq!(b, before);
+        }
         // A packet at the 16 MiB limit is not rewritten.
         let mut big = BytesMut::from(&[0xFE, 0xFF, 0xFF, 0][..]);
         big.extend_from_slice(&[0u8; 20]);

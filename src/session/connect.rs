@@ -5,7 +5,6 @@
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
-use std::sync::Arc;
 use std::time::Instant;
 
 use rustls_pki_types::ServerName;
@@ -16,7 +15,7 @@ use crate::auth::{read_greeting, AuthError, PatchedGreeting};
 use crate::balancer::ejection::Failure;
 use crate::balancer::{Backend, BackendSet, ClientInfo, Lease, Pool};
 use crate::config::BackendAddr;
-use crate::pooling::{BackendPool, Key, PoolError};
+use crate::pooling::{LoginPermit, PoolError};
 use crate::protocol::caps::CLIENT_SSL;
 use crate::state::{LegSettings, ProxyState};
 use crate::stream::BackendStream;
@@ -47,7 +46,7 @@ pub(super) async fn connect_backend(
     tracing::Span::current().record("pool", pool.name.as_str());
     for backend in set.candidates_for(Instant::now(), client, Some(pool)) {
         // A transaction-mode pool's login waits for a slot before it opens a connection.
-        let slot = match LoginSlot::take(shared, pool, &backend).await {
+        let slot = match login_slot(shared, pool, &backend).await {
             Ok(slot) => slot,
             Err(e) => {
                 info!(backend = %backend.name, "no login slot: {e}");
@@ -172,47 +171,23 @@ pub(super) struct Connected {
 }
 
 /// A login's place in a transaction-mode pool's count: given back (the login failed) when
-/// dropped, unless [`LoginSlot::logged_in`] turned it into a pooled connection.
-pub(super) struct LoginSlot {
-    pub(super) pool: Arc<BackendPool>,
-    done: bool,
-}
+/// dropped, unless it was turned into a pooled session ([`LoginPermit::logged_in`]).
+pub(super) type LoginSlot = LoginPermit;
 
-impl LoginSlot {
-    /// Waits for a slot of `backend`'s pool when `pool` shares connections; Ok(None) when it
-    /// does not.
-    async fn take(
-        shared: &ProxyState,
-        pool: &Pool,
-        backend: &Backend,
-    ) -> Result<Option<LoginSlot>, PoolError> {
-        if !pool.pooling.shares() {
-            return Ok(None);
-        }
-        let backend_pool = shared
-            .server_pools
-            .of(&pool.name, &backend.name, pool.pooling);
-        backend_pool.login_slot().await?;
-        Ok(Some(LoginSlot {
-            pool: backend_pool,
-            done: false,
-        }))
+/// Waits for a login slot of `backend`'s pool when `pool` shares connections; Ok(None) when it
+/// does not.
+async fn login_slot(
+    shared: &ProxyState,
+    pool: &Pool,
+    backend: &Backend,
+) -> Result<Option<LoginSlot>, PoolError> {
+    if !pool.pooling.shares() {
+        return Ok(None);
     }
-
-    /// The login succeeded: the connection joins the pool under `key`, held by its session.
-    pub(super) fn logged_in(mut self, key: &Key) -> Arc<BackendPool> {
-        self.done = true;
-        self.pool.logged_in(key);
-        Arc::clone(&self.pool)
-    }
-}
-
-impl Drop for LoginSlot {
-    fn drop(&mut self) {
-        if !self.done {
-            self.pool.login_failed();
-        }
-    }
+    let backend_pool = shared
+        .server_pools
+        .of(&pool.name, &backend.name, pool.pooling);
+    backend_pool.login_slot().await.map(Some)
 }
 
 /// Whether the backend leg switches to TLS, from the backend's mode and its greeting. A backend

@@ -7,6 +7,7 @@
 
 use std::net::IpAddr;
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 
 use bytes::BytesMut;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite};
@@ -16,8 +17,10 @@ use super::connect::LoginSlot;
 use super::recorder::Recorder;
 use crate::kill;
 use crate::leg::LegStream;
-use crate::pooling::statements::{is_statement_command, ConnStatements, SessionStatements};
-use crate::pooling::{holding::TEXT_LIMIT, BackendPool, Holding, Key, PoolError, ServerConn};
+use crate::pooling::command::{self, Command};
+use crate::pooling::statements::{ConnStatements, SessionStatements};
+use crate::pooling::ServerConn;
+use crate::pooling::{holding::TEXT_LIMIT, BackendPool, Held, Holding, Key, Member, PoolError};
 use crate::protocol::caps::CLIENT_DEPRECATE_EOF;
 use crate::protocol::errors::code;
 use crate::protocol::response::{Completed, Tracker};
@@ -62,7 +65,16 @@ pub(super) async fn relay_pooled<C>(
 where
     C: AsyncRead + AsyncWrite + Unpin,
 {
-    let pool = joined.slot.logged_in(&key);
+    let login = ServerConn {
+        leg: backend,
+        thread_id: joined.thread_id,
+        state: Default::default(),
+        statements: Default::default(),
+    };
+    // From here the session's share of the pool is held by guards: however the session ends
+    // (an error, its task cancelled, a panic), dropping them gives it back.
+    let (member, login) = joined.slot.logged_in(&key, login);
+    let pool = Arc::clone(member.pool());
     let mut holding = Holding::new(!key.schema.is_empty());
     holding.share_statements();
     holding.read_as(crate::sql::Dialect {
@@ -71,7 +83,7 @@ where
     let mut observer = Pooled {
         inner: recorder,
         holding,
-        pool: &pool,
+        member,
         key: &key,
         statements: SessionStatements::default(),
         conn_statements: Default::default(),
@@ -79,12 +91,7 @@ where
         scratch: Vec::new(),
         conn_reset: false,
     };
-    let mut conn = Some(ServerConn {
-        leg: backend,
-        thread_id: joined.thread_id,
-        state: Default::default(),
-        statements: Default::default(),
-    });
+    let mut conn = Some(login);
     let deprecate_eof = tracker.caps().has(CLIENT_DEPRECATE_EOF);
     // Where a KILL naming the session goes: the connection it holds, or nowhere (0) between
     // transactions, never the connection's next holder.
@@ -100,10 +107,16 @@ where
             // A statement command read before the drain and not begun: the session ends here.
             break RelayEnd::Drained;
         }
-        let statement = up.get(4).is_some_and(|&c| is_statement_command(c));
+        // An empty packet is a command with no command byte: relayed like any other (the
+        // server answers it with an ERR); the byte after its header is the next packet's.
+        let mut statement = matches!(command::command(&up), Command::Statement(_));
         let front = if statement {
             match prepared::front(client, &mut up, &mut observer).await {
                 Ok(Front::Done) => continue,
+                Ok(Front::Relay) => {
+                    statement = false;
+                    None
+                }
                 Ok(front) => Some(front),
                 Err(end) => break end,
             }
@@ -178,8 +191,9 @@ where
             give_back(&pool, &key, worker, &mut conn, &mut observer, live).await;
         }
     };
+    // The session's end is counted when `observer` (its `Member`) drops, after its connection
+    // went back or closed.
     let Some(held) = conn.take() else {
-        pool.session_ended(&key, observer.holding.pinned().is_some());
         return end;
     };
     let ended = (&end, &mut *tracker, stop);
@@ -191,9 +205,9 @@ where
 /// session left something on it; recycled if it was pinned and can be brought back to its
 /// key's login state; else closed. `end` says how the session ended.
 async fn hand_back(
-    mut held: ServerConn,
+    mut held: Held,
     (end, tracker, stop): (&RelayEnd, &mut Tracker, Stop<'_>),
-    (pool, key, worker): (&std::sync::Arc<BackendPool>, &Key, usize),
+    (pool, key, worker): (&BackendPool, &Key, usize),
     observer: &mut Pooled<'_, '_>,
 ) {
     held.state = observer.holding.state().clone();
@@ -220,37 +234,37 @@ async fn hand_back(
                 reset(pool, &mut held, key, "session_end").await
             };
         if tidy {
-            pool.release(key, held, worker);
+            held.release(worker);
         } else if clean && gone && held.reset(&key.schema).await {
             // Left in a transaction, or with warnings or a changed row count the next command
             // could have read: reset, it holds its key's login state again.
-            pool.release(key, held, worker);
+            held.release(worker);
         } else {
             // Its slot is free once the server let go of it.
             held.close().await;
-            pool.closed(key);
         }
-        pool.session_ended(key, false);
     } else if clean
         && observer.holding.recyclable(&key.schema)
         && reset(pool, &mut held, key, "pinned").await
     {
-        // Its state was the session's alone; reset, it serves the key again.
-        pool.recycle(key, held, worker);
+        // Its state was the session's alone; reset, it serves the key again (as shared: the
+        // session is counted ended before it goes back).
+        observer.member.end();
+        held.release(worker);
     } else {
-        // Counted closed by `session_ended`, once the server let go of it.
+        // Its state was the session's alone: closed with it, its slot free once the server
+        // let go of it.
         held.close().await;
-        pool.session_ended(key, true);
     }
 }
 
 /// A connection of `key` from the pool, brought to the session's `state`.
 async fn take(
-    pool: &BackendPool,
+    pool: &Arc<BackendPool>,
     key: &Key,
     worker: usize,
     state: &crate::pooling::State,
-) -> Result<ServerConn, PoolError> {
+) -> Result<Held, PoolError> {
     let mut got = pool.acquire(key, worker, state).await?;
     if got.carries(state) {
         return Ok(got);
@@ -261,7 +275,6 @@ async fn take(
     if adopted {
         Ok(got)
     } else {
-        pool.closed(key);
         got.quit();
         Err(PoolError::Replay)
     }
@@ -270,10 +283,10 @@ async fn take(
 /// Gives the session's connection back to its pool between transactions (reset first when
 /// the session left traces on it).
 async fn give_back(
-    pool: &std::sync::Arc<BackendPool>,
+    pool: &BackendPool,
     key: &Key,
     worker: usize,
-    conn: &mut Option<ServerConn>,
+    conn: &mut Option<Held>,
     observer: &mut Pooled<'_, '_>,
     live: Option<&std::sync::atomic::AtomicU32>,
 ) {
@@ -285,9 +298,8 @@ async fn give_back(
     };
     held.state = observer.holding.state().clone();
     if wipe(pool, &mut held, key, &mut observer.holding, "traces").await {
-        pool.release(key, held, worker);
+        held.release(worker);
     } else {
-        pool.closed(key);
         held.quit();
     }
 }
@@ -343,14 +355,9 @@ where
         }
     };
     tokio::pin!(idle);
-    // A command's header and command byte: enough to tell a statement command (see `prepared`).
-    let begun = |up: &[u8]| {
-        up.get(..4).is_some_and(|h| {
-            let empty = h[..3] == [0, 0, 0];
-            up.len() >= if empty { 4 } else { 5 }
-        })
-    };
-    while !begun(up) {
+    // A command's header and command byte (none in an empty packet): enough to tell a
+    // statement command (see `prepared`).
+    while let Command::NeedMore(_) = command::command(up) {
         if up.capacity() < 1024 {
             up.reserve(8 * 1024);
         }
@@ -365,8 +372,7 @@ where
             },
         }
     }
-    up.starts_with(&[1, 0, 0, 0, 0x01])
-        .then_some(RelayEnd::ClientClosed { quit: true })
+    matches!(command::command(up), Command::Quit).then_some(RelayEnd::ClientClosed { quit: true })
 }
 
 /// Answers the client's next command with an ERR in its response's place, without running it
@@ -385,12 +391,16 @@ where
     client::answer(client, up, code::TOO_MANY_CONNECTIONS, &e.to_string()).await
 }
 
+/// The command the tracker reports for an empty packet (no command byte), and COM_SLEEP's.
+const NO_COMMAND: u8 = 0x00;
+
 /// The session's observer with the pool's view added: what pins the session, and whether it
 /// may let its connection go.
 struct Pooled<'a, 'r> {
     inner: &'a mut Recorder<'r>,
     holding: Holding,
-    pool: &'a BackendPool,
+    /// The session's place in its pool; dropped with the observer, it counts the session ended.
+    member: Member,
     key: &'a Key,
     /// The session's prepared statements, by the ids the proxy gave them.
     statements: SessionStatements,
@@ -407,10 +417,10 @@ struct Pooled<'a, 'r> {
 }
 
 impl Pooled<'_, '_> {
-    fn pinned(&self, reason: Option<crate::pooling::Reason>) {
+    fn pinned(&mut self, reason: Option<crate::pooling::Reason>) {
         if let Some(reason) = reason {
             debug!(user = %self.key.user, reason = reason.as_str(), "session pinned its server connection");
-            self.pool.pinned(self.key, reason);
+            self.member.pinned(reason);
         }
     }
 }
@@ -418,7 +428,17 @@ impl Pooled<'_, '_> {
 impl Observer for Pooled<'_, '_> {
     fn completed(&mut self, c: &Completed) {
         self.inner.completed(c);
-        let reason = self.holding.completed(c);
+        let reason = if c.command == NO_COMMAND && c.error {
+            // An empty packet (or COM_SLEEP, which a client may not send): the server refused
+            // it (ERR 1047) and changed nothing but its diagnostics, as for a COM_PING it
+            // refused. Pinning it as an unknown command would cost the session its pooling.
+            self.holding.completed(&Completed {
+                command: crate::protocol::cmd::PING,
+                ..*c
+            })
+        } else {
+            self.holding.completed(c)
+        };
         self.pinned(reason);
         if matches!(
             c.command,

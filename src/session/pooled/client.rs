@@ -7,13 +7,9 @@ use bytes::{Buf, BytesMut};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 use crate::leg::LegStream;
+use crate::pooling::command::payload_len;
 use crate::protocol::errors::{err_packet, sqlstate_for};
 use crate::relay::RelayEnd;
-
-/// The length of the payload of the packet at the front of `up` (its first chunk's).
-pub(super) fn packet_len(up: &[u8]) -> usize {
-    usize::from(up[0]) | usize::from(up[1]) << 8 | usize::from(up[2]) << 16
-}
 
 /// Reads from the client until `up` holds at least `n` bytes.
 pub(super) async fn fill<C>(
@@ -43,7 +39,10 @@ where
 {
     loop {
         fill(client, up, 4).await?;
-        let (len, seq) = (packet_len(up), up[3]);
+        let (Some(len), Some(&seq)) = (payload_len(up), up.get(3)) else {
+            // Four bytes are there: a header.
+            return Err(RelayEnd::ClientIo(std::io::ErrorKind::UnexpectedEof.into()));
+        };
         let mut left = 4 + len;
         loop {
             let here = left.min(up.len());

@@ -11,12 +11,13 @@ use std::time::{Duration, Instant};
 use bytes::{Buf, BytesMut};
 use tokio::io::{AsyncRead, AsyncWrite};
 
-use super::client::{answer, consume, fill, packet_len, write};
+use super::client::{answer, consume, fill, write};
 use super::Pooled;
 use crate::leg::LegStream;
+use crate::pooling::command::{self, Command, Statement};
 use crate::pooling::statements::{
-    execute_head, handler_name, insert_types, names_statement, set_statement_id, statement_id,
-    ConnStatements, ExecuteHead, SessionStatements,
+    execute_head, handler_name, insert_types, names_statement, set_statement_id, ConnStatements,
+    ExecuteHead, SessionStatements,
 };
 use crate::pooling::{PrepareAnswer, ServerConn};
 use crate::protocol::errors::{code, err_packet};
@@ -40,13 +41,16 @@ pub(super) enum Front {
     /// Done without a server connection: a close, or an ERR for an id the session does not
     /// hold.
     Done,
-    /// The client's COM_STMT_PREPARE, whole in the buffer.
-    Prepare,
-    /// A command naming the session's statement `id`.
+    /// Not a prepared-statement command after all: relayed as any other.
+    Relay,
+    /// The client's COM_STMT_PREPARE, whole in the buffer, which ends at `end`.
+    Prepare { end: usize },
+    /// A command naming the session's statement `id`; its first chunk ends at `end`.
     Statement {
         command: u8,
         id: u32,
         client_id: u32,
+        end: usize,
     },
 }
 
@@ -76,32 +80,39 @@ pub(super) async fn front<C>(
 where
     C: AsyncRead + AsyncWrite + Unpin,
 {
-    fill(client, up, 5).await?;
-    let (len, command) = (packet_len(up), up[4]);
-    if command == cmd::STMT_PREPARE {
-        if len >= 0xFF_FFFF {
+    // What the pool reads of it is decided over the bytes alone (`pooling::command`).
+    let mut reads = 0usize;
+    let head = loop {
+        match command::statement(up) {
+            // Each wait asks for more than is there; a bound all the same.
+            Statement::NeedMore(n) if reads < 8 => fill(client, up, n).await?,
+            head => break head,
+        }
+        reads += 1;
+    };
+    let (command, client_id, end) = match head {
+        Statement::NeedMore(_) | Statement::NotStatement => return Ok(Front::Relay),
+        Statement::Prepare { end } => return Ok(Front::Prepare { end }),
+        Statement::PrepareTooLarge => {
             let message =
                 "a statement to prepare of 16 MiB or more is refused in a transaction-mode pool";
             answer(client, up, code::NET_PACKET_TOO_LARGE, message).await?;
             return Ok(Front::Done);
         }
-        fill(client, up, 4 + len).await?;
-        return Ok(Front::Prepare);
-    }
-    if len < 5 {
-        let message = format!("malformed {} packet", handler_name(command));
-        answer(client, up, code::UNKNOWN_ERROR, &message).await?;
-        return Ok(Front::Done);
-    }
-    fill(client, up, 9).await?;
-    let client_id = statement_id(up).unwrap_or(0);
+        Statement::Malformed { command } => {
+            let message = format!("malformed {} packet", handler_name(command));
+            answer(client, up, code::UNKNOWN_ERROR, &message).await?;
+            return Ok(Front::Done);
+        }
+        Statement::Named { command, id, end } => (command, id, end),
+    };
     let id = observer.statements.resolve(client_id);
     let silent = matches!(command, cmd::STMT_CLOSE | cmd::STMT_SEND_LONG_DATA);
     match id {
         Some(id) if command == cmd::STMT_CLOSE => {
-            let seen = up.len().min(4 + len);
-            observer.relayed(true, 4 + len);
-            observer.statement(command, &up[4..seen]);
+            observer.relayed(true, end);
+            let seen = up.get(4..end.min(up.len())).unwrap_or_default();
+            observer.statement(command, seen);
             observer.statements.close(id);
             consume(client, up).await?;
             Ok(Front::Done)
@@ -110,6 +121,7 @@ where
             command,
             id,
             client_id,
+            end,
         }),
         // The server answers neither a close nor long data, not even for an unknown id.
         None if silent => {
@@ -142,14 +154,16 @@ where
 {
     let io = (client, up);
     match front {
-        Front::Done => Ok(Ran::Done),
-        Front::Prepare => prepare(io, held, observer, deprecate_eof).await,
+        Front::Done | Front::Relay => Ok(Ran::Done),
+        Front::Prepare { end } => prepare(io, end, held, observer, deprecate_eof).await,
         Front::Statement {
             command,
             id,
             client_id,
+            end,
         } => {
-            let ran = statement(io, held, observer, (command, id), deprecate_eof).await?;
+            let named = (command, id, end);
+            let ran = statement(io, held, observer, named, deprecate_eof).await?;
             if matches!(ran, Ran::Relay) {
                 observer.front = Some(client_id);
             }
@@ -162,6 +176,7 @@ where
 /// session's id for the statement.
 async fn prepare<C>(
     (client, up): (&mut LegStream<C>, &mut BytesMut),
+    end: usize,
     held: &mut ServerConn,
     observer: &mut Pooled<'_, '_>,
     deprecate_eof: bool,
@@ -169,8 +184,18 @@ async fn prepare<C>(
 where
     C: AsyncRead + AsyncWrite + Unpin,
 {
-    let end = 4 + packet_len(up);
-    let text: Arc<[u8]> = Arc::from(&up[5..end]);
+    // `front` saw it whole (`command::Statement::Prepare`): `5 <= end <= up.len()`.
+    let Some(text) = up.get(5..end) else {
+        answer(
+            client,
+            up,
+            code::UNKNOWN_ERROR,
+            "malformed COM_STMT_PREPARE packet",
+        )
+        .await?;
+        return Ok(Ran::Done);
+    };
+    let text: Arc<[u8]> = Arc::from(text);
     observer.relayed(true, end);
     let tag = observer.statement(cmd::STMT_PREPARE, &up[4..end]);
     let sent = Instant::now();
@@ -234,7 +259,7 @@ async fn statement<C>(
     (client, up): (&mut LegStream<C>, &mut BytesMut),
     held: &mut ServerConn,
     observer: &mut Pooled<'_, '_>,
-    (command, id): (u8, u32),
+    (command, id, end): (u8, u32, usize),
     deprecate_eof: bool,
 ) -> Result<Ran, RelayEnd>
 where
@@ -252,14 +277,14 @@ where
         return Ok(Ran::Done);
     };
     set_statement_id(up, server_id);
-    let Some((place, sent)) = types_place((client, up), command, params).await? else {
+    let Some((place, sent)) = types_place((client, up), (command, end), params).await? else {
         return Ok(Ran::Relay);
     };
     let Some(prepared) = observer.statements.get_mut(id) else {
         return Ok(Ran::Relay);
     };
     let mut now_bound = bound.clone();
-    let needed = prepared.rebind(&mut now_bound, sent.map(|(from, to)| &up[from..to]));
+    let needed = prepared.rebind(&mut now_bound, sent.and_then(|(from, to)| up.get(from..to)));
     if now_bound != bound {
         bind(held, &text, now_bound);
     }
@@ -270,9 +295,9 @@ where
         Types::Execute(flag_at) => insert_types(up, flag_at + 1, Some(flag_at), &types),
         Types::Bulk => {
             let written = insert_types(up, 11, None, &types);
-            if written {
-                let flags = u16::from_le_bytes([up[9], up[10]]) | BULK_SEND_TYPES;
-                up[9..11].copy_from_slice(&flags.to_le_bytes());
+            if let Some(at) = up.get_mut(9..11).filter(|_| written) {
+                let flags = u16::from_le_bytes([at[0], at[1]]) | BULK_SEND_TYPES;
+                at.copy_from_slice(&flags.to_le_bytes());
             }
             written
         }
@@ -314,7 +339,9 @@ where
         } else {
             let seq = consume(client, up).await?.wrapping_add(1);
             let mut err = prepared.bytes;
-            err[3] = seq;
+            if let Some(at) = err.get_mut(3) {
+                *at = seq;
+            }
             write(client, &err).await?;
         }
         return Ok(None);
@@ -344,16 +371,16 @@ where
 /// if any (read from the client as far as needed); None for a command without.
 async fn types_place<C>(
     (client, up): (&mut LegStream<C>, &mut BytesMut),
-    command: u8,
+    (command, len): (u8, usize),
     params: u16,
 ) -> Result<Option<(Types, Option<(usize, usize)>)>, RelayEnd>
 where
     C: AsyncRead + AsyncWrite + Unpin,
 {
-    let len = 4 + packet_len(up);
     Ok(match command {
+        // Read within the packet's first chunk only: what follows it is the next command's.
         cmd::STMT_EXECUTE => loop {
-            match execute_head(up, params) {
+            match execute_head(up.get(..len).unwrap_or(up), params) {
                 ExecuteHead::NeedMore(n) if n <= len => fill(client, up, n).await?,
                 ExecuteHead::Params { flag_at, types } => {
                     break Some((Types::Execute(flag_at), types))
@@ -363,7 +390,9 @@ where
         },
         cmd::STMT_BULK_EXECUTE if params > 0 && len >= 11 => {
             fill(client, up, 11).await?;
-            let flags = u16::from_le_bytes([up[9], up[10]]);
+            let flags = up
+                .get(9..11)
+                .map_or(0, |f| u16::from_le_bytes([f[0], f[1]]));
             let end = 11 + 2 * usize::from(params);
             let types = if flags & BULK_SEND_TYPES != 0 && end <= len {
                 fill(client, up, end).await?;
@@ -395,12 +424,18 @@ pub(super) fn resume(
     conn: &mut ConnStatements,
     front: &mut Option<u32>,
 ) -> bool {
-    let command = match packet.get(4) {
-        Some(&c @ (cmd::STMT_EXECUTE | cmd::STMT_RESET | cmd::STMT_FETCH)) => c,
-        _ => return false,
-    };
-    let len = 4 + packet_len(packet);
-    let (Some(client_id), true) = (statement_id(packet), len >= 9) else {
+    if !matches!(
+        command::command(packet),
+        Command::Statement(cmd::STMT_EXECUTE | cmd::STMT_RESET | cmd::STMT_FETCH)
+    ) {
+        return false;
+    }
+    let Statement::Named {
+        command,
+        id: client_id,
+        end: len,
+    } = command::statement(packet)
+    else {
         return false;
     };
     let Some(prepared) = session
