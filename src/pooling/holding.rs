@@ -304,6 +304,9 @@ impl Holding {
                 self.schema_moved = true;
                 Some(Reason::InitDb)
             }
+            // An empty packet (no command byte) or COM_SLEEP, which the server refuses (ERR
+            // 1047) changing nothing but its diagnostics, as for a COM_PING it refused.
+            cmd::SLEEP if c.error => None,
             cmd::SET_OPTION => Some(Reason::SetOption),
             cmd::RESET_CONNECTION => Some(Reason::ResetConnection),
             _ => Some(Reason::Command),

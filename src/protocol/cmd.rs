@@ -2,6 +2,8 @@
 //! the tracker (which response each command expects) and statement parsing (is this a KILL?)
 //! both read them from below, neither importing the other.
 
+/// COM_SLEEP, the server's own; also what an empty packet (no command byte) is taken for.
+pub const SLEEP: u8 = 0x00;
 pub const QUIT: u8 = 0x01;
 pub const INIT_DB: u8 = 0x02;
 pub const QUERY: u8 = 0x03;

@@ -391,9 +391,6 @@ where
     client::answer(client, up, code::TOO_MANY_CONNECTIONS, &e.to_string()).await
 }
 
-/// The command the tracker reports for an empty packet (no command byte), and COM_SLEEP's.
-const NO_COMMAND: u8 = 0x00;
-
 /// The session's observer with the pool's view added: what pins the session, and whether it
 /// may let its connection go.
 struct Pooled<'a, 'r> {
@@ -428,17 +425,7 @@ impl Pooled<'_, '_> {
 impl Observer for Pooled<'_, '_> {
     fn completed(&mut self, c: &Completed) {
         self.inner.completed(c);
-        let reason = if c.command == NO_COMMAND && c.error {
-            // An empty packet (or COM_SLEEP, which a client may not send): the server refused
-            // it (ERR 1047) and changed nothing but its diagnostics, as for a COM_PING it
-            // refused. Pinning it as an unknown command would cost the session its pooling.
-            self.holding.completed(&Completed {
-                command: crate::protocol::cmd::PING,
-                ..*c
-            })
-        } else {
-            self.holding.completed(c)
-        };
+        let reason = self.holding.completed(c);
         self.pinned(reason);
         if matches!(
             c.command,

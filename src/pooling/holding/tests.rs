@@ -284,3 +284,18 @@ fn replayable_settings_become_the_session_state_instead_of_pinning() {
         Some(Reason::Statement(Pin::SessionVariable))
     );
 }
+
+#[test]
+fn an_empty_packet_the_server_refused_does_not_pin() {
+    let mut h = Holding::default();
+    let refused = Completed {
+        command: cmd::SLEEP,
+        error: true,
+        ..Completed::default()
+    };
+    assert_eq!(h.completed(&refused), None);
+    assert!(h.pinned().is_none());
+    // Its ERR is the next command's to read: kept once, reset before sharing.
+    assert!(!h.releasable());
+    assert!(h.leaves_traces());
+}
