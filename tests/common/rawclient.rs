@@ -39,6 +39,10 @@ pub const COM_QUIT: u8 = 0x01;
 pub const COM_INIT_DB: u8 = 0x02;
 pub const COM_QUERY: u8 = 0x03;
 pub const COM_PING: u8 = 0x0e;
+pub const COM_RESET_CONNECTION: u8 = 0x1f;
+
+/// `SERVER_SESSION_STATE_CHANGED`: the OK/EOF of a statement that changed tracked session state.
+pub const SERVER_SESSION_STATE_CHANGED: u16 = 0x4000;
 
 const DEFAULT_CAPS: u32 = CLIENT_LONG_PASSWORD
     | CLIENT_LONG_FLAG
@@ -426,6 +430,56 @@ impl RawClient {
         }
     }
 
+    /// Runs a text query of any bytes and reports what the server's packets said of it: see
+    /// [`Tracked`]. Only a broken connection is an `Err`; an ERR from the server ends the
+    /// response and is kept in [`Tracked::error`], with what came before it.
+    pub async fn query_tracked(&mut self, sql: &[u8]) -> Result<Tracked, String> {
+        self.send_command(COM_QUERY, sql).await?;
+        let mut tracked = Tracked::default();
+        loop {
+            let (_, first) = self.read_logical().await?;
+            let status = match first.first() {
+                Some(0x00) => {
+                    tracked.results.push(Vec::new());
+                    let ok = parse_ok(&first, self.caps)?;
+                    tracked.affected_rows += ok.affected_rows;
+                    if !ok.session_state.is_empty() {
+                        tracked.session_state.push(ok.session_state);
+                    }
+                    ok.status
+                }
+                Some(0xff) => {
+                    tracked.error = Some(parse_err(&first));
+                    return Ok(tracked);
+                }
+                Some(0xfb) => return Err("LOCAL INFILE request: not handled here".to_string()),
+                _ => match self.read_result_set(&first).await {
+                    Ok((rows, status)) => {
+                        tracked.results.push(rows);
+                        status
+                    }
+                    // An ERR in place of a row: the server's error, the stream in sync.
+                    Err(e) if e.chars().next().is_some_and(|c| c.is_ascii_digit()) => {
+                        tracked.error = Some(e);
+                        return Ok(tracked);
+                    }
+                    Err(e) => return Err(e),
+                },
+            };
+            tracked.status |= status;
+            if status & SERVER_MORE_RESULTS_EXISTS == 0 {
+                return Ok(tracked);
+            }
+        }
+    }
+
+    /// COM_RESET_CONNECTION: the session as a fresh login leaves it (user variables, temporary
+    /// tables, locks, prepared statements and session variables reset), same connection.
+    pub async fn reset_connection(&mut self) -> Result<(), String> {
+        self.send_command(COM_RESET_CONNECTION, &[]).await?;
+        self.read_ok().await
+    }
+
     /// Column definitions, [EOF], rows, then EOF or OK-with-0xFE; returns rows and status.
     async fn read_result_set(&mut self, first: &[u8]) -> Result<(Rows, u16), String> {
         let mut cur = Cursor::new(first);
@@ -663,6 +717,59 @@ pub fn parse_err(payload: &[u8]) -> String {
 /// carries an 8-byte length, so it fills a whole 16 MiB packet.
 fn is_terminator(payload: &[u8]) -> bool {
     payload.first() == Some(&0xfe) && payload.len() < MAX_PAYLOAD
+}
+
+/// What a text query's response said, beyond its rows: see [`RawClient::query_tracked`].
+#[derive(Debug, Default)]
+pub struct Tracked {
+    /// Every result before the end or the error: rows for a result set, empty for an OK.
+    pub results: Vec<Rows>,
+    /// The OR of the status flags of every OK/EOF that ended a result.
+    pub status: u16,
+    /// The affected rows of every OK, summed.
+    pub affected_rows: u64,
+    /// The raw session-state-change blocks of the OKs that carried one
+    /// (`CLIENT_SESSION_TRACK` and [`SERVER_SESSION_STATE_CHANGED`]).
+    pub session_state: Vec<Vec<u8>>,
+    /// The server's ERR (`code: message`) that ended the response, if any.
+    pub error: Option<String>,
+}
+
+/// The fields of an OK packet [`Tracked`] keeps.
+struct Ok41 {
+    affected_rows: u64,
+    status: u16,
+    session_state: Vec<u8>,
+}
+
+/// OK: header, affected rows, last insert id, status, warnings, then (with
+/// `CLIENT_SESSION_TRACK`) the info string and, when the status says so, the session state.
+fn parse_ok(payload: &[u8], caps: u32) -> Result<Ok41, String> {
+    let mut cur = Cursor::new(payload);
+    cur.u8()?;
+    let affected_rows = cur.lenenc()?.unwrap_or(0);
+    cur.lenenc()?; // last insert id
+    if caps & CLIENT_PROTOCOL_41 == 0 {
+        return Ok(Ok41 {
+            affected_rows,
+            status: 0,
+            session_state: Vec::new(),
+        });
+    }
+    let status = cur.u16()?;
+    cur.u16()?; // warnings
+    let mut session_state = Vec::new();
+    if caps & CLIENT_SESSION_TRACK != 0 && cur.remaining() > 0 {
+        cur.lenenc_bytes()?; // info
+        if status & SERVER_SESSION_STATE_CHANGED != 0 && cur.remaining() > 0 {
+            session_state = cur.lenenc_bytes()?.unwrap_or_default().to_vec();
+        }
+    }
+    Ok(Ok41 {
+        affected_rows,
+        status,
+        session_state,
+    })
 }
 
 fn ok_status(payload: &[u8], caps: u32) -> Result<u16, String> {
