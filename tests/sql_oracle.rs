@@ -47,7 +47,9 @@ use common::rawclient::{
     SERVER_SESSION_STATE_CHANGED,
 };
 use mysql_lb::sql::pins::pins;
-use mysql_lb::sql::{classify, tokens, Statement, TokenKind};
+use mysql_lb::sql::{
+    classify, classify_as, tokens_as, Comments, Multibyte, Reading, Server, Statement, TokenKind,
+};
 
 /// Cases per run in CI (all seeds together), unless `SQL_ORACLE_CASES` says otherwise.
 const DEFAULT_CASES: usize = 2400;
@@ -94,41 +96,45 @@ const RESTORE_EVERY: usize = 100;
 /// Every probe holds this marker, so the digest history can leave them out.
 const PROBE_MARK: &str = "oracle_probe";
 
-/// The replay's read-only test. The lead's lexer adds `mysql_lb::sql::read_only(text)` (true
-/// only when every reading is read-only); swap it in here.
+/// The replay's read-only test: true only when every reading the server could take is
+/// read-only.
 fn lexer_says_read_only(text: &[u8]) -> bool {
-    classify(text).is_read_only()
+    mysql_lb::sql::read_only(text)
 }
 
-/// Which marker aliases `mkq0`..`mkq9` our reading runs: every word outside comments, and the
-/// words inside every executable comment, read as `pins` and `classify` read them today (each
-/// body runs, whatever its version). When the lexer gates versions, this is the one place to
-/// ask it instead.
-fn lexer_runs_markers(text: &[u8]) -> Vec<u8> {
-    fn collect(text: &[u8], found: &mut Vec<u8>, depth: u8) {
-        for t in tokens(text) {
-            match t.kind {
-                TokenKind::Identifier | TokenKind::Keyword => {
-                    if let [b'm' | b'M', b'k' | b'K', b'q' | b'Q', d @ b'0'..=b'9'] = t.text {
-                        found.push(*d - b'0');
-                    }
-                }
-                TokenKind::ExecutableComment if depth == 0 => {
-                    let body = t
-                        .text
-                        .strip_prefix(b"/*M!")
-                        .or_else(|| t.text.strip_prefix(b"/*!"))
-                        .unwrap_or_default();
-                    let digits = body.iter().take_while(|b| b.is_ascii_digit()).count();
-                    let body = &body[digits..];
-                    collect(body.strip_suffix(b"*/").unwrap_or(body), found, depth + 1);
-                }
-                _ => {}
-            }
-        }
+/// The reading the server takes of a case: MariaDB 10.11's comments, the case's `sql_mode`
+/// quoting and character set.
+fn server_reading(case: &Case) -> Reading {
+    let mode = case.sql_mode.unwrap_or("").to_ascii_uppercase();
+    let multibyte = match case.charset.map(str::to_ascii_lowercase).as_deref() {
+        Some("gbk") => Multibyte::Gbk,
+        Some("big5") => Multibyte::Big5,
+        Some("sjis" | "cp932") => Multibyte::Sjis,
+        _ => Multibyte::None,
+    };
+    Reading {
+        comments: Comments::Server(Server::MARIADB_10_11),
+        backslash_escapes: !mode.contains("NO_BACKSLASH_ESCAPES"),
+        ansi_quotes: mode.contains("ANSI_QUOTES") || mode.contains("ANSI,") || mode == "ANSI",
+        multibyte,
     }
-    let mut found = Vec::new();
-    collect(text, &mut found, 0);
+}
+
+/// The kind of statement the server's reading of a case is.
+fn server_kind<'a>(case: &Case, text: &'a [u8]) -> Statement<'a> {
+    classify_as(text, server_reading(case))
+}
+
+/// Which marker aliases `mkq0`..`mkq9` the lexer's reading of the case runs: every word
+/// outside comments, executable comments run or skipped as MariaDB 10.11 does.
+fn lexer_runs_markers(case: &Case, text: &[u8]) -> Vec<u8> {
+    let mut found: Vec<u8> = tokens_as(text, server_reading(case))
+        .filter(|t| matches!(t.kind, TokenKind::Identifier | TokenKind::Keyword))
+        .filter_map(|t| match t.text {
+            [b'm' | b'M', b'k' | b'K', b'q' | b'Q', d @ b'0'..=b'9'] => Some(*d - b'0'),
+            _ => None,
+        })
+        .collect();
     found.sort_unstable();
     found.dedup();
     found
@@ -1017,7 +1023,7 @@ impl Oracle {
             ));
         }
         if seen.wrote && lexer_says_read_only(text) {
-            let ours = classify(text);
+            let ours = server_kind(case, text);
             findings.push(finding(
                 "write read as read-only",
                 format!("classify says {ours:?}"),
@@ -1027,7 +1033,7 @@ impl Oracle {
         if seen.error.is_none() && seen.digests.len() == 1 {
             let digest = &seen.digests[0];
             if let Some(kind) = digest_kind(digest) {
-                let ours = classify(text);
+                let ours = server_kind(case, text);
                 if std::mem::discriminant(&ours) != std::mem::discriminant(&kind) {
                     let what = if ours == Statement::Other {
                         "classify says Other"
@@ -1043,7 +1049,7 @@ impl Oracle {
             }
             if case.shape == "which executable comments run" {
                 let ran = server_markers(digest);
-                let ours = lexer_runs_markers(text);
+                let ours = lexer_runs_markers(case, text);
                 if ran != ours {
                     let extra = ours.iter().any(|m| !ran.contains(m));
                     let missing = ran.iter().any(|m| !ours.contains(m));
