@@ -165,6 +165,37 @@ const MODES: [&str; 4] = [
     "STRICT_ALL_TABLES,NO_BACKSLASH_ESCAPES",
 ];
 
+/// Statements that leave session state behind executable comments the server skips (its
+/// version is below 99999; `/*M!` is MariaDB's own) or runs, backticked, spaced or lower-case
+/// built-in names, or a per-statement `SET STATEMENT`: `{lock}`, `{t}` and `{n}` are the
+/// session's lock name, its table and a number.
+const DISGUISED: [&str; 24] = [
+    "/*!99999 SELECT */ SET @pm_a = {n}",
+    "/*!40000 SET @pm_b = {n} */",
+    "/*!99999 SELECT */ SET time_zone = '+03:00'",
+    "/*!99999 SELECT */ SET @@session.time_zone = '+04:00'",
+    "/*M!999999 SELECT */ SET sql_mode = 'ANSI_QUOTES'",
+    "/*!99999 SELECT */ SET autocommit = 0",
+    "/*!99999 SELECT */ SET NAMES latin1",
+    "/*!99999 SELECT */ SET SESSION TRANSACTION ISOLATION LEVEL READ UNCOMMITTED",
+    "/*!99999 SELECT */ USE pm_other",
+    "/*!99999 SELECT 1 */ CREATE TEMPORARY TABLE test.pm_tmp (x INT)",
+    "/*M!999999 SELECT */ CREATE TEMPORARY TABLE test.pm_tmp (x INT)",
+    "/*!40000 CREATE TEMPORARY TABLE test.pm_tmp (x INT) */",
+    "CREATE /*!99999 OR REPLACE */ TEMPORARY TABLE test.pm_tmp (x INT)",
+    "SET STATEMENT max_statement_time = 100 FOR CREATE TEMPORARY TABLE test.pm_tmp (x INT)",
+    "SELECT `GET_LOCK`({lock}, 0)",
+    "SELECT `get_lock`({lock}, 0)",
+    "DO `GET_LOCK`({lock}, 0)",
+    "SELECT GET_LOCK ({lock}, 0)",
+    "SELECT GET_LOCK/**/({lock}, 0)",
+    "SELECT `LAST_INSERT_ID`({n})",
+    "/*!99999 SELECT */ PREPARE pm_st FROM 'SELECT COUNT(*) FROM {t} WHERE v > ?'",
+    "/*!99999 SELECT */ LOCK TABLES {t} READ",
+    "/*!99999 SELECT */ HANDLER {t} OPEN AS pm_h",
+    "SELECT `SQL_CALC_FOUND_ROWS` FROM (SELECT 1 AS `SQL_CALC_FOUND_ROWS`) d, {t} LIMIT 1",
+];
+
 impl Gen<'_> {
     fn push(&mut self, step: Step) {
         self.steps.push(step);
@@ -187,7 +218,7 @@ impl Gen<'_> {
         self.push(Step::q(
             "SELECT @@sql_mode, @@time_zone, @@autocommit, @@character_set_client, \
              @@collation_connection, @@div_precision_increment, 1/3, FROM_UNIXTIME(0), \
-             @@group_concat_max_len",
+             @@group_concat_max_len, @@tx_isolation",
         ));
     }
 
@@ -421,27 +452,16 @@ impl Gen<'_> {
         self.push(Step::q("SELECT LAST_INSERT_ID()"));
     }
 
-    /// Statements that leave state on the server behind a spelling a tokenizer may misread:
-    /// executable comments the server skips (its version is below 99999) or runs, backticked
-    /// or spaced built-in names. Each is followed, later, by the probes.
+    /// A statement that leaves state on the server behind a spelling a tokenizer may misread
+    /// ([`DISGUISED`]). The probes later read what it left.
     fn disguised(&mut self) {
         let (lock, t, n) = (self.lock(), self.table(), self.number());
-        let sql = match self.rng.below(14) {
-            0 => format!("/*!99999 SELECT */ SET @pm_a = {n}"),
-            1 => format!("/*!40000 SET @pm_b = {n} */"),
-            2 => "/*!99999 SELECT */ SET time_zone = '+03:00'".to_owned(),
-            3 => "/*M!999999 SELECT */ SET sql_mode = 'ANSI_QUOTES'".to_owned(),
-            4 => "/*!99999 SELECT 1 */ CREATE TEMPORARY TABLE test.pm_tmp (x INT)".to_owned(),
-            5 => format!("SELECT `GET_LOCK`({lock}, 0)"),
-            6 => format!("SELECT GET_LOCK ({lock}, 0)"),
-            7 => format!("SELECT GET_LOCK/**/({lock}, 0)"),
-            8 => format!("SELECT `LAST_INSERT_ID`({n})"),
-            9 => "/*!99999 SELECT */ USE pm_other".to_owned(),
-            10 => format!("/*!99999 SELECT */ PREPARE pm_st FROM 'SELECT COUNT(*) FROM {t} WHERE v > ?'"),
-            11 => "/*!40000 CREATE TEMPORARY TABLE test.pm_tmp (x INT) */".to_owned(),
-            12 => "SET STATEMENT max_statement_time = 100 FOR CREATE TEMPORARY TABLE test.pm_tmp (x INT)".to_owned(),
-            _ => format!("SELECT `SQL_CALC_FOUND_ROWS` FROM (SELECT 1 AS `SQL_CALC_FOUND_ROWS`) d, {t} LIMIT 1"),
-        };
+        let sql = self
+            .rng
+            .pick(&DISGUISED)
+            .replace("{lock}", &lock)
+            .replace("{t}", &t)
+            .replace("{n}", &n.to_string());
         self.push(Step::q(sql));
     }
 
@@ -508,6 +528,8 @@ fn script(seed: u64, me: usize) -> Vec<Step> {
     gen.probe_settings();
     gen.probe_shared();
     gen.push(Step::q("SELECT DATABASE(), @pm_a, @pm_b"));
+    gen.push(Step::q("EXECUTE pm_st USING 50"));
+    gen.push(Step::q("HANDLER pm_h READ FIRST"));
     gen.steps
 }
 
