@@ -16,11 +16,14 @@
 //! session sees, because nothing it sees is another's.
 //!
 //! Reads that the pool promises only right after the statement they are about (`SHOW
-//! WARNINGS`, `LAST_INSERT_ID()`, `ROW_COUNT()`, `FOUND_ROWS()`: see `src/pooling/holding.rs`)
-//! are generated right after it. The one value that legitimately differs is the server's
+//! WARNINGS`, `LAST_INSERT_ID()`, `ROW_COUNT()`, `FOUND_ROWS()` after `SQL_CALC_FOUND_ROWS`:
+//! see `src/pooling/holding.rs`) are generated right after it; `ROW_COUNT()` also after a
+//! statement that changed no rows (0 directly). `FOUND_ROWS()` after a plain `SELECT` is left
+//! out: that it counts the connection's previous `SELECT` is a documented limitation
+//! (`tests/pooling_state.rs`). The one value that legitimately differs is the server's
 //! connection id (see [`Normalize`]).
 //!
-//! In CI it runs a few fixed seeds; `POOLING_MODEL_SEEDS=200` runs seeds 1..=200, and
+//! In CI it runs seeds 1..=12 (about 30 s); `POOLING_MODEL_SEEDS=200` runs seeds 1..=200, and
 //! `POOLING_MODEL_SEED=17` seed 17 alone. A mismatch prints the seed, the session, the step and
 //! the session's script so far with both runs' outcomes.
 
