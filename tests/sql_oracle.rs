@@ -120,6 +120,14 @@ fn server_reading(case: &Case) -> Reading {
     }
 }
 
+/// Whether the server's reading of a case is a `SET STATEMENT .. FOR ..`.
+fn set_statement(case: &Case) -> bool {
+    let mut words =
+        tokens_as(&case.text, server_reading(case)).filter(|t| t.kind != TokenKind::Hint);
+    words.next().is_some_and(|t| t.is_word("SET"))
+        && words.next().is_some_and(|t| t.is_word("STATEMENT"))
+}
+
 /// The kind of statement the server's reading of a case is.
 fn server_kind<'a>(case: &Case, text: &'a [u8]) -> Statement<'a> {
     classify_as(text, server_reading(case))
@@ -885,15 +893,6 @@ impl Oracle {
             error: ran.error.clone(),
             ..Observed::default()
         };
-        if ran.status & SERVER_SESSION_STATE_CHANGED != 0 {
-            seen.session.push((
-                "the server's flag".to_string(),
-                format!(
-                    "the server flagged a session state change ({})",
-                    describe_session_state(&ran.session_state)
-                ),
-            ));
-        }
         let at = cells_equal(&ran.results, &self.client.connection_id.to_string());
 
         // First, what reads the previous statement.
@@ -915,6 +914,30 @@ impl Oracle {
                 format!(
                     "FOUND_ROWS() is {} after {sent} rows sent (SQL_CALC_FOUND_ROWS ran)",
                     number(0)
+                ),
+            ));
+        }
+        // MariaDB flags `SET STATEMENT var = .. FOR ..` with the statement's value, although
+        // the session's is restored when it ends: the flag counts there only if the variable
+        // (the one the grammar uses) still differs from the server's default.
+        let restored = if ran.status & SERVER_SESSION_STATE_CHANGED != 0 && set_statement(case) {
+            let rows = self
+                .probe(&format!(
+                    "SELECT /*{PROBE_MARK}*/ @@session.max_statement_time = @@global.max_statement_time"
+                ))
+                .await?;
+            rows.first()
+                .and_then(|r| r.first())
+                .is_some_and(|row| row.first() == Some(&Some("1".to_string())))
+        } else {
+            false
+        };
+        if ran.status & SERVER_SESSION_STATE_CHANGED != 0 && !restored {
+            seen.session.push((
+                "the server's flag".to_string(),
+                format!(
+                    "the server flagged a session state change ({})",
+                    describe_session_state(&ran.session_state)
                 ),
             ));
         }

@@ -173,7 +173,7 @@ fn classify_tokens(mut toks: Tokens<'_>, outer: bool) -> Statement<'_> {
     } else if w("WITH") {
         after_with(toks)
     } else if w("USE") {
-        match toks.next() {
+        match toks.find(|t| t.kind != TokenKind::Hint) {
             Some(t) if t.is_name() || t.kind == TokenKind::String => Statement::Use(unquote(t)),
             _ => Statement::Other,
         }
@@ -268,7 +268,7 @@ fn classify_tokens(mut toks: Tokens<'_>, outer: bool) -> Statement<'_> {
 /// The next token, if it is a word.
 fn first_word<'a>(toks: &Tokens<'a>) -> Option<Token<'a>> {
     toks.clone()
-        .next()
+        .find(|t| t.kind != TokenKind::Hint)
         .filter(|t| matches!(t.kind, TokenKind::Keyword | TokenKind::Identifier))
 }
 
