@@ -8,7 +8,7 @@
 //! per capture compresses and writes them (see [`writer`]); the file format is in [`format`].
 
 pub mod format;
-mod redact;
+pub mod redact;
 mod writer;
 
 use std::collections::VecDeque;
