@@ -7,18 +7,21 @@
 //! the table's text budget; when they are gone (folded, reset, never made for want of budget)
 //! the statement counts in "(other)" once and the session hands it over again next time.
 
+use std::collections::HashSet;
+use std::hash::BuildHasherDefault;
 use std::sync::Arc;
 use std::time::Instant;
 
 use tracing::info;
 
-use super::shard::HashedMap;
+use super::shard::{HashedMap, KeyHasher};
 use super::{Digest, Digests, Ident, Kind};
 use crate::capture::redact;
 use crate::protocol::response::{cmd, Completed};
 use crate::sql;
 
-/// Digests a session remembers handing over, at most (past it the cache starts over).
+/// Digests a session remembers handing over, at most (past it the cache starts over): at 9
+/// bytes a slot, about 4.5 KiB a session at most.
 const KNOWN: usize = 256;
 /// The text a digest table row shows for a statement that may carry a password when its
 /// normalized text kept a comment (whose literals the normalizer keeps).
@@ -32,8 +35,10 @@ pub struct Session {
     worker: usize,
     ident: Arc<Ident>,
     max_len: usize,
-    /// Digests handed to the shard, with the schema a `USE` statement of the digest selects.
-    known: HashedMap<u64, Option<Arc<str>>>,
+    /// Digests handed to the shard.
+    known: HashSet<u64, BuildHasherDefault<KeyHasher>>,
+    /// Of those, the `USE` statements, with the schema each selects.
+    uses: HashedMap<u64, Arc<str>>,
     prepared: HashedMap<u32, u64>,
     /// The digest of the last COM_STMT_PREPARE sent (an execute of id 0xFFFFFFFF means it).
     last_prepared: u64,
@@ -68,7 +73,8 @@ impl Session {
             worker,
             ident: ident(),
             max_len: table.max_query_length() + 1,
-            known: HashedMap::default(),
+            known: HashSet::default(),
+            uses: HashedMap::default(),
             prepared: HashedMap::default(),
             last_prepared: 0,
             schema_change: None,
@@ -89,7 +95,7 @@ impl Session {
                 let tag = self.digest(body);
                 if command == cmd::STMT_PREPARE {
                     self.last_prepared = tag;
-                } else if let Some(schema) = self.known.get(&tag).cloned().flatten() {
+                } else if let Some(schema) = self.uses.get(&tag).cloned() {
                     self.schema_change = Some((tag, schema));
                 }
                 tag
@@ -123,11 +129,12 @@ impl Session {
         let limit = self.max_len - 1;
         let d = sql::digest(text, limit);
         let tag = tag_of(d);
-        if self.known.contains_key(&tag) {
+        if self.known.contains(&tag) {
             return tag;
         }
         if self.known.len() >= KNOWN {
             self.known.clear();
+            self.uses.clear();
         }
         let sample_len = self
             .table
@@ -137,11 +144,10 @@ impl Session {
             Ok(mut shard) => shard.texts(Digest(tag), || texts(text, limit, sample_len)),
             Err(_) => return 0,
         };
-        let schema = match sql::classify(text) {
-            sql::Statement::Use(name) => Some(lossy(&name)),
-            _ => None,
-        };
-        self.known.insert(tag, schema);
+        if let sql::Statement::Use(name) = sql::classify(text) {
+            self.uses.insert(tag, lossy(&name));
+        }
+        self.known.insert(tag);
         tag
     }
 
