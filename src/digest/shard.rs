@@ -182,8 +182,12 @@ pub(super) struct Shard {
     /// The "(other)" row of each backend (by name and pool): rows folded, statements whose text
     /// was not seen whole, and the rare key collision.
     others: Vec<(Arc<Ident>, Stats)>,
-    /// Texts by digest, shared by the digest's rows (sessions keep none).
-    texts: HashMap<u64, Texts, BuildHasherDefault<KeyHasher>>,
+    /// Texts by digest, shared by the digest's rows (sessions keep none), with the prune
+    /// round they were made in.
+    texts: HashMap<u64, (Texts, u32), BuildHasherDefault<KeyHasher>>,
+    /// Counts prunes: a text made since the last one is not dropped for having no row yet (its
+    /// statement is likely still running, its row made when it ends).
+    round: u32,
     budget: Arc<Budget>,
     text_budget: Arc<TextBudget>,
     folded: u64,
@@ -201,6 +205,7 @@ impl Shard {
             rows: HashMap::default(),
             others: Vec::new(),
             texts: HashMap::default(),
+            round: 0,
             budget,
             text_budget,
             folded: 0,
@@ -216,7 +221,7 @@ impl Shard {
         self.rows.clear();
         self.others.clear();
         self.folded = 0;
-        self.prune_texts();
+        self.prune_texts(true);
     }
 
     /// Whether this shard has the texts of `digest`, or made them with `make` (the normalized
@@ -232,10 +237,10 @@ impl Shard {
             return true;
         }
         if self.texts.len() > 2 * self.budget.max().max(8) {
-            self.prune_texts();
+            self.prune_texts(false);
         }
         if self.text_budget.spent() {
-            self.prune_texts();
+            self.prune_texts(true);
             if self.text_budget.spent() {
                 self.evict();
             }
@@ -246,7 +251,7 @@ impl Shard {
         let (text, sample) = make();
         match self.text_budget.keep(text, sample) {
             Some(t) => {
-                self.texts.insert(digest.0, t);
+                self.texts.insert(digest.0, (t, self.round));
                 true
             }
             None => false,
@@ -255,7 +260,7 @@ impl Shard {
 
     /// The normalized text of `digest`, if this shard keeps it.
     pub(super) fn text_of(&self, digest: Digest) -> Option<Arc<str>> {
-        self.texts.get(&digest.0).map(|t| Arc::clone(&t.text))
+        self.texts.get(&digest.0).map(|(t, _)| Arc::clone(&t.text))
     }
 
     /// Counts `c` under (`digest`, `kind`, `ident`), a new row taking this shard's texts of
@@ -280,7 +285,7 @@ impl Shard {
             }
             return true;
         }
-        let Some(texts) = self.texts.get(&digest.0).cloned() else {
+        let Some(texts) = self.texts.get(&digest.0).map(|(t, _)| t.clone()) else {
             self.other(ident, c, now);
             return false;
         };
@@ -350,12 +355,17 @@ impl Shard {
                 self.budget.remove(1);
             }
         }
-        self.prune_texts();
+        self.prune_texts(false);
     }
 
-    /// Drops texts nothing but this map holds any more.
-    fn prune_texts(&mut self) {
-        self.texts.retain(|_, t| Arc::strong_count(&t.text) > 1);
+    /// Drops texts nothing but this map holds: made before the last prune, or any (`all`: a
+    /// reset, or a spent budget).
+    fn prune_texts(&mut self, all: bool) {
+        let round = self.round;
+        self.texts.retain(|_, (t, made)| {
+            Arc::strong_count(&t.text) > 1 || (!all && *made == round)
+        });
+        self.round = round.wrapping_add(1);
     }
 
     /// Every row, "(other)" rows with no digest.
