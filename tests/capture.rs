@@ -1043,7 +1043,9 @@ async fn password_statements_are_captured_and_digested_without_their_passwords()
         passwords.push(password);
     }
     conn.query_drop("EXECUTE capsec_p").await.unwrap();
-    conn.query_drop("DEALLOCATE PREPARE capsec_p").await.unwrap();
+    conn.query_drop("DEALLOCATE PREPARE capsec_p")
+        .await
+        .unwrap();
     let hashed: Vec<String> = conn
         .exec("SELECT PASSWORD(?)", (SECRET_PARAMETER,))
         .await
@@ -1105,11 +1107,18 @@ async fn password_statements_are_captured_and_digested_without_their_passwords()
         rows["queries"].as_array().unwrap().len() >= SECRET_STATEMENTS.len(),
         "{rows}"
     );
-    assert!(queries.contains("SELECT 'password'"), "a near miss keeps its sample");
+    assert!(
+        queries.contains("SELECT 'password'"),
+        "a near miss keeps its sample"
+    );
     let (_, page) = proxy.admin_get("/");
     let (_, metrics) = proxy.admin_get("/metrics");
     for p in &passwords {
-        for (what, text) in [("/queries", &queries), ("the status page", &page), ("/metrics", &metrics)] {
+        for (what, text) in [
+            ("/queries", &queries),
+            ("the status page", &page),
+            ("/metrics", &metrics),
+        ] {
             assert!(!text.contains(p), "{p} in {what}");
         }
     }
@@ -1123,7 +1132,10 @@ async fn password_statements_are_captured_and_digested_without_their_passwords()
         &["--as-fast-as-possible"],
     );
     assert_eq!(report["redacted_commands"], want, "{report}");
-    assert!(report["skipped_commands"].as_u64().unwrap() >= want, "{report}");
+    assert!(
+        report["skipped_commands"].as_u64().unwrap() >= want,
+        "{report}"
+    );
     assert!(out.contains(&format!("{want} of them redacted")), "{out}");
     let redacted_rows: u64 = digest_rows(&report)
         .iter()

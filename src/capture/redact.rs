@@ -43,7 +43,6 @@ fn redacted(payload: &[u8], capabilities: u32) -> Option<Vec<u8>> {
     Some(out)
 }
 
-
 /// Strings inside strings (`PREPARE s FROM 'PREPARE t FROM ''...'''`) are read this deep.
 const DEPTH: u8 = 4;
 
@@ -119,9 +118,8 @@ impl<'a> Matcher<'a> {
     fn step(&mut self, t: Token<'a>) -> bool {
         let (p1, p2) = (self.p1, self.p2);
         let w = |upper: &str| t.is_word(upper);
-        let created = word(p1, "CREATE")
-            || word(p1, "ALTER")
-            || (word(p1, "REPLACE") && word(p2, "OR"));
+        let created =
+            word(p1, "CREATE") || word(p1, "ALTER") || (word(p1, "REPLACE") && word(p2, "OR"));
         if (w("SLAVE") || w("REPLICA")) && word(p1, "START") {
             self.replica_start = true;
         }
@@ -163,8 +161,8 @@ fn credential_string(p1: Option<Token<'_>>, p2: Option<Token<'_>>) -> bool {
 /// starts one: prose that merely says "identified" is left alone.
 fn reads_as_statement(body: &[u8]) -> bool {
     const STARTS: [&str; 15] = [
-        "CREATE", "ALTER", "SET", "GRANT", "CHANGE", "START", "SELECT", "DO", "PREPARE",
-        "EXECUTE", "INSERT", "UPDATE", "REPLACE", "CALL", "BEGIN",
+        "CREATE", "ALTER", "SET", "GRANT", "CHANGE", "START", "SELECT", "DO", "PREPARE", "EXECUTE",
+        "INSERT", "UPDATE", "REPLACE", "CALL", "BEGIN",
     ];
     match tokens(body).find(|t| t.kind != TokenKind::Hint) {
         Some(t) if t.kind == TokenKind::ExecutableComment => true,
@@ -308,7 +306,15 @@ mod tests {
 
     #[test]
     fn any_bytes_are_read_without_panic() {
-        let odd: [&[u8]; 7] = [b"", b"'", b"/*!", b"/*M!1", b"\xff\xfe CREATE", b"'\\", b"CONNECTION ="];
+        let odd: [&[u8]; 7] = [
+            b"",
+            b"'",
+            b"/*!",
+            b"/*M!1",
+            b"\xff\xfe CREATE",
+            b"'\\",
+            b"CONNECTION =",
+        ];
         for s in odd {
             assert!(!secret(s), "{s:?}");
         }

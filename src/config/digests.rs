@@ -68,9 +68,9 @@ impl RawDigests {
             max_entries: self.max_entries.unwrap_or(d.max_entries),
             max_query_length: self.max_query_length.unwrap_or(d.max_query_length),
             sample_length: self.sample_length.unwrap_or(d.sample_length),
-            max_text_bytes: self
-                .max_text_bytes
-                .map_or(d.max_text_bytes, |b| usize::try_from(b.bytes()).unwrap_or(usize::MAX)),
+            max_text_bytes: self.max_text_bytes.map_or(d.max_text_bytes, |b| {
+                usize::try_from(b.bytes()).unwrap_or(usize::MAX)
+            }),
             prometheus_top: self.prometheus_top.unwrap_or(d.prometheus_top),
             slow_query_threshold: self.slow_query_threshold,
             slow_query_log_per_second: self

@@ -34,8 +34,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 pub use session::Session;
 use shard::{Budget, Shard};
 pub use shard::{Kind, Stats};
-pub use texts::Texts;
 use texts::TextBudget;
+pub use texts::Texts;
 
 use crate::config::DigestConfig;
 pub use crate::sql::Digest;
@@ -392,13 +392,23 @@ mod tests {
         let snap = table.snapshot();
         assert!(snap.text_bytes <= max && snap.max_text_bytes == max);
         // 60,000 texts of ~700 bytes each would be 40 MiB: the budget held them to 2 MiB.
-        assert!(snap.text_bytes > max / 2, "the budget is used: {}", snap.text_bytes);
+        assert!(
+            snap.text_bytes > max / 2,
+            "the budget is used: {}",
+            snap.text_bytes
+        );
         let counted: u64 = snap.rows.iter().map(|r| r.stats.count).sum();
-        assert_eq!(counted, statements, "every statement counted, some in (other)");
+        assert_eq!(
+            counted, statements,
+            "every statement counted, some in (other)"
+        );
         assert!(snap.rows.iter().any(|r| r.digest.is_some()));
         drop(sessions);
         table.reset();
-        assert!(table.text_bytes() > 0, "the snapshot still holds its rows' texts");
+        assert!(
+            table.text_bytes() > 0,
+            "the snapshot still holds its rows' texts"
+        );
         drop(snap);
         table.reset();
         assert_eq!(table.text_bytes(), 0, "a reset refunds every text");

@@ -289,18 +289,27 @@ mod tests {
 
     #[test]
     fn samples_and_texts_leave_passwords_out() {
-        assert_eq!(texts(b"SELECT 1", 64, 256), ("SELECT ?".into(), &b"SELECT 1"[..]));
+        assert_eq!(
+            texts(b"SELECT 1", 64, 256),
+            ("SELECT ?".into(), &b"SELECT 1"[..])
+        );
         assert_eq!(texts(b"SELECT 12345", 64, 8).1, b"SELECT 1");
         assert_eq!(texts(b"SELECT 'password'", 64, 256).1, b"SELECT 'password'");
         let none: &[u8] = &[];
         for (statement, text) in [
-            ("create user x identified by 'pw'", "CREATE user x IDENTIFIED BY ?"),
+            (
+                "create user x identified by 'pw'",
+                "CREATE user x IDENTIFIED BY ?",
+            ),
             ("SET PASSWORD = 'pw'", "SET PASSWORD = ?"),
             (
                 "CREATE TABLE f (a INT) ENGINE=FEDERATED CONNECTION='mysql://u:pw@h/d/t'",
                 "CREATE TABLE f(a INT) ENGINE = FEDERATED CONNECTION = ?",
             ),
-            ("/*!40000 CREATE USER x IDENTIFIED BY 'pw' */", REDACTED_TEXT),
+            (
+                "/*!40000 CREATE USER x IDENTIFIED BY 'pw' */",
+                REDACTED_TEXT,
+            ),
             ("SELECT 1; /*M!100100 SET PASSWORD = 'pw' */", REDACTED_TEXT),
         ] {
             let (t, sample) = texts(statement.as_bytes(), 1024, 256);

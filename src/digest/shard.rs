@@ -362,9 +362,8 @@ impl Shard {
     /// reset, or a spent budget).
     fn prune_texts(&mut self, all: bool) {
         let round = self.round;
-        self.texts.retain(|_, (t, made)| {
-            Arc::strong_count(&t.text) > 1 || (!all && *made == round)
-        });
+        self.texts
+            .retain(|_, (t, made)| Arc::strong_count(&t.text) > 1 || (!all && *made == round));
         self.round = round.wrapping_add(1);
     }
 

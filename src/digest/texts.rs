@@ -125,7 +125,11 @@ mod tests {
         let b = budget.keep("b".repeat(100), b"").unwrap();
         assert!(budget.spent());
         assert!(budget.keep("c".into(), b"").is_none());
-        assert_eq!(budget.used(), 2 * (100 + OVERHEAD), "a refusal costs nothing");
+        assert_eq!(
+            budget.used(),
+            2 * (100 + OVERHEAD),
+            "a refusal costs nothing"
+        );
         drop(a);
         assert!(budget.keep("c".into(), b"").is_some());
         drop(b);

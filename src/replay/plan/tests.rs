@@ -105,7 +105,10 @@ fn redacted_statements_and_their_executes_are_skipped_under_their_digest() {
     let digest = sql::digest(b"CREATE USER u IDENTIFIED BY ?", DIGEST_LEN);
     let mut prepare = vec![cmd::STMT_PREPARE];
     prepare.extend_from_slice(&digest.0.to_le_bytes());
-    assert_eq!(p.plan(&prepare, REDACTED, Some(3)), Plan::Skip(SKIP_REDACTED));
+    assert_eq!(
+        p.plan(&prepare, REDACTED, Some(3)),
+        Plan::Skip(SKIP_REDACTED)
+    );
     let key = p.key(&prepare, REDACTED);
     assert_eq!((key.kind, &*key.text), ("prepare", REDACTED_TEXT));
     assert_eq!(key.digest, digest.to_string());
