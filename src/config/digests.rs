@@ -6,7 +6,6 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use super::raw::ByteSize;
 use super::ConfigError;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -53,7 +52,7 @@ pub(super) struct RawDigests {
     max_entries: Option<usize>,
     max_query_length: Option<usize>,
     sample_length: Option<usize>,
-    max_text_bytes: Option<ByteSize>,
+    max_text_bytes: Option<usize>,
     prometheus_top: Option<usize>,
     #[serde(default, with = "humantime_serde")]
     slow_query_threshold: Option<Duration>,
@@ -68,9 +67,7 @@ impl RawDigests {
             max_entries: self.max_entries.unwrap_or(d.max_entries),
             max_query_length: self.max_query_length.unwrap_or(d.max_query_length),
             sample_length: self.sample_length.unwrap_or(d.sample_length),
-            max_text_bytes: self.max_text_bytes.map_or(d.max_text_bytes, |b| {
-                usize::try_from(b.bytes()).unwrap_or(usize::MAX)
-            }),
+            max_text_bytes: self.max_text_bytes.unwrap_or(d.max_text_bytes),
             prometheus_top: self.prometheus_top.unwrap_or(d.prometheus_top),
             slow_query_threshold: self.slow_query_threshold,
             slow_query_log_per_second: self
@@ -98,7 +95,7 @@ impl RawDigests {
         if !(1 << 20..=1 << 40).contains(&c.max_text_bytes) {
             return Err(ConfigError::invalid(
                 "digests.max_text_bytes",
-                "must be between 1MiB and 1024GiB",
+                "must be between 1048576 and 1099511627776 bytes",
             ));
         }
         if c.prometheus_top > 100 {
@@ -116,8 +113,9 @@ mod tests {
     use crate::config::Config;
 
     #[test]
-    fn max_text_bytes_takes_a_byte_size_and_names_itself_when_out_of_range() {
-        let c = Config::from_yaml_str("backends: [h:1]\ndigests: {max_text_bytes: 64MiB}").unwrap();
+    fn max_text_bytes_is_read_and_names_itself_when_out_of_range() {
+        let c =
+            Config::from_yaml_str("backends: [h:1]\ndigests: {max_text_bytes: 67108864}").unwrap();
         assert_eq!(c.digests.max_text_bytes, 64 << 20);
         let d = Config::from_yaml_str("backends: [h:1]").unwrap();
         assert_eq!(d.digests.max_text_bytes, 32 << 20);

@@ -14,12 +14,6 @@ use super::*;
 /// A byte count: an integer, or a string with a binary unit ("64MiB", "1G").
 pub(super) struct ByteSize(u64);
 
-impl ByteSize {
-    pub(super) fn bytes(&self) -> u64 {
-        self.0
-    }
-}
-
 pub(super) fn parse_size(s: &str) -> Result<u64, String> {
     let s = s.trim();
     let digits = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
