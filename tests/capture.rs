@@ -940,7 +940,7 @@ fn an_account_map_logs_captured_users_in_as_other_accounts() {
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
-        stdout.contains("replayed 0 of 10 commands (10 skipped)"),
+        stdout.contains("replayed 0 of 10 commands (10 skipped, 0 of them redacted)"),
         "{stdout}"
     );
 }
