@@ -451,6 +451,11 @@ impl SessionCapture {
         let now = Instant::now();
         let redacted;
         let mut plain_prepare = false;
+        if matches!(command, cmd::RESET_CONNECTION | cmd::CHANGE_USER) {
+            // The server forgets the session's statements (their ids may come back).
+            self.plain_ids.clear();
+            self.last_prepare_plain = false;
+        }
         let (payload, flags) = if command == cmd::CHANGE_USER {
             redacted = redact::change_user(payload, self.capabilities);
             (&redacted[..], 0)
@@ -508,12 +513,6 @@ impl SessionCapture {
                 if let Some(id) = format::statement_id(payload) {
                     self.plain_ids.remove(&id);
                 }
-                None
-            }
-            // The server forgets the session's statements (their ids may come back).
-            cmd::RESET_CONNECTION | cmd::CHANGE_USER => {
-                self.plain_ids.clear();
-                self.last_prepare_plain = false;
                 None
             }
             _ => None,

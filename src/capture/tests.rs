@@ -246,9 +246,18 @@ fn password_statements_and_their_executes_keep_only_digest_and_id() {
     s.completed(&completed(cmd::STMT_EXECUTE, 0, None));
     // A reset forgets the statements: id 2 may name another one now.
     s.statement(cmd::RESET_CONNECTION, &[cmd::RESET_CONNECTION]);
+    s.completed(&completed(cmd::RESET_CONNECTION, 0, None));
     s.statement(cmd::STMT_EXECUTE, &exec(2, b"pw-after-reset"));
+    s.completed(&completed(cmd::STMT_EXECUTE, 0, None));
+    // So does a COM_CHANGE_USER.
+    s.statement(cmd::STMT_PREPARE, b"\x16SELECT ?");
+    s.completed(&completed(cmd::STMT_PREPARE, 0, Some(3)));
+    s.statement(cmd::STMT_EXECUTE, &exec(3, b"kept too"));
+    s.completed(&completed(cmd::STMT_EXECUTE, 0, None));
+    s.statement(cmd::CHANGE_USER, b"\x11bob\0\0shop\0");
+    s.statement(cmd::STMT_EXECUTE, &exec(3, b"pw-after-change-user"));
     drop(s);
-    assert_eq!(c.status().unwrap()["redacted"], 7);
+    assert_eq!(c.status().unwrap()["redacted"], 8);
     let records = stop_and_read(&c, &dir);
     let commands: Vec<&format::Command> = records
         .iter()
@@ -280,6 +289,10 @@ fn password_statements_and_their_executes_keep_only_digest_and_id() {
             (r, exec(9, b"")[..5].to_vec()),
             (0, vec![cmd::RESET_CONNECTION]),
             (r, exec(2, b"")[..5].to_vec()),
+            (0, b"\x16SELECT ?".to_vec()),
+            (0, exec(3, b"kept too")),
+            (0, b"\x11bob\0\0shop\0".to_vec()),
+            (r, exec(3, b"")[..5].to_vec()),
         ]
     );
     let _ = std::fs::remove_dir_all(&dir);
