@@ -940,7 +940,7 @@ fn an_account_map_logs_captured_users_in_as_other_accounts() {
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
-        stdout.contains("replayed 0 of 10 commands (10 skipped)"),
+        stdout.contains("replayed 0 of 10 commands (10 skipped, 0 of them redacted)"),
         "{stdout}"
     );
 }
@@ -968,4 +968,183 @@ async fn a_shutdown_stops_a_running_capture_with_its_last_records_written() {
         "the last statement was written before the proxy exited"
     );
     assert!(matches!(records.last().unwrap().body, Body::SessionEnd));
+}
+
+/// The password-family statements MariaDB 10.11 runs, each with its own password (in the order
+/// sent; the others are in the unit tests of `capture::redact`).
+const SECRET_STATEMENTS: &[(&str, &str)] = &[
+    ("CREATE USER 'capsec1'@'%' IDENTIFIED BY '{}'", "Kq1-sec-create"),
+    ("ALTER USER 'capsec1'@'%' IDENTIFIED BY '{}'", "Kq2-sec-alter"),
+    ("SET PASSWORD FOR 'capsec1'@'%' = PASSWORD('{}')", "Kq3-sec-setpw"),
+    ("GRANT SELECT ON *.* TO 'capsec1'@'%' IDENTIFIED BY '{}'", "Kq4-sec-grant"),
+    (
+        "CREATE USER 'capsec2'@'%' IDENTIFIED VIA mysql_native_password USING PASSWORD('{}')",
+        "Kq5-sec-via",
+    ),
+    (
+        "CHANGE MASTER 'capsec' TO MASTER_HOST='127.0.0.1', MASTER_PORT=1, MASTER_USER='r', MASTER_PASSWORD='{}'",
+        "Kq6-sec-master",
+    ),
+    (
+        "CREATE TABLE test.capsec_f (a INT) CONNECTION='mysql://u:{}@127.0.0.1:1/db/t'",
+        "Kq7-sec-connection",
+    ),
+    (
+        "CREATE SERVER capsec_s FOREIGN DATA WRAPPER mysql OPTIONS (HOST '127.0.0.1', USER 'u', PASSWORD '{}')",
+        "Kq8-sec-server",
+    ),
+    ("/*!40000 ALTER USER 'capsec1'@'%' IDENTIFIED BY '{}' */", "Kq9-sec-executable"),
+    (
+        "alter /* why */ USER 'capsec1'@'%' /*!100000 identified */ by '{}'",
+        "Kq10-sec-comments",
+    ),
+    (
+        "PREPARE capsec_p FROM 'ALTER USER ''capsec1''@''%'' IDENTIFIED BY ''{}'''",
+        "Kq11-sec-prepare-from",
+    ),
+];
+/// Sent as COM_STMT_PREPARE and COM_STMT_EXECUTE: the password only in the execute.
+const SECRET_PARAMETER: &str = "Kq12-sec-parameter";
+/// Sent as a COM_STMT_PREPARE of its full text.
+const SECRET_PREPARED: &str = "Kq13-sec-prepared-text";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn password_statements_are_captured_and_digested_without_their_passwords() {
+    let pair = shared_pair();
+    for db in pair {
+        create_account(db);
+        db.root_exec(&format!(
+            "GRANT ALL PRIVILEGES ON *.* TO '{USER}'@'%' WITH GRANT OPTION"
+        ));
+    }
+    let proxy = TestProxy::start_with(common::proxy::with_digests(&[pair[0].tcp_addr()]));
+    let base = scratch_dir("capture-secrets");
+    let dir = base.join("cap");
+    let (status, body) = capture_start(&proxy, &format!(r#"{{"dir":"{}"}}"#, dir.display()));
+    assert_eq!(status, 200, "{body}");
+    let addr = proxy.addr.to_string();
+    let mut conn = mysql_async::Conn::new(tcp_opts(&addr, USER, PASSWORD))
+        .await
+        .unwrap();
+    let cleanup = [
+        "DROP USER IF EXISTS 'capsec1'@'%', 'capsec2'@'%'",
+        "DROP TABLE IF EXISTS test.capsec_f",
+        "DROP SERVER IF EXISTS capsec_s",
+    ];
+    for sql in cleanup {
+        conn.query_drop(sql).await.unwrap();
+    }
+    let mut passwords = vec![SECRET_PARAMETER, SECRET_PREPARED];
+    for (template, password) in SECRET_STATEMENTS {
+        let sql = template.replace("{}", password);
+        conn.query_drop(&sql)
+            .await
+            .unwrap_or_else(|e| panic!("{sql}: {e}"));
+        passwords.push(password);
+    }
+    conn.query_drop("EXECUTE capsec_p").await.unwrap();
+    conn.query_drop("DEALLOCATE PREPARE capsec_p")
+        .await
+        .unwrap();
+    let hashed: Vec<String> = conn
+        .exec("SELECT PASSWORD(?)", (SECRET_PARAMETER,))
+        .await
+        .unwrap();
+    assert_eq!(hashed.len(), 1);
+    conn.exec_drop(
+        format!("ALTER USER 'capsec1'@'%' IDENTIFIED BY '{SECRET_PREPARED}'"),
+        (),
+    )
+    .await
+    .unwrap();
+    // A near miss keeps its text.
+    let word: Vec<String> = conn.query("SELECT 'password'").await.unwrap();
+    assert_eq!(word, ["password"]);
+    conn.query_drop("RESET SLAVE 'capsec' ALL").await.unwrap();
+    for sql in cleanup {
+        conn.query_drop(sql).await.unwrap();
+    }
+    conn.disconnect().await.unwrap();
+    let capture = capture_stop(&proxy);
+
+    // Nowhere in the files, raw or decoded.
+    for f in std::fs::read_dir(&dir).unwrap() {
+        let raw = std::fs::read(f.unwrap().path()).unwrap();
+        for p in &passwords {
+            assert!(!contains(&raw, p.as_bytes()), "{p} in a capture file");
+        }
+    }
+    let records = records(&dir);
+    let mut redacted = 0;
+    let mut texts = Vec::new();
+    for r in &records {
+        let mut bytes = Vec::new();
+        r.encode(&mut bytes);
+        for p in &passwords {
+            assert!(!contains(&bytes, p.as_bytes()), "{p} in {r:?}");
+        }
+        if let Body::Command(c) = &r.body {
+            if c.flags & format::REDACTED != 0 {
+                redacted += 1;
+            } else {
+                texts.push(String::from_utf8_lossy(&c.payload).into_owned());
+            }
+        }
+    }
+    // Each statement of the list, and the prepares and executes of both prepared statements.
+    let want = SECRET_STATEMENTS.len() as u64 + 4;
+    assert_eq!(redacted, want, "redacted commands; kept: {texts:#?}");
+    assert_eq!(capture["redacted"], want, "{capture}");
+    assert!(
+        texts.iter().any(|t| t.ends_with("SELECT 'password'")),
+        "a near miss keeps its text: {texts:#?}"
+    );
+    // Nor in the digest table's texts and samples, the status page or the metrics.
+    let (status, queries) = proxy.admin_get("/queries?limit=10000");
+    assert_eq!(status, 200, "{queries}");
+    let rows: Value = serde_json::from_str(&queries).unwrap();
+    assert!(
+        rows["queries"].as_array().unwrap().len() >= SECRET_STATEMENTS.len(),
+        "{rows}"
+    );
+    assert!(
+        queries.contains("SELECT 'password'"),
+        "a near miss keeps its sample"
+    );
+    let (_, page) = proxy.admin_get("/");
+    let (_, metrics) = proxy.admin_get("/metrics");
+    for p in &passwords {
+        for (what, text) in [
+            ("/queries", &queries),
+            ("the status page", &page),
+            ("/metrics", &metrics),
+        ] {
+            assert!(!text.contains(p), "{p} in {what}");
+        }
+    }
+
+    // The replay skips them and says so.
+    let password = password_file(&base);
+    let (_, out, report) = replay(
+        &dir,
+        &pair[1].tcp_addr(),
+        &password,
+        &["--as-fast-as-possible"],
+    );
+    assert_eq!(report["redacted_commands"], want, "{report}");
+    assert!(
+        report["skipped_commands"].as_u64().unwrap() >= want,
+        "{report}"
+    );
+    assert!(out.contains(&format!("{want} of them redacted")), "{out}");
+    let redacted_rows: u64 = digest_rows(&report)
+        .iter()
+        .filter(|d| d["text"] == "(redacted)")
+        .map(|d| d["skipped"].as_u64().unwrap())
+        .sum();
+    assert_eq!(redacted_rows, want, "{report}");
+    let text = report.to_string();
+    for p in &passwords {
+        assert!(!text.contains(p), "{p} in the replay's report");
+    }
 }

@@ -277,3 +277,115 @@ fn a_foreign_host_name_reads_nothing_without_a_token() {
     let served = ask(&format!("127.0.0.1:{}", proxy.admin.unwrap().port()));
     assert!(served.starts_with("HTTP/1.0 200"), "{served}");
 }
+
+/// VmRSS of `pid` in KiB.
+fn rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("proc status");
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("a VmRSS line")
+}
+
+/// 200 sessions, all open at once, each running 40 distinct 4 KiB statements (digests with a
+/// 4 KiB text and a 4 KiB sample): where each session used to keep its own statements' texts
+/// (about 64 MiB here), the proxy process (its own, so the test's memory does not count) grows
+/// by no more than the README's figure: `max_text_bytes`, plus about 1.6 KiB per row and
+/// 4.5 KiB per session, plus allocator slack.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_sessions_of_distinct_long_statements_stay_within_the_text_budget() {
+    use common::daemon::{wait_connectable, Daemon};
+    use common::mariadb::{free_port, scratch_dir, tcp_opts};
+    const SESSIONS: usize = 200;
+    const EACH: usize = 40;
+    const BUDGET: u64 = 4 << 20;
+    const ROWS: u64 = 1000;
+    let pair = shared_pair();
+    let (port, admin) = (free_port(), free_port());
+    let path = scratch_dir("digest-text-budget").join("config.yaml");
+    std::fs::write(
+        &path,
+        format!(
+            "listen: ['127.0.0.1:{port}']\nbackends: [{{address: '{}'}}]\n\
+             admin_address: '127.0.0.1:{admin}'\nlog: {{level: warn}}\n\
+             digests: {{enabled: true, max_entries: {ROWS}, max_query_length: 8192, \
+             sample_length: 4096, max_text_bytes: {BUDGET}}}\n",
+            pair[0].tcp_addr()
+        ),
+    )
+    .unwrap();
+    let _daemon = Daemon::start(&["--config".to_owned(), path.display().to_string()], None);
+    wait_connectable(port);
+    let pid = _daemon.child.id();
+    let admin: std::net::SocketAddr = format!("127.0.0.1:{admin}").parse().unwrap();
+    let addr = format!("127.0.0.1:{port}");
+    let mut conns = Vec::new();
+    for _ in 0..SESSIONS {
+        let mut c = mysql_async::Conn::new(tcp_opts(&addr, BENCH_USER, BENCH_PASS))
+            .await
+            .unwrap();
+        c.query_drop("SELECT 1").await.unwrap();
+        conns.push(c);
+    }
+    let before = rss_kib(pid);
+    let mut groups: Vec<Vec<(usize, mysql_async::Conn)>> = (0..8).map(|_| Vec::new()).collect();
+    for (i, c) in conns.into_iter().enumerate() {
+        groups[i % 8].push((i, c));
+    }
+    let tasks: Vec<_> = groups
+        .into_iter()
+        .map(|group| {
+            tokio::spawn(async move {
+                let mut kept = Vec::new();
+                for (i, mut c) in group {
+                    for j in 0..EACH {
+                        // Distinct aliases: a distinct digest of about 4 KiB.
+                        let columns: Vec<String> =
+                            (0..230).map(|k| format!("1 AS a{i}_{j}_{k}")).collect();
+                        let sql = format!("SELECT {}", columns.join(", "));
+                        c.query_drop(&sql).await.unwrap();
+                    }
+                    kept.push(c);
+                }
+                kept
+            })
+        })
+        .collect();
+    let mut open = Vec::new();
+    for t in tasks {
+        let kept = tokio::time::timeout(Duration::from_secs(300), t)
+            .await
+            .expect("bounded run")
+            .unwrap();
+        open.extend(kept);
+    }
+    let after = rss_kib(pid);
+    println!(
+        "RSS {before} KiB with {SESSIONS} sessions open, {after} KiB after {} distinct statements",
+        SESSIONS * EACH
+    );
+    let (status, body) = http_request(admin, "GET", "/queries?limit=1", &[], b"").unwrap();
+    assert_eq!(status, 200, "{body}");
+    let all = json(&body);
+    let used = all["text_bytes"].as_u64().unwrap();
+    println!("texts: {used} bytes of {BUDGET}");
+    assert_eq!(all["max_text_bytes"], BUDGET);
+    assert!(used <= BUDGET && used > BUDGET / 2, "{all}");
+    // Each session's own (its client's setup queries, `SELECT 1`) and the long ones.
+    let statements = all["statements"].as_u64().unwrap();
+    assert!(
+        statements >= (SESSIONS * (EACH + 1)) as u64,
+        "every statement counted: {statements}"
+    );
+    let figure_kib = BUDGET / 1024 + ROWS * 16 / 10 + SESSIONS as u64 * 45 / 10;
+    let slack_kib = 8 * 1024;
+    assert!(
+        after.saturating_sub(before) <= figure_kib + slack_kib,
+        "RSS grew {} KiB, over {figure_kib} KiB + {slack_kib} KiB of slack",
+        after - before
+    );
+    for c in open {
+        c.disconnect().await.unwrap();
+    }
+}

@@ -162,6 +162,8 @@ pub fn render(snapshot: &Snapshot, p: &Params, samples: bool) -> Value {
         "max_entries": snapshot.max_entries,
         "entries": snapshot.rows.len(),
         "folded": snapshot.folded,
+        "text_bytes": snapshot.text_bytes,
+        "max_text_bytes": snapshot.max_text_bytes,
         "statements": statements,
         "matched": matched,
         "queries": rows.iter().map(|r| row_json(r, samples)).collect::<Vec<_>>(),

@@ -34,6 +34,13 @@ pub const KIND_SESSION_END: u8 = 4;
 pub const STARTED_BEFORE: u8 = 1;
 /// Command flag: the payload was cut at [`MAX_PAYLOAD`].
 pub const TRUNCATED: u8 = 1;
+/// Command flag: the command may carry a password and was written without its text or values
+/// (see `capture::redact`). A COM_QUERY or COM_STMT_PREPARE is its command byte and the text's
+/// digest (8 bytes, little-endian, of its first [`DIGEST_LEN`] bytes); a COM_STMT_EXECUTE,
+/// COM_STMT_BULK_EXECUTE or COM_STMT_SEND_LONG_DATA its command byte and statement id.
+pub const REDACTED: u8 = 2;
+/// Bytes of a statement text digested for a redacted record (and by a replay's report).
+pub const DIGEST_LEN: usize = 1024;
 
 /// Whether the server answers a captured command (all but COM_QUIT, COM_STMT_CLOSE and
 /// COM_STMT_SEND_LONG_DATA): a response record follows it, and a replay waits for one.
@@ -42,6 +49,18 @@ pub fn answered(command: u8) -> bool {
         command,
         cmd::QUIT | cmd::STMT_CLOSE | cmd::STMT_SEND_LONG_DATA
     )
+}
+
+/// The statement id in bytes 1..5 of a payload that names one (COM_STMT_EXECUTE, ...).
+pub fn statement_id(payload: &[u8]) -> Option<u32> {
+    let b = payload.get(1..5)?;
+    Some(u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+}
+
+/// The digest a redacted COM_QUERY or COM_STMT_PREPARE record carries.
+pub fn redacted_digest(payload: &[u8]) -> Option<u64> {
+    let b: [u8; 8] = payload.get(1..9)?.try_into().ok()?;
+    Some(u64::from_le_bytes(b))
 }
 
 /// The fixed start of every capture file.

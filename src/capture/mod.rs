@@ -6,12 +6,19 @@
 //! then encodes its records itself and hands them to a bounded queue with `try_send`: a full
 //! queue drops the record and counts it (`mysql_lb_capture_dropped_total`). One writer thread
 //! per capture compresses and writes them (see [`writer`]); the file format is in [`format`].
+//!
+//! What may carry a password is never queued ([`redact`]): a COM_CHANGE_USER loses its auth
+//! data; a statement that [`redact::secret`] flags is written as its command byte and digest
+//! only (flag [`format::REDACTED`]), and so are the executes and long data of a prepared
+//! statement, unless this capture saw it prepared from a text that is no secret: a statement
+//! prepared from a flagged text, or before the session's capture began (its text unknown), has
+//! its parameters left out.
 
 pub mod format;
-mod redact;
+pub mod redact;
 mod writer;
 
-use std::collections::VecDeque;
+use std::collections::{HashSet, VecDeque};
 use std::os::unix::fs::{DirBuilderExt, MetadataExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -22,13 +29,16 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use serde_json::json;
 
 use crate::protocol::response::{cmd, Completed};
-use format::{answered, Body, Command, Record, Response, SessionStart, MAX_PAYLOAD};
+use format::{answered, Body, Command, Record, Response, SessionStart, DIGEST_LEN, MAX_PAYLOAD};
 
 /// Records waiting for the writer, at most; past it records are dropped (and counted).
 const QUEUE: usize = 65_536;
 /// What the tracker must keep of a statement packet while a capture runs: a payload longer than
 /// [`MAX_PAYLOAD`] is cut there and marked.
 pub const KEEP: usize = MAX_PAYLOAD + 1;
+/// Prepared statements a session's capture keeps the parameters of, at most (servers allow
+/// 16,382 by default); past it an execute is written without them.
+const PLAIN_IDS: usize = 16_384;
 /// Files rotate at this size unless the request says otherwise.
 const DEFAULT_ROTATE: u64 = 64 << 20;
 
@@ -124,6 +134,8 @@ pub struct Active {
     stop_reason: Mutex<Option<String>>,
     sessions: AtomicU64,
     commands: AtomicU64,
+    /// Commands written without their text or parameters (see [`redact`]).
+    redacted: AtomicU64,
     /// Record bytes queued (uncompressed).
     bytes: AtomicU64,
     dropped: AtomicU64,
@@ -284,6 +296,7 @@ impl Active {
             stop_reason: Mutex::new(None),
             sessions: AtomicU64::new(0),
             commands: AtomicU64::new(0),
+            redacted: AtomicU64::new(0),
             bytes: AtomicU64::new(0),
             dropped: AtomicU64::new(0),
             written: AtomicU64::new(0),
@@ -330,6 +343,7 @@ impl Active {
             "elapsed_seconds": self.started.elapsed().as_secs_f64(),
             "sessions": n(&self.sessions),
             "commands": n(&self.commands),
+            "redacted": n(&self.redacted),
             "bytes": n(&self.bytes),
             "bytes_written": n(&self.written),
             "files": n(&self.files),
@@ -387,8 +401,14 @@ pub struct SessionCapture {
     id: u64,
     capabilities: u32,
     next_seq: u32,
-    /// Captured commands awaiting their response, in order: (command byte, seq).
-    waiting: VecDeque<(u8, u32)>,
+    /// Captured commands awaiting their response, in order: (command byte, seq, and for a
+    /// prepare whether its text is no secret).
+    waiting: VecDeque<(u8, u32, bool)>,
+    /// Ids of the statements this capture saw prepared from a text that is no secret: only
+    /// their executes keep their parameters.
+    plain_ids: HashSet<u32>,
+    /// Whether the last prepare sent was of such a text (an execute of id 0xFFFFFFFF means it).
+    last_prepare_plain: bool,
     /// Responses still due to commands sent before this session's capture began.
     skip: usize,
 }
@@ -420,6 +440,8 @@ impl SessionCapture {
             capabilities: who.capabilities,
             next_seq: 0,
             waiting: VecDeque::new(),
+            plain_ids: HashSet::new(),
+            last_prepare_plain: false,
             skip: in_flight,
         })
     }
@@ -428,9 +450,19 @@ impl SessionCapture {
     pub fn statement(&mut self, command: u8, payload: &[u8]) {
         let now = Instant::now();
         let redacted;
+        let mut plain_prepare = false;
+        if matches!(command, cmd::RESET_CONNECTION | cmd::CHANGE_USER) {
+            // The server forgets the session's statements (their ids may come back).
+            self.plain_ids.clear();
+            self.last_prepare_plain = false;
+        }
         let (payload, flags) = if command == cmd::CHANGE_USER {
             redacted = redact::change_user(payload, self.capabilities);
             (&redacted[..], 0)
+        } else if let Some(r) = self.secret(command, payload, &mut plain_prepare) {
+            redacted = r;
+            self.active.redacted.fetch_add(1, Ordering::Relaxed);
+            (&redacted[..], format::REDACTED)
         } else if payload.len() > MAX_PAYLOAD {
             (&payload[..MAX_PAYLOAD], format::TRUNCATED)
         } else {
@@ -439,7 +471,7 @@ impl SessionCapture {
         let seq = self.next_seq;
         self.next_seq = self.next_seq.wrapping_add(1);
         if answered(command) {
-            self.waiting.push_back((command, seq));
+            self.waiting.push_back((command, seq, plain_prepare));
         }
         self.active.commands.fetch_add(1, Ordering::Relaxed);
         if self.active.stop.load(Ordering::Relaxed) {
@@ -452,6 +484,50 @@ impl SessionCapture {
         self.active.send_bytes(bytes);
     }
 
+    /// What to write instead of a command that may carry a password (see [`redact`]), if it
+    /// is one; `plain_prepare` is set for a prepare whose text is no secret.
+    fn secret(&mut self, command: u8, payload: &[u8], plain_prepare: &mut bool) -> Option<Vec<u8>> {
+        let body = payload.get(1..).unwrap_or_default();
+        match command {
+            cmd::QUERY | cmd::STMT_PREPARE => {
+                let secret = redact::secret(body);
+                if command == cmd::STMT_PREPARE {
+                    self.last_prepare_plain = !secret;
+                    *plain_prepare = !secret;
+                }
+                secret.then(|| {
+                    let mut out = vec![command];
+                    out.extend_from_slice(&crate::sql::digest(body, DIGEST_LEN).0.to_le_bytes());
+                    out
+                })
+            }
+            cmd::STMT_EXECUTE | cmd::STMT_BULK_EXECUTE | cmd::STMT_SEND_LONG_DATA => {
+                let plain = match format::statement_id(payload) {
+                    Some(u32::MAX) => self.last_prepare_plain,
+                    Some(id) => self.plain_ids.contains(&id),
+                    None => false,
+                };
+                (!plain).then(|| payload[..payload.len().min(5)].to_vec())
+            }
+            cmd::STMT_CLOSE => {
+                if let Some(id) = format::statement_id(payload) {
+                    self.plain_ids.remove(&id);
+                }
+                None
+            }
+            _ => None,
+        }
+    }
+
+    /// The server gave statement `id` to a prepare (of a text that is no secret if `plain`).
+    fn prepared(&mut self, id: u32, plain: bool) {
+        if plain && self.plain_ids.len() < PLAIN_IDS {
+            self.plain_ids.insert(id);
+        } else {
+            self.plain_ids.remove(&id);
+        }
+    }
+
     /// A command's response ended.
     pub fn completed(&mut self, c: &Completed) {
         if self.skip > 0 {
@@ -460,8 +536,11 @@ impl SessionCapture {
         }
         let at = c.at.unwrap_or_else(Instant::now);
         let seq = match self.waiting.front() {
-            Some(&(command, seq)) if command == c.command => {
+            Some(&(command, seq, plain)) if command == c.command => {
                 self.waiting.pop_front();
+                if let (cmd::STMT_PREPARE, Some(id)) = (command, c.prepared) {
+                    self.prepared(id, plain);
+                }
                 seq
             }
             // A ping carries nothing: it is captured from its response alone, sent when its

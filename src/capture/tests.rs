@@ -210,3 +210,90 @@ fn a_full_queue_drops_records_and_counts_them_instead_of_waiting() {
     assert_eq!(active.status()["dropped"], 100);
     assert_eq!(active.status()["commands"], 100);
 }
+
+#[test]
+fn password_statements_and_their_executes_keep_only_digest_and_id() {
+    let dir = temp("secret");
+    let c = capture_into(&dir, Filter::default());
+    let mut s = c.join(&who(), false, 0).unwrap();
+    let exec = |id: u32, param: &[u8]| {
+        let mut p = vec![cmd::STMT_EXECUTE];
+        p.extend_from_slice(&id.to_le_bytes());
+        p.extend_from_slice(&[0, 1, 0, 0, 0, 0, 1, 0xFE, 0]);
+        p.push(param.len() as u8);
+        p.extend_from_slice(param);
+        p
+    };
+    let create = b"\x03CREATE USER u IDENTIFIED BY 'pw-in-query'";
+    s.statement(cmd::QUERY, create);
+    s.completed(&completed(cmd::QUERY, 0, None));
+    s.statement(cmd::STMT_PREPARE, b"\x16ALTER USER u IDENTIFIED BY ?");
+    s.completed(&completed(cmd::STMT_PREPARE, 0, Some(1)));
+    s.statement(cmd::STMT_EXECUTE, &exec(1, b"pw-in-execute"));
+    s.completed(&completed(cmd::STMT_EXECUTE, 0, None));
+    s.statement(cmd::STMT_EXECUTE, &exec(u32::MAX, b"pw-in-last"));
+    s.completed(&completed(cmd::STMT_EXECUTE, 0, None));
+    let mut long_data = vec![cmd::STMT_SEND_LONG_DATA];
+    long_data.extend_from_slice(&1u32.to_le_bytes());
+    long_data.extend_from_slice(b"\0\0pw-in-long-data");
+    s.statement(cmd::STMT_SEND_LONG_DATA, &long_data);
+    // A plain statement keeps its parameters; one this capture did not see prepared does not.
+    s.statement(cmd::STMT_PREPARE, b"\x16SELECT ?");
+    s.completed(&completed(cmd::STMT_PREPARE, 0, Some(2)));
+    s.statement(cmd::STMT_EXECUTE, &exec(2, b"kept"));
+    s.completed(&completed(cmd::STMT_EXECUTE, 0, None));
+    s.statement(cmd::STMT_EXECUTE, &exec(9, b"pw-unknown-statement"));
+    s.completed(&completed(cmd::STMT_EXECUTE, 0, None));
+    // A reset forgets the statements: id 2 may name another one now.
+    s.statement(cmd::RESET_CONNECTION, &[cmd::RESET_CONNECTION]);
+    s.completed(&completed(cmd::RESET_CONNECTION, 0, None));
+    s.statement(cmd::STMT_EXECUTE, &exec(2, b"pw-after-reset"));
+    s.completed(&completed(cmd::STMT_EXECUTE, 0, None));
+    // So does a COM_CHANGE_USER.
+    s.statement(cmd::STMT_PREPARE, b"\x16SELECT ?");
+    s.completed(&completed(cmd::STMT_PREPARE, 0, Some(3)));
+    s.statement(cmd::STMT_EXECUTE, &exec(3, b"kept too"));
+    s.completed(&completed(cmd::STMT_EXECUTE, 0, None));
+    s.statement(cmd::CHANGE_USER, b"\x11bob\0\0shop\0");
+    s.statement(cmd::STMT_EXECUTE, &exec(3, b"pw-after-change-user"));
+    drop(s);
+    assert_eq!(c.status().unwrap()["redacted"], 8);
+    let records = stop_and_read(&c, &dir);
+    let commands: Vec<&format::Command> = records
+        .iter()
+        .filter_map(|r| match &r.body {
+            Body::Command(c) => Some(c),
+            _ => None,
+        })
+        .collect();
+    let digest = |text: &[u8]| crate::sql::digest(text, format::DIGEST_LEN).0.to_le_bytes();
+    let mut want_query = vec![cmd::QUERY];
+    want_query.extend_from_slice(&digest(&create[1..]));
+    let mut want_prepare = vec![cmd::STMT_PREPARE];
+    want_prepare.extend_from_slice(&digest(b"ALTER USER u IDENTIFIED BY ?"));
+    let flagged: Vec<(u8, Vec<u8>)> = commands
+        .iter()
+        .map(|c| (c.flags, c.payload.clone()))
+        .collect();
+    let r = format::REDACTED;
+    assert_eq!(
+        flagged,
+        vec![
+            (r, want_query),
+            (r, want_prepare),
+            (r, exec(1, b"")[..5].to_vec()),
+            (r, exec(u32::MAX, b"")[..5].to_vec()),
+            (r, long_data[..5].to_vec()),
+            (0, b"\x16SELECT ?".to_vec()),
+            (0, exec(2, b"kept")),
+            (r, exec(9, b"")[..5].to_vec()),
+            (0, vec![cmd::RESET_CONNECTION]),
+            (r, exec(2, b"")[..5].to_vec()),
+            (0, b"\x16SELECT ?".to_vec()),
+            (0, exec(3, b"kept too")),
+            (0, b"\x11bob\0\0shop\0".to_vec()),
+            (r, exec(3, b"")[..5].to_vec()),
+        ]
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -18,6 +18,9 @@ pub struct DigestConfig {
     pub max_query_length: usize,
     /// Bytes of one statement's text kept as the sample of its row (0: none).
     pub sample_length: usize,
+    /// Bytes all kept texts (normalized statements and samples, over the table and every
+    /// session) hold at most; past it new digests count in "(other)".
+    pub max_text_bytes: usize,
     /// Rows per backend exported to Prometheus, by total time (0: none).
     pub prometheus_top: usize,
     /// Statements slower than this are logged, one line each.
@@ -34,6 +37,7 @@ impl Default for DigestConfig {
             max_entries: 5000,
             max_query_length: 1024,
             sample_length: 256,
+            max_text_bytes: 32 << 20,
             prometheus_top: 0,
             slow_query_threshold: None,
             slow_query_log_per_second: 10,
@@ -48,6 +52,7 @@ pub(super) struct RawDigests {
     max_entries: Option<usize>,
     max_query_length: Option<usize>,
     sample_length: Option<usize>,
+    max_text_bytes: Option<usize>,
     prometheus_top: Option<usize>,
     #[serde(default, with = "humantime_serde")]
     slow_query_threshold: Option<Duration>,
@@ -62,6 +67,7 @@ impl RawDigests {
             max_entries: self.max_entries.unwrap_or(d.max_entries),
             max_query_length: self.max_query_length.unwrap_or(d.max_query_length),
             sample_length: self.sample_length.unwrap_or(d.sample_length),
+            max_text_bytes: self.max_text_bytes.unwrap_or(d.max_text_bytes),
             prometheus_top: self.prometheus_top.unwrap_or(d.prometheus_top),
             slow_query_threshold: self.slow_query_threshold,
             slow_query_log_per_second: self
@@ -86,6 +92,12 @@ impl RawDigests {
                 "must be at most 65536 bytes",
             ));
         }
+        if !(1 << 20..=1 << 40).contains(&c.max_text_bytes) {
+            return Err(ConfigError::invalid(
+                "digests.max_text_bytes",
+                "must be between 1048576 and 1099511627776 bytes",
+            ));
+        }
         if c.prometheus_top > 100 {
             return Err(ConfigError::invalid(
                 "digests.prometheus_top",
@@ -93,5 +105,27 @@ impl RawDigests {
             ));
         }
         Ok(c)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::config::Config;
+
+    #[test]
+    fn max_text_bytes_is_read_and_names_itself_when_out_of_range() {
+        let c =
+            Config::from_yaml_str("backends: [h:1]\ndigests: {max_text_bytes: 67108864}").unwrap();
+        assert_eq!(c.digests.max_text_bytes, 64 << 20);
+        let d = Config::from_yaml_str("backends: [h:1]").unwrap();
+        assert_eq!(d.digests.max_text_bytes, 32 << 20);
+        let e = Config::from_yaml_str("backends: [h:1]\ndigests: {max_text_bytes: 1000}")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("digests.max_text_bytes"), "{e}");
+        let e = Config::from_yaml_str("backends: [h:1]\ndigests: {max_text_byte: 1}")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("max_text_byte"), "unknown keys are errors: {e}");
     }
 }

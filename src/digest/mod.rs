@@ -14,11 +14,16 @@
 //! - the table holds at most `digests.max_entries` rows over all shards (a busy worker may hold
 //!   most of them): when it is full, the shard that needs a row folds the eighth of its rows
 //!   with the least total time into one "(other)" row per backend, so every count and sum over
-//!   the table stays exact.
+//!   the table stays exact;
+//! - the texts (normalized statement and sample) are made once per digest by a shard and shared
+//!   by its rows; sessions keep only the digests they handed over, never texts, and every text
+//!   kept draws on one byte budget, `digests.max_text_bytes` ([`texts`]), so many sessions of
+//!   distinct statements cannot hold more than it.
 
 mod session;
 mod shard;
 pub mod sketch;
+mod texts;
 
 use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
@@ -29,6 +34,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 pub use session::Session;
 use shard::{Budget, Shard};
 pub use shard::{Kind, Stats};
+use texts::TextBudget;
+pub use texts::Texts;
 
 use crate::config::DigestConfig;
 pub use crate::sql::Digest;
@@ -72,13 +79,6 @@ impl Ident {
     }
 }
 
-/// A digest's normalized text and the sample kept for it, shared by every row of the digest.
-#[derive(Debug, Clone)]
-pub struct Texts {
-    pub text: Arc<str>,
-    pub sample: Arc<str>,
-}
-
 /// The table, in [`crate::state::ProxyState`].
 #[derive(Debug)]
 pub struct Digests {
@@ -92,6 +92,7 @@ pub struct Digests {
     slow: SlowLog,
     shards: Box<[Mutex<Shard>]>,
     budget: Arc<Budget>,
+    text_budget: Arc<TextBudget>,
     /// When the table was started or last reset.
     since: Mutex<SystemTime>,
 }
@@ -126,6 +127,9 @@ pub struct Snapshot {
     pub since: SystemTime,
     pub max_entries: usize,
     pub enabled: bool,
+    /// Bytes the kept texts hold (their own and [`texts::OVERHEAD`] each), against their bound.
+    pub text_bytes: usize,
+    pub max_text_bytes: usize,
 }
 
 impl Digests {
@@ -134,6 +138,7 @@ impl Digests {
             .map_or(1, |n| n.get())
             .clamp(1, 64);
         let budget = Arc::new(Budget::new(config.max_entries));
+        let text_budget = TextBudget::new(config.max_text_bytes);
         let table = Self {
             enabled: AtomicBool::new(false),
             max_query_length: AtomicUsize::new(0),
@@ -143,9 +148,10 @@ impl Digests {
             slow_per_second: AtomicU32::new(0),
             slow: SlowLog::default(),
             shards: (0..shards)
-                .map(|_| Mutex::new(Shard::new(Arc::clone(&budget))))
+                .map(|_| Mutex::new(Shard::new(Arc::clone(&budget), Arc::clone(&text_budget))))
                 .collect(),
             budget,
+            text_budget,
             since: Mutex::new(SystemTime::now()),
         };
         table.apply(config);
@@ -169,6 +175,12 @@ impl Digests {
         self.slow_per_second
             .store(config.slow_query_log_per_second, Ordering::Relaxed);
         self.budget.set_max(config.max_entries);
+        self.text_budget.set_max(config.max_text_bytes);
+    }
+
+    /// Bytes the kept texts hold now (see [`texts`]).
+    pub fn text_bytes(&self) -> usize {
+        self.text_budget.used()
     }
 
     pub fn enabled(&self) -> bool {
@@ -239,6 +251,8 @@ impl Digests {
             since: self.since.lock().map_or(UNIX_EPOCH, |s| *s),
             max_entries: self.budget.max(),
             enabled: self.enabled(),
+            text_bytes: self.text_budget.used(),
+            max_text_bytes: self.text_budget.max(),
         }
     }
 
@@ -342,5 +356,61 @@ mod tests {
         assert_eq!((s.min_ns, s.max_ns), (100_000, 400_000));
         table.reset();
         assert!(table.snapshot().rows.is_empty());
+    }
+
+    /// Thousands of sessions, all open at once, each running distinct long statements: every
+    /// text any of them made stays within the one budget, and every statement is counted.
+    #[test]
+    fn many_sessions_of_distinct_long_statements_stay_within_the_text_budget() {
+        let max = 2 << 20;
+        let on = DigestConfig {
+            enabled: true,
+            max_text_bytes: max,
+            ..DigestConfig::default()
+        };
+        let table = Arc::new(Digests::new(&on));
+        let ident = Ident::new("b", "p", "u", "s");
+        let mut sessions = Vec::new();
+        let mut statements = 0;
+        for i in 0..3000 {
+            let mut s = Session::start(&table, i % 4, || Arc::clone(&ident)).unwrap();
+            for j in 0..20 {
+                // 600 bytes, its own digest (a distinct column name), most of it kept.
+                let text = format!("\x03SELECT c{i}_{j}, '{}' FROM t", "x".repeat(570));
+                let tag = s.statement(cmd::QUERY, text.as_bytes());
+                s.completed(&Completed {
+                    command: cmd::QUERY,
+                    latency: Duration::from_micros(100),
+                    tag,
+                    ..Completed::default()
+                });
+                statements += 1;
+                assert!(table.text_bytes() <= max, "{} of {max}", table.text_bytes());
+            }
+            sessions.push(s);
+        }
+        let snap = table.snapshot();
+        assert!(snap.text_bytes <= max && snap.max_text_bytes == max);
+        // 60,000 texts of ~700 bytes each would be 40 MiB: the budget held them to 2 MiB.
+        assert!(
+            snap.text_bytes > max / 2,
+            "the budget is used: {}",
+            snap.text_bytes
+        );
+        let counted: u64 = snap.rows.iter().map(|r| r.stats.count).sum();
+        assert_eq!(
+            counted, statements,
+            "every statement counted, some in (other)"
+        );
+        assert!(snap.rows.iter().any(|r| r.digest.is_some()));
+        drop(sessions);
+        table.reset();
+        assert!(
+            table.text_bytes() > 0,
+            "the snapshot still holds its rows' texts"
+        );
+        drop(snap);
+        table.reset();
+        assert_eq!(table.text_bytes(), 0, "a reset refunds every text");
     }
 }

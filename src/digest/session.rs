@@ -1,28 +1,33 @@
 //! One session's side of the digest table: digests its statements as the relay sees them (tags
 //! the tracker carries to the response's end), maps prepared-statement ids to their digests,
 //! follows the schema (`USE`, COM_INIT_DB) and user (COM_CHANGE_USER) that key its rows.
+//!
+//! A session keeps no texts: only the digests it has handed to its shard (so it normalizes a
+//! statement once) and the schema a `USE` of each selects. The shard keeps the texts, within
+//! the table's text budget; when they are gone (folded, reset, never made for want of budget)
+//! the statement counts in "(other)" once and the session hands it over again next time.
 
+use std::collections::HashSet;
+use std::hash::BuildHasherDefault;
 use std::sync::Arc;
 use std::time::Instant;
 
 use tracing::info;
 
-use super::shard::HashedMap;
-use super::{Digest, Digests, Ident, Kind, Texts};
+use super::shard::{HashedMap, KeyHasher};
+use super::{Digest, Digests, Ident, Kind};
+use crate::capture::redact;
 use crate::protocol::response::{cmd, Completed};
 use crate::sql;
 
-/// Digests a session remembers the texts of, at most (past it the cache starts over).
+/// Digests a session remembers handing over, at most (past it the cache starts over): at 9
+/// bytes a slot, about 4.5 KiB a session at most.
 const KNOWN: usize = 256;
+/// The text a digest table row shows for a statement that may carry a password when its
+/// normalized text kept a comment (whose literals the normalizer keeps).
+const REDACTED_TEXT: &str = "(redacted)";
 /// Prepared statements a session maps, at most (servers allow 16,382 by default).
 const PREPARED: usize = 16_384;
-
-#[derive(Debug, Clone)]
-struct Known {
-    texts: Texts,
-    /// The schema a `USE` statement of this digest selects.
-    schema: Option<Arc<str>>,
-}
 
 #[derive(Debug)]
 pub struct Session {
@@ -30,7 +35,10 @@ pub struct Session {
     worker: usize,
     ident: Arc<Ident>,
     max_len: usize,
-    known: HashedMap<u64, Known>,
+    /// Digests handed to the shard.
+    known: HashSet<u64, BuildHasherDefault<KeyHasher>>,
+    /// Of those, the `USE` statements, with the schema each selects.
+    uses: HashedMap<u64, Arc<str>>,
     prepared: HashedMap<u32, u64>,
     /// The digest of the last COM_STMT_PREPARE sent (an execute of id 0xFFFFFFFF means it).
     last_prepared: u64,
@@ -65,7 +73,8 @@ impl Session {
             worker,
             ident: ident(),
             max_len: table.max_query_length() + 1,
-            known: HashedMap::default(),
+            known: HashSet::default(),
+            uses: HashedMap::default(),
             prepared: HashedMap::default(),
             last_prepared: 0,
             schema_change: None,
@@ -86,7 +95,7 @@ impl Session {
                 let tag = self.digest(body);
                 if command == cmd::STMT_PREPARE {
                     self.last_prepared = tag;
-                } else if let Some(schema) = self.known.get(&tag).and_then(|k| k.schema.clone()) {
+                } else if let Some(schema) = self.uses.get(&tag).cloned() {
                     self.schema_change = Some((tag, schema));
                 }
                 tag
@@ -114,33 +123,31 @@ impl Session {
         }
     }
 
-    /// The tag of a statement text: its digest, its texts known to this session.
+    /// The tag of a statement text: its digest, handed to the shard (its texts made there) the
+    /// first time this session sees it.
     fn digest(&mut self, text: &[u8]) -> u64 {
         let limit = self.max_len - 1;
         let d = sql::digest(text, limit);
         let tag = tag_of(d);
-        if self.known.contains_key(&tag) {
+        if self.known.contains(&tag) {
             return tag;
         }
         if self.known.len() >= KNOWN {
             self.known.clear();
+            self.uses.clear();
         }
         let sample_len = self
             .table
             .sample_length
             .load(std::sync::atomic::Ordering::Relaxed);
-        let texts = match self.table.shard(self.worker).lock() {
-            Ok(mut shard) => shard.texts(Digest(tag), || Texts {
-                text: sql::normalize(text, limit).into(),
-                sample: sample(text, sample_len),
-            }),
+        match self.table.shard(self.worker).lock() {
+            Ok(mut shard) => shard.texts(Digest(tag), || texts(text, limit, sample_len)),
             Err(_) => return 0,
         };
-        let schema = match sql::classify(text) {
-            sql::Statement::Use(name) => Some(lossy(&name)),
-            _ => None,
-        };
-        self.known.insert(tag, Known { texts, schema });
+        if let sql::Statement::Use(name) = sql::classify(text) {
+            self.uses.insert(tag, lossy(&name));
+        }
+        self.known.insert(tag);
         tag
     }
 
@@ -189,16 +196,19 @@ impl Session {
             return;
         };
         let now = c.at.unwrap_or_else(Instant::now);
-        let known = self.known.get(&c.tag);
+        let slow = self.table.slow(c.latency);
+        let mut text = None;
         if let Ok(mut shard) = self.table.shard(self.worker).lock() {
-            match known {
-                Some(k) => shard.record(Digest(c.tag), kind, &self.ident, &k.texts, c, now),
-                // Not read whole, or prepared before digests were on.
-                None => shard.other(&self.ident, c, now),
+            // Tag 0 (not read whole, or prepared before digests were on) has no texts.
+            if !shard.record(Digest(c.tag), kind, &self.ident, c, now) {
+                self.known.remove(&c.tag);
+            }
+            if slow.is_some() {
+                text = shard.text_of(Digest(c.tag));
             }
         }
-        if let Some(suppressed) = self.table.slow(c.latency) {
-            let text = known.map_or("(other)", |k| &k.texts.text);
+        if let Some(suppressed) = slow {
+            let text = text.as_deref().unwrap_or("(other)");
             info!(
                 digest = %Digest(c.tag),
                 kind = kind.as_str(),
@@ -234,15 +244,21 @@ fn change_user(body: &[u8]) -> Option<(Arc<str>, Arc<str>)> {
     Some((lossy(user), lossy(schema)))
 }
 
-/// The statement as sent, cut to `len` bytes, as the row's sample; none for statements that may
-/// carry a password (`IDENTIFIED BY`, `SET PASSWORD`, ...).
-fn sample(text: &[u8], len: usize) -> Arc<str> {
-    let head = &text[..text.len().min(len)];
-    let upper = head.to_ascii_uppercase();
-    if upper.windows(8).any(|w| w == b"PASSWORD") || upper.windows(10).any(|w| w == b"IDENTIFIED") {
-        return "".into();
+/// A statement's normalized text (its first `limit` bytes) and sample (the statement as sent,
+/// cut to `sample_len` bytes). A statement that may carry a password ([`redact::secret`], read
+/// over all of `text`) has no sample, and its normalized text is shown only if it kept no
+/// comment, where the normalizer leaves literals as they are.
+fn texts(text: &[u8], limit: usize, sample_len: usize) -> (String, &[u8]) {
+    let normalized = sql::normalize(text, limit);
+    if redact::secret(text) {
+        let shown = if normalized.contains("/*") {
+            REDACTED_TEXT.to_owned()
+        } else {
+            normalized
+        };
+        return (shown, &[]);
     }
-    lossy(head)
+    (normalized, &text[..text.len().min(sample_len)])
 }
 
 fn truncate(s: &str, max: usize) -> &str {
@@ -272,10 +288,32 @@ mod tests {
     }
 
     #[test]
-    fn samples_leave_passwords_out() {
-        assert_eq!(&*sample(b"SELECT 1", 256), "SELECT 1");
-        assert_eq!(&*sample(b"SELECT 12345", 8), "SELECT 1");
-        assert_eq!(&*sample(b"create user x identified by 'pw'", 256), "");
-        assert_eq!(&*sample(b"SET PASSWORD = 'pw'", 256), "");
+    fn samples_and_texts_leave_passwords_out() {
+        assert_eq!(
+            texts(b"SELECT 1", 64, 256),
+            ("SELECT ?".into(), &b"SELECT 1"[..])
+        );
+        assert_eq!(texts(b"SELECT 12345", 64, 8).1, b"SELECT 1");
+        assert_eq!(texts(b"SELECT 'password'", 64, 256).1, b"SELECT 'password'");
+        let none: &[u8] = &[];
+        for (statement, text) in [
+            (
+                "create user x identified by 'pw'",
+                "CREATE user x IDENTIFIED BY ?",
+            ),
+            ("SET PASSWORD = 'pw'", "SET PASSWORD = ?"),
+            (
+                "CREATE TABLE f (a INT) ENGINE=FEDERATED CONNECTION='mysql://u:pw@h/d/t'",
+                "CREATE TABLE f(a INT) ENGINE = FEDERATED CONNECTION = ?",
+            ),
+            (
+                "/*!40000 CREATE USER x IDENTIFIED BY 'pw' */",
+                REDACTED_TEXT,
+            ),
+            ("SELECT 1; /*M!100100 SET PASSWORD = 'pw' */", REDACTED_TEXT),
+        ] {
+            let (t, sample) = texts(statement.as_bytes(), 1024, 256);
+            assert_eq!((t.as_str(), sample), (text, none), "{statement}");
+        }
     }
 }

@@ -1,5 +1,6 @@
 //! One worker's part of the digest table: rows keyed by a 64-bit mix of digest, command kind and
-//! [`Ident`], bounded by folding the least valuable rows into one "(other)" row per backend.
+//! [`Ident`], bounded by folding the least valuable rows into one "(other)" row per backend; and
+//! the texts of its digests, which rows share and the table's text budget bounds.
 
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
@@ -8,6 +9,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use super::sketch::Sketch;
+use super::texts::TextBudget;
 use super::{Digest, Ident, Texts};
 use crate::protocol::response::{cmd, Completed};
 
@@ -174,15 +176,20 @@ impl Budget {
     }
 }
 
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(super) struct Shard {
     rows: HashMap<u64, Row, BuildHasherDefault<KeyHasher>>,
     /// The "(other)" row of each backend (by name and pool): rows folded, statements whose text
     /// was not seen whole, and the rare key collision.
     others: Vec<(Arc<Ident>, Stats)>,
-    /// Normalized texts by digest, shared by rows and by sessions' caches.
-    texts: HashMap<u64, Texts, BuildHasherDefault<KeyHasher>>,
+    /// Texts by digest, shared by the digest's rows (sessions keep none), with the prune
+    /// round they were made in.
+    texts: HashMap<u64, (Texts, u32), BuildHasherDefault<KeyHasher>>,
+    /// Counts prunes: a text made since the last one is not dropped for having no row yet (its
+    /// statement is likely still running, its row made when it ends).
+    round: u32,
     budget: Arc<Budget>,
+    text_budget: Arc<TextBudget>,
     folded: u64,
 }
 
@@ -193,10 +200,15 @@ impl std::fmt::Debug for KeyHasher {
 }
 
 impl Shard {
-    pub(super) fn new(budget: Arc<Budget>) -> Self {
+    pub(super) fn new(budget: Arc<Budget>, text_budget: Arc<TextBudget>) -> Self {
         Self {
+            rows: HashMap::default(),
+            others: Vec::new(),
+            texts: HashMap::default(),
+            round: 0,
             budget,
-            ..Self::default()
+            text_budget,
+            folded: 0,
         }
     }
 
@@ -209,28 +221,60 @@ impl Shard {
         self.rows.clear();
         self.others.clear();
         self.folded = 0;
-        self.prune_texts();
+        self.prune_texts(true);
     }
 
-    /// The texts of `digest`, made by `make` (normalizing the statement) if this shard has none.
-    pub(super) fn texts(&mut self, digest: Digest, make: impl FnOnce() -> Texts) -> Texts {
-        if self.texts.len() > 2 * self.budget.max().max(8) {
-            self.prune_texts();
+    /// Whether this shard has the texts of `digest`, or made them with `make` (the normalized
+    /// statement and its sample) within the text budget. When the budget is spent, texts no
+    /// row holds are dropped and, if that is not enough, the eighth of the rows with the least
+    /// total time folded, as for the row bound; if other shards hold the bytes, nothing is made.
+    pub(super) fn texts<'t>(
+        &mut self,
+        digest: Digest,
+        make: impl FnOnce() -> (String, &'t [u8]),
+    ) -> bool {
+        if self.texts.contains_key(&digest.0) {
+            return true;
         }
-        self.texts.entry(digest.0).or_insert_with(make).clone()
+        if self.texts.len() > 2 * self.budget.max().max(8) {
+            self.prune_texts(false);
+        }
+        if self.text_budget.spent() {
+            self.prune_texts(true);
+            if self.text_budget.spent() {
+                self.evict();
+            }
+            if self.text_budget.spent() {
+                return false;
+            }
+        }
+        let (text, sample) = make();
+        match self.text_budget.keep(text, sample) {
+            Some(t) => {
+                self.texts.insert(digest.0, (t, self.round));
+                true
+            }
+            None => false,
+        }
     }
 
-    /// Counts `c` under (`digest`, `kind`, `ident`); `texts` for a new row.
+    /// The normalized text of `digest`, if this shard keeps it.
+    pub(super) fn text_of(&self, digest: Digest) -> Option<Arc<str>> {
+        self.texts.get(&digest.0).map(|(t, _)| Arc::clone(&t.text))
+    }
+
+    /// Counts `c` under (`digest`, `kind`, `ident`), a new row taking this shard's texts of
+    /// the digest. False if there are none (never made, or dropped since): `c` is counted in
+    /// "(other)", and the session should make them again.
     #[inline]
     pub(super) fn record(
         &mut self,
         digest: Digest,
         kind: Kind,
         ident: &Arc<Ident>,
-        texts: &Texts,
         c: &Completed,
         now: Instant,
-    ) {
+    ) -> bool {
         let k = key(digest, kind, ident);
         if let Some(row) = self.rows.get_mut(&k) {
             let same = Arc::ptr_eq(&row.ident, ident) || *row.ident == **ident;
@@ -239,14 +283,18 @@ impl Shard {
             } else {
                 self.other(ident, c, now);
             }
-            return;
+            return true;
         }
+        let Some(texts) = self.texts.get(&digest.0).map(|(t, _)| t.clone()) else {
+            self.other(ident, c, now);
+            return false;
+        };
         if self.budget.full() {
             self.evict();
             if self.budget.full() {
                 // Other workers hold the rows: this statement goes to "(other)".
                 self.other(ident, c, now);
-                return;
+                return true;
             }
         }
         self.budget.add(1);
@@ -258,10 +306,11 @@ impl Shard {
                 digest,
                 kind,
                 ident: Arc::clone(ident),
-                texts: texts.clone(),
+                texts,
                 stats,
             },
         );
+        true
     }
 
     /// Counts `c` in the "(other)" row of `ident`'s backend.
@@ -306,12 +355,16 @@ impl Shard {
                 self.budget.remove(1);
             }
         }
-        self.prune_texts();
+        self.prune_texts(false);
     }
 
-    /// Drops texts nothing but this map holds any more.
-    fn prune_texts(&mut self) {
-        self.texts.retain(|_, t| Arc::strong_count(&t.text) > 1);
+    /// Drops texts nothing but this map holds: made before the last prune, or any (`all`: a
+    /// reset, or a spent budget).
+    fn prune_texts(&mut self, all: bool) {
+        let round = self.round;
+        self.texts
+            .retain(|_, (t, made)| Arc::strong_count(&t.text) > 1 || (!all && *made == round));
+        self.round = round.wrapping_add(1);
     }
 
     /// Every row, "(other)" rows with no digest.
@@ -322,10 +375,7 @@ impl Shard {
         for r in self.rows.values() {
             f(Some(r.digest), r.kind, &r.ident, &r.texts, &r.stats);
         }
-        let other = Texts {
-            text: "(other)".into(),
-            sample: "".into(),
-        };
+        let other = Texts::fixed("(other)", "");
         for (ident, stats) in &self.others {
             f(None, Kind::Query, ident, &other, stats);
         }
@@ -338,11 +388,8 @@ mod tests {
 
     use super::*;
 
-    fn texts(t: &str) -> Texts {
-        Texts {
-            text: t.into(),
-            sample: t.into(),
-        }
+    fn shard(rows: usize) -> Shard {
+        Shard::new(Arc::new(Budget::new(rows)), TextBudget::new(usize::MAX / 2))
     }
 
     fn done(us: u64) -> Completed {
@@ -366,15 +413,15 @@ mod tests {
 
     #[test]
     fn rows_stay_bounded_and_totals_exact_when_folded() {
-        let mut s = Shard::new(Arc::new(Budget::new(64)));
+        let mut s = shard(64);
         let ident = Ident::new("b1", "p", "u", "s");
         let now = Instant::now();
         let mut want_sum = 0;
         for i in 0..10_000u64 {
-            let t = s.texts(Digest(i + 1), || texts("q"));
+            assert!(s.texts(Digest(i + 1), || ("q".into(), b"q")));
             let c = done(1 + i % 97);
             want_sum += c.latency.as_nanos() as u64;
-            s.record(Digest(i + 1), Kind::Query, &ident, &t, &c, now);
+            assert!(s.record(Digest(i + 1), Kind::Query, &ident, &c, now));
             assert!(s.rows.len() <= 64);
         }
         let (count, sum, rows) = totals(&s);
@@ -387,17 +434,17 @@ mod tests {
 
     #[test]
     fn the_same_digest_under_other_users_or_kinds_is_another_row() {
-        let mut s = Shard::new(Arc::new(Budget::new(64)));
+        let mut s = shard(64);
         let (a, b) = (
             Ident::new("b1", "p", "u1", "s"),
             Ident::new("b1", "p", "u2", "s"),
         );
         let now = Instant::now();
-        let t = s.texts(Digest(7), || texts("q"));
-        s.record(Digest(7), Kind::Query, &a, &t, &done(5), now);
-        s.record(Digest(7), Kind::Query, &a, &t, &done(5), now);
-        s.record(Digest(7), Kind::Query, &b, &t, &done(5), now);
-        s.record(Digest(7), Kind::Execute, &a, &t, &done(5), now);
+        assert!(s.texts(Digest(7), || ("q".into(), b"q")));
+        s.record(Digest(7), Kind::Query, &a, &done(5), now);
+        s.record(Digest(7), Kind::Query, &a, &done(5), now);
+        s.record(Digest(7), Kind::Query, &b, &done(5), now);
+        s.record(Digest(7), Kind::Execute, &a, &done(5), now);
         let mut counts = Vec::new();
         s.each(|_, k, i, _, st| counts.push((k, i.user.to_string(), st.count)));
         counts.sort_by_key(|(k, u, _)| (k.as_str(), u.clone()));
@@ -413,13 +460,43 @@ mod tests {
 
     #[test]
     fn a_reset_forgets_rows_and_unused_texts() {
-        let mut s = Shard::new(Arc::new(Budget::new(64)));
+        let mut s = shard(64);
         let ident = Ident::new("b1", "p", "u", "s");
-        let t = s.texts(Digest(1), || texts("q"));
-        s.record(Digest(1), Kind::Query, &ident, &t, &done(5), Instant::now());
-        drop(t);
+        assert!(s.texts(Digest(1), || ("q".into(), b"q")));
+        s.record(Digest(1), Kind::Query, &ident, &done(5), Instant::now());
         s.clear();
         assert_eq!(totals(&s).2, 0);
         assert!(s.texts.is_empty());
+        assert_eq!(s.text_budget.used(), 0, "the reset refunded its texts");
+        assert!(
+            !s.record(Digest(1), Kind::Query, &ident, &done(5), Instant::now()),
+            "no texts: counted in (other), to be made again"
+        );
+    }
+
+    #[test]
+    fn a_spent_text_budget_folds_rows_for_new_texts_and_never_overspends() {
+        let per = 1000 + 2 + super::super::texts::OVERHEAD;
+        let text_budget = TextBudget::new(10 * per);
+        let mut s = Shard::new(Arc::new(Budget::new(1000)), Arc::clone(&text_budget));
+        let ident = Ident::new("b1", "p", "u", "s");
+        let now = Instant::now();
+        let mut count = 0;
+        for i in 0..1000u64 {
+            let text = format!("{i:01000}");
+            let made = s.texts(Digest(i + 1), || (text, b"s1"));
+            assert!(made, "rows fold to make room: {i}");
+            assert!(s.record(Digest(i + 1), Kind::Query, &ident, &done(5), now));
+            count += 1;
+            assert!(text_budget.used() <= 10 * per, "{}", text_budget.used());
+        }
+        assert_eq!(totals(&s).0, count, "every statement counted");
+        assert!(s.rows.len() <= 10, "{} rows", s.rows.len());
+        // Another shard holding the budget: nothing to fold here, nothing made.
+        let other = Shard::new(Arc::new(Budget::new(1000)), Arc::clone(&text_budget));
+        let mut other = other;
+        assert!(!other.texts(Digest(5000), || ("x".repeat(1000), b"s1")));
+        drop(s);
+        assert_eq!(text_budget.used(), 0, "every text refunded");
     }
 }

@@ -122,8 +122,8 @@ pub fn render(r: &Report) -> String {
         .map_or("as fast as possible".to_owned(), |s| format!("{s}×"));
     let _ = write!(
         page,
-        "<h1>Replay report</h1><p id=\"summary\">{} of {} commands replayed ({} skipped) from {} sessions at {}: {:.1} s captured, {:.1} s replayed, <b>{}</b> new errors.</p>",
-        r.replayed_commands, r.captured_commands, r.skipped_commands, r.sessions, esc(&speed),
+        "<h1>Replay report</h1><p id=\"summary\">{} of {} commands replayed ({} skipped, {} of them redacted) from {} sessions at {}: {:.1} s captured, {:.1} s replayed, <b>{}</b> new errors.</p>",
+        r.replayed_commands, r.captured_commands, r.skipped_commands, r.redacted_commands, r.sessions, esc(&speed),
         r.captured_seconds, r.replay_seconds, r.new_errors
     );
     if let Some(why) = &r.ended_early {

@@ -206,7 +206,7 @@ async fn replay_session(ctx: Arc<Ctx>, session: Session) -> Vec<Sample> {
     }
     let mut reached = true;
     for step in session.steps {
-        let key = planner.key(&step.payload);
+        let key = planner.key(&step.payload, step.flags);
         let mut sample = Sample {
             key,
             captured: step.response,

@@ -1,15 +1,21 @@
 //! What one captured command becomes on the replay's connection, decided without I/O: the
 //! payload to send (prepared-statement ids mapped to the ones the target gave), or why it is
-//! skipped; and which digest the report counts it under.
+//! skipped; and which digest the report counts it under. A command the capture redacted (it may
+//! carry a password, see `capture::redact`) is never sent: it counts under its digest, with no
+//! text, as [`REDACTED`](Plan::Skip) skipped.
 
 use std::collections::HashMap;
 
-use crate::capture::format::{answered, TRUNCATED};
+use crate::capture::format::{
+    answered, redacted_digest, statement_id as stmt_id, DIGEST_LEN, REDACTED, TRUNCATED,
+};
 use crate::protocol::response::cmd;
 use crate::sql;
 
-/// Statement texts are digested up to this many bytes (as the digest table's default).
-const DIGEST_LEN: usize = 1024;
+/// Why a redacted command is skipped (the report counts these apart).
+pub const SKIP_REDACTED: &str = "redacted: it may carry a password";
+/// The text a redacted statement is reported under.
+pub const REDACTED_TEXT: &str = "(redacted)";
 
 /// What the report groups a command under.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -26,6 +32,15 @@ impl Key {
             kind,
             digest: String::new(),
             text: String::new(),
+        }
+    }
+
+    /// A redacted statement's key: its digest as captured, no text.
+    fn redacted(kind: &'static str, payload: &[u8]) -> Self {
+        Key {
+            kind,
+            digest: redacted_digest(payload).map_or(String::new(), |d| sql::Digest(d).to_string()),
+            text: REDACTED_TEXT.to_owned(),
         }
     }
 
@@ -62,11 +77,6 @@ pub struct Planner {
     prepared: HashMap<u32, Prepared>,
     /// The last prepare's key, for an execute of id 0xFFFFFFFF (MariaDB's "the last one").
     last_prepared: Option<Key>,
-}
-
-fn stmt_id(payload: &[u8]) -> Option<u32> {
-    let b = payload.get(1..5)?;
-    Some(u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
 }
 
 fn with_id(payload: &[u8], id: u32) -> Vec<u8> {
@@ -110,8 +120,8 @@ impl Planner {
         }
     }
 
-    /// The report's key for a captured command.
-    pub fn key(&self, payload: &[u8]) -> Key {
+    /// The report's key for a captured command (`flags` of its record).
+    pub fn key(&self, payload: &[u8], flags: u8) -> Key {
         let command = payload.first().copied().unwrap_or(0);
         let body = payload.get(1..).unwrap_or_default();
         let of_stmt = |kind| {
@@ -125,7 +135,10 @@ impl Planner {
                 None => Key::bare(kind),
             }
         };
+        let redacted = flags & REDACTED != 0;
         match command {
+            cmd::QUERY if redacted => Key::redacted("query", payload),
+            cmd::STMT_PREPARE if redacted => Key::redacted("prepare", payload),
             cmd::QUERY => Key::of_text("query", body),
             cmd::STMT_PREPARE => Key::of_text("prepare", body),
             cmd::STMT_EXECUTE => of_stmt("execute"),
@@ -153,6 +166,23 @@ impl Planner {
         };
         let body = &payload[1..];
         let send = |p: Vec<u8>| Plan::Send(vec![(p, answered(command))]);
+        if flags & REDACTED != 0 {
+            // Its executes count under it, and are skipped as it is.
+            if command == cmd::STMT_PREPARE {
+                let key = Key::redacted("prepare", payload);
+                if let Some(id) = captured_id {
+                    self.prepared.insert(
+                        id,
+                        Prepared {
+                            key: key.clone(),
+                            id: None,
+                        },
+                    );
+                }
+                self.last_prepared = Some(key);
+            }
+            return Plan::Skip(SKIP_REDACTED);
+        }
         let statement = matches!(
             command,
             cmd::QUERY

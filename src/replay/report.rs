@@ -10,7 +10,7 @@ use std::time::Duration;
 use serde::Serialize;
 
 use super::load::Damage;
-use super::plan::Key;
+use super::plan::{Key, SKIP_REDACTED};
 use crate::capture::format::Response;
 
 /// One captured command and what became of it.
@@ -70,6 +70,9 @@ pub struct Report {
     pub captured_commands: u64,
     pub replayed_commands: u64,
     pub skipped_commands: u64,
+    /// Of the skipped, those the capture wrote without their text or values (they may carry a
+    /// password).
+    pub redacted_commands: u64,
     pub new_errors: u64,
     /// How long the captured traffic took, and the replay.
     pub captured_seconds: f64,
@@ -135,6 +138,10 @@ pub fn build(samples: &[Sample], ctx: Context) -> Report {
         captured_commands: samples.len() as u64,
         replayed_commands: digests.iter().map(|d| d.replayed).sum(),
         skipped_commands: digests.iter().map(|d| d.skipped).sum(),
+        redacted_commands: samples
+            .iter()
+            .filter(|s| s.skipped == Some(SKIP_REDACTED))
+            .count() as u64,
         new_errors: digests.iter().map(|d| d.new_errors).sum(),
         captured_seconds: Duration::from_micros(last - first).as_secs_f64(),
         replay_seconds: ctx.replay_wall.as_secs_f64(),
@@ -224,8 +231,8 @@ pub fn table(r: &Report, limit: usize) -> String {
         .map_or("as fast as possible".to_owned(), |s| format!("{s}x"));
     let _ = writeln!(
         out,
-        "replayed {} of {} commands ({} skipped) from {} sessions at {speed}: {:.1} s captured, {:.1} s replayed, {} new errors",
-        r.replayed_commands, r.captured_commands, r.skipped_commands, r.sessions,
+        "replayed {} of {} commands ({} skipped, {} of them redacted) from {} sessions at {speed}: {:.1} s captured, {:.1} s replayed, {} new errors",
+        r.replayed_commands, r.captured_commands, r.skipped_commands, r.redacted_commands, r.sessions,
         r.captured_seconds, r.replay_seconds, r.new_errors
     );
     for d in &r.damaged_files {

@@ -21,8 +21,8 @@ fn executes_are_sent_with_the_id_the_target_gave_their_prepare() {
     );
     p.prepared(7, 1);
     assert_eq!(p.plan(&exec(7), 0, None), Plan::Send(vec![(exec(1), true)]));
-    assert_eq!(p.key(&exec(7)).kind, "execute");
-    assert_eq!(p.key(&exec(7)).digest, p.key(&prepare).digest);
+    assert_eq!(p.key(&exec(7), 0).kind, "execute");
+    assert_eq!(p.key(&exec(7), 0).digest, p.key(&prepare, 0).digest);
     assert_eq!(
         p.plan(&exec(8), 0, None),
         Plan::Skip("prepared before the capture")
@@ -46,15 +46,15 @@ fn cursor_fetches_and_bulk_executes_name_the_id_the_target_gave() {
         p.plan(&fetch(9), 0, None),
         Plan::Send(vec![(fetch(2), true)])
     );
-    assert_eq!(p.key(&fetch(9)).kind, "fetch");
-    assert_eq!(p.key(&fetch(9)).digest, p.key(&prepare).digest);
+    assert_eq!(p.key(&fetch(9), 0).kind, "fetch");
+    assert_eq!(p.key(&fetch(9), 0).digest, p.key(&prepare, 0).digest);
     let mut bulk = vec![cmd::STMT_BULK_EXECUTE];
     bulk.extend_from_slice(&9u32.to_le_bytes());
     bulk.extend_from_slice(&[0x80, 0]);
     let mut mapped = bulk.clone();
     mapped[1..5].copy_from_slice(&2u32.to_le_bytes());
     assert_eq!(p.plan(&bulk, 0, None), Plan::Send(vec![(mapped, true)]));
-    assert_eq!(p.key(&bulk).kind, "bulk_execute");
+    assert_eq!(p.key(&bulk, 0).kind, "bulk_execute");
     assert_eq!(
         p.plan(&fetch(4), 0, None),
         Plan::Skip("prepared before the capture")
@@ -136,4 +136,28 @@ fn cut_payloads_are_not_replayed() {
         p.plan(b"\x03SELECT", TRUNCATED, None),
         Plan::Skip(_)
     ));
+}
+
+#[test]
+fn redacted_statements_and_their_executes_are_skipped_under_their_digest() {
+    let mut p = Planner::default();
+    let digest = sql::digest(b"CREATE USER u IDENTIFIED BY ?", DIGEST_LEN);
+    let mut prepare = vec![cmd::STMT_PREPARE];
+    prepare.extend_from_slice(&digest.0.to_le_bytes());
+    assert_eq!(
+        p.plan(&prepare, REDACTED, Some(3)),
+        Plan::Skip(SKIP_REDACTED)
+    );
+    let key = p.key(&prepare, REDACTED);
+    assert_eq!((key.kind, &*key.text), ("prepare", REDACTED_TEXT));
+    assert_eq!(key.digest, digest.to_string());
+    // An execute written without its parameters: its statement id only.
+    let execute = exec(3)[..5].to_vec();
+    assert_eq!(p.plan(&execute, REDACTED, None), Plan::Skip(SKIP_REDACTED));
+    assert_eq!(p.key(&execute, REDACTED).digest, key.digest);
+    assert_eq!(p.key(&execute, REDACTED).kind, "execute");
+    let mut query = vec![cmd::QUERY];
+    query.extend_from_slice(&digest.0.to_le_bytes());
+    assert_eq!(p.plan(&query, REDACTED, None), Plan::Skip(SKIP_REDACTED));
+    assert_eq!(p.key(&query, REDACTED).text, REDACTED_TEXT);
 }
