@@ -29,13 +29,15 @@
 
 mod common;
 
+use std::future::Future;
+use std::pin::Pin;
 use std::time::{Duration, Instant};
 
 use common::mariadb::{shared_pair, tcp_opts, MariaDb};
 use common::pooling::counts;
+use common::steps::{Rng, Steps};
 use mysql_async::prelude::*;
 use mysql_async::{Conn, Opts, OptsBuilder, Row, Value};
-use tokio::sync::mpsc;
 
 /// Sessions per run (alternating between the two users).
 const SESSIONS: usize = 8;
@@ -47,31 +49,6 @@ const USERS: [&str; 2] = ["pm_u0", "pm_u1"];
 const CI_SEEDS: std::ops::RangeInclusive<u64> = 1..=12;
 /// A step that takes longer has hung (the pool's own wait is shorter).
 const STEP_LIMIT: Duration = Duration::from_secs(30);
-
-/// A small seeded generator (SplitMix64): the scripts must be the same for a seed everywhere.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
-
-    fn pick<'a, T>(&mut self, items: &'a [T]) -> &'a T {
-        &items[self.below(items.len())]
-    }
-
-    fn chance(&mut self, percent: u64) -> bool {
-        self.next() % 100 < percent
-    }
-}
 
 /// How a step's rows are made comparable between the runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -283,7 +260,7 @@ impl Gen<'_> {
 
     fn transaction(&mut self) {
         let t = self.table();
-        let begin = *self
+        let begin = self
             .rng
             .pick(&["BEGIN", "START TRANSACTION", "START TRANSACTION READ WRITE"]);
         self.push(Step::q(begin));
@@ -304,7 +281,7 @@ impl Gen<'_> {
         self.push(Step::q(format!(
             "SELECT COUNT(*), SUM(v), @@in_transaction FROM {t}"
         )));
-        let end = *self.rng.pick(&["COMMIT", "ROLLBACK"]);
+        let end = self.rng.pick(&["COMMIT", "ROLLBACK"]);
         self.push(Step::q(end));
         self.push(Step::q(format!("SELECT COUNT(*), SUM(v) FROM {t}")));
     }
@@ -358,7 +335,7 @@ impl Gen<'_> {
             "SELECT @@warning_count, @@error_count",
             "SHOW COUNT(*) WARNINGS",
         ]);
-        self.push(Step::q(*read));
+        self.push(Step::q(read));
     }
 
     fn row_count(&mut self) {
@@ -402,7 +379,7 @@ impl Gen<'_> {
             "SELECT `CONCAT`('a', 'b')",
             "SELECT /*+ NO_INDEX_MERGE() */ 4",
         ]);
-        self.push(Step::q(*sql));
+        self.push(Step::q(sql));
     }
 
     fn user_variable(&mut self) {
@@ -547,7 +524,7 @@ fn interleaving(seed: u64, lens: &[usize]) -> Vec<usize> {
     let mut order = Vec::with_capacity(lens.iter().sum());
     while left.iter().any(|&n| n > 0) {
         let live: Vec<usize> = (0..left.len()).filter(|&s| left[s] > 0).collect();
-        let s = *rng.pick(&live);
+        let s = rng.pick(&live);
         left[s] -= 1;
         order.push(s);
     }
@@ -610,56 +587,13 @@ async fn run_step(conn: &mut Conn, step: &Step) -> Outcome {
     }
 }
 
-/// One session on its own task: it runs the steps it is told, in order, reports each one's
-/// outcome, and disconnects when told `None`.
-struct Session {
-    go: mpsc::UnboundedSender<Option<Step>>,
-    done: mpsc::UnboundedReceiver<Outcome>,
-    outcomes: Vec<Outcome>,
-    told: usize,
+/// [`run_step`] as the session task runs it.
+fn run_boxed(conn: &mut Conn, step: Step) -> Pin<Box<dyn Future<Output = Outcome> + Send + '_>> {
+    Box::pin(async move { run_step(conn, &step).await })
 }
 
-impl Session {
-    fn start(mut conn: Conn) -> Session {
-        let (go, mut steps) = mpsc::unbounded_channel::<Option<Step>>();
-        let (report, done) = mpsc::unbounded_channel();
-        tokio::spawn(async move {
-            while let Some(Some(step)) = steps.recv().await {
-                let outcome = run_step(&mut conn, &step).await;
-                if report.send(outcome).is_err() {
-                    return;
-                }
-            }
-            // A broken connection has nothing to say goodbye to; its steps already showed it.
-            if let Err(e) = conn.disconnect().await {
-                eprintln!("a session's disconnect failed: {e}");
-            }
-        });
-        Session {
-            go,
-            done,
-            outcomes: Vec::new(),
-            told: 0,
-        }
-    }
-
-    fn tell(&mut self, step: Option<Step>) {
-        if step.is_some() {
-            self.told += 1;
-        }
-        assert!(self.go.send(step).is_ok(), "a session's task ended early");
-    }
-
-    fn collect(&mut self) {
-        while let Ok(outcome) = self.done.try_recv() {
-            self.outcomes.push(outcome);
-        }
-    }
-
-    fn waiting(&self) -> bool {
-        self.outcomes.len() < self.told
-    }
-}
+/// One session on its own task (see `common::steps`).
+type Session = Steps<Step, Outcome>;
 
 /// Waits for `s`'s last step: true when it ended, false when it is waiting for a server
 /// connection (the pool counts one more waiter than before it, or any after a while), which
@@ -691,7 +625,10 @@ async fn run(
     order: &[usize],
     waiters: &dyn Fn() -> usize,
 ) -> (Vec<Vec<Outcome>>, usize) {
-    let mut sessions: Vec<Session> = conns.into_iter().map(Session::start).collect();
+    let mut sessions: Vec<Session> = conns
+        .into_iter()
+        .map(|c| Session::start(c, run_boxed))
+        .collect();
     let mut next = vec![0; scripts.len()];
     let mut waits = 0;
     for &s in order {

@@ -13,15 +13,17 @@
 
 mod common;
 
+use std::future::Future;
+use std::pin::Pin;
 use std::time::{Duration, Instant};
 
 use common::mariadb::{shared_pair, MariaDb};
 use common::pooling::open_connections;
 use common::proxy::TestProxy;
 use common::rawclient::RawClient;
+use common::steps::Steps;
 use mysql_async::prelude::*;
 use mysql_async::{Conn, Opts, OptsBuilder, Row, Value};
-use tokio::sync::mpsc;
 
 /// One statement of a session's script.
 #[derive(Clone, Debug)]
@@ -622,70 +624,30 @@ async fn run_step(conn: &mut Conn, step: &Step) -> Outcome {
     Ok(out)
 }
 
-/// One session's script on its own task: it runs the steps it is told to, in order, and
-/// reports each one's end; at the end it disconnects.
-struct Session {
-    go: mpsc::UnboundedSender<Option<Step>>,
-    done: mpsc::UnboundedReceiver<Outcome>,
-    outcomes: Vec<Outcome>,
-    /// Steps told and not yet reported.
-    pending: usize,
+/// [`run_step`] as the session task runs it.
+fn run_boxed(conn: &mut Conn, step: Step) -> Pin<Box<dyn Future<Output = Outcome> + Send + '_>> {
+    Box::pin(async move { run_step(conn, &step).await })
 }
 
-impl Session {
-    fn start(mut conn: Conn) -> Session {
-        let (go, mut steps) = mpsc::unbounded_channel::<Option<Step>>();
-        let (report, done) = mpsc::unbounded_channel();
-        tokio::spawn(async move {
-            while let Some(Some(step)) = steps.recv().await {
-                let outcome = run_step(&mut conn, &step).await;
-                if report.send(outcome).is_err() {
-                    return;
-                }
-            }
-            conn.disconnect().await.expect("disconnect");
-        });
-        Session {
-            go,
-            done,
-            outcomes: Vec::new(),
-            pending: 0,
-        }
-    }
+/// One session's script on its own task (see `common::steps`).
+type Session = Steps<Step, Outcome>;
 
-    /// Tells the session its next step and gives it `window` to end; a step still waiting
-    /// (for the shared connection) is left running. True when it ended.
-    async fn step(&mut self, step: &Step, window: Duration) -> bool {
-        self.go.send(Some(step.clone())).expect("session alive");
-        self.pending += 1;
-        self.settle(window).await
-    }
+/// Tells `s` its next step and gives it `window` to end; a step still waiting (for the shared
+/// connection) is left running.
+async fn step(s: &mut Session, step: &Step, window: Duration) {
+    s.tell(Some(step.clone()));
+    s.settle(window).await;
+}
 
-    async fn settle(&mut self, window: Duration) -> bool {
-        let deadline = tokio::time::Instant::now() + window;
-        while self.pending > 0 {
-            match tokio::time::timeout_at(deadline, self.done.recv()).await {
-                Ok(Some(outcome)) => {
-                    self.outcomes.push(outcome);
-                    self.pending -= 1;
-                }
-                Ok(None) => panic!("a session's task ended early"),
-                Err(_) => return false,
-            }
-        }
-        true
-    }
-
-    /// Waits for every step told, then ends the session; its outcomes.
-    async fn finish(mut self, what: &str) -> Vec<Outcome> {
-        assert!(
-            self.settle(Duration::from_secs(10)).await,
-            "{what}: steps still waiting after 10 s: {:?}",
-            self.outcomes
-        );
-        self.go.send(None).expect("session alive");
-        self.outcomes
-    }
+/// Waits for every step told, then ends the session; its outcomes.
+async fn finish(mut s: Session, what: &str) -> Vec<Outcome> {
+    assert!(
+        s.settle(Duration::from_secs(10)).await,
+        "{what}: steps still waiting after 10 s: {:?}",
+        s.outcomes
+    );
+    s.tell(None);
+    s.outcomes
 }
 
 /// What a run of a scenario gave, and which of B's steps had to wait.
@@ -700,20 +662,20 @@ struct Run {
 /// Runs `s` with A and B logged in at `addr`; `window` is how long a step gets before the
 /// script goes on without it.
 async fn run(s: &Scenario, a: Conn, b: Conn, window: Duration) -> Run {
-    let mut a = Session::start(a);
-    let mut b = Session::start(b);
+    let mut a = Session::start(a, run_boxed);
+    let mut b = Session::start(b, run_boxed);
     for i in 0..s.a.len().max(s.b.len()) {
         if let Some(step) = s.a.get(i) {
-            a.step(step, window).await;
+            self::step(&mut a, step, window).await;
         }
         if let Some(step) = s.b.get(i) {
-            b.step(step, window).await;
+            self::step(&mut b, step, window).await;
         }
     }
     let a_done = a.settle(Duration::from_secs(10)).await;
     let b_waited_for_a = a_done && !b.settle(window).await;
-    let a = a.finish(&format!("{}: A", s.name)).await;
-    let b = b.finish(&format!("{}: B", s.name)).await;
+    let a = finish(a, &format!("{}: A", s.name)).await;
+    let b = finish(b, &format!("{}: B", s.name)).await;
     Run {
         a,
         b,

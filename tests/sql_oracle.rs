@@ -46,6 +46,7 @@ use common::rawclient::{
     RawClient, Rows, Tracked, CLIENT_MULTI_STATEMENTS, CLIENT_SESSION_TRACK,
     SERVER_SESSION_STATE_CHANGED,
 };
+use common::steps::Rng;
 use mysql_lb::sql::pins::pins;
 use mysql_lb::sql::{
     classify, classify_as, tokens_as, Comments, Multibyte, Reading, Server, Statement, TokenKind,
@@ -150,31 +151,6 @@ fn lexer_runs_markers(case: &Case, text: &[u8]) -> Vec<u8> {
 
 // ---------------------------------------------------------------------------------------------
 // The generator.
-
-/// SplitMix64: a seeded, reproducible stream (no dependency needed for this).
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n.max(1) as u64) as usize
-    }
-
-    fn pick<T: Copy>(&mut self, items: &[T]) -> T {
-        items[self.below(items.len())]
-    }
-
-    fn chance(&mut self, percent: u64) -> bool {
-        self.next() % 100 < percent
-    }
-}
 
 /// One generated statement and the session it runs in.
 #[derive(Clone, Debug)]

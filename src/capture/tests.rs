@@ -3,6 +3,17 @@ use std::time::Duration;
 use super::format::{decode_file, Body, Record, STARTED_BEFORE};
 use super::*;
 
+/// The command records among `records`, in order.
+fn commands_of(records: &[format::Record]) -> Vec<&format::Command> {
+    records
+        .iter()
+        .filter_map(|r| match &r.body {
+            Body::Command(c) => Some(c),
+            _ => None,
+        })
+        .collect()
+}
+
 fn who() -> Who<'static> {
     Who {
         user: "app",
@@ -173,13 +184,7 @@ fn change_user_is_written_without_its_auth_data_and_long_payloads_are_cut() {
     s.statement(cmd::QUERY, &long);
     drop(s);
     let records = stop_and_read(&c, &dir);
-    let commands: Vec<&format::Command> = records
-        .iter()
-        .filter_map(|r| match &r.body {
-            Body::Command(c) => Some(c),
-            _ => None,
-        })
-        .collect();
+    let commands = commands_of(&records);
     assert_eq!(commands[0].payload, b"\x11bob\0\0shop\0");
     assert_eq!(commands[1].payload.len(), MAX_PAYLOAD);
     assert_eq!(commands[1].flags, format::TRUNCATED);
@@ -259,13 +264,7 @@ fn password_statements_and_their_executes_keep_only_digest_and_id() {
     drop(s);
     assert_eq!(c.status().unwrap()["redacted"], 8);
     let records = stop_and_read(&c, &dir);
-    let commands: Vec<&format::Command> = records
-        .iter()
-        .filter_map(|r| match &r.body {
-            Body::Command(c) => Some(c),
-            _ => None,
-        })
-        .collect();
+    let commands = commands_of(&records);
     let digest = |text: &[u8]| crate::sql::digest(text, format::DIGEST_LEN).0.to_le_bytes();
     let mut want_query = vec![cmd::QUERY];
     want_query.extend_from_slice(&digest(&create[1..]));

@@ -170,16 +170,7 @@ impl Planner {
             // Its executes count under it, and are skipped as it is.
             if command == cmd::STMT_PREPARE {
                 let key = Key::redacted("prepare", payload);
-                if let Some(id) = captured_id {
-                    self.prepared.insert(
-                        id,
-                        Prepared {
-                            key: key.clone(),
-                            id: None,
-                        },
-                    );
-                }
-                self.last_prepared = Some(key);
+                self.remember(key.clone(), captured_id);
             }
             return Plan::Skip(SKIP_REDACTED);
         }
@@ -206,16 +197,7 @@ impl Planner {
             cmd::STMT_PREPARE => {
                 let key = Key::of_text("prepare", body);
                 let skip = self.read_only && writes(body);
-                if let Some(id) = captured_id {
-                    self.prepared.insert(
-                        id,
-                        Prepared {
-                            key: key.clone(),
-                            id: None,
-                        },
-                    );
-                }
-                self.last_prepared = Some(key);
+                self.remember(key.clone(), captured_id);
                 if skip {
                     Plan::Skip("writes (--read-only)")
                 } else {
@@ -260,6 +242,21 @@ impl Planner {
             }
             _ => send(payload.to_vec()),
         }
+    }
+
+    /// A prepare under `key`, captured with id `captured`: its executes count under it, and
+    /// an execute of 0xFFFFFFFF names it.
+    fn remember(&mut self, key: Key, captured: Option<u32>) {
+        if let Some(id) = captured {
+            self.prepared.insert(
+                id,
+                Prepared {
+                    key: key.clone(),
+                    id: None,
+                },
+            );
+        }
+        self.last_prepared = Some(key);
     }
 
     /// The target answered a prepare captured with id `captured` by giving it `replayed`.

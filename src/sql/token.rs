@@ -258,18 +258,12 @@ impl<'a> Tokens<'a> {
     /// A `'` or `"` string opened at `start`, by this reading's escapes and character set.
     fn string_end(&self, start: usize) -> usize {
         let r = self.reading;
-        if r.backslash_escapes && r.multibyte == Multibyte::None {
-            return string_end(self.text, start);
-        }
         quoted_end(self.text, start, r.backslash_escapes, r.multibyte)
     }
 
     /// A quoted name opened at `start` (`` ` ``, or `"` under `ANSI_QUOTES`): no escapes.
     fn quoted_end(&self, start: usize) -> usize {
-        match self.reading.multibyte {
-            Multibyte::None if self.at(start) == b'`' => backtick_end(self.text, start),
-            mb => quoted_end(self.text, start, false, mb),
-        }
+        quoted_end(self.text, start, false, self.reading.multibyte)
     }
 
     /// The end of an unquoted word from `start`, by this reading's character set.
@@ -583,6 +577,7 @@ fn nested_comment_end(text: &[u8], start: usize) -> Option<usize> {
 /// A string or quoted name opened at `start`: a doubled quote is one quote, `\` escapes when
 /// `escapes`, and a character of `mb` is never split (its second byte neither escapes nor
 /// closes).
+#[inline]
 fn quoted_end(text: &[u8], start: usize, escapes: bool, mb: Multibyte) -> usize {
     let Some(&quote) = text.get(start) else {
         return text.len();
@@ -596,45 +591,6 @@ fn quoted_end(text: &[u8], start: usize, escapes: bool, mb: Multibyte) -> usize 
             i += 2;
         } else if c == quote {
             if text.get(i + 1) == Some(&quote) {
-                i += 2;
-            } else {
-                return i + 1;
-            }
-        } else {
-            i += 1;
-        }
-    }
-    text.len()
-}
-
-/// A `'` or `"` string opened at `start`: backslash escapes, a doubled quote is one quote.
-fn string_end(text: &[u8], start: usize) -> usize {
-    let Some(&quote) = text.get(start) else {
-        return text.len();
-    };
-    let mut i = start + 1;
-    while let Some(&c) = text.get(i) {
-        if c == b'\\' {
-            i += 2;
-        } else if c == quote {
-            if text.get(i + 1) == Some(&quote) {
-                i += 2;
-            } else {
-                return i + 1;
-            }
-        } else {
-            i += 1;
-        }
-    }
-    text.len()
-}
-
-/// A backtick-quoted name opened at `start`: a doubled backtick is one backtick.
-fn backtick_end(text: &[u8], start: usize) -> usize {
-    let mut i = start + 1;
-    while let Some(&c) = text.get(i) {
-        if c == b'`' {
-            if text.get(i + 1) == Some(&b'`') {
                 i += 2;
             } else {
                 return i + 1;

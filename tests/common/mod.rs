@@ -14,6 +14,7 @@ pub mod pp;
 pub mod proxy;
 pub mod rawclient;
 pub mod scripts;
+pub mod steps;
 pub mod sysbench;
 pub mod tls_server;
 
