@@ -447,6 +447,7 @@ const INDEX: [u16; SLOTS] = {
 };
 
 /// The keyword `word` spells (any case), with its flags.
+#[inline]
 pub(crate) fn lookup(word: &[u8]) -> Option<(&'static str, u8)> {
     if word.len() > MAX_KEYWORD_LEN || word.is_empty() {
         return None;
