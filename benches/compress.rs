@@ -28,8 +28,8 @@ use std::time::{Duration, Instant};
 use bytes::BytesMut;
 use criterion::{Criterion, Throughput};
 
-use mysql_lb::protocol::compress::{FrameDecoder, FrameEncoder, Role};
-use mysql_lb::stream::compressed::Compressed;
+use mysql_lb::net::stream::compressed::Compressed;
+use mysql_lb::wire::protocol::compress::{FrameDecoder, FrameEncoder, Role};
 use tokio::io::AsyncWrite;
 
 const POINT_SELECT: &[u8] = include_bytes!("fixtures/point_select.bin");

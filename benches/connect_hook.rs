@@ -21,9 +21,9 @@ use std::time::{Duration, Instant};
 use common::mariadb::{shared_pair, BENCH_PASS, BENCH_USER};
 use common::proxy::{config, TestProxy};
 use common::rawclient::RawClient;
-use mysql_lb::balancer::{BackendSet, ClientInfo};
+use mysql_lb::backends::balancer::{BackendSet, ClientInfo};
 use mysql_lb::config::{BalancerConfig, Config};
-use mysql_lb::metrics::Metrics;
+use mysql_lb::telemetry::metrics::Metrics;
 
 const CLIENTS: usize = 64;
 
@@ -94,7 +94,7 @@ fn main() {
         hooked.shared.backends().script().is_some(),
         "the hooked proxy has its script"
     );
-    let errors: u64 = mysql_lb::balancer::script::ErrorReason::ALL
+    let errors: u64 = mysql_lb::backends::balancer::script::ErrorReason::ALL
         .iter()
         .map(|&r| hooked.shared.backends().script_errors(r))
         .sum();

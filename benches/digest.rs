@@ -9,7 +9,7 @@ use std::hint::black_box;
 
 use criterion::{criterion_group, criterion_main, Criterion};
 
-use mysql_lb::sql::{digest, normalize};
+use mysql_lb::wire::sql::{digest, normalize};
 
 const MAX_LEN: usize = 1024;
 

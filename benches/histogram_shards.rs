@@ -20,8 +20,8 @@ use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 
-use mysql_lb::metrics::{BackendStats, Metrics};
-use mysql_lb::protocol::response::Completed;
+use mysql_lb::telemetry::metrics::{BackendStats, Metrics};
+use mysql_lb::wire::protocol::response::Completed;
 
 const THREADS: [usize; 3] = [1, 2, 4];
 

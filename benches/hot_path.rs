@@ -15,10 +15,10 @@ use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
 
-use mysql_lb::protocol::caps::Negotiated;
-use mysql_lb::protocol::codec::{header, FrameError, PacketScanner};
-use mysql_lb::protocol::handshake::{self, ClientFirst};
-use mysql_lb::protocol::response::Tracker;
+use mysql_lb::wire::protocol::caps::Negotiated;
+use mysql_lb::wire::protocol::codec::{header, FrameError, PacketScanner};
+use mysql_lb::wire::protocol::handshake::{self, ClientFirst};
+use mysql_lb::wire::protocol::response::Tracker;
 
 const POINT_SELECT: &[u8] = include_bytes!("fixtures/point_select.bin");
 const READ_ONLY: &[u8] = include_bytes!("fixtures/read_only.bin");

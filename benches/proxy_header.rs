@@ -8,7 +8,7 @@ use std::hint::black_box;
 
 use criterion::{criterion_group, criterion_main, Criterion};
 
-use mysql_lb::protocol::proxy_in::{parse, V2_SIGNATURE};
+use mysql_lb::wire::protocol::proxy_in::{parse, V2_SIGNATURE};
 
 fn headers() -> [(&'static str, Vec<u8>); 3] {
     let v1 = b"PROXY TCP4 203.0.113.77 10.0.1.11 51234 4040\r\n".to_vec();

@@ -30,7 +30,7 @@ use mysql_lb::config::{
     BackendAddr, BackendConfig, BackendKind, BackendTls, BackendTlsMode, ClientTls, Config,
     TlsVersion,
 };
-use mysql_lb::tls::TlsMaterial;
+use mysql_lb::net::tls::TlsMaterial;
 
 struct TlsEnds {
     acceptor: TlsAcceptor,

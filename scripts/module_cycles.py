@@ -13,6 +13,10 @@ top-level module, and leaves out the edges between a module and its own ancestor
 declares and re-exports its parts and they use its types: that is one room), so what it adds is
 the cycles between the parts of one room; cycles between rooms are depth 1's.
 
+`--wings` checks the floors of ARCHITECTURE.md instead: each wing (a folder at the root of src/)
+may use only the wings below it in `WINGS`, so a new edge that runs up fails even where it makes
+no cycle yet.
+
 Prints each strongly connected component with the edges inside it (the ones to cut), then
 `no cycles` or the count; exits 1 when there is a cycle, so `scripts/test.sh` can run it.
 """
@@ -23,6 +27,22 @@ import re
 import sys
 
 PATH_RE = re.compile(r"\b(crate|super|self)((?:::[A-Za-z_][A-Za-z0-9_]*)*)(::\{)?")
+
+
+# The wings bottom up: each may use the ones before it, never one after it.
+WINGS = ["wire", "config", "telemetry", "net", "backends", "proxy", "tools", "control"]
+
+
+def wing_violations(edges: dict[str, set[str]]) -> list[str]:
+    """The depth-1 edges that run up the floors of `WINGS` (or touch a wing it does not list)."""
+    out = []
+    for a in sorted(edges):
+        for b in sorted(edges[a]):
+            if a not in WINGS or b not in WINGS:
+                out.append(f"  {a} -> {b}: not a wing of WINGS")
+            elif WINGS.index(b) > WINGS.index(a):
+                out.append(f"  {a} -> {b}: runs up ({b} is above {a})")
+    return out
 
 
 def module_of(src: pathlib.Path, file: pathlib.Path) -> list[str]:
@@ -232,7 +252,14 @@ def main() -> int:
     parser.add_argument(
         "--layers", action="store_true", help="without cycles, print the modules bottom up"
     )
+    parser.add_argument(
+        "--wings", action="store_true", help="check that each wing uses only those below it"
+    )
     args = parser.parse_args()
+    if args.wings:
+        bad = wing_violations(graph(pathlib.Path(args.src), 1, args.tests))
+        print("\n".join(["edges against the floors:"] + bad) if bad else "wings in order")
+        return 1 if bad else 0
     edges = graph(pathlib.Path(args.src), args.depth, args.tests)
     if args.edges:
         for a in sorted(edges):

@@ -21,5 +21,7 @@ step deps scripts/install-deps.sh
 step fmt cargo fmt --all -- --check
 step clippy cargo clippy --all-targets -- -D warnings
 step cycles python3 scripts/module_cycles.py
+step cycles-in-wings python3 scripts/module_cycles.py --depth 2
+step wings python3 scripts/module_cycles.py --wings
 step test cargo test --all-targets "$@"
 echo "==> all passed in $((SECONDS - total)) s" >&2

@@ -3,39 +3,14 @@
 //! [`Proxy::bind`] then [`Proxy::run`] is the whole daemon; `main.rs` only parses flags, sets up
 //! logging and the descriptor limit, and the tests call the same two functions on `127.0.0.1:0`.
 
-pub mod admin;
-pub mod auth;
-pub mod balancer;
-pub mod capture;
-pub mod cidr;
+pub mod backends;
 pub mod config;
-pub mod digest;
-pub mod gate;
-pub mod health;
-pub mod html;
-pub mod identity_check;
-pub mod kill;
-pub mod leg;
-pub mod lifecycle;
-pub mod limits;
-pub mod logging;
-pub mod metrics;
-pub mod peer_api;
-pub mod pooling;
-pub mod protocol;
-pub mod relay;
-pub mod reload;
-pub mod replay;
-pub mod route;
-pub mod server;
-pub mod session;
-pub mod sql;
-pub mod state;
-pub mod stream;
-pub mod tasks;
-pub mod tls;
-pub mod top;
-pub mod workers;
+pub mod control;
+pub mod net;
+pub mod proxy;
+pub mod telemetry;
+pub mod tools;
+pub mod wire;
 
 use std::sync::Arc;
 
@@ -44,10 +19,10 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use config::{Config, ListenAddr};
-use metrics::Metrics;
-use server::{Listener, ServerError, Sessions};
-use state::ProxyState;
-use workers::Workers;
+use proxy::server::{Listener, ServerError, Sessions};
+use proxy::state::ProxyState;
+use proxy::workers::Workers;
+use telemetry::metrics::Metrics;
 
 /// A proxy with its listeners bound, ready to run.
 pub struct Proxy {
@@ -58,12 +33,12 @@ pub struct Proxy {
     max_connections: usize,
     health: config::HealthCheckConfig,
     shutdown_timeout: std::time::Duration,
-    loader: Option<reload::Loader>,
-    /// The config file to watch (see `lifecycle::watch`).
-    watch: Option<lifecycle::watch::ConfigWatch>,
+    loader: Option<control::reload::Loader>,
+    /// The config file to watch (see `proxy::lifecycle::watch`).
+    watch: Option<proxy::lifecycle::watch::ConfigWatch>,
     workers: Workers,
     /// The listening sockets each worker accepts on: (worker, socket).
-    acceptors: Vec<(usize, server::StdAcceptor)>,
+    acceptors: Vec<(usize, proxy::server::StdAcceptor)>,
 }
 
 impl std::fmt::Debug for Proxy {
@@ -82,7 +57,7 @@ impl Proxy {
     /// session worker threads (`worker_threads`, default one per CPU).
     pub async fn bind(config: &Config) -> Result<Self, ServerError> {
         // Certificates first: a bad file is reported before anything listens.
-        let legs = state::LegSettings::load(config)?;
+        let legs = proxy::state::LegSettings::load(config)?;
         warn_plaintext_backend_legs(config);
         if let Some(warning) = config.connect_mode_warning() {
             tracing::warn!("{warning}");
@@ -121,8 +96,10 @@ impl Proxy {
                 .open_fds_limit
                 .set(i64::try_from(soft).unwrap_or(i64::MAX));
         }
-        let identity = Arc::new(crate::stream::identity::SocketIdentity::for_config(config)?);
-        identity_check::verify(&identity, config, &legs).await?;
+        let identity = Arc::new(crate::net::stream::identity::SocketIdentity::for_config(
+            config,
+        )?);
+        control::identity_check::verify(&identity, config, &legs).await?;
         let shared = Arc::new(
             ProxyState::new(config, Arc::clone(&metrics))
                 .with_leg_settings(legs)
@@ -154,7 +131,7 @@ impl Proxy {
 
     /// Lets SIGHUP reload the whole configuration through `load` (main re-reads the file and
     /// flags); without it SIGHUP reloads only the Lua script.
-    pub fn with_reload(mut self, load: reload::Loader) -> Self {
+    pub fn with_reload(mut self, load: control::reload::Loader) -> Self {
         self.loader = Some(load);
         self
     }
@@ -163,7 +140,7 @@ impl Proxy {
     /// taken as the one the running configuration came from. Needs [`with_reload`](Self::with_reload)
     /// to reload more than the Lua script.
     pub fn with_config_watch(mut self, path: std::path::PathBuf) -> Self {
-        self.watch = Some(lifecycle::watch::ConfigWatch::new(path));
+        self.watch = Some(proxy::lifecycle::watch::ConfigWatch::new(path));
         self
     }
 
@@ -193,7 +170,7 @@ impl Proxy {
     /// As [`run`](Self::run); cancelling `abort` during the drain closes every session at once
     /// (a second signal).
     pub async fn run_with_abort(self, shutdown: CancellationToken, abort: CancellationToken) {
-        server::announce(&self.listeners);
+        proxy::server::announce(&self.listeners);
         let sessions = TaskTracker::new();
         let handoff = Sessions {
             shared: Arc::clone(&self.shared),
@@ -213,7 +190,7 @@ impl Proxy {
             self.admin_token.clone(),
             admin_stop.clone(),
         );
-        tasks::start(
+        control::tasks::start(
             &accept_loops,
             &self.shared,
             self.health.clone(),
@@ -228,7 +205,8 @@ impl Proxy {
             let accept = async move {
                 match acceptor.register() {
                     Ok(acceptor) => {
-                        server::accept_loop(acceptor, sessions, worker, placer_for_loop).await
+                        proxy::server::accept_loop(acceptor, sessions, worker, placer_for_loop)
+                            .await
                     }
                     Err(e) => tracing::error!("a worker cannot accept on a listener: {e}"),
                 }
@@ -296,7 +274,9 @@ fn start_admin(
     if let Ok(addr) = admin.local_addr() {
         tracing::info!(address = %addr, "admin HTTP listening (/metrics, /healthz, /readyz, /backends)");
     }
-    Some(tokio::spawn(admin::serve(admin, shared, token, stop)))
+    Some(tokio::spawn(control::admin::serve(
+        admin, shared, token, stop,
+    )))
 }
 
 /// With TLS on the client leg, a TCP backend whose leg is never encrypted would carry a

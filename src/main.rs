@@ -1,5 +1,5 @@
 //! The `mysql-lb` binary: flags → logging → configuration → descriptor limit → [`mysql_lb::Proxy`]
-//! (or `mysql-lb top`, [`mysql_lb::top`]; `mysql-lb replay`, [`mysql_lb::replay`]).
+//! (or `mysql-lb top`, [`mysql_lb::tools::top`]; `mysql-lb replay`, [`mysql_lb::tools::replay`]).
 
 use std::io::IsTerminal;
 use std::process::ExitCode;
@@ -7,15 +7,15 @@ use std::process::ExitCode;
 use anyhow::Context;
 use clap::Parser;
 
+use mysql_lb::config::limits::raise_fd_limit;
 use mysql_lb::config::{Cli, Command, Config};
-use mysql_lb::limits::raise_fd_limit;
 use mysql_lb::Proxy;
 
 fn main() -> ExitCode {
     pin_mmap_threshold();
     let cli = Cli::parse();
     if let Some(Command::Replay(args)) = &cli.command {
-        return match mysql_lb::replay::cli::main(args) {
+        return match mysql_lb::tools::replay::cli::main(args) {
             Ok(true) => ExitCode::SUCCESS,
             Ok(false) => ExitCode::FAILURE,
             Err(e) => {
@@ -25,7 +25,7 @@ fn main() -> ExitCode {
         };
     }
     if let Some(Command::Top(args)) = &cli.command {
-        return match mysql_lb::top::run(args) {
+        return match mysql_lb::tools::top::run(args) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
                 eprintln!("mysql-lb top: {e}");
@@ -41,12 +41,12 @@ fn main() -> ExitCode {
         }
     };
     if cli.check_config {
-        if let Err(e) = mysql_lb::balancer::script::check(&config) {
+        if let Err(e) = mysql_lb::backends::balancer::script::check(&config) {
             eprintln!("mysql-lb: {e}");
             return ExitCode::from(2);
         }
         // The certificate files' contents, not only their presence.
-        if let Err(e) = mysql_lb::tls::TlsMaterial::load(&config) {
+        if let Err(e) = mysql_lb::net::tls::TlsMaterial::load(&config) {
             eprintln!("mysql-lb: {e}");
             return ExitCode::from(2);
         }
@@ -61,7 +61,7 @@ fn main() -> ExitCode {
         println!("{}", config.proxy_protocol_summary());
         return ExitCode::SUCCESS;
     }
-    mysql_lb::logging::init(&config, std::io::stderr().is_terminal());
+    mysql_lb::telemetry::logging::init(&config, std::io::stderr().is_terminal());
     match run(&mut config, &cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
@@ -94,8 +94,8 @@ fn run(config: &mut Config, cli: &Cli) -> anyhow::Result<()> {
         if let (Some(path), true) = (&cli.config, config.lifecycle.watch_config) {
             proxy = proxy.with_config_watch(path.clone());
         }
-        // SIGTERM/SIGINT: not ready, shutdown_delay, drain; see `mysql_lb::lifecycle`.
-        let stop = mysql_lb::tasks::on_signals(proxy.shared());
+        // SIGTERM/SIGINT: not ready, shutdown_delay, drain; see `mysql_lb::proxy::lifecycle`.
+        let stop = mysql_lb::control::tasks::on_signals(proxy.shared());
         proxy.run_with_abort(stop.drain, stop.abort).await;
         Ok(())
     })

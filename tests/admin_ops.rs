@@ -118,7 +118,7 @@ async fn maintenance_survives_passing_health_checks_and_a_reload() {
     let mut next = cfg;
     next.backends[1].weight = 2;
     let next = next.validate().unwrap();
-    mysql_lb::reload::apply(&proxy.shared, &next).expect("reload");
+    mysql_lb::control::reload::apply(&proxy.shared, &next).expect("reload");
     let e = entry(&proxy, &name);
     assert_eq!(e["admin_state"], "maintenance", "{e}");
     assert_eq!(e["weight"], 1, "the file's weight again: {e}");

@@ -183,7 +183,7 @@ async fn least_latency_sends_new_sessions_away_from_a_slow_backend() {
         let _: Vec<i64> = fast.query("SELECT 1").await.expect("select 1");
     }
     // The averages are folded in once a second.
-    tokio::time::sleep(mysql_lb::balancer::latency::TICK * 2).await;
+    tokio::time::sleep(mysql_lb::backends::balancer::latency::TICK * 2).await;
     let mut held = Vec::new();
     for _ in 0..10 {
         held.push(proxy.connect().await);

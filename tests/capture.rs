@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use common::mariadb::{scratch_dir, shared_pair, tcp_opts, MariaDb};
 use common::proxy::{http_request, TestProxy};
 use mysql_async::prelude::*;
-use mysql_lb::capture::format::{self, Body, Record};
+use mysql_lb::telemetry::capture::format::{self, Body, Record};
 use serde_json::Value;
 
 const USER: &str = "capapp";
@@ -287,7 +287,8 @@ fn sysbench_read_write_captured_replays_with_every_digest_count_at_1x_and_4x() {
         }
     }
     // Each oltp_read_write transaction runs 10 point selects, as captured and as replayed.
-    let point_select = mysql_lb::sql::digest(b"SELECT c FROM sbtest1 WHERE id=?", 1024).to_string();
+    let point_select =
+        mysql_lb::wire::sql::digest(b"SELECT c FROM sbtest1 WHERE id=?", 1024).to_string();
     let point_selects: u64 = digest_rows(&one)
         .iter()
         .filter(|d| d["kind"] == "execute" && d["digest"] == point_select.as_str())

@@ -9,7 +9,8 @@
 //! script logs each `user:password` it is given: a refused login must leave no line there (the
 //! password never reached the server), an allowed one must. The PAM service is written to
 //! /etc/pam.d/mysql-lb-cleartext-test (tests run as root here). caching_sha2_password and
-//! sha256_password are MySQL-only; their cases are byte fixtures in `src/auth/cleartext.rs`.
+//! sha256_password are MySQL-only; their cases are byte fixtures in `src/wire/protocol/cleartext.rs`
+//! and `src/proxy/auth/cleartext_tests.rs`.
 
 mod common;
 
@@ -97,7 +98,7 @@ fn passwords_seen(user: &str) -> Vec<String> {
     let log = String::from_utf8_lossy(&log);
     log.lines()
         .filter_map(|l| l.strip_prefix(&format!("{user}:")))
-        .filter(|pw| *pw != mysql_lb::protocol::login::REFUSED_PASSWORD)
+        .filter(|pw| *pw != mysql_lb::wire::protocol::login::REFUSED_PASSWORD)
         .map(str::to_owned)
         .collect()
 }

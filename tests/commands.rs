@@ -28,7 +28,7 @@ use common::rawclient::{
 use mysql_async::prelude::Queryable;
 use mysql_async::{ChangeUserOpts, Conn, OptsBuilder, Row, Value, WhiteListFsHandler};
 use mysql_common::auth::plugins::mysql_native_password::scramble_native;
-use mysql_lb::protocol::response::CommandKind;
+use mysql_lb::wire::protocol::response::CommandKind;
 
 const COM_FIELD_LIST: u8 = 0x04;
 const COM_STATISTICS: u8 = 0x09;

@@ -10,8 +10,8 @@ use bytes::BytesMut;
 
 use common::mariadb::{shared_pair, BENCH_PASS, BENCH_USER};
 use common::rawclient::{RawClient, Rows, CLIENT_COMPRESS, COM_PING, COM_QUERY};
-use mysql_lb::protocol::compress::Role;
-use mysql_lb::stream::compressed::Compressed;
+use mysql_lb::net::stream::compressed::Compressed;
+use mysql_lb::wire::protocol::compress::Role;
 
 async fn compressed_client() -> RawClient {
     let client = RawClient::connect_tcp(

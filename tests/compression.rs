@@ -21,7 +21,7 @@ use common::tls_server::certs;
 use mysql_async::prelude::Queryable;
 use mysql_async::{Compression, Conn, OptsBuilder, SslOpts};
 use mysql_lb::config::{BackendTls, BackendTlsMode, ClientTls, TlsVersion};
-use mysql_lb::protocol::response::CommandKind;
+use mysql_lb::wire::protocol::response::CommandKind;
 
 const DEADLINE: Duration = Duration::from_secs(20);
 const COM_PROCESS_KILL: u8 = 0x0c;

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use common::mariadb::shared_pair;
 use common::proxy::{config, TestProxy};
 use mysql_async::prelude::*;
-use mysql_lb::metrics::{Metrics, Refusal};
+use mysql_lb::telemetry::metrics::{Metrics, Refusal};
 use serde_json::Value;
 
 const DASHBOARD: &str = include_str!("../config/grafana-dashboard.json");

@@ -12,7 +12,7 @@ use std::collections::HashMap;
 use common::mariadb::{MariaDb, BENCH_PASS, BENCH_USER};
 use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, OptsBuilder};
-use mysql_lb::sql::{digest, Digest};
+use mysql_lb::wire::sql::{digest, Digest};
 
 const SCHEMA: &str = "digests";
 const MAX_LEN: usize = 1024;
@@ -223,8 +223,8 @@ async fn digests_group_statements_as_performance_schema_does() {
                      (server: {:?} / {:?}; here: {:?} / {:?})",
                     server[a].1,
                     server[b].1,
-                    mysql_lb::sql::normalize(a.as_bytes(), MAX_LEN),
-                    mysql_lb::sql::normalize(b.as_bytes(), MAX_LEN),
+                    mysql_lb::wire::sql::normalize(a.as_bytes(), MAX_LEN),
+                    mysql_lb::wire::sql::normalize(b.as_bytes(), MAX_LEN),
                 ));
             }
         }

@@ -26,7 +26,7 @@ fn queries(proxy: &TestProxy, query: &str) -> Value {
 
 /// The digest id mysql-lb gives `text` (as `/queries` prints it).
 fn digest_of(text: &str) -> String {
-    mysql_lb::sql::digest(text.as_bytes(), 1024).to_string()
+    mysql_lb::wire::sql::digest(text.as_bytes(), 1024).to_string()
 }
 
 /// The row of (`text`'s digest, `kind`) among `rows`.

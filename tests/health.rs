@@ -11,8 +11,8 @@ use common::mariadb::{free_port, new_temp_dir, shared_pair, MariaDb, BENCH_PASS,
 use common::proxy::{config, http_get, TestProxy};
 use common::wait_until;
 use mysql_async::prelude::*;
+use mysql_lb::backends::health::{check_backend, CheckError};
 use mysql_lb::config::{BackendAddr, HealthCheckConfig, Secret};
-use mysql_lb::health::{check_backend, CheckError};
 
 const INTERVAL: Duration = Duration::from_millis(500);
 

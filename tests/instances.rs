@@ -13,8 +13,8 @@ use common::mariadb::{named_port, new_temp_dir, shared_pair};
 use common::proxy::{config, http_request, TestProxy};
 use common::rawclient::RawClient;
 use common::{running_on_shared_backends, start_sleeping};
+use mysql_lb::backends::kill::{instance_of, is_proxy_id};
 use mysql_lb::config::{Config, ListenAddr, Peer, PeerUrl};
-use mysql_lb::kill::{instance_of, is_proxy_id};
 
 const TOKEN: &str = "s3cret-instances";
 

@@ -9,7 +9,7 @@ use common::mariadb::shared_pair;
 use common::proxy::TestProxy;
 use common::rawclient::RawClient;
 use common::{running_on_shared_backends, start_sleeping};
-use mysql_lb::kill::is_proxy_id;
+use mysql_lb::backends::kill::is_proxy_id;
 
 const COM_PROCESS_KILL: u8 = 0x0C;
 

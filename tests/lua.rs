@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use common::mariadb::{free_port, shared_pair, BENCH_PASS, BENCH_USER};
 use common::proxy::{config, TestProxy};
 use common::rawclient::RawClient;
-use mysql_lb::balancer::script::ErrorReason;
+use mysql_lb::backends::balancer::script::ErrorReason;
 use mysql_lb::config::{BackendKind, Config};
 
 fn example(name: &str) -> PathBuf {

@@ -16,8 +16,8 @@ use common::mariadb::{free_port, new_temp_dir, shared_pair};
 use common::proxy::{config, http_request, TestProxy};
 use common::rawclient::RawClient;
 use common::{create_kill_accounts, kill_account, running_on_shared_backends, start_sleeping};
+use mysql_lb::backends::kill::instance_of;
 use mysql_lb::config::{Config, ListenAddr, Peer, PeerUrl};
-use mysql_lb::kill::instance_of;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 const ADMIN_TOKEN: &str = "admin-only-token";

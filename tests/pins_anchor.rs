@@ -14,8 +14,8 @@ use common::rawclient::{
     parse_err, RawClient, CLIENT_DEPRECATE_EOF, CLIENT_SESSION_TRACK, COM_QUERY,
     SERVER_MORE_RESULTS_EXISTS,
 };
-use mysql_lb::sql::pins::{pins, pins_for, Pin};
-use mysql_lb::sql::{Dialect, Server};
+use mysql_lb::wire::sql::pins::{pins, pins_for, Pin};
+use mysql_lb::wire::sql::{Dialect, Server};
 
 /// The corpus says what MariaDB 10.11 runs.
 fn on_mariadb(text: &[u8]) -> Option<Pin> {
@@ -28,7 +28,7 @@ fn on_mariadb(text: &[u8]) -> Option<Pin> {
 }
 
 /// The unit tests' corpus: (statement, what `pins` says).
-const CORPUS: &[(&str, Option<Pin>)] = include!("../src/sql/pins/corpus.rs");
+const CORPUS: &[(&str, Option<Pin>)] = include!("../src/wire/sql/pins/corpus.rs");
 
 const SERVER_SESSION_STATE_CHANGED: u16 = 0x4000;
 const SCHEMA: &str = "test";
@@ -289,11 +289,11 @@ async fn the_server_reads_quotes_inside_executable_comments() {
     let rows = client.query_text(quoted).await.expect("run it");
     assert_eq!(rows, vec![vec![Some("a*/".to_string())]]);
     assert_eq!(pins(quoted.as_bytes()), None);
-    let read: Vec<_> = mysql_lb::sql::tokens_as(
+    let read: Vec<_> = mysql_lb::wire::sql::tokens_as(
         quoted.as_bytes(),
-        mysql_lb::sql::Reading {
-            comments: mysql_lb::sql::Comments::Server(Server::MARIADB_10_11),
-            ..mysql_lb::sql::Reading::DIGEST
+        mysql_lb::wire::sql::Reading {
+            comments: mysql_lb::wire::sql::Comments::Server(Server::MARIADB_10_11),
+            ..mysql_lb::wire::sql::Reading::DIGEST
         },
     )
     .map(|t| t.text)

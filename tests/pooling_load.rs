@@ -278,7 +278,7 @@ fn ten_thousand_idle_clients_and_fifty_busy_ones_hold_about_fifty_server_connect
     // The test holds one descriptor per idle client, and so does the proxy, a process of its
     // own that inherits the hard limit: with every pool in transaction mode it sizes
     // `max_connections` at one descriptor per client plus the pools' shared connections
-    // (`mysql_lb::limits::Budget`). Where even that does not fit, as many clients as fit are
+    // (`mysql_lb::config::limits::Budget`). Where even that does not fit, as many clients as fit are
     // used, said in the output.
     let soft = raise_nofile(25_000);
     let (_, hard) = rlimit::Resource::NOFILE.get().expect("RLIMIT_NOFILE");

@@ -17,7 +17,7 @@
 //!
 //! Reads that the pool promises only right after the statement they are about (`SHOW
 //! WARNINGS`, `LAST_INSERT_ID()`, `ROW_COUNT()`, `FOUND_ROWS()` after `SQL_CALC_FOUND_ROWS`:
-//! see `src/pooling/holding.rs`) are generated right after it; `ROW_COUNT()` also after a
+//! see `src/backends/pooling/holding.rs`) are generated right after it; `ROW_COUNT()` also after a
 //! statement that changed no rows (0 directly). `FOUND_ROWS()` after a plain `SELECT` is left
 //! out: that it counts the connection's previous `SELECT` is a documented limitation
 //! (`tests/pooling_state.rs`). The one value that legitimately differs is the server's

@@ -21,12 +21,12 @@ use proptest::test_runner::Config;
 
 use bytes::BytesMut;
 use checks::{Segment, TrackerInput, XorShift};
-use mysql_lb::kill;
-use mysql_lb::protocol::caps::{self, Negotiated};
-use mysql_lb::protocol::codec::{header, PacketScanner, MAX_CHUNK, PREFIX_LEN};
-use mysql_lb::protocol::compress::{FrameDecoder, FrameEncoder, Role};
-use mysql_lb::protocol::handshake::{parse_client_first, parse_greeting, ClientFirst};
-use mysql_lb::protocol::response::{cmd, may_be_kill};
+use mysql_lb::backends::kill;
+use mysql_lb::wire::protocol::caps::{self, Negotiated};
+use mysql_lb::wire::protocol::codec::{header, PacketScanner, MAX_CHUNK, PREFIX_LEN};
+use mysql_lb::wire::protocol::compress::{FrameDecoder, FrameEncoder, Role};
+use mysql_lb::wire::protocol::handshake::{parse_client_first, parse_greeting, ClientFirst};
+use mysql_lb::wire::protocol::response::{cmd, may_be_kill};
 
 fn config(cases: u32) -> Config {
     Config {
@@ -88,7 +88,7 @@ fn packet(seq: u8, payload: &[u8]) -> Vec<u8> {
     p
 }
 
-use mysql_lb::protocol::codec::put_lenenc_bytes as lenenc;
+use mysql_lb::wire::protocol::codec::put_lenenc_bytes as lenenc;
 
 /// Cuts `bytes` into pieces of 1..=`largest` bytes chosen by `seed`.
 fn cut(bytes: &[u8], seed: u64, largest: usize) -> Vec<&[u8]> {
@@ -213,7 +213,7 @@ fn packet_start_is_none_when_its_header_came_in_an_earlier_read() {
         scanner
             .scan(read, |p| {
                 starts.push((p.start, p.end));
-                Ok::<(), mysql_lb::protocol::codec::FrameError>(())
+                Ok::<(), mysql_lb::wire::protocol::codec::FrameError>(())
             })
             .unwrap();
     }

@@ -18,11 +18,11 @@ use common::mariadb::{MariaDb, BENCH_PASS, BENCH_USER};
 use common::pp::{login_from, processlist_host, value};
 use common::proxy::{config, TestProxy};
 use common::rawclient::RawClient;
+use mysql_lb::backends::health::{check_backend_with, OwnConnectOptions};
 use mysql_lb::config::{
     BackendAddr, Config, ConnectMode, HealthCheckConfig, ListenAddr, ProxyProtocol,
 };
-use mysql_lb::health::{check_backend_with, OwnConnectOptions};
-use mysql_lb::protocol::proxy_out::Version;
+use mysql_lb::wire::protocol::proxy_out::Version;
 use tokio::net::UnixStream;
 
 /// A host-restricted account: only a client from CLIENT_IP may log in as it.
@@ -334,7 +334,7 @@ async fn a_reload_turns_the_header_on_for_new_connections() {
     );
     let mut on = cfg;
     on.proxy_protocol = ProxyProtocol::V2;
-    mysql_lb::reload::apply(&proxy.shared, &on.validate().unwrap()).expect("reload");
+    mysql_lb::control::reload::apply(&proxy.shared, &on.validate().unwrap()).expect("reload");
     let (mut after, _) = login_from(CLIENT_IP, proxy.addr, BENCH_USER, BENCH_PASS)
         .await
         .expect("login");

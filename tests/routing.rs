@@ -853,7 +853,7 @@ end
         let got = lands(opts(&addr, user, pass_of(user), db), user).await;
         assert_eq!(got.0, want, "{user} {db:?}: {why}");
     }
-    for reason in mysql_lb::balancer::script::ErrorReason::ALL {
+    for reason in mysql_lb::backends::balancer::script::ErrorReason::ALL {
         assert_eq!(
             proxy.shared.backends().script_errors(reason),
             0,
@@ -996,7 +996,7 @@ async fn kill_query_is_mapped_in_deferred_mode_and_refused_from_another_pool() {
     let mut victim = login("bob").await;
     let id = victim.connection_id;
     assert!(
-        mysql_lb::kill::is_proxy_id(id),
+        mysql_lb::backends::kill::is_proxy_id(id),
         "deferred greetings carry a proxy id: {id}"
     );
     let port = victim.query_text("SELECT @@port").await.unwrap();
@@ -1089,7 +1089,8 @@ async fn sessions_keep_their_backend_across_a_reload_that_changes_routes() {
         a
     );
 
-    mysql_lb::reload::apply(&proxy.shared, &parse(&after)).expect("the reload is accepted");
+    mysql_lb::control::reload::apply(&proxy.shared, &parse(&after))
+        .expect("the reload is accepted");
     assert_eq!(
         now(&mut held).await.0,
         b,

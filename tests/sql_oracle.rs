@@ -47,8 +47,8 @@ use common::rawclient::{
     SERVER_SESSION_STATE_CHANGED,
 };
 use common::steps::Rng;
-use mysql_lb::sql::pins::pins;
-use mysql_lb::sql::{
+use mysql_lb::wire::sql::pins::pins;
+use mysql_lb::wire::sql::{
     classify, classify_as, tokens_as, Comments, Multibyte, Reading, Server, Statement, TokenKind,
 };
 
@@ -100,7 +100,7 @@ const PROBE_MARK: &str = "oracle_probe";
 /// The replay's read-only test: true only when every reading the server could take is
 /// read-only.
 fn lexer_says_read_only(text: &[u8]) -> bool {
-    mysql_lb::sql::read_only(text)
+    mysql_lb::wire::sql::read_only(text)
 }
 
 /// The reading the server takes of a case: MariaDB 10.11's comments, the case's `sql_mode`

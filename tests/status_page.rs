@@ -108,7 +108,7 @@ fn after_a_sysbench_run_the_page_loads_clean_shows_backends_and_top_queries_and_
         ],
         "run",
     );
-    let point_select = mysql_lb::sql::normalize(b"SELECT c FROM sbtest1 WHERE id=5012", 1024);
+    let point_select = mysql_lb::wire::sql::normalize(b"SELECT c FROM sbtest1 WHERE id=5012", 1024);
 
     let head = head(admin, "/");
     assert!(head.starts_with("http/1.0 200"), "{head}");

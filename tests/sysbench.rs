@@ -158,7 +158,7 @@ fn check_digests(
     let point_selects: u64 = (1..=TABLES)
         .map(|t| {
             let text = format!("SELECT c FROM sbtest{t} WHERE id={id}");
-            let digest = mysql_lb::sql::digest(text.as_bytes(), 1024).to_string();
+            let digest = mysql_lb::wire::sql::digest(text.as_bytes(), 1024).to_string();
             rows.iter()
                 .filter(|r| r["kind"] == kind && r["digest"] == digest.as_str())
                 .map(|r| r["count"].as_u64().unwrap())

@@ -13,7 +13,7 @@ use mysql_common::auth::plugins::mysql_native_password::scramble_native;
 use mysql_lb::config::{
     BackendAddr, BackendConfig, BackendKind, BackendTls, BackendTlsMode, Config,
 };
-use mysql_lb::tls::{describe, BackendTlsConnector, TlsMaterial};
+use mysql_lb::net::tls::{describe, BackendTlsConnector, TlsMaterial};
 use rustls::HandshakeKind;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 

@@ -263,7 +263,7 @@ fn without_a_terminal_or_with_once_it_prints_one_plain_frame() {
     let admin = proxy.admin.expect("admin endpoint").to_string();
     let marked = common::daemon::mariadb_cli(proxy.addr.port(), "SELECT 42 AS top_marker");
     assert!(marked.status.success(), "{marked:?}");
-    let digest_text = mysql_lb::sql::normalize(b"SELECT 42 AS top_marker", 1024);
+    let digest_text = mysql_lb::wire::sql::normalize(b"SELECT 42 AS top_marker", 1024);
 
     // stdout a pipe: one frame, no escape sequences, sized by COLUMNS/LINES.
     let out = Command::new(BIN)

@@ -8,22 +8,22 @@
 use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
-use mysql_lb::kill;
-use mysql_lb::protocol::caps::{
+use mysql_lb::backends::kill;
+use mysql_lb::wire::protocol::caps::{
     Negotiated, CLIENT_DEPRECATE_EOF, CLIENT_LOCAL_FILES, CLIENT_MYSQL, MARIADB_CLIENT_PROGRESS,
     MARIADB_UNSUPPORTED, UNSUPPORTED,
 };
-use mysql_lb::protocol::codec::{FrameError, PacketScanner, MAX_CHUNK, PREFIX_LEN};
-use mysql_lb::protocol::compress::{
+use mysql_lb::wire::protocol::codec::{FrameError, PacketScanner, MAX_CHUNK, PREFIX_LEN};
+use mysql_lb::wire::protocol::compress::{
     CompressError, FrameDecoder, FrameEncoder, Role, HEADER_LEN, MAX_FRAME_PAYLOAD,
     MIN_COMPRESS_LEN,
 };
-use mysql_lb::protocol::compress_server::{ServerFramer, HEAD_MAX, STAGE_MAX};
-use mysql_lb::protocol::handshake::{
+use mysql_lb::wire::protocol::compress_server::{ServerFramer, HEAD_MAX, STAGE_MAX};
+use mysql_lb::wire::protocol::handshake::{
     negotiate, parse_client_first, parse_greeting, patch_client_first, patch_greeting,
     patch_greeting_with, set_greeting_connection_id, ClientFirst, Greeting, Strip,
 };
-use mysql_lb::protocol::response::{may_be_kill, TrackError, Tracker, MAX_PENDING};
+use mysql_lb::wire::protocol::response::{may_be_kill, TrackError, Tracker, MAX_PENDING};
 
 // ---------------------------------------------------------------------------------------------
 // codec
@@ -787,7 +787,7 @@ fn declared_bound(raw: &[u8]) -> usize {
 /// ahead as far as the room allows, so corrupt data past the declared length is found as
 /// corruption with room to spare and as a too-long payload without.
 fn same_fault(a: &CompressError, b: &CompressError) -> bool {
-    use mysql_lb::protocol::compress::Inflated::MoreThanDeclared;
+    use mysql_lb::wire::protocol::compress::Inflated::MoreThanDeclared;
     let seq = |e: &CompressError| match e {
         CompressError::Corrupt { seq, .. } | CompressError::LengthMismatch { seq, .. } => *seq,
     };

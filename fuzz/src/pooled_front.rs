@@ -1,19 +1,21 @@
 //! The command front of a transaction-mode session, kept apart from `checks.rs` (the relay's
 //! protocol code): the bytes a pooled session reads itself between transactions and before a
 //! prepared-statement command, walked as the session walks them. On any client bytes
-//! [`mysql_lb::pooling::command`] never panics, asks only for more than it has, gives a verdict
+//! [`mysql_lb::backends::pooling::command`] never panics, asks only for more than it has, gives a verdict
 //! that more bytes do not change, and every range it names lies inside the packet it read (a
 //! prepare's text, a statement id, an execute's types, the packet's end); the statement
 //! bookkeeping and rewrites the session runs on those answers (`pooling::statements`) never
 //! panic and change only what they say.
 
 use bytes::BytesMut;
-use mysql_lb::pooling::command::{command, packet_end, payload_len, statement, Command, Statement};
-use mysql_lb::pooling::statements::{
+use mysql_lb::backends::pooling::command::{
+    command, packet_end, payload_len, statement, Command, Statement,
+};
+use mysql_lb::backends::pooling::statements::{
     execute_head, insert_types, is_statement_command, set_statement_id, statement_id, ExecuteHead,
     SessionStatements,
 };
-use mysql_lb::protocol::cmd;
+use mysql_lb::wire::protocol::cmd;
 
 /// The client's bytes as they have arrived: `stream[pos..pos + have]` is the session's buffer,
 /// filled `largest` bytes a read at most.

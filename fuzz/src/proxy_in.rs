@@ -1,9 +1,9 @@
 //! The PROXY protocol header parser's properties, kept apart from `checks.rs` (the MySQL
-//! protocol's): on any bytes, [`mysql_lb::protocol::proxy_in::parse`] never panics, takes no
+//! protocol's): on any bytes, [`mysql_lb::wire::protocol::proxy_in::parse`] never panics, takes no
 //! more than it was given nor more than the cap, and is consistent as bytes arrive — "need more"
 //! only until a verdict, and a verdict (header or error) never changes when more bytes follow.
 
-use mysql_lb::protocol::proxy_in::{parse, MAX_HEADER_LEN};
+use mysql_lb::wire::protocol::proxy_in::{parse, MAX_HEADER_LEN};
 
 /// Feeds every prefix of `data` (up to a little past the cap: beyond it nothing can change).
 pub fn proxy_header(data: &[u8]) {

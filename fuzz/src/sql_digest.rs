@@ -1,5 +1,5 @@
 //! The SQL normalizer's properties, kept apart from `checks.rs` (the MySQL protocol's): on any
-//! bytes, [`mysql_lb::sql::normalize`] and [`mysql_lb::sql::digest`] never panic, read only the
+//! bytes, [`mysql_lb::wire::sql::normalize`] and [`mysql_lb::wire::sql::digest`] never panic, read only the
 //! first `max_len` bytes, print a bounded text that normalizes to itself, and the digest is that
 //! text's; the tokens cover the text in order without overlapping; `classify` never panics;
 //! `pins` never panics and a comment appended to the text does not change its verdict (unless
@@ -7,8 +7,8 @@
 //! server could take the tokens are in order within the text; and `pins` (every reading) pins
 //! whatever a known server's reading pins, as `read_only` holds only what every one holds.
 
-use mysql_lb::sql::pins::{pins, pins_for, Pin};
-use mysql_lb::sql::{
+use mysql_lb::wire::sql::pins::{pins, pins_for, Pin};
+use mysql_lb::wire::sql::{
     classify, classify_as, digest, normalize, read_only, readings, tokens, tokens_as, Dialect,
     Reading, Server, TokenKind,
 };

@@ -12,7 +12,7 @@ use serde::de::{self, Deserializer, Visitor};
 use serde::Deserialize;
 
 use super::{ConfigError, ListenAddr};
-use crate::cidr::Cidr;
+use crate::config::cidr::Cidr;
 
 /// One network of the list, parsed inside `deserialize_str` so serde_yaml puts the key path
 /// (`accept_proxy_protocol[1]`) and the line on the error.

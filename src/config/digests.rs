@@ -1,4 +1,4 @@
-//! `digests:`: the live table of query digests (see `crate::digest`): whether it is kept, how
+//! `digests:`: the live table of query digests (see `crate::telemetry::digest`): whether it is kept, how
 //! large it may grow, how much of a statement is read, and what is exported or logged from it.
 //! Everything here is reloadable.
 

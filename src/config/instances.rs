@@ -27,7 +27,7 @@ pub struct InstanceConfig {
     /// TCP listeners set SO_REUSEPORT without first checking that nobody listens on the port, so
     /// several processes (of the same user) share it and the kernel spreads connects among them.
     pub reuse_port: bool,
-    /// Goes into every connection id this instance hands out (see `crate::kill`).
+    /// Goes into every connection id this instance hands out (see `crate::backends::kill`).
     pub instance_id: u8,
     /// The other instances' admin endpoints, by their instance id.
     pub peers: Vec<Peer>,

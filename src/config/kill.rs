@@ -2,7 +2,7 @@
 //! `peer_token_file`, the token instances ask each other about their sessions with.
 //!
 //! A KILL arriving on a connection balanced to another backend than its target's can only run
-//! over a connection of the proxy's own to the target's backend (see `crate::kill::exec`). That
+//! over a connection of the proxy's own to the target's backend (see `crate::backends::kill::exec`). That
 //! account kills other users' threads, so it needs `CONNECTION ADMIN` (or `SUPER`); it is kept
 //! apart from `health_check.user`, which needs no privilege at all.
 

@@ -2,7 +2,7 @@
 //! (a load balancer, Kubernetes) decides when it runs.
 //!
 //! A load balancer only stops sending new clients after its readiness probe has failed a few
-//! times, so the drain waits `shutdown_delay` after the readiness flip (see `crate::lifecycle`).
+//! times, so the drain waits `shutdown_delay` after the readiness flip (see `crate::proxy::lifecycle`).
 //! The config-file watch is on by default because a mounted ConfigMap changes with no one there
 //! to send SIGHUP; it only does anything when the configuration came from a file (`--config`).
 

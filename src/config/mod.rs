@@ -6,6 +6,9 @@
 //! errors that name the key. Listen addresses that are host names are resolved once, here, with the
 //! system resolver (first result): the daemon binds what the name meant at start-up.
 
+pub mod cidr;
+pub mod limits;
+
 mod accept_proxy;
 mod address;
 mod backend;
@@ -49,7 +52,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use crate::limits::{Budget, FD_RESERVE};
+use crate::config::limits::{Budget, FD_RESERVE};
 
 const DEFAULT_LISTEN: SocketAddr = SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 4040);
 const DEFAULT_ADMIN: SocketAddr = SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 4041);
@@ -218,7 +221,7 @@ pub struct Config {
     /// can run through the proxy.
     pub allow_local_infile: bool,
     /// `backend_socket_user`: the OS user unix-socket backends see as their peer when mysql-lb
-    /// runs as root (None: `nobody`); see `crate::stream::identity`. Fixed at start.
+    /// runs as root (None: `nobody`); see `crate::net::stream::identity`. Fixed at start.
     pub backend_socket_user: Option<String>,
     pub health_check: HealthCheckConfig,
     pub balancer: BalancerConfig,
@@ -236,7 +239,7 @@ pub struct Config {
     pub proxy_protocol: ProxyProtocol,
     /// `accept_proxy_protocol`: TCP clients from these networks must send a PROXY protocol
     /// header first, and the address it carries is the client's (empty: no header is read).
-    pub accept_proxy_protocol: Vec<crate::cidr::Cidr>,
+    pub accept_proxy_protocol: Vec<crate::config::cidr::Cidr>,
 }
 
 /// Background health checks of every backend.

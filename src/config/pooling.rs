@@ -3,7 +3,7 @@
 //!
 //! Session mode (the default) is one server connection per client connection for life.
 //! Transaction mode lets a session that holds no state give its connection back between
-//! transactions; see `crate::pooling`.
+//! transactions; see `crate::backends::pooling`.
 
 use std::time::Duration;
 

@@ -4,7 +4,7 @@
 //! named pools sit under `pools:` (a YAML map, read in file order so backend indices are stable).
 //! `Config.backends` keeps every backend of every pool in one flat list, so health checks, metrics
 //! and reload see backends as before and only routing and the balancer look at `pool`. Routes are
-//! checked against the pools and listeners here; they are compiled for matching in `crate::route`.
+//! checked against the pools and listeners here; they are compiled for matching in `crate::backends::route`.
 
 use std::fmt;
 
@@ -13,7 +13,7 @@ use serde::Deserialize;
 
 use super::backend::RawBackend;
 use super::{BackendConfig, BackendTls, Config, ConfigError, ListenAddr, Policy, DEFAULT_POOL};
-use crate::cidr::Cidr;
+use crate::config::cidr::Cidr;
 
 /// A named group of backends with its own balancing policy.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -1,5 +1,5 @@
 //! `proxy_protocol`: whether backend connections start with a PROXY protocol header carrying the
-//! client's address (see `crate::protocol::proxy_out`).
+//! client's address (see `crate::wire::protocol::proxy_out`).
 //!
 //! A global key sets it for every backend, and a backend's own `proxy_protocol:` overrides it,
 //! since only servers configured with `proxy_protocol_networks` accept the header (one without
@@ -12,7 +12,7 @@ use std::fmt;
 use serde::Deserialize;
 
 use super::{BackendConfig, Config};
-use crate::protocol::proxy_out::Version;
+use crate::wire::protocol::proxy_out::Version;
 
 /// What a backend connection starts with.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]

@@ -1427,7 +1427,10 @@ fn pooling_applies_to_its_pool_and_the_top_level_one_to_default_however_its_back
     assert_eq!(flags.pools[0].pooling.mode, PoolingMode::Transaction);
 
     // A session-mode pool among them: two descriptors per client.
-    assert_eq!(c.descriptor_budget(), crate::limits::Budget::SESSION);
+    assert_eq!(
+        c.descriptor_budget(),
+        crate::config::limits::Budget::SESSION
+    );
     let all = Config::from_yaml_str(
         "pooling: {mode: transaction, max_server_connections: 10}\n\
          backends: [\"127.0.0.1:3306\", \"127.0.0.1:3309\"]\n\
@@ -1438,7 +1441,10 @@ fn pooling_applies_to_its_pool_and_the_top_level_one_to_default_however_its_back
     let budget = all.descriptor_budget();
     assert_eq!((budget.per_connection, budget.shared), (1, 2 * 10 + 3));
     let plain = Config::from_yaml_str("backends: [\"127.0.0.1:3306\"]\n").unwrap();
-    assert_eq!(plain.descriptor_budget(), crate::limits::Budget::SESSION);
+    assert_eq!(
+        plain.descriptor_budget(),
+        crate::config::limits::Budget::SESSION
+    );
 }
 
 #[test]

@@ -4,7 +4,7 @@
 //! The two legs are independent: the client leg is configured once for every listener (`tls`),
 //! the backend leg per backend with a global default (`backend_tls`, whose keys a backend's own
 //! `tls:` map overrides one by one). Only paths are checked here (present, readable); the files
-//! are parsed into certificates when the TLS material is built (`crate::tls`), at start and at
+//! are parsed into certificates when the TLS material is built (`crate::net::tls`), at start and at
 //! every reload, so a bad file is reported the same way in both cases.
 
 use std::path::PathBuf;

@@ -21,7 +21,7 @@ ED_PASS = ENV.get("MLB_ED_PASS", "")
 TMP = ENV.get("MLB_TMP", "/tmp")
 # The backend offers TLS (the proxy must hide it).
 BACKEND_TLS = ENV.get("MLB_BACKEND_TLS", "") == "1"
-# mysql-lb greets clients with ids in [PROXY_ID_BASE, 2**31) (src/kill.rs).
+# mysql-lb greets clients with ids in [PROXY_ID_BASE, 2**31) (src/backends/kill.rs).
 PROXY_ID_BASE = 0x60000000
 
 _failures = []

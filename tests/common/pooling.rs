@@ -3,8 +3,8 @@
 
 use std::time::{Duration, Instant};
 
+use mysql_lb::backends::pooling::PoolCounts;
 use mysql_lb::config::{Config, Policy, PoolConfig, Pooling, PoolingMode};
-use mysql_lb::pooling::PoolCounts;
 
 use super::proxy::TestProxy;
 

@@ -6,7 +6,7 @@ use std::sync::{Arc, Once};
 use std::time::Duration;
 
 use mysql_lb::config::{BackendAddr, BackendConfig, Config, ListenAddr};
-use mysql_lb::state::ProxyState;
+use mysql_lb::proxy::state::ProxyState;
 use mysql_lb::Proxy;
 use tokio_util::sync::CancellationToken;
 

@@ -1,0 +1,97 @@
+//! Pools and routes: which backends a client may get.
+//!
+//! A pool is a named group of the set's backends with its own policy (`pools:`; the top-level
+//! `backends:` is the pool "default"). The routes pick a pool for each client, from what is known
+//! of it when the choice is made: its address and listener at accept, and in deferred mode its
+//! user and schema too. The set still holds every backend in one list, so health checks, metrics,
+//! the script's `proxy.global.backends` and reload treat backends as they always did.
+
+use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+use std::sync::Arc;
+
+use super::{Backend, BackendSet};
+use crate::backends::route::{Routes, Who};
+use crate::config::{Config, Policy, PoolConfig};
+
+/// A named group of backends and how it balances.
+#[derive(Debug)]
+pub struct Pool {
+    pub name: String,
+    pub(super) policy: Policy,
+    /// Whether and how its sessions share server connections (`pooling:`).
+    pub pooling: crate::config::Pooling,
+    /// The round-robin and least-connections tie-break counter of this pool.
+    pub(super) next: AtomicUsize,
+    pub(super) members: Vec<Arc<Backend>>,
+}
+
+impl Pool {
+    pub fn members(&self) -> &[Arc<Backend>] {
+        &self.members
+    }
+}
+
+/// The pools of `backends`, in the order their first backend comes, keeping each pool's
+/// counter from `previous` so a reload does not restart the rotation.
+pub(super) fn group(backends: &[Arc<Backend>], previous: Option<&BackendSet>) -> Vec<Pool> {
+    let mut pools: Vec<Pool> = Vec::new();
+    for b in backends {
+        match pools.iter_mut().find(|p| p.name == b.pool) {
+            Some(p) => p.members.push(Arc::clone(b)),
+            None => {
+                let next = previous
+                    .and_then(|s| s.pool(&b.pool))
+                    .map_or(0, |p| p.next.load(Relaxed));
+                pools.push(Pool {
+                    name: b.pool.clone(),
+                    policy: Policy::RoundRobin,
+                    pooling: crate::config::Pooling::default(),
+                    next: AtomicUsize::new(next),
+                    members: vec![Arc::clone(b)],
+                });
+            }
+        }
+    }
+    pools
+}
+
+impl BackendSet {
+    /// Sets each pool's policy, the routes, and whether backends are connected only after the
+    /// client's HandshakeResponse (deferred).
+    pub fn with_routing(mut self, pools: &[PoolConfig], routes: Routes, deferred: bool) -> Self {
+        for p in &mut self.pools {
+            if let Some(c) = pools.iter().find(|c| c.name == p.name) {
+                p.policy = c.policy;
+                p.pooling = c.pooling;
+            }
+        }
+        self.routes = routes;
+        self.deferred = deferred;
+        self
+    }
+
+    /// [`with_routing`](Self::with_routing) as `config` says.
+    pub fn with_routing_of(self, config: &Config) -> Self {
+        let routes = Routes::new(&config.routes, config.default_pool.as_deref());
+        let deferred = config.defers_connect();
+        self.with_routing(&config.pools, routes, deferred)
+    }
+
+    pub fn pools(&self) -> &[Pool] {
+        &self.pools
+    }
+
+    pub fn pool(&self, name: &str) -> Option<&Pool> {
+        self.pools.iter().find(|p| p.name == name)
+    }
+
+    /// The pool for `who`, or None when no route matches and there is no default pool.
+    pub fn route(&self, who: &Who<'_>) -> Option<&Pool> {
+        self.pool(self.routes.pool_for(who)?)
+    }
+
+    /// Whether sessions greet their clients themselves and connect after the client's response.
+    pub fn deferred(&self) -> bool {
+        self.deferred
+    }
+}

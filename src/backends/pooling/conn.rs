@@ -1,0 +1,264 @@
+//! One shared server connection as the pool keeps it: alive or not (a read that does not wait),
+//! brought back to its login's state (COM_RESET_CONNECTION, COM_INIT_DB) or to a session's
+//! settings, and closed politely.
+
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+
+use super::holding::{State, Step};
+use super::statements::{close_packet, prepare_packet, ConnStatements, PrepareOk};
+use crate::net::leg::LegStream;
+use crate::net::stream::BackendStream;
+
+/// A server connection past its login, as the pool keeps it.
+pub struct ServerConn {
+    pub leg: LegStream<BackendStream>,
+    /// The server's id of the connection (`CONNECTION_ID()`), for KILL.
+    pub thread_id: u32,
+    /// The replayable settings it carries beyond its login's (see [`State`]).
+    pub state: State,
+    /// The prepared statements it holds (see `super::statements`).
+    pub statements: ConnStatements,
+}
+
+/// A COM_STMT_PREPARE's whole answer as the server sent it.
+pub struct PrepareAnswer {
+    /// Its packets, headers included, sequence ids 1, 2, … as the client expects them.
+    pub bytes: Vec<u8>,
+    /// The STMT_PREPARE_OK, or None for an ERR (`bytes` is then that one packet).
+    pub ok: Option<PrepareOk>,
+}
+
+/// A prepare's answer larger than this ends the connection (thousands of columns' definitions
+/// stay far below it).
+const MAX_PREPARE_ANSWER: usize = 16 * 1024 * 1024;
+
+impl std::fmt::Debug for ServerConn {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "ServerConn({})", self.thread_id)
+    }
+}
+
+impl ServerConn {
+    /// True when the server closed the connection or sent something unasked while it was idle
+    /// (a `wait_timeout`, a KILL, a shutdown): it must not take a statement. One read attempt
+    /// that does not wait.
+    pub fn is_stale(&mut self) -> bool {
+        let mut cx = Context::from_waker(std::task::Waker::noop());
+        let mut byte = [0u8; 1];
+        let mut buf = ReadBuf::new(&mut byte);
+        !matches!(
+            Pin::new(&mut self.leg).poll_read(&mut cx, &mut buf),
+            Poll::Pending
+        )
+    }
+
+    /// Brings a connection back to the state a login of its key leaves (after a session pinned
+    /// it, or left warnings or an insert id on it): COM_RESET_CONNECTION (transaction rolled
+    /// back, temporary tables dropped, locks released, variables, diagnostics and prepared
+    /// statements gone, the login's character set kept), then COM_INIT_DB of the login schema
+    /// when there was one, both sent at once. False if the server did not answer both with an
+    /// OK within a second: the connection must close.
+    pub async fn reset(&mut self, schema: &str) -> bool {
+        let mut commands: Vec<(u8, &[u8])> = vec![(0x1F, &[])];
+        if !schema.is_empty() {
+            commands.push((0x02, schema.as_bytes()));
+        }
+        let done = self.run(&commands).await;
+        if done {
+            self.state = State::default();
+        }
+        done
+    }
+
+    /// Sends a COM_STMT_PREPARE packet (header included; sent with sequence id 0) and reads its
+    /// whole answer; `deprecate_eof` as the session negotiated. An I/O error, or an answer the
+    /// pool cannot follow, means the connection must close.
+    pub async fn prepare(
+        &mut self,
+        packet: &[u8],
+        deprecate_eof: bool,
+    ) -> std::io::Result<PrepareAnswer> {
+        use tokio::io::AsyncWriteExt;
+        let mut first = packet.to_vec();
+        if let Some(seq) = first.get_mut(3) {
+            *seq = 0;
+        }
+        self.leg.write_all(&first).await?;
+        self.leg.flush().await?;
+        let mut bytes = Vec::new();
+        let payload = self.read_packet(&mut bytes, 1).await?;
+        let ok = PrepareOk::parse(&bytes[payload..]);
+        let Some(ok) = ok else {
+            return match bytes.get(payload) {
+                Some(0xFF) => Ok(PrepareAnswer { bytes, ok: None }),
+                _ => Err(malformed(
+                    "a prepare's answer is neither STMT_PREPARE_OK nor ERR",
+                )),
+            };
+        };
+        for i in 1..ok.packets(deprecate_eof) {
+            self.read_packet(&mut bytes, (i + 1) as u8).await?;
+        }
+        Ok(PrepareAnswer {
+            bytes,
+            ok: Some(ok),
+        })
+    }
+
+    /// Prepares `text` for the pool's own use (a session executes it here for the first time).
+    pub async fn prepare_text(
+        &mut self,
+        text: &[u8],
+        deprecate_eof: bool,
+    ) -> std::io::Result<PrepareAnswer> {
+        let packet = prepare_packet(text).ok_or_else(|| malformed("statement too long"))?;
+        self.prepare(&packet, deprecate_eof).await
+    }
+
+    /// Closes server statement `id` (no answer comes).
+    pub async fn close_statement(&mut self, id: u32) -> std::io::Result<()> {
+        use tokio::io::AsyncWriteExt;
+        self.leg.write_all(&close_packet(id)).await?;
+        self.leg.flush().await
+    }
+
+    /// Appends one packet of an answer to `out`, with sequence id `seq`; returns where its
+    /// payload starts in `out`.
+    async fn read_packet(&mut self, out: &mut Vec<u8>, seq: u8) -> std::io::Result<usize> {
+        use tokio::io::AsyncReadExt;
+        let mut header = [0u8; 4];
+        self.leg.read_exact(&mut header).await?;
+        let len =
+            usize::from(header[0]) | usize::from(header[1]) << 8 | usize::from(header[2]) << 16;
+        if len == 0xFF_FFFF || out.len() + 4 + len > MAX_PREPARE_ANSWER {
+            return Err(malformed("a prepare's answer is too large"));
+        }
+        header[3] = seq;
+        out.extend_from_slice(&header);
+        let at = out.len();
+        out.resize(at + len, 0);
+        self.leg.read_exact(&mut out[at..]).await?;
+        Ok(at)
+    }
+
+    /// Sets the connection's `LAST_INSERT_ID()` back to 0, as after a login, when a session's
+    /// generated id is all it left (see `Holding::only_insert_id`). False if the server did not
+    /// answer with an OK within a second: the connection must close.
+    pub async fn forget_insert_id(&mut self) -> bool {
+        self.run(&[(0x03, b"DO LAST_INSERT_ID(0)")]).await
+    }
+
+    /// Whether the connection carries exactly `state`'s settings.
+    pub fn carries(&self, state: &State) -> bool {
+        Arc::ptr_eq(&self.state, state) || self.state == *state
+    }
+
+    /// Brings the connection to `state` (a session's settings, see [`State`]): when
+    /// it carries other settings, reset first (COM_RESET_CONNECTION, COM_INIT_DB of the login
+    /// `schema`), then each setting run again, all in one write. False if the server did not
+    /// answer each with an OK within a second: the connection must close.
+    pub async fn adopt(&mut self, state: &State, schema: &str) -> bool {
+        if self.carries(state) {
+            return true;
+        }
+        let mut commands: Vec<(u8, &[u8])> = Vec::new();
+        if !self.state.is_empty() {
+            commands.push((0x1F, &[]));
+            if !schema.is_empty() {
+                commands.push((0x02, schema.as_bytes()));
+            }
+        }
+        for step in state.iter() {
+            commands.push(match step {
+                Step::Query(text) => (0x03, text),
+                Step::InitDb(name) => (0x02, name),
+            });
+        }
+        let done = self.run(&commands).await;
+        if done {
+            self.state = Arc::clone(state);
+        }
+        done
+    }
+
+    /// Sends `commands` (command byte, body) in one write and reads their answers: true if
+    /// each is an OK, within a second.
+    async fn run(&mut self, commands: &[(u8, &[u8])]) -> bool {
+        if commands.iter().any(|&(command, _)| command == 0x1F) {
+            // COM_RESET_CONNECTION drops the connection's prepared statements.
+            self.statements.clear();
+        }
+        let steps = async {
+            use tokio::io::AsyncWriteExt;
+            let mut packets = Vec::new();
+            for (command, body) in commands {
+                let len = 1 + body.len();
+                if len >= 0xFF_FFFF {
+                    return Ok::<bool, std::io::Error>(false);
+                }
+                packets.extend_from_slice(&[len as u8, (len >> 8) as u8, (len >> 16) as u8, 0]);
+                packets.push(*command);
+                packets.extend_from_slice(body);
+            }
+            self.leg.write_all(&packets).await?;
+            self.leg.flush().await?;
+            let mut ok = true;
+            for _ in commands {
+                ok &= self.read_ok().await?;
+            }
+            Ok(ok)
+        };
+        matches!(
+            tokio::time::timeout(std::time::Duration::from_secs(1), steps).await,
+            Ok(Ok(true))
+        )
+    }
+
+    /// Reads a one-packet answer to a command: true for an OK.
+    async fn read_ok(&mut self) -> std::io::Result<bool> {
+        use tokio::io::AsyncReadExt;
+        let mut header = [0u8; 4];
+        self.leg.read_exact(&mut header).await?;
+        let len =
+            usize::from(header[0]) | usize::from(header[1]) << 8 | usize::from(header[2]) << 16;
+        if len > 64 * 1024 {
+            return Ok(false);
+        }
+        let mut payload = vec![0u8; len];
+        self.leg.read_exact(&mut payload).await?;
+        Ok(payload.first() == Some(&0x00) && header[3] == 1)
+    }
+
+    /// Ends the connection and waits (up to a second) until the server has closed its end:
+    /// only then does the server no longer count it against its `max_connections`, and may
+    /// its pool slot go to a login.
+    pub async fn close(mut self) {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let ends = async {
+            self.leg.write_all(&[1, 0, 0, 0, 0x01]).await?;
+            self.leg.flush().await?;
+            let mut sink = [0u8; 256];
+            while self.leg.read(&mut sink).await? > 0 {}
+            Ok::<(), std::io::Error>(())
+        };
+        let _ = tokio::time::timeout(std::time::Duration::from_secs(1), ends).await;
+    }
+
+    /// Ends the connection politely, as far as it can without waiting: COM_QUIT if the socket
+    /// takes it now, then the close.
+    pub fn quit(mut self) {
+        let mut cx = Context::from_waker(std::task::Waker::noop());
+        let leg = Pin::new(&mut self.leg);
+        if let Poll::Ready(Ok(5)) = leg.poll_write(&mut cx, &[1, 0, 0, 0, 0x01]) {
+            let _ = Pin::new(&mut self.leg).poll_flush(&mut cx);
+        }
+    }
+}
+
+fn malformed(what: &str) -> std::io::Error {
+    std::io::Error::new(std::io::ErrorKind::InvalidData, what.to_owned())
+}

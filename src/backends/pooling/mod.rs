@@ -1,0 +1,554 @@
+//! Transaction pooling without a password store: in a pool with `pooling.mode: transaction`,
+//! server connections are shared among the sessions of one user between transactions.
+//!
+//! No password is kept. Every client logs in on a fresh server connection, relayed as in session
+//! mode, so the server checks each client's credentials itself; that connection then joins the
+//! backend's pool under the session's [`Key`]: the user, the schema and character set it logged
+//! in with, the capabilities negotiated, how the backend leg is encrypted or compressed, and the
+//! client's address when the backend is sent a PROXY header (the server then matches accounts by
+//! it). A session's statements run on any idle connection of its key, which holds exactly the
+//! state of a fresh login of that key, because a session that changes state keeps its
+//! connection for good (`holding`). A connection is never logged in to again: no
+//! `COM_CHANGE_USER`, whose answer to the greeting's nonce could be replayed.
+//!
+//! `core` is the bookkeeping (slots, idle lists, waiters; sans-IO), [`BackendPool`] the lock and
+//! the waiting around it, [`ServerPools`] one pool per backend, in `ProxyState`. A session holds
+//! its share of a pool only through the guards of `guard` (a login's slot, its place among its
+//! key's sessions, the connection it holds), so however it ends the counts are given back;
+//! `command` reads the client's bytes the session handles itself.
+
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Instant;
+
+use thiserror::Error;
+use tokio::sync::oneshot;
+
+use crate::config::Pooling;
+use crate::telemetry::metrics::Metrics;
+
+pub mod command;
+mod conn;
+mod core;
+mod guard;
+pub mod holding;
+mod metrics;
+pub mod statements;
+
+use self::core::{Acquired, Core, Slot, Waiter};
+pub use conn::{PrepareAnswer, ServerConn};
+use guard::Pending;
+pub use guard::{Held, LoginPermit, Member};
+pub use holding::{Holding, Reason, State, Step};
+use metrics::{Families, PoolMetrics};
+
+/// What sessions share connections under: a connection holds exactly the state a login of this
+/// key leaves.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct KeyData {
+    pub user: String,
+    pub schema: String,
+    /// The collation id of the HandshakeResponse.
+    pub charset: u8,
+    /// Negotiated capabilities (standard, MariaDB's).
+    pub capabilities: (u32, u32),
+    /// The backend leg: TLS, compression.
+    pub tls: bool,
+    pub compressed: bool,
+    /// The client's address, when the backend is told it in a PROXY header.
+    pub origin: Option<IpAddr>,
+}
+
+/// A [`KeyData`] shared by its session and the pool, hashed once: the pool looks it up twice
+/// per transaction.
+#[derive(Debug, Clone)]
+pub struct Key {
+    data: Arc<KeyData>,
+    hash: u64,
+}
+
+impl Key {
+    /// Hashed with `seed` ([`ServerPools::key`]: one per proxy, random, so that user names
+    /// chosen to collide cannot slow the pool's lookups).
+    fn new(data: KeyData, seed: &std::hash::RandomState) -> Key {
+        use std::hash::BuildHasher;
+        let hash = seed.hash_one(&data);
+        Key {
+            data: Arc::new(data),
+            hash,
+        }
+    }
+}
+
+impl std::ops::Deref for Key {
+    type Target = KeyData;
+    fn deref(&self) -> &KeyData {
+        &self.data
+    }
+}
+
+impl PartialEq for Key {
+    fn eq(&self, other: &Key) -> bool {
+        self.hash == other.hash && (Arc::ptr_eq(&self.data, &other.data) || self.data == other.data)
+    }
+}
+
+impl Eq for Key {}
+
+impl std::hash::Hash for Key {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        state.write_u64(self.hash);
+    }
+}
+
+impl Waiter<ServerConn> for oneshot::Sender<ServerConn> {
+    fn offer(self, value: ServerConn) -> Result<(), ServerConn> {
+        self.send(value)
+    }
+
+    fn left(&self) -> bool {
+        self.is_closed()
+    }
+}
+
+impl Waiter<()> for oneshot::Sender<()> {
+    fn offer(self, value: ()) -> Result<(), ()> {
+        self.send(value)
+    }
+
+    fn left(&self) -> bool {
+        self.is_closed()
+    }
+}
+
+type Inner = Core<Key, ServerConn, oneshot::Sender<ServerConn>, oneshot::Sender<()>>;
+
+/// Why a session got no connection.
+#[derive(Debug, Error, Clone, PartialEq, Eq)]
+pub enum PoolError {
+    #[error(
+        "no server connection of backend {backend} came free within {waited:?} \
+         (pooling.max_server_connections {limit}, all in use)"
+    )]
+    Timeout {
+        backend: String,
+        waited: std::time::Duration,
+        limit: usize,
+    },
+    #[error(
+        "no server connection of user '{user}' is left on backend {backend}: the last ones \
+         closed (the server ended them, or a session left one mid-statement or with state of its \
+         own) or are held for good by sessions that changed their state, and only a login makes \
+         another; reconnect"
+    )]
+    Starved { user: String, backend: String },
+    #[error(
+        "a shared server connection could not be given this session's settings again (a SET or \
+         USE that succeeded before failed when run again, or the connection failed); reconnect"
+    )]
+    Replay,
+}
+
+/// One backend's shared connections.
+pub struct BackendPool {
+    backend: String,
+    inner: Mutex<(Inner, Pooling)>,
+    metrics: PoolMetrics,
+}
+
+impl std::fmt::Debug for BackendPool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "BackendPool({})", self.backend)
+    }
+}
+
+impl BackendPool {
+    fn lock(&self) -> MutexGuard<'_, (Inner, Pooling)> {
+        // A panic while holding it cannot leave the counts worse than a lost update.
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub fn pooling(&self) -> Pooling {
+        self.lock().1
+    }
+
+    /// Waits for a slot for a login (a fresh server connection); Err when none came free in
+    /// `wait_timeout`. The slot is the permit's until it is dropped (the login failed) or
+    /// turned into a session ([`LoginPermit::logged_in`]).
+    pub async fn login_slot(self: &Arc<Self>) -> Result<LoginPermit, PoolError> {
+        let started = Instant::now();
+        let (receiver, pooling) = {
+            let mut guard = self.lock();
+            let (core, pooling) = &mut *guard;
+            let mut rx = None;
+            let slot = core.login(|| {
+                let (tx, r) = oneshot::channel();
+                rx = Some(r);
+                tx
+            });
+            let pooling = *pooling;
+            self.metrics.update(core);
+            match slot {
+                Slot::Free => return Ok(LoginPermit::new(Arc::clone(self))),
+                // The slot of this connection, once the server let go of it.
+                Slot::Freed(conn) => (Err(conn), pooling),
+                Slot::Wait => (Ok(rx), pooling),
+            }
+        };
+        let receiver = match receiver {
+            Ok(receiver) => receiver,
+            Err(conn) => {
+                // The slot is the login's from now, even if it is cancelled while it waits.
+                let permit = LoginPermit::new(Arc::clone(self));
+                conn.close().await;
+                return Ok(permit);
+            }
+        };
+        let Some(receiver) = receiver else {
+            return Ok(LoginPermit::new(Arc::clone(self)));
+        };
+        // A slot handed over as the wait ends (its timeout, or the login cancelled) is given
+        // back, not lost.
+        let mut pending = Pending::new(receiver, |()| self.login_failed());
+        let got = pending.recv(pooling.wait_timeout).await;
+        self.metrics.waited(started.elapsed());
+        match got {
+            Some(Some(())) => Ok(LoginPermit::new(Arc::clone(self))),
+            _ => {
+                self.metrics.failed("timeout");
+                Err(PoolError::Timeout {
+                    backend: self.backend.clone(),
+                    waited: pooling.wait_timeout,
+                    limit: pooling.max_server_connections,
+                })
+            }
+        }
+    }
+
+    /// A login that had a slot failed.
+    fn login_failed(&self) {
+        let mut guard = self.lock();
+        guard.0.login_failed();
+        self.metrics.update(&guard.0);
+    }
+
+    /// A login succeeded: its session holds the new connection.
+    fn logged_in(&self, key: &Key) {
+        let mut guard = self.lock();
+        guard.0.logged_in(key);
+        self.metrics.update(&guard.0);
+    }
+
+    /// A connection for a session of `key` on worker `worker`: an idle one that is still
+    /// alive, or the next one released, within `wait_timeout`.
+    pub async fn acquire(
+        self: &Arc<Self>,
+        key: &Key,
+        worker: usize,
+        state: &State,
+    ) -> Result<Held, PoolError> {
+        let started = Instant::now();
+        loop {
+            let (receiver, pooling) = {
+                let mut guard = self.lock();
+                let (core, pooling) = &mut *guard;
+                let mut rx = None;
+                let like = |c: &ServerConn| c.carries(state);
+                let got = core.acquire_like(key, worker, like, || {
+                    let (tx, r) = oneshot::channel();
+                    rx = Some(r);
+                    tx
+                });
+                self.metrics.update(core);
+                match got {
+                    Acquired::Got(mut conn) => {
+                        if conn.is_stale() {
+                            core.closed(key);
+                            self.metrics.update(core);
+                            drop(guard);
+                            drop(conn);
+                            continue;
+                        }
+                        self.metrics.acquired.inc();
+                        return Ok(Held::new(conn, Arc::clone(self), key.clone()));
+                    }
+                    Acquired::Starved => {
+                        self.metrics.failed("starved");
+                        return Err(self.starved(key));
+                    }
+                    Acquired::Wait => (rx, *pooling),
+                }
+            };
+            let Some(receiver) = receiver else {
+                continue;
+            };
+            let left = pooling.wait_timeout.saturating_sub(started.elapsed());
+            // A connection handed over as the wait ends (its timeout, or the session cancelled)
+            // goes back to the pool, not lost with the channel.
+            let mut pending = Pending::new(receiver, |conn| self.release(key, conn, worker));
+            let got = pending.recv(left).await;
+            drop(pending);
+            self.metrics.waited(started.elapsed());
+            match got {
+                Some(Some(mut conn)) => {
+                    if conn.is_stale() {
+                        self.closed(key);
+                        continue;
+                    }
+                    self.metrics.acquired.inc();
+                    return Ok(Held::new(conn, Arc::clone(self), key.clone()));
+                }
+                // Let go because nothing is left to wait for.
+                Some(None) => {
+                    self.metrics.failed("starved");
+                    return Err(self.starved(key));
+                }
+                None => {
+                    self.metrics.failed("timeout");
+                    return Err(PoolError::Timeout {
+                        backend: self.backend.clone(),
+                        waited: pooling.wait_timeout,
+                        limit: pooling.max_server_connections,
+                    });
+                }
+            }
+        }
+    }
+
+    fn starved(&self, key: &Key) -> PoolError {
+        PoolError::Starved {
+            user: key.user.clone(),
+            backend: self.backend.clone(),
+        }
+    }
+
+    /// A session gives back a connection it holds, unpinned and at a command boundary.
+    fn release(self: &Arc<Self>, key: &Key, conn: ServerConn, worker: usize) {
+        let closed = {
+            let mut guard = self.lock();
+            let closed = guard.0.release(key, conn, worker, Instant::now());
+            self.metrics.update(&guard.0);
+            closed
+        };
+        self.close_all(closed);
+    }
+
+    /// Closes connections the pool let go, each slot freed once the server let go of it, on a
+    /// task of its own (nobody waits for it).
+    fn close_all(self: &Arc<Self>, closed: Vec<ServerConn>) {
+        if closed.is_empty() {
+            return;
+        }
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => {
+                let pool = Arc::clone(self);
+                drop(runtime.spawn(async move {
+                    for conn in closed {
+                        conn.close().await;
+                        pool.close_done();
+                    }
+                }));
+            }
+            // Outside a runtime (nothing in the proxy): closed without waiting.
+            Err(_) => {
+                for conn in closed {
+                    conn.quit();
+                    self.close_done();
+                }
+            }
+        }
+    }
+
+    fn close_done(&self) {
+        let mut guard = self.lock();
+        guard.0.close_done();
+        self.metrics.update(&guard.0);
+    }
+
+    /// Counts a reset of a connection of this pool ([`ServerConn::reset`]) and how it went.
+    pub fn count_reset(&self, reason: &'static str, ok: bool) {
+        self.metrics.reset(reason, ok);
+    }
+
+    /// A connection a session held is gone (the server closed it, or it failed).
+    fn closed(&self, key: &Key) {
+        let mut guard = self.lock();
+        guard.0.closed(key);
+        self.metrics.update(&guard.0);
+    }
+
+    /// The session holding a connection of `key` pinned it, for `reason`.
+    fn pinned(&self, key: &Key, reason: Reason) {
+        self.metrics.pinned(reason);
+        let mut guard = self.lock();
+        guard.0.pinned(key);
+        self.metrics.update(&guard.0);
+    }
+
+    /// A pinned session's connection was brought back to its key's login state
+    /// ([`ServerConn::reset`]): it counts as shared again.
+    fn unpinned(&self, key: &Key) {
+        let mut guard = self.lock();
+        guard.0.unpinned(key);
+        self.metrics.update(&guard.0);
+    }
+
+    /// A session ended (one that pinned its connection was [`unpinned`](Self::unpinned) first;
+    /// the connection it held counts as closed or released on its own, see [`Member`]).
+    fn session_ended(&self, key: &Key) {
+        let mut guard = self.lock();
+        guard.0.session_ended(key, false);
+        self.metrics.update(&guard.0);
+    }
+
+    /// Closes idle connections past their idle timeout that their keys can spare.
+    pub fn expire(self: &Arc<Self>, now: Instant) {
+        let closed = {
+            let mut guard = self.lock();
+            let timeout = guard.1.idle_timeout;
+            let closed = guard.0.expire(now, timeout);
+            self.metrics.update(&guard.0);
+            closed
+        };
+        self.close_all(closed);
+    }
+
+    /// Closes every idle connection (at the end of the drain).
+    pub fn close_idle(&self) {
+        let closed = {
+            let mut guard = self.lock();
+            let closed = guard.0.close_idle();
+            self.metrics.update(&guard.0);
+            closed
+        };
+        closed.into_iter().for_each(ServerConn::quit);
+    }
+
+    fn reconfigure(&self, pooling: Pooling) {
+        let closed = {
+            let mut guard = self.lock();
+            let closed = guard.0.set_limit(pooling.max_server_connections);
+            guard.1 = pooling;
+            self.metrics.update(&guard.0);
+            closed
+        };
+        closed.into_iter().for_each(ServerConn::quit);
+    }
+
+    /// Idle connections and gauges, for `/backends` and tests.
+    pub fn counts(&self) -> PoolCounts {
+        let guard = self.lock();
+        PoolCounts {
+            open: guard.0.open(),
+            idle: guard.0.idle(),
+            waiting: guard.0.waiting(),
+        }
+    }
+}
+
+/// A pool's gauges at one moment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PoolCounts {
+    /// Connections open, logins in flight included.
+    pub open: usize,
+    pub idle: usize,
+    /// Sessions and logins waiting for a connection.
+    pub waiting: usize,
+}
+
+/// Every backend's pool, by backend name; created when a transaction-mode session first needs
+/// one, kept across reloads (a reload updates its limits).
+pub struct ServerPools {
+    pools: Mutex<HashMap<String, Arc<BackendPool>>>,
+    families: Families,
+    seed: std::hash::RandomState,
+}
+
+impl std::fmt::Debug for ServerPools {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ServerPools")
+    }
+}
+
+impl ServerPools {
+    /// Registers the pool metrics with `metrics` (once, at start).
+    pub fn new(metrics: &Metrics) -> Self {
+        ServerPools {
+            pools: Mutex::default(),
+            families: Families::register(metrics),
+            seed: std::hash::RandomState::new(),
+        }
+    }
+
+    /// The key a session's connections are shared under.
+    pub fn key(&self, data: KeyData) -> Key {
+        Key::new(data, &self.seed)
+    }
+
+    /// The pool of `backend` (of pool `pool`), its limits set to `pooling`.
+    pub fn of(&self, pool: &str, backend: &str, pooling: Pooling) -> Arc<BackendPool> {
+        let mut pools = self.pools.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(found) = pools.get(backend) {
+            if found.pooling() != pooling {
+                found.reconfigure(pooling);
+            }
+            return Arc::clone(found);
+        }
+        let created = Arc::new(BackendPool {
+            backend: backend.to_owned(),
+            inner: Mutex::new((Core::new(pooling.max_server_connections), pooling)),
+            metrics: PoolMetrics::new(&self.families, pool, backend),
+        });
+        pools.insert(backend.to_owned(), Arc::clone(&created));
+        created
+    }
+
+    /// Runs [`BackendPool::expire`] on every pool (once a second, from `tasks`).
+    pub fn expire(&self, now: Instant) {
+        let pools: Vec<Arc<BackendPool>> = {
+            let pools = self.pools.lock().unwrap_or_else(|e| e.into_inner());
+            pools.values().cloned().collect()
+        };
+        for pool in pools {
+            pool.expire(now);
+        }
+    }
+
+    /// Puts a reloaded `pooling:` in force in the pools already made: `pooling_of` says a
+    /// backend's (None: it left, or its pool no longer shares; its pool keeps its limits and
+    /// empties as its sessions end).
+    pub fn reconfigure(&self, pooling_of: impl Fn(&str) -> Option<Pooling>) {
+        let pools: Vec<Arc<BackendPool>> = {
+            let pools = self.pools.lock().unwrap_or_else(|e| e.into_inner());
+            pools.values().cloned().collect()
+        };
+        for pool in pools {
+            match pooling_of(&pool.backend) {
+                Some(pooling) if pooling.shares() && pool.pooling() != pooling => {
+                    pool.reconfigure(pooling)
+                }
+                _ => {}
+            }
+        }
+    }
+
+    /// Runs [`BackendPool::close_idle`] on every pool: once the drain has ended the sessions,
+    /// the connections they gave back are closed with COM_QUIT rather than left open for as
+    /// long as the proxy's state lives.
+    pub fn close_idle(&self) {
+        let pools: Vec<Arc<BackendPool>> = {
+            let pools = self.pools.lock().unwrap_or_else(|e| e.into_inner());
+            pools.values().cloned().collect()
+        };
+        for pool in pools {
+            pool.close_idle();
+        }
+    }
+
+    /// The pool of `backend`, if one was made.
+    pub fn get(&self, backend: &str) -> Option<Arc<BackendPool>> {
+        let pools = self.pools.lock().unwrap_or_else(|e| e.into_inner());
+        pools.get(backend).cloned()
+    }
+}

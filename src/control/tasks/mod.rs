@@ -1,0 +1,82 @@
+//! The proxy's background tasks: every long-running loop that reads the proxy-wide state.
+//!
+//! The rooms these loops drive hold plain data and logic and do not know [`ProxyState`]:
+//! `balancer::latency` folds histogram totals into scores, `health` runs one check,
+//! `lifecycle` turns stop requests into readiness and drain steps and watches the config file,
+//! `reload` applies a configuration. `state` holds what they own (the backend set, the
+//! readiness, the applied configuration) and depends on them, never the reverse; each task
+//! here is the thin loop that joins one of them to the state. [`start`] starts the ones that
+//! live until the drain, [`on_signals`] the stop sequence (it outlives the drain: a signal
+//! during it closes every session).
+
+mod health;
+mod reload;
+mod stop;
+
+use std::sync::Arc;
+
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::backends::balancer::latency;
+use crate::config::HealthCheckConfig;
+use crate::control::reload::Loader;
+use crate::proxy::lifecycle::{self, watch};
+use crate::proxy::state::ProxyState;
+
+pub use stop::on_signals;
+
+/// Starts, on `tasks`, what runs until `drain`: health checks, the `least_latency` scores,
+/// reloads (on SIGHUP, and on `watch`'s file changing when there is one: `reload` says how),
+/// and the readiness flip at the drain's start.
+pub fn start(
+    tasks: &TaskTracker,
+    shared: &Arc<ProxyState>,
+    checks: HealthCheckConfig,
+    reload: Option<Loader>,
+    watch: Option<watch::ConfigWatch>,
+    drain: &CancellationToken,
+) {
+    let file_changed = Arc::new(Notify::new());
+    tasks.spawn(not_ready_once(Arc::clone(shared), drain.clone()));
+    if let Some(w) = watch {
+        tasks.spawn(watch::run(
+            w,
+            watch::POLL_EVERY,
+            watch::QUIET,
+            Arc::clone(&file_changed),
+            drain.clone(),
+        ));
+    }
+    tasks.spawn(health::run(Arc::clone(shared), checks, drain.clone()));
+    tasks.spawn(latency_scores(Arc::clone(shared), drain.clone()));
+    tasks.spawn(reload::on_hangup(
+        Arc::clone(shared),
+        reload,
+        file_changed,
+        drain.clone(),
+    ));
+}
+
+/// Fails readiness when the drain begins, however it was started (see
+/// [`lifecycle::not_ready_once`]).
+pub async fn not_ready_once(shared: Arc<ProxyState>, drain: CancellationToken) {
+    lifecycle::not_ready_once(&shared.readiness, drain).await;
+}
+
+/// Updates every backend's latency average once per [`latency::TICK`] until `shutdown`, over
+/// the backend set in force at each tick.
+pub async fn latency_scores(shared: Arc<ProxyState>, shutdown: CancellationToken) {
+    let mut ticks = tokio::time::interval(latency::TICK);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = ticks.tick() => {}
+        }
+        latency::tick(shared.backends().backends());
+        // Transaction-mode pools close their connections idle past `pooling.idle_timeout`.
+        shared.server_pools.expire(std::time::Instant::now());
+    }
+}

@@ -1,0 +1,648 @@
+//! The command-phase relay: both directions of one session in one future.
+//!
+//! Each direction reads into its own reusable buffer, lets the [`Tracker`] scan the new bytes in
+//! place, and writes exactly what it read before reading again: two reads and two writes per round
+//! trip, no copy, no allocation per packet. Both directions are polled from one future (not two
+//! tasks) so the tracker needs no lock, and neither direction ever waits on the other, so a client
+//! that pipelines a large batch while the server streams a large result cannot deadlock the pair.
+//! Buffers are small for the many quiet sessions, large only while a direction moves bulk data,
+//! and small again once it has been quiet for a second (see [`Shrinker`]).
+
+use std::future::{poll_fn, Future};
+use std::io;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::Instant;
+
+use bytes::BytesMut;
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio_util::io::poll_read_buf;
+use tokio_util::sync::CancellationToken;
+
+use crate::net::leg::ReleaseMemory;
+use crate::wire::protocol::response::{Completed, TrackError, Tracker};
+
+mod kill_rewrite;
+mod timers;
+use kill_rewrite::{rewrite_kills, WaitingKills};
+pub use kill_rewrite::{Answer, KillRewrite};
+use timers::{IdleTimer, Shrinker};
+
+/// Buffers start small (most sessions idle most of the time) and grow for bulk transfers.
+const INITIAL_BUF: usize = 8 * 1024;
+const MAX_BUF: usize = 256 * 1024;
+/// A grown buffer goes back to `INITIAL_BUF` once its direction has read nothing for this long,
+/// so a session that once moved a large result does not keep the memory for life, and one that
+/// keeps moving them does not reallocate on every round trip.
+const QUIET: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// A whole COM_QUIT packet.
+const COM_QUIT: [u8; 5] = [1, 0, 0, 0, 0x01];
+
+/// How the relay ended.
+#[derive(Debug)]
+pub enum RelayEnd {
+    /// The client closed its side; `quit` says whether it sent COM_QUIT first.
+    ClientClosed {
+        quit: bool,
+    },
+    /// The backend closed its side; `pending` says how many commands were unanswered.
+    BackendClosed {
+        pending: usize,
+    },
+    ClientIo(io::Error),
+    BackendIo(io::Error),
+    /// Shutting down, and the session reached a command boundary: nothing in flight.
+    Drained,
+    /// No command from the client for the idle timeout, and nothing in flight.
+    IdleTimeout,
+    /// A protocol violation; everything before the offending packet was forwarded.
+    Protocol(TrackError),
+    /// The observer let the backend go (see [`Observer::releasable`]) at a command boundary:
+    /// nothing in flight, nothing read and unsent; or the client scan stopped before a
+    /// prepared-statement command (see `Tracker::pause_statements`), whose bytes are then at the
+    /// front of the client's buffer. Carries the two buffers (client's, backend's) for the next
+    /// relay to reuse.
+    Released(BytesMut, BytesMut),
+    /// A transaction-mode session got no server connection and was told so (see
+    /// `crate::backends::pooling`); set by the pooled session, never by the relay itself.
+    NoServerConnection,
+}
+
+struct Direction {
+    buf: BytesMut,
+    written: usize,
+    /// Trailing bytes of `buf` held back for the next read (a command that may be a KILL, not
+    /// whole yet): never written before the scan that sees them whole.
+    held: usize,
+    eof: bool,
+    /// Set when the buffer was cut at a bad packet: once the good part is written, stop.
+    failed: Option<TrackError>,
+    /// Reads so far: the shrink timer compares them instead of resetting a deadline on every read.
+    reads: u64,
+}
+
+impl Direction {
+    fn new(initial: BytesMut) -> Self {
+        let mut buf = initial;
+        if buf.capacity() < INITIAL_BUF {
+            buf.reserve(INITIAL_BUF - buf.len());
+        }
+        Self {
+            buf,
+            written: 0,
+            held: 0,
+            eof: false,
+            failed: None,
+            reads: 0,
+        }
+    }
+
+    /// Gives a grown buffer's memory back if nothing is in it but held bytes; true if it did.
+    fn shrink(&mut self) -> bool {
+        if self.buf.capacity() <= INITIAL_BUF || self.buf.len() > self.held {
+            return false;
+        }
+        let mut small = BytesMut::with_capacity(INITIAL_BUF.max(self.held));
+        small.extend_from_slice(&self.buf);
+        self.buf = small;
+        true
+    }
+
+    fn grown(&self) -> bool {
+        self.buf.capacity() > INITIAL_BUF
+    }
+}
+
+enum Step {
+    /// The source ended and everything read from it was written.
+    Eof,
+    Failed(TrackError),
+    Io(io::Error, Side),
+}
+
+#[derive(Clone, Copy)]
+enum Side {
+    Read,
+    Write,
+}
+
+/// What a direction does with its bytes besides forwarding them.
+trait Hooks {
+    /// Sees each read's bytes before they are forwarded (and may rewrite a command in them);
+    /// `fresh` of them are new, the rest were held back last time. Returns how many bytes at the
+    /// end to hold back for the next read. On an error `buf` is left holding only what precedes
+    /// the offending packet (see [`keep_good_part`]).
+    fn scan(&mut self, buf: &mut BytesMut, fresh: usize) -> Result<usize, TrackError>;
+    /// Runs once everything read so far (but held bytes) has been written.
+    fn written(&mut self) {}
+    /// Where the first byte that may not be written yet is (a KILL waiting for its rewrite).
+    fn writable(&mut self, _cx: &mut Context<'_>, _buf: &mut BytesMut) -> Option<usize> {
+        None
+    }
+    /// True when the source must not be read for now (the relay is about to end).
+    fn paused(&self) -> bool {
+        false
+    }
+}
+
+/// Sees what a session relays: completed commands and bytes moved, as they happen.
+pub trait Observer {
+    fn completed(&mut self, c: &Completed);
+    /// `n` bytes read from the client (`to_backend`) or from the backend, about to be forwarded.
+    fn relayed(&mut self, to_backend: bool, n: usize);
+    /// A statement packet's payload (command byte first; at least the first bytes the tracker
+    /// was asked to keep), as the client sent it; returns the tag its [`Completed`] carries.
+    fn statement(&mut self, _command: u8, _payload: &[u8]) -> u64 {
+        0
+    }
+    /// Called before each client scan with the commands in flight; returns a new statement
+    /// limit for the tracker (see `Tracker::set_statement_limit`) when it should change.
+    fn client_scan(&mut self, _in_flight: usize) -> Option<usize> {
+        None
+    }
+    /// Given a command packet that may be a KILL (header included), returns the packet to send the
+    /// backend instead, if any, or a future of it.
+    fn rewrite_kill(&mut self, _packet: &[u8]) -> Option<KillRewrite> {
+        None
+    }
+    /// The client scan stopped before a prepared-statement command (see
+    /// `Tracker::pause_statements`; `packet` is it, header first, and what follows, or the part
+    /// read so far): true when the observer rewrote it in place for the backend, so it goes on.
+    fn resume_statement(&mut self, _packet: &mut [u8]) -> bool {
+        false
+    }
+    /// Whether the session may give its backend connection back at the next command boundary
+    /// (a transaction-mode pool between transactions); the relay then ends with
+    /// [`RelayEnd::Released`]. Sessions that own their connection never do.
+    fn releasable(&self) -> bool {
+        false
+    }
+    /// Whether the backend connection outlives the session (a pool's): a client's COM_QUIT at
+    /// the end of a read is then not forwarded, so the server does not close it.
+    fn keeps_backend(&self) -> bool {
+        false
+    }
+}
+
+struct Upstream<'a, O> {
+    tracker: &'a mut Tracker,
+    observer: &'a mut O,
+    quit: bool,
+    /// When the client last sent bytes, read or written (for the idle timeout).
+    active: &'a mut Option<Instant>,
+    pending: &'a mut WaitingKills,
+}
+
+impl<O: Observer> Hooks for Upstream<'_, O> {
+    fn scan(&mut self, buf: &mut BytesMut, fresh: usize) -> Result<usize, TrackError> {
+        self.observer.relayed(true, fresh);
+        if let Some(limit) = self.observer.client_scan(self.tracker.pending()) {
+            self.tracker.set_statement_limit(limit);
+        }
+        let mut held = self.scan_from(buf, 0)?;
+        // Stopped before a prepared-statement command the observer can rewrite in place: it
+        // goes on, and so does the scan, from there.
+        while self.tracker.paused() {
+            let start = buf.len() - held;
+            if !self.observer.resume_statement(&mut buf[start..]) {
+                break;
+            }
+            self.tracker.pause_statements(true);
+            held = self.scan_from(buf, start)?;
+        }
+        Ok(held)
+    }
+
+    fn written(&mut self) {
+        // The write of a command's last byte starts its latency clock.
+        let now = Instant::now();
+        if self.tracker.pending() > 0 {
+            self.tracker.on_written(now);
+        }
+        *self.active = Some(now);
+    }
+
+    fn writable(&mut self, cx: &mut Context<'_>, buf: &mut BytesMut) -> Option<usize> {
+        self.pending.poll(cx, buf)
+    }
+
+    /// A transaction-mode pool's session stopped before a prepared-statement command (see
+    /// `Tracker::pause_statements`): the relay ends once what precedes it is answered.
+    fn paused(&self) -> bool {
+        self.tracker.paused()
+    }
+}
+
+impl<O: Observer> Upstream<'_, O> {
+    /// Scans `buf[from..]` (bytes before `from` were scanned already); returns how many bytes
+    /// at the end to hold back.
+    fn scan_from(&mut self, buf: &mut BytesMut, from: usize) -> Result<usize, TrackError> {
+        let scan = self.tracker.on_client_mut(&mut buf[from..]);
+        if !self.tracker.statements().is_empty() {
+            // Before a KILL is rewritten: the offsets are this buffer's.
+            tag_statements(self.tracker, &buf[from..], &mut *self.observer);
+        }
+        if let Err(e) = &scan {
+            buf.truncate(from + e.start().unwrap_or(0));
+        }
+        // KILLs before a bad packet are still forwarded, so they are mapped too.
+        if !self.tracker.kill_candidates().is_empty() {
+            let kills = self.tracker.kill_candidates();
+            if from == 0 {
+                rewrite_kills(buf, kills, &mut *self.observer, self.pending);
+            } else {
+                let kills: Vec<_> = kills.iter().map(|&(a, b)| (a + from, b + from)).collect();
+                rewrite_kills(buf, &kills, &mut *self.observer, self.pending);
+            }
+        }
+        let scan = scan?;
+        self.quit |= scan.quit;
+        if scan.quit && self.observer.keeps_backend() && buf.ends_with(&COM_QUIT) {
+            buf.truncate(buf.len() - COM_QUIT.len());
+        }
+        if scan.held > 0 {
+            // Held bytes are not written yet (the write stamps the rest); a client trickling a
+            // command into them is not idle.
+            *self.active = Some(Instant::now());
+        }
+        Ok(scan.held)
+    }
+}
+
+/// Hands each statement packet of the last client scan to the observer; tags its command.
+#[inline(never)]
+fn tag_statements(tracker: &mut Tracker, buf: &[u8], observer: &mut impl Observer) {
+    for i in 0..tracker.statements().len() {
+        let s = tracker.statements()[i];
+        let tag = observer.statement(s.command, tracker.statement_payload(&s, buf));
+        if let (Some(index), true) = (s.index, tag != 0) {
+            tracker.tag(index, tag);
+        }
+    }
+}
+
+struct Downstream<'a, O> {
+    tracker: &'a mut Tracker,
+    observer: &'a mut O,
+    /// When the backend last sent something: the end of the last response, once idle.
+    active: &'a mut Option<Instant>,
+}
+
+impl<O: Observer> Hooks for Downstream<'_, O> {
+    fn scan(&mut self, buf: &mut BytesMut, fresh: usize) -> Result<usize, TrackError> {
+        let observer = &mut *self.observer;
+        observer.relayed(false, fresh);
+        let now = Instant::now();
+        *self.active = Some(now);
+        let scan = self
+            .tracker
+            .on_server_mut(buf, now, |c| observer.completed(&c));
+        if let Err(e) = &scan {
+            keep_good_part(buf, e);
+        }
+        scan.map(|()| 0)
+    }
+}
+
+/// Moves bytes one way until the source would block or ends.
+fn poll_direction<R, W>(
+    cx: &mut Context<'_>,
+    dir: &mut Direction,
+    src: &mut R,
+    dst: &mut W,
+    hooks: &mut impl Hooks,
+) -> Poll<Step>
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin,
+{
+    loop {
+        let waiting = hooks.writable(cx, &mut dir.buf);
+        let ready = dir.buf.len() - dir.held;
+        let limit = waiting.map_or(ready, |at| at.min(ready));
+        while dir.written < limit {
+            match Pin::new(&mut *dst).poll_write(cx, &dir.buf[dir.written..limit]) {
+                Poll::Ready(Ok(0)) => {
+                    return Poll::Ready(Step::Io(io::ErrorKind::WriteZero.into(), Side::Write))
+                }
+                Poll::Ready(Ok(n)) => dir.written += n,
+                Poll::Ready(Err(e)) => return Poll::Ready(Step::Io(e, Side::Write)),
+                Poll::Pending => return Poll::Pending,
+            }
+        }
+        if limit < ready {
+            // What precedes the KILL goes on its way; its answer's waker brings the relay back.
+            if let Poll::Ready(Err(e)) = Pin::new(&mut *dst).poll_flush(cx) {
+                return Poll::Ready(Step::Io(e, Side::Write));
+            }
+            return Poll::Pending;
+        }
+        if ready > 0 {
+            // A TLS or compressing leg may hold written bytes back until flushed (a plain socket
+            // flushes as a no-op): nothing is read again until they are on their way.
+            match Pin::new(&mut *dst).poll_flush(cx) {
+                Poll::Ready(Ok(())) => {}
+                Poll::Ready(Err(e)) => return Poll::Ready(Step::Io(e, Side::Write)),
+                Poll::Pending => return Poll::Pending,
+            }
+            hooks.written();
+            // A read that filled the buffer suggests a bulk transfer: give the next one all the
+            // room at once (one large allocation, which the allocator maps apart from its heap and
+            // unmaps when freed, rather than a ladder of sizes that would fragment the heap).
+            let full = dir.buf.len() == dir.buf.capacity();
+            if dir.held > 0 {
+                dir.buf.copy_within(ready.., 0);
+            }
+            dir.buf.truncate(dir.held);
+            dir.written = 0;
+            if full && dir.buf.capacity() < MAX_BUF {
+                dir.buf.reserve(MAX_BUF - dir.buf.len());
+            }
+        }
+        if let Some(e) = dir.failed.take() {
+            return Poll::Ready(Step::Failed(e));
+        }
+        if dir.eof {
+            return Poll::Ready(Step::Eof);
+        }
+        if hooks.paused() {
+            return Poll::Pending;
+        }
+        match poll_read_buf(Pin::new(&mut *src), cx, &mut dir.buf) {
+            Poll::Ready(Ok(0)) => dir.eof = true,
+            Poll::Ready(Ok(n)) => {
+                dir.reads += 1;
+                scan_into(dir, n, hooks);
+            }
+            Poll::Ready(Err(e)) => return Poll::Ready(Step::Io(e, Side::Read)),
+            Poll::Pending => return Poll::Pending,
+        }
+    }
+}
+
+/// When a relay should stop on its own.
+#[derive(Debug, Clone, Copy)]
+pub struct Stop<'a> {
+    /// Once cancelled, the relay ends at the next command boundary.
+    pub drain: &'a CancellationToken,
+    /// End a session whose client sent nothing for this long while nothing was in flight.
+    pub idle_timeout: Option<std::time::Duration>,
+}
+
+/// Relays the command phase until either side ends or misbehaves. `initial_client` and
+/// `initial_backend` are bytes already read during the handshake; `observer` sees every completed
+/// command and every read.
+pub async fn relay<C, B>(
+    client: &mut C,
+    backend: &mut B,
+    tracker: &mut Tracker,
+    initial_client: BytesMut,
+    initial_backend: BytesMut,
+    stop: Stop<'_>,
+    observer: &mut impl Observer,
+) -> RelayEnd
+where
+    C: AsyncRead + AsyncWrite + Unpin + ReleaseMemory,
+    B: AsyncRead + AsyncWrite + Unpin + ReleaseMemory,
+{
+    let draining = crate::proxy::gate::cancelled(stop.drain);
+    tokio::pin!(draining);
+    let mut drain_now = false;
+    let mut idle = stop.idle_timeout.map(IdleTimer::new);
+    let mut shrink = Shrinker::default();
+    let mut session = Session {
+        client,
+        backend,
+        tracker,
+        observer,
+        up: Direction::new(initial_client),
+        down: Direction::new(initial_backend),
+        quit: false,
+        client_active: None,
+        backend_active: None,
+        client_failed: None,
+        pending: WaitingKills::default(),
+    };
+    session.prescan();
+    poll_fn(|cx| {
+        // On shutdown, end at the first command boundary — checked before reading the client, so
+        // a command that arrives after the last response is never half served.
+        if !drain_now && draining.as_mut().poll(cx).is_ready() {
+            drain_now = true;
+        }
+        if drain_now && session.boundary() {
+            return Poll::Ready(RelayEnd::Drained);
+        }
+        if let Some(idle) = idle.as_mut() {
+            let last = session.client_active.max(session.backend_active);
+            if idle.expired(cx, last, session.quiet()) {
+                return Poll::Ready(RelayEnd::IdleTimeout);
+            }
+        }
+        if shrink.poll(cx, &mut session.up, &mut session.down) {
+            session.client.release_memory();
+            session.backend.release_memory();
+        }
+        if let Poll::Ready(end) = session.poll_upstream(cx) {
+            return Poll::Ready(end);
+        }
+        let step = session.poll_downstream(cx);
+        let legs_hold = session.client.holds_memory() || session.backend.holds_memory();
+        shrink.arm_if_grown(cx, &session.up, &session.down, legs_hold);
+        match step {
+            Poll::Ready(end) => Poll::Ready(end),
+            Poll::Pending if drain_now && session.boundary() => Poll::Ready(RelayEnd::Drained),
+            // A COM_QUIT not forwarded: nobody closes the client's side but the proxy, and
+            // clients (Node mysql2) wait for that close.
+            Poll::Pending
+                if session.quit && session.observer.keeps_backend() && session.boundary() =>
+            {
+                Poll::Ready(RelayEnd::ClientClosed { quit: true })
+            }
+            // Stopped before a prepared-statement command, everything before it answered: the
+            // pool's session handles it (its bytes stay at the front of the client's buffer).
+            Poll::Pending if session.paused_at_boundary() => {
+                let up = std::mem::take(&mut session.up.buf);
+                let down = std::mem::take(&mut session.down.buf);
+                Poll::Ready(RelayEnd::Released(up, down))
+            }
+            Poll::Pending if session.observer.releasable() && session.boundary() => {
+                let up = std::mem::take(&mut session.up.buf);
+                let down = std::mem::take(&mut session.down.buf);
+                Poll::Ready(RelayEnd::Released(up, down))
+            }
+            Poll::Pending => Poll::Pending,
+        }
+    })
+    .await
+}
+
+/// One session's relay state: both directions and what the tracker and timers need of them.
+struct Session<'a, C, B, O> {
+    client: &'a mut C,
+    backend: &'a mut B,
+    tracker: &'a mut Tracker,
+    observer: &'a mut O,
+    up: Direction,
+    down: Direction,
+    quit: bool,
+    /// When the client's bytes last reached the backend, and when the backend last sent
+    /// something (the end of the last response, once idle): the idle timeout counts from these.
+    client_active: Option<Instant>,
+    backend_active: Option<Instant>,
+    /// A client protocol error waiting for the commands before it to be answered.
+    client_failed: Option<TrackError>,
+    /// KILLs read from the client waiting for their rewrite.
+    pending: WaitingKills,
+}
+
+impl<C, B, O> Session<'_, C, B, O>
+where
+    C: AsyncRead + AsyncWrite + Unpin,
+    B: AsyncRead + AsyncWrite + Unpin,
+    O: Observer,
+{
+    fn prescan(&mut self) {
+        let mut hooks = Upstream {
+            tracker: &mut *self.tracker,
+            observer: &mut *self.observer,
+            quit: false,
+            active: &mut self.client_active,
+            pending: &mut self.pending,
+        };
+        prescan(&mut self.up, &mut hooks);
+        self.quit |= hooks.quit;
+        let mut hooks = Downstream {
+            tracker: &mut *self.tracker,
+            observer: &mut *self.observer,
+            active: &mut self.backend_active,
+        };
+        prescan(&mut self.down, &mut hooks);
+    }
+
+    /// Nothing in flight and nothing half read: a safe point to close the session.
+    fn boundary(&self) -> bool {
+        self.tracker.idle() && self.up.buf.is_empty() && self.down.buf.is_empty()
+    }
+
+    /// Stopped before a prepared-statement command with nothing before it in flight.
+    fn paused_at_boundary(&self) -> bool {
+        self.tracker.paused()
+            && self.tracker.idle()
+            && self.up.buf.len() == self.up.held
+            && self.down.buf.is_empty()
+    }
+
+    /// No command waiting for its answer, nothing read waiting to be written (but held bytes) and
+    /// nothing half relayed to the client: the idle timeout may close the session. Unlike
+    /// [`boundary`](Self::boundary), a command packet the client has only begun does not count (a
+    /// server's wait_timeout covers the first packet too), or one stalled byte of a header would
+    /// keep a session for ever. The drain keeps `boundary`: it is bounded by `shutdown_timeout`,
+    /// and a client part way through a large command is then served, not cut.
+    fn quiet(&self) -> bool {
+        self.tracker.pending() == 0
+            && self.tracker.server_at_boundary()
+            && self.up.buf.len() == self.up.held
+            && self.down.buf.is_empty()
+    }
+
+    fn poll_upstream(&mut self, cx: &mut Context<'_>) -> Poll<RelayEnd> {
+        if self.client_failed.is_some() {
+            return Poll::Pending;
+        }
+        let mut hooks = Upstream {
+            tracker: &mut *self.tracker,
+            observer: &mut *self.observer,
+            quit: false,
+            active: &mut self.client_active,
+            pending: &mut self.pending,
+        };
+        let step = poll_direction(cx, &mut self.up, self.client, self.backend, &mut hooks);
+        self.quit |= hooks.quit;
+        match step {
+            // The commands before the bad packet were sent: their answers go first.
+            Poll::Ready(Step::Failed(e)) if e.is_client() => {
+                self.client_failed = Some(e);
+                Poll::Pending
+            }
+            Poll::Ready(step) => Poll::Ready(upstream_end(step, self.quit)),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+
+    fn poll_downstream(&mut self, cx: &mut Context<'_>) -> Poll<RelayEnd> {
+        let mut hooks = Downstream {
+            tracker: &mut *self.tracker,
+            observer: &mut *self.observer,
+            active: &mut self.backend_active,
+        };
+        match poll_direction(cx, &mut self.down, self.backend, self.client, &mut hooks) {
+            Poll::Ready(step) => {
+                Poll::Ready(downstream_end(step, self.quit, self.tracker.pending()))
+            }
+            Poll::Pending => match self.client_failed.take() {
+                Some(e) if answered(self.tracker, &self.down) => Poll::Ready(RelayEnd::Protocol(e)),
+                failed => {
+                    self.client_failed = failed;
+                    Poll::Pending
+                }
+            },
+        }
+    }
+}
+
+/// True once every command the backend can answer now has been answered and relayed: the place
+/// for an ERR of the proxy's own.
+fn answered(tracker: &Tracker, down: &Direction) -> bool {
+    (tracker.pending() == 0 || tracker.open_ended())
+        && tracker.server_at_boundary()
+        && down.buf.is_empty()
+}
+
+/// How the session ends when the client-to-backend direction stops.
+fn upstream_end(step: Step, quit: bool) -> RelayEnd {
+    match step {
+        Step::Eof => RelayEnd::ClientClosed { quit },
+        Step::Failed(e) => RelayEnd::Protocol(e),
+        Step::Io(e, Side::Read) => RelayEnd::ClientIo(e),
+        Step::Io(e, Side::Write) => RelayEnd::BackendIo(e),
+    }
+}
+
+/// How the session ends when the backend-to-client direction stops. After the client's COM_QUIT
+/// the backend closing (often before the client does) is the client's quit, not a backend failure.
+fn downstream_end(step: Step, quit: bool, pending: usize) -> RelayEnd {
+    match step {
+        Step::Eof | Step::Io(_, Side::Read) if quit => RelayEnd::ClientClosed { quit: true },
+        Step::Eof => RelayEnd::BackendClosed { pending },
+        Step::Failed(e) => RelayEnd::Protocol(e),
+        Step::Io(e, Side::Read) => RelayEnd::BackendIo(e),
+        Step::Io(e, Side::Write) => RelayEnd::ClientIo(e),
+    }
+}
+
+/// Lets the hooks see the buffer after `fresh` new bytes came; on an error keeps only what
+/// precedes the offending packet.
+fn scan_into(dir: &mut Direction, fresh: usize, hooks: &mut impl Hooks) {
+    match hooks.scan(&mut dir.buf, fresh) {
+        Ok(held) => dir.held = held,
+        Err(e) => {
+            dir.held = 0;
+            dir.failed = Some(e);
+        }
+    }
+}
+
+/// Cuts `buf` at the packet an error names: what precedes it is still forwarded.
+fn keep_good_part(buf: &mut BytesMut, e: &TrackError) {
+    buf.truncate(e.start().unwrap_or(0));
+}
+
+/// Scans bytes that were read before the relay started (during the handshake).
+fn prescan(dir: &mut Direction, hooks: &mut impl Hooks) {
+    if !dir.buf.is_empty() {
+        let fresh = dir.buf.len();
+        scan_into(dir, fresh, hooks);
+    }
+}

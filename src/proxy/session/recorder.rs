@@ -1,0 +1,189 @@
+//! What a session's relay reports besides bytes: completed commands into its backend's
+//! metrics, and KILLs mapped (see `crate::backends::kill`), run elsewhere or resolved by a peer.
+
+use std::sync::Arc;
+
+use tokio::sync::Semaphore;
+use tracing::{info, trace};
+
+use crate::backends::balancer::Backend;
+use crate::backends::kill::{self, Decision, KillRequest, Mapping};
+use crate::proxy::relay::{KillRewrite, Observer};
+use crate::proxy::state::ProxyState;
+use crate::telemetry::capture;
+use crate::telemetry::digest;
+use crate::telemetry::metrics::BackendStats;
+use crate::wire::protocol::response::{cmd, Completed};
+
+/// Feeds a session's commands and bytes into its backend's metrics, and maps KILLs.
+pub(super) struct Recorder<'a> {
+    stats: &'a BackendStats,
+    worker: usize,
+    backend: &'a Arc<Backend>,
+    shared: &'a Arc<ProxyState>,
+    /// Who the client authenticated as: a KILL runs elsewhere only for a target of this user.
+    /// None once it sent a COM_CHANGE_USER (who it is then is not read from the exchange).
+    user: Option<&'a str>,
+    /// The session's own proxy id (its recorded user is cleared on COM_CHANGE_USER).
+    proxy_id: Option<u32>,
+    /// One KILL needing a peer or another backend in flight per session.
+    turn: Arc<Semaphore>,
+    /// Its statements' digests, when the table is on.
+    digests: Option<digest::Session>,
+    /// Its capture, while one runs that takes it; `capture_seen` is the capture generation it
+    /// last looked at, `who` what its start record says.
+    capture: Option<capture::SessionCapture>,
+    capture_seen: u64,
+    who: capture::Who<'a>,
+}
+
+impl<'a> Recorder<'a> {
+    pub(super) fn new(
+        shared: &'a Arc<ProxyState>,
+        backend: &'a Arc<Backend>,
+        worker: usize,
+        user: &'a str,
+        proxy_id: Option<u32>,
+        digests: Option<digest::Session>,
+        who: capture::Who<'a>,
+    ) -> Self {
+        let capture_seen = shared.capture.generation();
+        let capture = shared.capture.join(&who, false, 0);
+        Recorder {
+            digests,
+            capture,
+            capture_seen,
+            who,
+            stats: &backend.stats,
+            worker,
+            backend,
+            shared,
+            user: Some(user),
+            proxy_id,
+            turn: Arc::new(Semaphore::new(1)),
+        }
+    }
+
+    fn killer(&self) -> kill::Killer<'_> {
+        kill::Killer {
+            backend: self.backend,
+            user: self.user,
+            can_kill_elsewhere: self.shared.killer.configured(),
+        }
+    }
+
+    /// What the tracker must keep of statement packets now (0: none).
+    pub(super) fn statement_limit(&self) -> usize {
+        match (&self.capture, &self.digests) {
+            (Some(_), _) => capture::KEEP,
+            (None, Some(d)) => d.read_limit(),
+            (None, None) => 0,
+        }
+    }
+
+    /// A KILL of another instance's id: asks that instance, then maps its answer here.
+    fn ask_peer(&self, request: KillRequest, peer: crate::config::Peer) -> KillRewrite {
+        let shared = Arc::clone(self.shared);
+        let backend = Arc::clone(self.backend);
+        let user = self.user.map(str::to_owned);
+        let turn = Arc::clone(&self.turn);
+        KillRewrite::Later(Box::pin(async move {
+            let answer = shared.peers.ask(&peer, &request, Arc::clone(&turn)).await;
+            let killer = kill::Killer {
+                backend: &backend,
+                user: user.as_deref(),
+                can_kill_elsewhere: shared.killer.configured(),
+            };
+            let ours = shared.backends().backends().to_vec();
+            let decision = kill::rewrite_remote(&request, &answer, &killer, &ours);
+            kill::peer::log_answer(&decision, &answer, &backend, &peer, &request);
+            run_decision(shared, decision, turn).await
+        }))
+    }
+}
+
+/// The packet replacing a KILL: its own, or after running it on another backend.
+async fn run_decision(
+    shared: Arc<ProxyState>,
+    decision: Decision,
+    turn: Arc<Semaphore>,
+) -> Vec<u8> {
+    match decision.elsewhere {
+        Some(elsewhere) => {
+            let leg = shared.own_connect_options(&elsewhere.backend);
+            shared.killer.run(&elsewhere, leg, turn).await
+        }
+        None => decision.packet,
+    }
+}
+
+impl Observer for Recorder<'_> {
+    fn completed(&mut self, c: &Completed) {
+        self.stats.record(self.worker, c);
+        if let Some(d) = &mut self.digests {
+            d.completed(c);
+        }
+        if let Some(cap) = &mut self.capture {
+            cap.completed(c);
+        }
+        if c.command == cmd::CHANGE_USER {
+            // Who the session is now is not read from the exchange: from here on a KILL from
+            // another backend is refused as another user's, and so are its own KILLs there.
+            self.user = None;
+            if let Some(id) = self.proxy_id {
+                self.shared.kills.set_user(id, None);
+            }
+        }
+        trace!(
+            backend = %self.backend.name,
+            command = c.command,
+            kind = c.kind().as_str(),
+            latency_us = c.latency.as_micros() as u64,
+            first_byte_us = c.first_byte.as_micros() as u64,
+            "command completed"
+        );
+    }
+
+    fn relayed(&mut self, to_backend: bool, n: usize) {
+        self.stats.relayed(self.worker, to_backend, n);
+    }
+
+    fn statement(&mut self, command: u8, payload: &[u8]) -> u64 {
+        if let Some(cap) = &mut self.capture {
+            cap.statement(command, payload);
+        }
+        match &mut self.digests {
+            Some(d) => d.statement(command, payload),
+            None => 0,
+        }
+    }
+
+    #[inline]
+    fn client_scan(&mut self, in_flight: usize) -> Option<usize> {
+        let generation = self.shared.capture.generation();
+        if generation == self.capture_seen {
+            return None;
+        }
+        self.capture_seen = generation;
+        self.shared
+            .capture
+            .refresh(&mut self.capture, &self.who, in_flight)
+            .then(|| self.statement_limit())
+    }
+
+    fn rewrite_kill(&mut self, packet: &[u8]) -> Option<KillRewrite> {
+        let request = kill::parse(packet.get(4..)?)?;
+        let decision = kill::rewrite(&request, &self.shared.kills, &self.killer())?;
+        if let Mapping::OtherInstance(instance) = decision.mapping {
+            if let Some(peer) = self.shared.peers.of(instance) {
+                return Some(self.ask_peer(request, peer.clone()));
+            }
+        }
+        info!(backend = %self.backend.name, target = request.id, "{}", decision.mapping.describe());
+        if decision.elsewhere.is_none() {
+            return Some(KillRewrite::Now(decision.packet));
+        }
+        let run = run_decision(Arc::clone(self.shared), decision, Arc::clone(&self.turn));
+        Some(KillRewrite::Later(Box::pin(run)))
+    }
+}

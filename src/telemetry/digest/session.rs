@@ -1,0 +1,319 @@
+//! One session's side of the digest table: digests its statements as the relay sees them (tags
+//! the tracker carries to the response's end), maps prepared-statement ids to their digests,
+//! follows the schema (`USE`, COM_INIT_DB) and user (COM_CHANGE_USER) that key its rows.
+//!
+//! A session keeps no texts: only the digests it has handed to its shard (so it normalizes a
+//! statement once) and the schema a `USE` of each selects. The shard keeps the texts, within
+//! the table's text budget; when they are gone (folded, reset, never made for want of budget)
+//! the statement counts in "(other)" once and the session hands it over again next time.
+
+use std::collections::HashSet;
+use std::hash::BuildHasherDefault;
+use std::sync::Arc;
+use std::time::Instant;
+
+use tracing::info;
+
+use super::shard::{HashedMap, KeyHasher};
+use super::{Digest, Digests, Ident, Kind};
+use crate::telemetry::capture::redact;
+use crate::wire::protocol::response::{cmd, Completed};
+use crate::wire::sql;
+
+/// Digests a session remembers handing over, at most (past it the cache starts over): at 9
+/// bytes a slot, about 4.5 KiB a session at most.
+const KNOWN: usize = 256;
+/// The text a digest table row shows for a statement that may carry a password when its
+/// normalized text kept a comment (whose literals the normalizer keeps).
+const REDACTED_TEXT: &str = "(redacted)";
+/// Prepared statements a session maps, at most (servers allow 16,382 by default).
+const PREPARED: usize = 16_384;
+
+#[derive(Debug)]
+pub struct Session {
+    table: Arc<Digests>,
+    worker: usize,
+    ident: Arc<Ident>,
+    max_len: usize,
+    /// Digests handed to the shard.
+    known: HashSet<u64, BuildHasherDefault<KeyHasher>>,
+    /// Of those, the `USE` statements, with the schema each selects.
+    uses: HashedMap<u64, Arc<str>>,
+    prepared: HashedMap<u32, u64>,
+    /// The digest of the last COM_STMT_PREPARE sent (an execute of id 0xFFFFFFFF means it).
+    last_prepared: u64,
+    /// A schema change sent and not yet answered: (the statement's tag, 0 for COM_INIT_DB).
+    schema_change: Option<(u64, Arc<str>)>,
+    /// The user (and schema) a COM_CHANGE_USER sent and not yet answered asks for.
+    user_change: Option<(Arc<str>, Arc<str>)>,
+}
+
+/// The tag of a digest (0 is "no digest" to the tracker).
+fn tag_of(d: Digest) -> u64 {
+    d.0.max(1)
+}
+
+fn lossy(bytes: &[u8]) -> Arc<str> {
+    String::from_utf8_lossy(bytes).as_ref().into()
+}
+
+impl Session {
+    /// A session's digests, when the table is on; `max_len` is what the tracker must keep of a
+    /// statement packet (see `Tracker::report_statements`).
+    pub fn start(
+        table: &Arc<Digests>,
+        worker: usize,
+        ident: impl FnOnce() -> Arc<Ident>,
+    ) -> Option<Self> {
+        if !table.enabled() {
+            return None;
+        }
+        Some(Self {
+            table: Arc::clone(table),
+            worker,
+            ident: ident(),
+            max_len: table.max_query_length() + 1,
+            known: HashSet::default(),
+            uses: HashedMap::default(),
+            prepared: HashedMap::default(),
+            last_prepared: 0,
+            schema_change: None,
+            user_change: None,
+        })
+    }
+
+    /// How many payload bytes of a statement packet to read (command byte included).
+    pub fn read_limit(&self) -> usize {
+        self.max_len
+    }
+
+    /// A statement packet's payload as the client sent it; returns the tag for its command.
+    pub fn statement(&mut self, command: u8, payload: &[u8]) -> u64 {
+        let body = payload.get(1..).unwrap_or_default();
+        match command {
+            cmd::QUERY | cmd::STMT_PREPARE => {
+                let tag = self.digest(body);
+                if command == cmd::STMT_PREPARE {
+                    self.last_prepared = tag;
+                } else if let Some(schema) = self.uses.get(&tag).cloned() {
+                    self.schema_change = Some((tag, schema));
+                }
+                tag
+            }
+            cmd::STMT_EXECUTE | cmd::STMT_BULK_EXECUTE => match statement_id(body) {
+                Some(u32::MAX) => self.last_prepared,
+                Some(id) => self.prepared.get(&id).copied().unwrap_or(0),
+                None => 0,
+            },
+            cmd::STMT_CLOSE => {
+                if let Some(id) = statement_id(body) {
+                    self.prepared.remove(&id);
+                }
+                0
+            }
+            cmd::INIT_DB => {
+                self.schema_change = Some((0, lossy(body)));
+                0
+            }
+            cmd::CHANGE_USER => {
+                self.user_change = change_user(body);
+                0
+            }
+            _ => 0,
+        }
+    }
+
+    /// The tag of a statement text: its digest, handed to the shard (its texts made there) the
+    /// first time this session sees it.
+    fn digest(&mut self, text: &[u8]) -> u64 {
+        let limit = self.max_len - 1;
+        let d = sql::digest(text, limit);
+        let tag = tag_of(d);
+        if self.known.contains(&tag) {
+            return tag;
+        }
+        if self.known.len() >= KNOWN {
+            self.known.clear();
+            self.uses.clear();
+        }
+        let sample_len = self
+            .table
+            .sample_length
+            .load(std::sync::atomic::Ordering::Relaxed);
+        match self.table.shard(self.worker).lock() {
+            Ok(mut shard) => shard.texts(Digest(tag), || texts(text, limit, sample_len)),
+            Err(_) => return 0,
+        };
+        if let sql::Statement::Use(name) = sql::classify(text) {
+            self.uses.insert(tag, lossy(&name));
+        }
+        self.known.insert(tag);
+        tag
+    }
+
+    /// A command answered in full.
+    pub fn completed(&mut self, c: &Completed) {
+        match c.command {
+            cmd::QUERY | cmd::STMT_PREPARE | cmd::STMT_EXECUTE | cmd::STMT_BULK_EXECUTE => {
+                self.record(c);
+                if c.command == cmd::STMT_PREPARE {
+                    if let (Some(id), false) = (c.prepared, c.tag == 0) {
+                        if self.prepared.len() < PREPARED {
+                            self.prepared.insert(id, c.tag);
+                        }
+                    }
+                }
+                if c.command == cmd::QUERY && c.tag != 0 {
+                    self.schema_changed(c.tag, c.error);
+                }
+            }
+            cmd::INIT_DB => self.schema_changed(0, c.error),
+            cmd::CHANGE_USER => {
+                self.prepared.clear();
+                if let (Some((user, schema)), false) = (self.user_change.take(), c.error) {
+                    let i = &self.ident;
+                    self.ident = Ident::new(&i.backend, &i.pool, &user, &schema);
+                }
+            }
+            cmd::RESET_CONNECTION => self.prepared.clear(),
+            _ => {}
+        }
+    }
+
+    fn schema_changed(&mut self, tag: u64, error: bool) {
+        if self.schema_change.as_ref().is_some_and(|(t, _)| *t == tag) {
+            if let (Some((_, schema)), false) = (self.schema_change.take(), error) {
+                self.ident = self.ident.with_schema(&schema);
+            }
+        }
+    }
+
+    fn record(&mut self, c: &Completed) {
+        if !self.table.enabled() {
+            return;
+        }
+        let Some(kind) = Kind::of(c.command) else {
+            return;
+        };
+        let now = c.at.unwrap_or_else(Instant::now);
+        let slow = self.table.slow(c.latency);
+        let mut text = None;
+        if let Ok(mut shard) = self.table.shard(self.worker).lock() {
+            // Tag 0 (not read whole, or prepared before digests were on) has no texts.
+            if !shard.record(Digest(c.tag), kind, &self.ident, c, now) {
+                self.known.remove(&c.tag);
+            }
+            if slow.is_some() {
+                text = shard.text_of(Digest(c.tag));
+            }
+        }
+        if let Some(suppressed) = slow {
+            let text = text.as_deref().unwrap_or("(other)");
+            info!(
+                digest = %Digest(c.tag),
+                kind = kind.as_str(),
+                statement = %truncate(text, 200),
+                user = %self.ident.user,
+                schema = %self.ident.schema,
+                backend = %self.ident.backend,
+                latency_ms = c.latency.as_secs_f64() * 1e3,
+                rows_sent = c.rows,
+                rows_affected = c.affected,
+                error = c.error,
+                suppressed,
+                "slow query"
+            );
+        }
+    }
+}
+
+fn statement_id(body: &[u8]) -> Option<u32> {
+    body.get(..4)
+        .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+}
+
+/// The user and schema a COM_CHANGE_USER asks for (payload after the command byte: user NUL,
+/// auth response with a one-byte length, schema NUL, ...), if they can be read.
+fn change_user(body: &[u8]) -> Option<(Arc<str>, Arc<str>)> {
+    let nul = body.iter().position(|&b| b == 0)?;
+    let user = &body[..nul];
+    let rest = body.get(nul + 1..)?;
+    let auth_len = usize::from(*rest.first()?);
+    let rest = rest.get(1 + auth_len..).unwrap_or_default();
+    let schema = rest.split(|&b| b == 0).next().unwrap_or_default();
+    Some((lossy(user), lossy(schema)))
+}
+
+/// A statement's normalized text (its first `limit` bytes) and sample (the statement as sent,
+/// cut to `sample_len` bytes). A statement that may carry a password ([`redact::secret`], read
+/// over all of `text`) has no sample, and its normalized text is shown only if it kept no
+/// comment, where the normalizer leaves literals as they are.
+fn texts(text: &[u8], limit: usize, sample_len: usize) -> (String, &[u8]) {
+    let normalized = sql::normalize(text, limit);
+    if redact::secret(text) {
+        let shown = if normalized.contains("/*") {
+            REDACTED_TEXT.to_owned()
+        } else {
+            normalized
+        };
+        return (shown, &[]);
+    }
+    (normalized, &text[..text.len().min(sample_len)])
+}
+
+fn truncate(s: &str, max: usize) -> &str {
+    if s.len() <= max {
+        return s;
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    &s[..end]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn change_user_names_user_and_schema() {
+        let mut body = b"bob\0".to_vec();
+        body.extend_from_slice(&[3, 1, 2, 3]);
+        body.extend_from_slice(b"shop\0");
+        let (u, s) = change_user(&body).unwrap();
+        assert_eq!((&*u, &*s), ("bob", "shop"));
+        assert!(change_user(b"no-nul").is_none());
+        assert!(change_user(b"bob\0").is_none());
+    }
+
+    #[test]
+    fn samples_and_texts_leave_passwords_out() {
+        assert_eq!(
+            texts(b"SELECT 1", 64, 256),
+            ("SELECT ?".into(), &b"SELECT 1"[..])
+        );
+        assert_eq!(texts(b"SELECT 12345", 64, 8).1, b"SELECT 1");
+        assert_eq!(texts(b"SELECT 'password'", 64, 256).1, b"SELECT 'password'");
+        let none: &[u8] = &[];
+        for (statement, text) in [
+            (
+                "create user x identified by 'pw'",
+                "CREATE user x IDENTIFIED BY ?",
+            ),
+            ("SET PASSWORD = 'pw'", "SET PASSWORD = ?"),
+            (
+                "CREATE TABLE f (a INT) ENGINE=FEDERATED CONNECTION='mysql://u:pw@h/d/t'",
+                "CREATE TABLE f(a INT) ENGINE = FEDERATED CONNECTION = ?",
+            ),
+            (
+                "/*!40000 CREATE USER x IDENTIFIED BY 'pw' */",
+                REDACTED_TEXT,
+            ),
+            ("SELECT 1; /*M!100100 SET PASSWORD = 'pw' */", REDACTED_TEXT),
+        ] {
+            let (t, sample) = texts(statement.as_bytes(), 1024, 256);
+            assert_eq!((t.as_str(), sample), (text, none), "{statement}");
+        }
+    }
+}

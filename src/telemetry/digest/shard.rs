@@ -1,0 +1,502 @@
+//! One worker's part of the digest table: rows keyed by a 64-bit mix of digest, command kind and
+//! [`Ident`], bounded by folding the least valuable rows into one "(other)" row per backend; and
+//! the texts of its digests, which rows share and the table's text budget bounds.
+
+use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+use super::sketch::Sketch;
+use super::texts::TextBudget;
+use super::{Digest, Ident, Texts};
+use crate::wire::protocol::response::{cmd, Completed};
+
+/// Which command a row counts: a statement run as text, prepared, or executed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Kind {
+    Query,
+    Prepare,
+    Execute,
+}
+
+impl Kind {
+    pub fn of(command: u8) -> Option<Self> {
+        match command {
+            cmd::QUERY => Some(Self::Query),
+            cmd::STMT_PREPARE => Some(Self::Prepare),
+            cmd::STMT_EXECUTE | cmd::STMT_BULK_EXECUTE => Some(Self::Execute),
+            _ => None,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Query => "query",
+            Self::Prepare => "prepare",
+            Self::Execute => "execute",
+        }
+    }
+}
+
+/// What a row has counted.
+#[derive(Debug, Clone)]
+pub struct Stats {
+    pub count: u64,
+    pub errors: u64,
+    pub sum_ns: u64,
+    pub min_ns: u64,
+    pub max_ns: u64,
+    pub rows_sent: u64,
+    pub rows_affected: u64,
+    pub first: Instant,
+    pub last: Instant,
+    pub sketch: Sketch,
+}
+
+impl Stats {
+    fn new(now: Instant) -> Self {
+        Self {
+            count: 0,
+            errors: 0,
+            sum_ns: 0,
+            min_ns: u64::MAX,
+            max_ns: 0,
+            rows_sent: 0,
+            rows_affected: 0,
+            first: now,
+            last: now,
+            sketch: Sketch::default(),
+        }
+    }
+
+    #[inline]
+    fn add(&mut self, c: &Completed, now: Instant) {
+        let ns = c.latency.as_nanos() as u64;
+        self.count += 1;
+        self.errors += u64::from(c.error);
+        self.sum_ns = self.sum_ns.saturating_add(ns);
+        self.min_ns = self.min_ns.min(ns);
+        self.max_ns = self.max_ns.max(ns);
+        self.rows_sent += c.rows;
+        self.rows_affected += c.affected;
+        self.last = now;
+        self.sketch.record(ns);
+    }
+
+    pub fn merge(&mut self, o: &Stats) {
+        self.count += o.count;
+        self.errors += o.errors;
+        self.sum_ns = self.sum_ns.saturating_add(o.sum_ns);
+        self.min_ns = self.min_ns.min(o.min_ns);
+        self.max_ns = self.max_ns.max(o.max_ns);
+        self.rows_sent += o.rows_sent;
+        self.rows_affected += o.rows_affected;
+        self.first = self.first.min(o.first);
+        self.last = self.last.max(o.last);
+        self.sketch.merge(&o.sketch);
+    }
+}
+
+#[derive(Debug)]
+struct Row {
+    digest: Digest,
+    kind: Kind,
+    ident: Arc<Ident>,
+    texts: Texts,
+    stats: Stats,
+}
+
+/// Keys are already mixed 64-bit hashes: used as they are.
+#[derive(Default)]
+pub(super) struct KeyHasher(u64);
+
+impl Hasher for KeyHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0 << 8 | u64::from(b)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        }
+    }
+    fn write_u64(&mut self, n: u64) {
+        self.0 = n;
+    }
+    fn write_u32(&mut self, n: u32) {
+        // Statement ids count up from 1: spread them over the high bits the map probes with.
+        self.0 = u64::from(n).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    }
+}
+
+/// A map keyed by a digest or a mixed key (already hashes).
+pub(super) type HashedMap<K, V> = HashMap<K, V, BuildHasherDefault<KeyHasher>>;
+
+fn key(digest: Digest, kind: Kind, ident: &Ident) -> u64 {
+    (digest.0 ^ (kind as u64).wrapping_mul(0xA076_1D64_78BD_642F))
+        .wrapping_mul(0x9E37_79B9_7F4A_7C15)
+        ^ ident.hash
+}
+
+/// The table's row bound, shared by its shards: a worker that is busier than the others may hold
+/// more of the rows, and the bound holds over all of them.
+#[derive(Debug, Default)]
+pub(super) struct Budget {
+    used: AtomicUsize,
+    max: AtomicUsize,
+}
+
+impl Budget {
+    pub(super) fn new(max: usize) -> Self {
+        Self {
+            used: AtomicUsize::new(0),
+            max: AtomicUsize::new(max),
+        }
+    }
+
+    pub(super) fn set_max(&self, max: usize) {
+        self.max.store(max, Ordering::Relaxed);
+    }
+
+    pub(super) fn max(&self) -> usize {
+        self.max.load(Ordering::Relaxed)
+    }
+
+    fn full(&self) -> bool {
+        self.used.load(Ordering::Relaxed) >= self.max()
+    }
+
+    fn add(&self, n: usize) {
+        self.used.fetch_add(n, Ordering::Relaxed);
+    }
+
+    fn remove(&self, n: usize) {
+        self.used.fetch_sub(n, Ordering::Relaxed);
+    }
+}
+
+#[derive(Debug)]
+pub(super) struct Shard {
+    rows: HashMap<u64, Row, BuildHasherDefault<KeyHasher>>,
+    /// The "(other)" row of each backend (by name and pool): rows folded, statements whose text
+    /// was not seen whole, and the rare key collision.
+    others: Vec<(Arc<Ident>, Stats)>,
+    /// Texts by digest, shared by the digest's rows (sessions keep none), with the prune
+    /// round they were made in.
+    texts: HashMap<u64, (Texts, u32), BuildHasherDefault<KeyHasher>>,
+    /// Counts prunes: a text made since the last one is not dropped for having no row yet (its
+    /// statement is likely still running, its row made when it ends).
+    round: u32,
+    budget: Arc<Budget>,
+    text_budget: Arc<TextBudget>,
+    folded: u64,
+}
+
+impl std::fmt::Debug for KeyHasher {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("KeyHasher")
+    }
+}
+
+impl Shard {
+    pub(super) fn new(budget: Arc<Budget>, text_budget: Arc<TextBudget>) -> Self {
+        Self {
+            rows: HashMap::default(),
+            others: Vec::new(),
+            texts: HashMap::default(),
+            round: 0,
+            budget,
+            text_budget,
+            folded: 0,
+        }
+    }
+
+    pub(super) fn folded(&self) -> u64 {
+        self.folded
+    }
+
+    pub(super) fn clear(&mut self) {
+        self.budget.remove(self.rows.len());
+        self.rows.clear();
+        self.others.clear();
+        self.folded = 0;
+        self.prune_texts(true);
+    }
+
+    /// Whether this shard has the texts of `digest`, or made them with `make` (the normalized
+    /// statement and its sample) within the text budget. When the budget is spent, texts no
+    /// row holds are dropped and, if that is not enough, the eighth of the rows with the least
+    /// total time folded, as for the row bound; if other shards hold the bytes, nothing is made.
+    pub(super) fn texts<'t>(
+        &mut self,
+        digest: Digest,
+        make: impl FnOnce() -> (String, &'t [u8]),
+    ) -> bool {
+        if self.texts.contains_key(&digest.0) {
+            return true;
+        }
+        if self.texts.len() > 2 * self.budget.max().max(8) {
+            self.prune_texts(false);
+        }
+        if self.text_budget.spent() {
+            self.prune_texts(true);
+            if self.text_budget.spent() {
+                self.evict();
+            }
+            if self.text_budget.spent() {
+                return false;
+            }
+        }
+        let (text, sample) = make();
+        match self.text_budget.keep(text, sample) {
+            Some(t) => {
+                self.texts.insert(digest.0, (t, self.round));
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// The normalized text of `digest`, if this shard keeps it.
+    pub(super) fn text_of(&self, digest: Digest) -> Option<Arc<str>> {
+        self.texts.get(&digest.0).map(|(t, _)| Arc::clone(&t.text))
+    }
+
+    /// Counts `c` under (`digest`, `kind`, `ident`), a new row taking this shard's texts of
+    /// the digest. False if there are none (never made, or dropped since): `c` is counted in
+    /// "(other)", and the session should make them again.
+    #[inline]
+    pub(super) fn record(
+        &mut self,
+        digest: Digest,
+        kind: Kind,
+        ident: &Arc<Ident>,
+        c: &Completed,
+        now: Instant,
+    ) -> bool {
+        let k = key(digest, kind, ident);
+        if let Some(row) = self.rows.get_mut(&k) {
+            let same = Arc::ptr_eq(&row.ident, ident) || *row.ident == **ident;
+            if row.digest == digest && row.kind == kind && same {
+                row.stats.add(c, now);
+            } else {
+                self.other(ident, c, now);
+            }
+            return true;
+        }
+        let Some(texts) = self.texts.get(&digest.0).map(|(t, _)| t.clone()) else {
+            self.other(ident, c, now);
+            return false;
+        };
+        if self.budget.full() {
+            self.evict();
+            if self.budget.full() {
+                // Other workers hold the rows: this statement goes to "(other)".
+                self.other(ident, c, now);
+                return true;
+            }
+        }
+        self.budget.add(1);
+        let mut stats = Stats::new(now);
+        stats.add(c, now);
+        self.rows.insert(
+            k,
+            Row {
+                digest,
+                kind,
+                ident: Arc::clone(ident),
+                texts,
+                stats,
+            },
+        );
+        true
+    }
+
+    /// Counts `c` in the "(other)" row of `ident`'s backend.
+    pub(super) fn other(&mut self, ident: &Ident, c: &Completed, now: Instant) {
+        let stats = self.other_row(ident, now);
+        stats.add(c, now);
+    }
+
+    fn other_row(&mut self, ident: &Ident, now: Instant) -> &mut Stats {
+        let at = self
+            .others
+            .iter()
+            .position(|(o, _)| o.backend == ident.backend && o.pool == ident.pool);
+        let at = match at {
+            Some(at) => at,
+            None => {
+                let who = Ident::new(&ident.backend, &ident.pool, "", "");
+                self.others.push((who, Stats::new(now)));
+                self.others.len() - 1
+            }
+        };
+        &mut self.others[at].1
+    }
+
+    /// Folds the eighth of the rows with the least total time into their backends' "(other)".
+    fn evict(&mut self) {
+        let mut by_value: Vec<(u64, u64)> = self
+            .rows
+            .iter()
+            .map(|(&k, r)| (r.stats.sum_ns, k))
+            .collect();
+        let n = (self.rows.len() / 8).max(1).min(by_value.len());
+        if n == 0 {
+            return;
+        }
+        by_value.select_nth_unstable(n - 1);
+        for &(_, k) in &by_value[..n] {
+            if let Some(row) = self.rows.remove(&k) {
+                let now = row.stats.first;
+                self.other_row(&row.ident, now).merge(&row.stats);
+                self.folded += 1;
+                self.budget.remove(1);
+            }
+        }
+        self.prune_texts(false);
+    }
+
+    /// Drops texts nothing but this map holds: made before the last prune, or any (`all`: a
+    /// reset, or a spent budget).
+    fn prune_texts(&mut self, all: bool) {
+        let round = self.round;
+        self.texts
+            .retain(|_, (t, made)| Arc::strong_count(&t.text) > 1 || (!all && *made == round));
+        self.round = round.wrapping_add(1);
+    }
+
+    /// Every row, "(other)" rows with no digest.
+    pub(super) fn each(
+        &self,
+        mut f: impl FnMut(Option<Digest>, Kind, &Arc<Ident>, &Texts, &Stats),
+    ) {
+        for r in self.rows.values() {
+            f(Some(r.digest), r.kind, &r.ident, &r.texts, &r.stats);
+        }
+        let other = Texts::fixed("(other)", "");
+        for (ident, stats) in &self.others {
+            f(None, Kind::Query, ident, &other, stats);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    fn shard(rows: usize) -> Shard {
+        Shard::new(Arc::new(Budget::new(rows)), TextBudget::new(usize::MAX / 2))
+    }
+
+    fn done(us: u64) -> Completed {
+        Completed {
+            command: cmd::QUERY,
+            latency: Duration::from_micros(us),
+            rows: 1,
+            ..Completed::default()
+        }
+    }
+
+    fn totals(s: &Shard) -> (u64, u64, usize) {
+        let (mut count, mut sum, mut rows) = (0, 0, 0);
+        s.each(|_, _, _, _, st| {
+            count += st.count;
+            sum += st.sum_ns;
+            rows += 1;
+        });
+        (count, sum, rows)
+    }
+
+    #[test]
+    fn rows_stay_bounded_and_totals_exact_when_folded() {
+        let mut s = shard(64);
+        let ident = Ident::new("b1", "p", "u", "s");
+        let now = Instant::now();
+        let mut want_sum = 0;
+        for i in 0..10_000u64 {
+            assert!(s.texts(Digest(i + 1), || ("q".into(), b"q")));
+            let c = done(1 + i % 97);
+            want_sum += c.latency.as_nanos() as u64;
+            assert!(s.record(Digest(i + 1), Kind::Query, &ident, &c, now));
+            assert!(s.rows.len() <= 64);
+        }
+        let (count, sum, rows) = totals(&s);
+        assert_eq!(count, 10_000);
+        assert_eq!(sum, want_sum);
+        assert!(rows <= 65, "{rows} rows");
+        assert!(s.folded > 9_000);
+        assert!(s.texts.len() <= 2 * 64 + 1, "{} texts kept", s.texts.len());
+    }
+
+    #[test]
+    fn the_same_digest_under_other_users_or_kinds_is_another_row() {
+        let mut s = shard(64);
+        let (a, b) = (
+            Ident::new("b1", "p", "u1", "s"),
+            Ident::new("b1", "p", "u2", "s"),
+        );
+        let now = Instant::now();
+        assert!(s.texts(Digest(7), || ("q".into(), b"q")));
+        s.record(Digest(7), Kind::Query, &a, &done(5), now);
+        s.record(Digest(7), Kind::Query, &a, &done(5), now);
+        s.record(Digest(7), Kind::Query, &b, &done(5), now);
+        s.record(Digest(7), Kind::Execute, &a, &done(5), now);
+        let mut counts = Vec::new();
+        s.each(|_, k, i, _, st| counts.push((k, i.user.to_string(), st.count)));
+        counts.sort_by_key(|(k, u, _)| (k.as_str(), u.clone()));
+        assert_eq!(
+            counts,
+            vec![
+                (Kind::Execute, "u1".to_string(), 1),
+                (Kind::Query, "u1".to_string(), 2),
+                (Kind::Query, "u2".to_string(), 1),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_reset_forgets_rows_and_unused_texts() {
+        let mut s = shard(64);
+        let ident = Ident::new("b1", "p", "u", "s");
+        assert!(s.texts(Digest(1), || ("q".into(), b"q")));
+        s.record(Digest(1), Kind::Query, &ident, &done(5), Instant::now());
+        s.clear();
+        assert_eq!(totals(&s).2, 0);
+        assert!(s.texts.is_empty());
+        assert_eq!(s.text_budget.used(), 0, "the reset refunded its texts");
+        assert!(
+            !s.record(Digest(1), Kind::Query, &ident, &done(5), Instant::now()),
+            "no texts: counted in (other), to be made again"
+        );
+    }
+
+    #[test]
+    fn a_spent_text_budget_folds_rows_for_new_texts_and_never_overspends() {
+        let per = 1000 + 2 + super::super::texts::OVERHEAD;
+        let text_budget = TextBudget::new(10 * per);
+        let mut s = Shard::new(Arc::new(Budget::new(1000)), Arc::clone(&text_budget));
+        let ident = Ident::new("b1", "p", "u", "s");
+        let now = Instant::now();
+        let mut count = 0;
+        for i in 0..1000u64 {
+            let text = format!("{i:01000}");
+            let made = s.texts(Digest(i + 1), || (text, b"s1"));
+            assert!(made, "rows fold to make room: {i}");
+            assert!(s.record(Digest(i + 1), Kind::Query, &ident, &done(5), now));
+            count += 1;
+            assert!(text_budget.used() <= 10 * per, "{}", text_budget.used());
+        }
+        assert_eq!(totals(&s).0, count, "every statement counted");
+        assert!(s.rows.len() <= 10, "{} rows", s.rows.len());
+        // Another shard holding the budget: nothing to fold here, nothing made.
+        let other = Shard::new(Arc::new(Budget::new(1000)), Arc::clone(&text_budget));
+        let mut other = other;
+        assert!(!other.texts(Digest(5000), || ("x".repeat(1000), b"s1")));
+        drop(s);
+        assert_eq!(text_budget.used(), 0, "every text refunded");
+    }
+}

@@ -1,0 +1,142 @@
+//! Reads a capture directory into sessions: every file in name order, each up to its last valid
+//! block (what stopped it is kept, with the offset, for the report), records grouped by session
+//! and each captured command paired with its response.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+
+use crate::telemetry::capture::format::{self, Body, Response, SessionStart};
+
+/// One captured command and what the backend answered then (None: no response was captured).
+#[derive(Debug, Clone)]
+pub struct Step {
+    pub t_us: u64,
+    pub flags: u8,
+    pub payload: Vec<u8>,
+    pub response: Option<Response>,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct Session {
+    pub id: u64,
+    pub start: SessionStart,
+    /// When the capture first saw it.
+    pub t_us: u64,
+    pub steps: Vec<Step>,
+}
+
+/// Where reading a file stopped before its end.
+#[derive(Debug, Clone)]
+pub struct Damage {
+    pub file: PathBuf,
+    pub offset: usize,
+    pub error: String,
+}
+
+#[derive(Debug, Default)]
+pub struct Loaded {
+    pub sessions: Vec<Session>,
+    pub files: usize,
+    pub damage: Vec<Damage>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    #[error("{path}: {source}")]
+    Io {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("{0}: no capture files (capture-*.mlbcap) in it")]
+    Empty(String),
+    #[error("{path}: {source}")]
+    Format {
+        path: String,
+        source: format::FormatError,
+    },
+}
+
+/// Reads every capture file of `dir`.
+pub fn load(dir: &Path) -> Result<Loaded, LoadError> {
+    let io = |source| LoadError::Io {
+        path: dir.display().to_string(),
+        source,
+    };
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .map_err(io)?
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .filter(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with("capture-") && n.ends_with(".mlbcap"))
+        })
+        .collect();
+    files.sort();
+    if files.is_empty() {
+        return Err(LoadError::Empty(dir.display().to_string()));
+    }
+    let mut loaded = Loaded {
+        files: files.len(),
+        ..Loaded::default()
+    };
+    let mut sessions: BTreeMap<u64, Session> = BTreeMap::new();
+    let mut waiting: HashMap<(u64, u32), (u64, usize)> = HashMap::new();
+    for path in files {
+        let bytes = std::fs::read(&path).map_err(|source| LoadError::Io {
+            path: path.display().to_string(),
+            source,
+        })?;
+        let decoded = format::decode_file(&bytes).map_err(|source| LoadError::Format {
+            path: path.display().to_string(),
+            source,
+        })?;
+        if let Some((offset, e)) = decoded.stopped {
+            loaded.damage.push(Damage {
+                file: path.clone(),
+                offset,
+                error: e.to_string(),
+            });
+        }
+        for r in decoded.records {
+            let s = sessions.entry(r.session).or_insert_with(|| Session {
+                id: r.session,
+                t_us: r.t_us,
+                ..Session::default()
+            });
+            match r.body {
+                Body::SessionStart(start) => {
+                    s.start = start;
+                    s.t_us = r.t_us;
+                }
+                Body::Command(c) => {
+                    waiting.insert((r.session, c.seq), (r.session, s.steps.len()));
+                    s.steps.push(Step {
+                        t_us: r.t_us,
+                        flags: c.flags,
+                        payload: c.payload,
+                        response: None,
+                    });
+                }
+                Body::Response(resp) => {
+                    if let Some((_, i)) = waiting.remove(&(r.session, resp.seq)) {
+                        if let Some(step) = s.steps.get_mut(i) {
+                            step.response = Some(resp);
+                        }
+                    }
+                }
+                Body::SessionEnd => {}
+            }
+        }
+    }
+    loaded.sessions = sessions
+        .into_values()
+        .filter(|s| !s.steps.is_empty())
+        .map(|mut s| {
+            // A ping is recorded when its response came, stamped with when it was sent.
+            s.steps.sort_by_key(|st| st.t_us);
+            s
+        })
+        .collect();
+    Ok(loaded)
+}
