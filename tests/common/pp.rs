@@ -60,7 +60,7 @@ pub async fn balancer(from: &'static str, port: u16, header: Vec<u8>) -> SocketA
     addr
 }
 
-/// HAProxy (its `send-proxy-v2` and `send-proxy` server options, as the README configures it),
+/// HAProxy (its `send-proxy-v2` and `send-proxy` server options, as docs/src/proxy-protocol.md configures it),
 /// killed by pid on drop.
 pub struct Haproxy(pub std::process::Child);
 
