@@ -9,7 +9,7 @@
 //!   `c` columns of digit groups), written in 16 KiB pieces as the relay writes;
 //! - one 16 MiB value (level 6 only), of one repeated byte and of 16 byte values in a hashed
 //!   order that zlib makes about 17 times smaller, written in 64 KiB pieces (the client leg
-//!   sends a value that shrinks less than ~128 times mostly stored: see the README).
+//!   sends a value that shrinks less than ~128 times mostly stored: see docs/src/compression.md).
 //!
 //! Responses go through the client leg's stream (`Compressed` in the server role, as mysql-lb
 //! writes to a compressed client), queries through the backend leg's encoder.

@@ -23,7 +23,7 @@ type Family = Box<dyn Fn(usize) -> String>;
 /// same statement in other case, spacing, quoting or comments): their counts add up on both
 /// sides. No column is named `id`: MariaDB's digest keeps a bare `id` as a keyword token (`ID`)
 /// but a backticked one as a name, so the two group apart there and together here (a documented
-/// difference, see README "Query digests: normalization").
+/// difference, see docs/src/digest-normalization.md).
 fn workload() -> Vec<(usize, Family)> {
     vec![
         (7, Box::new(|i| format!("SELECT v FROM t WHERE pk = {i}"))),

@@ -291,8 +291,8 @@ fn rss_kib(pid: u32) -> u64 {
 /// 200 sessions, all open at once, each running 40 distinct 4 KiB statements (digests with a
 /// 4 KiB text and a 4 KiB sample): where each session used to keep its own statements' texts
 /// (about 64 MiB here), the proxy process (its own, so the test's memory does not count) grows
-/// by no more than the README's figure: `max_text_bytes`, plus about 1.6 KiB per row and
-/// 4.5 KiB per session, plus allocator slack.
+/// by no more than the figure of docs/src/digests.md: `max_text_bytes`, plus about 1.6 KiB per
+/// row and 4.5 KiB per session, plus allocator slack.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn many_sessions_of_distinct_long_statements_stay_within_the_text_budget() {
     use common::daemon::{wait_connectable, Daemon};

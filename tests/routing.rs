@@ -970,7 +970,7 @@ async fn a_client_without_plugin_auth_is_refused_in_deferred_mode_only() {
             .await
             .err()
             .unwrap_or_else(|| panic!("{user} without CLIENT_PLUGIN_AUTH logged in"));
-        // The README documents 1251 (ER_NOT_SUPPORTED_AUTH_MODE), as a server says it.
+        // docs/src/routing.md documents 1251 (ER_NOT_SUPPORTED_AUTH_MODE), as a server says it.
         assert!(err.starts_with("1251: mysql-lb:"), "{user}: {err}");
     }
     let immediate = start(&format!("{}connect_mode: immediate\n", two_pools()));

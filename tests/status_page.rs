@@ -4,8 +4,9 @@
 //! and its drain button drains a backend through the operation endpoint. A form on another
 //! origin cannot do the same (the Origin check).
 //!
-//! With `MYSQL_LB_DOCS_CAPTURE=DIR` the first test also writes what the README shows:
-//! `DIR/status-page.png` and `DIR/top.txt` (`mysql-lb top --once` after the same run).
+//! With `MYSQL_LB_DOCS_CAPTURE=DIR` the first test also writes what the manual shows
+//! (docs/src/admin.md): `DIR/status-page.png` and `DIR/top.txt` (`mysql-lb top --once` after the
+//! same run).
 
 mod common;
 

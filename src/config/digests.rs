@@ -32,7 +32,8 @@ pub struct DigestConfig {
 impl Default for DigestConfig {
     fn default() -> Self {
         Self {
-            // Off: on the text protocol it costs about 5-10 % more CPU per query (see README).
+            // Off: on the text protocol it costs about 5-10 % more CPU per query (see
+            // docs/src/digests.md).
             enabled: false,
             max_entries: 5000,
             max_query_length: 1024,

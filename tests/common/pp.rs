@@ -60,8 +60,8 @@ pub async fn balancer(from: &'static str, port: u16, header: Vec<u8>) -> SocketA
     addr
 }
 
-/// HAProxy (its `send-proxy-v2` and `send-proxy` server options, as the README configures it),
-/// killed by pid on drop.
+/// HAProxy (its `send-proxy-v2` and `send-proxy` server options, as docs/src/proxy-protocol.md
+/// configures it), killed by pid on drop.
 pub struct Haproxy(pub std::process::Child);
 
 impl Haproxy {

@@ -1,4 +1,4 @@
-//! The capture file format (see `docs/capture-format.md`), encoded and decoded without I/O.
+//! The capture file format (see `docs/src/capture-format.md`), encoded and decoded without I/O.
 //!
 //! A file is a fixed header, then blocks; a block is a deflate-compressed run of whole records
 //! with its lengths and a CRC-32 of the records, so a reader can stop at the first block that is
