@@ -11,6 +11,7 @@ use common::mariadb::{free_port, new_temp_dir, shared_pair, MariaDb, BENCH_PASS,
 use common::proxy::{config, http_get, TestProxy};
 use common::wait_until;
 use mysql_async::prelude::*;
+use mysql_lb::backends::client;
 use mysql_lb::backends::health::{check_backend, CheckError};
 use mysql_lb::config::{BackendAddr, HealthCheckConfig, Secret};
 
@@ -111,7 +112,10 @@ async fn check_with_a_wrong_password_reports_the_servers_denial() {
         .await
         .expect_err("wrong password fails");
     assert!(
-        matches!(err, CheckError::Denied { code: 1045, .. }),
+        matches!(
+            err,
+            CheckError::Client(client::Error::Denied { code: 1045, .. })
+        ),
         "{err:?}"
     );
     let text = err.to_string();
@@ -146,7 +150,10 @@ async fn check_of_a_closed_port_fails_at_connect() {
     let err = check_backend(&addr(&format!("127.0.0.1:{}", free_port())), &checks(None))
         .await
         .expect_err("nothing listens there");
-    assert!(matches!(err, CheckError::Connect(_)), "{err:?}");
+    assert!(
+        matches!(err, CheckError::Client(client::Error::Connect(_))),
+        "{err:?}"
+    );
     assert!(err.to_string().starts_with("connect: "), "{err}");
 }
 
@@ -398,7 +405,10 @@ async fn a_check_logs_in_with_the_password_from_password_file() {
         .await
         .expect_err("another password in the file is denied");
     assert!(
-        matches!(err, CheckError::Denied { code: 1045, .. }),
+        matches!(
+            err,
+            CheckError::Client(client::Error::Denied { code: 1045, .. })
+        ),
         "{err:?}"
     );
 }

@@ -18,7 +18,8 @@ use common::mariadb::{MariaDb, BENCH_PASS, BENCH_USER};
 use common::pp::{login_from, processlist_host, value};
 use common::proxy::{config, TestProxy};
 use common::rawclient::RawClient;
-use mysql_lb::backends::health::{check_backend_with, OwnConnectOptions};
+use mysql_lb::backends::client::OwnConnectOptions;
+use mysql_lb::backends::health::check_backend_with;
 use mysql_lb::config::{
     BackendAddr, Config, ConnectMode, HealthCheckConfig, ListenAddr, ProxyProtocol,
 };

@@ -13,7 +13,8 @@ use std::sync::Arc;
 
 use tracing::warn;
 
-use crate::backends::health::{check_backend_with, CheckError, OwnConnectOptions};
+use crate::backends::client::{self, OwnConnectOptions};
+use crate::backends::health::{check_backend_with, CheckError};
 use crate::config::{BackendAddr, Config, HealthCheckConfig};
 use crate::net::stream::identity::{IdentityError, SocketIdentity};
 use crate::proxy::state::LegSettings;
@@ -52,7 +53,7 @@ pub async fn verify(
                     user: user.to_owned(),
                 })
             }
-            Err(CheckError::Denied { .. }) => {}
+            Err(CheckError::Client(client::Error::Denied { .. })) => {}
             Err(e) => warn!(
                 backend = %backend.name,
                 "cannot tell whether this unix-socket backend admits mysql-lb's OS user {} \

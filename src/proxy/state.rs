@@ -15,7 +15,7 @@ use std::time::Duration;
 use tokio::sync::watch;
 
 use crate::backends::balancer::{Backend, BackendSet};
-use crate::backends::health::OwnConnectOptions;
+use crate::backends::client::OwnConnectOptions;
 use crate::backends::kill;
 use crate::config::Config;
 use crate::net::tls::{TlsError, TlsMaterial};

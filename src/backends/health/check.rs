@@ -1,20 +1,15 @@
 //! One health check of one backend: the stages it goes through (connect, greeting, TLS, login,
-//! queries) under one overall timeout that names the stage it interrupted, and the errors that
-//! say which stage failed and why.
+//! queries, over the proxy's own client, `crate::backends::client`) under one overall timeout
+//! that names the stage it interrupted.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncWrite};
 
-use super::conn::{self, Conn, ResultSet};
-use super::error::SHOW_SLAVE_STATUS;
-pub use super::error::{CheckError, Stage};
+use super::error::{CheckError, SHOW_SLAVE_STATUS};
 use super::replication::evaluate_replication;
+use crate::backends::client::{self, Conn, OwnConnectOptions, ResultSet, Stage};
 use crate::config::{BackendAddr, HealthCheckConfig};
-use crate::net::stream::identity::SocketIdentity;
-use crate::net::tls::BackendTlsConnector;
-use crate::wire::protocol::proxy_out::Version as ProxyVersion;
 
 /// ER_PARSE_ERROR: the server does not know `SHOW REPLICA STATUS` (MariaDB < 10.5, MySQL < 8.0.22).
 const ER_PARSE_ERROR: u16 = 1064;
@@ -31,26 +26,6 @@ pub struct CheckOk {
     pub greeting: Vec<u8>,
 }
 
-/// Connects `address` as a session would (`leg`: its PROXY protocol header in the proxy's own
-/// name, TLS as its mode says) only to read its greeting, as a check without an account does:
-/// the connection ends with a login the server refuses, on its own task. Returns the greeting
-/// as the server sent it; `within` bounds it all.
-pub(crate) async fn greeting_of(
-    address: &BackendAddr,
-    leg: &OwnConnectOptions,
-    within: Duration,
-) -> Result<Vec<u8>, CheckError> {
-    let mut stage = Stage::Connect;
-    let greeted = conn::greet(address, leg, within, &mut stage);
-    match tokio::time::timeout(within, greeted).await {
-        Ok(result) => result,
-        Err(_) => Err(CheckError::TimedOut {
-            stage,
-            after: within,
-        }),
-    }
-}
-
 /// One check of one backend: connect and read the greeting; with `cfg.user`, log in and run
 /// `SELECT 1`; with `cfg.max_replication_lag`, also judge replication (a server that is not a
 /// replica passes). Everything together must finish within `cfg.timeout`.
@@ -59,30 +34,6 @@ pub async fn check_backend(
     cfg: &HealthCheckConfig,
 ) -> Result<CheckOk, CheckError> {
     check_backend_with(address, OwnConnectOptions::default(), cfg).await
-}
-
-/// How a connection of the proxy's own to a backend (a health check, a KILL run elsewhere, the
-/// identity check) starts, as a session's to that backend would.
-#[derive(Debug, Clone)]
-pub struct OwnConnectOptions {
-    /// The backend leg's TLS (see [`check_backend_with`]).
-    pub tls: Option<Arc<BackendTlsConnector>>,
-    /// A PROXY protocol header first, in the proxy's own name (the check socket's address as
-    /// source), so a backend that requires one from the proxy does not refuse the check.
-    pub proxy_protocol: Option<ProxyVersion>,
-    /// Who a unix-socket backend sees as the check's peer: the sessions' identity.
-    pub socket_identity: Arc<SocketIdentity>,
-}
-
-impl Default for OwnConnectOptions {
-    /// No TLS, no PROXY header, and this process's own OS identity (for a check run by hand).
-    fn default() -> Self {
-        OwnConnectOptions {
-            tls: None,
-            proxy_protocol: None,
-            socket_identity: Arc::new(SocketIdentity::own()),
-        }
-    }
 }
 
 /// As [`check_backend`], with the backend leg as sessions use it (TLS, a PROXY protocol
@@ -99,10 +50,11 @@ pub async fn check_backend_with(
         tokio::time::timeout(cfg.timeout, check_stages(address, &leg, cfg, &mut stage)).await;
     match outcome {
         Ok(result) => result,
-        Err(_) => Err(CheckError::TimedOut {
+        Err(_) => Err(client::Error::TimedOut {
             stage,
             after: cfg.timeout,
-        }),
+        }
+        .into()),
     }
 }
 
@@ -110,10 +62,10 @@ pub async fn check_backend_with(
 async fn replica_status<S: AsyncRead + AsyncWrite + Unpin>(
     conn: &mut Conn<S>,
     stage: &mut Stage,
-) -> Result<ResultSet, CheckError> {
+) -> Result<ResultSet, client::Error> {
     *stage = Stage::Query(SHOW_REPLICA_STATUS);
     match conn.query(SHOW_REPLICA_STATUS).await {
-        Err(CheckError::QueryFailed {
+        Err(client::Error::QueryFailed {
             code: ER_PARSE_ERROR,
             ..
         }) => {
@@ -132,8 +84,8 @@ async fn check_stages(
 ) -> Result<CheckOk, CheckError> {
     let Some(user) = cfg.user.as_deref() else {
         // All a check without credentials can have; the connection ends with a login the
-        // server refuses, on its own task (see `conn::greet`).
-        let greeting = conn::greet(address, leg, cfg.timeout, stage).await?;
+        // server refuses, on its own task (see `client::greet`).
+        let greeting = client::greet(address, leg, cfg.timeout, stage).await?;
         return Ok(CheckOk {
             greeting,
             ..CheckOk::default()
@@ -141,7 +93,7 @@ async fn check_stages(
     };
     let password = cfg.password.as_ref().map_or("", |p| p.expose());
     let (mut conn, greeting) =
-        conn::open(address, leg, (user, password), cfg.timeout, stage).await?;
+        client::open(address, leg, (user, password), cfg.timeout, stage).await?;
     let mut ok = CheckOk {
         greeting,
         ..CheckOk::default()
@@ -154,25 +106,4 @@ async fn check_stages(
     }
     conn.quit().await;
     Ok(ok)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn errors_read_as_stage_then_cause() {
-        let e = CheckError::TimedOut {
-            stage: Stage::Greeting,
-            after: Duration::from_millis(500),
-        };
-        assert_eq!(e.to_string(), "greeting: no answer within 500ms");
-        let e = CheckError::Denied {
-            code: 1045,
-            message: "Access denied for user 'mon'@'localhost' (using password: YES)".into(),
-        };
-        assert!(e
-            .to_string()
-            .starts_with("login as monitor: 1045 Access denied"));
-    }
 }

@@ -4,8 +4,8 @@
 
 use std::time::Duration;
 
-use super::conn::ResultSet;
-use super::error::{CheckError, SHOW_SLAVE_STATUS};
+use super::error::CheckError;
+use crate::backends::client::ResultSet;
 
 /// Column names in MariaDB and MySQL < 8.0.22, then MySQL's newer ones.
 const IO_RUNNING: [&str; 2] = ["Slave_IO_Running", "Replica_IO_Running"];
@@ -22,8 +22,7 @@ pub(super) fn evaluate_replication(
         return Ok(None);
     }
     let find = |names: &[&str]| {
-        status.column(names).ok_or_else(|| CheckError::BadResult {
-            query: SHOW_SLAVE_STATUS,
+        status.column(names).ok_or_else(|| CheckError::BadStatus {
             detail: format!("no column {}", names[0]),
         })
     };
@@ -50,8 +49,7 @@ pub(super) fn evaluate_replication(
             Some(text) => match text.trim().parse::<u64>() {
                 Ok(secs) => Duration::from_secs(secs),
                 Err(_) => {
-                    return Err(CheckError::BadResult {
-                        query: SHOW_SLAVE_STATUS,
+                    return Err(CheckError::BadStatus {
                         detail: format!("{} is {text:?}", status.columns[behind]),
                     })
                 }
@@ -133,7 +131,7 @@ mod tests {
         let e = evaluate_replication(&status("Yes", "Yes", Some("30")), LIMIT).unwrap_err();
         assert_eq!(e.to_string(), "replication lag 30s exceeds 10s");
         let e = evaluate_replication(&status("Yes", "Yes", Some("soon")), LIMIT).unwrap_err();
-        assert!(matches!(e, CheckError::BadResult { .. }), "{e}");
+        assert!(matches!(e, CheckError::BadStatus { .. }), "{e}");
     }
 
     #[test]
@@ -155,7 +153,7 @@ mod tests {
         s.columns.pop();
         assert!(matches!(
             evaluate_replication(&s, LIMIT),
-            Err(CheckError::BadResult { .. })
+            Err(CheckError::BadStatus { .. })
         ));
     }
 }

@@ -6,7 +6,8 @@
 //! account (which needs `CONNECTION ADMIN`: it is another user than the target) and runs the
 //! KILL, but only where the server's own rule would have let the client do it (the same user
 //! name, checked by the caller in `decide`). The connection is opened per KILL (KILLs are rare)
-//! and closed after, the way health checks connect (same PROXY protocol header, same TLS).
+//! and closed after, over the proxy's own client (`crate::backends::client`, as health checks:
+//! same PROXY protocol header, same TLS).
 //! Bounded twice: one KILL in flight per session (the session's own slot) and [`MAX_IN_FLIGHT`]
 //! for the whole proxy, so no client can make the proxy open connections without limit.
 
@@ -17,7 +18,7 @@ use thiserror::Error;
 use tokio::sync::Semaphore;
 
 use super::{failed_elsewhere, query_packet, Elsewhere};
-use crate::backends::health::{open_connection, CheckError, OwnConnectOptions, Stage};
+use crate::backends::client::{self, OwnConnectOptions, Stage};
 use crate::config::KillConfig;
 
 /// KILLs on other backends in flight at once, proxy-wide.
@@ -40,7 +41,7 @@ pub enum ExecError {
     Denied { code: u16, message: String },
     /// Connecting, or the KILL itself, failed on the target's backend.
     #[error("{0}")]
-    Backend(CheckError),
+    Backend(client::Error),
 }
 
 /// The `kill:` account and the proxy-wide bound on its connections.
@@ -50,10 +51,10 @@ pub struct Executor {
     slots: Semaphore,
 }
 
-impl From<CheckError> for ExecError {
-    fn from(e: CheckError) -> Self {
+impl From<client::Error> for ExecError {
+    fn from(e: client::Error) -> Self {
         match e {
-            CheckError::Denied { code, message } => ExecError::Denied { code, message },
+            client::Error::Denied { code, message } => ExecError::Denied { code, message },
             other => ExecError::Backend(other),
         }
     }
@@ -98,7 +99,7 @@ impl Executor {
                 tracing::info!(%backend, target = kill.proxy_id, statement = %kill.statement, "KILL run on its target's backend over the kill account");
                 query_packet("DO 0")
             }
-            Err(ExecError::Backend(CheckError::QueryFailed {
+            Err(ExecError::Backend(client::Error::QueryFailed {
                 code: NO_SUCH_THREAD,
                 ..
             })) => failed_elsewhere(
@@ -126,7 +127,7 @@ impl Executor {
         let mut stage = Stage::Connect;
         let account = (user.as_str(), password.as_str());
         let address = &kill.backend.address;
-        let (mut conn, _) = open_connection(address, leg, account, TIMEOUT, &mut stage).await?;
+        let (mut conn, _) = client::open(address, leg, account, TIMEOUT, &mut stage).await?;
         conn.execute("KILL", &kill.statement).await?;
         conn.quit().await;
         Ok(())

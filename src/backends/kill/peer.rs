@@ -7,18 +7,17 @@
 //! session's backend it runs there with the client's own privileges, on another backend of
 //! ours it runs over the `kill:` account for a killer of the same user (see `super::exec`).
 //!
-//! The client is a minimal HTTP/1.1 exchange: one request at a time per TCP connection, kept
-//! alive and reused (a few idle ones per peer), a bounded response under one deadline. Bounded
-//! like the KILLs elsewhere: one lookup in flight per session (the caller's turn), at most
-//! [`MAX_LOOKUPS`] proxy-wide. Parsing is sans-IO ([`parse_response`], [`response_len`]).
+//! The requests go over the proxy's one HTTP/1.1 client (`crate::net::http_client`): one at a
+//! time per TCP connection, kept alive and reused (a few idle ones per peer), a bounded response
+//! under one deadline. Bounded like the KILLs elsewhere: one lookup in flight per session (the
+//! caller's turn), at most [`MAX_LOOKUPS`] proxy-wide. What an answer means is [`answer`],
+//! plain and unit-tested.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use prometheus::IntCounterVec;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
 use tokio::sync::Semaphore;
 
 use tracing::{info, warn};
@@ -26,7 +25,8 @@ use tracing::{info, warn};
 use super::{Decision, KillRequest, RemoteAnswer, RemoteTarget};
 use crate::backends::balancer::Backend;
 use crate::backends::kill::peer_api::{ConnectionInfo, CONNECTIONS_PATH};
-use crate::config::{AdminToken, Peer};
+use crate::config::{AdminToken, Peer, PeerUrl};
+use crate::net::http_client::{self, Connection, Request, Response};
 
 /// One ask, from getting a slot to the last byte: the killing client waits for it, its own
 /// backend connection idle meanwhile.
@@ -49,7 +49,7 @@ pub struct Peers {
     /// `peer_token_file`'s token, which this instance's `GET /connections/{id}` accepts too.
     pub accepted: Option<AdminToken>,
     /// Kept-alive connections by peer `host:port`.
-    idle: Mutex<HashMap<String, Vec<(TcpStream, Instant)>>>,
+    idle: Mutex<HashMap<String, Vec<(Connection, Instant)>>>,
     slots: Option<Semaphore>,
     /// `mysql_lb_peer_requests_total{peer,outcome}`.
     requests: Option<IntCounterVec>,
@@ -125,40 +125,61 @@ impl Peers {
     async fn exchange(&self, peer: &Peer, id: u32) -> Result<Option<RemoteTarget>, String> {
         let url = &peer.admin_url;
         let key = url.authority();
-        let packet = request(peer, self.token.as_ref(), id);
-        if let Some(mut stream) = self.take_idle(&key) {
+        let path = format!("{CONNECTIONS_PATH}{id}");
+        let token = self.token.as_ref().map(AdminToken::as_bytes);
+        let request = Request::get(&path, MAX_RESPONSE).bearer(token);
+        if let Some(mut connection) = self.take_idle(&key) {
             // A kept connection the peer closed fails at once: then a fresh one is made.
-            if let Ok((response, reusable)) = send_and_read(&mut stream, &packet, url).await {
-                self.put_idle(key, stream, reusable);
-                return parse_response(&response, id).map_err(|e| format!("{url}: {e}"));
+            match connection.send(&request).await {
+                Ok(response) => {
+                    self.put_idle(key, connection).await;
+                    return answer(&response, id).map_err(|e| format!("{url}: {e}"));
+                }
+                Err(_) => connection.close().await,
             }
         }
         // A name is looked up at each connect (a pod behind a headless Service comes back on a
         // new IP); kept connections stay with the address they were made to until they fail.
-        let mut stream = TcpStream::connect(url.host_port())
-            .await
-            .map_err(|e| format!("cannot connect to {url}: {e}"))?;
-        let (response, reusable) = send_and_read(&mut stream, &packet, url).await?;
-        self.put_idle(key, stream, reusable);
-        parse_response(&response, id).map_err(|e| format!("{url}: {e}"))
+        let mut connection = Connection::open(&key).await.map_err(|e| failure(url, e))?;
+        let response = match connection.send(&request).await {
+            Ok(response) => response,
+            Err(e) => {
+                connection.close().await;
+                return Err(failure(url, e));
+            }
+        };
+        self.put_idle(key, connection).await;
+        answer(&response, id).map_err(|e| format!("{url}: {e}"))
     }
 
-    fn take_idle(&self, key: &str) -> Option<TcpStream> {
+    fn take_idle(&self, key: &str) -> Option<Connection> {
         let mut idle = self.idle.lock().ok()?;
         let list = idle.get_mut(key)?;
-        list.retain(|(_, since)| since.elapsed() < MAX_IDLE);
-        list.pop().map(|(stream, _)| stream)
+        list.retain(|(connection, since)| since.elapsed() < MAX_IDLE && connection.is_open());
+        list.pop().map(|(connection, _)| connection)
     }
 
-    fn put_idle(&self, key: String, stream: TcpStream, reusable: bool) {
-        if !reusable {
-            return;
-        }
-        if let Ok(mut idle) = self.idle.lock() {
-            let list = idle.entry(key).or_default();
-            if list.len() < IDLE_PER_PEER {
-                list.push((stream, Instant::now()));
+    /// Keeps `connection` for the next lookup if it may carry one and there is room; else
+    /// closes it before the caller's slot is given back (see [`MAX_LOOKUPS`]).
+    async fn put_idle(&self, key: String, connection: Connection) {
+        let unkept = if !connection.is_open() {
+            Some(connection)
+        } else {
+            match self.idle.lock() {
+                Ok(mut idle) => {
+                    let list = idle.entry(key).or_default();
+                    if list.len() < IDLE_PER_PEER {
+                        list.push((connection, Instant::now()));
+                        None
+                    } else {
+                        Some(connection)
+                    }
+                }
+                Err(_) => Some(connection),
             }
+        };
+        if let Some(connection) = unkept {
+            connection.close().await;
         }
     }
 }
@@ -185,103 +206,22 @@ pub fn log_answer(
     }
 }
 
-/// Writes `packet` and reads one whole response (head and `Content-Length` body); also whether
-/// the connection may carry another request.
-async fn send_and_read(
-    stream: &mut TcpStream,
-    packet: &[u8],
-    url: &crate::config::PeerUrl,
-) -> Result<(Vec<u8>, bool), String> {
-    stream
-        .write_all(packet)
-        .await
-        .map_err(|e| format!("cannot send to {url}: {e}"))?;
-    let mut response = Vec::with_capacity(1024);
-    let mut chunk = [0u8; 4096];
-    loop {
-        if let Some((len, reusable)) = response_len(&response)? {
-            if response.len() >= len {
-                // Bytes past the answer were never asked for: do not reuse that connection.
-                let clean = response.len() == len;
-                response.truncate(len);
-                return Ok((response, reusable && clean));
-            }
+/// Why asking `url` failed, for the client's ERR.
+fn failure(url: &PeerUrl, e: http_client::Error) -> String {
+    match e {
+        http_client::Error::Connect { source, .. } => format!("cannot connect to {url}: {source}"),
+        http_client::Error::Closed(_) => format!("{url} closed the connection mid-answer"),
+        http_client::Error::TooLarge { .. } => {
+            format!("{url} answered more than {MAX_RESPONSE} bytes")
         }
-        if response.len() > MAX_RESPONSE {
-            return Err(format!("{url} answered more than {MAX_RESPONSE} bytes"));
-        }
-        let n = stream
-            .read(&mut chunk)
-            .await
-            .map_err(|e| format!("cannot read from {url}: {e}"))?;
-        if n == 0 {
-            return Err(format!("{url} closed the connection mid-answer"));
-        }
-        response.extend_from_slice(&chunk[..n]);
+        other => format!("{url}: {other}"),
     }
 }
 
-/// Once the head is whole: the whole response's length (head and `Content-Length` body), and
-/// whether the server keeps the connection open after it. None while the head is incomplete.
-pub fn response_len(response: &[u8]) -> Result<Option<(usize, bool)>, String> {
-    let Some(head_end) = response.windows(4).position(|w| w == b"\r\n\r\n") else {
-        return Ok(None);
-    };
-    let head = std::str::from_utf8(&response[..head_end]).map_err(|_| "HTTP head not UTF-8")?;
-    let mut length = None;
-    let mut reusable = true;
-    for line in head.lines().skip(1) {
-        let Some((name, value)) = line.split_once(':') else {
-            continue;
-        };
-        let (name, value) = (name.trim().to_ascii_lowercase(), value.trim());
-        if name == "content-length" {
-            length = Some(value.parse::<usize>().map_err(|_| "bad Content-Length")?);
-        } else if name == "connection" && value.eq_ignore_ascii_case("close") {
-            reusable = false;
-        } else if name == "transfer-encoding" {
-            return Err("chunked answer not expected".into());
-        }
-    }
-    let length = length.ok_or("answer without Content-Length")?;
-    if length > MAX_RESPONSE {
-        return Err(format!("answer of {length} bytes"));
-    }
-    Ok(Some((head_end + 4 + length, reusable)))
-}
-
-fn request(peer: &Peer, token: Option<&AdminToken>, id: u32) -> Vec<u8> {
-    let mut r = format!(
-        "GET {CONNECTIONS_PATH}{id} HTTP/1.1\r\nHost: {}\r\nAccept: application/json\r\n",
-        peer.admin_url.authority()
-    )
-    .into_bytes();
-    if let Some(token) = token {
-        r.extend_from_slice(b"Authorization: Bearer ");
-        r.extend_from_slice(token.as_bytes());
-        r.extend_from_slice(b"\r\n");
-    }
-    r.extend_from_slice(b"\r\n");
-    r
-}
-
-/// A whole HTTP/1.1 response to the session it names: 200 with
-/// [`ConnectionInfo`] for `id`, 404 for no such session; anything else is an error.
-pub fn parse_response(response: &[u8], id: u32) -> Result<Option<RemoteTarget>, String> {
-    let head_end = response
-        .windows(4)
-        .position(|w| w == b"\r\n\r\n")
-        .ok_or("truncated HTTP response")?;
-    let head = std::str::from_utf8(&response[..head_end]).map_err(|_| "HTTP head not UTF-8")?;
-    let status_line = head.lines().next().unwrap_or_default();
-    let status = status_line
-        .strip_prefix("HTTP/1.1 ")
-        .or_else(|| status_line.strip_prefix("HTTP/1.0 "))
-        .and_then(|rest| rest.get(..3))
-        .and_then(|code| code.parse::<u16>().ok())
-        .ok_or_else(|| format!("not an HTTP response: {status_line:?}"))?;
-    let body = &response[head_end + 4..];
-    match status {
+/// What a peer's answer says of the session `id`: 200 with [`ConnectionInfo`] for `id`, 404 for
+/// no such session; anything else is an error.
+pub fn answer(response: &Response, id: u32) -> Result<Option<RemoteTarget>, String> {
+    match response.status {
         200 => {}
         404 => return Ok(None),
         401 => {
@@ -289,14 +229,8 @@ pub fn parse_response(response: &[u8], id: u32) -> Result<Option<RemoteTarget>, 
         }
         other => return Err(format!("HTTP {other}")),
     }
-    if head
-        .lines()
-        .any(|l| l.to_ascii_lowercase().starts_with("transfer-encoding:"))
-    {
-        return Err("chunked answer not expected".into());
-    }
     let info: ConnectionInfo =
-        serde_json::from_slice(body).map_err(|e| format!("bad answer: {e}"))?;
+        serde_json::from_slice(&response.body).map_err(|e| format!("bad answer: {e}"))?;
     if info.id != id {
         return Err(format!("answered for connection {} instead", info.id));
     }
@@ -310,36 +244,23 @@ pub fn parse_response(response: &[u8], id: u32) -> Result<Option<RemoteTarget>, 
 
 #[cfg(test)]
 mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
     use super::*;
 
-    #[test]
-    fn a_response_ends_after_its_content_length() {
-        let whole = http("200 OK", "{}");
-        assert_eq!(response_len(&whole[..10]), Ok(None), "head incomplete");
-        assert_eq!(response_len(&whole), Ok(Some((whole.len(), true))));
-        let closing = b"HTTP/1.1 404 Not Found\r\nconnection: close\r\ncontent-length: 2\r\n\r\n{}";
-        assert_eq!(response_len(closing), Ok(Some((closing.len(), false))));
-        assert!(
-            response_len(b"HTTP/1.1 200 OK\r\n\r\n").is_err(),
-            "no length"
-        );
-        assert!(response_len(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n").is_err());
-        assert!(response_len(b"HTTP/1.1 200 OK\r\ncontent-length: 99999999\r\n\r\n").is_err());
-    }
-    use crate::config::PeerUrl;
-
-    fn http(status: &str, body: &str) -> Vec<u8> {
-        format!(
-            "HTTP/1.1 {status}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
-            body.len()
-        )
-        .into_bytes()
+    fn ok(body: &str) -> Response {
+        Response {
+            status: 200,
+            body: body.as_bytes().to_vec(),
+        }
     }
 
     #[test]
     fn reads_where_the_session_is() {
         let body = r#"{"id":1612709889,"instance_id":1,"backend":"b1","address":"127.0.0.1:3306","thread_id":42}"#;
-        let target = parse_response(&http("200 OK", body), 1612709889).unwrap();
+        let target = answer(&ok(body), 1612709889).unwrap();
         assert_eq!(
             target,
             Some(RemoteTarget {
@@ -351,56 +272,126 @@ mod tests {
             "an older instance does not say the user"
         );
         let with_user = body.replace("}", r#","user":"app"}"#);
-        let target = parse_response(&http("200 OK", &with_user), 1612709889).unwrap();
+        let target = answer(&ok(&with_user), 1612709889).unwrap();
         assert_eq!(target.and_then(|t| t.user).as_deref(), Some("app"));
-        assert!(parse_response(&http("200 OK", body), 7)
-            .unwrap_err()
-            .contains("instead"));
+        assert!(answer(&ok(body), 7).unwrap_err().contains("instead"));
     }
 
     #[test]
     fn no_session_is_none_and_everything_else_an_error() {
-        assert_eq!(
-            parse_response(&http("404 Not Found", r#"{"error":"x"}"#), 1),
-            Ok(None)
-        );
-        let refused = parse_response(&http("401 Unauthorized", "{}"), 1).unwrap_err();
+        let status = |status| Response {
+            status,
+            body: br#"{"error":"x"}"#.to_vec(),
+        };
+        assert_eq!(answer(&status(404), 1), Ok(None));
+        let refused = answer(&status(401), 1).unwrap_err();
         assert!(refused.contains("token"), "{refused}");
-        assert_eq!(
-            parse_response(&http("500 Oops", ""), 1).unwrap_err(),
-            "HTTP 500"
-        );
-        for bad in [
-            &b"HTTP/1.1 200 OK\r\ncontent-length: 3\r\n"[..],
-            b"SSH-2.0-OpenSSH\r\n\r\n",
-            b"HTTP/1.1 2x0 OK\r\n\r\n",
-            b"\xff\xfe\r\n\r\n",
-        ] {
-            assert!(parse_response(bad, 1).is_err(), "{bad:?}");
-        }
-        assert!(parse_response(&http("200 OK", "{\"id\":1"), 1).is_err());
-        assert!(parse_response(
-            &http(
-                "200 OK",
-                r#"{"id":1,"instance_id":300,"backend":"b","address":"a","thread_id":1}"#
-            ),
+        assert_eq!(answer(&status(500), 1).unwrap_err(), "HTTP 500");
+        assert!(answer(&ok("{\"id\":1"), 1).is_err());
+        assert!(answer(
+            &ok(r#"{"id":1,"instance_id":300,"backend":"b","address":"a","thread_id":1}"#),
             1
         )
         .is_err());
     }
 
-    #[test]
-    fn the_request_names_the_id_and_keeps_the_connection() {
+    /// A peer on a local port answering 404 to every request on kept-alive connections: the
+    /// heads it read, and the connections it accepted.
+    async fn stand_in() -> (Peer, Arc<Mutex<Vec<String>>>, Arc<AtomicUsize>) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let heads = Arc::new(Mutex::new(Vec::new()));
+        let accepted = Arc::new(AtomicUsize::new(0));
+        let (seen, count) = (Arc::clone(&heads), Arc::clone(&accepted));
+        tokio::spawn(async move {
+            while let Ok((mut stream, _)) = listener.accept().await {
+                count.fetch_add(1, Ordering::SeqCst);
+                let seen = Arc::clone(&seen);
+                tokio::spawn(async move {
+                    let mut buf = Vec::new();
+                    let mut chunk = [0u8; 1024];
+                    loop {
+                        while let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                            let head: Vec<u8> = buf.drain(..end + 4).collect();
+                            seen.lock()
+                                .unwrap()
+                                .push(String::from_utf8_lossy(&head).into_owned());
+                            let answer = b"HTTP/1.1 404 Not Found\r\ncontent-length: 2\r\n\r\n{}";
+                            if stream.write_all(answer).await.is_err() {
+                                return;
+                            }
+                        }
+                        match stream.read(&mut chunk).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                        }
+                    }
+                });
+            }
+        });
         let peer = Peer {
             instance_id: 3,
-            admin_url: PeerUrl::parse("http://127.0.0.1:4041").unwrap(),
+            admin_url: PeerUrl::parse(&url).unwrap(),
         };
-        let plain = String::from_utf8(request(&peer, None, 5)).unwrap();
-        assert!(
-            plain.starts_with("GET /connections/5 HTTP/1.1\r\n"),
-            "{plain}"
+        (peer, heads, accepted)
+    }
+
+    #[tokio::test]
+    async fn the_request_names_the_id_and_keeps_the_connection() {
+        let (peer, heads, accepted) = stand_in().await;
+        let plain = Peers::default();
+        assert_eq!(plain.exchange(&peer, 5).await, Ok(None));
+        assert_eq!(plain.exchange(&peer, 6).await, Ok(None));
+        assert_eq!(
+            accepted.load(Ordering::SeqCst),
+            1,
+            "one kept-alive connection"
         );
-        assert!(!plain.contains("Connection: close"), "{plain}");
-        assert!(!plain.contains("Authorization"));
+        let with_token = Peers {
+            token: Some(AdminToken::new("t0ken")),
+            ..Peers::default()
+        };
+        assert_eq!(with_token.exchange(&peer, 7).await, Ok(None));
+        let heads = heads.lock().unwrap().clone();
+        let [first, second, third] = &heads[..] else {
+            panic!("{heads:?}");
+        };
+        assert!(
+            first.starts_with("GET /connections/5 HTTP/1.1\r\n"),
+            "{first}"
+        );
+        assert!(
+            second.starts_with("GET /connections/6 HTTP/1.1\r\n"),
+            "{second}"
+        );
+        let host = format!("host: {}\r\n", peer.admin_url.authority());
+        assert!(first.to_ascii_lowercase().contains(&host), "{first}");
+        for head in [first, second] {
+            let head = head.to_ascii_lowercase();
+            assert!(!head.contains("connection: close"), "{head}");
+            assert!(!head.contains("authorization"), "{head}");
+        }
+        assert!(
+            third
+                .to_ascii_lowercase()
+                .contains("authorization: bearer t0ken\r\n"),
+            "{third}"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_peer_that_is_not_there_is_named() {
+        let free = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://{}", free.local_addr().unwrap());
+        drop(free);
+        let peer = Peer {
+            instance_id: 3,
+            admin_url: PeerUrl::parse(&url).unwrap(),
+        };
+        let why = Peers::default().exchange(&peer, 5).await.unwrap_err();
+        assert!(
+            why.starts_with(&format!("cannot connect to {url}: ")),
+            "{why}"
+        );
     }
 }

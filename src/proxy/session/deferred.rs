@@ -19,7 +19,7 @@ use tracing::{debug, warn};
 use super::ending::{handshake_failed, send};
 use super::{legs, EndReason, Origin};
 use crate::backends::balancer::{BackendSet, GreetingTemplate};
-use crate::backends::health;
+use crate::backends::client;
 use crate::backends::kill;
 use crate::net::leg::LegStream;
 use crate::proxy::auth::{greet_client, ClientHello, LegPlan};
@@ -83,10 +83,10 @@ where
 
 /// The greeting a deferred connect sends: learned from the backends' greetings, or, when none
 /// has greeted yet (no health checks, the first client), from a connection made for it now,
-/// the way a health check without an account makes one (`health::greeting_of`): with the PROXY
+/// the way a health check without an account makes one (`client::greeting_of`): with the PROXY
 /// protocol header and TLS each backend is configured for, in the proxy's own name, ended with
 /// a refused login rather than a close, so the server does not count it against the proxy's
-/// address (see `crate::backends::client::decline`).
+/// address (see `client::decline`).
 async fn greeting_for(shared: &ProxyState, set: &BackendSet) -> Option<Arc<GreetingTemplate>> {
     if let Some(found) = set.greeting_template() {
         return Some(found);
@@ -94,7 +94,7 @@ async fn greeting_for(shared: &ProxyState, set: &BackendSet) -> Option<Arc<Greet
     let within = shared.session.connect_timeout;
     for backend in set.candidates(Instant::now()) {
         let leg = shared.own_connect_options(&backend);
-        match health::greeting_of(&backend.address, &leg, within).await {
+        match client::greeting_of(&backend.address, &leg, within).await {
             Ok(greeting) => {
                 backend.learn_raw_greeting(&greeting, shared.session.strip);
                 break;

@@ -1,5 +1,5 @@
 //! The replay's client side of one target connection: logs in the way the proxy's own
-//! connections do (`crate::backends::health`), then sends captured command payloads one at a time and
+//! connections do (`crate::backends::client`), then sends captured command payloads one at a time and
 //! reads each response to its end with the relay's [`Tracker`], which already knows where every
 //! kind of response ends (result sets, binary rows, prepare replies, multiple results).
 
@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use bytes::BytesMut;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use crate::backends::health::{open_connection, CheckError, OwnConnectOptions, Stage};
+use crate::backends::client::{self, OwnConnectOptions, Stage};
 use crate::config::BackendAddr;
 use crate::net::leg::LegStream;
 use crate::net::stream::BackendStream;
@@ -31,7 +31,7 @@ const MAX_ONE_PACKET: usize = (1 << 24) - 1;
 #[derive(Debug, thiserror::Error)]
 pub enum ConnError {
     #[error("cannot log in to the target: {0}")]
-    Login(CheckError),
+    Login(client::Error),
     #[error("the target connection failed: {0}")]
     Io(std::io::Error),
     #[error("the target closed the connection")]
@@ -65,7 +65,7 @@ impl Conn {
     pub async fn open(target: &BackendAddr, account: (&str, &str)) -> Result<Self, ConnError> {
         let mut stage = Stage::Connect;
         let leg = OwnConnectOptions::default();
-        let (conn, greeting) = open_connection(target, &leg, account, CONNECT_TIMEOUT, &mut stage)
+        let (conn, greeting) = client::open(target, &leg, account, CONNECT_TIMEOUT, &mut stage)
             .await
             .map_err(ConnError::Login)?;
         let server = greeting

@@ -2,13 +2,13 @@
 //! (`/backends` and `/queries`), in the spirit of `top` and innotop.
 //!
 //! It is a client of the admin endpoint like any script, so it watches a proxy on another host
-//! as well as the local one, and the proxy needs nothing for it. The parts: [`http`] (the GETs),
-//! [`frame`] (one screen as text, pure), [`term`] (raw mode, alternate screen, keys and
-//! signals); this file is the loop joining them. Without a terminal (or with `--once`) it prints
+//! as well as the local one, and the proxy needs nothing for it. The parts: [`frame`] (one
+//! screen as text, pure), [`term`] (raw mode, alternate screen, keys and signals); this file is
+//! the loop joining them and the GETs, over the proxy's one HTTP client
+//! (`crate::net::http_client`). Without a terminal (or with `--once`) it prints
 //! one frame and exits, for scripts.
 
 pub mod frame;
-pub mod http;
 pub mod term;
 
 use std::io::IsTerminal;
@@ -17,10 +17,13 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 use crate::config::{TopArgs, TopSort};
+use crate::net::http_client::{self, Request, Response};
 use frame::{Sample, View};
 
 /// How long one GET may take before the refresh counts as failed.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(2);
+/// The most a response may hold (a `/queries` answer at its default bound is well under this).
+const MAX_RESPONSE: usize = 16 * 1024 * 1024;
 /// Query rows asked for: more than any screen shows, so a client-side filter still fills it.
 const QUERY_LIMIT: usize = 200;
 /// What `+` and `-` move the interval by, and its bounds.
@@ -40,6 +43,8 @@ pub enum TopError {
     Unreachable { admin: String, error: String },
     #[error("terminal: {0}")]
     Terminal(#[from] std::io::Error),
+    #[error("cannot start the HTTP client: {0}")]
+    Runtime(std::io::Error),
 }
 
 /// Runs `top` as `args` say, until `q` or a signal (or after one frame without a terminal).
@@ -56,9 +61,17 @@ pub fn run(args: &TopArgs) -> Result<(), TopError> {
         ),
         None => None,
     };
+    // Built before the terminal's signals are blocked and starting no thread: the one its
+    // name look-ups start later inherits the blocked signals (see `term::Signals`).
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_io()
+        .enable_time()
+        .build()
+        .map_err(TopError::Runtime)?;
     let source = Source {
         admin: &args.admin,
         token: token.as_deref(),
+        runtime,
     };
     let interactive =
         !args.once && std::io::stdout().is_terminal() && std::io::stdin().is_terminal();
@@ -69,16 +82,27 @@ pub fn run(args: &TopArgs) -> Result<(), TopError> {
     }
 }
 
-/// Where samples come from.
+/// Where samples come from: the admin endpoint, asked on a runtime of `top`'s own (the rest of
+/// `top` is a plain loop, so each GET runs to its end before the loop goes on).
 struct Source<'a> {
     admin: &'a str,
     token: Option<&'a str>,
+    runtime: tokio::runtime::Runtime,
 }
 
 impl Source<'_> {
+    /// GETs `path`, on a connection of its own, within [`REQUEST_TIMEOUT`]: (status, body).
+    fn get(&self, path: &str) -> Result<(u16, Vec<u8>), String> {
+        let request = Request::get(path, MAX_RESPONSE).bearer(self.token.map(str::as_bytes));
+        let fetched = http_client::fetch(self.admin, &request, REQUEST_TIMEOUT);
+        match self.runtime.block_on(fetched) {
+            Ok(Response { status, body }) => Ok((status, body)),
+            Err(e) => Err(e.to_string()),
+        }
+    }
+
     fn sample(&self, sort: TopSort, backend: Option<&str>) -> Result<Sample, String> {
-        let (status, body) = http::get(self.admin, "/backends", self.token, REQUEST_TIMEOUT)
-            .map_err(|e| e.to_string())?;
+        let (status, body) = self.get("/backends")?;
         if status != 200 {
             return Err(format!("/backends answered {status}"));
         }
@@ -89,8 +113,7 @@ impl Source<'_> {
             path.push_str("&backend=");
             path.push_str(&percent_encode(b));
         }
-        let (status, body) =
-            http::get(self.admin, &path, self.token, REQUEST_TIMEOUT).map_err(|e| e.to_string())?;
+        let (status, body) = self.get(&path)?;
         let queries = match status {
             200 => Some(
                 serde_json::from_slice(&body).map_err(|e| format!("/queries is not JSON: {e}"))?,

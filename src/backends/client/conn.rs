@@ -1,15 +1,20 @@
-//! The monitor's side of one backend connection: connect as a session would (PROXY protocol
+//! One connection of the proxy's own to a backend: connect as a session would (PROXY protocol
 //! header, TLS), log in with mysql_native_password, run text statements, read bounded result
-//! sets. Health checks use it, and so does the proxy's own KILL connection (`crate::backends::kill::exec`),
-//! so the proxy logs in one way only.
+//! sets. Health checks, KILLs run on another backend and replay all connect this way, so the
+//! proxy logs in one way only; a connection that only wants the greeting ends with a refused
+//! login ([`super::decline`]) rather than a close.
+
+use std::sync::Arc;
+use std::time::Duration;
 
 use bytes::BytesMut;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 
-use super::{CheckError, OwnConnectOptions, Stage};
-use crate::backends::client::decline::decline;
+use super::decline::decline;
+use super::{Error, Stage};
 use crate::config::BackendAddr;
 use crate::net::leg::LegStream;
+use crate::net::stream::identity::SocketIdentity;
 use crate::net::stream::{read_packet, BackendStream, PacketReadError};
 use crate::net::tls::BackendTlsConnector;
 use crate::wire::protocol::caps::{CLIENT_PROTOCOL_41, CLIENT_SECURE_CONNECTION, CLIENT_SSL};
@@ -22,26 +27,52 @@ use crate::wire::protocol::login::{
     native_answer, native_login, AuthSwitch, LoginError, NATIVE_PLUGIN, REFUSED_PASSWORD,
     REFUSED_USER,
 };
+use crate::wire::protocol::proxy_out::Version as ProxyVersion;
 use crate::wire::protocol::resultset::{column_count, column_name, is_eof, text_row};
 
-/// Largest packet a check accepts; status rows are a few KiB.
+/// How a connection of the proxy's own to a backend (a health check, a KILL run elsewhere, the
+/// identity check) starts, as a session's to that backend would.
+#[derive(Debug, Clone)]
+pub struct OwnConnectOptions {
+    /// The backend leg's TLS: where a session would switch to TLS, so does this connection
+    /// (before logging in, if it does).
+    pub tls: Option<Arc<BackendTlsConnector>>,
+    /// A PROXY protocol header first, in the proxy's own name (the connection's own address as
+    /// source), so a backend that requires one from the proxy does not refuse it.
+    pub proxy_protocol: Option<ProxyVersion>,
+    /// Who a unix-socket backend sees as the connection's peer: the sessions' identity.
+    pub socket_identity: Arc<SocketIdentity>,
+}
+
+impl Default for OwnConnectOptions {
+    /// No TLS, no PROXY header, and this process's own OS identity (for a check run by hand).
+    fn default() -> Self {
+        OwnConnectOptions {
+            tls: None,
+            proxy_protocol: None,
+            socket_identity: Arc::new(SocketIdentity::own()),
+        }
+    }
+}
+
+/// Largest packet the client accepts; status rows are a few KiB.
 const MAX_PACKET: usize = 1 << 20;
-/// Result sets the monitor reads are one row (or one per replication channel).
+/// Result sets the client reads are one row (or one per replication channel).
 const MAX_ROWS: usize = 64;
 const MAX_COLUMNS: usize = 512;
 const COM_QUIT: u8 = 0x01;
 const COM_QUERY: u8 = 0x03;
-/// The check user's mysql_native_password login for the greeting `payload`.
+/// `user`'s mysql_native_password login for the greeting `payload`.
 fn login_packet(
     payload: &[u8],
     capabilities: u32,
     user: &str,
     password: &str,
-) -> Result<Vec<u8>, CheckError> {
-    let nonce = greeting_scramble(payload).map_err(CheckError::Greeting)?;
+) -> Result<Vec<u8>, Error> {
+    let nonce = greeting_scramble(payload).map_err(Error::Greeting)?;
     native_login(capabilities, &nonce, user, password).map_err(|e| match e {
-        LoginError::MissingCapability(name) => CheckError::OldServer(name),
-        LoginError::UserTooLong => CheckError::BadResult {
+        LoginError::MissingCapability(name) => Error::OldServer(name),
+        LoginError::UserTooLong => Error::BadResult {
             query: "login",
             detail: "user name too long".to_owned(),
         },
@@ -56,32 +87,32 @@ impl Conn<LegStream<BackendStream>> {
         leg: &BackendTlsConnector,
         login: Option<&mut Vec<u8>>,
         server_caps: u32,
-    ) -> Result<(), CheckError> {
+    ) -> Result<(), Error> {
         let Some(connector) = &leg.connector else {
             return Ok(());
         };
         if !self.buf.is_empty() {
-            return Err(CheckError::Tls("it sent bytes after its greeting"));
+            return Err(Error::Tls("it sent bytes after its greeting"));
         }
         let request = match login {
             Some(response) => {
                 let _ = set_client_bits(&mut response[4..], CLIENT_SSL, 0);
                 response[3] = 2;
-                ssl_request_for(&response[4..]).map_err(CheckError::Greeting)?
+                ssl_request_for(&response[4..]).map_err(Error::Greeting)?
             }
             None => ssl_request_only(server_caps),
         };
         let mut packet = vec![request.len() as u8, 0, 0, 1];
         packet.extend_from_slice(&request);
         self.write(Stage::Tls, &packet).await?;
-        let plain = self.stream.take_plain().map_err(|e| CheckError::Io {
+        let plain = self.stream.take_plain().map_err(|e| Error::Io {
             stage: Stage::Tls,
             source: PacketReadError::Io(e),
         })?;
         let tls = connector
             .connect(leg.server_name.clone(), plain)
             .await
-            .map_err(|e| CheckError::Io {
+            .map_err(|e| Error::Io {
                 stage: Stage::Tls,
                 source: PacketReadError::Io(e),
             })?;
@@ -90,7 +121,7 @@ impl Conn<LegStream<BackendStream>> {
     }
 }
 
-/// An SSLRequest for a check that does not log in: protocol 4.1 and TLS, nothing else asked.
+/// An SSLRequest for a connection that does not log in: protocol 4.1 and TLS, nothing else asked.
 fn ssl_request_only(server_caps: u32) -> [u8; 32] {
     let caps = (CLIENT_PROTOCOL_41 | CLIENT_SSL | CLIENT_SECURE_CONNECTION) & server_caps
         | CLIENT_PROTOCOL_41
@@ -98,36 +129,33 @@ fn ssl_request_only(server_caps: u32) -> [u8; 32] {
     let mut request = [0u8; 32];
     request[..4].copy_from_slice(&caps.to_le_bytes());
     request[4..8].copy_from_slice(&(1u32 << 24).to_le_bytes());
-    request[8] = 33; // utf8mb3_general_ci, what the checks' queries need
+    request[8] = 33; // utf8mb3_general_ci, what the client's queries need
     request
 }
 
-/// The monitor's side of one connection: the stream and what was read past the last packet.
+/// The proxy's side of one connection: the stream and what was read past the last packet.
 pub(crate) struct Conn<S> {
     stream: S,
     buf: BytesMut,
 }
 
 impl<S: AsyncRead + AsyncWrite + Unpin> Conn<S> {
-    async fn read(&mut self, stage: Stage) -> Result<BytesMut, CheckError> {
+    async fn read(&mut self, stage: Stage) -> Result<BytesMut, Error> {
         read_packet(&mut self.stream, &mut self.buf, MAX_PACKET)
             .await
-            .map_err(|source| CheckError::Io { stage, source })
+            .map_err(|source| Error::Io { stage, source })
     }
 
-    async fn write(&mut self, stage: Stage, packet: &[u8]) -> Result<(), CheckError> {
-        self.stream
-            .write_all(packet)
-            .await
-            .map_err(|e| CheckError::Io {
-                stage,
-                source: PacketReadError::Io(e),
-            })
+    async fn write(&mut self, stage: Stage, packet: &[u8]) -> Result<(), Error> {
+        self.stream.write_all(packet).await.map_err(|e| Error::Io {
+            stage,
+            source: PacketReadError::Io(e),
+        })
     }
 
     /// `response` (a HandshakeResponse41 with mysql_native_password), then at most one
     /// AuthSwitchRequest.
-    async fn login(&mut self, response: &[u8], password: &str) -> Result<(), CheckError> {
+    async fn login(&mut self, response: &[u8], password: &str) -> Result<(), Error> {
         self.write(Stage::Login, response).await?;
         let reply = self.read(Stage::Login).await?;
         let seq = reply[3];
@@ -136,7 +164,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<S> {
             Some(0xFF) => return Err(denied(&reply[4..])),
             Some(0xFE) => {}
             other => {
-                return Err(CheckError::Unexpected {
+                return Err(Error::Unexpected {
                     stage: Stage::Login,
                     first: other.copied().unwrap_or(0),
                 })
@@ -144,7 +172,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<S> {
         }
         let switch = AuthSwitch::parse(&reply[4..]);
         if switch.plugin != NATIVE_PLUGIN.as_bytes() {
-            return Err(CheckError::UnsupportedPlugin(
+            return Err(Error::UnsupportedPlugin(
                 String::from_utf8_lossy(switch.plugin).into_owned(),
             ));
         }
@@ -154,7 +182,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<S> {
         match reply.get(4) {
             Some(0x00) => Ok(()),
             Some(0xFF) => Err(denied(&reply[4..])),
-            other => Err(CheckError::Unexpected {
+            other => Err(Error::Unexpected {
                 stage: Stage::Login,
                 first: other.copied().unwrap_or(0),
             }),
@@ -162,12 +190,12 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<S> {
     }
 
     /// Runs a text query and reads its whole (bounded) result set; an OK reply is an empty one.
-    pub(super) async fn query(&mut self, sql: &'static str) -> Result<ResultSet, CheckError> {
+    pub(crate) async fn query(&mut self, sql: &'static str) -> Result<ResultSet, Error> {
         let stage = Stage::Query(sql);
         self.write(stage, &command(COM_QUERY, sql.as_bytes()))
             .await?;
         let first = self.read(stage).await?;
-        let bad = |detail: &str| CheckError::BadResult {
+        let bad = |detail: &str| Error::BadResult {
             query: sql,
             detail: detail.to_owned(),
         };
@@ -212,34 +240,34 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<S> {
 
 /// A text-protocol result set: column names and rows of nullable strings.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub(super) struct ResultSet {
-    pub(super) columns: Vec<String>,
-    pub(super) rows: Vec<Vec<Option<String>>>,
+pub(crate) struct ResultSet {
+    pub(crate) columns: Vec<String>,
+    pub(crate) rows: Vec<Vec<Option<String>>>,
 }
 
 impl ResultSet {
-    pub(super) fn column(&self, names: &[&str]) -> Option<usize> {
+    pub(crate) fn column(&self, names: &[&str]) -> Option<usize> {
         self.columns
             .iter()
             .position(|c| names.iter().any(|n| c.eq_ignore_ascii_case(n)))
     }
 }
 
-fn denied(payload: &[u8]) -> CheckError {
+fn denied(payload: &[u8]) -> Error {
     let ServerErr { code, message } = ServerErr::parse_lenient(payload);
-    CheckError::Denied { code, message }
+    Error::Denied { code, message }
 }
 
-fn query_failed(query: &'static str, payload: &[u8]) -> CheckError {
+fn query_failed(query: &'static str, payload: &[u8]) -> Error {
     let ServerErr { code, message } = ServerErr::parse_lenient(payload);
-    CheckError::QueryFailed {
+    Error::QueryFailed {
         query,
         code,
         message,
     }
 }
 
-/// A command packet with sequence id 0 (the monitor's commands are tiny).
+/// A command packet with sequence id 0 (the client's commands are tiny).
 fn command(code: u8, arg: &[u8]) -> Vec<u8> {
     let mut packet = header(1 + arg.len(), 0).to_vec();
     packet.push(code);
@@ -256,19 +284,19 @@ async fn start(
     address: &BackendAddr,
     leg: &OwnConnectOptions,
     (user, password): (&str, &str),
-    timeout: std::time::Duration,
+    timeout: Duration,
     stage: &mut Stage,
-) -> Result<(Conn<LegStream<BackendStream>>, Vec<u8>, Vec<u8>), CheckError> {
+) -> Result<(Conn<LegStream<BackendStream>>, Vec<u8>, Vec<u8>), Error> {
     *stage = Stage::Connect;
     let mut stream = BackendStream::connect(address, timeout, &leg.socket_identity)
         .await
-        .map_err(CheckError::Connect)?;
+        .map_err(Error::Connect)?;
     if let Some(version) = leg.proxy_protocol {
         let own = stream.own_addrs();
         stream
             .send_proxy_header(version, own)
             .await
-            .map_err(CheckError::Connect)?;
+            .map_err(Error::Connect)?;
     }
     *stage = Stage::Greeting;
     let mut conn = Conn {
@@ -277,12 +305,12 @@ async fn start(
     };
     let greeting = conn.read(Stage::Greeting).await?;
     let payload = &greeting[4..];
-    let parsed = parse_greeting(payload).map_err(CheckError::Greeting)?;
+    let parsed = parse_greeting(payload).map_err(Error::Greeting)?;
     let mut login = login_packet(payload, parsed.capabilities, user, password)?;
     if let Some(tls) = leg.tls.as_deref() {
         let unix = matches!(address, BackendAddr::Unix(_));
         let offered = parsed.capabilities & CLIENT_SSL != 0;
-        if tls.uses_tls(offered, unix).map_err(CheckError::Tls)? {
+        if tls.uses_tls(offered, unix).map_err(Error::Tls)? {
             *stage = Stage::Tls;
             conn.start_tls(tls, Some(&mut login), parsed.capabilities)
                 .await?;
@@ -297,24 +325,44 @@ pub(crate) async fn open(
     address: &BackendAddr,
     leg: &OwnConnectOptions,
     account: (&str, &str),
-    timeout: std::time::Duration,
+    timeout: Duration,
     stage: &mut Stage,
-) -> Result<(Conn<LegStream<BackendStream>>, Vec<u8>), CheckError> {
+) -> Result<(Conn<LegStream<BackendStream>>, Vec<u8>), Error> {
     let (mut conn, greeting, login) = start(address, leg, account, timeout, stage).await?;
     *stage = Stage::Login;
     conn.login(&login, account.1).await?;
     Ok((conn, greeting))
 }
 
+/// Connects `address` as a session would (`leg`: its PROXY protocol header in the proxy's own
+/// name, TLS as its mode says) only to read its greeting, as a health check without an account
+/// does: the connection ends with a login the server refuses, on its own task. Returns the
+/// greeting as the server sent it; `within` bounds it all.
+pub(crate) async fn greeting_of(
+    address: &BackendAddr,
+    leg: &OwnConnectOptions,
+    within: Duration,
+) -> Result<Vec<u8>, Error> {
+    let mut stage = Stage::Connect;
+    let greeted = greet(address, leg, within, &mut stage);
+    match tokio::time::timeout(within, greeted).await {
+        Ok(result) => result,
+        Err(_) => Err(Error::TimedOut {
+            stage,
+            after: within,
+        }),
+    }
+}
+
 /// Connects as [`start`] does, for the greeting alone: the connection then ends with a login the
-/// server refuses, on its own task (`crate::backends::client::decline`), so that the server does not count an
-/// aborted handshake against the proxy's address. Returns the greeting as the server sent it.
+/// server refuses, on its own task ([`decline`]), so that the server does not count an aborted
+/// handshake against the proxy's address. Returns the greeting as the server sent it.
 pub(crate) async fn greet(
     address: &BackendAddr,
     leg: &OwnConnectOptions,
-    timeout: std::time::Duration,
+    timeout: Duration,
     stage: &mut Stage,
-) -> Result<Vec<u8>, CheckError> {
+) -> Result<Vec<u8>, Error> {
     let account = (REFUSED_USER, REFUSED_PASSWORD);
     let (conn, greeting, login) = start(address, leg, account, timeout, stage).await?;
     tokio::spawn(decline(conn.stream, conn.buf, login, timeout));
@@ -323,11 +371,7 @@ pub(crate) async fn greet(
 
 impl<S: AsyncRead + AsyncWrite + Unpin> Conn<S> {
     /// Runs a statement that answers with OK (e.g. `KILL QUERY 42`); `what` names it in errors.
-    pub(crate) async fn execute(
-        &mut self,
-        what: &'static str,
-        sql: &str,
-    ) -> Result<(), CheckError> {
+    pub(crate) async fn execute(&mut self, what: &'static str, sql: &str) -> Result<(), Error> {
         let stage = Stage::Query(what);
         self.write(stage, &command(COM_QUERY, sql.as_bytes()))
             .await?;
@@ -335,7 +379,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<S> {
         match reply.get(4) {
             Some(0x00) => Ok(()),
             Some(0xFF) => Err(query_failed(what, &reply[4..])),
-            other => Err(CheckError::Unexpected {
+            other => Err(Error::Unexpected {
                 stage,
                 first: other.copied().unwrap_or(0),
             }),
