@@ -12,7 +12,7 @@ use bytes::{Buf, BytesMut};
 use tokio::io::{AsyncRead, AsyncWrite};
 
 use super::client::{answer, consume, fill, write};
-use super::Pooled;
+use super::{Pooled, SessionEnd};
 use crate::backends::pooling::command::{self, Command, Statement};
 use crate::backends::pooling::statements::{
     execute_head, handler_name, insert_types, names_statement, set_statement_id, ConnStatements,
@@ -148,14 +148,14 @@ pub(super) async fn run<C>(
     up: &mut BytesMut,
     observer: &mut Pooled<'_, '_>,
     deprecate_eof: bool,
-) -> Result<Ran, RelayEnd>
+) -> Result<Ran, SessionEnd>
 where
     C: AsyncRead + AsyncWrite + Unpin,
 {
     let io = (client, up);
     match front {
         Front::Done | Front::Relay => Ok(Ran::Done),
-        Front::Prepare { end } => prepare(io, end, held, observer, deprecate_eof).await,
+        Front::Prepare { end } => Ok(prepare(io, end, held, observer, deprecate_eof).await?),
         Front::Statement {
             command,
             id,
@@ -261,12 +261,12 @@ async fn statement<C>(
     observer: &mut Pooled<'_, '_>,
     (command, id, end): (u8, u32, usize),
     deprecate_eof: bool,
-) -> Result<Ran, RelayEnd>
+) -> Result<Ran, SessionEnd>
 where
     C: AsyncRead + AsyncWrite + Unpin,
 {
     let Some(prepared) = observer.statements.get(id) else {
-        return Err(RelayEnd::NoServerConnection);
+        return Err(SessionEnd::NoServerConnection);
     };
     let (text, params) = (Arc::clone(&prepared.text), prepared.params);
     let silent = command == cmd::STMT_SEND_LONG_DATA;
@@ -414,7 +414,7 @@ fn bind(held: &mut ServerConn, text: &[u8], types: Option<Arc<[u8]>>) {
 }
 
 /// The relay stopped before `packet` (header first, maybe with what follows, maybe cut short;
-/// see `Observer::resume_statement`): rewrites it in place when the connection the session
+/// see `Steering::resume_statement`): rewrites it in place when the connection the session
 /// holds (`conn`) has its statement prepared and bound as the session last bound it, so the
 /// relay goes on instead of ending. Anything else (a prepare, a close, long data, types to write
 /// in, an unknown id) is left to [`front`] and [`run`].
