@@ -465,27 +465,9 @@ where
         shrink.arm_if_grown(cx, &session.up, &session.down, legs_hold);
         match step {
             Poll::Ready(end) => Poll::Ready(end),
-            Poll::Pending if drain_now && session.boundary() => Poll::Ready(RelayEnd::Drained),
-            // A COM_QUIT not forwarded: nobody closes the client's side but the proxy, and
-            // clients (Node mysql2) wait for that close.
-            Poll::Pending
-                if session.quit && session.observer.keeps_backend() && session.boundary() =>
-            {
-                Poll::Ready(RelayEnd::ClientClosed { quit: true })
-            }
-            // Stopped before a prepared-statement command, everything before it answered: the
-            // pool's session handles it (its bytes stay at the front of the client's buffer).
-            Poll::Pending if session.paused_at_boundary() => {
-                let up = std::mem::take(&mut session.up.buf);
-                let down = std::mem::take(&mut session.down.buf);
-                Poll::Ready(RelayEnd::Released(up, down))
-            }
-            Poll::Pending if session.observer.releasable() && session.boundary() => {
-                let up = std::mem::take(&mut session.up.buf);
-                let down = std::mem::take(&mut session.down.buf);
-                Poll::Ready(RelayEnd::Released(up, down))
-            }
-            Poll::Pending => Poll::Pending,
+            Poll::Pending => session
+                .at_rest(drain_now)
+                .map_or(Poll::Pending, Poll::Ready),
         }
     })
     .await
@@ -537,6 +519,28 @@ where
     /// Nothing in flight and nothing half read: a safe point to close the session.
     fn boundary(&self) -> bool {
         self.tracker.idle() && self.up.buf.is_empty() && self.down.buf.is_empty()
+    }
+
+    /// How the relay ends now that neither direction can move, if it does: the drain reached a
+    /// boundary, a COM_QUIT was kept from the backend, or the session lets its backend go.
+    #[inline]
+    fn at_rest(&mut self, drain_now: bool) -> Option<RelayEnd> {
+        if drain_now && self.boundary() {
+            return Some(RelayEnd::Drained);
+        }
+        // A COM_QUIT not forwarded: nobody closes the client's side but the proxy, and
+        // clients (Node mysql2) wait for that close.
+        if self.quit && self.observer.keeps_backend() && self.boundary() {
+            return Some(RelayEnd::ClientClosed { quit: true });
+        }
+        // Stopped before a prepared-statement command, everything before it answered: the
+        // pool's session handles it (its bytes stay at the front of the client's buffer).
+        let released = self.paused_at_boundary() || self.observer.releasable() && self.boundary();
+        released.then(|| {
+            let up = std::mem::take(&mut self.up.buf);
+            let down = std::mem::take(&mut self.down.buf);
+            RelayEnd::Released(up, down)
+        })
     }
 
     /// Stopped before a prepared-statement command with nothing before it in flight.

@@ -122,17 +122,7 @@ async fn client_failed<C: AsyncWrite + Unpin>(
         AuthError::OwnIdentity { ref user, .. } => {
             // The user name comes from the wire: Debug-quoted so it cannot forge log lines.
             warn!(client = peer, backend, user = ?user, "refused: {}", e.to_string().escape_debug());
-            let code = code::ACCESS_DENIED;
-            let message = format!(
-                "Access denied for user '{user}': backend {backend} is a unix socket, where the \
-                 server would authenticate this login by mysql-lb's own OS user; use another \
-                 account, or reach the server over TCP"
-            );
-            send(
-                client,
-                &err_packet(next_seq, code, Some(sqlstate_for(code)), &message),
-            )
-            .await;
+            send(client, &own_identity_err(next_seq, user, backend)).await;
             EndReason::AuthFailed
         }
         AuthError::ClientTls(_) => {
@@ -201,6 +191,17 @@ fn backend_closed(peer: &str, backend: &str, pending: usize) {
              as a lost server would"
         );
     }
+}
+
+/// The refusal of a login under the OS identity a unix-socket backend authenticates the proxy by.
+fn own_identity_err(seq: u8, user: &str, backend: &str) -> Vec<u8> {
+    let code = code::ACCESS_DENIED;
+    let message = format!(
+        "Access denied for user '{user}': backend {backend} is a unix socket, where the \
+         server would authenticate this login by mysql-lb's own OS user; use another \
+         account, or reach the server over TCP"
+    );
+    err_packet(seq, code, Some(sqlstate_for(code)), &message)
 }
 
 /// An ERR 1105 in the client's sequence.

@@ -82,14 +82,14 @@ where
     // (an error, its task cancelled, a panic), dropping them gives it back.
     let (member, login) = joined.slot.logged_in(&key, login);
     let mut seat = Seat {
-        pool: Arc::clone(member.pool()),
-        observer: Pooled::new(recorder, member, &key, joined.server),
-        conn: Some(login),
-        up: start.up,
-        down: start.down,
         // Where a KILL naming the session goes: the connection it holds, or nowhere (0)
         // between transactions, never the connection's next holder.
         live: joined.registration.and_then(kill::Registration::follow),
+        conn: Some(login),
+        pool: Arc::clone(member.pool()),
+        observer: Pooled::new(recorder, member, &key, joined.server),
+        up: start.up,
+        down: start.down,
         deprecate_eof: tracker.caps().has(CLIENT_DEPRECATE_EOF),
     };
     let end = seat.serve(ctx, client, tracker).await;
@@ -101,16 +101,18 @@ where
 
 /// A pooled session's own state across its relays: the pool's view of it, the server connection
 /// it holds, if any, and what its client sent that no relay has taken yet.
+/// Fields drop in order: a connection still held (its task cancelled) closes before the
+/// session's `Member` counts it ended.
 struct Seat<'a, 'r> {
-    pool: Arc<BackendPool>,
-    observer: Pooled<'a, 'r>,
+    /// The server thread a KILL naming the session reaches (see `kill::Registration::follow`).
+    live: Option<Arc<AtomicU32>>,
     conn: Option<Held>,
+    observer: Pooled<'a, 'r>,
+    pool: Arc<BackendPool>,
     /// The client's bytes read and not yet relayed, and the backend's (the relay's buffers,
     /// kept between relays).
     up: BytesMut,
     down: BytesMut,
-    /// The server thread a KILL naming the session reaches (see `kill::Registration::follow`).
-    live: Option<Arc<AtomicU32>>,
     /// As the session negotiated: how a prepare's answer ends.
     deprecate_eof: bool,
 }
