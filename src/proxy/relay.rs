@@ -405,7 +405,7 @@ pub struct Stop<'a> {
 
 /// Relays the command phase until either side ends or misbehaves. `initial_client` and
 /// `initial_backend` are bytes already read during the handshake; `observer` sees every completed
-/// command and every read.
+/// command and every read, and steers the relay ([`Steering`]).
 pub async fn relay<C, B>(
     client: &mut C,
     backend: &mut B,

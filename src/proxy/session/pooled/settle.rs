@@ -77,7 +77,8 @@ impl AsyncWrite for Nobody {
     }
 }
 
-/// The session's observer while [`settle`] reads: the relay ends at the first boundary.
+/// The session's observer while [`settle`] reads, steering the relay to end at the first
+/// boundary.
 struct Settling<'a, 'b, 'r>(&'a mut Pooled<'b, 'r>);
 
 impl Observer for Settling<'_, '_, '_> {
