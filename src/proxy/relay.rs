@@ -1,5 +1,10 @@
 //! The command-phase relay: both directions of one session in one future.
 //!
+//! What a session does besides forwarding comes in two traits: an [`Observer`] sees what passes
+//! (metrics, digests, capture), [`Steering`] decides what the relay sends and when it ends (KILLs
+//! mapped, a pooled session's statements and its connection let go). Both are generic
+//! parameters, so the per-packet path calls them directly, with no dynamic dispatch.
+//!
 //! Each direction reads into its own reusable buffer, lets the [`Tracker`] scan the new bytes in
 //! place, and writes exactly what it read before reading again: two reads and two writes per round
 //! trip, no copy, no allocation per packet. Both directions are polled from one future (not two
@@ -58,15 +63,12 @@ pub enum RelayEnd {
     IdleTimeout,
     /// A protocol violation; everything before the offending packet was forwarded.
     Protocol(TrackError),
-    /// The observer let the backend go (see [`Observer::releasable`]) at a command boundary:
+    /// The session let the backend go (see [`Steering::releasable`]) at a command boundary:
     /// nothing in flight, nothing read and unsent; or the client scan stopped before a
     /// prepared-statement command (see `Tracker::pause_statements`), whose bytes are then at the
     /// front of the client's buffer. Carries the two buffers (client's, backend's) for the next
     /// relay to reuse.
     Released(BytesMut, BytesMut),
-    /// A transaction-mode session got no server connection and was told so (see
-    /// `crate::backends::pooling`); set by the pooled session, never by the relay itself.
-    NoServerConnection,
 }
 
 struct Direction {
@@ -146,7 +148,10 @@ trait Hooks {
     }
 }
 
-/// Sees what a session relays: completed commands and bytes moved, as they happen.
+/// Sees what a session relays: completed commands, bytes moved and statements sent, as they
+/// happen. An observer only watches: whatever it does, the relay forwards the same bytes and ends
+/// the same way (what may change that is [`Steering`]'s). A statement's tag is the observer's own
+/// (its digest's), handed back to it in the command's [`Completed`].
 pub trait Observer {
     fn completed(&mut self, c: &Completed);
     /// `n` bytes read from the client (`to_backend`) or from the backend, about to be forwarded.
@@ -156,6 +161,14 @@ pub trait Observer {
     fn statement(&mut self, _command: u8, _payload: &[u8]) -> u64 {
         0
     }
+}
+
+/// Steers a session's relay: what the tracker keeps of statements, what goes to the backend in
+/// a command's place (a KILL mapped, a prepared statement's id), and when the relay lets the
+/// backend go or keeps it. `rewrite_kill` is here, not with [`Observer`]: it changes the bytes the
+/// backend is sent and may hold back everything after the KILL. The defaults are a session that
+/// owns its backend connection and sends what its client sends.
+pub trait Steering {
     /// Called before each client scan with the commands in flight; returns a new statement
     /// limit for the tracker (see `Tracker::set_statement_limit`) when it should change.
     fn client_scan(&mut self, _in_flight: usize) -> Option<usize> {
@@ -168,7 +181,7 @@ pub trait Observer {
     }
     /// The client scan stopped before a prepared-statement command (see
     /// `Tracker::pause_statements`; `packet` is it, header first, and what follows, or the part
-    /// read so far): true when the observer rewrote it in place for the backend, so it goes on.
+    /// read so far): true when it was rewritten in place for the backend, so it goes on.
     fn resume_statement(&mut self, _packet: &mut [u8]) -> bool {
         false
     }
@@ -194,7 +207,7 @@ struct Upstream<'a, O> {
     pending: &'a mut WaitingKills,
 }
 
-impl<O: Observer> Hooks for Upstream<'_, O> {
+impl<O: Observer + Steering> Hooks for Upstream<'_, O> {
     fn scan(&mut self, buf: &mut BytesMut, fresh: usize) -> Result<usize, TrackError> {
         self.observer.relayed(true, fresh);
         if let Some(limit) = self.observer.client_scan(self.tracker.pending()) {
@@ -234,7 +247,7 @@ impl<O: Observer> Hooks for Upstream<'_, O> {
     }
 }
 
-impl<O: Observer> Upstream<'_, O> {
+impl<O: Observer + Steering> Upstream<'_, O> {
     /// Scans `buf[from..]` (bytes before `from` were scanned already); returns how many bytes
     /// at the end to hold back.
     fn scan_from(&mut self, buf: &mut BytesMut, from: usize) -> Result<usize, TrackError> {
@@ -392,7 +405,7 @@ pub struct Stop<'a> {
 
 /// Relays the command phase until either side ends or misbehaves. `initial_client` and
 /// `initial_backend` are bytes already read during the handshake; `observer` sees every completed
-/// command and every read.
+/// command and every read, and steers the relay ([`Steering`]).
 pub async fn relay<C, B>(
     client: &mut C,
     backend: &mut B,
@@ -400,7 +413,7 @@ pub async fn relay<C, B>(
     initial_client: BytesMut,
     initial_backend: BytesMut,
     stop: Stop<'_>,
-    observer: &mut impl Observer,
+    observer: &mut (impl Observer + Steering),
 ) -> RelayEnd
 where
     C: AsyncRead + AsyncWrite + Unpin + ReleaseMemory,
@@ -452,27 +465,9 @@ where
         shrink.arm_if_grown(cx, &session.up, &session.down, legs_hold);
         match step {
             Poll::Ready(end) => Poll::Ready(end),
-            Poll::Pending if drain_now && session.boundary() => Poll::Ready(RelayEnd::Drained),
-            // A COM_QUIT not forwarded: nobody closes the client's side but the proxy, and
-            // clients (Node mysql2) wait for that close.
-            Poll::Pending
-                if session.quit && session.observer.keeps_backend() && session.boundary() =>
-            {
-                Poll::Ready(RelayEnd::ClientClosed { quit: true })
-            }
-            // Stopped before a prepared-statement command, everything before it answered: the
-            // pool's session handles it (its bytes stay at the front of the client's buffer).
-            Poll::Pending if session.paused_at_boundary() => {
-                let up = std::mem::take(&mut session.up.buf);
-                let down = std::mem::take(&mut session.down.buf);
-                Poll::Ready(RelayEnd::Released(up, down))
-            }
-            Poll::Pending if session.observer.releasable() && session.boundary() => {
-                let up = std::mem::take(&mut session.up.buf);
-                let down = std::mem::take(&mut session.down.buf);
-                Poll::Ready(RelayEnd::Released(up, down))
-            }
-            Poll::Pending => Poll::Pending,
+            Poll::Pending => session
+                .at_rest(drain_now)
+                .map_or(Poll::Pending, Poll::Ready),
         }
     })
     .await
@@ -501,7 +496,7 @@ impl<C, B, O> Session<'_, C, B, O>
 where
     C: AsyncRead + AsyncWrite + Unpin,
     B: AsyncRead + AsyncWrite + Unpin,
-    O: Observer,
+    O: Observer + Steering,
 {
     fn prescan(&mut self) {
         let mut hooks = Upstream {
@@ -524,6 +519,28 @@ where
     /// Nothing in flight and nothing half read: a safe point to close the session.
     fn boundary(&self) -> bool {
         self.tracker.idle() && self.up.buf.is_empty() && self.down.buf.is_empty()
+    }
+
+    /// How the relay ends now that neither direction can move, if it does: the drain reached a
+    /// boundary, a COM_QUIT was kept from the backend, or the session lets its backend go.
+    #[inline]
+    fn at_rest(&mut self, drain_now: bool) -> Option<RelayEnd> {
+        if drain_now && self.boundary() {
+            return Some(RelayEnd::Drained);
+        }
+        // A COM_QUIT not forwarded: nobody closes the client's side but the proxy, and
+        // clients (Node mysql2) wait for that close.
+        if self.quit && self.observer.keeps_backend() && self.boundary() {
+            return Some(RelayEnd::ClientClosed { quit: true });
+        }
+        // Stopped before a prepared-statement command, everything before it answered: the
+        // pool's session handles it (its bytes stay at the front of the client's buffer).
+        let released = self.paused_at_boundary() || self.observer.releasable() && self.boundary();
+        released.then(|| {
+            let up = std::mem::take(&mut self.up.buf);
+            let down = std::mem::take(&mut self.down.buf);
+            RelayEnd::Released(up, down)
+        })
     }
 
     /// Stopped before a prepared-statement command with nothing before it in flight.

@@ -14,12 +14,12 @@ use std::task::{Context, Poll};
 
 use bytes::BytesMut;
 
-use super::Observer;
+use super::Steering;
 
 /// The packet to send instead of a KILL, once known.
 pub type Answer = Pin<Box<dyn Future<Output = Vec<u8>> + Send>>;
 
-/// What an observer makes of a KILL.
+/// What a session's [`Steering`] makes of a KILL.
 pub enum KillRewrite {
     /// This packet goes instead, at once.
     Now(Vec<u8>),
@@ -36,12 +36,12 @@ impl std::fmt::Debug for KillRewrite {
     }
 }
 
-/// Replaces each KILL the observer maps; rare, so rebuilding the buffer once is fine. A KILL
+/// Replaces each KILL the session's steering maps; rare, so rebuilding the buffer once is fine. A KILL
 /// whose rewrite comes later stays as it is, in `pending`, until then.
 pub(super) fn rewrite_kills(
     buf: &mut BytesMut,
     kills: &[(usize, usize)],
-    observer: &mut impl Observer,
+    steering: &mut impl Steering,
     pending: &mut WaitingKills,
 ) {
     let mut out: Option<BytesMut> = None;
@@ -50,7 +50,7 @@ pub(super) fn rewrite_kills(
         let Some(candidate) = buf.get(start..end) else {
             continue;
         };
-        match observer.rewrite_kill(candidate) {
+        match steering.rewrite_kill(candidate) {
             Some(KillRewrite::Now(packet)) => {
                 let out = out.get_or_insert_with(|| BytesMut::with_capacity(buf.capacity()));
                 out.extend_from_slice(&buf[copied..start]);

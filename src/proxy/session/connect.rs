@@ -3,7 +3,6 @@
 //! the connect deadline, and its TLS mode checked against what the greeting offered. Both
 //! connect modes connect here, once they know the client's pool.
 
-use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::time::Instant;
 
@@ -11,6 +10,7 @@ use rustls_pki_types::ServerName;
 use tokio_rustls::TlsConnector;
 use tracing::{info, warn};
 
+use super::Context;
 use crate::backends::balancer::ejection::Failure;
 use crate::backends::balancer::{Backend, BackendSet, ClientInfo, Lease, Pool};
 use crate::backends::pooling::{LoginPermit, PoolError};
@@ -32,21 +32,20 @@ pub(super) struct NotConnected {
 
 /// Tries backends in the balancer's order (a script may choose the first for this client) until
 /// one greets; returns what each failed one said. A backend with `proxy_protocol` is first sent
-/// the header naming `addrs` (the session's [`Origin::addrs`]).
+/// the header naming the session's [`Origin::addrs`].
 pub(super) async fn connect_backend(
-    (shared, legs): (&ProxyState, &LegSettings),
-    set: &BackendSet,
+    ctx: &Context<'_>,
     client: &ClientInfo<'_>,
     pool: &Pool,
-    addrs: Option<(SocketAddr, SocketAddr)>,
 ) -> Result<(Lease, Connected, PatchedGreeting), NotConnected> {
+    let set = ctx.set;
     let mut tried = Vec::new();
     let mut full = 0;
     let mut refused = 0;
     tracing::Span::current().record("pool", pool.name.as_str());
     for backend in set.candidates_for(Instant::now(), client, Some(pool)) {
         // A transaction-mode pool's login waits for a slot before it opens a connection.
-        let slot = match login_slot(shared, pool, &backend).await {
+        let slot = match login_slot(ctx.state, pool, &backend).await {
             Ok(slot) => slot,
             Err(e) => {
                 info!(backend = %backend.name, "no login slot: {e}");
@@ -58,7 +57,7 @@ pub(super) async fn connect_backend(
         let started = Instant::now();
         // Counted in the backend's active sessions from now, so clients choosing meanwhile see it.
         let counted = set.attempt(&backend);
-        let result = open_backend(shared, legs, &backend, addrs).await;
+        let result = open_backend(ctx, &backend).await;
         match result {
             Ok((mut stream, greeting)) => {
                 stream.slot = slot;
@@ -105,17 +104,16 @@ pub(super) async fn connect_backend(
 /// and whether the backend itself is unreachable or broken (taken out of rotation) rather than
 /// alive and refusing, e.g. its own "Too many connections".
 async fn open_backend(
-    shared: &ProxyState,
-    legs: &LegSettings,
+    ctx: &Context<'_>,
     backend: &Backend,
-    addrs: Option<(SocketAddr, SocketAddr)>,
 ) -> Result<(Connected, PatchedGreeting), (String, bool)> {
+    let (state, legs, addrs) = (ctx.state, ctx.legs, ctx.from.addrs);
     let connected = AtomicBool::new(false);
     let attempt = async {
         let mut stream = BackendStream::open(
             &backend.address,
-            shared.session.tcp_keepalive.as_ref(),
-            &shared.socket_identity,
+            state.session.tcp_keepalive.as_ref(),
+            &state.socket_identity,
         )
         .await
         .map_err(|e| (e.to_string(), true))?;
@@ -126,8 +124,8 @@ async fn open_backend(
         }
         let greeting = read_greeting(
             &mut stream,
-            shared.session.max_handshake_packet_size,
-            shared.session.strip,
+            state.session.max_handshake_packet_size,
+            state.session.strip,
         )
         .await
         .map_err(|e| {
@@ -144,7 +142,7 @@ async fn open_backend(
             greeting,
         ))
     };
-    match tokio::time::timeout(shared.session.connect_timeout, attempt).await {
+    match tokio::time::timeout(state.session.connect_timeout, attempt).await {
         Ok(r) => r,
         Err(_) => Err((
             format!(
@@ -154,7 +152,7 @@ async fn open_backend(
                 } else {
                     "connect timed out"
                 },
-                humantime::format_duration(shared.session.connect_timeout)
+                humantime::format_duration(state.session.connect_timeout)
             ),
             true,
         )),
@@ -177,14 +175,14 @@ pub(super) type LoginSlot = LoginPermit;
 /// Waits for a login slot of `backend`'s pool when `pool` shares connections; Ok(None) when it
 /// does not.
 async fn login_slot(
-    shared: &ProxyState,
+    state: &ProxyState,
     pool: &Pool,
     backend: &Backend,
 ) -> Result<Option<LoginSlot>, PoolError> {
     if !pool.pooling.shares() {
         return Ok(None);
     }
-    let backend_pool = shared
+    let backend_pool = state
         .server_pools
         .of(&pool.name, &backend.name, pool.pooling);
     backend_pool.login_slot().await.map(Some)

@@ -17,13 +17,13 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tracing::{debug, warn};
 
 use super::ending::{handshake_failed, send};
-use super::{legs, EndReason, Origin};
+use super::{legs, Context, EndReason};
 use crate::backends::balancer::{BackendSet, GreetingTemplate};
 use crate::backends::client;
 use crate::backends::kill;
 use crate::net::leg::LegStream;
 use crate::proxy::auth::{greet_client, ClientHello, LegPlan};
-use crate::proxy::state::{LegSettings, ProxyState};
+use crate::proxy::state::ProxyState;
 use crate::telemetry::metrics::Refusal;
 use crate::wire::protocol::errors::{code, pre_greeting_err};
 use crate::wire::protocol::handshake::{
@@ -36,31 +36,27 @@ const NO_BACKEND_YET: &str = "(not chosen yet)";
 /// Greets the client as a backend would and reads its HandshakeResponse; on failure the client
 /// has been told (where it still can be) and the session's end is returned.
 pub(super) async fn greet<'a, C>(
-    shared: &'a ProxyState,
-    set: &BackendSet,
-    legs: &LegSettings,
+    ctx: &mut Context<'a>,
     client: &mut LegStream<C>,
-    from: Origin<'_>,
-    next_seq: &mut u8,
 ) -> Result<(ClientHello, Option<kill::Registration<'a>>), EndReason>
 where
     C: AsyncRead + AsyncWrite + Unpin,
 {
-    let peer = from.peer;
-    let Some(template) = greeting_for(shared, set).await else {
+    let (state, peer): (&'a ProxyState, _) = (ctx.state, ctx.peer());
+    let Some(template) = greeting_for(state, ctx.set).await else {
         let message = "no backend has greeted yet (a deferred connect greets clients as its \
                        backends do): every backend is unreachable";
         warn!(client = peer, "refused: {message}");
-        shared.metrics.rejected(Refusal::NoBackend);
+        state.metrics.rejected(Refusal::NoBackend);
         send(client, &pre_greeting_err(code::UNKNOWN_ERROR, message)).await;
         return Err(EndReason::NoBackend);
     };
     let mut greeting = BytesMut::from(&template.packet[..]);
-    let registration = own_greeting(&shared.kills, &mut greeting, peer);
+    let registration = own_greeting(&state.kills, &mut greeting, peer);
     let plan = LegPlan {
-        client_tls: legs.tls.client.as_ref(),
-        client_local: from.local,
-        offer_compression: shared.session.offer_compression,
+        client_tls: ctx.legs.tls.client.as_ref(),
+        client_local: ctx.from.local,
+        offer_compression: state.session.offer_compression,
         backend_tls: None,
         backend_compression: false,
         mariadb: template.greeting.is_mariadb,
@@ -70,11 +66,11 @@ where
         backend: "",
         guard_cleartext: false,
     };
-    let limits = shared.session.handshake_limits();
-    match greet_client(client, &mut greeting, limits, &plan, next_seq).await {
+    let limits = state.session.handshake_limits();
+    match greet_client(client, &mut greeting, limits, &plan, &mut ctx.next_seq).await {
         Ok(hello) => Ok((hello, registration)),
         Err(e) => {
-            let reason = handshake_failed(client, e, *next_seq, peer, NO_BACKEND_YET).await;
+            let reason = handshake_failed(ctx, client, e, NO_BACKEND_YET).await;
             legs::close_tls(client).await;
             Err(reason)
         }
@@ -87,16 +83,16 @@ where
 /// protocol header and TLS each backend is configured for, in the proxy's own name, ended with
 /// a refused login rather than a close, so the server does not count it against the proxy's
 /// address (see `client::decline`).
-async fn greeting_for(shared: &ProxyState, set: &BackendSet) -> Option<Arc<GreetingTemplate>> {
+async fn greeting_for(state: &ProxyState, set: &BackendSet) -> Option<Arc<GreetingTemplate>> {
     if let Some(found) = set.greeting_template() {
         return Some(found);
     }
-    let within = shared.session.connect_timeout;
+    let within = state.session.connect_timeout;
     for backend in set.candidates(Instant::now()) {
-        let leg = shared.own_connect_options(&backend);
+        let leg = state.own_connect_options(&backend);
         match client::greeting_of(&backend.address, &leg, within).await {
             Ok(greeting) => {
-                backend.learn_raw_greeting(&greeting, shared.session.strip);
+                backend.learn_raw_greeting(&greeting, state.session.strip);
                 break;
             }
             Err(e) => debug!(backend = %backend.name, "no greeting to learn: {e}"),

@@ -16,7 +16,7 @@ use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tracing::{debug, info, warn};
 
-use super::EndReason;
+use super::{Context, EndReason};
 use crate::net::stream::PacketReadError;
 use crate::proxy::auth::AuthError;
 use crate::proxy::relay::RelayEnd;
@@ -24,13 +24,30 @@ use crate::wire::protocol::compress::CompressError;
 use crate::wire::protocol::errors::{code, err_packet, pre_greeting_err, sqlstate_for};
 use crate::wire::protocol::response::{TrackError, Tracker};
 
+/// How a session's command phase ended: as its relay did, or, in a transaction-mode pool, with
+/// no server connection to run its client's command on (the client was told so). The relay
+/// itself never ends that way, so the end is the pooled session's, not one of [`RelayEnd`]'s.
+#[derive(Debug)]
+pub(super) enum SessionEnd {
+    Relay(RelayEnd),
+    NoServerConnection,
+}
+
+impl From<RelayEnd> for SessionEnd {
+    fn from(end: RelayEnd) -> Self {
+        SessionEnd::Relay(end)
+    }
+}
+
+/// Tells the client (where it can still read it) why its connection phase failed, in the
+/// client leg's sequence; logs it and says how the session ended.
 pub(super) async fn handshake_failed<C: AsyncWrite + Unpin>(
+    ctx: &Context<'_>,
     client: &mut C,
     e: AuthError,
-    next_seq: u8,
-    peer: &str,
     backend: &str,
 ) -> EndReason {
+    let (next_seq, peer) = (ctx.next_seq, ctx.peer());
     match e {
         AuthError::Denied { code, ref message } => {
             info!(
@@ -75,19 +92,19 @@ pub(super) async fn handshake_failed<C: AsyncWrite + Unpin>(
             send(client, &unknown_err(next_seq, &message)).await;
             EndReason::BackendNetwork
         }
-        other => client_failed(client, other, next_seq, peer, backend).await,
+        other => client_failed(ctx, client, other, backend).await,
     }
 }
 
 /// The client side's failures in the connection phase: a bad or unsupported handshake gets an
 /// ERR it can still read, a client that left or timed out is only logged.
 async fn client_failed<C: AsyncWrite + Unpin>(
+    ctx: &Context<'_>,
     client: &mut C,
     e: AuthError,
-    next_seq: u8,
-    peer: &str,
     backend: &str,
 ) -> EndReason {
+    let (next_seq, peer) = (ctx.next_seq, ctx.peer());
     let client_err = |message: String| {
         err_packet(
             next_seq,
@@ -105,17 +122,7 @@ async fn client_failed<C: AsyncWrite + Unpin>(
         AuthError::OwnIdentity { ref user, .. } => {
             // The user name comes from the wire: Debug-quoted so it cannot forge log lines.
             warn!(client = peer, backend, user = ?user, "refused: {}", e.to_string().escape_debug());
-            let code = code::ACCESS_DENIED;
-            let message = format!(
-                "Access denied for user '{user}': backend {backend} is a unix socket, where the \
-                 server would authenticate this login by mysql-lb's own OS user; use another \
-                 account, or reach the server over TCP"
-            );
-            send(
-                client,
-                &err_packet(next_seq, code, Some(sqlstate_for(code)), &message),
-            )
-            .await;
+            send(client, &own_identity_err(next_seq, user, backend)).await;
             EndReason::AuthFailed
         }
         AuthError::ClientTls(_) => {
@@ -186,6 +193,17 @@ fn backend_closed(peer: &str, backend: &str, pending: usize) {
     }
 }
 
+/// The refusal of a login under the OS identity a unix-socket backend authenticates the proxy by.
+fn own_identity_err(seq: u8, user: &str, backend: &str) -> Vec<u8> {
+    let code = code::ACCESS_DENIED;
+    let message = format!(
+        "Access denied for user '{user}': backend {backend} is a unix socket, where the \
+         server would authenticate this login by mysql-lb's own OS user; use another \
+         account, or reach the server over TCP"
+    );
+    err_packet(seq, code, Some(sqlstate_for(code)), &message)
+}
+
 /// An ERR 1105 in the client's sequence.
 fn unknown_err(seq: u8, message: &str) -> Vec<u8> {
     let code = code::UNKNOWN_ERROR;
@@ -229,13 +247,23 @@ fn insecure_transport_err(seq: u8, user: &str, mariadb: bool) -> Vec<u8> {
     err_packet(seq, code, Some(sqlstate_for(code)), &message)
 }
 
+/// Tells the client what it can still be told of how its command phase ended, logs why, and
+/// says how the session ended.
 pub(super) async fn relay_ended<C: AsyncRead + AsyncWrite + Unpin>(
+    ctx: &Context<'_>,
     client: &mut C,
-    end: RelayEnd,
+    end: SessionEnd,
     tracker: &Tracker,
-    peer: &str,
     backend: &str,
 ) -> EndReason {
+    let peer = ctx.peer();
+    let end = match end {
+        SessionEnd::Relay(end) => end,
+        SessionEnd::NoServerConnection => {
+            super::pooled::log_no_connection(peer, backend);
+            return EndReason::NoBackend;
+        }
+    };
     match end {
         RelayEnd::IdleTimeout => {
             info!(
@@ -251,10 +279,6 @@ pub(super) async fn relay_ended<C: AsyncRead + AsyncWrite + Unpin>(
                 backend, "closed between commands for shutdown"
             );
             EndReason::Shutdown
-        }
-        RelayEnd::NoServerConnection => {
-            super::pooled::log_no_connection(peer, backend);
-            EndReason::NoBackend
         }
         RelayEnd::ClientClosed { quit: true } => {
             debug!(client = peer, backend, "client quit");
@@ -300,12 +324,26 @@ pub(super) async fn relay_ended<C: AsyncRead + AsyncWrite + Unpin>(
             );
             EndReason::BackendNetwork
         }
-        RelayEnd::Protocol(TrackError::CleartextPassword { exposure, start }) => {
+        RelayEnd::Protocol(e) => protocol_failed(client, e, tracker, peer, backend).await,
+    }
+}
+
+/// The command phase ended on a protocol violation: the client gets an ERR where it can read one
+/// in a response's place.
+async fn protocol_failed<C: AsyncRead + AsyncWrite + Unpin>(
+    client: &mut C,
+    e: TrackError,
+    tracker: &Tracker,
+    peer: &str,
+    backend: &str,
+) -> EndReason {
+    match e {
+        TrackError::CleartextPassword { exposure, start } => {
             warn!(
                 client = peer,
                 backend,
                 "refused: {exposure} during COM_CHANGE_USER, and the backend leg is plaintext \
-                 TCP leaving this host (allow_cleartext_passwords is off)"
+             TCP leaving this host (allow_cleartext_passwords is off)"
             );
             // Where the backend's packet began in an earlier read, part of it went out: the
             // client has no whole packet to answer, and no ERR can be put in its place. The
@@ -322,7 +360,7 @@ pub(super) async fn relay_ended<C: AsyncRead + AsyncWrite + Unpin>(
             }
             EndReason::CleartextPassword
         }
-        RelayEnd::Protocol(e) => {
+        e => {
             warn!(client = peer, backend, "closing: {e}");
             answer_protocol_error(client, tracker, &e).await;
             EndReason::Malformed

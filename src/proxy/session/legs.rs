@@ -10,6 +10,7 @@ use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio_rustls::TlsConnector;
 use tracing::{debug, warn};
 
+use super::Context;
 use crate::backends::balancer::Backend;
 use crate::net::leg::LegStream;
 use crate::net::tls;
@@ -26,13 +27,12 @@ const CLOSE_NOTIFY_BUDGET: std::time::Duration = std::time::Duration::from_milli
 /// against when the backend leg stays plaintext on its way off this host, unless that backend
 /// allows it (`allow_cleartext_passwords`).
 pub(super) fn plan<'a>(
-    shared: &'a ProxyState,
-    legs: &'a LegSettings,
-    local: bool,
+    ctx: &Context<'a>,
     backend_tls: &'a Option<(TlsConnector, ServerName<'static>)>,
     greeting: &PatchedGreeting,
     backend: &'a Backend,
 ) -> LegPlan<'a> {
+    let (state, legs): (&'a ProxyState, &'a LegSettings) = (ctx.state, ctx.legs);
     let unix = matches!(backend.address, crate::config::BackendAddr::Unix(_));
     let allowed = legs
         .tls
@@ -41,13 +41,13 @@ pub(super) fn plan<'a>(
     let guard_cleartext = backend_tls.is_none() && backend.address.leaves_host() && !allowed;
     LegPlan {
         client_tls: legs.tls.client.as_ref(),
-        client_local: local,
-        offer_compression: shared.session.offer_compression,
+        client_local: ctx.from.local,
+        offer_compression: state.session.offer_compression,
         backend_tls: backend_tls.as_ref().map(|(c, n)| (c, n.clone())),
         backend_compression: greeting.backend_capabilities & CLIENT_COMPRESS != 0
             && legs.compress_backend(&backend.name),
         mariadb: greeting.greeting.is_mariadb,
-        socket_identity: unix.then_some(&*shared.socket_identity),
+        socket_identity: unix.then_some(&*state.socket_identity),
         backend: &backend.name,
         guard_cleartext,
     }
@@ -56,15 +56,15 @@ pub(super) fn plan<'a>(
 /// The debug line of an established session, the once-per-backend clear-text warning, the
 /// expiry of the certificate the backend presented, and the per-leg session counts.
 pub(super) fn established<C, B>(
-    shared: &Arc<ProxyState>,
-    peer: &str,
+    ctx: &Context<'_>,
     backend: &Arc<Backend>,
     client: &LegStream<C>,
     backend_leg: &LegStream<B>,
     auth: &Authenticated,
 ) {
+    let state = ctx.state;
     debug!(
-        client = peer,
+        client = ctx.peer(),
         backend = %backend.name,
         pool = %backend.pool,
         user = %auth.user,
@@ -91,11 +91,11 @@ pub(super) fn established<C, B>(
         .as_ref()
         .and_then(tls::not_after)
     {
-        shared
+        state
             .metrics
             .set_certificate_expiry("backend", &backend.name, not_after);
     }
-    shared.metrics.session_legs(
+    state.metrics.session_legs(
         [client.is_tls(), backend_leg.is_tls()],
         [auth.client_compressed, auth.backend_compressed],
     );

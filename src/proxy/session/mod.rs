@@ -20,14 +20,14 @@ use crate::backends::pooling::{self, holding::TEXT_LIMIT};
 use crate::backends::route::{peer_ip, Who};
 use crate::net::leg::LegStream;
 use crate::net::stream::BackendStream;
-use crate::proxy::auth::{AuthError, Authenticated};
-use crate::proxy::relay::{relay, RelayEnd, Stop};
+use crate::proxy::auth::{AuthError, Authenticated, PatchedGreeting};
+use crate::proxy::relay::{relay, RelayEnd};
 use crate::proxy::state::ProxyState;
-use crate::telemetry::digest;
 use crate::wire::protocol::errors::code;
 use crate::wire::protocol::response::Tracker;
 
 mod connect;
+mod context;
 mod deferred;
 mod ending;
 mod legs;
@@ -36,9 +36,10 @@ mod pooled;
 pub mod proxied;
 mod recorder;
 
-use connect::{connect_backend, no_backend_message};
+use connect::{connect_backend, no_backend_message, Connected};
+use context::Context;
 pub use ending::refuse;
-use ending::{handshake_failed, relay_ended};
+use ending::{handshake_failed, relay_ended, SessionEnd};
 use opening::{Login, Opening};
 use recorder::Recorder;
 
@@ -141,7 +142,7 @@ impl<'a> Origin<'a> {
 /// in deferred mode, after the proxy greeted the client and read who it is; from the route on,
 /// both modes take the same path and differ only in how the login starts ([`Opening`]).
 pub async fn run<C>(
-    shared: Arc<ProxyState>,
+    state: Arc<ProxyState>,
     client: C,
     from: Origin<'_>,
     worker: usize,
@@ -151,81 +152,73 @@ where
     C: AsyncRead + AsyncWrite + Unpin,
 {
     let mut client = LegStream::Plain(client);
-    let set = shared.backends();
-    let legs = shared.leg_settings();
-    let peer = from.peer;
-    // The client-leg sequence id an ERR of the proxy's own takes next.
-    let mut next_seq = 2;
+    let (set, legs) = (state.backends(), state.leg_settings());
+    let mut ctx = Context::new(&state, &set, &legs, from, worker, drain);
     // Futures are awaited where they are made, never bound to a name first: a named one keeps
     // its room in this state machine after it is done, beside every later one (its size would
     // be the sum of its steps, not the largest).
-    let opening =
-        match Opening::open(&shared, (&set, &legs), &mut client, from, &mut next_seq).await {
-            Ok(opening) => opening,
-            Err(reason) => return reason,
-        };
+    let opening = match Opening::open(&mut ctx, &mut client).await {
+        Ok(opening) => opening,
+        Err(reason) => return reason,
+    };
     let who = opening.who(&from);
     let Some(pool) = set.route(&who) else {
         let message = opening.unrouted();
-        let refusal = (code::UNKNOWN_ERROR, message.as_str());
         return opening
-            .refuse(&shared, &mut client, (peer, next_seq), refusal)
+            .refuse(&ctx, &mut client, code::UNKNOWN_ERROR, &message)
             .await;
     };
     let info = ClientInfo {
-        addr: peer,
+        addr: from.peer,
         user: who.user,
         default_db: who.schema,
         pool: Some(&pool.name),
     };
-    let (lease, mut connected, greeting) =
-        match connect_backend((&shared, &legs), &set, &info, pool, from.addrs).await {
-            Ok(found) => found,
-            Err(not) => {
-                let message = no_backend_message(&set, pool, &not);
-                // A pool with no room for one more login answers as a full server does.
-                let code = if not.full {
-                    code::TOO_MANY_CONNECTIONS
-                } else {
-                    code::UNKNOWN_ERROR
-                };
-                return opening
-                    .refuse(&shared, &mut client, (peer, next_seq), (code, &message))
-                    .await;
-            }
-        };
+    let found = match connect_backend(&ctx, &info, pool).await {
+        Ok(found) => found,
+        Err(not) => {
+            let message = no_backend_message(&set, pool, &not);
+            // A pool with no room for one more login answers as a full server does.
+            let code = if not.full {
+                code::TOO_MANY_CONNECTIONS
+            } else {
+                code::UNKNOWN_ERROR
+            };
+            return opening.refuse(&ctx, &mut client, code, &message).await;
+        }
+    };
+    log_in_and_serve(&mut ctx, client, opening, found).await
+}
+
+/// From a connected backend on: the login as `opening` starts it, then the command phase.
+async fn log_in_and_serve<'a, C>(
+    ctx: &mut Context<'a>,
+    mut client: LegStream<C>,
+    opening: Opening<'a>,
+    found: (Lease, Connected, PatchedGreeting),
+) -> EndReason
+where
+    C: AsyncRead + AsyncWrite + Unpin,
+{
+    let (lease, mut connected, greeting) = found;
     let slot = connected.slot.take();
     let thread_id = greeting.greeting.connection_id;
     let server =
         crate::wire::sql::Server::from_greeting(greeting.greeting.server_version.as_bytes());
     let mut backend = LegStream::Plain(connected.stream);
-    let plan = legs::plan(
-        &shared,
-        &legs,
-        from.local,
-        &connected.tls,
-        &greeting,
-        lease.backend(),
-    );
+    let plan = legs::plan(ctx, &connected.tls, &greeting, lease.backend());
     let login = Login {
         greeting,
-        limits: shared.session.handshake_limits(),
+        limits: ctx.state.session.handshake_limits(),
         plan: &plan,
     };
+    let target = lease.backend();
     let (registration, auth) = opening
-        .log_in(
-            (&shared.kills, peer),
-            (&mut client, &mut backend),
-            lease.backend(),
-            login,
-            &mut next_seq,
-        )
+        .log_in(ctx, &mut client, &mut backend, target, login)
         .await;
     let auth = match auth {
         Ok(auth) => auth,
-        Err(e) => {
-            return connection_phase_failed(&shared, &mut client, e, next_seq, peer, &lease).await
-        }
+        Err(e) => return connection_phase_failed(ctx, &mut client, e, &lease).await,
     };
     let session = Established {
         proxy_id: authenticated(registration.as_ref(), &auth),
@@ -234,23 +227,14 @@ where
         auth,
         lease,
     };
-    match slot {
-        Some(slot) => {
-            let origin = legs
-                .proxy_protocol(&session.lease.backend().name)
-                .and(from.addrs)
-                .map(|(client, _)| client.ip());
-            let joined = pooled::Joined {
-                slot,
-                thread_id,
-                server,
-                origin,
-                registration: registration.as_ref(),
-            };
-            command_phase(&shared, session, peer, worker, drain, Some(joined)).await
-        }
-        None => command_phase(&shared, session, peer, worker, drain, None).await,
-    }
+    let joined = slot.map(|slot| pooled::Joined {
+        key: pool_key(ctx, &session),
+        slot,
+        thread_id,
+        server,
+        registration: registration.as_ref(),
+    });
+    command_phase(ctx, session, joined).await
 }
 
 /// A session past its connection phase.
@@ -263,14 +247,34 @@ struct Established<C, B> {
     proxy_id: Option<u32>,
 }
 
+/// The key a transaction-mode pool shares the session's server connections under: who it
+/// logged in as, and how its backend leg goes.
+fn pool_key<C, B>(ctx: &Context<'_>, session: &Established<C, B>) -> pooling::Key {
+    let auth = &session.auth;
+    let origin = ctx
+        .legs
+        .proxy_protocol(&session.lease.backend().name)
+        .and(ctx.from.addrs)
+        .map(|(client, _)| client.ip());
+    ctx.state.server_pools.key(pooling::KeyData {
+        user: auth.user.clone(),
+        schema: auth.schema.clone(),
+        charset: auth.charset,
+        capabilities: (
+            auth.negotiated.capabilities,
+            auth.negotiated.mariadb_capabilities,
+        ),
+        tls: session.backend.is_tls(),
+        compressed: auth.backend_compressed,
+        origin,
+    })
+}
+
 /// Relays the command phase to its end, then closes both legs. A session of a transaction-mode
 /// pool (`joined`) relays on the server connections the pool hands it (see `pooled`).
 async fn command_phase<C>(
-    shared: &Arc<ProxyState>,
+    ctx: &Context<'_>,
     session: Established<C, BackendStream>,
-    peer: &str,
-    worker: usize,
-    drain: &CancellationToken,
     joined: Option<pooled::Joined<'_>>,
 ) -> EndReason
 where
@@ -283,88 +287,44 @@ where
         lease,
         proxy_id,
     } = session;
-    legs::established(shared, peer, lease.backend(), &client, &backend, &auth);
+    let state = ctx.state;
+    legs::established(ctx, lease.backend(), &client, &backend, &auth);
     lease.backend().routed.inc();
-    shared
+    state
         .backends()
         .session_succeeded(lease.backend(), Instant::now());
-    let (client_pending, backend_pending) =
-        legs::start_compression(&mut client, &mut backend, &mut auth);
-    let mut tracker = Tracker::new(auth.negotiated, shared.session.max_packet_size);
-    // Inside compressed frames the peers number packets by the frame counter: each direction
-    // read from a compressed leg is renumbered to the plain protocol's ids as it passes.
-    tracker.renumber(auth.client_compressed, auth.backend_compressed);
-    if auth.guard_cleartext {
-        tracker.guard_cleartext();
-    }
-    let leased = lease.backend();
-    let ident = || digest::Ident::new(&leased.name, &leased.pool, &auth.user, &auth.schema);
-    let digests = digest::Session::start(&shared.digests, worker, ident);
-    let who = crate::telemetry::capture::Who {
-        user: &auth.user,
-        schema: &auth.schema,
-        pool: &leased.pool,
-        backend: &leased.name,
-        client: peer,
-        capabilities: auth.negotiated.capabilities,
-        charset: auth.charset,
-    };
-    let mut observer = Recorder::new(shared, leased, worker, &auth.user, proxy_id, digests, who);
-    let limit = observer.statement_limit();
+    let (up, down) = legs::start_compression(&mut client, &mut backend, &mut auth);
+    let mut tracker = tracker_for(state, &auth);
+    let mut recorder = Recorder::new(ctx, lease.backend(), &auth, proxy_id);
+    let limit = recorder.statement_limit();
     if limit > 0 || joined.is_some() {
         // A pooled session reads statements to see what pins it.
         let pooled = if joined.is_some() { TEXT_LIMIT } else { 0 };
         tracker.report_statements(limit.max(pooled));
     }
-    let stop = Stop {
-        drain,
-        idle_timeout: shared.session.idle_timeout,
-    };
-    let pending = (client_pending, backend_pending);
     let end = match joined {
         None => {
-            relay(
-                &mut client,
+            let (client, tracker) = (&mut client, &mut tracker);
+            let ended = relay(
+                client,
                 &mut backend,
-                &mut tracker,
-                pending.0,
-                pending.1,
-                stop,
-                &mut observer,
-            )
-            .await
+                tracker,
+                up,
+                down,
+                ctx.stop,
+                &mut recorder,
+            );
+            SessionEnd::Relay(ended.await)
         }
         Some(joined) => {
-            let key = shared.server_pools.key(pooling::KeyData {
-                user: auth.user.clone(),
-                schema: auth.schema.clone(),
-                charset: auth.charset,
-                capabilities: (
-                    auth.negotiated.capabilities,
-                    auth.negotiated.mariadb_capabilities,
-                ),
-                tls: backend.is_tls(),
-                compressed: auth.backend_compressed,
-                origin: joined.origin(),
-            });
             let backend = std::mem::replace(&mut backend, LegStream::Closed);
-            let session = (joined, key);
-            let (tracker, observer) = (&mut tracker, &mut observer);
-            pooled::relay_pooled(
-                &mut client,
-                backend,
-                tracker,
-                pending,
-                stop,
-                observer,
-                session,
-                (worker, peer),
-            )
-            .await
+            let start = pooled::Start { backend, up, down };
+            let (client, tracker) = (&mut client, &mut tracker);
+            pooled::relay_pooled(ctx, client, tracker, &mut recorder, start, joined).await
         }
     };
     if let Some(cause) = cut_mid_command(&end, &tracker) {
-        shared.backends().session_failed(
+        state.backends().session_failed(
             lease.backend(),
             Failure::MidCommand,
             &cause,
@@ -372,25 +332,35 @@ where
         );
     }
     let backend_name = &lease.backend().name;
-    let reason = relay_ended(&mut client, end, &tracker, peer, backend_name).await;
+    let reason = relay_ended(ctx, &mut client, end, &tracker, backend_name).await;
     legs::close_tls(&mut client).await;
     legs::close_tls(&mut backend).await;
     reason
+}
+
+/// The tracker of a session's command phase, as its connection phase left the legs.
+fn tracker_for(state: &ProxyState, auth: &Authenticated) -> Tracker {
+    let mut tracker = Tracker::new(auth.negotiated, state.session.max_packet_size);
+    // Inside compressed frames the peers number packets by the frame counter: each direction
+    // read from a compressed leg is renumbered to the plain protocol's ids as it passes.
+    tracker.renumber(auth.client_compressed, auth.backend_compressed);
+    if auth.guard_cleartext {
+        tracker.guard_cleartext();
+    }
+    tracker
 }
 
 /// Ends a session whose connection phase failed; a backend whose TLS handshake failed (its
 /// certificate does not verify, or it cannot do TLS) leaves rotation, since every client would
 /// fail the same way, until a health check or the cool-off brings it back.
 async fn connection_phase_failed<C: AsyncRead + AsyncWrite + Unpin>(
-    shared: &ProxyState,
+    ctx: &Context<'_>,
     client: &mut LegStream<C>,
     e: AuthError,
-    next_seq: u8,
-    peer: &str,
     lease: &Lease,
 ) -> EndReason {
     let backend = lease.backend();
-    let set = shared.backends();
+    let set = ctx.state.backends();
     let now = Instant::now();
     if matches!(e, AuthError::BackendTls(_)) && set.mark_down(backend, now) {
         warn!(backend = %backend.name, "backend marked down: {e}");
@@ -406,7 +376,7 @@ async fn connection_phase_failed<C: AsyncRead + AsyncWrite + Unpin>(
         AuthError::Denied { .. } => set.session_succeeded(backend, now),
         _ => {}
     }
-    let reason = handshake_failed(client, e, next_seq, peer, &backend.name).await;
+    let reason = handshake_failed(ctx, client, e, &backend.name).await;
     legs::close_tls(client).await;
     reason
 }
@@ -425,12 +395,12 @@ fn authenticated(
 /// Why the relay's end counts against the backend: it closed the connection, or the connection
 /// failed, while a command was unanswered. None for every other end (an idle backend closing
 /// after its `wait_timeout` is not a failure).
-fn cut_mid_command(end: &RelayEnd, tracker: &Tracker) -> Option<String> {
+fn cut_mid_command(end: &SessionEnd, tracker: &Tracker) -> Option<String> {
     match end {
-        RelayEnd::BackendClosed { pending } if *pending > 0 => Some(format!(
+        SessionEnd::Relay(RelayEnd::BackendClosed { pending }) if *pending > 0 => Some(format!(
             "closed the connection with {pending} command(s) unanswered"
         )),
-        RelayEnd::BackendIo(e) if tracker.pending() > 0 => Some(e.to_string()),
+        SessionEnd::Relay(RelayEnd::BackendIo(e)) if tracker.pending() > 0 => Some(e.to_string()),
         _ => None,
     }
 }

@@ -12,8 +12,8 @@ use tracing::warn;
 
 use super::ending::send;
 use super::legs;
-use super::Origin;
-use crate::backends::balancer::{Backend, BackendSet};
+use super::{Context, Origin};
+use crate::backends::balancer::Backend;
 use crate::backends::kill;
 use crate::backends::route::Who;
 use crate::net::leg::LegStream;
@@ -21,7 +21,7 @@ use crate::proxy::auth::{
     finish_deferred, relay_connection_phase, AuthError, Authenticated, ClientHello,
     HandshakeLimits, LegPlan, PatchedGreeting,
 };
-use crate::proxy::state::{LegSettings, ProxyState};
+use crate::proxy::state::ProxyState;
 use crate::telemetry::metrics::Refusal;
 use crate::wire::protocol::errors::{err_packet, pre_greeting_err, sqlstate_for};
 use crate::wire::protocol::handshake::set_greeting_connection_id;
@@ -51,20 +51,16 @@ impl<'a> Opening<'a> {
     /// deferred mode the proxy's greeting and the client's response (the client was told why
     /// where that failed, and the session's end is returned).
     pub(super) async fn open<C>(
-        shared: &'a ProxyState,
-        (set, legs): (&BackendSet, &LegSettings),
+        ctx: &mut Context<'a>,
         client: &mut LegStream<C>,
-        from: Origin<'_>,
-        next_seq: &mut u8,
     ) -> Result<Opening<'a>, super::EndReason>
     where
         C: AsyncRead + AsyncWrite + Unpin,
     {
-        if !set.deferred() {
+        if !ctx.set.deferred() {
             return Ok(Self::Immediate);
         }
-        let (hello, registration) =
-            super::deferred::greet(shared, set, legs, client, from, next_seq).await?;
+        let (hello, registration) = super::deferred::greet(ctx, client).await?;
         Ok(Self::Deferred {
             hello,
             registration,
@@ -85,25 +81,25 @@ impl<'a> Opening<'a> {
 
     /// Refuses the client with `message` (counted as having no backend): before any greeting
     /// an ERR with sequence id 0 and no SQLSTATE marker, after the proxy's own an ERR in the
-    /// client's sequence (`next_seq`) on its leg as it now is (TLS closed cleanly). `code` is
-    /// the ERR's error code.
+    /// client's sequence (the context's `next_seq`) on its leg as it now is (TLS closed
+    /// cleanly). `code` is the ERR's error code.
     pub(super) async fn refuse<C>(
         &self,
-        shared: &ProxyState,
+        ctx: &Context<'_>,
         client: &mut LegStream<C>,
-        (peer, next_seq): (&str, u8),
-        (code, message): (u16, &str),
+        code: u16,
+        message: &str,
     ) -> super::EndReason
     where
         C: AsyncRead + AsyncWrite + Unpin,
     {
-        warn!(client = peer, "refused: {message}");
-        shared.metrics.rejected(Refusal::NoBackend);
+        warn!(client = ctx.peer(), "refused: {message}");
+        ctx.state.metrics.rejected(Refusal::NoBackend);
         match self {
             Self::Immediate => send(client, &pre_greeting_err(code, message)).await,
             Self::Deferred { .. } => {
                 let sqlstate = Some(sqlstate_for(code));
-                let packet = err_packet(next_seq, code, sqlstate, message);
+                let packet = err_packet(ctx.next_seq, code, sqlstate, message);
                 send(client, &packet).await;
                 legs::close_tls(client).await;
             }
@@ -130,11 +126,11 @@ impl<'a> Opening<'a> {
     /// id is bound to this backend session and the client's response goes on rebuilt.
     pub(super) async fn log_in<C, B>(
         self,
-        (kills, peer): (&'a kill::Registry, &str),
-        (client, backend): (&mut LegStream<C>, &mut LegStream<B>),
+        ctx: &mut Context<'a>,
+        client: &mut LegStream<C>,
+        backend: &mut LegStream<B>,
         target: &Arc<Backend>,
         login: Login<'_>,
-        next_seq: &mut u8,
     ) -> (
         Option<kill::Registration<'a>>,
         Result<Authenticated, AuthError>,
@@ -148,9 +144,11 @@ impl<'a> Opening<'a> {
             limits,
             plan,
         } = login;
+        let (state, next_seq): (&'a ProxyState, _) = (ctx.state, &mut ctx.next_seq);
         match self {
             Self::Immediate => {
-                let registration = register_proxy_id(kills, target, &mut greeting, peer);
+                let peer = ctx.from.peer;
+                let registration = register_proxy_id(&state.kills, target, &mut greeting, peer);
                 let phase =
                     relay_connection_phase(client, backend, greeting, limits, plan, next_seq);
                 (registration, phase.await)

@@ -3,10 +3,14 @@
 //! give it back (`pooling::Holding`); the connection goes back to the pool, and the session waits
 //! for its client's next command without one, then takes whichever idle connection of its key
 //! the pool hands it (`pooling`). Everything else (the tracker, metrics, digests, capture, KILL
-//! mapping) is the one relay and observer every session uses.
+//! mapping) is the one relay and recorder every session uses.
+//!
+//! The session's state across its relays lives in one place ([`Seat`]): the pool's view of it
+//! and its prepared statements (`Pooled`), the connection it holds, and the client's bytes not
+//! yet relayed. A server connection's own prepared statements stay on it (`ServerConn`); a relay
+//! on it borrows them to rewrite the statement commands it can send on at once (`OnConn`).
 
-use std::net::IpAddr;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 
 use bytes::BytesMut;
@@ -15,6 +19,7 @@ use tracing::{debug, info, warn};
 
 use super::connect::LoginSlot;
 use super::recorder::Recorder;
+use super::{Context, SessionEnd};
 use crate::backends::kill;
 use crate::backends::pooling::command::{self, Command};
 use crate::backends::pooling::statements::{ConnStatements, SessionStatements};
@@ -24,7 +29,7 @@ use crate::backends::pooling::{
 };
 use crate::net::leg::LegStream;
 use crate::net::stream::BackendStream;
-use crate::proxy::relay::{relay, KillRewrite, Observer, RelayEnd, Stop};
+use crate::proxy::relay::{relay, KillRewrite, Observer, RelayEnd, Steering, Stop};
 use crate::wire::protocol::caps::CLIENT_DEPRECATE_EOF;
 use crate::wire::protocol::errors::code;
 use crate::wire::protocol::response::{Completed, Tracker};
@@ -41,222 +46,313 @@ pub(super) struct Joined<'r> {
     pub(super) thread_id: u32,
     /// The backend's flavour and version, from its greeting: which executable comments it runs.
     pub(super) server: Option<crate::wire::sql::Server>,
-    /// The client's address, when the backend is told it in a PROXY header.
-    pub(super) origin: Option<IpAddr>,
+    /// What the session's server connections are shared under.
+    pub(super) key: Key,
     pub(super) registration: Option<&'r kill::Registration<'r>>,
 }
 
-impl Joined<'_> {
-    pub(super) fn origin(&self) -> Option<IpAddr> {
-        self.origin
-    }
+/// Where a pooled session's relays start: its login connection, and the bytes each leg read
+/// past the login's OK (the client's, the backend's).
+pub(super) struct Start {
+    pub(super) backend: LegStream<BackendStream>,
+    pub(super) up: BytesMut,
+    pub(super) down: BytesMut,
 }
 
 /// The session's relays, one per server connection it holds in turn, to the session's end.
-#[allow(clippy::too_many_arguments)]
 pub(super) async fn relay_pooled<C>(
+    ctx: &Context<'_>,
     client: &mut LegStream<C>,
-    backend: LegStream<BackendStream>,
     tracker: &mut Tracker,
-    (mut up, mut down): (BytesMut, BytesMut),
-    stop: Stop<'_>,
     recorder: &mut Recorder<'_>,
-    (joined, key): (Joined<'_>, Key),
-    (worker, peer): (usize, &str),
-) -> RelayEnd
+    start: Start,
+    joined: Joined<'_>,
+) -> SessionEnd
 where
     C: AsyncRead + AsyncWrite + Unpin,
 {
     let login = ServerConn {
-        leg: backend,
+        leg: start.backend,
         thread_id: joined.thread_id,
         state: Default::default(),
         statements: Default::default(),
     };
+    let key = joined.key;
     // From here the session's share of the pool is held by guards: however the session ends
     // (an error, its task cancelled, a panic), dropping them gives it back.
     let (member, login) = joined.slot.logged_in(&key, login);
-    let pool = Arc::clone(member.pool());
-    let mut holding = Holding::new(!key.schema.is_empty());
-    holding.share_statements();
-    holding.read_as(crate::wire::sql::Dialect {
-        server: joined.server,
-    });
-    let mut observer = Pooled {
-        inner: recorder,
-        holding,
-        member,
-        key: &key,
-        statements: SessionStatements::default(),
-        conn_statements: Default::default(),
-        front: None,
-        scratch: Vec::new(),
-        conn_reset: false,
+    let mut seat = Seat {
+        // Where a KILL naming the session goes: the connection it holds, or nowhere (0)
+        // between transactions, never the connection's next holder.
+        live: joined.registration.and_then(kill::Registration::follow),
+        conn: Some(login),
+        pool: Arc::clone(member.pool()),
+        observer: Pooled::new(recorder, member, &key, joined.server),
+        up: start.up,
+        down: start.down,
+        deprecate_eof: tracker.caps().has(CLIENT_DEPRECATE_EOF),
     };
-    let mut conn = Some(login);
-    let deprecate_eof = tracker.caps().has(CLIENT_DEPRECATE_EOF);
-    // Where a KILL naming the session goes: the connection it holds, or nowhere (0) between
-    // transactions, never the connection's next holder.
-    let live = joined.registration.and_then(kill::Registration::follow);
-    // Polled only when the drain wakes it (see `gate`): one atomic load per wait, not a lock.
-    let mut draining = crate::proxy::gate::cancelled(stop.drain);
-    let end = loop {
-        if conn.is_none() {
-            if let Some(end) = next_command(client, &mut up, stop, &mut draining).await {
-                break end;
+    let end = seat.serve(ctx, client, tracker).await;
+    // The session's end is counted when `seat.observer` (its `Member`) drops, after its
+    // connection went back or closed.
+    seat.hand_back(ctx, &end, tracker).await;
+    end
+}
+
+/// A pooled session's own state across its relays: the pool's view of it, the server connection
+/// it holds, if any, and what its client sent that no relay has taken yet.
+/// Fields drop in order: a connection still held (its task cancelled) closes before the
+/// session's `Member` counts it ended.
+struct Seat<'a, 'r> {
+    /// The server thread a KILL naming the session reaches (see `kill::Registration::follow`).
+    live: Option<Arc<AtomicU32>>,
+    conn: Option<Held>,
+    observer: Pooled<'a, 'r>,
+    pool: Arc<BackendPool>,
+    /// The client's bytes read and not yet relayed, and the backend's (the relay's buffers,
+    /// kept between relays).
+    up: BytesMut,
+    down: BytesMut,
+    /// As the session negotiated: how a prepare's answer ends.
+    deprecate_eof: bool,
+}
+
+impl Seat<'_, '_> {
+    /// Serves the client's commands, on whichever server connection the pool hands the session
+    /// for each, until the session ends.
+    async fn serve<C>(
+        &mut self,
+        ctx: &Context<'_>,
+        client: &mut LegStream<C>,
+        tracker: &mut Tracker,
+    ) -> SessionEnd
+    where
+        C: AsyncRead + AsyncWrite + Unpin,
+    {
+        let stop = ctx.stop;
+        // Polled only when the drain wakes it (see `gate`): one atomic load per wait, not a lock.
+        let mut draining = crate::proxy::gate::cancelled(stop.drain);
+        loop {
+            if self.conn.is_none() {
+                if let Some(end) = next_command(client, &mut self.up, stop, &mut draining).await {
+                    return end.into();
+                }
+            } else if stop.drain.is_cancelled() && tracker.idle() && !self.up.is_empty() {
+                // A statement command read before the drain and not begun: the session ends here.
+                return RelayEnd::Drained.into();
             }
-        } else if stop.drain.is_cancelled() && tracker.idle() && !up.is_empty() {
-            // A statement command read before the drain and not begun: the session ends here.
-            break RelayEnd::Drained;
+            if let Err(end) = self.command(ctx, client, tracker).await {
+                return end;
+            }
         }
+    }
+
+    /// The command at the front of the client's buffer: answered here, or relayed with the
+    /// commands after it until the session may give its connection back (then it does).
+    async fn command<C>(
+        &mut self,
+        ctx: &Context<'_>,
+        client: &mut LegStream<C>,
+        tracker: &mut Tracker,
+    ) -> Result<(), SessionEnd>
+    where
+        C: AsyncRead + AsyncWrite + Unpin,
+    {
         // An empty packet is a command with no command byte: relayed like any other (the
         // server answers it with an ERR); the byte after its header is the next packet's.
-        let mut statement = matches!(command::command(&up), Command::Statement(_));
+        let mut statement = matches!(command::command(&self.up), Command::Statement(_));
         let front = if statement {
-            match prepared::front(client, &mut up, &mut observer).await {
-                Ok(Front::Done) => continue,
-                Ok(Front::Relay) => {
+            match prepared::front(client, &mut self.up, &mut self.observer).await? {
+                Front::Done => return Ok(()),
+                Front::Relay => {
                     statement = false;
                     None
                 }
-                Ok(front) => Some(front),
-                Err(end) => break end,
+                front => Some(front),
             }
         } else {
             None
         };
-        if conn.is_none() {
-            match take(&pool, &key, worker, observer.holding.state()).await {
-                Ok(got) => {
-                    if let Some(live) = &live {
-                        live.store(got.thread_id, Ordering::Relaxed);
-                    }
-                    conn = Some(got);
-                }
-                Err(e) => {
-                    let refused = match front {
-                        // Long data has no answer to put an ERR in: it is dropped, and its
-                        // execute meets the same wait.
-                        Some(Front::Statement {
-                            command: crate::wire::protocol::cmd::STMT_SEND_LONG_DATA,
-                            ..
-                        }) => client::drop_front(client, &mut up).await,
-                        _ => refuse_command(client, &mut up, &e, peer).await,
-                    };
-                    match refused {
-                        Ok(()) if matches!(e, PoolError::Timeout { .. }) => continue,
-                        Ok(()) => break RelayEnd::NoServerConnection,
-                        Err(end) => break end,
-                    }
-                }
-            }
+        if self.conn.is_none() && !self.take_conn(ctx, client, front.as_ref()).await? {
+            return Ok(());
         }
-        let Some(held) = conn.as_mut() else {
-            continue;
+        let Some(held) = self.conn.as_mut() else {
+            return Ok(());
         };
         let answered = match front {
             Some(front) => {
-                let ran = prepared::run(front, client, held, &mut up, &mut observer, deprecate_eof);
-                match ran.await {
-                    Ok(ran) => matches!(ran, Ran::Done),
-                    Err(end) => break end,
-                }
+                let (up, observer) = (&mut self.up, &mut self.observer);
+                let ran = prepared::run(front, client, held, up, observer, self.deprecate_eof);
+                matches!(ran.await?, Ran::Done)
             }
             None => false,
         };
         if !answered {
             tracker.pause_statements(statement);
-            let pending = (std::mem::take(&mut up), std::mem::take(&mut down));
-            observer.conn_statements = std::mem::take(&mut held.statements);
-            let end = relay(
-                client,
-                &mut held.leg,
-                tracker,
-                pending.0,
-                pending.1,
-                stop,
-                &mut observer,
-            )
-            .await;
-            held.statements = std::mem::take(&mut observer.conn_statements);
-            if std::mem::take(&mut observer.conn_reset) {
-                // COM_RESET_CONNECTION or COM_CHANGE_USER dropped its prepared statements.
-                held.statements.clear();
-            }
-            match end {
-                RelayEnd::Released(u, d) => (up, down) = (u, d),
-                end => break end,
-            }
+            self.relay(ctx, client, tracker).await?;
         }
-        if observer.holding.releasable() {
-            let live = live.as_deref();
-            give_back(&pool, &key, worker, &mut conn, &mut observer, live).await;
+        if self.observer.holding.releasable() {
+            self.give_back(ctx.worker).await;
         }
-    };
-    // The session's end is counted when `observer` (its `Member`) drops, after its connection
-    // went back or closed.
-    let Some(held) = conn.take() else {
-        return end;
-    };
-    let ended = (&end, &mut *tracker, stop);
-    hand_back(held, ended, (&pool, &key, worker), &mut observer).await;
-    end
-}
-
-/// Where the connection a session held at its end goes: back to the pool, reset first if the
-/// session left something on it; recycled if it was pinned and can be brought back to its
-/// key's login state; else closed. `end` says how the session ended.
-async fn hand_back(
-    mut held: Held,
-    (end, tracker, stop): (&RelayEnd, &mut Tracker, Stop<'_>),
-    (pool, key, worker): (&BackendPool, &Key, usize),
-    observer: &mut Pooled<'_, '_>,
-) {
-    held.state = observer.holding.state().clone();
-    // A client's trailing COM_QUIT is not forwarded (`Observer::keeps_backend`).
-    let mut clean = matches!(
-        end,
-        RelayEnd::ClientClosed { .. } | RelayEnd::Drained | RelayEnd::IdleTimeout
-    ) && tracker.idle();
-    let gone = matches!(end, RelayEnd::ClientClosed { .. } | RelayEnd::ClientIo(_));
-    if gone && !tracker.idle() {
-        // The client left with a command unanswered: closing the connection could leave its
-        // user's other sessions with none. Its answer is read to the end and thrown away.
-        let within = pool.pooling().wait_timeout;
-        clean = settle::settle(&mut held, tracker, stop, observer, within).await;
+        Ok(())
     }
-    let pinned = observer.holding.pinned().is_some();
-    if !pinned {
-        // A session that ends in a transaction, or with its warnings or row count on the
-        // connection, leaves it reset; with only its insert id, that is cleared.
-        let tidy = clean
-            && if observer.holding.releasable() {
-                wipe(pool, &mut held, key, &mut observer.holding, "session_end").await
+
+    /// Takes a server connection from the pool for the command at the front (`front`, when it
+    /// is a prepared-statement command): true once the session holds one; false when the command
+    /// was answered with an ERR, or dropped, and the session waits for the next.
+    async fn take_conn<C>(
+        &mut self,
+        ctx: &Context<'_>,
+        client: &mut LegStream<C>,
+        front: Option<&Front>,
+    ) -> Result<bool, SessionEnd>
+    where
+        C: AsyncRead + AsyncWrite + Unpin,
+    {
+        let key = self.observer.key;
+        let state = self.observer.holding.state();
+        let e = match take(&self.pool, key, ctx.worker, state).await {
+            Ok(got) => {
+                if let Some(live) = &self.live {
+                    live.store(got.thread_id, Ordering::Relaxed);
+                }
+                self.conn = Some(got);
+                return Ok(true);
+            }
+            Err(e) => e,
+        };
+        let up = &mut self.up;
+        match front {
+            // Long data has no answer to put an ERR in: it is dropped, and its execute meets
+            // the same wait.
+            Some(Front::Statement {
+                command: crate::wire::protocol::cmd::STMT_SEND_LONG_DATA,
+                ..
+            }) => client::drop_front(client, up).await?,
+            _ => refuse_command(client, up, &e, ctx.peer()).await?,
+        }
+        match e {
+            PoolError::Timeout { .. } => Ok(false),
+            _ => Err(SessionEnd::NoServerConnection),
+        }
+    }
+
+    /// Relays on the connection the session holds until the relay lets it go (Ok) or ends.
+    async fn relay<C>(
+        &mut self,
+        ctx: &Context<'_>,
+        client: &mut LegStream<C>,
+        tracker: &mut Tracker,
+    ) -> Result<(), SessionEnd>
+    where
+        C: AsyncRead + AsyncWrite + Unpin,
+    {
+        let Some(held) = self.conn.as_mut() else {
+            return Ok(());
+        };
+        let held: &mut ServerConn = held;
+        let (up, down) = (std::mem::take(&mut self.up), std::mem::take(&mut self.down));
+        let mut on = OnConn {
+            session: &mut self.observer,
+            statements: &mut held.statements,
+            reset: false,
+        };
+        let end = relay(client, &mut held.leg, tracker, up, down, ctx.stop, &mut on).await;
+        if on.reset {
+            // COM_RESET_CONNECTION or COM_CHANGE_USER dropped its prepared statements.
+            held.statements.clear();
+        }
+        match end {
+            RelayEnd::Released(up, down) => {
+                (self.up, self.down) = (up, down);
+                Ok(())
+            }
+            end => Err(end.into()),
+        }
+    }
+
+    /// Where the connection a session held at its end goes: back to the pool, reset first if the
+    /// session left something on it; recycled if it was pinned and can be brought back to its
+    /// key's login state; else closed. `end` says how the session ended.
+    async fn hand_back(&mut self, ctx: &Context<'_>, end: &SessionEnd, tracker: &mut Tracker) {
+        let Some(mut held) = self.conn.take() else {
+            return;
+        };
+        let (pool, worker) = (&*self.pool, ctx.worker);
+        let observer = &mut self.observer;
+        let key = observer.key;
+        held.state = observer.holding.state().clone();
+        let end = match end {
+            SessionEnd::Relay(end) => Some(end),
+            SessionEnd::NoServerConnection => None,
+        };
+        // A client's trailing COM_QUIT is not forwarded (`Steering::keeps_backend`).
+        let mut clean = matches!(
+            end,
+            Some(RelayEnd::ClientClosed { .. } | RelayEnd::Drained | RelayEnd::IdleTimeout)
+        ) && tracker.idle();
+        let gone = matches!(
+            end,
+            Some(RelayEnd::ClientClosed { .. } | RelayEnd::ClientIo(_))
+        );
+        if gone && !tracker.idle() {
+            // The client left with a command unanswered: closing the connection could leave its
+            // user's other sessions with none. Its answer is read to the end and thrown away.
+            let within = pool.pooling().wait_timeout;
+            clean = settle::settle(&mut held, tracker, ctx.stop, observer, within).await;
+        }
+        let pinned = observer.holding.pinned().is_some();
+        if !pinned {
+            // A session that ends in a transaction, or with its warnings or row count on the
+            // connection, leaves it reset; with only its insert id, that is cleared.
+            let tidy = clean
+                && if observer.holding.releasable() {
+                    wipe(pool, &mut held, key, &mut observer.holding, "session_end").await
+                } else {
+                    reset(pool, &mut held, key, "session_end").await
+                };
+            if tidy {
+                held.release(worker);
+            } else if clean && gone && held.reset(&key.schema).await {
+                // Left in a transaction, or with warnings or a changed row count the next command
+                // could have read: reset, it holds its key's login state again.
+                held.release(worker);
             } else {
-                reset(pool, &mut held, key, "session_end").await
-            };
-        if tidy {
-            held.release(worker);
-        } else if clean && gone && held.reset(&key.schema).await {
-            // Left in a transaction, or with warnings or a changed row count the next command
-            // could have read: reset, it holds its key's login state again.
+                // Its slot is free once the server let go of it.
+                held.close().await;
+            }
+        } else if clean
+            && observer.holding.recyclable(&key.schema)
+            && reset(pool, &mut held, key, "pinned").await
+        {
+            // Its state was the session's alone; reset, it serves the key again (as shared: the
+            // session is counted ended before it goes back).
+            observer.member.end();
             held.release(worker);
         } else {
-            // Its slot is free once the server let go of it.
+            // Its state was the session's alone: closed with it, its slot free once the server
+            // let go of it.
             held.close().await;
         }
-    } else if clean
-        && observer.holding.recyclable(&key.schema)
-        && reset(pool, &mut held, key, "pinned").await
-    {
-        // Its state was the session's alone; reset, it serves the key again (as shared: the
-        // session is counted ended before it goes back).
-        observer.member.end();
-        held.release(worker);
-    } else {
-        // Its state was the session's alone: closed with it, its slot free once the server
-        // let go of it.
-        held.close().await;
+    }
+
+    /// Gives the session's connection back to its pool between transactions (reset first when
+    /// the session left traces on it).
+    async fn give_back(&mut self, worker: usize) {
+        if let Some(live) = &self.live {
+            live.store(kill::NO_THREAD, Ordering::Relaxed);
+        }
+        let Some(mut held) = self.conn.take() else {
+            return;
+        };
+        let observer = &mut self.observer;
+        held.state = observer.holding.state().clone();
+        let key = observer.key;
+        if wipe(&self.pool, &mut held, key, &mut observer.holding, "traces").await {
+            held.release(worker);
+        } else {
+            held.quit();
+        }
     }
 }
 
@@ -279,30 +375,6 @@ async fn take(
     } else {
         got.quit();
         Err(PoolError::Replay)
-    }
-}
-
-/// Gives the session's connection back to its pool between transactions (reset first when
-/// the session left traces on it).
-async fn give_back(
-    pool: &BackendPool,
-    key: &Key,
-    worker: usize,
-    conn: &mut Option<Held>,
-    observer: &mut Pooled<'_, '_>,
-    live: Option<&std::sync::atomic::AtomicU32>,
-) {
-    if let Some(live) = live {
-        live.store(kill::NO_THREAD, Ordering::Relaxed);
-    }
-    let Some(mut held) = conn.take() else {
-        return;
-    };
-    held.state = observer.holding.state().clone();
-    if wipe(pool, &mut held, key, &mut observer.holding, "traces").await {
-        held.release(worker);
-    } else {
-        held.quit();
     }
 }
 
@@ -403,19 +475,34 @@ struct Pooled<'a, 'r> {
     key: &'a Key,
     /// The session's prepared statements, by the ids the proxy gave them.
     statements: SessionStatements,
-    /// Those of the server connection the session holds, while a relay runs on it (they are
-    /// the connection's again after).
-    conn_statements: ConnStatements,
     /// The client's id of the statement command the relay sends next, which carries its server
     /// connection's id (see [`prepared::as_client_sent`]).
     front: Option<u32>,
     scratch: Vec<u8>,
-    /// A COM_RESET_CONNECTION or COM_CHANGE_USER completed: the server connection's prepared
-    /// statements are gone.
-    conn_reset: bool,
 }
 
-impl Pooled<'_, '_> {
+impl<'a, 'r> Pooled<'a, 'r> {
+    /// `server`: the backend's flavour and version, as its greeting said.
+    fn new(
+        inner: &'a mut Recorder<'r>,
+        member: Member,
+        key: &'a Key,
+        server: Option<crate::wire::sql::Server>,
+    ) -> Self {
+        let mut holding = Holding::new(!key.schema.is_empty());
+        holding.share_statements();
+        holding.read_as(crate::wire::sql::Dialect { server });
+        Pooled {
+            inner,
+            holding,
+            member,
+            key,
+            statements: SessionStatements::default(),
+            front: None,
+            scratch: Vec::new(),
+        }
+    }
+
     fn pinned(&mut self, reason: Option<crate::backends::pooling::Reason>) {
         if let Some(reason) = reason {
             debug!(user = %self.key.user, reason = reason.as_str(), "session pinned its server connection");
@@ -429,15 +516,9 @@ impl Observer for Pooled<'_, '_> {
         self.inner.completed(c);
         let reason = self.holding.completed(c);
         self.pinned(reason);
-        if matches!(
-            c.command,
-            crate::wire::protocol::cmd::RESET_CONNECTION | crate::wire::protocol::cmd::CHANGE_USER
-        ) {
-            self.conn_reset = true;
-            if !c.error {
-                // As directly: the session's statements are gone.
-                self.statements.clear();
-            }
+        if resets(c) && !c.error {
+            // As directly: the session's statements are gone.
+            self.statements.clear();
         }
     }
 
@@ -454,19 +535,58 @@ impl Observer for Pooled<'_, '_> {
         self.scratch = scratch;
         tag
     }
+}
 
+/// A COM_RESET_CONNECTION or COM_CHANGE_USER: the server connection's prepared statements go
+/// with it (and, when it succeeded, the session's).
+fn resets(c: &Completed) -> bool {
+    matches!(
+        c.command,
+        crate::wire::protocol::cmd::RESET_CONNECTION | crate::wire::protocol::cmd::CHANGE_USER
+    )
+}
+
+/// A pooled session while a relay runs on the server connection it holds: its observer, and
+/// the statements prepared on that connection, which its statement commands are rewritten for
+/// ([`prepared::resume`]). They stay the connection's; a reset of it clears them once the relay
+/// has ended.
+struct OnConn<'s, 'a, 'r> {
+    session: &'s mut Pooled<'a, 'r>,
+    statements: &'s mut ConnStatements,
+    /// A COM_RESET_CONNECTION or COM_CHANGE_USER completed: the connection's prepared
+    /// statements are gone.
+    reset: bool,
+}
+
+impl Observer for OnConn<'_, '_, '_> {
+    fn completed(&mut self, c: &Completed) {
+        self.session.completed(c);
+        self.reset |= resets(c);
+    }
+
+    fn relayed(&mut self, to_backend: bool, n: usize) {
+        self.session.relayed(to_backend, n);
+    }
+
+    fn statement(&mut self, command: u8, payload: &[u8]) -> u64 {
+        self.session.statement(command, payload)
+    }
+}
+
+impl Steering for OnConn<'_, '_, '_> {
     fn client_scan(&mut self, in_flight: usize) -> Option<usize> {
-        self.inner
+        self.session
+            .inner
             .client_scan(in_flight)
             .map(|limit| limit.max(TEXT_LIMIT))
     }
 
     fn rewrite_kill(&mut self, packet: &[u8]) -> Option<KillRewrite> {
-        self.inner.rewrite_kill(packet)
+        self.session.inner.rewrite_kill(packet)
     }
 
     fn releasable(&self) -> bool {
-        self.holding.releasable()
+        self.session.holding.releasable()
     }
 
     fn keeps_backend(&self) -> bool {
@@ -474,8 +594,13 @@ impl Observer for Pooled<'_, '_> {
     }
 
     fn resume_statement(&mut self, packet: &mut [u8]) -> bool {
-        let (session, conn) = (&mut self.statements, &mut self.conn_statements);
-        prepared::resume(packet, session, conn, &mut self.front)
+        let session = &mut *self.session;
+        prepared::resume(
+            packet,
+            &mut session.statements,
+            self.statements,
+            &mut session.front,
+        )
     }
 }
 

@@ -71,13 +71,13 @@ pub async fn read_header<S: AsyncRead + Unpin>(
 /// the session as the client the header names. A LOCAL or UNKNOWN header leaves the balancer's
 /// own address as the client's. Every failure here is one log line and a closed connection.
 pub(crate) async fn run(
-    shared: Arc<ProxyState>,
+    state: Arc<ProxyState>,
     mut stream: TcpStream,
     (peer, listener): (SocketAddr, &str),
     worker: usize,
     drain: &CancellationToken,
 ) -> EndReason {
-    let timeout = shared.session.handshake_timeout;
+    let timeout = state.session.handshake_timeout;
     let read = tokio::time::timeout(timeout, read_header(&mut stream)).await;
     let (header, rest) = match read {
         Ok(Ok(found)) => found,
@@ -87,7 +87,7 @@ pub(crate) async fn run(
                  accept_proxy_protocol",
                 humantime::format_duration(timeout)
             );
-            shared.metrics.proxy_protocol_rejected("timeout");
+            state.metrics.proxy_protocol_rejected("timeout");
             return EndReason::ProxyHeader;
         }
         Ok(Err(ReadHeaderError::Closed)) => {
@@ -97,7 +97,7 @@ pub(crate) async fn run(
         }
         Ok(Err(e)) => {
             warn!("closing: {e}");
-            shared.metrics.proxy_protocol_rejected("malformed");
+            state.metrics.proxy_protocol_rejected("malformed");
             return EndReason::ProxyHeader;
         }
     };
@@ -110,9 +110,9 @@ pub(crate) async fn run(
     let destination = header.destination.or_else(|| stream.local_addr().ok());
     let from = Origin::tcp(&name, listener, destination.map(|d| (client, d)));
     if rest.is_empty() {
-        super::run(shared, stream, from, worker, drain).await
+        super::run(state, stream, from, worker, drain).await
     } else {
-        super::run(shared, Prefixed::new(rest, stream), from, worker, drain).await
+        super::run(state, Prefixed::new(rest, stream), from, worker, drain).await
     }
 }
 

@@ -1,14 +1,18 @@
 //! What a session's relay reports besides bytes: completed commands into its backend's
-//! metrics, and KILLs mapped (see `crate::backends::kill`), run elsewhere or resolved by a peer.
+//! metrics, digests and capture ([`Observer`]); and how it steers the relay ([`Steering`]): KILLs
+//! mapped (see `crate::backends::kill`), run elsewhere or resolved by a peer, and statements
+//! kept for a capture that began mid-session.
 
 use std::sync::Arc;
 
 use tokio::sync::Semaphore;
 use tracing::{info, trace};
 
+use super::Context;
 use crate::backends::balancer::Backend;
 use crate::backends::kill::{self, Decision, KillRequest, Mapping};
-use crate::proxy::relay::{KillRewrite, Observer};
+use crate::proxy::auth::Authenticated;
+use crate::proxy::relay::{KillRewrite, Observer, Steering};
 use crate::proxy::state::ProxyState;
 use crate::telemetry::capture;
 use crate::telemetry::digest;
@@ -20,7 +24,7 @@ pub(super) struct Recorder<'a> {
     stats: &'a BackendStats,
     worker: usize,
     backend: &'a Arc<Backend>,
-    shared: &'a Arc<ProxyState>,
+    state: &'a Arc<ProxyState>,
     /// Who the client authenticated as: a KILL runs elsewhere only for a target of this user.
     /// None once it sent a COM_CHANGE_USER (who it is then is not read from the exchange).
     user: Option<&'a str>,
@@ -38,17 +42,27 @@ pub(super) struct Recorder<'a> {
 }
 
 impl<'a> Recorder<'a> {
+    /// The recorder of a session logged in to `backend` as `auth` says, greeted with `proxy_id`.
     pub(super) fn new(
-        shared: &'a Arc<ProxyState>,
+        ctx: &Context<'a>,
         backend: &'a Arc<Backend>,
-        worker: usize,
-        user: &'a str,
+        auth: &'a Authenticated,
         proxy_id: Option<u32>,
-        digests: Option<digest::Session>,
-        who: capture::Who<'a>,
     ) -> Self {
-        let capture_seen = shared.capture.generation();
-        let capture = shared.capture.join(&who, false, 0);
+        let (state, worker) = (ctx.state, ctx.worker);
+        let ident = || digest::Ident::new(&backend.name, &backend.pool, &auth.user, &auth.schema);
+        let digests = digest::Session::start(&state.digests, worker, ident);
+        let who = capture::Who {
+            user: &auth.user,
+            schema: &auth.schema,
+            pool: &backend.pool,
+            backend: &backend.name,
+            client: ctx.peer(),
+            capabilities: auth.negotiated.capabilities,
+            charset: auth.charset,
+        };
+        let capture_seen = state.capture.generation();
+        let capture = state.capture.join(&who, false, 0);
         Recorder {
             digests,
             capture,
@@ -57,8 +71,8 @@ impl<'a> Recorder<'a> {
             stats: &backend.stats,
             worker,
             backend,
-            shared,
-            user: Some(user),
+            state,
+            user: Some(&auth.user),
             proxy_id,
             turn: Arc::new(Semaphore::new(1)),
         }
@@ -68,7 +82,7 @@ impl<'a> Recorder<'a> {
         kill::Killer {
             backend: self.backend,
             user: self.user,
-            can_kill_elsewhere: self.shared.killer.configured(),
+            can_kill_elsewhere: self.state.killer.configured(),
         }
     }
 
@@ -83,35 +97,31 @@ impl<'a> Recorder<'a> {
 
     /// A KILL of another instance's id: asks that instance, then maps its answer here.
     fn ask_peer(&self, request: KillRequest, peer: crate::config::Peer) -> KillRewrite {
-        let shared = Arc::clone(self.shared);
+        let state = Arc::clone(self.state);
         let backend = Arc::clone(self.backend);
         let user = self.user.map(str::to_owned);
         let turn = Arc::clone(&self.turn);
         KillRewrite::Later(Box::pin(async move {
-            let answer = shared.peers.ask(&peer, &request, Arc::clone(&turn)).await;
+            let answer = state.peers.ask(&peer, &request, Arc::clone(&turn)).await;
             let killer = kill::Killer {
                 backend: &backend,
                 user: user.as_deref(),
-                can_kill_elsewhere: shared.killer.configured(),
+                can_kill_elsewhere: state.killer.configured(),
             };
-            let ours = shared.backends().backends().to_vec();
+            let ours = state.backends().backends().to_vec();
             let decision = kill::rewrite_remote(&request, &answer, &killer, &ours);
             kill::peer::log_answer(&decision, &answer, &backend, &peer, &request);
-            run_decision(shared, decision, turn).await
+            run_decision(state, decision, turn).await
         }))
     }
 }
 
 /// The packet replacing a KILL: its own, or after running it on another backend.
-async fn run_decision(
-    shared: Arc<ProxyState>,
-    decision: Decision,
-    turn: Arc<Semaphore>,
-) -> Vec<u8> {
+async fn run_decision(state: Arc<ProxyState>, decision: Decision, turn: Arc<Semaphore>) -> Vec<u8> {
     match decision.elsewhere {
         Some(elsewhere) => {
-            let leg = shared.own_connect_options(&elsewhere.backend);
-            shared.killer.run(&elsewhere, leg, turn).await
+            let leg = state.own_connect_options(&elsewhere.backend);
+            state.killer.run(&elsewhere, leg, turn).await
         }
         None => decision.packet,
     }
@@ -131,7 +141,7 @@ impl Observer for Recorder<'_> {
             // another backend is refused as another user's, and so are its own KILLs there.
             self.user = None;
             if let Some(id) = self.proxy_id {
-                self.shared.kills.set_user(id, None);
+                self.state.kills.set_user(id, None);
             }
         }
         trace!(
@@ -157,15 +167,17 @@ impl Observer for Recorder<'_> {
             None => 0,
         }
     }
+}
 
+impl Steering for Recorder<'_> {
     #[inline]
     fn client_scan(&mut self, in_flight: usize) -> Option<usize> {
-        let generation = self.shared.capture.generation();
+        let generation = self.state.capture.generation();
         if generation == self.capture_seen {
             return None;
         }
         self.capture_seen = generation;
-        self.shared
+        self.state
             .capture
             .refresh(&mut self.capture, &self.who, in_flight)
             .then(|| self.statement_limit())
@@ -173,9 +185,9 @@ impl Observer for Recorder<'_> {
 
     fn rewrite_kill(&mut self, packet: &[u8]) -> Option<KillRewrite> {
         let request = kill::parse(packet.get(4..)?)?;
-        let decision = kill::rewrite(&request, &self.shared.kills, &self.killer())?;
+        let decision = kill::rewrite(&request, &self.state.kills, &self.killer())?;
         if let Mapping::OtherInstance(instance) = decision.mapping {
-            if let Some(peer) = self.shared.peers.of(instance) {
+            if let Some(peer) = self.state.peers.of(instance) {
                 return Some(self.ask_peer(request, peer.clone()));
             }
         }
@@ -183,7 +195,7 @@ impl Observer for Recorder<'_> {
         if decision.elsewhere.is_none() {
             return Some(KillRewrite::Now(decision.packet));
         }
-        let run = run_decision(Arc::clone(self.shared), decision, Arc::clone(&self.turn));
+        let run = run_decision(Arc::clone(self.state), decision, Arc::clone(&self.turn));
         Some(KillRewrite::Later(Box::pin(run)))
     }
 }

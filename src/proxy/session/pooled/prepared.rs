@@ -12,7 +12,7 @@ use bytes::{Buf, BytesMut};
 use tokio::io::{AsyncRead, AsyncWrite};
 
 use super::client::{answer, consume, fill, write};
-use super::Pooled;
+use super::{Pooled, SessionEnd};
 use crate::backends::pooling::command::{self, Command, Statement};
 use crate::backends::pooling::statements::{
     execute_head, handler_name, insert_types, names_statement, set_statement_id, ConnStatements,
@@ -148,262 +148,262 @@ pub(super) async fn run<C>(
     up: &mut BytesMut,
     observer: &mut Pooled<'_, '_>,
     deprecate_eof: bool,
-) -> Result<Ran, RelayEnd>
+) -> Result<Ran, SessionEnd>
 where
     C: AsyncRead + AsyncWrite + Unpin,
 {
-    let io = (client, up);
+    let mut on = OnHeld {
+        client,
+        up,
+        held,
+        observer,
+        deprecate_eof,
+    };
     match front {
         Front::Done | Front::Relay => Ok(Ran::Done),
-        Front::Prepare { end } => prepare(io, end, held, observer, deprecate_eof).await,
+        Front::Prepare { end } => Ok(on.prepare(end).await?),
         Front::Statement {
             command,
             id,
             client_id,
             end,
         } => {
-            let named = (command, id, end);
-            let ran = statement(io, held, observer, named, deprecate_eof).await?;
+            let ran = on.statement(command, id, end).await?;
             if matches!(ran, Ran::Relay) {
-                observer.front = Some(client_id);
+                on.observer.front = Some(client_id);
             }
             Ok(ran)
         }
     }
 }
 
-/// The client's COM_STMT_PREPARE, run on `held`: the client gets the server's answer with the
-/// session's id for the statement.
-async fn prepare<C>(
-    (client, up): (&mut LegStream<C>, &mut BytesMut),
-    end: usize,
-    held: &mut ServerConn,
-    observer: &mut Pooled<'_, '_>,
+/// A statement command at the front of the client's buffer (`up`), carried out on the server
+/// connection the session holds (`held`); `deprecate_eof` as the session negotiated.
+struct OnHeld<'c, 'a, 'r, C> {
+    client: &'c mut LegStream<C>,
+    up: &'c mut BytesMut,
+    held: &'c mut ServerConn,
+    observer: &'c mut Pooled<'a, 'r>,
     deprecate_eof: bool,
-) -> Result<Ran, RelayEnd>
-where
-    C: AsyncRead + AsyncWrite + Unpin,
-{
-    // `front` saw it whole (`command::Statement::Prepare`): `5 <= end <= up.len()`.
-    let Some(text) = up.get(5..end) else {
-        answer(
-            client,
-            up,
-            code::UNKNOWN_ERROR,
-            "malformed COM_STMT_PREPARE packet",
-        )
-        .await?;
-        return Ok(Ran::Done);
-    };
-    let text: Arc<[u8]> = Arc::from(text);
-    observer.relayed(true, end);
-    let tag = observer.statement(cmd::STMT_PREPARE, &up[4..end]);
-    let sent = Instant::now();
-    let mut answer = within(held.prepare(&up[..end], deprecate_eof)).await?;
-    if server_full(&answer) && make_room(held).await? {
-        answer = within(held.prepare(&up[..end], deprecate_eof)).await?;
-    }
-    up.advance(end);
-    let now = Instant::now();
-    let mut bytes = answer.bytes;
-    let mut done = Completed {
-        command: cmd::STMT_PREPARE,
-        latency: now - sent,
-        first_byte: now - sent,
-        at: Some(now),
-        tag,
-        ..Completed::default()
-    };
-    match answer.ok {
-        Some(ok) => {
-            match observer.statements.add(Arc::clone(&text), ok.params) {
-                Some(id) => {
-                    set_statement_id(&mut bytes, id);
-                    done.prepared = Some(id);
-                }
-                None => {
-                    let message = format!(
-                        "Can't create more than max_prepared_stmt_count statements (current value: {}) in one session",
-                        crate::backends::pooling::statements::MAX_PER_SESSION
-                    );
-                    bytes = err_packet(1, MAX_PREPARED_STMT_COUNT_REACHED, Some("42000"), &message);
-                    done.error = true;
-                    done.error_code = MAX_PREPARED_STMT_COUNT_REACHED;
-                }
-            }
-            // Kept for the connection's sessions either way.
-            if let Some(id) = held.statements.insert(text, ok.id, ok.params) {
-                held.close_statement(id)
-                    .await
-                    .map_err(RelayEnd::BackendIo)?;
-            }
-        }
-        None => {
-            observer.statements.forget_last();
-            done.error = true;
-            done.error_code = bytes
-                .get(5..7)
-                .map_or(0, |c| u16::from_le_bytes([c[0], c[1]]));
-        }
-    }
-    observer.completed(&done);
-    observer.relayed(false, bytes.len());
-    write(client, &bytes).await?;
-    Ok(Ran::Done)
 }
 
-/// A command naming the session's statement `id`: prepared on `held` first if it is not there
-/// yet, then given `held`'s id and, for an execute that does not send its parameter types, the
-/// session's, when the server statement was last bound otherwise.
-async fn statement<C>(
-    (client, up): (&mut LegStream<C>, &mut BytesMut),
-    held: &mut ServerConn,
-    observer: &mut Pooled<'_, '_>,
-    (command, id, end): (u8, u32, usize),
-    deprecate_eof: bool,
-) -> Result<Ran, RelayEnd>
+impl<C> OnHeld<'_, '_, '_, C>
 where
     C: AsyncRead + AsyncWrite + Unpin,
 {
-    let Some(prepared) = observer.statements.get(id) else {
-        return Err(RelayEnd::NoServerConnection);
-    };
-    let (text, params) = (Arc::clone(&prepared.text), prepared.params);
-    let silent = command == cmd::STMT_SEND_LONG_DATA;
-    let io = (&mut *client, &mut *up);
-    let Some((server_id, bound)) =
-        on_connection(io, held, (&text, params), silent, deprecate_eof).await?
-    else {
-        return Ok(Ran::Done);
-    };
-    set_statement_id(up, server_id);
-    let Some((place, sent)) = types_place((client, up), (command, end), params).await? else {
-        return Ok(Ran::Relay);
-    };
-    let Some(prepared) = observer.statements.get_mut(id) else {
-        return Ok(Ran::Relay);
-    };
-    let mut now_bound = bound.clone();
-    let needed = prepared.rebind(&mut now_bound, sent.and_then(|(from, to)| up.get(from..to)));
-    if now_bound != bound {
-        bind(held, &text, now_bound);
-    }
-    let Some(types) = needed else {
-        return Ok(Ran::Relay);
-    };
-    let written = match place {
-        Types::Execute(flag_at) => insert_types(up, flag_at + 1, Some(flag_at), &types),
-        Types::Bulk => {
-            let written = insert_types(up, 11, None, &types);
-            if let Some(at) = up.get_mut(9..11).filter(|_| written) {
-                let flags = u16::from_le_bytes([at[0], at[1]]) | BULK_SEND_TYPES;
-                at.copy_from_slice(&flags.to_le_bytes());
-            }
-            written
+    /// The client's COM_STMT_PREPARE, which ends at `end`: the client gets the server's answer
+    /// with the session's id for the statement.
+    async fn prepare(&mut self, end: usize) -> Result<Ran, RelayEnd> {
+        // `front` saw it whole (`command::Statement::Prepare`): `5 <= end <= up.len()`.
+        let Some(text) = self.up.get(5..end) else {
+            let message = "malformed COM_STMT_PREPARE packet";
+            answer(self.client, self.up, code::UNKNOWN_ERROR, message).await?;
+            return Ok(Ran::Done);
+        };
+        let text: Arc<[u8]> = Arc::from(text);
+        self.observer.relayed(true, end);
+        let tag = self.observer.statement(cmd::STMT_PREPARE, &self.up[4..end]);
+        let sent = Instant::now();
+        let (held, deprecate_eof) = (&mut *self.held, self.deprecate_eof);
+        let mut answer = within(held.prepare(&self.up[..end], deprecate_eof)).await?;
+        if server_full(&answer) && make_room(held).await? {
+            answer = within(held.prepare(&self.up[..end], deprecate_eof)).await?;
         }
-    };
-    if !written {
-        let message = "an execute of 16 MiB or more cannot move to another server connection without its parameter types; send them with it";
-        answer(client, up, code::NET_PACKET_TOO_LARGE, message).await?;
-        return Ok(Ran::Done);
-    }
-    bind(held, &text, Some(types));
-    Ok(Ran::Relay)
-}
-
-/// `held`'s id for `text` (a statement of `params` parameters) and the types it was last
-/// bound with: one lookup when the connection has it (the common case), else it is prepared
-/// there now. None when the command was answered here instead (the server refused the text
-/// now, or its parameters changed; `silent`: a command the server never answers, dropped).
-async fn on_connection<C>(
-    (client, up): (&mut LegStream<C>, &mut BytesMut),
-    held: &mut ServerConn,
-    (text, params): (&Arc<[u8]>, u16),
-    silent: bool,
-    deprecate_eof: bool,
-) -> Result<Option<(u32, Option<Arc<[u8]>>)>, RelayEnd>
-where
-    C: AsyncRead + AsyncWrite + Unpin,
-{
-    if let Some(on) = held.statements.get(text) {
-        return Ok(Some((on.id, on.bound.clone())));
-    }
-    let mut prepared = within(held.prepare_text(text, deprecate_eof)).await?;
-    if server_full(&prepared) && make_room(held).await? {
-        prepared = within(held.prepare_text(text, deprecate_eof)).await?;
-    }
-    let Some(ok) = prepared.ok else {
-        // Refused now (a table gone): the command gets the server's error.
-        if silent {
-            consume(client, up).await?;
-        } else {
-            let seq = consume(client, up).await?.wrapping_add(1);
-            let mut err = prepared.bytes;
-            if let Some(at) = err.get_mut(3) {
-                *at = seq;
-            }
-            write(client, &err).await?;
-        }
-        return Ok(None);
-    };
-    if let Some(close) = held.statements.insert(Arc::clone(text), ok.id, ok.params) {
-        held.close_statement(close)
-            .await
-            .map_err(RelayEnd::BackendIo)?;
-    }
-    if ok.params != params {
-        held.statements.remove(text);
-        held.close_statement(ok.id)
-            .await
-            .map_err(RelayEnd::BackendIo)?;
-        let message = "Prepared statement needs to be re-prepared";
-        if silent {
-            consume(client, up).await?;
-        } else {
-            answer(client, up, NEED_REPREPARE, message).await?;
-        }
-        return Ok(None);
-    }
-    Ok(Some((ok.id, None)))
-}
-
-/// Where the execute at the front of `up` keeps its parameter types, and the types it sends,
-/// if any (read from the client as far as needed); None for a command without.
-async fn types_place<C>(
-    (client, up): (&mut LegStream<C>, &mut BytesMut),
-    (command, len): (u8, usize),
-    params: u16,
-) -> Result<Option<(Types, Option<(usize, usize)>)>, RelayEnd>
-where
-    C: AsyncRead + AsyncWrite + Unpin,
-{
-    Ok(match command {
-        // Read within the packet's first chunk only: what follows it is the next command's.
-        cmd::STMT_EXECUTE => loop {
-            match execute_head(up.get(..len).unwrap_or(up), params) {
-                ExecuteHead::NeedMore(n) if n <= len => fill(client, up, n).await?,
-                ExecuteHead::Params { flag_at, types } => {
-                    break Some((Types::Execute(flag_at), types))
+        self.up.advance(end);
+        let now = Instant::now();
+        let mut bytes = answer.bytes;
+        let mut done = Completed {
+            command: cmd::STMT_PREPARE,
+            latency: now - sent,
+            first_byte: now - sent,
+            at: Some(now),
+            tag,
+            ..Completed::default()
+        };
+        match answer.ok {
+            Some(ok) => {
+                match self.observer.statements.add(Arc::clone(&text), ok.params) {
+                    Some(id) => {
+                        set_statement_id(&mut bytes, id);
+                        done.prepared = Some(id);
+                    }
+                    None => {
+                        bytes = too_many_statements();
+                        done.error = true;
+                        done.error_code = MAX_PREPARED_STMT_COUNT_REACHED;
+                    }
                 }
-                ExecuteHead::NeedMore(_) | ExecuteHead::NoParams => break None,
+                // Kept for the connection's sessions either way.
+                if let Some(id) = held.statements.insert(text, ok.id, ok.params) {
+                    held.close_statement(id)
+                        .await
+                        .map_err(RelayEnd::BackendIo)?;
+                }
             }
-        },
-        cmd::STMT_BULK_EXECUTE if params > 0 && len >= 11 => {
-            fill(client, up, 11).await?;
-            let flags = up
-                .get(9..11)
-                .map_or(0, |f| u16::from_le_bytes([f[0], f[1]]));
-            let end = 11 + 2 * usize::from(params);
-            let types = if flags & BULK_SEND_TYPES != 0 && end <= len {
-                fill(client, up, end).await?;
-                Some((11, end))
+            None => {
+                self.observer.statements.forget_last();
+                done.error = true;
+                done.error_code = bytes
+                    .get(5..7)
+                    .map_or(0, |c| u16::from_le_bytes([c[0], c[1]]));
+            }
+        }
+        self.observer.completed(&done);
+        self.observer.relayed(false, bytes.len());
+        write(self.client, &bytes).await?;
+        Ok(Ran::Done)
+    }
+
+    /// A command naming the session's statement `id` (its first chunk ends at `end`): prepared
+    /// on `held` first if it is not there yet, then given `held`'s id and, for an execute that
+    /// does not send its parameter types, the session's, when the server statement was last
+    /// bound otherwise.
+    async fn statement(&mut self, command: u8, id: u32, end: usize) -> Result<Ran, SessionEnd> {
+        let Some(prepared) = self.observer.statements.get(id) else {
+            return Err(SessionEnd::NoServerConnection);
+        };
+        let (text, params) = (Arc::clone(&prepared.text), prepared.params);
+        let silent = command == cmd::STMT_SEND_LONG_DATA;
+        let Some((server_id, bound)) = self.on_connection(&text, params, silent).await? else {
+            return Ok(Ran::Done);
+        };
+        set_statement_id(self.up, server_id);
+        let Some((place, sent)) = self.types_place(command, end, params).await? else {
+            return Ok(Ran::Relay);
+        };
+        let Some(prepared) = self.observer.statements.get_mut(id) else {
+            return Ok(Ran::Relay);
+        };
+        let mut now_bound = bound.clone();
+        let sent = sent.and_then(|(from, to)| self.up.get(from..to));
+        let needed = prepared.rebind(&mut now_bound, sent);
+        if now_bound != bound {
+            bind(self.held, &text, now_bound);
+        }
+        let Some(types) = needed else {
+            return Ok(Ran::Relay);
+        };
+        let up = &mut *self.up;
+        let written = match place {
+            Types::Execute(flag_at) => insert_types(up, flag_at + 1, Some(flag_at), &types),
+            Types::Bulk => {
+                let written = insert_types(up, 11, None, &types);
+                if let Some(at) = up.get_mut(9..11).filter(|_| written) {
+                    let flags = u16::from_le_bytes([at[0], at[1]]) | BULK_SEND_TYPES;
+                    at.copy_from_slice(&flags.to_le_bytes());
+                }
+                written
+            }
+        };
+        if !written {
+            let message = "an execute of 16 MiB or more cannot move to another server connection without its parameter types; send them with it";
+            answer(self.client, up, code::NET_PACKET_TOO_LARGE, message).await?;
+            return Ok(Ran::Done);
+        }
+        bind(self.held, &text, Some(types));
+        Ok(Ran::Relay)
+    }
+
+    /// `held`'s id for `text` (a statement of `params` parameters) and the types it was last
+    /// bound with: one lookup when the connection has it (the common case), else it is prepared
+    /// there now. None when the command was answered here instead (the server refused the text
+    /// now, or its parameters changed; `silent`: a command the server never answers, dropped).
+    async fn on_connection(
+        &mut self,
+        text: &Arc<[u8]>,
+        params: u16,
+        silent: bool,
+    ) -> Result<Option<(u32, Option<Arc<[u8]>>)>, RelayEnd> {
+        let held = &mut *self.held;
+        if let Some(on) = held.statements.get(text) {
+            return Ok(Some((on.id, on.bound.clone())));
+        }
+        let mut prepared = within(held.prepare_text(text, self.deprecate_eof)).await?;
+        if server_full(&prepared) && make_room(held).await? {
+            prepared = within(held.prepare_text(text, self.deprecate_eof)).await?;
+        }
+        let Some(ok) = prepared.ok else {
+            // Refused now (a table gone): the command gets the server's error.
+            if silent {
+                consume(self.client, self.up).await?;
             } else {
-                None
-            };
-            Some((Types::Bulk, types))
+                let seq = consume(self.client, self.up).await?.wrapping_add(1);
+                let mut err = prepared.bytes;
+                if let Some(at) = err.get_mut(3) {
+                    *at = seq;
+                }
+                write(self.client, &err).await?;
+            }
+            return Ok(None);
+        };
+        if let Some(close) = held.statements.insert(Arc::clone(text), ok.id, ok.params) {
+            held.close_statement(close)
+                .await
+                .map_err(RelayEnd::BackendIo)?;
         }
-        _ => None,
-    })
+        if ok.params != params {
+            held.statements.remove(text);
+            held.close_statement(ok.id)
+                .await
+                .map_err(RelayEnd::BackendIo)?;
+            let message = "Prepared statement needs to be re-prepared";
+            if silent {
+                consume(self.client, self.up).await?;
+            } else {
+                answer(self.client, self.up, NEED_REPREPARE, message).await?;
+            }
+            return Ok(None);
+        }
+        Ok(Some((ok.id, None)))
+    }
+
+    /// Where the execute at the front of `up` (`command`, its first chunk `len` bytes) keeps
+    /// its parameter types, and the types it sends, if any (read from the client as far as
+    /// needed); None for a command without.
+    async fn types_place(
+        &mut self,
+        command: u8,
+        len: usize,
+        params: u16,
+    ) -> Result<Option<(Types, Option<(usize, usize)>)>, RelayEnd> {
+        let (client, up) = (&mut *self.client, &mut *self.up);
+        Ok(match command {
+            // Read within the packet's first chunk only: what follows it is the next command's.
+            cmd::STMT_EXECUTE => loop {
+                match execute_head(up.get(..len).unwrap_or(up), params) {
+                    ExecuteHead::NeedMore(n) if n <= len => fill(client, up, n).await?,
+                    ExecuteHead::Params { flag_at, types } => {
+                        break Some((Types::Execute(flag_at), types))
+                    }
+                    ExecuteHead::NeedMore(_) | ExecuteHead::NoParams => break None,
+                }
+            },
+            cmd::STMT_BULK_EXECUTE if params > 0 && len >= 11 => {
+                fill(client, up, 11).await?;
+                let flags = up
+                    .get(9..11)
+                    .map_or(0, |f| u16::from_le_bytes([f[0], f[1]]));
+                let end = 11 + 2 * usize::from(params);
+                let types = if flags & BULK_SEND_TYPES != 0 && end <= len {
+                    fill(client, up, end).await?;
+                    Some((11, end))
+                } else {
+                    None
+                };
+                Some((Types::Bulk, types))
+            }
+            _ => None,
+        })
+    }
+}
+
+/// The ERR of a prepare past the session's own statement limit.
+fn too_many_statements() -> Vec<u8> {
+    let message = format!(
+        "Can't create more than max_prepared_stmt_count statements (current value: {}) in one session",
+        crate::backends::pooling::statements::MAX_PER_SESSION
+    );
+    err_packet(1, MAX_PREPARED_STMT_COUNT_REACHED, Some("42000"), &message)
 }
 
 /// Notes the types `held`'s statement for `text` is executed with from now on.
@@ -414,7 +414,7 @@ fn bind(held: &mut ServerConn, text: &[u8], types: Option<Arc<[u8]>>) {
 }
 
 /// The relay stopped before `packet` (header first, maybe with what follows, maybe cut short;
-/// see `Observer::resume_statement`): rewrites it in place when the connection the session
+/// see `Steering::resume_statement`): rewrites it in place when the connection the session
 /// holds (`conn`) has its statement prepared and bound as the session last bound it, so the
 /// relay goes on instead of ending. Anything else (a prepare, a close, long data, types to write
 /// in, an unknown id) is left to [`front`] and [`run`].

@@ -8,7 +8,7 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use super::Pooled;
 use crate::backends::pooling::ServerConn;
 use crate::net::leg::LegStream;
-use crate::proxy::relay::{relay, Observer, RelayEnd, Stop};
+use crate::proxy::relay::{relay, Observer, RelayEnd, Steering, Stop};
 use crate::wire::protocol::response::{Completed, Tracker};
 
 /// Reads, within `within`, the rest of the answers to commands whose client left, as far as a
@@ -77,7 +77,8 @@ impl AsyncWrite for Nobody {
     }
 }
 
-/// The session's observer while [`settle`] reads: the relay ends at the first boundary.
+/// The session's observer while [`settle`] reads, steering the relay to end at the first
+/// boundary.
 struct Settling<'a, 'b, 'r>(&'a mut Pooled<'b, 'r>);
 
 impl Observer for Settling<'_, '_, '_> {
@@ -88,7 +89,9 @@ impl Observer for Settling<'_, '_, '_> {
     fn relayed(&mut self, to_backend: bool, n: usize) {
         self.0.relayed(to_backend, n);
     }
+}
 
+impl Steering for Settling<'_, '_, '_> {
     fn releasable(&self) -> bool {
         true
     }
