@@ -91,12 +91,12 @@ fn main() {
     let (a, b) = (median(&mut without), median(&mut with));
     println!("{:>6} {a:>18.0} {b:>26.0} {:>7.3}", "median", b / a);
     assert!(
-        hooked.shared.backends().script().is_some(),
+        hooked.state.backends().script().is_some(),
         "the hooked proxy has its script"
     );
     let errors: u64 = mysql_lb::backends::balancer::script::ErrorReason::ALL
         .iter()
-        .map(|&r| hooked.shared.backends().script_errors(r))
+        .map(|&r| hooked.state.backends().script_errors(r))
         .sum();
     assert_eq!(errors, 0, "the script ran without failures");
     drop((plain, hooked));

@@ -29,7 +29,7 @@ pub struct Proxy {
     listeners: Vec<Listener>,
     admin: Option<tokio::net::TcpListener>,
     admin_token: Option<config::AdminToken>,
-    shared: Arc<ProxyState>,
+    state: Arc<ProxyState>,
     max_connections: usize,
     health: config::HealthCheckConfig,
     shutdown_timeout: std::time::Duration,
@@ -57,7 +57,7 @@ impl Proxy {
     /// session worker threads (`worker_threads`, default one per CPU).
     pub async fn bind(config: &Config) -> Result<Self, ServerError> {
         // Certificates first: a bad file is reported before anything listens.
-        let legs = proxy::state::LegSettings::load(config)?;
+        let transport = proxy::state::TransportSettings::load(config)?;
         warn_plaintext_backend_legs(config);
         if let Some(warning) = config.connect_mode_warning() {
             tracing::warn!("{warning}");
@@ -99,10 +99,10 @@ impl Proxy {
         let identity = Arc::new(crate::net::stream::identity::SocketIdentity::for_config(
             config,
         )?);
-        control::identity_check::verify(&identity, config, &legs).await?;
-        let shared = Arc::new(
+        control::identity_check::verify(&identity, config, &transport).await?;
+        let state = Arc::new(
             ProxyState::new(config, Arc::clone(&metrics))
-                .with_leg_settings(legs)
+                .with_transport_settings(transport)
                 .with_socket_identity(identity),
         );
         tracing::info!(
@@ -110,15 +110,15 @@ impl Proxy {
             "{}",
             config.instances.summary()
         );
-        shared.export_certificate_expiry(None);
-        if let Err(e) = metrics.register(shared.backends().script_errors_collector()) {
+        state.export_certificate_expiry(None);
+        if let Err(e) = metrics.register(state.backends().script_errors_collector()) {
             tracing::warn!("script error metric not registered: {e}");
         }
         Ok(Self {
             listeners,
             admin,
             admin_token: config.admin_token.clone(),
-            shared,
+            state,
             max_connections: config.max_connections,
             health: config.health_check.clone(),
             shutdown_timeout: config.shutdown_timeout,
@@ -155,8 +155,8 @@ impl Proxy {
     }
 
     /// Shared state (backends and their counters), for observers such as tests and metrics.
-    pub fn shared(&self) -> Arc<ProxyState> {
-        Arc::clone(&self.shared)
+    pub fn state(&self) -> Arc<ProxyState> {
+        Arc::clone(&self.state)
     }
 
     /// Serves clients until `shutdown` is cancelled, then drains: stops accepting, lets in-flight
@@ -173,7 +173,7 @@ impl Proxy {
         proxy::server::announce(&self.listeners);
         let sessions = TaskTracker::new();
         let handoff = Sessions {
-            shared: Arc::clone(&self.shared),
+            state: Arc::clone(&self.state),
             admission: Arc::new(Semaphore::new(self.max_connections)),
             max_connections: self.max_connections,
             tasks: sessions.clone(),
@@ -186,13 +186,13 @@ impl Proxy {
         let admin_stop = CancellationToken::new();
         let admin_task = start_admin(
             self.admin,
-            Arc::clone(&self.shared),
+            Arc::clone(&self.state),
             self.admin_token.clone(),
             admin_stop.clone(),
         );
         control::tasks::start(
             &accept_loops,
-            &self.shared,
+            &self.state,
             self.health.clone(),
             self.loader.clone(),
             self.watch.clone(),
@@ -222,11 +222,11 @@ impl Proxy {
         drain(&sessions, self.shutdown_timeout, &abort).await;
         // Transaction-mode pools: the connections sessions gave back close while the worker
         // runtimes their sockets belong to still run.
-        self.shared.server_pools.close_idle();
+        self.state.server_pools.close_idle();
         // Every session has ended: the worker threads stop (and are joined) here.
         drop(self.workers);
         // A capture still running gets its last records written and its file closed.
-        if self.shared.capture.stop().await.is_some() {
+        if self.state.capture.stop().await.is_some() {
             tracing::info!("capture stopped by the shutdown");
         }
         admin_stop.cancel();
@@ -266,7 +266,7 @@ async fn drain(sessions: &TaskTracker, timeout: std::time::Duration, abort: &Can
 /// Serves the admin endpoint (if enabled) until `stop`.
 fn start_admin(
     admin: Option<tokio::net::TcpListener>,
-    shared: Arc<ProxyState>,
+    state: Arc<ProxyState>,
     token: Option<config::AdminToken>,
     stop: CancellationToken,
 ) -> Option<tokio::task::JoinHandle<()>> {
@@ -275,7 +275,7 @@ fn start_admin(
         tracing::info!(address = %addr, "admin HTTP listening (/metrics, /healthz, /readyz, /backends)");
     }
     Some(tokio::spawn(control::admin::serve(
-        admin, shared, token, stop,
+        admin, state, token, stop,
     )))
 }
 

@@ -95,7 +95,7 @@ fn run(config: &mut Config, cli: &Cli) -> anyhow::Result<()> {
             proxy = proxy.with_config_watch(path.clone());
         }
         // SIGTERM/SIGINT: not ready, shutdown_delay, drain; see `mysql_lb::proxy::lifecycle`.
-        let stop = mysql_lb::control::tasks::on_signals(proxy.shared());
+        let stop = mysql_lb::control::tasks::on_signals(proxy.state());
         proxy.run_with_abort(stop.drain, stop.abort).await;
         Ok(())
     })

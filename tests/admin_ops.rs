@@ -101,9 +101,9 @@ async fn maintenance_survives_passing_health_checks_and_a_reload() {
     assert_eq!(status, 200);
 
     // Several checks pass meanwhile.
-    let checks_before = proxy.shared.backends().backends()[0].stats.checks_ok.get();
+    let checks_before = proxy.state.backends().backends()[0].stats.checks_ok.get();
     tokio::time::sleep(Duration::from_millis(1000)).await;
-    let a_backend = std::sync::Arc::clone(&proxy.shared.backends().backends()[0]);
+    let a_backend = std::sync::Arc::clone(&proxy.state.backends().backends()[0]);
     assert!(a_backend.stats.checks_ok.get() >= checks_before + 2);
     let e = entry(&proxy, &name);
     assert_eq!(
@@ -118,7 +118,7 @@ async fn maintenance_survives_passing_health_checks_and_a_reload() {
     let mut next = cfg;
     next.backends[1].weight = 2;
     let next = next.validate().unwrap();
-    mysql_lb::control::reload::apply(&proxy.shared, &next).expect("reload");
+    mysql_lb::control::reload::apply(&proxy.state, &next).expect("reload");
     let e = entry(&proxy, &name);
     assert_eq!(e["admin_state"], "maintenance", "{e}");
     assert_eq!(e["weight"], 1, "the file's weight again: {e}");

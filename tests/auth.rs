@@ -448,7 +448,7 @@ async fn compressed_client_leg(offered: bool) {
             "round {round}: the row is in the answer: {plain:02x?}"
         );
     }
-    let metrics = String::from_utf8(proxy.shared.metrics.render()).unwrap();
+    let metrics = String::from_utf8(proxy.state.metrics.render()).unwrap();
     assert!(
         metrics.contains("mysql_lb_compressed_sessions_total{leg=\"client\"} 1"),
         "{metrics}"

@@ -63,7 +63,7 @@ async fn least_connections_balances_long_held_connections() {
     }
     let mut held = rest;
     wait_until("the proxy sees the sessions end", || {
-        proxy.shared.backends().backends()[0].active() == 0
+        proxy.state.backends().backends()[0].active() == 0
     })
     .await;
     for _ in 0..2 {
@@ -92,7 +92,7 @@ async fn every_policy_skips_a_down_backend() {
         let served: usize = per_port.values().sum();
         assert_eq!(served, 24, "{policy:?}: every client served: {per_port:?}");
         assert_eq!(per_port.len(), 2, "{policy:?}: {per_port:?}");
-        let set = proxy.shared.backends();
+        let set = proxy.state.backends();
         let dead = &set.backends()[1];
         assert!(
             dead.stats.connect_errors.get() <= 1,

@@ -235,7 +235,7 @@ fn refused(out: &Output, backend: &str, what: &str) {
 }
 
 fn counted(proxy: &TestProxy, reason: &str) -> Option<f64> {
-    let metrics = String::from_utf8(proxy.shared.metrics.render()).expect("UTF-8 metrics");
+    let metrics = String::from_utf8(proxy.state.metrics.render()).expect("UTF-8 metrics");
     let series = format!("mysql_lb_client_disconnections_total{{reason=\"{reason}\"}} ");
     metrics
         .lines()

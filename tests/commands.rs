@@ -118,7 +118,7 @@ fn server_code(e: &mysql_async::Error) -> Option<(u16, &str)> {
 /// Sums one per-kind series of `backend_query_duration_seconds` (`count` or `sum`) over every
 /// backend, as /metrics shows it.
 fn query_duration_series(proxy: &TestProxy, series: &str, kind: CommandKind) -> f64 {
-    let text = String::from_utf8(proxy.shared.metrics.render()).expect("exposition is UTF-8");
+    let text = String::from_utf8(proxy.state.metrics.render()).expect("exposition is UTF-8");
     let prefix = format!("mysql_lb_backend_query_duration_seconds_{series}{{");
     let label = format!("command=\"{}\"", kind.as_str());
     text.lines()

@@ -212,7 +212,7 @@ fn proxy_for(db: &str, client_compression: bool, backend_compression: bool) -> T
 }
 
 fn kind_count(proxy: &TestProxy, kind: CommandKind) -> u64 {
-    let text = String::from_utf8(proxy.shared.metrics.render()).expect("UTF-8 exposition");
+    let text = String::from_utf8(proxy.state.metrics.render()).expect("UTF-8 exposition");
     let label = format!("command=\"{}\"", kind.as_str());
     text.lines()
         .filter(|l| {

@@ -96,7 +96,7 @@ async fn port_via(proxy: &TestProxy) -> Result<u16, mysql_async::Error> {
 
 fn active_sessions(proxy: &TestProxy) -> usize {
     proxy
-        .shared
+        .state
         .backends()
         .backends()
         .iter()
@@ -570,7 +570,7 @@ async fn backend_silent_during_authentication_is_blamed_at_the_handshake_timeout
     );
     assert!(err.message.contains("no answer within 1s"), "{err:?}");
     wait_no_active_sessions(&proxy).await;
-    let metrics = proxy.shared.metrics.render();
+    let metrics = proxy.state.metrics.render();
     let metrics = String::from_utf8_lossy(&metrics);
     assert!(
         metrics.contains("mysql_lb_client_disconnections_total{reason=\"backend_network\"} 1"),

@@ -43,7 +43,7 @@ fn proxy_with_checks(backends: &[String], checks: HealthCheckConfig) -> TestProx
 /// Polls `backends()[i].stats.up` until it equals `want`; panics with the last check's error.
 async fn wait_up(proxy: &TestProxy, i: usize, want: i64, within: Duration) -> Duration {
     let start = Instant::now();
-    let backend = std::sync::Arc::clone(&proxy.shared.backends().backends()[i]);
+    let backend = std::sync::Arc::clone(&proxy.state.backends().backends()[i]);
     while backend.stats.up.get() != want {
         assert!(
             start.elapsed() < within,
@@ -179,17 +179,17 @@ async fn stopped_backend_leaves_rotation_within_two_intervals_and_returns_after_
     let live = &shared_pair()[0];
     let mut victim = MariaDb::start("hc-victim");
     let proxy = proxy_with_checks(&[live.tcp_addr(), victim.tcp_addr()], checks(None));
-    assert_eq!(proxy.shared.backends().backends()[1].stats.up.get(), 1);
+    assert_eq!(proxy.state.backends().backends()[1].stats.up.get(), 1);
 
     victim.stop();
     let took = wait_up(&proxy, 1, 0, Duration::from_secs(3)).await;
     eprintln!("stopped backend marked down after {took:?}");
-    let error = proxy.shared.backends().backends()[1]
+    let error = proxy.state.backends().backends()[1]
         .last_check()
         .and_then(|c| c.error)
         .expect("a failed check is recorded");
     assert!(error.starts_with("connect: "), "{error}");
-    assert_eq!(proxy.shared.backends().backends()[0].stats.up.get(), 1);
+    assert_eq!(proxy.state.backends().backends()[0].stats.up.get(), 1);
     let ports = ports_reached(&proxy, 10).await;
     assert!(ports.iter().all(|&p| p == live.port), "{ports:?}");
 
@@ -276,7 +276,7 @@ fn replica_checks() -> HealthCheckConfig {
 
 /// Waits for the first check of every backend and asserts that it passed.
 async fn wait_first_checks_passed(proxy: &TestProxy) {
-    for b in proxy.shared.backends().backends() {
+    for b in proxy.state.backends().backends() {
         let deadline = Instant::now() + Duration::from_secs(5);
         while b.last_check().is_none() {
             assert!(Instant::now() < deadline, "{} never checked", b.name);
@@ -287,7 +287,7 @@ async fn wait_first_checks_passed(proxy: &TestProxy) {
 }
 
 fn last_error(proxy: &TestProxy, i: usize) -> String {
-    proxy.shared.backends().backends()[i]
+    proxy.state.backends().backends()[i]
         .last_check()
         .and_then(|c| c.error)
         .expect("a failed check is recorded")
@@ -316,7 +316,7 @@ async fn replica_with_stopped_replication_leaves_rotation_and_returns_when_resta
     let (_, metrics) = proxy.admin_get("/metrics");
     let lag = metric_value(&metrics, &lag_series(&replica.tcp_addr()));
     assert!(lag.is_some_and(f64::is_nan), "unknown lag is NaN: {lag:?}");
-    assert_eq!(proxy.shared.backends().backends()[0].stats.up.get(), 1);
+    assert_eq!(proxy.state.backends().backends()[0].stats.up.get(), 1);
     let ports = ports_reached(&proxy, 10).await;
     assert!(ports.iter().all(|&p| p == primary.port), "{ports:?}");
 

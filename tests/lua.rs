@@ -60,7 +60,7 @@ async fn port_from(proxy: &TestProxy, local_ip: &str) -> (String, u16) {
 fn assert_no_script_errors(proxy: &TestProxy) {
     for reason in ErrorReason::ALL {
         assert_eq!(
-            proxy.shared.backends().script_errors(reason),
+            proxy.state.backends().script_errors(reason),
             0,
             "{reason:?}"
         );
@@ -91,7 +91,7 @@ async fn least_connected_example_puts_each_client_on_the_emptiest_backend() {
         conn.disconnect().await.unwrap();
     }
     wait_until("the sessions end", || {
-        proxy.shared.backends().backends()[1].active() == 0
+        proxy.state.backends().backends()[1].active() == 0
     })
     .await;
     for _ in 0..2 {
@@ -267,7 +267,7 @@ fn assert_round_robin(per_port: &HashMap<u16, usize>) {
 async fn a_syntax_error_leaves_the_policy_and_is_counted_once() {
     let (proxy, per_port) = four_clients_with("function connect_server( end", |_| {}).await;
     assert_round_robin(&per_port);
-    assert_eq!(proxy.shared.backends().script_errors(ErrorReason::Load), 1);
+    assert_eq!(proxy.state.backends().script_errors(ErrorReason::Load), 1);
 }
 
 #[tokio::test]
@@ -279,7 +279,7 @@ async fn a_runtime_error_falls_back_and_is_counted() {
     .await;
     assert_round_robin(&per_port);
     assert_eq!(
-        proxy.shared.backends().script_errors(ErrorReason::Runtime),
+        proxy.state.backends().script_errors(ErrorReason::Runtime),
         4
     );
 }
@@ -294,7 +294,7 @@ async fn an_out_of_range_index_falls_back_and_is_counted() {
     assert_round_robin(&per_port);
     assert_eq!(
         proxy
-            .shared
+            .state
             .backends()
             .script_errors(ErrorReason::OutOfRange),
         4
@@ -310,10 +310,7 @@ async fn a_script_past_its_budget_falls_back_and_is_counted() {
         })
         .await;
     assert_round_robin(&per_port);
-    assert_eq!(
-        proxy.shared.backends().script_errors(ErrorReason::Budget),
-        4
-    );
+    assert_eq!(proxy.state.backends().script_errors(ErrorReason::Budget), 4);
     assert!(started.elapsed() < Duration::from_secs(20));
 }
 
@@ -331,13 +328,13 @@ async fn a_down_backend_chosen_falls_back_and_is_counted() {
         Some(&2),
         "script obeyed"
     );
-    let set = proxy.shared.backends();
+    let set = proxy.state.backends();
     let first = &set.backends()[0];
-    proxy.shared.backends().mark_down(first, Instant::now());
+    proxy.state.backends().mark_down(first, Instant::now());
     assert_eq!(proxy.spread(4).await.get(&pair[1].port), Some(&4));
     assert_eq!(
         proxy
-            .shared
+            .state
             .backends()
             .script_errors(ErrorReason::BackendDown),
         4
@@ -353,11 +350,11 @@ async fn reload_swaps_the_script_and_a_broken_one_keeps_the_old() {
     let proxy = TestProxy::start_with(with_script(&pair_addrs(), script.path()));
     assert_eq!(proxy.spread(2).await.get(&pair[0].port), Some(&2));
     std::fs::write(script.path(), pin(2)).unwrap();
-    proxy.shared.backends().reload_script().unwrap();
+    proxy.state.backends().reload_script().unwrap();
     assert_eq!(proxy.spread(2).await.get(&pair[1].port), Some(&2));
     std::fs::write(script.path(), "function connect_server( oops").unwrap();
-    assert!(proxy.shared.backends().reload_script().is_err());
-    assert_eq!(proxy.shared.backends().script_errors(ErrorReason::Load), 1);
+    assert!(proxy.state.backends().reload_script().is_err());
+    assert_eq!(proxy.state.backends().script_errors(ErrorReason::Load), 1);
     assert_eq!(
         proxy.spread(2).await.get(&pair[1].port),
         Some(&2),

@@ -283,7 +283,7 @@ fn pool_counters(proxy: &TestProxy, backend: &str) -> (f64, BTreeMap<String, f64
             "mysql_lb_pool_acquired_total{{backend=\"{backend}\",pool=\"default\"}}"
         ))
         .unwrap_or(0.0);
-    let metrics = String::from_utf8(proxy.shared.metrics.render()).expect("UTF-8 metrics");
+    let metrics = String::from_utf8(proxy.state.metrics.render()).expect("UTF-8 metrics");
     let pins = metrics
         .lines()
         .filter_map(|l| l.strip_prefix("mysql_lb_pool_pins_total{"))
@@ -337,7 +337,7 @@ fn check_pool(what: &str, proxy: &TestProxy, table: &str, rows: usize, expect: E
             );
         }
     }
-    let pool = proxy.shared.server_pools.get(&backend).expect("a pool");
+    let pool = proxy.state.server_pools.get(&backend).expect("a pool");
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
         let counts = pool.counts();

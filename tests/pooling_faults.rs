@@ -662,7 +662,7 @@ async fn a_reload_that_changes_max_server_connections_takes_effect() {
     );
     assert!(!err.to_string().contains("down"), "{err}");
 
-    mysql_lb::control::reload::apply(&proxy.shared, &with_max(3)).expect("reload");
+    mysql_lb::control::reload::apply(&proxy.state, &with_max(3)).expect("reload");
     let mut c = mysql_async::Conn::new(proxy.opts(BENCH_USER, BENCH_PASS))
         .await
         .expect("a third login after the reload raised the limit");
@@ -671,7 +671,7 @@ async fn a_reload_that_changes_max_server_connections_takes_effect() {
     // Lowered again: the connection above the limit closes once idle (c gives it back just
     // after its answer), while a and b keep theirs; those serve everyone once they commit.
     server_id(&mut c).await;
-    mysql_lb::control::reload::apply(&proxy.shared, &with_max(2)).expect("reload");
+    mysql_lb::control::reload::apply(&proxy.state, &with_max(2)).expect("reload");
     open_connections(&proxy, &backend, 2).await;
     a.query_drop("COMMIT").await.unwrap();
     b.query_drop("COMMIT").await.unwrap();

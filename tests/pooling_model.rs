@@ -848,7 +848,7 @@ async fn run_seed(db: &MariaDb, seed: u64) -> SeedRun {
     let waiters = || counts(&proxy, &backend).waiting;
     let conns = sessions(&proxy.addr_string()).await;
     let (pooled, waited) = run(conns, &scripts, &order, &waiters).await;
-    let metrics = String::from_utf8(proxy.shared.metrics.render()).expect("UTF-8 metrics");
+    let metrics = String::from_utf8(proxy.state.metrics.render()).expect("UTF-8 metrics");
     let mut mismatches = mismatches(seed, &scripts, &direct, &pooled);
     if !mismatches.is_empty() && std::env::var_os("POOLING_MODEL_VERBOSE").is_some() {
         mismatches.push(format!(

@@ -170,7 +170,7 @@ fn pooled(backend: &str) -> TestProxy {
 }
 
 fn pins(proxy: &TestProxy) -> f64 {
-    let metrics = String::from_utf8(proxy.shared.metrics.render()).expect("UTF-8 metrics");
+    let metrics = String::from_utf8(proxy.state.metrics.render()).expect("UTF-8 metrics");
     metrics
         .lines()
         .filter(|l| l.starts_with("mysql_lb_pool_pins_total{"))

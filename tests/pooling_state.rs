@@ -691,7 +691,7 @@ fn pooled(backend: &str) -> TestProxy {
 
 /// The sum of a counter's series whose labels start with `prefix`.
 fn counter_sum(proxy: &TestProxy, prefix: &str) -> f64 {
-    let metrics = String::from_utf8(proxy.shared.metrics.render()).expect("UTF-8 metrics");
+    let metrics = String::from_utf8(proxy.state.metrics.render()).expect("UTF-8 metrics");
     metrics
         .lines()
         .filter(|l| l.starts_with(prefix))
@@ -751,7 +751,7 @@ async fn every_session_sees_its_own_state_and_never_another_s_as_directly() {
             .map(|r| resets(r, "failed"))
             .sum::<f64>();
         let open = proxy
-            .shared
+            .state
             .server_pools
             .get(&backend)
             .expect("a pool")
@@ -900,7 +900,7 @@ async fn a_com_quit_closes_the_client_s_side_while_the_session_holds_its_connect
             "{holding}: the proxy did not close after COM_QUIT: {closed:?}"
         );
     }
-    let pool = proxy.shared.server_pools.get(&backend).expect("a pool");
+    let pool = proxy.state.server_pools.get(&backend).expect("a pool");
     let deadline = Instant::now() + Duration::from_secs(5);
     while pool.counts().open != pool.counts().idle {
         assert!(Instant::now() < deadline, "{:?}", pool.counts());

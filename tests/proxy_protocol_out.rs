@@ -179,7 +179,7 @@ fn checked(backend: String, version: ProxyProtocol) -> Config {
 
 /// Waits for `min_checks` passed checks in a row on the proxy's only backend, none failed.
 async fn passes_checks(proxy: &TestProxy, min_checks: usize) {
-    let backend = std::sync::Arc::clone(&proxy.shared.backends().backends()[0]);
+    let backend = std::sync::Arc::clone(&proxy.state.backends().backends()[0]);
     let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
     let mut passed = 0;
     let mut last = None;
@@ -305,7 +305,7 @@ async fn a_deferred_connects_greeting_only_connection_sends_the_header() {
     cfg.health_check.interval = Duration::ZERO;
     let proxy = TestProxy::start_with(cfg);
     assert!(
-        proxy.shared.backends().greeting_template().is_none(),
+        proxy.state.backends().greeting_template().is_none(),
         "no greeting is known before the first client"
     );
     let mut client = mysql_async::Conn::new(proxy.opts(BENCH_USER, BENCH_PASS))
@@ -316,7 +316,7 @@ async fn a_deferred_connects_greeting_only_connection_sends_the_header() {
         .expect("SELECT 1");
     assert_eq!(one, Some(1));
     assert!(
-        proxy.shared.backends().greeting_template().is_some(),
+        proxy.state.backends().greeting_template().is_some(),
         "the greeting read through the hop is kept"
     );
     client.disconnect().await.expect("quit");
@@ -335,7 +335,7 @@ async fn a_reload_turns_the_header_on_for_new_connections() {
     );
     let mut on = cfg;
     on.proxy_protocol = ProxyProtocol::V2;
-    mysql_lb::control::reload::apply(&proxy.shared, &on.validate().unwrap()).expect("reload");
+    mysql_lb::control::reload::apply(&proxy.state, &on.validate().unwrap()).expect("reload");
     let (mut after, _) = login_from(CLIENT_IP, proxy.addr, BENCH_USER, BENCH_PASS)
         .await
         .expect("login");

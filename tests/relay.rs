@@ -59,7 +59,7 @@ async fn metrics_endpoint_exports_per_backend_histograms() {
         queries >= 5.0,
         "at least our 5 queries are counted:\n{body}"
     );
-    for b in proxy.shared.backends().backends() {
+    for b in proxy.state.backends().backends() {
         let series = format!("mysql_lb_backend_up{{backend=\"{}\"}} 1", b.name);
         assert!(body.contains(&series), "missing {series}");
     }

@@ -216,7 +216,7 @@ async fn raw_lands(
 
 /// The value of the sample of `name` whose labels include every pair in `labels`.
 fn metric(proxy: &TestProxy, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
-    let text = String::from_utf8(proxy.shared.metrics.render()).expect("UTF-8 metrics");
+    let text = String::from_utf8(proxy.state.metrics.render()).expect("UTF-8 metrics");
     text.lines()
         .filter(|l| l.starts_with(&format!("{name}{{")))
         .find(|l| {
@@ -855,7 +855,7 @@ end
     }
     for reason in mysql_lb::backends::balancer::script::ErrorReason::ALL {
         assert_eq!(
-            proxy.shared.backends().script_errors(reason),
+            proxy.state.backends().script_errors(reason),
             0,
             "{reason:?}"
         );
@@ -1089,8 +1089,7 @@ async fn sessions_keep_their_backend_across_a_reload_that_changes_routes() {
         a
     );
 
-    mysql_lb::control::reload::apply(&proxy.shared, &parse(&after))
-        .expect("the reload is accepted");
+    mysql_lb::control::reload::apply(&proxy.state, &parse(&after)).expect("the reload is accepted");
     assert_eq!(
         now(&mut held).await.0,
         b,
@@ -1144,7 +1143,7 @@ fn sysbench(port: u16, user: &str, pass: &str, args: &[&str]) -> String {
 
 fn commands_per_backend(proxy: &TestProxy) -> HashMap<String, u64> {
     proxy
-        .shared
+        .state
         .backends()
         .backends()
         .iter()

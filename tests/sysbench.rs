@@ -89,7 +89,7 @@ fn parse_report(report: &str) -> RunStats {
 
 fn per_backend_commands(proxy: &TestProxy) -> Vec<u64> {
     proxy
-        .shared
+        .state
         .backends()
         .backends()
         .iter()

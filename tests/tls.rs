@@ -311,7 +311,7 @@ async fn assert_alive(client: &mut RawClient, what: &str) {
 
 /// `mysql_lb_client_disconnections_total{reason}` as /metrics shows it.
 fn disconnections(proxy: &TestProxy, reason: &str) -> u64 {
-    let text = String::from_utf8(proxy.shared.metrics.render()).expect("UTF-8 exposition");
+    let text = String::from_utf8(proxy.state.metrics.render()).expect("UTF-8 exposition");
     let label = format!("reason=\"{reason}\"");
     text.lines()
         .filter(|l| l.starts_with("mysql_lb_client_disconnections_total{") && l.contains(&label))
@@ -808,7 +808,7 @@ async fn failed_backend_verification_fails_over_and_leaves_sessions_alone() {
         "{refused} sessions met the expired certificate"
     );
     assert_alive(&mut first, "the session opened first").await;
-    let text = String::from_utf8(p.shared.metrics.render()).unwrap();
+    let text = String::from_utf8(p.state.metrics.render()).unwrap();
     let bad_name = format!("backend=\"{}\"", bad.tcp_addr());
     let errors: f64 = text
         .lines()

@@ -1,7 +1,7 @@
 //! Which pool a client goes to: the `routes:` list matched against who the client is.
 //!
 //! Sans-IO: a [`Routes`] is built once per configuration (a reload builds a new one) and asked
-//! once per session, with what the session knows at that point ([`Who`]). Patterns are compiled
+//! once per session, with what the session knows at that point ([`ClientFacts`]). Patterns are compiled
 //! here, at build time, so a match allocates nothing. Globs are matched iteratively (`*` any run,
 //! `?` one character, the rest literal): a route file is operator input, but the user and schema
 //! come from the client, and a backtracking matcher would let a pattern like `a*a*a*b` and a long
@@ -17,7 +17,7 @@ use crate::config::RouteConfig;
 /// `client` is None for unix-socket clients; `listener` is the `listen:` entry as displayed
 /// (`127.0.0.1:3307`, `unix:/run/mysql-lb.sock`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Who<'a> {
+pub struct ClientFacts<'a> {
     pub user: Option<&'a str>,
     pub schema: Option<&'a str>,
     pub client: Option<IpAddr>,
@@ -41,7 +41,7 @@ struct Route {
 }
 
 impl Route {
-    fn matches(&self, who: &Who<'_>) -> bool {
+    fn matches(&self, who: &ClientFacts<'_>) -> bool {
         fn text(pattern: Option<&Glob>, value: Option<&str>) -> bool {
             match (pattern, value) {
                 (None, _) => true,
@@ -78,7 +78,7 @@ impl Routes {
     }
 
     /// The pool for `who`: the first matching route's, else the default pool; None = refuse.
-    pub fn pool_for(&self, who: &Who<'_>) -> Option<&str> {
+    pub fn pool_for(&self, who: &ClientFacts<'_>) -> Option<&str> {
         self.routes
             .iter()
             .find(|r| r.matches(who))

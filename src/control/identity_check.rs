@@ -17,14 +17,14 @@ use crate::backends::client::{self, OwnConnectOptions};
 use crate::backends::health::{check_backend_with, CheckError};
 use crate::config::{BackendAddr, Config, HealthCheckConfig};
 use crate::net::stream::identity::{IdentityError, SocketIdentity};
-use crate::proxy::state::LegSettings;
+use crate::proxy::state::TransportSettings;
 
 /// Refuses `config` if one of its unix-socket backends logs in `identity`'s name with no
 /// password.
 pub async fn verify(
     identity: &Arc<SocketIdentity>,
     config: &Config,
-    legs: &LegSettings,
+    transport: &TransportSettings,
 ) -> Result<(), IdentityError> {
     let Some(user) = identity.user() else {
         // A uid with no name on this host cannot be mapped to an account by a server here.
@@ -42,7 +42,7 @@ pub async fn verify(
         };
         let leg = OwnConnectOptions {
             tls: None,
-            proxy_protocol: legs.proxy_protocol(&backend.name),
+            proxy_protocol: transport.proxy_protocol(&backend.name),
             socket_identity: Arc::clone(identity),
         };
         match check_backend_with(&backend.address, leg, &probe).await {

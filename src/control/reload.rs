@@ -45,18 +45,18 @@ pub struct Summary {
 }
 
 /// Puts `new`'s backends and balancer in force.
-pub fn apply(shared: &ProxyState, new: &Config) -> Result<Summary, ReloadError> {
+pub fn apply(state: &ProxyState, new: &Config) -> Result<Summary, ReloadError> {
     crate::backends::balancer::script::check(new)?;
     // Certificates and keys are read again at every reload, changed configuration or not: a
     // renewed certificate under the same path is the usual case.
-    let legs = crate::proxy::state::LegSettings::load(new)?;
-    let current = shared.backends();
+    let transport = crate::proxy::state::TransportSettings::load(new)?;
+    let current = state.backends();
     let next = current
         .rebuild(
             &new.backends,
             new.down_cooloff,
             !new.health_check.interval.is_zero(),
-            &shared.metrics,
+            &state.metrics,
             &new.balancer,
         )
         .with_routing_of(new);
@@ -75,7 +75,7 @@ pub fn apply(shared: &ProxyState, new: &Config) -> Result<Summary, ReloadError> 
             .filter(|n| !after.contains(n))
             .cloned()
             .collect(),
-        needs_restart: match shared.applied.lock() {
+        needs_restart: match state.applied.lock() {
             Ok(mut applied) => {
                 let keys = restart_keys(&applied, new);
                 applied.backends = new.backends.clone();
@@ -97,10 +97,10 @@ pub fn apply(shared: &ProxyState, new: &Config) -> Result<Summary, ReloadError> 
         let mut with = pools.filter(|p| p.members().iter().any(|b| b.name == backend));
         with.next().map(|p| p.pooling)
     };
-    shared.server_pools.reconfigure(pooling_of);
-    shared.replace_backends(next);
-    shared.replace_leg_settings(legs);
-    shared.digests.apply(&new.digests);
+    state.server_pools.reconfigure(pooling_of);
+    state.replace_backends(next);
+    state.replace_transport_settings(transport);
+    state.digests.apply(&new.digests);
     Ok(summary)
 }
 
@@ -192,38 +192,39 @@ fn restart_keys(old: &Config, new: &Config) -> Vec<&'static str> {
 /// Refuses a configuration whose unix-socket backends would admit mysql-lb's own OS identity, or
 /// that adds one when no safe identity could be set up at start (see `crate::control::identity_check`).
 /// Runs on a blocking thread of the runtime, as the rest of a reload does.
-fn verify_socket_identity(shared: &ProxyState, new: &Config) -> Result<(), ReloadError> {
-    let identity = &shared.socket_identity;
+fn verify_socket_identity(state: &ProxyState, new: &Config) -> Result<(), ReloadError> {
+    let identity = &state.socket_identity;
     if let Some(reason) = identity.refused() {
         if crate::net::stream::identity::has_unix_backend(new) {
             return Err(IdentityError::Unavailable(reason.to_owned()).into());
         }
         return Ok(());
     }
-    let legs = crate::proxy::state::LegSettings::load(new)?;
-    tokio::runtime::Handle::current()
-        .block_on(crate::control::identity_check::verify(identity, new, &legs))?;
+    let transport = crate::proxy::state::TransportSettings::load(new)?;
+    tokio::runtime::Handle::current().block_on(crate::control::identity_check::verify(
+        identity, new, &transport,
+    ))?;
     Ok(())
 }
 
 /// One reload, started by `trigger` (named in the log): the whole configuration through `load`
 /// when there is one, else the Lua script; failures are logged and change nothing.
-pub(crate) fn reload_once(shared: &ProxyState, load: Option<&Loader>, trigger: &str) {
+pub(crate) fn reload_once(state: &ProxyState, load: Option<&Loader>, trigger: &str) {
     let Some(load) = load else {
         info!("{trigger}: reloading the Lua script");
         // Logs and counts its own failures.
-        let _ = shared.backends().reload_script();
+        let _ = state.backends().reload_script();
         return;
     };
     info!("{trigger}: reloading the configuration");
     match load()
         .map_err(ReloadError::from)
-        .and_then(|c| verify_socket_identity(shared, &c).map(|()| c))
-        .and_then(|c| apply(shared, &c))
+        .and_then(|c| verify_socket_identity(state, &c).map(|()| c))
+        .and_then(|c| apply(state, &c))
     {
         Ok(summary) => {
             info!(
-                backends = shared.backends().backends().len(),
+                backends = state.backends().backends().len(),
                 added = ?summary.added,
                 removed = ?summary.removed,
                 "configuration reloaded; sessions on removed backends run on"
@@ -268,16 +269,16 @@ mod tests {
     #[test]
     fn kept_backends_are_the_same_objects_and_removed_ones_drop_out() {
         let old = config(vec![backend("a", 1, 1), backend("b", 2, 1)]);
-        let shared = ProxyState::new(&old, Arc::new(Metrics::new()));
-        let a_before = Arc::clone(&shared.backends().backends()[0]);
-        let lease = shared.backends().lease(&a_before);
+        let state = ProxyState::new(&old, Arc::new(Metrics::new()));
+        let a_before = Arc::clone(&state.backends().backends()[0]);
+        let lease = state.backends().lease(&a_before);
         let mut new = config(vec![backend("c", 3, 1), backend("a", 1, 5)]);
         new.listen = vec!["127.0.0.1:5000".parse().unwrap()];
-        let summary = apply(&shared, &new).unwrap();
+        let summary = apply(&state, &new).unwrap();
         assert_eq!(summary.added, vec!["c".to_string()]);
         assert_eq!(summary.removed, vec!["b".to_string()]);
         assert_eq!(summary.needs_restart, vec!["listen"]);
-        let set = shared.backends();
+        let set = state.backends();
         let a_after = &set.backends()[1];
         assert!(Arc::ptr_eq(&a_before, a_after), "a kept its identity");
         assert_eq!(a_after.active(), 1, "and its sessions");
@@ -289,24 +290,24 @@ mod tests {
 
     #[test]
     fn a_changed_address_is_a_new_backend() {
-        let shared = ProxyState::new(&config(vec![backend("a", 1, 1)]), Arc::new(Metrics::new()));
-        let before = Arc::clone(&shared.backends().backends()[0]);
-        apply(&shared, &config(vec![backend("a", 9, 1)])).unwrap();
-        assert!(!Arc::ptr_eq(&before, &shared.backends().backends()[0]));
+        let state = ProxyState::new(&config(vec![backend("a", 1, 1)]), Arc::new(Metrics::new()));
+        let before = Arc::clone(&state.backends().backends()[0]);
+        apply(&state, &config(vec![backend("a", 9, 1)])).unwrap();
+        assert!(!Arc::ptr_eq(&before, &state.backends().backends()[0]));
     }
 
     #[test]
     fn a_script_that_fails_to_load_keeps_the_running_set() {
-        let shared = ProxyState::new(&config(vec![backend("a", 1, 1)]), Arc::new(Metrics::new()));
-        let reloads = shared.reloads();
+        let state = ProxyState::new(&config(vec![backend("a", 1, 1)]), Arc::new(Metrics::new()));
+        let reloads = state.reloads();
         let dir = std::env::temp_dir().join(format!("mysql-lb-reload-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let script = dir.join("broken.lua");
         std::fs::write(&script, "function connect_server( oops").unwrap();
         let mut new = config(vec![backend("z", 7, 1)]);
         new.balancer.script = Some(script);
-        assert!(apply(&shared, &new).is_err());
-        assert_eq!(shared.backends().backends()[0].name, "a");
+        assert!(apply(&state, &new).is_err());
+        assert_eq!(state.backends().backends()[0].name, "a");
         assert!(!reloads.has_changed().unwrap(), "no new set announced");
         std::fs::remove_dir_all(dir).ok();
     }

@@ -19,13 +19,13 @@ use crate::net::stream::compressed::Compressed;
 use crate::wire::protocol::compress::Role;
 
 mod tls;
-pub use tls::TlsLeg;
+pub use tls::TlsSocket;
 
 /// A leg's byte stream.
 pub enum LegStream<S> {
     Plain(S),
-    /// TLS past the handshake (see [`TlsLeg`]).
-    Tls(Box<TlsLeg<S>>),
+    /// TLS past the handshake (see [`TlsSocket`]).
+    Tls(Box<TlsSocket<S>>),
     /// Compressed frames over a plain or TLS leg: reads give plain packets, writes are framed.
     Compressed(Box<Compressed<LegStream<S>>>),
     Closed,
@@ -34,7 +34,7 @@ pub enum LegStream<S> {
 impl<S> LegStream<S> {
     /// The leg once its TLS handshake (by tokio-rustls) is done.
     pub fn tls(stream: TlsStream<S>) -> Self {
-        Self::Tls(Box::new(TlsLeg::new(stream)))
+        Self::Tls(Box::new(TlsSocket::new(stream)))
     }
 
     /// Whether the leg is encrypted.

@@ -129,7 +129,7 @@ pub struct Authenticated {
     pub backend_compressed: bool,
     /// The auth plugin that ran sends the password as it is (PAM's dialog, clear_password).
     pub cleartext_password: bool,
-    /// The exchange was guarded against passwords in clear (see [`LegPlan::guard_cleartext`]);
+    /// The exchange was guarded against passwords in clear (see [`TransportPlan::guard_cleartext`]);
     /// so must COM_CHANGE_USER's be.
     pub guard_cleartext: bool,
 }
@@ -174,7 +174,7 @@ pub async fn read_greeting<B: AsyncRead + Unpin>(
 
 /// What the connection phase does on each leg besides relaying: TLS and compression are decided
 /// per leg, independently of what the other leg does.
-pub struct LegPlan<'a> {
+pub struct TransportPlan<'a> {
     /// TLS offered to the client (CLIENT_SSL set in the greeting it gets).
     pub client_tls: Option<&'a ClientTlsAcceptor>,
     /// The client came over a unix socket, which counts as secure as it does for a server.
@@ -213,7 +213,7 @@ pub async fn relay_connection_phase<C, B>(
     backend: &mut LegStream<B>,
     mut greeting: PatchedGreeting,
     limits: HandshakeLimits,
-    plan: &LegPlan<'_>,
+    plan: &TransportPlan<'_>,
     next_seq: &mut u8,
 ) -> Result<Authenticated, AuthError>
 where
@@ -278,7 +278,7 @@ struct ForBackend {
 fn vet_response(
     packet: &mut [u8],
     greeting: &PatchedGreeting,
-    plan: &LegPlan<'_>,
+    plan: &TransportPlan<'_>,
     checks: Vet,
 ) -> Result<(ClientResponse, Negotiated, bool), AuthError> {
     let (parsed, negotiated) = patch_response(&mut packet[4..], greeting, checks.strip)?;
@@ -317,7 +317,7 @@ async fn log_in<C, B>(
     backend: &mut LegStream<B>,
     response: ForBackend,
     limits: HandshakeLimits,
-    plan: &LegPlan<'_>,
+    plan: &TransportPlan<'_>,
     next_seq: &mut u8,
     turn: &mut Side,
 ) -> Result<Authenticated, AuthError>
@@ -389,7 +389,7 @@ fn timed_out(turn: Side, limit: Duration) -> AuthError {
 fn authenticated(
     parsed: ClientResponse,
     negotiated: Negotiated,
-    plan: &LegPlan<'_>,
+    plan: &TransportPlan<'_>,
     seqs: &Sequences<'_>,
     client_pending: BytesMut,
     backend_pending: BytesMut,
@@ -413,7 +413,7 @@ fn authenticated(
 async fn send_greeting<C>(
     client: &mut LegStream<C>,
     packet: &mut BytesMut,
-    plan: &LegPlan<'_>,
+    plan: &TransportPlan<'_>,
 ) -> Result<(), AuthError>
 where
     C: AsyncRead + AsyncWrite + Unpin,

@@ -424,7 +424,7 @@ where
     let mut drain_now = false;
     let mut idle = stop.idle_timeout.map(IdleTimer::new);
     let mut shrink = Shrinker::default();
-    let mut session = Session {
+    let mut session = RelayState {
         client,
         backend,
         tracker,
@@ -474,7 +474,7 @@ where
 }
 
 /// One session's relay state: both directions and what the tracker and timers need of them.
-struct Session<'a, C, B, O> {
+struct RelayState<'a, C, B, O> {
     client: &'a mut C,
     backend: &'a mut B,
     tracker: &'a mut Tracker,
@@ -492,7 +492,7 @@ struct Session<'a, C, B, O> {
     pending: WaitingKills,
 }
 
-impl<C, B, O> Session<'_, C, B, O>
+impl<C, B, O> RelayState<'_, C, B, O>
 where
     C: AsyncRead + AsyncWrite + Unpin,
     B: AsyncRead + AsyncWrite + Unpin,

@@ -51,7 +51,7 @@ pub enum ServerError {
 /// How sessions end and what they share: every accept loop has a copy.
 #[derive(Debug, Clone)]
 pub struct Sessions {
-    pub shared: Arc<ProxyState>,
+    pub state: Arc<ProxyState>,
     pub admission: Arc<Semaphore>,
     pub max_connections: usize,
     /// Tracks every session task, whichever worker runs it.
@@ -67,7 +67,7 @@ pub struct Sessions {
 /// to the least loaded one.
 pub async fn accept_loop(listener: Acceptor, sessions: Sessions, me: usize, placer: Arc<Placer>) {
     let Sessions {
-        shared,
+        state,
         admission,
         max_connections,
         tasks,
@@ -101,7 +101,7 @@ pub async fn accept_loop(listener: Acceptor, sessions: Sessions, me: usize, plac
                 client = %peer.name,
                 "refused: too many connections (max_connections = {max_connections})"
             );
-            shared.metrics.rejected(Refusal::TooManyConnections);
+            state.metrics.rejected(Refusal::TooManyConnections);
             tasks.spawn(stream.refuse());
             continue;
         };
@@ -119,9 +119,9 @@ pub async fn accept_loop(listener: Acceptor, sessions: Sessions, me: usize, plac
                 }
             }
         };
-        let admitted = Admitted::new(Arc::clone(&shared.metrics), permit, placement);
+        let admitted = Admitted::new(Arc::clone(&state.metrics), permit, placement);
         let session = run_session(
-            Arc::clone(&shared),
+            Arc::clone(&state),
             incoming,
             (peer, listener_name),
             admitted,
@@ -176,7 +176,7 @@ enum StdAccepted {
 
 /// One session, from its first byte to recording why it ended.
 async fn run_session(
-    shared: Arc<ProxyState>,
+    state: Arc<ProxyState>,
     stream: Incoming,
     (Peer { name: peer, addr }, listener): (Peer, Arc<str>),
     admitted: Admitted,
@@ -188,7 +188,7 @@ async fn run_session(
     // named the client, and the balancer's own address is `via`.
     let tcp_peer = addr;
     let balancer =
-        tcp_peer.filter(|a| session::proxied::from_balancer(&shared.accept_proxy_protocol, *a));
+        tcp_peer.filter(|a| session::proxied::from_balancer(&state.accept_proxy_protocol, *a));
     let span = match balancer {
         Some(via) => tracing::info_span!(
             "session",
@@ -218,18 +218,18 @@ async fn run_session(
             match stream {
                 Accepted::Tcp(s, local) => match balancer {
                     Some(via) => {
-                        session::proxied::run(shared, s, (via, &listener), worker, &drain).await
+                        session::proxied::run(state, s, (via, &listener), worker, &drain).await
                     }
                     None => {
                         let local = local.or_else(|| s.local_addr().ok());
                         let addrs = tcp_peer.zip(local);
                         let from = session::Origin::tcp(&peer, &listener, addrs);
-                        session::run(shared, s, from, worker, &drain).await
+                        session::run(state, s, from, worker, &drain).await
                     }
                 },
                 Accepted::Unix(s) => {
                     let from = session::Origin::unix(&peer, &listener);
-                    session::run(shared, s, from, worker, &drain).await
+                    session::run(state, s, from, worker, &drain).await
                 }
             }
         });

@@ -52,7 +52,7 @@ pub struct ProxyState {
     pub accept_proxy_protocol: Vec<crate::config::cidr::Cidr>,
     /// TLS material and compression per leg; a reload swaps it whole (new sessions use the new
     /// one, running sessions keep what they negotiated).
-    leg_settings: ArcSwap<LegSettings>,
+    transport_settings: ArcSwap<TransportSettings>,
     /// Fails from the first stop signal on (`/readyz`; see `crate::proxy::lifecycle`).
     pub readiness: crate::proxy::lifecycle::Readiness,
     /// Who unix-socket backends see as their peer, and how to connect as it (fixed at start).
@@ -61,7 +61,7 @@ pub struct ProxyState {
 
 /// What each leg of a new session may encrypt or compress, from the configuration.
 #[derive(Default)]
-pub struct LegSettings {
+pub struct TransportSettings {
     pub tls: TlsMaterial,
     /// Backends (by name) whose leg is compressed when they offer it.
     compressed_backends: HashSet<String>,
@@ -69,9 +69,9 @@ pub struct LegSettings {
     proxy_protocol: HashMap<String, ProxyVersion>,
 }
 
-impl std::fmt::Debug for LegSettings {
+impl std::fmt::Debug for TransportSettings {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("LegSettings")
+        f.debug_struct("TransportSettings")
             .field("client_tls", &self.tls.client.is_some())
             .field("compressed_backends", &self.compressed_backends)
             .field("proxy_protocol", &self.proxy_protocol)
@@ -79,10 +79,10 @@ impl std::fmt::Debug for LegSettings {
     }
 }
 
-impl LegSettings {
+impl TransportSettings {
     /// Reads every certificate and key file the configuration names.
-    pub fn load(config: &Config) -> Result<LegSettings, TlsError> {
-        Ok(LegSettings {
+    pub fn load(config: &Config) -> Result<TransportSettings, TlsError> {
+        Ok(TransportSettings {
             tls: TlsMaterial::load(config)?,
             compressed_backends: config
                 .backends
@@ -180,7 +180,7 @@ impl ProxyState {
             capture,
             session: SessionSettings::from_config(config),
             accept_proxy_protocol: config.accept_proxy_protocol.clone(),
-            leg_settings: ArcSwap::from_pointee(LegSettings::default()),
+            transport_settings: ArcSwap::from_pointee(TransportSettings::default()),
             readiness: crate::proxy::lifecycle::Readiness::default(),
             socket_identity: Arc::new(SocketIdentity::unavailable(&IdentityError::NotSetUp)),
         }
@@ -192,28 +192,28 @@ impl ProxyState {
         self
     }
 
-    /// With the TLS material and compression settings `legs` (built by [`LegSettings::load`]).
-    pub fn with_leg_settings(self, legs: LegSettings) -> Self {
-        self.leg_settings.store(Arc::new(legs));
+    /// With the TLS material and compression settings `legs` (built by [`TransportSettings::load`]).
+    pub fn with_transport_settings(self, transport: TransportSettings) -> Self {
+        self.transport_settings.store(Arc::new(transport));
         self
     }
 
     /// What new sessions' legs may use now.
-    pub fn leg_settings(&self) -> Arc<LegSettings> {
-        self.leg_settings.load_full()
+    pub fn transport_settings(&self) -> Arc<TransportSettings> {
+        self.transport_settings.load_full()
     }
 
     /// Publishes the expiry of the certificates the configuration names (the ones backends
     /// present are published as each handshake sees them).
-    pub fn export_certificate_expiry(&self, previous: Option<&LegSettings>) {
-        self.leg_settings()
+    pub fn export_certificate_expiry(&self, previous: Option<&TransportSettings>) {
+        self.transport_settings()
             .tls
             .export_expiry(&self.metrics, previous.map(|p| &p.tls));
     }
 
     /// Puts `legs` in force for new sessions (see `crate::control::reload`).
-    pub(crate) fn replace_leg_settings(&self, legs: LegSettings) {
-        let previous = self.leg_settings.swap(Arc::new(legs));
+    pub(crate) fn replace_transport_settings(&self, transport: TransportSettings) {
+        let previous = self.transport_settings.swap(Arc::new(transport));
         self.export_certificate_expiry(Some(&previous));
     }
 
@@ -238,10 +238,10 @@ impl ProxyState {
     /// How a connection of the proxy's own to `backend` starts (TLS, a PROXY protocol header),
     /// as a session's would: health checks and KILLs run on another backend use it.
     pub(crate) fn own_connect_options(&self, backend: &Backend) -> OwnConnectOptions {
-        let legs = self.leg_settings();
+        let transport = self.transport_settings();
         OwnConnectOptions {
-            tls: legs.tls.backend(&backend.name).cloned(),
-            proxy_protocol: legs.proxy_protocol(&backend.name),
+            tls: transport.tls.backend(&backend.name).cloned(),
+            proxy_protocol: transport.proxy_protocol(&backend.name),
             socket_identity: Arc::clone(&self.socket_identity),
         }
     }

@@ -33,7 +33,7 @@ pub fn pooled(backends: &[String], max: usize, idle: Duration, wait: Duration) -
 /// The pool counts of `backend` (all zero before its first pooled login).
 pub fn counts(proxy: &TestProxy, backend: &str) -> PoolCounts {
     proxy
-        .shared
+        .state
         .server_pools
         .get(backend)
         .map(|p| p.counts())

@@ -13,7 +13,7 @@ use tokio_util::sync::CancellationToken;
 pub struct TestProxy {
     pub addr: SocketAddr,
     pub unix: Option<PathBuf>,
-    pub shared: Arc<ProxyState>,
+    pub state: Arc<ProxyState>,
     /// The admin HTTP address, when enabled.
     pub admin: Option<SocketAddr>,
     shutdown: CancellationToken,
@@ -86,12 +86,12 @@ impl TestProxy {
                 .expect("proxy runtime");
             rt.block_on(async move {
                 let proxy = Proxy::bind(&config).await.expect("proxy binds");
-                tx.send((proxy.local_addrs(), proxy.shared(), proxy.admin_addr()))
+                tx.send((proxy.local_addrs(), proxy.state(), proxy.admin_addr()))
                     .unwrap();
                 proxy.run(token).await;
             });
         });
-        let (addrs, shared, admin) = rx
+        let (addrs, state, admin) = rx
             .recv_timeout(Duration::from_secs(30))
             .expect("proxy started");
         let mut addr = None;
@@ -106,7 +106,7 @@ impl TestProxy {
         Self {
             addr: addr.expect("a TCP listener"),
             unix,
-            shared,
+            state,
             admin,
             shutdown,
             thread: Some(thread),
@@ -116,7 +116,7 @@ impl TestProxy {
     /// The value of one series (`name{labels}` as exposed) read in-process, so it works where
     /// the admin listener cannot be reached (a proxy in a network namespace).
     pub fn series(&self, series: &str) -> Option<f64> {
-        let metrics = String::from_utf8(self.shared.metrics.render()).expect("UTF-8 metrics");
+        let metrics = String::from_utf8(self.state.metrics.render()).expect("UTF-8 metrics");
         metrics.lines().find_map(|l| {
             l.strip_prefix(series)?
                 .strip_prefix(' ')?
@@ -141,7 +141,7 @@ impl TestProxy {
 
     /// Completed commands recorded for every backend.
     pub fn total_commands(&self) -> u64 {
-        self.shared
+        self.state
             .backends()
             .backends()
             .iter()

@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 use std::sync::Arc;
 
 use super::{Backend, BackendSet};
-use crate::backends::route::{Routes, Who};
+use crate::backends::route::{ClientFacts, Routes};
 use crate::config::{Config, Policy, PoolConfig};
 
 /// A named group of backends and how it balances.
@@ -86,7 +86,7 @@ impl BackendSet {
     }
 
     /// The pool for `who`, or None when no route matches and there is no default pool.
-    pub fn route(&self, who: &Who<'_>) -> Option<&Pool> {
+    pub fn route(&self, who: &ClientFacts<'_>) -> Option<&Pool> {
         self.pool(self.routes.pool_for(who)?)
     }
 

@@ -26,8 +26,12 @@ fn route(pool: &str) -> RouteConfig {
     }
 }
 
-fn who<'a>(user: Option<&'a str>, schema: Option<&'a str>, client: Option<&str>) -> Who<'a> {
-    Who {
+fn who<'a>(
+    user: Option<&'a str>,
+    schema: Option<&'a str>,
+    client: Option<&str>,
+) -> ClientFacts<'a> {
+    ClientFacts {
         user,
         schema,
         client: client.map(ip),
@@ -128,7 +132,7 @@ fn first_matching_route_wins_and_every_condition_must_match() {
         ],
         Some("default"),
     );
-    let pool = |w: Who<'_>| routes.pool_for(&w).map(str::to_owned);
+    let pool = |w: ClientFacts<'_>| routes.pool_for(&w).map(str::to_owned);
     let some = |s: &str| Some(s.to_owned());
     assert_eq!(pool(who(Some("etl_a"), Some("staging"), None)), some("etl"));
     // etl_ user elsewhere: the first route's schema does not match, nothing else does.
@@ -195,7 +199,7 @@ fn listener_routes_compare_the_displayed_listen_entry() {
         }],
         Some("default"),
     );
-    let on = |listener| Who {
+    let on = |listener| ClientFacts {
         user: None,
         schema: None,
         client: None,

@@ -14,7 +14,7 @@ use crate::proxy::state::ProxyState;
 
 /// The answer to a request for `path`, or None when the path is not under `/connections/`.
 pub(super) fn answer(
-    shared: &ProxyState,
+    state: &ProxyState,
     token: Option<&[u8]>,
     method: &Method,
     path: &str,
@@ -25,7 +25,7 @@ pub(super) fn answer(
         let error = format!("{path} takes GET only");
         return Some((StatusCode::METHOD_NOT_ALLOWED, json!({ "error": error })));
     }
-    let peer_token = shared.peers.accepted.as_ref().map(|t| t.as_bytes());
+    let peer_token = state.peers.accepted.as_ref().map(|t| t.as_bytes());
     let given = authorization.map(HeaderValue::as_bytes);
     let tokens: Vec<&[u8]> = token.into_iter().chain(peer_token).collect();
     if !tokens.is_empty() && !tokens.iter().any(|t| super::ops::authorized(given, t)) {
@@ -36,11 +36,11 @@ pub(super) fn answer(
         let error = format!("{id:?} is not a connection id");
         return Some((StatusCode::BAD_REQUEST, json!({ "error": error })));
     };
-    Some(match shared.kills.lookup(id) {
+    Some(match state.kills.lookup(id) {
         Some(target) => {
             let info = ConnectionInfo {
                 id,
-                instance_id: shared.kills.instance(),
+                instance_id: state.kills.instance(),
                 backend: target.backend.name.clone(),
                 address: target.backend.address.to_string(),
                 thread_id: target.thread_id,

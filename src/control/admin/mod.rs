@@ -51,8 +51,8 @@ pub struct Recent {
 }
 
 impl Recent {
-    fn snapshot(&self, shared: &ProxyState) {
-        let now: Vec<Buckets> = shared
+    fn snapshot(&self, state: &ProxyState) {
+        let now: Vec<Buckets> = state
             .backends()
             .backends()
             .iter()
@@ -86,7 +86,7 @@ impl Recent {
 /// Serves admin requests until `shutdown`; with `token`, operations need it as bearer token.
 pub async fn serve(
     listener: TcpListener,
-    shared: Arc<ProxyState>,
+    state: Arc<ProxyState>,
     token: Option<AdminToken>,
     shutdown: CancellationToken,
 ) {
@@ -99,7 +99,7 @@ pub async fn serve(
         let (stream, peer) = tokio::select! {
             _ = shutdown.cancelled() => break,
             _ = tick.tick() => {
-                recent.snapshot(&shared);
+                recent.snapshot(&state);
                 continue;
             }
             accepted = listener.accept() => match accepted {
@@ -111,13 +111,13 @@ pub async fn serve(
                 }
             },
         };
-        let shared = Arc::clone(&shared);
+        let state = Arc::clone(&state);
         let recent = Arc::clone(&recent);
         let token = token.clone();
         let shutdown = shutdown.clone();
         connections.spawn(async move {
             let service = service_fn(move |req| {
-                let shared = Arc::clone(&shared);
+                let state = Arc::clone(&state);
                 let recent = Arc::clone(&recent);
                 let token = token.clone();
                 async move {
@@ -125,7 +125,7 @@ pub async fn serve(
                         peer,
                         token: token.as_deref(),
                     };
-                    Ok::<_, Infallible>(route(&shared, &recent, caller, req).await)
+                    Ok::<_, Infallible>(route(&state, &recent, caller, req).await)
                 }
             });
             let conn = http1::Builder::new().serve_connection(TokioIo::new(stream), service);
@@ -150,7 +150,7 @@ struct Caller<'a> {
 }
 
 async fn route(
-    shared: &ProxyState,
+    state: &ProxyState,
     recent: &Recent,
     caller: Caller<'_>,
     req: Request<Incoming>,
@@ -170,7 +170,7 @@ async fn route(
         }
     }
     if let Some(parsed) = ops::parse(req.method().as_str(), &path) {
-        return match operate(shared, caller, parsed, req).await {
+        return match operate(state, caller, parsed, req).await {
             Ok(body) => json_response(StatusCode::OK, &body),
             Err(e) => error_response(&e),
         };
@@ -178,27 +178,27 @@ async fn route(
     let token = caller.token.map(AdminToken::as_bytes);
     let authorization = req.headers().get(AUTHORIZATION);
     if let Some((status, body)) =
-        connections::answer(shared, token, req.method(), &path, authorization)
+        connections::answer(state, token, req.method(), &path, authorization)
     {
         return json_response(status, &body);
     }
     if path == "/queries" || path == "/queries/reset" {
-        return digests(shared, caller, &req);
+        return digests(state, caller, &req);
     }
     if path == "/capture" || path.starts_with("/capture/") {
-        return capture_route(shared, caller, req).await;
+        return capture_route(state, caller, req).await;
     }
     if req.method() != Method::GET && req.method() != Method::HEAD {
         return text(StatusCode::METHOD_NOT_ALLOWED, "only GET\n");
     }
     match req.uri().path() {
-        "/" => page::response(shared, recent, caller.token.is_some()),
+        "/" => page::response(state, recent, caller.token.is_some()),
         "/metrics" => {
-            let mut body = shared.metrics.render();
-            let top = shared.digests.prometheus_top();
+            let mut body = state.metrics.render();
+            let top = state.digests.prometheus_top();
             if top > 0 {
                 body.extend_from_slice(
-                    queries::prometheus(&shared.digests.snapshot(), top).as_bytes(),
+                    queries::prometheus(&state.digests.snapshot(), top).as_bytes(),
                 );
             }
             let mut r = Response::new(Full::new(Bytes::from(body)));
@@ -210,11 +210,11 @@ async fn route(
         }
         "/healthz" => {
             let now = Instant::now();
-            let up = shared
+            let up = state
                 .backends()
                 .backends()
                 .iter()
-                .filter(|b| shared.backends().is_up(b, now))
+                .filter(|b| state.backends().is_up(b, now))
                 .count();
             if up > 0 {
                 text(StatusCode::OK, &format!("ok: {up} backend(s) up\n"))
@@ -223,7 +223,7 @@ async fn route(
             }
         }
         // Readiness only: whether this instance wants new clients (see `crate::proxy::lifecycle`).
-        "/readyz" => match shared.readiness.not_ready() {
+        "/readyz" => match state.readiness.not_ready() {
             None => text(StatusCode::OK, "ready\n"),
             Some(why) => text(
                 StatusCode::SERVICE_UNAVAILABLE,
@@ -232,7 +232,7 @@ async fn route(
         },
         "/backends" => {
             let mut r = Response::new(Full::new(Bytes::from(
-                backends_json(shared, recent).to_string(),
+                backends_json(state, recent).to_string(),
             )));
             r.headers_mut()
                 .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
@@ -247,7 +247,7 @@ async fn route(
 
 /// `GET /queries` and `POST /queries/reset` (see [`queries`]).
 fn digests(
-    shared: &ProxyState,
+    state: &ProxyState,
     caller: Caller<'_>,
     req: &Request<Incoming>,
 ) -> Response<Full<Bytes>> {
@@ -261,14 +261,14 @@ fn digests(
                 info!(caller = %caller.peer, "query digest reset refused: no valid token");
                 return error_response(&ops::OpError::Unauthorized);
             }
-            shared.digests.reset();
+            state.digests.reset();
             info!(caller = %caller.peer, "query digests reset");
             json_response(StatusCode::OK, &json!({ "reset": true }))
         }
         (&Method::GET | &Method::HEAD, "/queries") => {
             match queries::parse_params(req.uri().query()) {
                 Ok(params) => {
-                    let body = queries::render(&shared.digests.snapshot(), &params, authorized);
+                    let body = queries::render(&state.digests.snapshot(), &params, authorized);
                     json_response(StatusCode::OK, &body)
                 }
                 Err(e) => json_response(StatusCode::BAD_REQUEST, &json!({ "error": e })),
@@ -281,7 +281,7 @@ fn digests(
 
 /// The capture endpoints: every one needs the token when one is configured.
 async fn capture_route(
-    shared: &ProxyState,
+    state: &ProxyState,
     caller: Caller<'_>,
     req: Request<Incoming>,
 ) -> Response<Full<Bytes>> {
@@ -295,7 +295,7 @@ async fn capture_route(
     let method = req.method().clone();
     match (method, req.uri().path()) {
         (Method::GET | Method::HEAD, "/capture") => {
-            let status = shared.capture.status();
+            let status = state.capture.status();
             json_response(StatusCode::OK, &json!({ "capture": status }))
         }
         (Method::POST, "/capture/start") => {
@@ -307,7 +307,7 @@ async fn capture_route(
                 Ok(r) => r,
                 Err(e) => return error_response(&ops::OpError::BadRequest(e)),
             };
-            match shared.capture.start(request) {
+            match state.capture.start(request) {
                 Ok(status) => {
                     info!(caller = %caller.peer, "capture started");
                     json_response(StatusCode::OK, &json!({ "capture": status }))
@@ -318,7 +318,7 @@ async fn capture_route(
                 Err(e) => error_response(&ops::OpError::BadRequest(e.to_string())),
             }
         }
-        (Method::POST, "/capture/stop") => match shared.capture.stop().await {
+        (Method::POST, "/capture/stop") => match state.capture.stop().await {
             Some(status) => {
                 info!(caller = %caller.peer, "capture stopped");
                 json_response(StatusCode::OK, &json!({ "capture": status }))
@@ -338,7 +338,7 @@ async fn capture_route(
 
 /// Checks the token, reads the body (PUT) and applies one operation; the new state as JSON.
 async fn operate(
-    shared: &ProxyState,
+    state: &ProxyState,
     caller: Caller<'_>,
     parsed: Result<ops::OpRequest, ops::OpError>,
     req: Request<Incoming>,
@@ -352,18 +352,18 @@ async fn operate(
         }
     }
     let body = read_body(req).await?;
-    let set = shared.backends();
+    let set = state.backends();
     let backend = set
         .by_name(&request.backend)
         .ok_or_else(|| ops::OpError::UnknownBackend(request.backend.clone()))?;
     match request.op {
-        ops::Op::SetState(state) => {
-            let old = backend.set_admin_state(state);
+        ops::Op::SetState(admin_state) => {
+            let old = backend.set_admin_state(admin_state);
             info!(
                 caller = %caller.peer,
                 backend = %backend.name,
                 old = old.as_str(),
-                new = state.as_str(),
+                new = admin_state.as_str(),
                 active_connections = backend.active(),
                 "admin state changed"
             );
@@ -443,9 +443,9 @@ fn text(status: StatusCode, body: &str) -> Response<Full<Bytes>> {
 
 /// Each backend's state, connections, last check and latency quantiles over roughly the last
 /// minute (estimated from the histogram buckets, as Prometheus' `histogram_quantile` does).
-pub fn backends_json(shared: &ProxyState, recent: &Recent) -> serde_json::Value {
+pub fn backends_json(state: &ProxyState, recent: &Recent) -> serde_json::Value {
     let now = Instant::now();
-    let list: Vec<_> = shared
+    let list: Vec<_> = state
         .backends()
         .backends()
         .iter()
@@ -459,7 +459,7 @@ pub fn backends_json(shared: &ProxyState, recent: &Recent) -> serde_json::Value 
                     "at_unix_ms": c.at.duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0),
                 })
             });
-            let (standing, remaining) = shared.backends().ejection_of(b, now);
+            let (standing, remaining) = state.backends().ejection_of(b, now);
             let ejection = json!({
                 "standing": standing.as_str(),
                 "remaining_seconds": remaining.map(|d| d.as_secs_f64()),
@@ -470,7 +470,7 @@ pub fn backends_json(shared: &ProxyState, recent: &Recent) -> serde_json::Value 
                 "name": b.name,
                 "pool": b.pool,
                 "address": b.address.to_string(),
-                "state": if shared.backends().is_up(b, now) { "up" } else { "down" },
+                "state": if state.backends().is_up(b, now) { "up" } else { "down" },
                 "weight": b.weight(),
                 "admin_state": b.admin_state().as_str(),
                 "type": match b.kind { crate::config::BackendKind::Rw => "rw", crate::config::BackendKind::Ro => "ro" },
@@ -484,7 +484,7 @@ pub fn backends_json(shared: &ProxyState, recent: &Recent) -> serde_json::Value 
                 "recent_latency_seconds": b.latency.average().as_secs_f64(),
                 "last_check": check,
                 "ejection": ejection,
-                "server_pool": shared.server_pools.get(&b.name).map(|p| {
+                "server_pool": state.server_pools.get(&b.name).map(|p| {
                     let c = p.counts();
                     json!({
                         "open": c.open,
@@ -496,5 +496,5 @@ pub fn backends_json(shared: &ProxyState, recent: &Recent) -> serde_json::Value 
             })
         })
         .collect();
-    json!({ "instance_id": shared.kills.instance(), "backends": list })
+    json!({ "instance_id": state.kills.instance(), "backends": list })
 }

@@ -28,13 +28,13 @@ const TEXT_CHARS: usize = 400;
 
 /// The page with its headers: HTML, a nonce-based CSP, no sniffing, no caching.
 pub(super) fn response(
-    shared: &ProxyState,
+    state: &ProxyState,
     recent: &Recent,
     token_configured: bool,
 ) -> Response<Full<Bytes>> {
     let nonce = new_nonce();
-    let backends = super::backends_json(shared, recent);
-    let queries = queries_json_for_page(shared, token_configured);
+    let backends = super::backends_json(state, recent);
+    let queries = queries_json_for_page(state, token_configured);
     let body = render(&backends, &queries, token_configured, &nonce);
     let mut r = Response::new(Full::new(Bytes::from(body)));
     let headers = r.headers_mut();
@@ -57,11 +57,9 @@ pub(super) fn response(
 /// The top queries the page shows: `GET /queries?sort=total&limit=20`, with the sample texts
 /// (the literals a client sent) only when `/queries` would show them to this caller, that is
 /// when no admin token is configured (a browser's GET carries none).
-fn queries_json_for_page(shared: &ProxyState, token_configured: bool) -> Value {
+fn queries_json_for_page(state: &ProxyState, token_configured: bool) -> Value {
     match super::queries::parse_params(Some(&format!("sort=total&limit={QUERY_ROWS}"))) {
-        Ok(params) => {
-            super::queries::render(&shared.digests.snapshot(), &params, !token_configured)
-        }
+        Ok(params) => super::queries::render(&state.digests.snapshot(), &params, !token_configured),
         Err(e) => serde_json::json!({ "enabled": true, "queries": [], "error": e }),
     }
 }

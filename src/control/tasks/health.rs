@@ -21,7 +21,7 @@ use crate::wire::protocol::login::REFUSED_USER;
 ///
 /// One task per backend so a hung server delays only its own checks; start times are spread over
 /// one interval so a large set does not open all its connections in the same instant.
-pub async fn run(shared: Arc<ProxyState>, cfg: HealthCheckConfig, shutdown: CancellationToken) {
+pub async fn run(state: Arc<ProxyState>, cfg: HealthCheckConfig, shutdown: CancellationToken) {
     if cfg.interval.is_zero() {
         return;
     }
@@ -34,13 +34,13 @@ pub async fn run(shared: Arc<ProxyState>, cfg: HealthCheckConfig, shutdown: Canc
         );
     }
     let cfg = Arc::new(cfg);
-    let mut reloads = shared.reloads();
+    let mut reloads = state.reloads();
     loop {
         // One round per backend set: a reload ends the round and the next checks the new set
         // (kept backends keep their counts, so no check history is lost).
         let round = shutdown.child_token();
         let tasks = TaskTracker::new();
-        let set = shared.backends();
+        let set = state.backends();
         let count = u32::try_from(set.backends().len())
             .unwrap_or(u32::MAX)
             .max(1);
@@ -48,7 +48,7 @@ pub async fn run(shared: Arc<ProxyState>, cfg: HealthCheckConfig, shutdown: Canc
         for (i, backend) in (0u32..).zip(set.backends()) {
             let first = start + cfg.interval * i / count;
             tasks.spawn(check_loop(
-                Arc::clone(&shared),
+                Arc::clone(&state),
                 Arc::clone(backend),
                 Arc::clone(&cfg),
                 first,
@@ -69,7 +69,7 @@ pub async fn run(shared: Arc<ProxyState>, cfg: HealthCheckConfig, shutdown: Canc
 }
 
 async fn check_loop(
-    shared: Arc<ProxyState>,
+    state: Arc<ProxyState>,
     backend: Arc<Backend>,
     cfg: Arc<HealthCheckConfig>,
     first: Instant,
@@ -86,7 +86,7 @@ async fn check_loop(
         let started = std::time::Instant::now();
         let result = tokio::select! {
             _ = shutdown.cancelled() => return,
-            r = check_backend_with(&backend.address, shared.own_connect_options(&backend), &cfg) => r,
+            r = check_backend_with(&backend.address, state.own_connect_options(&backend), &cfg) => r,
         };
         if cfg.max_replication_lag.is_some() {
             let lag = match &result {
@@ -94,12 +94,12 @@ async fn check_loop(
                 Err(CheckError::LagTooHigh { lag, .. }) => Some(lag.as_secs_f64()),
                 Err(_) => Some(f64::NAN),
             };
-            shared.metrics.replication_lag(&backend.name, lag);
+            state.metrics.replication_lag(&backend.name, lag);
         }
         let error = match result {
             Ok(ok) => {
                 debug!(backend = %backend.name, lag = ?ok.replication_lag, "health check passed");
-                backend.learn_raw_greeting(&ok.greeting, shared.session.strip);
+                backend.learn_raw_greeting(&ok.greeting, state.session.strip);
                 backend.latency.check_round_trip(started.elapsed());
                 None
             }
@@ -109,7 +109,7 @@ async fn check_loop(
             }
         };
         let reason = error.clone();
-        match shared
+        match state
             .backends()
             .record_check(&backend, error, cfg.fall, cfg.rise)
         {

@@ -32,14 +32,14 @@ pub use stop::on_signals;
 /// and the readiness flip at the drain's start.
 pub fn start(
     tasks: &TaskTracker,
-    shared: &Arc<ProxyState>,
+    state: &Arc<ProxyState>,
     checks: HealthCheckConfig,
     reload: Option<Loader>,
     watch: Option<watch::ConfigWatch>,
     drain: &CancellationToken,
 ) {
     let file_changed = Arc::new(Notify::new());
-    tasks.spawn(not_ready_once(Arc::clone(shared), drain.clone()));
+    tasks.spawn(not_ready_once(Arc::clone(state), drain.clone()));
     if let Some(w) = watch {
         tasks.spawn(watch::run(
             w,
@@ -49,10 +49,10 @@ pub fn start(
             drain.clone(),
         ));
     }
-    tasks.spawn(health::run(Arc::clone(shared), checks, drain.clone()));
-    tasks.spawn(latency_scores(Arc::clone(shared), drain.clone()));
+    tasks.spawn(health::run(Arc::clone(state), checks, drain.clone()));
+    tasks.spawn(latency_scores(Arc::clone(state), drain.clone()));
     tasks.spawn(reload::on_hangup(
-        Arc::clone(shared),
+        Arc::clone(state),
         reload,
         file_changed,
         drain.clone(),
@@ -61,13 +61,13 @@ pub fn start(
 
 /// Fails readiness when the drain begins, however it was started (see
 /// [`lifecycle::not_ready_once`]).
-pub async fn not_ready_once(shared: Arc<ProxyState>, drain: CancellationToken) {
-    lifecycle::not_ready_once(&shared.readiness, drain).await;
+pub async fn not_ready_once(state: Arc<ProxyState>, drain: CancellationToken) {
+    lifecycle::not_ready_once(&state.readiness, drain).await;
 }
 
 /// Updates every backend's latency average once per [`latency::TICK`] until `shutdown`, over
 /// the backend set in force at each tick.
-pub async fn latency_scores(shared: Arc<ProxyState>, shutdown: CancellationToken) {
+pub async fn latency_scores(state: Arc<ProxyState>, shutdown: CancellationToken) {
     let mut ticks = tokio::time::interval(latency::TICK);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -75,8 +75,8 @@ pub async fn latency_scores(shared: Arc<ProxyState>, shutdown: CancellationToken
             _ = shutdown.cancelled() => return,
             _ = ticks.tick() => {}
         }
-        latency::tick(shared.backends().backends());
+        latency::tick(state.backends().backends());
         // Transaction-mode pools close their connections idle past `pooling.idle_timeout`.
-        shared.server_pools.expire(std::time::Instant::now());
+        state.server_pools.expire(std::time::Instant::now());
     }
 }

@@ -12,7 +12,7 @@ use crate::proxy::state::ProxyState;
 /// until `shutdown`: the whole configuration through `load` when the proxy has one, else just
 /// the Lua script. One task for both, so two reloads never run at once.
 pub async fn on_hangup(
-    shared: Arc<ProxyState>,
+    state: Arc<ProxyState>,
     load: Option<Loader>,
     file_changed: Arc<tokio::sync::Notify>,
     shutdown: CancellationToken,
@@ -39,11 +39,11 @@ pub async fn on_hangup(
                 None => return,
             },
         };
-        let shared = Arc::clone(&shared);
+        let state = Arc::clone(&state);
         let load = load.clone();
         // Reading files and compiling Lua: off the async workers.
         let done =
-            tokio::task::spawn_blocking(move || reload_once(&shared, load.as_ref(), trigger)).await;
+            tokio::task::spawn_blocking(move || reload_once(&state, load.as_ref(), trigger)).await;
         if let Err(e) = done {
             error!("reload task failed: {e}");
         }

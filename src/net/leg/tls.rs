@@ -2,7 +2,7 @@
 //! writes, without tokio-rustls.
 //!
 //! The handshake stays with tokio-rustls (`TlsAcceptor::accept`, `TlsConnector::connect`); once
-//! it is done, [`TlsLeg::new`] takes the socket and the rustls connection out of its stream. The
+//! it is done, [`TlsSocket::new`] takes the socket and the rustls connection out of its stream. The
 //! reason is the cost per query: tokio-rustls reads the socket through an adapter that turns every
 //! "not ready" into an `io::Error`, reads at most 4 KiB per system call, and after handing out one
 //! record's plaintext goes back to the socket for more, which is one more readiness check and one
@@ -37,11 +37,11 @@ use tokio_rustls::TlsStream;
 const READ_CHUNK: usize = 16 * 1024;
 /// rustls' `read_tls` refuses more records once it holds more than this much plaintext
 /// (`DEFAULT_RECEIVED_PLAINTEXT_LIMIT` in rustls 0.23, not exported); records it cannot take yet
-/// wait in [`TlsLeg::unread`].
+/// wait in [`TlsSocket::unread`].
 const PLAINTEXT_LIMIT: usize = 16 * 1024;
 
 /// An established TLS connection over `S`.
-pub struct TlsLeg<S> {
+pub struct TlsSocket<S> {
     io: S,
     conn: Connection,
     /// Records read from the socket that rustls could not take yet (it held 16 KiB of
@@ -54,7 +54,7 @@ pub struct TlsLeg<S> {
     closing: bool,
 }
 
-impl<S> TlsLeg<S> {
+impl<S> TlsSocket<S> {
     /// Takes over the socket and the connection of a stream whose handshake is complete.
     pub fn new(stream: TlsStream<S>) -> Self {
         let (io, conn) = match stream {
@@ -94,7 +94,7 @@ impl<S> TlsLeg<S> {
     }
 }
 
-impl<S: AsyncRead + AsyncWrite + Unpin> TlsLeg<S> {
+impl<S: AsyncRead + AsyncWrite + Unpin> TlsSocket<S> {
     /// Gives rustls more records: those waiting, else one read of the socket. Called only while
     /// rustls holds no plaintext. `Ready(Ok(()))` also when the socket ended (`self.eof` is then
     /// set and rustls knows).
@@ -165,7 +165,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> TlsLeg<S> {
     }
 }
 
-impl<S: AsyncRead + AsyncWrite + Unpin> AsyncRead for TlsLeg<S> {
+impl<S: AsyncRead + AsyncWrite + Unpin> AsyncRead for TlsSocket<S> {
     fn poll_read(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -201,7 +201,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> AsyncRead for TlsLeg<S> {
     }
 }
 
-impl<S: AsyncRead + AsyncWrite + Unpin> AsyncWrite for TlsLeg<S> {
+impl<S: AsyncRead + AsyncWrite + Unpin> AsyncWrite for TlsSocket<S> {
     /// Encrypts as much of `buf` as rustls takes (its outgoing buffer is limited) and sends it;
     /// bytes the socket does not take yet stay queued for the next write or flush.
     fn poll_write(

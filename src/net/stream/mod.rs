@@ -1,7 +1,8 @@
 //! Byte streams on either leg and whole-packet reads for the handshake.
 //!
-//! Sessions are generic over the client's stream (TCP or unix today, TLS later); backends are one
-//! enum so the balancer can hand out TCP and unix-socket backends alike without boxing.
+//! Sessions are generic over the client's stream (TCP or unix; TLS and compression over either
+//! are `crate::net::leg`'s); backends are one enum so the balancer can hand out TCP and
+//! unix-socket backends alike without boxing.
 //! [`compressed::Compressed`] wraps either leg's stream when it speaks the compressed protocol.
 
 pub mod compressed;

@@ -7,7 +7,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt, DuplexStream};
 
 use crate::net::leg::LegStream;
 use crate::proxy::auth::{
-    read_greeting, relay_connection_phase, AuthError, HandshakeLimits, LegPlan,
+    read_greeting, relay_connection_phase, AuthError, HandshakeLimits, TransportPlan,
 };
 use crate::wire::protocol::caps::*;
 use crate::wire::protocol::cleartext::Exposure;
@@ -76,7 +76,7 @@ async fn run(local: bool, guard: bool, client_response: Vec<u8>, reply: &[u8]) -
     let greeting = read_greeting(&mut backend_io, 4096, Strip::UNSUPPORTED)
         .await
         .unwrap();
-    let plan = LegPlan {
+    let plan = TransportPlan {
         client_tls: None,
         client_local: local,
         offer_compression: false,

@@ -34,7 +34,7 @@ pub async fn greet_client<C>(
     client: &mut LegStream<C>,
     greeting: &mut BytesMut,
     limits: HandshakeLimits,
-    plan: &LegPlan<'_>,
+    plan: &TransportPlan<'_>,
     next_seq: &mut u8,
 ) -> Result<ClientHello, AuthError>
 where
@@ -80,7 +80,7 @@ pub async fn finish_deferred<C, B>(
     hello: ClientHello,
     greeting: PatchedGreeting,
     limits: HandshakeLimits,
-    plan: &LegPlan<'_>,
+    plan: &TransportPlan<'_>,
     next_seq: &mut u8,
 ) -> Result<Authenticated, AuthError>
 where

@@ -13,7 +13,7 @@ pub(super) async fn forward_response<B>(
     backend: &mut LegStream<B>,
     packet: &mut BytesMut,
     greeting: &PatchedGreeting,
-    plan: &LegPlan<'_>,
+    plan: &TransportPlan<'_>,
 ) -> Result<u8, AuthError>
 where
     B: AsyncRead + AsyncWrite + Unpin,
@@ -46,7 +46,7 @@ where
 pub(super) async fn client_response<C>(
     client: &mut LegStream<C>,
     buf: &mut BytesMut,
-    plan: &LegPlan<'_>,
+    plan: &TransportPlan<'_>,
     max: usize,
     next_seq: &mut u8,
 ) -> Result<Response, AuthError>

@@ -17,7 +17,7 @@ use crate::backends::pooling::{LoginPermit, PoolError};
 use crate::config::BackendAddr;
 use crate::net::stream::BackendStream;
 use crate::proxy::auth::{read_greeting, AuthError, PatchedGreeting};
-use crate::proxy::state::{LegSettings, ProxyState};
+use crate::proxy::state::{ProxyState, TransportSettings};
 use crate::wire::protocol::caps::CLIENT_SSL;
 
 /// Why no backend took a session: what each candidate said, and whether each one failed only
@@ -107,7 +107,7 @@ async fn open_backend(
     ctx: &Context<'_>,
     backend: &Backend,
 ) -> Result<(Connected, PatchedGreeting), (String, bool)> {
-    let (state, legs, addrs) = (ctx.state, ctx.legs, ctx.from.addrs);
+    let (state, transport, addrs) = (ctx.state, ctx.transport, ctx.from.addrs);
     let connected = AtomicBool::new(false);
     let attempt = async {
         let mut stream = BackendStream::open(
@@ -118,7 +118,7 @@ async fn open_backend(
         .await
         .map_err(|e| (e.to_string(), true))?;
         connected.store(true, Relaxed);
-        if let Some(version) = legs.proxy_protocol(&backend.name) {
+        if let Some(version) = transport.proxy_protocol(&backend.name) {
             let sent = stream.send_proxy_header(version, addrs).await;
             sent.map_err(|e| (format!("sending the PROXY protocol header: {e}"), true))?;
         }
@@ -132,7 +132,7 @@ async fn open_backend(
             let broken = !matches!(e, AuthError::BackendRefused { .. });
             (e.to_string(), broken)
         })?;
-        let tls = backend_tls(legs, backend, &greeting).map_err(|e| (e, true))?;
+        let tls = backend_tls(transport, backend, &greeting).map_err(|e| (e, true))?;
         Ok((
             Connected {
                 stream,
@@ -191,11 +191,11 @@ async fn login_slot(
 /// Whether the backend leg switches to TLS, from the backend's mode and its greeting. A backend
 /// that cannot meet its mode (no TLS offered under `required`) fails like one that did not greet.
 fn backend_tls(
-    legs: &LegSettings,
+    transport: &TransportSettings,
     backend: &Backend,
     greeting: &PatchedGreeting,
 ) -> Result<Option<(TlsConnector, ServerName<'static>)>, String> {
-    let Some(leg) = legs.tls.backend(&backend.name) else {
+    let Some(leg) = transport.tls.backend(&backend.name) else {
         return Ok(None);
     };
     let offered = greeting.backend_capabilities & CLIENT_SSL != 0;

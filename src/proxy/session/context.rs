@@ -14,7 +14,7 @@ use tokio_util::sync::CancellationToken;
 use super::Origin;
 use crate::backends::balancer::BackendSet;
 use crate::proxy::relay::Stop;
-use crate::proxy::state::{LegSettings, ProxyState};
+use crate::proxy::state::{ProxyState, TransportSettings};
 
 /// One session's surroundings (see the module's docs).
 pub(super) struct Context<'a> {
@@ -22,7 +22,7 @@ pub(super) struct Context<'a> {
     /// The backend set the session was routed and connected in: a reload meanwhile changes
     /// neither (later counts go to the set then current, `state.backends()`).
     pub(super) set: &'a BackendSet,
-    pub(super) legs: &'a LegSettings,
+    pub(super) transport: &'a TransportSettings,
     pub(super) from: Origin<'a>,
     /// The worker thread running the session: its latency samples go to that worker's shard.
     pub(super) worker: usize,
@@ -36,7 +36,7 @@ impl<'a> Context<'a> {
     pub(super) fn new(
         state: &'a Arc<ProxyState>,
         set: &'a BackendSet,
-        legs: &'a LegSettings,
+        transport: &'a TransportSettings,
         from: Origin<'a>,
         worker: usize,
         drain: &'a CancellationToken,
@@ -44,7 +44,7 @@ impl<'a> Context<'a> {
         Context {
             state,
             set,
-            legs,
+            transport,
             from,
             worker,
             stop: Stop {

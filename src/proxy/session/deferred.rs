@@ -17,12 +17,12 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tracing::{debug, warn};
 
 use super::ending::{handshake_failed, send};
-use super::{legs, Context, EndReason};
+use super::{transport, Context, EndReason};
 use crate::backends::balancer::{BackendSet, GreetingTemplate};
 use crate::backends::client;
 use crate::backends::kill;
 use crate::net::leg::LegStream;
-use crate::proxy::auth::{greet_client, ClientHello, LegPlan};
+use crate::proxy::auth::{greet_client, ClientHello, TransportPlan};
 use crate::proxy::state::ProxyState;
 use crate::telemetry::metrics::Refusal;
 use crate::wire::protocol::errors::{code, pre_greeting_err};
@@ -53,14 +53,14 @@ where
     };
     let mut greeting = BytesMut::from(&template.packet[..]);
     let registration = own_greeting(&state.kills, &mut greeting, peer);
-    let plan = LegPlan {
-        client_tls: ctx.legs.tls.client.as_ref(),
+    let plan = TransportPlan {
+        client_tls: ctx.transport.tls.client.as_ref(),
         client_local: ctx.from.local,
         offer_compression: state.session.offer_compression,
         backend_tls: None,
         backend_compression: false,
         mariadb: template.greeting.is_mariadb,
-        // No backend yet: the guards run when the response goes to one (`legs::plan`), and
+        // No backend yet: the guards run when the response goes to one (`transport::plan`), and
         // the client's answer to the proxy's own nonce goes nowhere.
         socket_identity: None,
         backend: "",
@@ -71,7 +71,7 @@ where
         Ok(hello) => Ok((hello, registration)),
         Err(e) => {
             let reason = handshake_failed(ctx, client, e, NO_BACKEND_YET).await;
-            legs::close_tls(client).await;
+            transport::close_tls(client).await;
             Err(reason)
         }
     }

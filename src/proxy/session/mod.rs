@@ -17,7 +17,7 @@ use crate::backends::balancer::ejection::Failure;
 use crate::backends::balancer::{ClientInfo, Lease};
 use crate::backends::kill;
 use crate::backends::pooling::{self, holding::TEXT_LIMIT};
-use crate::backends::route::{peer_ip, Who};
+use crate::backends::route::{peer_ip, ClientFacts};
 use crate::net::leg::LegStream;
 use crate::net::stream::BackendStream;
 use crate::proxy::auth::{AuthError, Authenticated, PatchedGreeting};
@@ -30,11 +30,11 @@ mod connect;
 mod context;
 mod deferred;
 mod ending;
-mod legs;
 mod opening;
 mod pooled;
 pub mod proxied;
 mod recorder;
+mod transport;
 
 use connect::{connect_backend, no_backend_message, Connected};
 use context::Context;
@@ -122,8 +122,8 @@ impl<'a> Origin<'a> {
     }
 
     /// What routes match on before the client has said who it is.
-    fn who(&self) -> Who<'a> {
-        Who {
+    fn who(&self) -> ClientFacts<'a> {
+        ClientFacts {
             user: None,
             schema: None,
             client: match self.addrs {
@@ -152,8 +152,8 @@ where
     C: AsyncRead + AsyncWrite + Unpin,
 {
     let mut client = LegStream::Plain(client);
-    let (set, legs) = (state.backends(), state.leg_settings());
-    let mut ctx = Context::new(&state, &set, &legs, from, worker, drain);
+    let (set, transport) = (state.backends(), state.transport_settings());
+    let mut ctx = Context::new(&state, &set, &transport, from, worker, drain);
     // Futures are awaited where they are made, never bound to a name first: a named one keeps
     // its room in this state machine after it is done, beside every later one (its size would
     // be the sum of its steps, not the largest).
@@ -206,7 +206,7 @@ where
     let server =
         crate::wire::sql::Server::from_greeting(greeting.greeting.server_version.as_bytes());
     let mut backend = LegStream::Plain(connected.stream);
-    let plan = legs::plan(ctx, &connected.tls, &greeting, lease.backend());
+    let plan = transport::plan(ctx, &connected.tls, &greeting, lease.backend());
     let login = Login {
         greeting,
         limits: ctx.state.session.handshake_limits(),
@@ -252,7 +252,7 @@ struct Established<C, B> {
 fn pool_key<C, B>(ctx: &Context<'_>, session: &Established<C, B>) -> pooling::Key {
     let auth = &session.auth;
     let origin = ctx
-        .legs
+        .transport
         .proxy_protocol(&session.lease.backend().name)
         .and(ctx.from.addrs)
         .map(|(client, _)| client.ip());
@@ -288,12 +288,12 @@ where
         proxy_id,
     } = session;
     let state = ctx.state;
-    legs::established(ctx, lease.backend(), &client, &backend, &auth);
+    transport::established(ctx, lease.backend(), &client, &backend, &auth);
     lease.backend().routed.inc();
     state
         .backends()
         .session_succeeded(lease.backend(), Instant::now());
-    let (up, down) = legs::start_compression(&mut client, &mut backend, &mut auth);
+    let (up, down) = transport::start_compression(&mut client, &mut backend, &mut auth);
     let mut tracker = tracker_for(state, &auth);
     let mut recorder = Recorder::new(ctx, lease.backend(), &auth, proxy_id);
     let limit = recorder.statement_limit();
@@ -333,8 +333,8 @@ where
     }
     let backend_name = &lease.backend().name;
     let reason = relay_ended(ctx, &mut client, end, &tracker, backend_name).await;
-    legs::close_tls(&mut client).await;
-    legs::close_tls(&mut backend).await;
+    transport::close_tls(&mut client).await;
+    transport::close_tls(&mut backend).await;
     reason
 }
 
@@ -377,7 +377,7 @@ async fn connection_phase_failed<C: AsyncRead + AsyncWrite + Unpin>(
         _ => {}
     }
     let reason = handshake_failed(ctx, client, e, &backend.name).await;
-    legs::close_tls(client).await;
+    transport::close_tls(client).await;
     reason
 }
 

@@ -11,15 +11,15 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tracing::warn;
 
 use super::ending::send;
-use super::legs;
+use super::transport;
 use super::{Context, Origin};
 use crate::backends::balancer::Backend;
 use crate::backends::kill;
-use crate::backends::route::Who;
+use crate::backends::route::ClientFacts;
 use crate::net::leg::LegStream;
 use crate::proxy::auth::{
     finish_deferred, relay_connection_phase, AuthError, Authenticated, ClientHello,
-    HandshakeLimits, LegPlan, PatchedGreeting,
+    HandshakeLimits, PatchedGreeting, TransportPlan,
 };
 use crate::proxy::state::ProxyState;
 use crate::telemetry::metrics::Refusal;
@@ -43,7 +43,7 @@ pub(super) enum Opening<'a> {
 pub(super) struct Login<'p> {
     pub(super) greeting: PatchedGreeting,
     pub(super) limits: HandshakeLimits,
-    pub(super) plan: &'p LegPlan<'p>,
+    pub(super) plan: &'p TransportPlan<'p>,
 }
 
 impl<'a> Opening<'a> {
@@ -68,10 +68,10 @@ impl<'a> Opening<'a> {
     }
 
     /// What routes match on: in a deferred connect the user and schema too.
-    pub(super) fn who<'o>(&'o self, from: &Origin<'o>) -> Who<'o> {
+    pub(super) fn who<'o>(&'o self, from: &Origin<'o>) -> ClientFacts<'o> {
         match self {
             Self::Immediate => from.who(),
-            Self::Deferred { hello, .. } => Who {
+            Self::Deferred { hello, .. } => ClientFacts {
                 user: Some(&hello.response.user),
                 schema: hello.response.database.as_deref(),
                 ..from.who()
@@ -101,7 +101,7 @@ impl<'a> Opening<'a> {
                 let sqlstate = Some(sqlstate_for(code));
                 let packet = err_packet(ctx.next_seq, code, sqlstate, message);
                 send(client, &packet).await;
-                legs::close_tls(client).await;
+                transport::close_tls(client).await;
             }
         }
         super::EndReason::NoBackend

@@ -95,7 +95,7 @@ where
     let end = seat.serve(ctx, client, tracker).await;
     // The session's end is counted when `seat.observer` (its `Member`) drops, after its
     // connection went back or closed.
-    seat.hand_back(ctx, &end, tracker).await;
+    seat.return_at_end(ctx, &end, tracker).await;
     end
 }
 
@@ -192,7 +192,7 @@ impl Seat<'_, '_> {
             self.relay(ctx, client, tracker).await?;
         }
         if self.observer.holding.releasable() {
-            self.give_back(ctx.worker).await;
+            self.return_between_transactions(ctx.worker).await;
         }
         Ok(())
     }
@@ -274,7 +274,7 @@ impl Seat<'_, '_> {
     /// Where the connection a session held at its end goes: back to the pool, reset first if the
     /// session left something on it; recycled if it was pinned and can be brought back to its
     /// key's login state; else closed. `end` says how the session ended.
-    async fn hand_back(&mut self, ctx: &Context<'_>, end: &SessionEnd, tracker: &mut Tracker) {
+    async fn return_at_end(&mut self, ctx: &Context<'_>, end: &SessionEnd, tracker: &mut Tracker) {
         let Some(mut held) = self.conn.take() else {
             return;
         };
@@ -338,7 +338,7 @@ impl Seat<'_, '_> {
 
     /// Gives the session's connection back to its pool between transactions (reset first when
     /// the session left traces on it).
-    async fn give_back(&mut self, worker: usize) {
+    async fn return_between_transactions(&mut self, worker: usize) {
         if let Some(live) = &self.live {
             live.store(kill::NO_THREAD, Ordering::Relaxed);
         }

@@ -33,12 +33,12 @@ pub(super) struct Recorder<'a> {
     /// One KILL needing a peer or another backend in flight per session.
     turn: Arc<Semaphore>,
     /// Its statements' digests, when the table is on.
-    digests: Option<digest::Session>,
+    digests: Option<digest::SessionDigests>,
     /// Its capture, while one runs that takes it; `capture_seen` is the capture generation it
     /// last looked at, `who` what its start record says.
     capture: Option<capture::SessionCapture>,
     capture_seen: u64,
-    who: capture::Who<'a>,
+    who: capture::SessionProfile<'a>,
 }
 
 impl<'a> Recorder<'a> {
@@ -51,8 +51,8 @@ impl<'a> Recorder<'a> {
     ) -> Self {
         let (state, worker) = (ctx.state, ctx.worker);
         let ident = || digest::Ident::new(&backend.name, &backend.pool, &auth.user, &auth.schema);
-        let digests = digest::Session::start(&state.digests, worker, ident);
-        let who = capture::Who {
+        let digests = digest::SessionDigests::start(&state.digests, worker, ident);
+        let who = capture::SessionProfile {
             user: &auth.user,
             schema: &auth.schema,
             pool: &backend.pool,

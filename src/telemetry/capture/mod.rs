@@ -73,7 +73,7 @@ pub struct Filter {
 }
 
 impl Filter {
-    fn takes(&self, who: &Who<'_>) -> bool {
+    fn takes(&self, who: &SessionProfile<'_>) -> bool {
         let ok = |want: &Option<String>, have: &str| want.as_deref().is_none_or(|w| w == have);
         ok(&self.pool, who.pool) && ok(&self.backend, who.backend) && ok(&self.user, who.user)
     }
@@ -94,7 +94,7 @@ pub struct Request {
 
 /// Who a session is, as its capture's start record says.
 #[derive(Debug, Clone, Copy)]
-pub struct Who<'a> {
+pub struct SessionProfile<'a> {
     pub user: &'a str,
     pub schema: &'a str,
     pub pool: &'a str,
@@ -221,7 +221,12 @@ impl Capture {
 
     /// A session's capture, if one runs and takes it: `before` says the session was open before
     /// the capture began; `in_flight` commands already sent are not its to answer.
-    pub fn join(&self, who: &Who<'_>, before: bool, in_flight: usize) -> Option<SessionCapture> {
+    pub fn join(
+        &self,
+        who: &SessionProfile<'_>,
+        before: bool,
+        in_flight: usize,
+    ) -> Option<SessionCapture> {
         let active = self.current()?;
         SessionCapture::start(active, who, before, in_flight)
     }
@@ -231,7 +236,7 @@ impl Capture {
     pub fn refresh(
         &self,
         mine: &mut Option<SessionCapture>,
-        who: &Who<'_>,
+        who: &SessionProfile<'_>,
         in_flight: usize,
     ) -> bool {
         let current = self.current();
@@ -414,7 +419,12 @@ pub struct SessionCapture {
 }
 
 impl SessionCapture {
-    fn start(active: Arc<Active>, who: &Who<'_>, before: bool, in_flight: usize) -> Option<Self> {
+    fn start(
+        active: Arc<Active>,
+        who: &SessionProfile<'_>,
+        before: bool,
+        in_flight: usize,
+    ) -> Option<Self> {
         if active.stop.load(Ordering::Relaxed) || !active.request.filter.takes(who) {
             return None;
         }

@@ -14,8 +14,8 @@ fn commands_of(records: &[format::Record]) -> Vec<&format::Command> {
         .collect()
 }
 
-fn who() -> Who<'static> {
-    Who {
+fn who() -> SessionProfile<'static> {
+    SessionProfile {
         user: "app",
         schema: "shop",
         pool: "rw",

@@ -31,7 +31,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering}
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-pub use session::Session;
+pub use session::SessionDigests;
 use shard::{Budget, Shard};
 pub use shard::{Kind, Stats};
 use texts::TextBudget;
@@ -331,7 +331,7 @@ mod tests {
         };
         let table = Arc::new(Digests::new(&on));
         assert!(
-            Session::start(&Digests::new(&DigestConfig::default()).into(), 0, || {
+            SessionDigests::start(&Digests::new(&DigestConfig::default()).into(), 0, || {
                 Ident::new("b", "p", "u", "s")
             })
             .is_none(),
@@ -339,7 +339,7 @@ mod tests {
         );
         let ident = Ident::new("b", "p", "u", "s");
         for worker in 0..4 {
-            let mut s = Session::start(&table, worker, || Arc::clone(&ident)).unwrap();
+            let mut s = SessionDigests::start(&table, worker, || Arc::clone(&ident)).unwrap();
             let tag = s.statement(cmd::QUERY, b"\x03SELECT 1");
             s.completed(&Completed {
                 command: cmd::QUERY,
@@ -373,7 +373,7 @@ mod tests {
         let mut sessions = Vec::new();
         let mut statements = 0;
         for i in 0..3000 {
-            let mut s = Session::start(&table, i % 4, || Arc::clone(&ident)).unwrap();
+            let mut s = SessionDigests::start(&table, i % 4, || Arc::clone(&ident)).unwrap();
             for j in 0..20 {
                 // 600 bytes, its own digest (a distinct column name), most of it kept.
                 let text = format!("\x03SELECT c{i}_{j}, '{}' FROM t", "x".repeat(570));

@@ -30,7 +30,7 @@ const REDACTED_TEXT: &str = "(redacted)";
 const PREPARED: usize = 16_384;
 
 #[derive(Debug)]
-pub struct Session {
+pub struct SessionDigests {
     table: Arc<Digests>,
     worker: usize,
     ident: Arc<Ident>,
@@ -57,7 +57,7 @@ fn lossy(bytes: &[u8]) -> Arc<str> {
     String::from_utf8_lossy(bytes).as_ref().into()
 }
 
-impl Session {
+impl SessionDigests {
     /// A session's digests, when the table is on; `max_len` is what the tracker must keep of a
     /// statement packet (see `Tracker::report_statements`).
     pub fn start(

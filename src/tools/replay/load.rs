@@ -17,7 +17,7 @@ pub struct Step {
 }
 
 #[derive(Debug, Clone, Default)]
-pub struct Session {
+pub struct CapturedSession {
     pub id: u64,
     pub start: SessionStart,
     /// When the capture first saw it.
@@ -35,7 +35,7 @@ pub struct Damage {
 
 #[derive(Debug, Default)]
 pub struct Loaded {
-    pub sessions: Vec<Session>,
+    pub sessions: Vec<CapturedSession>,
     pub files: usize,
     pub damage: Vec<Damage>,
 }
@@ -80,7 +80,7 @@ pub fn load(dir: &Path) -> Result<Loaded, LoadError> {
         files: files.len(),
         ..Loaded::default()
     };
-    let mut sessions: BTreeMap<u64, Session> = BTreeMap::new();
+    let mut sessions: BTreeMap<u64, CapturedSession> = BTreeMap::new();
     let mut waiting: HashMap<(u64, u32), (u64, usize)> = HashMap::new();
     for path in files {
         let bytes = std::fs::read(&path).map_err(|source| LoadError::Io {
@@ -99,11 +99,13 @@ pub fn load(dir: &Path) -> Result<Loaded, LoadError> {
             });
         }
         for r in decoded.records {
-            let s = sessions.entry(r.session).or_insert_with(|| Session {
-                id: r.session,
-                t_us: r.t_us,
-                ..Session::default()
-            });
+            let s = sessions
+                .entry(r.session)
+                .or_insert_with(|| CapturedSession {
+                    id: r.session,
+                    t_us: r.t_us,
+                    ..CapturedSession::default()
+                });
             match r.body {
                 Body::SessionStart(start) => {
                     s.start = start;

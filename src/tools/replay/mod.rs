@@ -25,7 +25,7 @@ use tokio_util::sync::CancellationToken;
 use crate::config::BackendAddr;
 use crate::wire::protocol::response::cmd;
 use conn::Conn;
-use load::Session;
+use load::CapturedSession;
 use plan::{Plan, Planner};
 use report::{Replayed, Report, Sample};
 
@@ -172,7 +172,7 @@ pub async fn run(opts: Options) -> Result<Report, ReplayError> {
 
 /// One captured session on its own connection; returns a sample per captured command (those
 /// not reached have no replayed part).
-async fn replay_session(ctx: Arc<Ctx>, session: Session) -> Vec<Sample> {
+async fn replay_session(ctx: Arc<Ctx>, session: CapturedSession) -> Vec<Sample> {
     let mut planner = Planner::new(ctx.opts.read_only);
     let mut samples = Vec::with_capacity(session.steps.len());
     let mut conn = None;

@@ -1,4 +1,4 @@
-//! [`TlsLeg`] against tokio-rustls over an in-memory pipe, TLS 1.2 and 1.3, either side: bulk
+//! [`TlsSocket`] against tokio-rustls over an in-memory pipe, TLS 1.2 and 1.3, either side: bulk
 //! data in records of mixed sizes (more plaintext in one read than rustls holds), clean close,
 //! truncation, a forged record, key updates.
 
@@ -55,12 +55,12 @@ fn configs(versions: &[&'static SupportedProtocolVersion]) -> Configs {
 type Peer = tokio_rustls::TlsStream<DuplexStream>;
 
 /// A handshake over a pipe of `pipe` bytes; the side named by `leg_is_server` becomes a
-/// [`TlsLeg`], the other stays a tokio-rustls stream.
+/// [`TlsSocket`], the other stays a tokio-rustls stream.
 async fn pair(
     versions: &[&'static SupportedProtocolVersion],
     leg_is_server: bool,
     pipe: usize,
-) -> (TlsLeg<DuplexStream>, Peer) {
+) -> (TlsSocket<DuplexStream>, Peer) {
     let c = configs(versions);
     let (client_io, server_io) = tokio::io::duplex(pipe);
     let acceptor = tokio_rustls::TlsAcceptor::from(Arc::clone(&c.server));
@@ -73,9 +73,9 @@ async fn pair(
     let server = TlsStream::Server(server.expect("server handshake"));
     let client = TlsStream::Client(client.expect("client handshake"));
     if leg_is_server {
-        (TlsLeg::new(server), client)
+        (TlsSocket::new(server), client)
     } else {
-        (TlsLeg::new(client), server)
+        (TlsSocket::new(client), server)
     }
 }
 

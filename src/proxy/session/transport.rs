@@ -14,8 +14,8 @@ use super::Context;
 use crate::backends::balancer::Backend;
 use crate::net::leg::LegStream;
 use crate::net::tls;
-use crate::proxy::auth::{Authenticated, LegPlan, PatchedGreeting};
-use crate::proxy::state::{LegSettings, ProxyState};
+use crate::proxy::auth::{Authenticated, PatchedGreeting, TransportPlan};
+use crate::proxy::state::{ProxyState, TransportSettings};
 use crate::wire::protocol::caps::CLIENT_COMPRESS;
 use crate::wire::protocol::compress::Role;
 
@@ -31,21 +31,21 @@ pub(super) fn plan<'a>(
     backend_tls: &'a Option<(TlsConnector, ServerName<'static>)>,
     greeting: &PatchedGreeting,
     backend: &'a Backend,
-) -> LegPlan<'a> {
-    let (state, legs): (&'a ProxyState, &'a LegSettings) = (ctx.state, ctx.legs);
+) -> TransportPlan<'a> {
+    let (state, transport): (&'a ProxyState, &'a TransportSettings) = (ctx.state, ctx.transport);
     let unix = matches!(backend.address, crate::config::BackendAddr::Unix(_));
-    let allowed = legs
+    let allowed = transport
         .tls
         .backend(&backend.name)
         .is_some_and(|leg| leg.allow_cleartext_passwords);
     let guard_cleartext = backend_tls.is_none() && backend.address.leaves_host() && !allowed;
-    LegPlan {
-        client_tls: legs.tls.client.as_ref(),
+    TransportPlan {
+        client_tls: transport.tls.client.as_ref(),
         client_local: ctx.from.local,
         offer_compression: state.session.offer_compression,
         backend_tls: backend_tls.as_ref().map(|(c, n)| (c, n.clone())),
         backend_compression: greeting.backend_capabilities & CLIENT_COMPRESS != 0
-            && legs.compress_backend(&backend.name),
+            && transport.compress_backend(&backend.name),
         mariadb: greeting.greeting.is_mariadb,
         socket_identity: unix.then_some(&*state.socket_identity),
         backend: &backend.name,
