@@ -1,7 +1,7 @@
 //! What every step of a session needs, in one place: the proxy's state, where the client came
-//! from, the worker running it, when to stop, the backend set and transport settings it began with, and
-//! the client leg's next sequence id. Steps take the context instead of threading each of these
-//! by hand, and the sequence id moves in one place as the connection phase advances it.
+//! from, the worker running it, when to stop, the backend set and transport settings it began
+//! with, and the client leg's next sequence id. Steps take the context instead of threading each
+//! of these by hand, and the sequence id moves in one place as the connection phase advances it.
 //!
 //! Everything but the sequence id is borrowed for the session's life (`'a`): what a step hands
 //! back (a transport plan, a registered proxy id) may outlive the step's borrow of the
