@@ -1,8 +1,8 @@
 //! Which pool a client goes to: the `routes:` list matched against who the client is.
 //!
-//! Sans-IO: a [`Routes`] is built once per configuration (a reload builds a new one) and asked
-//! once per session, with what the session knows at that point ([`ClientFacts`]). Patterns are
-//! compiled here, at build time, so a match allocates nothing. Globs are matched iteratively (`*` any run,
+//! Sans-IO: a [`Routes`] is built once per configuration (a reload builds a new one) and asked once
+//! per session, with what the session knows at that point ([`ClientFacts`]). Patterns are compiled
+//! here, at build time, so a match allocates nothing. Globs are matched iteratively (`*` any run,
 //! `?` one character, the rest literal): a route file is operator input, but the user and schema
 //! come from the client, and a backtracking matcher would let a pattern like `a*a*a*b` and a long
 //! user name cost exponential time.
