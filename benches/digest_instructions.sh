@@ -1,6 +1,7 @@
 #!/bin/sh
-# Instructions per call of sql::digest, sql::pins::pins and sql::read_only on sysbench's texts,
-# counted by callgrind (see examples/digest_instructions.rs). Run from the repository's root after
+# Instructions per call of sql::digest (as sysbench's texts come, and on a new shape every call),
+# sql::pins::pins and sql::read_only on sysbench's statements, counted by callgrind (see
+# examples/digest_instructions.rs). From the repository's root, after
 # `cargo build --release --example digest_instructions`.
 set -eu
 bin=${BIN:-target/release/examples/digest_instructions}
@@ -9,7 +10,7 @@ count() {
     valgrind --tool=callgrind --callgrind-out-file=/dev/null "$bin" "$@" 2>&1 \
         | sed -n 's/.*Collected : \([0-9]*\).*/\1/p'
 }
-for f in ${FUNCTIONS:-digest pins read_only}; do
+for f in ${FUNCTIONS:-digest digest_new pins read_only}; do
     for t in ${TEXTS:-point range sum order distinct begin update hibernate}; do
         a=$(count "$f" "$t" "$n")
         b=$(count "$f" "$t" $((3 * n)))

@@ -6,12 +6,36 @@
 //! allocating, and `digest(normalize(x)) == digest(x)` follows from the printer being idempotent.
 //! Work is linear in `max_len`: list and sign look-aheads stop at the first token that does not
 //! fit, and the printer never revisits a token it has passed.
+//!
+//! # Three ways to the same digest
+//!
+//! The digest runs on every `COM_QUERY` and `COM_STMT_PREPARE` text, so what it costs is paid
+//! per statement. [`digest`] takes, in order:
+//!
+//! 1. the per-thread cache by shape (`cache.rs`): a text that repeats an earlier one but for its
+//!    numbers (`id=5032`) gets that one's digest, for one table look-up a byte;
+//! 2. the fast path (`fast.rs`): the common statement read and printed in one tight pass;
+//! 3. the general printer below, where the fast path bails (comments, backticks, variables,
+//!    non-ASCII words, hex and bit literals, ...), and always for [`normalize`].
+//!
+//! All three give the same bytes to the same hash; `tests.rs` holds them to the first
+//! implementation. Instructions per call, counted by callgrind on sysbench's statements with a
+//! new number each call (`benches/digest_instructions.sh`, release build):
+//!
+//! | statement | before | cache hit | a new shape |
+//! |---|---:|---:|---:|
+//! | `SELECT c FROM sbtest1 WHERE id=#` | 3,322 | 743 | 2,804 |
+//! | `SELECT DISTINCT c FROM sbtest1 WHERE id BETWEEN # AND # ORDER BY c` | 6,007 | 1,393 | 5,130 |
+//!
+//! ("a new shape": the table name numbered at every call, so the cache misses every time and
+//! the fast path digests; its shape and look-up cost ~500 more than the fast path alone.)
 
 use std::fmt;
 
 use super::keywords::{CALL_PAREN, OPERAND};
 use super::token::{is_ident, is_space, tokens, Token, TokenKind, Tokens};
 
+mod cache;
 mod fast;
 #[cfg(test)]
 mod tests;
@@ -28,14 +52,22 @@ impl fmt::Display for Digest {
 
 /// The digest of the normalized form of the first `max_len` bytes of `text`, without allocating.
 pub fn digest(text: &[u8], max_len: usize) -> Digest {
-    let text = text.get(..max_len).unwrap_or(text);
+    if text.len() <= max_len {
+        return cache::digest(text, compute);
+    }
+    compute(text.get(..max_len).unwrap_or(text)).0
+}
+
+/// The digest of `text` (already cut at `max_len`): by the fast path, or by the general printer
+/// where it bails. True if the digest cache may keep it by the text's shape (see `cache.rs`).
+fn compute(text: &[u8]) -> (Digest, bool) {
     let mut hasher = Hasher::new();
-    if fast::print(text, &mut hasher).is_ok() {
-        return Digest(hasher.finish());
+    if let Ok(digit_names) = fast::print(text, &mut hasher) {
+        return (Digest(hasher.finish()), !digit_names);
     }
     let mut hasher = Hasher::new();
     print(text, text.len(), &mut hasher);
-    Digest(hasher.finish())
+    (Digest(hasher.finish()), false)
 }
 
 /// The normalized form of the first `max_len` bytes of `text` (bytes that are not UTF-8 become

@@ -172,6 +172,9 @@ struct Lexer<'a> {
     after_qualifier: bool,
     /// The previous token is a keyword or a name.
     prev_name: bool,
+    /// A name after a qualifier started with a digit (`t.5`): its digits are printed, which
+    /// the digest cache must know (see `cache.rs`).
+    digit_name: bool,
 }
 
 impl<'a> Lexer<'a> {
@@ -345,6 +348,7 @@ impl<'a> Lexer<'a> {
         };
         let (kind, end) = match class(b) {
             WORD | DIGIT | UNDERSCORE if self.after_qualifier => {
+                self.digit_name |= class(b) == DIGIT;
                 (Kind::Identifier, self.word_end(start)?)
             }
             WORD => self.word(start)?,
@@ -602,14 +606,16 @@ impl<O: Out> Printer<'_, O> {
 
 /// Prints the normalized form of `text` (already cut at `max_len`) into `out`, as the general
 /// printer would; Bail (with `out` part-written) when the text needs the general printer.
+/// True if a name in it starts with a digit (`t.5`), which the digest cache must know.
 #[inline]
-pub(super) fn print<O: Out>(text: &[u8], out: &mut O) -> Result<(), Bail> {
+pub(super) fn print<O: Out>(text: &[u8], out: &mut O) -> Result<bool, Bail> {
     let mut p = Printer { out, last: START };
     let mut lx = Lexer {
         text,
         pos: 0,
         after_qualifier: false,
         prev_name: false,
+        digit_name: false,
     };
     let mut signs_checked = false;
     let mut semicolons_checked = false;
@@ -642,7 +648,7 @@ pub(super) fn print<O: Out>(text: &[u8], out: &mut O) -> Result<(), Bail> {
         }
         p.token(text, tok, after_qualifier);
     }
-    Ok(())
+    Ok(lx.digit_name)
 }
 
 /// After a `(`: the lexer past the last `)` if a run of comma-separated lists of only literals

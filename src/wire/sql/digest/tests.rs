@@ -330,3 +330,173 @@ proptest! {
         check(&text, 4096);
     }
 }
+
+#[test]
+fn a_shape_cuts_digit_runs_that_do_not_continue_a_word() {
+    let shape = |t: &str| cache::shape_of(t.as_bytes());
+    assert_eq!(
+        shape("SELECT c FROM sbtest1 WHERE id=5032").as_deref(),
+        Some(&b"SELECT c FROM sbtest1 WHERE id=\0"[..])
+    );
+    assert_eq!(
+        shape("x 12.50 a1 1e5 t.5 '7 8' $9").as_deref(),
+        Some(&b"x \0.\0 a1 \0e5 t.\0 '\0 \0' $9"[..])
+    );
+    assert_eq!(shape("SELECT '\0'"), None);
+    assert_eq!(shape(&"x".repeat(cache::MAX_TEXT + 1)), None);
+    assert!(shape(&"x".repeat(cache::MAX_TEXT)).is_some());
+}
+
+/// Pieces with digits in every place the shape cuts them, and some where it must not.
+const DIGITS: &[&str] = &[
+    "1",
+    "42",
+    "007",
+    "1.5",
+    "12.",
+    "t.5",
+    "t . 5",
+    "1e5",
+    "1E-3",
+    "a1",
+    "sbtest1",
+    "0x1F",
+    "0b1",
+    "'1 2'",
+    "\"3\"",
+    "`c1`",
+    "`1`",
+    "@v1",
+    "@1",
+    "@@x1",
+    "/*!50100 x */",
+    "/*!5 1 */",
+    "/*+ M(1) */",
+    "/* 1 */",
+    "-- 1\n",
+    "# 1\n",
+    "x'12'",
+    "b'1'",
+    "N'1'",
+    "_utf8'1'",
+    "_binary 1",
+    "1abc",
+    ".5",
+    "$1",
+    "é1",
+    "-1",
+    "+2",
+    "(1, 2)",
+    "IN (3)",
+    "?",
+];
+
+/// `text` with each digit run the shape cuts replaced by other digits.
+fn other_digits(text: &[u8], next: &mut impl FnMut() -> u64) -> Vec<u8> {
+    let mut out = Vec::new();
+    let mut in_word = false;
+    let mut i = 0;
+    while let Some(&b) = text.get(i) {
+        if b.is_ascii_digit() && !in_word {
+            while text.get(i).is_some_and(u8::is_ascii_digit) {
+                i += 1;
+            }
+            for _ in 0..=next() % 5 {
+                out.push(b'0' + (next() % 10) as u8);
+            }
+            continue;
+        }
+        in_word = b.is_ascii_alphanumeric() || b == b'_' || b == b'$' || b >= 0x80;
+        out.push(b);
+        i += 1;
+    }
+    out
+}
+
+/// What makes a hit safe: a text the fast path lets the cache keep has the digest of every text
+/// of its shape (by the general printer and the first hash).
+#[test]
+fn texts_of_a_kept_shape_share_its_digest() {
+    let mut seed = 0x2545_f491_4f6c_dd1du64;
+    let mut next = move || {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed
+    };
+    let (mut kept, mut left) = (0, 0);
+    for _ in 0..20_000 {
+        let mut text = Vec::new();
+        for _ in 0..next() % 16 {
+            let piece = if next() % 2 == 0 {
+                DIGITS[(next() % DIGITS.len() as u64) as usize]
+            } else {
+                READ[(next() % READ.len() as u64) as usize]
+            };
+            text.extend_from_slice(piece.as_bytes());
+            if next() % 3 != 0 {
+                text.push(b' ');
+            }
+        }
+        let (digest, keep) = compute(&text);
+        assert_eq!(digest, reference_digest(&text, text.len()));
+        if !keep {
+            left += 1;
+            continue;
+        }
+        kept += 1;
+        for _ in 0..3 {
+            let other = other_digits(&text, &mut next);
+            assert_eq!(cache::shape_of(&other), cache::shape_of(&text));
+            assert_eq!(
+                reference_digest(&other, other.len()),
+                digest,
+                "{:?} and {:?}",
+                String::from_utf8_lossy(&text),
+                String::from_utf8_lossy(&other)
+            );
+        }
+    }
+    assert!(kept > 2_000 && left > 2_000, "kept {kept}, left {left}");
+}
+
+/// The cache answers what the digest computed afresh would, through hits, misses, evictions and
+/// texts cut at `max_len`.
+#[test]
+fn the_cache_answers_as_a_fresh_digest() {
+    let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+    let mut next = move || {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed
+    };
+    let mut texts: Vec<Vec<u8>> = Vec::new();
+    for i in 0..2_000u64 {
+        let text = if i % 3 == 0 && !texts.is_empty() {
+            let earlier = &texts[(next() % texts.len() as u64) as usize];
+            other_digits(earlier, &mut next)
+        } else {
+            let mut text = Vec::new();
+            for _ in 0..next() % 12 {
+                let piece = if next() % 2 == 0 {
+                    DIGITS[(next() % DIGITS.len() as u64) as usize]
+                } else {
+                    READ[(next() % READ.len() as u64) as usize]
+                };
+                text.extend_from_slice(piece.as_bytes());
+                text.push(b' ');
+            }
+            text
+        };
+        for max_len in [4096, text.len(), text.len().saturating_sub(3)] {
+            assert_eq!(
+                digest(&text, max_len),
+                reference_digest(&text, max_len),
+                "{:?} cut at {max_len}",
+                String::from_utf8_lossy(&text)
+            );
+        }
+        texts.push(text);
+    }
+}
