@@ -505,19 +505,35 @@ static INDEX: [u16; SLOTS] = {
     index
 };
 
-/// The keyword `word` spells (any case), with its flags. Any bytes: a candidate the folded
-/// form finds is checked byte by byte, so a byte no word holds (DEL folds as `_` does) cannot
-/// make a keyword.
+/// The keyword `word` spells (any case), with its flags. Any bytes: where a keyword has a digit
+/// or `_`, which a control byte or DEL folds alike, the candidate is checked byte by byte, so a
+/// byte no word holds cannot make a keyword (a letter folds only with its other case).
 #[inline]
 pub(crate) fn lookup(word: &[u8]) -> Option<(&'static str, u8)> {
     let (first, last) = folded(word);
-    let entry = *KEYWORDS.get(index_folded(word, first, last)?)?;
-    entry
-        .0
-        .as_bytes()
-        .eq_ignore_ascii_case(word)
-        .then_some(entry)
+    let k = index_folded(word, first, last)?;
+    let entry = *KEYWORDS.get(k)?;
+    let letters_only = LETTERS_ONLY.get(k).copied().unwrap_or(false);
+    (letters_only || entry.0.as_bytes().eq_ignore_ascii_case(word)).then_some(entry)
 }
+
+/// Per keyword: true if it is letters only (no digit, no `_`).
+static LETTERS_ONLY: [bool; KEYWORDS.len()] = {
+    let mut out = [false; KEYWORDS.len()];
+    let mut k = 0;
+    while k < KEYWORDS.len() {
+        let name = KEYWORDS[k].0.as_bytes();
+        let mut letters = true;
+        let mut i = 0;
+        while i < name.len() {
+            letters &= name[i].is_ascii_alphabetic();
+            i += 1;
+        }
+        out[k] = letters;
+        k += 1;
+    }
+    out
+};
 
 /// The index in [`KEYWORDS`] of the keyword `word` spells, given its [`folded`] form: exact for a
 /// word of ASCII letters, digits, `_` and `$` (what the digest's fast path gives it); a word
