@@ -80,43 +80,82 @@ static STEP: [u8; 1024] = {
 const ONES: u64 = 0x0101_0101_0101_0101;
 const HIGH_BITS: u64 = 0x8080_8080_8080_8080;
 
-/// True if 8 bytes (little-endian `w`) hold neither a digit nor a 0 byte: the shape copies them
-/// as they are.
+/// Of 8 bytes (little-endian `w`): the digits and (at least the first of) the 0 bytes, as
+/// their high bits.
 #[inline]
-fn plain(w: u64) -> bool {
+fn marks(w: u64) -> (u64, u64) {
     let x = w & !HIGH_BITS;
-    // Each byte's high bit: its low 7 bits are at least `0`, and above `9`, as in `fast.rs`.
+    // Each byte's high bit: its low 7 bits are at least `0` and not above `9` (each sum stays
+    // within its byte), and it is below 0x80.
     let digits = (x + ONES * (0x80 - 0x30)) & !(x + ONES * (0x7f - 0x39)) & !w & HIGH_BITS;
     let zeros = w.wrapping_sub(ONES) & !w & HIGH_BITS;
-    digits | zeros == 0
+    (digits, zeros)
+}
+
+/// True if `b` continues a word and is not a digit.
+#[inline]
+fn word_byte(b: u8) -> bool {
+    STEP[usize::from(b) << 2] & 3 == AFTER_WORD
 }
 
 /// The shape of `text` into `out`: its length, or None for a text with a 0 byte or longer than
-/// `out`. Eight bytes without a digit are copied at once; the others go through the automaton.
+/// `out`. Eight bytes at a time: those before the first digit are copied with one store, the
+/// run of digits there is cut (or copied, after a word byte), and the next eight are read from
+/// after it; the last few bytes go through the automaton.
 fn shape(text: &[u8], out: &mut [u8; MAX_TEXT]) -> Option<usize> {
     if text.len() > MAX_TEXT {
         return None;
     }
     let mut n = 0;
-    let mut state = AFTER_OTHER;
-    let mut chunks = text.chunks_exact(8);
-    for chunk in &mut chunks {
-        let (Some(bytes), Some(&last)) = (chunk.first_chunk::<8>(), chunk.last()) else {
-            continue;
-        };
-        if plain(u64::from_le_bytes(*bytes)) {
-            // `n` is at most the bytes read before: the 8 fit.
-            out.get_mut(n..n + 8)?.copy_from_slice(bytes);
+    let mut i = 0;
+    while let Some(bytes) = text.get(i..).and_then(|t| t.first_chunk::<8>()) {
+        let (digits, zeros) = marks(u64::from_le_bytes(*bytes));
+        if zeros != 0 {
+            return None;
+        }
+        // `n` is at most `i`, and `i + 8` within the text: the 8 fit. Bytes stored past the
+        // first digit are overwritten by what comes next.
+        out.get_mut(n..n + 8)?.copy_from_slice(bytes);
+        if digits == 0 {
             n += 8;
-            // No digit: the state after is what the last byte is.
-            state = STEP[usize::from(last) << 2] & 3;
+            i += 8;
             continue;
         }
-        for &b in chunk {
-            (n, state) = step(out, n, state, b);
+        let k = (digits.trailing_zeros() / 8) as usize;
+        n += k;
+        i += k;
+        // A run starts at `i` (the byte before it, if any, is no digit: runs are read whole).
+        let run = text.get(i..)?;
+        let len = run.iter().take_while(|b| b.is_ascii_digit()).count();
+        if i > 0 && text.get(i - 1).is_some_and(|&b| word_byte(b)) {
+            out.get_mut(n..n + len)?.copy_from_slice(run.get(..len)?);
+            n += len;
+        } else {
+            *out.get_mut(n)? = 0;
+            n += 1;
         }
+        i += len;
     }
-    for &b in chunks.remainder() {
+    // The last bytes: a run was read whole, so the automaton starts after a word or not.
+    let mut state = match i.checked_sub(1).and_then(|j| text.get(j)) {
+        Some(&b) if word_byte(b) || b.is_ascii_digit() => AFTER_WORD,
+        _ => AFTER_OTHER,
+    };
+    for &b in text.get(i..)? {
+        (n, state) = step(out, n, state, b);
+    }
+    (state != SAW_ZERO).then_some(n)
+}
+
+/// The shape as the automaton alone reads it, a byte at a time: what the tests hold [`shape`]
+/// to.
+#[cfg(test)]
+fn shape_bytewise(text: &[u8], out: &mut [u8; MAX_TEXT]) -> Option<usize> {
+    if text.len() > MAX_TEXT {
+        return None;
+    }
+    let (mut n, mut state) = (0, AFTER_OTHER);
+    for &b in text {
         (n, state) = step(out, n, state, b);
     }
     (state != SAW_ZERO).then_some(n)
@@ -231,10 +270,15 @@ fn store(cell: &RefCell<Option<Box<Cache>>>, slot: usize, len: usize, digest: Di
     }
 }
 
-/// The shape of `text`, for the tests.
+/// The shape of `text`, for the tests; checked against the automaton alone.
 #[cfg(test)]
 pub(super) fn shape_of(text: &[u8]) -> Option<Vec<u8>> {
     let mut out = [0u8; MAX_TEXT];
-    let n = shape(text, &mut out)?;
-    out.get(..n).map(<[u8]>::to_vec)
+    let mut bytewise = [0u8; MAX_TEXT];
+    let n = shape(text, &mut out);
+    let m = shape_bytewise(text, &mut bytewise);
+    assert_eq!(n, m, "{:?}", String::from_utf8_lossy(text));
+    let shape = out.get(..n?).map(<[u8]>::to_vec);
+    assert_eq!(shape.as_deref(), bytewise.get(..n?));
+    shape
 }

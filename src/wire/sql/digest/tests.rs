@@ -326,6 +326,15 @@ proptest! {
     }
 
     #[test]
+    fn the_shape_is_the_automatons(
+        text in prop::collection::vec(
+            prop::sample::select(b"0123456789ab_$ .'=\x00\xc3".to_vec()), 0..80),
+    ) {
+        // shape_of compares the two.
+        cache::shape_of(&text);
+    }
+
+    #[test]
     fn fast_path_agrees_on_ascii(text in prop::collection::vec(0x20u8..0x7f, 0..64)) {
         check(&text, 4096);
     }
