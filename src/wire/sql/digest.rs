@@ -6,11 +6,43 @@
 //! allocating, and `digest(normalize(x)) == digest(x)` follows from the printer being idempotent.
 //! Work is linear in `max_len`: list and sign look-aheads stop at the first token that does not
 //! fit, and the printer never revisits a token it has passed.
+//!
+//! # Three ways to the same digest
+//!
+//! The digest runs on every `COM_QUERY` and `COM_STMT_PREPARE` text, so what it costs is paid
+//! per statement. [`digest`] takes, in order:
+//!
+//! 1. the per-thread cache by shape (`cache.rs`): a text that repeats an earlier one but for its
+//!    numbers (`id=5032`) gets that one's digest, for one table look-up a byte;
+//! 2. the fast path (`fast.rs`): the common statement read and printed in one tight pass;
+//! 3. the general printer below, where the fast path bails (comments, backticks, variables,
+//!    non-ASCII words, hex and bit literals, ...), and always for [`normalize`].
+//!
+//! All three give the same bytes to the same hash; `tests.rs` holds them to the first
+//! implementation. Instructions per call, counted by callgrind on sysbench's statements with a
+//! new number each call (`benches/digest_instructions.sh`, release build):
+//!
+//! | statement | before | cache hit | a new shape |
+//! |---|---:|---:|---:|
+//! | `SELECT c FROM sbtest1 WHERE id=#` | 3,386 | 478 | 2,515 |
+//! | `SELECT c FROM sbtest1 WHERE id BETWEEN # AND #` | 4,333 | 659 | 3,236 |
+//! | `SELECT DISTINCT c FROM sbtest1 WHERE id BETWEEN # AND # ORDER BY c` | 6,095 | 770 | 4,484 |
+//! | `BEGIN` | 588 | 252 | 252 |
+//! | a Hibernate `select user0_.id as id1_0_, ...` (160 bytes) | 13,009 | 1,899 | 8,985 |
+//!
+//! ("a new shape": the table name numbered at every call, so the cache misses every time and
+//! the fast path digests; the shape and the look-up cost a few hundred more than the fast path
+//! alone. "before": the general printer alone, commit c9c3396.)
 
 use std::fmt;
 
 use super::keywords::{CALL_PAREN, OPERAND};
 use super::token::{is_ident, is_space, tokens, Token, TokenKind, Tokens};
+
+mod cache;
+mod fast;
+#[cfg(test)]
+mod tests;
 
 /// A statement's digest: the hash of its normalized text. Displayed as 16 hex digits.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
@@ -24,9 +56,22 @@ impl fmt::Display for Digest {
 
 /// The digest of the normalized form of the first `max_len` bytes of `text`, without allocating.
 pub fn digest(text: &[u8], max_len: usize) -> Digest {
+    if text.len() <= max_len {
+        return cache::digest(text, compute);
+    }
+    compute(text.get(..max_len).unwrap_or(text)).0
+}
+
+/// The digest of `text` (already cut at `max_len`): by the fast path, or by the general printer
+/// where it bails. True if the digest cache may keep it by the text's shape (see `cache.rs`).
+fn compute(text: &[u8]) -> (Digest, bool) {
     let mut hasher = Hasher::new();
-    print(text, max_len, &mut hasher);
-    Digest(hasher.finish())
+    if let Ok(digit_names) = fast::print(text, &mut hasher) {
+        return (Digest(hasher.finish()), !digit_names);
+    }
+    let mut hasher = Hasher::new();
+    print(text, text.len(), &mut hasher);
+    (Digest(hasher.finish()), false)
 }
 
 /// The normalized form of the first `max_len` bytes of `text` (bytes that are not UTF-8 become
@@ -63,18 +108,24 @@ impl Sink for String {
     }
 }
 
-/// A streaming 64-bit hash: bytes are gathered into 32-byte blocks, each 64-bit word of a block
-/// folded into the state with a 64×64→128-bit multiply; the zero-padded tail, the length and a
-/// final mix end it. Only the byte sequence matters, not how it was split into pieces (the
-/// printer hands over many short ones).
+/// A streaming 64-bit hash: the bytes, zero-padded to a multiple of 8, are read as
+/// little-endian 64-bit words, each folded into the state with a 64×64→128-bit multiply; the
+/// length and a final mix end it. Only the byte sequence matters, not how it was split into
+/// pieces (the printer hands over many short ones).
+///
+/// The bytes not folded yet wait in one register-sized word: a piece of up to 8 bytes (`?`, a
+/// space and a keyword, most names) is one shift and or, and a fold when the word fills, with
+/// no buffer to fill and clear. (The first version gathered 32-byte blocks a byte at a time;
+/// `reference::Hasher` in the tests keeps it, and the digests are the same.)
 struct Hasher {
     state: u64,
-    block: [u8; BLOCK],
-    filled: usize,
+    /// The bytes not folded yet, the first in the lowest byte.
+    pending: u64,
+    /// How many bytes `pending` holds (0 to 7).
+    held: usize,
     len: u64,
 }
 
-const BLOCK: usize = 32;
 const MUL: u64 = 0x9e37_79b9_7f4a_7c15;
 const SEED: u64 = 0x2d35_8dcc_aa6c_78a5;
 
@@ -83,63 +134,83 @@ fn fold_mul(a: u64, b: u64) -> u64 {
     (p as u64) ^ ((p >> 64) as u64)
 }
 
+#[inline]
+fn mix(state: u64, w: u64) -> u64 {
+    fold_mul(state ^ w, MUL) ^ state.rotate_left(23)
+}
+
 impl Hasher {
     fn new() -> Self {
         Hasher {
             state: SEED,
-            block: [0; BLOCK],
-            filled: 0,
+            pending: 0,
+            held: 0,
             len: 0,
         }
     }
 
-    fn mix(&mut self, w: u64) {
-        self.state = fold_mul(self.state ^ w, MUL) ^ self.state.rotate_left(23);
-    }
-
-    /// Folds in the first `words` words of the block.
-    fn mix_block(&mut self, words: usize) {
-        let block = self.block;
-        for chunk in block.chunks_exact(8).take(words) {
-            let mut w = [0u8; 8];
-            w.copy_from_slice(chunk);
-            self.mix(u64::from_le_bytes(w));
-        }
-    }
-
-    /// Pieces are short (a keyword, a name, `?`): a byte at a time beats a call to memcpy.
+    /// The first `n` bytes (1 to 8) of the little-endian `w`, whose other bytes are zero.
     #[inline]
-    fn bytes(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.byte(b);
+    fn word(&mut self, w: u64, n: usize) {
+        self.len += n as u64;
+        let held = self.held;
+        self.pending |= w << (8 * held);
+        let total = held + n;
+        if total >= 8 {
+            self.state = mix(self.state, self.pending);
+            // What did not fit; nothing when `pending` was empty.
+            self.pending = w.checked_shr(64 - 8 * held as u32).unwrap_or(0);
+            self.held = total - 8;
+        } else {
+            self.held = total;
         }
     }
 
     #[inline]
     fn byte(&mut self, b: u8) {
-        self.len += 1;
-        if let Some(slot) = self.block.get_mut(self.filled) {
-            *slot = b;
+        self.word(u64::from(b), 1);
+    }
+
+    fn bytes(&mut self, bytes: &[u8]) {
+        let mut chunks = bytes.chunks_exact(8);
+        for chunk in &mut chunks {
+            if let Some(c) = chunk.first_chunk::<8>() {
+                self.word(u64::from_le_bytes(*c), 8);
+            }
         }
-        self.filled += 1;
-        if self.filled == BLOCK {
-            self.mix_block(BLOCK / 8);
-            self.filled = 0;
+        let rest = chunks.remainder();
+        if !rest.is_empty() {
+            let mut w = 0u64;
+            for (i, &b) in rest.iter().enumerate() {
+                w |= u64::from(b) << (8 * i);
+            }
+            self.word(w, rest.len());
         }
     }
 
-    fn finish(mut self) -> u64 {
-        if let Some(tail) = self.block.get_mut(self.filled..) {
-            tail.fill(0);
+    fn finish(self) -> u64 {
+        let mut state = self.state;
+        if self.held > 0 {
+            state = mix(state, self.pending);
         }
-        self.mix_block(self.filled.div_ceil(8));
-        self.mix(self.len.rotate_left(32) ^ 0x5bd1_e995);
-        let mut h = self.state;
+        let mut h = mix(state, self.len.rotate_left(32) ^ 0x5bd1_e995);
         h ^= h >> 33;
         h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
         h ^= h >> 33;
         h = h.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
         h ^ (h >> 33)
+    }
+}
+
+impl fast::Out for Hasher {
+    #[inline]
+    fn word(&mut self, w: u64, n: usize) {
+        Hasher::word(self, w, n);
+    }
+
+    #[inline]
+    fn bytes(&mut self, bytes: &[u8]) {
+        Hasher::bytes(self, bytes);
     }
 }
 
@@ -205,7 +276,7 @@ enum Piece {
 
 impl Piece {
     /// A `+`/`-` after this piece is a sign (unary), not a subtraction.
-    fn takes_sign(self) -> bool {
+    const fn takes_sign(self) -> bool {
         match self {
             Piece::Open
             | Piece::Comma
@@ -233,11 +304,11 @@ impl Piece {
 /// The spacing rule: one space between pieces, none after `(`, `.` and a user@host `@`, none
 /// before `)`, `,`, `;`, `.` (except after a variable) and that `@`, and none between a name or a function/type keyword
 /// and the `(` (or `(...)`) right after it.
-fn space_between(prev: Piece, next: Piece) -> bool {
+const fn space_between(prev: Piece, next: Piece) -> bool {
     if matches!(prev, Piece::Open | Piece::Dot | Piece::At) {
         return false;
     }
-    if prev == Piece::Variable && next == Piece::Dot {
+    if matches!(prev, Piece::Variable) && matches!(next, Piece::Dot) {
         // `@x.` would read back as the variable `x.`.
         return true;
     }

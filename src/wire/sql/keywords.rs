@@ -416,27 +416,86 @@ const MAX_KEYWORD_LEN: usize = 24;
 
 /// Slots of the open-addressing index into [`KEYWORDS`] (a power of two, over twice the
 /// keywords, so a probe sequence is short).
-const SLOTS: usize = 1024;
+const SLOTS: usize = 2048;
 
-/// FNV-1a of the upper-case bytes, as a slot.
-const fn slot_of(word: &[u8]) -> usize {
-    let mut h: u32 = 0x811c_9dc5;
+const FOLD: u64 = 0x2020_2020_2020_2020;
+
+/// A word's first and last (up to) 8 bytes as little-endian words, each byte folded to lower
+/// case by `| 0x20`, short words zero-padded (both words are then the same). Among the bytes a
+/// word can hold, `| 0x20` only merges the two cases of a letter: a digit, `_` or `$` has no
+/// other byte that can share a word with a keyword folding alike, and a byte of 0x80 or more
+/// stays so, which no keyword has. So for a word of at most 16 bytes, its length and the two
+/// words equal a keyword's exactly when it spells that keyword in some case: a look-up is two
+/// 8-byte loads and compares, not a byte-by-byte upper-casing and comparison.
+const fn folded_const(word: &[u8]) -> (u64, u64) {
+    let n = word.len();
+    let mut first = 0u64;
+    let mut last = 0u64;
+    let off = n.saturating_sub(8);
     let mut i = 0;
-    while i < word.len() {
-        h = (h ^ word[i] as u32).wrapping_mul(0x0100_0193);
+    while i < 8 && i < n {
+        first |= ((word[i] | 0x20) as u64) << (8 * i);
+        last |= ((word[off + i] | 0x20) as u64) << (8 * i);
         i += 1;
     }
-    h as usize & (SLOTS - 1)
+    (first, last)
 }
 
-/// `KEYWORDS` index + 1 per slot (0: empty), built at compile time: a lookup costs one hash of
+/// [`folded_const`] at run time: two loads for a word of 8 bytes or more.
+#[inline]
+pub(crate) fn folded(word: &[u8]) -> (u64, u64) {
+    match (word.first_chunk::<8>(), word.last_chunk::<8>()) {
+        (Some(first), Some(last)) => (
+            u64::from_le_bytes(*first) | FOLD,
+            u64::from_le_bytes(*last) | FOLD,
+        ),
+        _ => {
+            let mut w = 0u64;
+            for (i, &b) in word.iter().enumerate() {
+                w |= u64::from(b | 0x20) << (8 * i);
+            }
+            (w, w)
+        }
+    }
+}
+
+/// The folded form of a word shorter than 8 bytes from its bytes loaded as a little-endian
+/// word, the bytes after it included (`n` < 8): what [`folded`] gives, without a loop.
+#[inline]
+pub(crate) fn folded_short(loaded: u64, n: usize) -> u64 {
+    (loaded | FOLD) & ((1u64 << (8 * n)) - 1)
+}
+
+/// The slot of a word's folded form and length.
+#[inline]
+const fn slot_of(n: usize, first: u64, last: u64) -> usize {
+    let h = (first ^ last.rotate_left(29) ^ n as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    (h >> 53) as usize & (SLOTS - 1)
+}
+
+/// Each keyword's folded words and length, in [`KEYWORDS`]' order: what a probe compares.
+static FOLDED: [(u64, u64, usize); KEYWORDS.len()] = {
+    let mut out = [(0u64, 0u64, 0usize); KEYWORDS.len()];
+    let mut k = 0;
+    while k < KEYWORDS.len() {
+        let word = KEYWORDS[k].0.as_bytes();
+        let (first, last) = folded_const(word);
+        out[k] = (first, last, word.len());
+        k += 1;
+    }
+    out
+};
+
+/// `KEYWORDS` index + 1 per slot (0: empty), built at compile time: a lookup costs two loads of
 /// the word and about one comparison, not a binary search (this runs for every word of every
 /// statement).
-const INDEX: [u16; SLOTS] = {
+static INDEX: [u16; SLOTS] = {
     let mut index = [0u16; SLOTS];
     let mut k = 0;
     while k < KEYWORDS.len() {
-        let mut s = slot_of(KEYWORDS[k].0.as_bytes());
+        let word = KEYWORDS[k].0.as_bytes();
+        let (first, last) = folded_const(word);
+        let mut s = slot_of(word.len(), first, last);
         while index[s] != 0 {
             s = (s + 1) & (SLOTS - 1);
         }
@@ -446,29 +505,68 @@ const INDEX: [u16; SLOTS] = {
     index
 };
 
-/// The keyword `word` spells (any case), with its flags.
+/// The keyword `word` spells (any case), with its flags. Any bytes: where a keyword has a digit
+/// or `_`, which a control byte or DEL folds alike, the candidate is checked byte by byte, so a
+/// byte no word holds cannot make a keyword (a letter folds only with its other case).
 #[inline]
 pub(crate) fn lookup(word: &[u8]) -> Option<(&'static str, u8)> {
-    if word.len() > MAX_KEYWORD_LEN || word.is_empty() {
+    let (first, last) = folded(word);
+    let k = index_folded(word, first, last)?;
+    let entry = *KEYWORDS.get(k)?;
+    let letters_only = LETTERS_ONLY.get(k).copied().unwrap_or(false);
+    (letters_only || entry.0.as_bytes().eq_ignore_ascii_case(word)).then_some(entry)
+}
+
+/// Per keyword: true if it is letters only (no digit, no `_`).
+static LETTERS_ONLY: [bool; KEYWORDS.len()] = {
+    let mut out = [false; KEYWORDS.len()];
+    let mut k = 0;
+    while k < KEYWORDS.len() {
+        let name = KEYWORDS[k].0.as_bytes();
+        let mut letters = true;
+        let mut i = 0;
+        while i < name.len() {
+            letters &= name[i].is_ascii_alphabetic();
+            i += 1;
+        }
+        out[k] = letters;
+        k += 1;
+    }
+    out
+};
+
+/// The index in [`KEYWORDS`] of the keyword `word` spells, given its [`folded`] form: exact for a
+/// word of ASCII letters, digits, `_` and `$` (what the digest's fast path gives it); a word
+/// with other bytes may get a keyword that differs in them (see [`lookup`]).
+#[inline]
+pub(crate) fn index_folded(word: &[u8], first: u64, last: u64) -> Option<usize> {
+    let n = word.len();
+    if n > MAX_KEYWORD_LEN || n == 0 {
         return None;
     }
-    let mut buf = [0u8; MAX_KEYWORD_LEN];
-    let upper = &mut buf[..word.len()];
-    // slot_of, fused with the upper-casing.
-    let mut h: u32 = 0x811c_9dc5;
-    for (u, b) in upper.iter_mut().zip(word) {
-        *u = b.to_ascii_uppercase();
-        h = (h ^ u32::from(*u)).wrapping_mul(0x0100_0193);
-    }
-    let mut s = h as usize & (SLOTS - 1);
+    let mut s = slot_of(n, first, last);
     loop {
-        let entry = *INDEX.get(s)?;
-        let (name, flags) = *KEYWORDS.get(usize::from(entry).checked_sub(1)?)?;
-        if name.as_bytes() == upper {
-            return Some((name, flags));
+        let k = usize::from(*INDEX.get(s)?).checked_sub(1)?;
+        if FOLDED.get(k) == Some(&(first, last, n))
+            && (n <= 16 || KEYWORDS.get(k)?.0.as_bytes().eq_ignore_ascii_case(word))
+        {
+            return Some(k);
         }
         s = (s + 1) & (SLOTS - 1);
     }
+}
+
+/// A look-up by binary search of the upper-cased word: what the tests hold [`lookup`] to.
+#[cfg(test)]
+pub(crate) fn lookup_reference(word: &[u8]) -> Option<(&'static str, u8)> {
+    if word.len() > MAX_KEYWORD_LEN || word.is_empty() {
+        return None;
+    }
+    let upper = word.to_ascii_uppercase();
+    KEYWORDS
+        .binary_search_by(|(k, _)| k.as_bytes().cmp(&upper[..]))
+        .ok()
+        .and_then(|i| KEYWORDS.get(i).copied())
 }
 
 /// Character sets an introducer can name (`_latin1'x'`, `_binary 0x41`), MySQL's and MariaDB's.

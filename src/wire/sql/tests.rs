@@ -17,7 +17,7 @@ fn dig(q: &str) -> Digest {
 
 /// (statement, normalized text): MySQL and MariaDB dialects, ORMs, sysbench, every literal
 /// form, comments, hints, lists, and broken text.
-const CORPUS: &[(&str, &str)] = &[
+pub(super) const CORPUS: &[(&str, &str)] = &[
     // sysbench
     ("SELECT c FROM sbtest1 WHERE id=?", "SELECT c FROM sbtest1 WHERE id = ?"),
     ("SELECT c FROM sbtest1 WHERE id=4242", "SELECT c FROM sbtest1 WHERE id = ?"),
@@ -418,6 +418,68 @@ fn keyword_table_is_sorted_upper_case_and_unique() {
         assert_eq!(
             super::keywords::lookup(k.to_ascii_lowercase().as_bytes()).map(|e| e.0),
             Some(*k)
+        );
+    }
+}
+
+#[test]
+fn keyword_index_agrees_with_a_binary_search() {
+    use super::keywords::{lookup, lookup_reference, KEYWORDS};
+    let mut words: Vec<Vec<u8>> = Vec::new();
+    for (k, _) in KEYWORDS {
+        let k = k.as_bytes();
+        words.push(k.to_vec());
+        words.push(k.to_ascii_lowercase());
+        // Mixed case, one byte more or less, a byte changed at each end, a `_` raised to DEL,
+        // a letter's case bit on a digit, a byte >= 0x80.
+        words.push(
+            k.iter()
+                .enumerate()
+                .map(|(i, b)| {
+                    if i % 2 == 0 {
+                        b.to_ascii_lowercase()
+                    } else {
+                        *b
+                    }
+                })
+                .collect(),
+        );
+        words.push([k, b"S"].concat());
+        words.push(k[..k.len() - 1].to_vec());
+        words.push([b"X", &k[1..]].concat());
+        words.push([&k[..k.len() - 1], b"Z"].concat());
+        words.push(
+            k.iter()
+                .map(|&b| if b == b'_' { 0x7f } else { b })
+                .collect(),
+        );
+        words.push(
+            k.iter()
+                .map(|&b| if b.is_ascii_digit() { b - 0x20 } else { b })
+                .collect(),
+        );
+        words.push([k, &[0xc3][..]].concat());
+        words.push(k.iter().map(|&b| b | 0x80).collect());
+    }
+    for w in [
+        "",
+        "a",
+        "id",
+        "c",
+        "sbtest1",
+        "user0_",
+        "x$",
+        "CURRENT_TIMESTAMPS",
+        "é",
+    ] {
+        words.push(w.as_bytes().to_vec());
+    }
+    for w in &words {
+        assert_eq!(
+            lookup(w),
+            lookup_reference(w),
+            "{:?}",
+            String::from_utf8_lossy(w)
         );
     }
 }
