@@ -10,7 +10,7 @@ count() {
     valgrind --tool=callgrind --callgrind-out-file=/dev/null "$bin" "$@" 2>&1 \
         | sed -n 's/.*Collected : \([0-9]*\).*/\1/p'
 }
-for f in ${FUNCTIONS:-digest digest_new pins read_only}; do
+for f in ${FUNCTIONS:-digest digest_new digest_uncached pins read_only}; do
     for t in ${TEXTS:-point range sum order distinct begin update hibernate}; do
         a=$(count "$f" "$t" "$n")
         b=$(count "$f" "$t" $((3 * n)))

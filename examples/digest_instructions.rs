@@ -5,10 +5,13 @@
 //! variants of one of the fixed texts below (sysbench's statements, as `oltp_read_only` sends
 //! them: each `#` a number, different from one call to the next) and prints nothing:
 //!
-//! - `digest`: `sql::digest`, as sysbench's texts come: the same shape with other numbers, so
-//!   after the first call the digest cache answers (see `src/wire/sql/digest/cache.rs`);
-//! - `digest_new`: `sql::digest` on a text of a shape not seen before at every call (the table
-//!   name numbered), so every call digests afresh (the fast path, or the general printer);
+//! - `digest`: `sql::digest_cached` with one `DigestCache`, as a worker digests sysbench's texts:
+//!   the same shape with other numbers, so after the first call the cache answers (see
+//!   `src/wire/sql/digest/cache.rs`);
+//! - `digest_new`: the same on a text of a shape not seen before at every call (the table name
+//!   numbered), so every call digests afresh (the fast path, or the general printer) and fills
+//!   the cache;
+//! - `digest_uncached`: `sql::digest`, no cache (what the capture and replay call);
 //! - `pins`, `read_only`: `sql::pins::pins` and `sql::read_only`.
 //!
 //! The variants are made before the calls, the same number whatever `calls` is: counted twice,
@@ -27,7 +30,7 @@
 
 use std::hint::black_box;
 
-use mysql_lb::wire::sql::{digest, pins::pins, read_only};
+use mysql_lb::wire::sql::{digest, digest_cached, pins::pins, read_only, DigestCache};
 
 /// sysbench's statements, `#` where it sends a number; and a Hibernate select.
 const TEXTS: &[(&str, &str)] = &[
@@ -59,7 +62,9 @@ const VARIANTS: usize = 4096;
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     let (Some(function), Some(name), Some(calls)) = (args.get(1), args.get(2), args.get(3)) else {
-        eprintln!("usage: digest_instructions <digest|digest_new|pins|read_only> <text> <calls>");
+        eprintln!(
+            "usage: digest_instructions <digest|digest_new|digest_uncached|pins|read_only> <text> <calls>"
+        );
         std::process::exit(2);
     };
     let Some(&(_, text)) = TEXTS.iter().find(|(n, _)| n == name) else {
@@ -92,15 +97,17 @@ fn main() {
             t.into_bytes()
         })
         .collect();
+    let mut cache = DigestCache::default();
     let mut sink = 0u64;
     for i in 0..calls {
         let text = variants[i % VARIANTS].as_slice();
         sink ^= match function.as_str() {
-            "digest" | "digest_new" => digest(black_box(text), MAX_LEN).0,
+            "digest" | "digest_new" => digest_cached(&mut cache, black_box(text), MAX_LEN).0,
+            "digest_uncached" => digest(black_box(text), MAX_LEN).0,
             "pins" => pins(black_box(text)).map_or(0, |p| p as u64),
             "read_only" => u64::from(read_only(black_box(text))),
             _ => {
-                eprintln!("functions: digest digest_new pins read_only");
+                eprintln!("functions: digest digest_new digest_uncached pins read_only");
                 std::process::exit(2);
             }
         };

@@ -39,6 +39,7 @@ pub use texts::Texts;
 
 use crate::config::DigestConfig;
 pub use crate::wire::sql::Digest;
+use crate::wire::sql::DigestCache;
 
 /// Who ran a statement where: the part of a row's key a session holds for its whole life (or
 /// until `USE` or COM_CHANGE_USER changes it).
@@ -91,6 +92,10 @@ pub struct Digests {
     slow_per_second: AtomicU32,
     slow: SlowLog,
     shards: Box<[Mutex<Shard>]>,
+    /// One digest cache per shard, used by the sessions of the worker(s) of that shard only (an
+    /// uncontended lock): texts that repeat but for their numbers are digested once per worker
+    /// (see `crate::wire::sql::DigestCache`).
+    caches: Box<[Mutex<DigestCache>]>,
     budget: Arc<Budget>,
     text_budget: Arc<TextBudget>,
     /// When the table was started or last reset.
@@ -150,6 +155,7 @@ impl Digests {
             shards: (0..shards)
                 .map(|_| Mutex::new(Shard::new(Arc::clone(&budget), Arc::clone(&text_budget))))
                 .collect(),
+            caches: (0..shards).map(|_| Mutex::default()).collect(),
             budget,
             text_budget,
             since: Mutex::new(SystemTime::now()),
@@ -197,6 +203,10 @@ impl Digests {
 
     fn shard(&self, worker: usize) -> &Mutex<Shard> {
         &self.shards[worker % self.shards.len()]
+    }
+
+    fn cache(&self, worker: usize) -> &Mutex<DigestCache> {
+        &self.caches[worker % self.caches.len()]
     }
 
     /// Forgets every row (the counts restart from zero).

@@ -127,7 +127,10 @@ impl SessionDigests {
     /// first time this session sees it.
     fn digest(&mut self, text: &[u8]) -> u64 {
         let limit = self.max_len - 1;
-        let d = sql::digest(text, limit);
+        let d = match self.table.cache(self.worker).lock() {
+            Ok(mut cache) => sql::digest_cached(&mut cache, text, limit),
+            Err(_) => sql::digest(text, limit),
+        };
         let tag = tag_of(d);
         if self.known.contains(&tag) {
             return tag;

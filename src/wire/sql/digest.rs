@@ -40,6 +40,7 @@ use super::keywords::{CALL_PAREN, OPERAND};
 use super::token::{is_ident, is_space, tokens, Token, TokenKind, Tokens};
 
 mod cache;
+pub use cache::DigestCache;
 mod fast;
 #[cfg(test)]
 mod tests;
@@ -56,10 +57,16 @@ impl fmt::Display for Digest {
 
 /// The digest of the normalized form of the first `max_len` bytes of `text`, without allocating.
 pub fn digest(text: &[u8], max_len: usize) -> Digest {
-    if text.len() <= max_len {
-        return cache::digest(text, compute);
-    }
     compute(text.get(..max_len).unwrap_or(text)).0
+}
+
+/// [`digest`], answered from `cache` when a text of the same shape was digested there before
+/// (see `cache.rs`); the same digest either way.
+pub fn digest_cached(cache: &mut DigestCache, text: &[u8], max_len: usize) -> Digest {
+    if text.len() <= max_len {
+        return cache.digest(text, compute);
+    }
+    digest(text, max_len)
 }
 
 /// The digest of `text` (already cut at `max_len`): by the fast path, or by the general printer

@@ -92,7 +92,7 @@ mod reading;
 mod token;
 
 pub use classify::{classify, classify_as, read_only, Statement};
-pub use digest::{digest, normalize, Digest};
+pub use digest::{digest, digest_cached, normalize, Digest, DigestCache};
 pub use reading::{readings, Comments, Dialect, Multibyte, Reading, Server, MAX_READINGS};
 pub use token::{tokens, tokens_as, Token, TokenKind, Tokens};
 

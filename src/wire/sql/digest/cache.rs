@@ -1,4 +1,4 @@
-//! A per-thread cache of digests by the statement's shape: its text with each run of digits
+//! A cache of digests by the statement's shape: its text with each run of digits
 //! that does not continue a word (`id=5032`, not `sbtest1`) cut to one 0 byte.
 //!
 //! Why: most statements an application sends repeat but for their numbers (sysbench's point
@@ -23,17 +23,20 @@
 //! The unit tests check the second point against the general printer: texts of one shape with
 //! other digits get the same digest, and the cache answers as the digest computed afresh.
 //!
-//! The cache is direct-mapped, [`SLOTS`] shapes per thread (a tokio worker serves many
-//! sessions, which mostly send the same few shapes); a shape evicts the one in its slot.
+//! The cache is direct-mapped, [`SLOTS`] shapes (a worker thread serves many sessions, which
+//! mostly send the same few shapes, so the telemetry keeps one [`DigestCache`] per worker); a
+//! shape evicts the one in its slot. It is a value its owner passes in, not hidden state: the
+//! wire stays plain functions over bytes, and [`super::digest`] without a cache is what it
+//! always was.
 
-use std::cell::RefCell;
+use std::fmt;
 
 use super::Digest;
 
 /// Texts longer than this are not cached: the shape is built in a fixed buffer.
 pub(super) const MAX_TEXT: usize = 512;
 
-/// Shapes kept per thread.
+/// Shapes a cache keeps.
 const SLOTS: usize = 256;
 
 /// The shape is read by a small automaton, one table look-up a byte: its state is whether the
@@ -193,80 +196,72 @@ struct Cache {
     scratch: [u8; MAX_TEXT],
 }
 
-thread_local! {
-    static CACHE: RefCell<Option<Box<Cache>>> = const { RefCell::new(None) };
+/// Digests by shape (see the module's docs); empty until its first use, then about
+/// [`SLOTS`] × (a shape + 8 bytes) and [`MAX_TEXT`] bytes of scratch.
+#[derive(Default)]
+pub struct DigestCache {
+    inner: Option<Box<Cache>>,
+    /// Answers from the cache, for the tests to see that they ran.
+    #[cfg(test)]
+    pub(super) hits: usize,
 }
 
-/// The digest of the whole `text` (not cut at `max_len`): from this thread's cache when a text
-/// of its shape was digested before, else `compute`d (the digest, and whether the cache may keep
-/// it) and kept.
-pub(super) fn digest(text: &[u8], compute: impl FnOnce(&[u8]) -> (Digest, bool)) -> Digest {
-    let slot = match CACHE.try_with(|cell| lookup(cell, text)) {
-        Ok(Lookup::Hit(digest)) => return digest,
-        Ok(Lookup::Miss { slot, len }) => Some((slot, len)),
-        Ok(Lookup::Uncached) | Err(_) => None,
-    };
-    let (digest, keep) = compute(text);
-    if let (Some((slot, len)), true) = (slot, keep) {
-        // `compute` does not touch the cache: the shape is still in the scratch buffer.
-        let _ = CACHE.try_with(|cell| store(cell, slot, len, digest));
+impl fmt::Debug for DigestCache {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let kept = self
+            .inner
+            .as_ref()
+            .map_or(0, |c| c.shapes.iter().filter(|s| !s.is_empty()).count());
+        f.debug_struct("DigestCache").field("kept", &kept).finish()
     }
-    digest
 }
 
-enum Lookup {
-    Hit(Digest),
-    /// Not there; its shape is the first `len` bytes of the scratch buffer.
-    Miss {
-        slot: usize,
-        len: usize,
-    },
-    /// A text the cache does not take (or the cache is in use).
-    Uncached,
-}
-
-fn lookup(cell: &RefCell<Option<Box<Cache>>>, text: &[u8]) -> Lookup {
-    let Ok(mut guard) = cell.try_borrow_mut() else {
-        return Lookup::Uncached;
-    };
-    let cache = guard.get_or_insert_with(|| {
-        Box::new(Cache {
-            shapes: vec![Vec::new(); SLOTS],
-            digests: vec![Digest(0); SLOTS],
-            scratch: [0; MAX_TEXT],
-        })
-    });
-    let Some(key) = shape(text, &mut cache.scratch).and_then(|n| cache.scratch.get(..n)) else {
-        return Lookup::Uncached;
-    };
-    let slot = slot_of(key);
-    match (cache.shapes.get(slot), cache.digests.get(slot)) {
-        (Some(kept), Some(&digest)) if !kept.is_empty() && kept.as_slice() == key => {
-            Lookup::Hit(digest)
+impl DigestCache {
+    /// The digest of the whole `text` (not cut at `max_len`): from the cache when a text of its
+    /// shape was digested before, else `compute`d (the digest, and whether the cache may keep
+    /// it) and kept.
+    pub(super) fn digest(
+        &mut self,
+        text: &[u8],
+        compute: impl FnOnce(&[u8]) -> (Digest, bool),
+    ) -> Digest {
+        let cache = self.inner.get_or_insert_with(|| {
+            Box::new(Cache {
+                shapes: vec![Vec::new(); SLOTS],
+                digests: vec![Digest(0); SLOTS],
+                scratch: [0; MAX_TEXT],
+            })
+        });
+        let Some(len) = shape(text, &mut cache.scratch) else {
+            return compute(text).0;
+        };
+        let Some(key) = cache.scratch.get(..len) else {
+            return compute(text).0;
+        };
+        let slot = slot_of(key);
+        if let (Some(kept), Some(&digest)) = (cache.shapes.get(slot), cache.digests.get(slot)) {
+            if !kept.is_empty() && kept.as_slice() == key {
+                #[cfg(test)]
+                {
+                    self.hits += 1;
+                }
+                return digest;
+            }
         }
-        _ => Lookup::Miss {
-            slot,
-            len: key.len(),
-        },
-    }
-}
-
-fn store(cell: &RefCell<Option<Box<Cache>>>, slot: usize, len: usize, digest: Digest) {
-    let Ok(mut guard) = cell.try_borrow_mut() else {
-        return;
-    };
-    let Some(cache) = guard.as_mut() else {
-        return;
-    };
-    let cache = &mut **cache;
-    if let (Some(kept), Some(d), Some(key)) = (
-        cache.shapes.get_mut(slot),
-        cache.digests.get_mut(slot),
-        cache.scratch.get(..len),
-    ) {
-        kept.clear();
-        kept.extend_from_slice(key);
-        *d = digest;
+        let (digest, keep) = compute(text);
+        if keep {
+            // `compute` does not touch the cache: the shape is still in the scratch buffer.
+            if let (Some(kept), Some(d), Some(key)) = (
+                cache.shapes.get_mut(slot),
+                cache.digests.get_mut(slot),
+                cache.scratch.get(..len),
+            ) {
+                kept.clear();
+                kept.extend_from_slice(key);
+                *d = digest;
+            }
+        }
+        digest
     }
 }
 

@@ -480,6 +480,7 @@ fn the_cache_answers_as_a_fresh_digest() {
         seed ^= seed << 17;
         seed
     };
+    let mut cache = DigestCache::default();
     let mut texts: Vec<Vec<u8>> = Vec::new();
     for i in 0..2_000u64 {
         let text = if i % 3 == 0 && !texts.is_empty() {
@@ -500,7 +501,7 @@ fn the_cache_answers_as_a_fresh_digest() {
         };
         for max_len in [4096, text.len(), text.len().saturating_sub(3)] {
             assert_eq!(
-                digest(&text, max_len),
+                digest_cached(&mut cache, &text, max_len),
                 reference_digest(&text, max_len),
                 "{:?} cut at {max_len}",
                 String::from_utf8_lossy(&text)
@@ -508,4 +509,9 @@ fn the_cache_answers_as_a_fresh_digest() {
         }
         texts.push(text);
     }
+    assert!(
+        cache.hits > 200,
+        "only {} answers came from the cache",
+        cache.hits
+    );
 }
