@@ -136,11 +136,12 @@ impl Proxy {
         self
     }
 
-    /// Reloads (as SIGHUP does) whenever the file at `path` changes; the version there now is
-    /// taken as the one the running configuration came from. Needs [`with_reload`](Self::with_reload)
-    /// to reload more than the Lua script.
-    pub fn with_config_watch(mut self, path: std::path::PathBuf) -> Self {
-        self.watch = Some(proxy::lifecycle::watch::ConfigWatch::new(path));
+    /// Reloads (as SIGHUP does) whenever the watched file changes from the version `watch` took
+    /// (take it before reading the configuration, so a change made during start-up is not
+    /// mistaken for the version in force). Needs [`with_reload`](Self::with_reload) to reload
+    /// more than the Lua script.
+    pub fn with_config_watch(mut self, watch: proxy::lifecycle::watch::ConfigWatch) -> Self {
+        self.watch = Some(watch);
         self
     }
 

@@ -9,6 +9,7 @@ use clap::Parser;
 
 use mysql_lb::config::limits::raise_fd_limit;
 use mysql_lb::config::{Cli, Command, Config};
+use mysql_lb::proxy::lifecycle::watch::ConfigWatch;
 use mysql_lb::Proxy;
 
 fn main() -> ExitCode {
@@ -33,6 +34,9 @@ fn main() -> ExitCode {
             }
         };
     }
+    // The file's version is taken before it is read: a change made while the proxy starts
+    // (after the read, before the watch's first look) still reloads it.
+    let watch = cli.config.clone().map(ConfigWatch::new);
     let mut config = match Config::load(&cli) {
         Ok(c) => c,
         Err(e) => {
@@ -62,7 +66,7 @@ fn main() -> ExitCode {
         return ExitCode::SUCCESS;
     }
     mysql_lb::telemetry::logging::init(&config, std::io::stderr().is_terminal());
-    match run(&mut config, &cli) {
+    match run(&mut config, &cli, watch) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             tracing::error!("{e:#}");
@@ -71,7 +75,7 @@ fn main() -> ExitCode {
     }
 }
 
-fn run(config: &mut Config, cli: &Cli) -> anyhow::Result<()> {
+fn run(config: &mut Config, cli: &Cli, watch: Option<ConfigWatch>) -> anyhow::Result<()> {
     let plan = raise_fd_limit(
         config.max_connections,
         config.max_open_files,
@@ -91,8 +95,8 @@ fn run(config: &mut Config, cli: &Cli) -> anyhow::Result<()> {
         let mut proxy = Proxy::bind(config)
             .await?
             .with_reload(std::sync::Arc::new(move || Config::load(&reload_cli)));
-        if let (Some(path), true) = (&cli.config, config.lifecycle.watch_config) {
-            proxy = proxy.with_config_watch(path.clone());
+        if let (Some(watch), true) = (watch, config.lifecycle.watch_config) {
+            proxy = proxy.with_config_watch(watch);
         }
         // SIGTERM/SIGINT: not ready, shutdown_delay, drain; see `mysql_lb::proxy::lifecycle`.
         let stop = mysql_lb::control::tasks::on_signals(proxy.state());
