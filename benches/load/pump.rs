@@ -233,7 +233,9 @@ mod tests {
 
     const DELAY: Duration = Duration::from_millis(100);
 
-    #[tokio::test]
+    // The clock is paused (it jumps to the next timer whenever every task waits): the delays are
+    // exact, whatever else the machine runs.
+    #[tokio::test(start_paused = true)]
     async fn every_chunk_arrives_a_delay_after_it_was_read_in_order_then_eof() {
         let (mut backend, from) = tokio::io::duplex(64 * 1024);
         let (to, mut client) = tokio::io::duplex(64 * 1024);
@@ -261,7 +263,7 @@ mod tests {
         relay.await.unwrap();
     }
 
-    #[tokio::test]
+    #[tokio::test(start_paused = true)]
     async fn a_waiting_chunk_does_not_hold_back_the_reading_of_the_next() {
         let (mut backend, from) = tokio::io::duplex(64 * 1024);
         let (to, mut client) = tokio::io::duplex(64 * 1024);
