@@ -1,5 +1,5 @@
 //! The admin HTTP endpoint: `/` (the status page of [`page`]), `/metrics` (Prometheus text),
-//! `/healthz`, `/readyz`, `/backends` and `/queries` (JSON), and the runtime operations of
+//! `/healthz`, `/readyz`, `/backends`, `/queries` and `/history` (JSON), and the runtime operations of
 //! [`ops`] (drain, maintenance, ready, weight; refused when a browser says they came from
 //! another origin).
 //!
@@ -9,6 +9,7 @@
 
 mod capture;
 mod connections;
+pub mod history;
 pub mod ops;
 pub mod page;
 pub mod queries;
@@ -48,6 +49,8 @@ type Buckets = [u64; LATENCY_BUCKETS.len() + 1];
 #[derive(Debug, Default)]
 pub struct Recent {
     snapshots: Mutex<VecDeque<Vec<Buckets>>>,
+    /// Queries per second and p99 per backend, one sample per [`history::EVERY`].
+    history: history::History,
 }
 
 impl Recent {
@@ -95,11 +98,17 @@ pub async fn serve(
     let recent = Arc::new(Recent::default());
     let mut tick = tokio::time::interval(SNAPSHOT_EVERY);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut sample = tokio::time::interval(history::EVERY);
+    sample.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         let (stream, peer) = tokio::select! {
             _ = shutdown.cancelled() => break,
             _ = tick.tick() => {
                 recent.snapshot(&state);
+                continue;
+            }
+            _ = sample.tick() => {
+                recent.history.sample(&state);
                 continue;
             }
             accepted = listener.accept() => match accepted {
@@ -238,9 +247,10 @@ async fn route(
                 .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
             r
         }
+        "/history" => json_response(StatusCode::OK, &history::json(&recent.history.series())),
         _ => text(
             StatusCode::NOT_FOUND,
-            "not found; try /, /metrics, /healthz, /readyz, /backends or /queries\n",
+            "not found; try /, /metrics, /healthz, /readyz, /backends, /queries or /history\n",
         ),
     }
 }
