@@ -126,7 +126,7 @@ fn svg(p: &mut String, panel: &Panel, series: &[Series], (end, span): (u64, u64)
         "<svg id=\"{}\" class=\"panel\" width=\"{WIDTH}\" height=\"{HEIGHT}\" \
          viewBox=\"0 0 {WIDTH} {HEIGHT}\" role=\"img\" aria-label=\"{}\">\
          <rect x=\"{LEFT}\" y=\"{TOP}\" width=\"{}\" height=\"{}\" fill=\"#fff\" stroke=\"#c8ced6\"/>\
-         <text x=\"{LEFT}\" y=\"{}\" font-size=\"11\" fill=\"#555\">{}</text>\
+         <text x=\"{}\" y=\"{}\" font-size=\"11\" fill=\"#555\" text-anchor=\"middle\">{}</text>\
          <text x=\"{}\" y=\"{}\" font-size=\"11\" fill=\"#555\" text-anchor=\"end\">{}</text>\
          <text x=\"{}\" y=\"{}\" font-size=\"11\" fill=\"#555\" text-anchor=\"end\">0</text>\
          <text x=\"{LEFT}\" y=\"{}\" font-size=\"11\" fill=\"#555\">{}</text>\
@@ -135,6 +135,7 @@ fn svg(p: &mut String, panel: &Panel, series: &[Series], (end, span): (u64, u64)
         panel.title,
         right - LEFT,
         bottom - TOP,
+        (LEFT + right) / 2.0,
         HEIGHT - 4.0,
         panel.title,
         LEFT - 4.0,
