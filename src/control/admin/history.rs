@@ -13,7 +13,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde_json::{json, Value};
 
-use super::Buckets;
+use super::recent::Buckets;
 use crate::proxy::state::ProxyState;
 use crate::telemetry::metrics::{quantile, LATENCY_BUCKETS};
 
