@@ -2,7 +2,9 @@
 //! chromium driven over the DevTools protocol: after a short sysbench run it loads with no
 //! console error (a CSP violation would be one), shows the backends and the run's top queries,
 //! and its drain button drains a backend through the operation endpoint. A form on another
-//! origin cannot do the same (the Origin check).
+//! origin cannot do the same (the Origin check). With traffic through both backends, each digest
+//! is one row with both backends side by side, and the chart's series are drawn (checked in the
+//! screenshot's pixels).
 //!
 //! With `MYSQL_LB_DOCS_CAPTURE=DIR` the first test also writes what the manual shows
 //! (docs/src/admin.md): `DIR/status-page.png` and `DIR/top.txt` (`mysql-lb top --once` after the
@@ -20,6 +22,15 @@ use common::cdp::Browser;
 use common::mariadb::{shared_pair, MariaDb, BENCH_PASS, BENCH_USER};
 use common::proxy::{http_request, TestProxy};
 use serde_json::{json, Value};
+
+/// Held by a test that prepares and cleans up the sbtest tables of the shared pair, so two such
+/// tests do not run at once.
+fn sbtest_tables() -> std::sync::MutexGuard<'static, ()> {
+    static TABLES: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    TABLES
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
 
 fn backends(pair: &[MariaDb; 2]) -> Vec<String> {
     pair.iter().map(MariaDb::tcp_addr).collect()
@@ -90,6 +101,7 @@ fn button_center(browser: &mut Browser, page: &str, op: &str, name: &str) -> (f6
 
 #[test]
 fn after_a_sysbench_run_the_page_loads_clean_shows_backends_and_top_queries_and_drains() {
+    let _tables = sbtest_tables();
     let pair = shared_pair();
     let names = backends(pair);
     for db in pair {
@@ -417,4 +429,169 @@ fn a_form_on_another_origin_cannot_drain_a_backend() {
     )
     .unwrap();
     assert_eq!(status, 403, "the digest reset too: {body}");
+}
+
+/// Pixels of `image` inside the page box `[x, y, width, height]` within 40 (summed over the
+/// channels) of the colour `hex` ("#rrggbb").
+fn pixels_of(image: &common::png::Image, bounds: &Value, hex: &str) -> usize {
+    let channel = |i: usize| u8::from_str_radix(&hex[1 + 2 * i..3 + 2 * i], 16).expect("hex");
+    let want = [channel(0), channel(1), channel(2)];
+    let at = |i: usize| bounds[i].as_f64().expect("a bound") as usize;
+    let (x0, y0) = (at(0), at(1));
+    let (x1, y1) = (
+        (x0 + at(2)).min(image.width),
+        (y0 + at(3)).min(image.height),
+    );
+    (y0..y1)
+        .flat_map(|y| (x0..x1).map(move |x| (x, y)))
+        .filter(|&(x, y)| {
+            let got = image.rgb(x, y);
+            got.iter()
+                .zip(want)
+                .map(|(g, w)| u32::from(g.abs_diff(w)))
+                .sum::<u32>()
+                <= 40
+        })
+        .count()
+}
+
+/// `/history`'s series with at least `n` samples with traffic each, one per backend.
+fn history_has(proxy: &TestProxy, names: &[String], n: usize) -> bool {
+    let (_, body) = proxy.admin_get("/history");
+    let v: Value = serde_json::from_str(&body).expect("JSON");
+    let series = v["series"].as_array().cloned().unwrap_or_default();
+    series.len() == names.len()
+        && series.iter().all(|s| {
+            let points = s["points"].as_array().cloned().unwrap_or_default();
+            let busy = points.iter().filter(|p| p[1].as_f64() > Some(0.0)).count();
+            // Traffic, then a quiet sample after it: the run has ended in the chart.
+            busy >= n && points.last().is_some_and(|p| p[1].as_f64() == Some(0.0))
+        })
+}
+
+/// Traffic through both backends (weights 3:1, so their lines part): the page's top-queries
+/// table has the point select once with both backends' columns and one slowest marker, the
+/// chart has one series per backend in each panel with points, and the screenshot shows the
+/// series' colours inside the chart's panels.
+#[test]
+fn the_page_shows_each_digest_once_over_both_backends_and_charts_them() {
+    let _tables = sbtest_tables();
+    let pair = shared_pair();
+    let names = backends(pair);
+    for db in pair {
+        sysbench(db.port, &[], "cleanup");
+        sysbench(db.port, &[], "prepare");
+    }
+    let mut config = common::proxy::with_digests(&names);
+    config.backends[0].weight = 3;
+    let proxy = TestProxy::start_with(config);
+    let admin = proxy.admin.expect("admin endpoint");
+    sysbench(
+        proxy.addr.port(),
+        &[
+            "--threads=4",
+            "--time=4",
+            "--db-ps-mode=disable",
+            "--report-interval=0",
+        ],
+        "run",
+    );
+    let point_select = mysql_lb::wire::sql::normalize(b"SELECT c FROM sbtest1 WHERE id=5012", 1024);
+    common::wait_until("three busy samples and a quiet one per backend", || {
+        history_has(&proxy, &names, 3)
+    });
+
+    let mut browser = Browser::launch();
+    let page = browser.new_page();
+    browser.call(
+        Some(&page),
+        "Emulation.setDeviceMetricsOverride",
+        json!({"width": 1280, "height": 900, "deviceScaleFactor": 1, "mobile": false}),
+    );
+    browser.navigate(&page, &format!("http://{admin}/"));
+    let columns = browser.eval(
+        &page,
+        "Array.from(document.querySelectorAll('#queries th.backend')).map(h => h.textContent)",
+    );
+    assert_eq!(columns, json!(names), "one column group per backend");
+    let row = browser.eval(
+        &page,
+        &format!(
+            "(() => {{ const rows = Array.from(document.querySelectorAll('#queries tbody tr'))
+                 .filter(r => r.cells[0].textContent === {});
+               return rows.map(r => ({{
+                 cells: Array.from(r.cells).slice(8).map(c => c.textContent),
+                 slowest: Array.from(r.querySelectorAll('td.slowest')).map(c => c.textContent) }})); }})()",
+            json!(point_select)
+        ),
+    );
+    let rows = row.as_array().expect("rows");
+    assert_eq!(rows.len(), 1, "the point select once: {row}");
+    let cells = rows[0]["cells"].as_array().expect("cells");
+    assert_eq!(cells.len(), 6, "count, p95, p99 for each backend: {row}");
+    for c in cells {
+        let text = c.as_str().unwrap_or("");
+        let number = text.trim_end_matches(" ▲");
+        assert!(number.parse::<f64>().is_ok(), "{text:?} in {row}");
+    }
+    let slowest = rows[0]["slowest"].as_array().expect("slowest");
+    assert!(
+        slowest.len() == 1 && slowest[0].as_str().is_some_and(|s| s.ends_with('▲')),
+        "one p99 marked slowest, with its text marker: {row}"
+    );
+
+    for panel in ["chart-qps", "chart-p99"] {
+        let series = browser.eval(
+            &page,
+            &format!(
+                "Array.from(document.querySelectorAll('#{panel} polyline'))
+                   .map(p => [p.getAttribute('data-backend'), p.points.numberOfItems])"
+            ),
+        );
+        let series = series.as_array().expect("series");
+        let shown: Vec<&Value> = series.iter().map(|s| &s[0]).collect();
+        assert_eq!(
+            shown,
+            names.iter().collect::<Vec<_>>(),
+            "{panel}: {series:?}"
+        );
+        assert!(
+            series.iter().all(|s| s[1].as_u64() >= Some(3)),
+            "{panel}: points in every series: {series:?}"
+        );
+    }
+    browser.drain_events(Duration::from_millis(500));
+    assert_eq!(browser.errors(), Vec::<String>::new(), "console errors");
+
+    let bounds = |browser: &mut Browser, id: &str| {
+        browser.eval(
+            &page,
+            &format!(
+                "(() => {{ const r = document.getElementById('{id}').getBoundingClientRect();
+                   return [r.left + scrollX, r.top + scrollY, r.width, r.height]; }})()"
+            ),
+        )
+    };
+    browser.eval(&page, "scrollTo(0, 0); 1");
+    let panels = [
+        bounds(&mut browser, "chart-qps"),
+        bounds(&mut browser, "chart-p99"),
+    ];
+    let png = browser.screenshot(&page);
+    let image = common::png::decode(&png).expect("the screenshot decodes");
+    assert_eq!(image.width, 1280);
+    for (i, colour) in ["#1f6feb", "#d1242f"].into_iter().enumerate() {
+        let seen: usize = panels.iter().map(|b| pixels_of(&image, b, colour)).sum();
+        assert!(
+            seen >= 20,
+            "series {i} ({colour}) drawn in the chart: {seen} pixels in {panels:?}"
+        );
+    }
+    let blank: usize = panels.iter().map(|b| pixels_of(&image, b, "#000000")).sum();
+    assert!(blank < 2000, "the chart is not a black box: {blank}");
+    drop(browser);
+    drop(proxy);
+    for db in pair {
+        sysbench(db.port, &[], "cleanup");
+    }
 }

@@ -9,6 +9,7 @@ pub mod faultgate;
 pub mod kubekit;
 pub mod mariadb;
 pub mod netns;
+pub mod png;
 pub mod pooling;
 pub mod pp;
 pub mod proxy;

@@ -1,5 +1,5 @@
 //! The admin HTTP endpoint: `/` (the status page of [`page`]), `/metrics` (Prometheus text),
-//! `/healthz`, `/readyz`, `/backends` and `/queries` (JSON), and the runtime operations of
+//! `/healthz`, `/readyz`, `/backends`, `/queries` and `/history` (JSON), and the runtime operations of
 //! [`ops`] (drain, maintenance, ready, weight; refused when a browser says they came from
 //! another origin).
 //!
@@ -9,15 +9,16 @@
 
 mod capture;
 mod connections;
+pub mod history;
 pub mod ops;
 pub mod page;
 pub mod queries;
+mod recent;
 
-use std::collections::VecDeque;
 use std::convert::Infallible;
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant, UNIX_EPOCH};
+use std::sync::Arc;
+use std::time::{Instant, UNIX_EPOCH};
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full, Limited};
@@ -36,52 +37,7 @@ use tracing::{debug, info};
 use crate::config::AdminToken;
 use crate::proxy::state::ProxyState;
 use crate::telemetry::metrics::{quantile, LATENCY_BUCKETS};
-
-/// How often latency buckets are snapshotted, and how many snapshots make the "recent" window.
-const SNAPSHOT_EVERY: Duration = Duration::from_secs(10);
-const SNAPSHOTS: usize = 7;
-
-type Buckets = [u64; LATENCY_BUCKETS.len() + 1];
-
-/// Per-backend snapshots of the cumulative latency buckets, so `/backends` can report quantiles
-/// of roughly the last minute rather than since start.
-#[derive(Debug, Default)]
-pub struct Recent {
-    snapshots: Mutex<VecDeque<Vec<Buckets>>>,
-}
-
-impl Recent {
-    fn snapshot(&self, state: &ProxyState) {
-        let now: Vec<Buckets> = state
-            .backends()
-            .backends()
-            .iter()
-            .map(|b| b.stats.latency_buckets())
-            .collect();
-        if let Ok(mut s) = self.snapshots.lock() {
-            if s.len() == SNAPSHOTS {
-                s.pop_front();
-            }
-            s.push_back(now);
-        }
-    }
-
-    /// Bucket counts since the oldest snapshot for backend `i` (all of them if none is kept).
-    fn window(&self, i: usize, current: &Buckets) -> Buckets {
-        let oldest = self
-            .snapshots
-            .lock()
-            .ok()
-            .and_then(|s| s.front().and_then(|v| v.get(i).copied()));
-        let mut out = *current;
-        if let Some(old) = oldest {
-            for (o, b) in out.iter_mut().zip(old) {
-                *o = o.saturating_sub(b);
-            }
-        }
-        out
-    }
-}
+pub use recent::Recent;
 
 /// Serves admin requests until `shutdown`; with `token`, operations need it as bearer token.
 pub async fn serve(
@@ -93,13 +49,19 @@ pub async fn serve(
     let token = token.map(Arc::new);
     let connections = TaskTracker::new();
     let recent = Arc::new(Recent::default());
-    let mut tick = tokio::time::interval(SNAPSHOT_EVERY);
+    let mut tick = tokio::time::interval(recent::SNAPSHOT_EVERY);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut sample = tokio::time::interval(history::EVERY);
+    sample.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         let (stream, peer) = tokio::select! {
             _ = shutdown.cancelled() => break,
             _ = tick.tick() => {
                 recent.snapshot(&state);
+                continue;
+            }
+            _ = sample.tick() => {
+                recent.history.sample(&state);
                 continue;
             }
             accepted = listener.accept() => match accepted {
@@ -238,9 +200,10 @@ async fn route(
                 .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
             r
         }
+        "/history" => json_response(StatusCode::OK, &history::json(&recent.history.series())),
         _ => text(
             StatusCode::NOT_FOUND,
-            "not found; try /, /metrics, /healthz, /readyz, /backends or /queries\n",
+            "not found; try /, /metrics, /healthz, /readyz, /backends, /queries or /history\n",
         ),
     }
 }

@@ -1,5 +1,7 @@
 //! `GET /`: the status page, one server-rendered HTML page over the same JSON as `/backends` and
-//! `/queries`.
+//! `/queries`, and the samples of `/history`: the backends, a chart of each backend's queries per
+//! second and p99 over the last minutes ([`chart`]), and the top queries with each digest's
+//! backends side by side ([`queries`]).
 //!
 //! It is read on the admin listener, often by a DBA's browser on loopback, and shows text that
 //! clients chose (query texts, user and schema names): every value is HTML-escaped in one place
@@ -17,12 +19,18 @@ use hyper::header::{HeaderValue, CACHE_CONTROL, CONTENT_TYPE};
 use hyper::Response;
 use serde_json::Value;
 
+use super::history::Series;
 use super::Recent;
 use crate::proxy::state::ProxyState;
 use crate::telemetry::html::esc;
 
+mod chart;
+mod queries;
+
 /// Rows of the top-queries table.
 pub const QUERY_ROWS: usize = 20;
+/// `/queries` rows read to make them: a digest's rows on every backend, for the top ones.
+const SOURCE_ROWS: usize = 2000;
 /// Characters of a query text shown (the whole digest text is in `/queries`).
 const TEXT_CHARS: usize = 400;
 
@@ -35,7 +43,13 @@ pub(super) fn response(
     let nonce = new_nonce();
     let backends = super::backends_json(state, recent);
     let queries = queries_json_for_page(state, token_configured);
-    let body = render(&backends, &queries, token_configured, &nonce);
+    let body = render(
+        &backends,
+        &queries,
+        &recent.history.series(),
+        token_configured,
+        &nonce,
+    );
     let mut r = Response::new(Full::new(Bytes::from(body)));
     let headers = r.headers_mut();
     headers.insert(
@@ -54,11 +68,11 @@ pub(super) fn response(
     r
 }
 
-/// The top queries the page shows: `GET /queries?sort=total&limit=20`, with the sample texts
+/// The rows the top queries are grouped from: `GET /queries?sort=total&limit=2000`, with the sample texts
 /// (the literals a client sent) only when `/queries` would show them to this caller, that is
 /// when no admin token is configured (a browser's GET carries none).
 fn queries_json_for_page(state: &ProxyState, token_configured: bool) -> Value {
-    match super::queries::parse_params(Some(&format!("sort=total&limit={QUERY_ROWS}"))) {
+    match super::queries::parse_params(Some(&format!("sort=total&limit={SOURCE_ROWS}"))) {
         Ok(params) => super::queries::render(&state.digests.snapshot(), &params, !token_configured),
         Err(e) => serde_json::json!({ "enabled": true, "queries": [], "error": e }),
     }
@@ -137,6 +151,10 @@ td.sql{font-family:ui-monospace,monospace;font-size:.92em;max-width:48em;word-br
 button{margin-right:.3em;font:inherit;padding:.1em .6em;cursor:pointer}
 #result{min-height:1.4em;font-weight:600}.off{color:#666}
 #token-box{margin:.8em 0}#token-box small{color:#666}
+th.backend{text-align:center}.first{border-left:1px solid #d8dde3}
+td.slowest{color:#b3261e;font-weight:700}.note{margin:.2em 0 .5em;color:#555}
+#chart{margin:0;display:flex;flex-wrap:wrap;gap:1em;align-items:flex-start}
+#chart figcaption{flex-basis:100%}.legend{list-style:none;margin:0;padding:0;display:flex;gap:1.2em}
 ";
 
 const SCRIPT: &str = r#"
@@ -191,9 +209,15 @@ const SCRIPT: &str = r#"
 })();
 "#;
 
-/// The whole page for `backends` (as `GET /backends` returns it) and `queries` (as
-/// `GET /queries` does), with `nonce` on its script and style.
-pub fn render(backends: &Value, queries: &Value, token_configured: bool, nonce: &str) -> String {
+/// The whole page for `backends` (as `GET /backends` returns it), `queries` (as `GET /queries`
+/// does) and `history` (the samples of `GET /history`), with `nonce` on its script and style.
+pub fn render(
+    backends: &Value,
+    queries: &Value,
+    history: &[Series],
+    token_configured: bool,
+    nonce: &str,
+) -> String {
     let nonce = esc(nonce);
     let list = backends["backends"]
         .as_array()
@@ -225,7 +249,12 @@ pub fn render(backends: &Value, queries: &Value, token_configured: bool, nonce: 
     }
     p.push_str("<p id=\"result\" role=\"status\"></p>\n");
     backends_table(&mut p, list);
-    queries_section(&mut p, queries);
+    p.push_str(&chart::chart(history));
+    let order: Vec<String> = list
+        .iter()
+        .filter_map(|b| b["name"].as_str().map(str::to_owned))
+        .collect();
+    queries::section(&mut p, queries, &order);
     let _ = writeln!(
         p,
         "<script nonce=\"{nonce}\">{SCRIPT}</script>\n</body></html>"
@@ -271,71 +300,6 @@ fn backends_table(p: &mut String, list: &[Value]) {
             );
         }
         p.push_str("</td></tr>\n");
-    }
-    p.push_str("</tbody></table>\n");
-}
-
-fn queries_section(p: &mut String, queries: &Value) {
-    let _ = writeln!(
-        p,
-        "<h2>Top queries <small>by total time, top {QUERY_ROWS}</small></h2>"
-    );
-    if queries["enabled"] == false {
-        p.push_str(
-            "<p class=\"off\" id=\"queries-off\">query digests are off (<code>digests.enabled</code>)</p>\n",
-        );
-        return;
-    }
-    let mut rows: Vec<&Value> = queries["queries"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .collect();
-    let total = |q: &Value| q["sum_seconds"].as_f64().unwrap_or(0.0);
-    rows.sort_by(|a, b| total(b).total_cmp(&total(a)));
-    rows.truncate(QUERY_ROWS);
-    if rows.is_empty() {
-        p.push_str("<p class=\"off\" id=\"queries-none\">no query seen yet</p>\n");
-        return;
-    }
-    p.push_str(
-        "<table id=\"queries\"><thead><tr><th>query</th><th>kind</th><th>backend</th><th>user</th>\
-         <th>schema</th><th>count</th><th>errors</th><th>total s</th><th>avg ms</th>\
-         <th>p95 ms</th><th>p99 ms</th><th>rows</th></tr></thead><tbody>\n",
-    );
-    for q in rows {
-        let text = q["text"].as_str().unwrap_or("");
-        let title = match q["sample"].as_str() {
-            Some(sample) if !sample.is_empty() => {
-                format!(" title=\"{}\"", esc(&truncated(sample, TEXT_CHARS)))
-            }
-            _ => String::new(),
-        };
-        let class = if q["other"] == true {
-            " class=\"other-row\""
-        } else {
-            ""
-        };
-        let rows_moved =
-            q["rows_sent"].as_u64().unwrap_or(0) + q["rows_affected"].as_u64().unwrap_or(0);
-        let _ = writeln!(
-            p,
-            "<tr{class}><td class=\"sql\"{title}>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>\
-             <td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{:.3}</td>\
-             <td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td>\
-             <td class=\"n\">{rows_moved}</td></tr>",
-            esc(&truncated(text, TEXT_CHARS)),
-            cell(&q["kind"]),
-            cell(&q["backend"]),
-            cell(&q["user"]),
-            cell(&q["schema"]),
-            cell(&q["count"]),
-            cell(&q["errors"]),
-            total(q),
-            ms(&q["avg_seconds"]),
-            ms(&q["p95_seconds"]),
-            ms(&q["p99_seconds"]),
-        );
     }
     p.push_str("</tbody></table>\n");
 }

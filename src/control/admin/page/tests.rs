@@ -27,6 +27,7 @@ fn backends_table_has_every_backend_and_its_buttons() {
     let page = render(
         &backends(),
         &json!({"enabled": false, "queries": []}),
+        &[],
         false,
         "n0",
     );
@@ -56,7 +57,7 @@ fn client_chosen_text_is_escaped_everywhere() {
     let queries = json!({"enabled": true, "queries": [
         query(&format!("SELECT '{evil}' FROM t"), evil, 1.0),
     ]});
-    let page = render(&b, &queries, true, "n0");
+    let page = render(&b, &queries, &[], true, "n0");
     // The page's own one script, and no other.
     assert_eq!(page.matches("<script").count(), 1, "{page}");
     assert!(page.contains("SELECT &#39;&lt;script&gt;alert(1)&lt;/script&gt;&#39; FROM t"));
@@ -67,7 +68,7 @@ fn client_chosen_text_is_escaped_everywhere() {
 
 #[test]
 fn nonce_is_on_the_script_and_style_only_and_in_the_policy() {
-    let page = render(&backends(), &json!({}), false, "abc123");
+    let page = render(&backends(), &json!({}), &[], false, "abc123");
     assert_eq!(page.matches("nonce=\"abc123\"").count(), 2);
     let csp = content_security_policy("abc123");
     assert!(csp.contains("script-src 'nonce-abc123'"));
@@ -86,6 +87,7 @@ fn top_queries_are_the_twenty_by_total_time() {
     let page = render(
         &backends(),
         &json!({"enabled": true, "queries": list}),
+        &[],
         false,
         "n",
     );
@@ -98,7 +100,7 @@ fn top_queries_are_the_twenty_by_total_time() {
     assert!(page.find(">SELECT 29<") < page.find(">SELECT 10<"));
     assert!(!page.contains(">SELECT 9<"));
     assert!(
-        page.contains("<td class=\"n\">8</td></tr>"),
+        page.contains("<td class=\"n\">8</td><td class=\"n first\">"),
         "rows sent + affected"
     );
 }
@@ -108,6 +110,7 @@ fn no_queries_yet_and_the_other_row() {
     let page = render(
         &backends(),
         &json!({"enabled": true, "queries": []}),
+        &[],
         false,
         "n",
     );
@@ -117,6 +120,7 @@ fn no_queries_yet_and_the_other_row() {
     let page = render(
         &backends(),
         &json!({"enabled": true, "queries": [other]}),
+        &[],
         false,
         "n",
     );
@@ -133,4 +137,72 @@ fn escaping_and_truncation() {
     assert_eq!(state_class(&json!("\" onmouseover=x")), "other");
     assert_eq!(new_nonce().len(), 32);
     assert_ne!(new_nonce(), new_nonce());
+}
+
+fn on(backend: &str, user: &str, count: u64, p99: f64) -> Value {
+    let mut q = query("SELECT c FROM t WHERE id = ?", user, count as f64 * p99);
+    q["backend"] = json!(backend);
+    q["count"] = json!(count);
+    q["p95_seconds"] = json!(p99 / 2.0);
+    q["p99_seconds"] = json!(p99);
+    q
+}
+
+#[test]
+fn a_digest_is_one_row_with_its_backends_side_by_side() {
+    let rows = vec![
+        on("r1", "app", 10, 0.002),
+        on("r2", "app", 30, 0.009),
+        on("r1", "batch", 5, 0.001),
+        on("r3", "app", 1, 0.004),
+    ];
+    let order = vec!["r1".to_owned(), "r2".to_owned(), "idle".to_owned()];
+    let g = queries::group(&rows, &order);
+    // Columns: the set's order, then a backend only the rows name; none nothing served.
+    assert_eq!(g.backends, ["r1", "r2", "r3"]);
+    assert_eq!(g.groups.len(), 2, "app and batch are two rows");
+    let app = &g.groups[0];
+    assert_eq!(app.row["user"], "app");
+    assert_eq!(app.count, 41);
+    let counts: Vec<Option<u64>> = app
+        .shares
+        .iter()
+        .map(|s| s.as_ref().map(|s| s.count))
+        .collect();
+    assert_eq!(counts, [Some(10), Some(30), Some(1)]);
+    assert_eq!(app.slowest(), Some(1), "r2 has the highest p99");
+    let batch = &g.groups[1];
+    assert_eq!(batch.slowest(), None, "one backend: nothing to compare");
+    assert!(batch.shares[1].is_none() && batch.shares[2].is_none());
+
+    let page = render(
+        &backends(),
+        &json!({"enabled": true, "queries": rows}),
+        &[],
+        false,
+        "n",
+    );
+    assert_eq!(page.matches("<td class=\"sql\"").count(), 2);
+    assert_eq!(page.matches("class=\"n slowest\"").count(), 1);
+    assert!(page.contains("<td class=\"n slowest\">9.00 <span class=\"marker\""));
+    assert!(page.contains("data-backend=\"r3\">r3</th>"));
+    assert!(!page.contains(">idle</th>"));
+}
+
+#[test]
+fn the_chart_is_on_the_page_or_says_there_is_no_data_yet() {
+    use super::super::history::{Point, Series};
+    let page = render(&backends(), &json!({}), &[], false, "n");
+    assert!(page.contains("id=\"chart-none\""));
+    let history = [Series {
+        backend: "r1".to_owned(),
+        points: vec![Point {
+            at_unix_ms: 1,
+            qps: 3.0,
+            p99_seconds: Some(0.001),
+        }],
+    }];
+    let page = render(&backends(), &json!({}), &history, false, "n");
+    assert!(page.contains("<figure id=\"chart\">") && !page.contains("chart-none"));
+    assert!(page.find("id=\"backends\"") < page.find("id=\"chart\""));
 }
