@@ -67,6 +67,7 @@ fn tls_ends() -> TlsEnds {
             verify_client: false,
             min_version: TlsVersion::V1_2,
             require: false,
+            cipher_suites: mysql_lb::config::default_cipher_suites(),
         }),
         backends: vec![backend],
         ..Config::default()

@@ -682,6 +682,7 @@ async fn tls_and_compressed_sessions_are_captured_as_sent() {
         verify_client: false,
         min_version: TlsVersion::V1_2,
         require: false,
+        cipher_suites: mysql_lb::config::default_cipher_suites(),
     });
     let proxy = TestProxy::start_with(cfg);
     let base = scratch_dir("capture-legs");

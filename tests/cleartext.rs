@@ -159,6 +159,7 @@ fn proxy_config(dir: &Path, backend: &str) -> Config {
         verify_client: false,
         min_version: TlsVersion::V1_2,
         require: false,
+        cipher_suites: mysql_lb::config::default_cipher_suites(),
     });
     cfg.backends[0].tls.mode = BackendTlsMode::Disabled;
     cfg

@@ -470,6 +470,7 @@ async fn blob_both_ways_and_load_data_local_over_tls_and_compression() {
         verify_client: false,
         min_version: TlsVersion::V1_2,
         require: true,
+        cipher_suites: mysql_lb::config::default_cipher_suites(),
     });
     for b in &mut cfg.backends {
         b.tls = BackendTls {

@@ -549,6 +549,7 @@ async fn tls_on_both_legs_and_a_compressed_backend_leg_pool_like_plain_ones() {
             verify_client: false,
             min_version: TlsVersion::V1_2,
             require: true,
+            cipher_suites: mysql_lb::config::default_cipher_suites(),
         });
         cfg.backends[0].tls = BackendTls {
             mode: BackendTlsMode::VerifyIdentity,

@@ -79,6 +79,7 @@ fn client_leg(require: bool, verify_client: bool) -> ClientTls {
         verify_client,
         min_version: TlsVersion::V1_2,
         require,
+        cipher_suites: mysql_lb::config::default_cipher_suites(),
     }
 }
 

@@ -51,6 +51,7 @@ fn fixture() -> &'static Fixture {
             verify_client: false,
             min_version: TlsVersion::V1_2,
             require: false,
+            cipher_suites: mysql_lb::config::default_cipher_suites(),
         });
         cfg.compression = true;
         for b in &mut cfg.backends {

@@ -39,7 +39,9 @@ pub use pooling::{Pooling, PoolingMode};
 pub use pools::{ConnectMode, PoolConfig, RouteConfig};
 pub use proxy_protocol::ProxyProtocol;
 pub use secret::Secret;
-pub use tls::{BackendTls, BackendTlsMode, ClientTls, TlsVersion};
+pub use tls::{
+    default_cipher_suites, BackendTls, BackendTlsMode, ClientTls, TlsVersion, CIPHER_SUITES,
+};
 
 use cli::{apply_cli, attribute};
 use raw::RawConfig;

@@ -582,6 +582,8 @@ fn tls_keys_parse_with_their_defaults() {
     assert!(!tls.verify_client);
     assert!(!tls.require);
     assert_eq!(tls.min_version, TlsVersion::V1_2);
+    assert_eq!(tls.cipher_suites, crate::config::CIPHER_SUITES);
+    assert_eq!(tls.cipher_suites[0], "TLS13_AES_128_GCM_SHA256");
     assert_eq!(c.backends[0].tls, BackendTls::default());
     assert_eq!(c.backends[0].tls.mode, BackendTlsMode::Preferred);
 
@@ -594,6 +596,18 @@ fn tls_keys_parse_with_their_defaults() {
     assert_eq!(tls.ca, Some(PathBuf::from(format!("{d}/ca.pem"))));
     assert!(tls.verify_client && tls.require);
     assert_eq!(tls.min_version, TlsVersion::V1_3);
+
+    // TLS 1.3 only: no TLS 1.2 suite needed.
+    let c = Config::from_yaml_str(&format!(
+        "backends: [h:1]\ntls: {{cert: {d}/cert.pem, key: {d}/key.pem, min_version: \"1.3\", \
+         cipher_suites: [TLS13_CHACHA20_POLY1305_SHA256, TLS13_AES_256_GCM_SHA384]}}"
+    ))
+    .unwrap();
+    let suites = c.tls.unwrap().cipher_suites;
+    assert_eq!(
+        suites,
+        ["TLS13_CHACHA20_POLY1305_SHA256", "TLS13_AES_256_GCM_SHA384"]
+    );
 }
 
 #[test]
@@ -682,6 +696,33 @@ fn tls_errors_name_the_key() {
         (
             format!("tls: {{cert: {d}/cert.pem, key: {d}/key.pem, min_version: \"1.1\"}}"),
             "tls.min_version: unknown variant `1.1`".to_owned(),
+        ),
+        (
+            format!("tls: {{cert: {d}/cert.pem, key: {d}/key.pem, cipher_suites: [RC4]}}"),
+            "tls.cipher_suites: unknown cipher suite `RC4` (known: TLS13_AES_128_GCM_SHA256, "
+                .to_owned(),
+        ),
+        (
+            format!(
+                "tls: {{cert: {d}/cert.pem, key: {d}/key.pem, cipher_suites: \
+                 [TLS13_AES_128_GCM_SHA256, TLS13_AES_128_GCM_SHA256]}}"
+            ),
+            "tls.cipher_suites: `TLS13_AES_128_GCM_SHA256` is listed twice".to_owned(),
+        ),
+        (
+            format!(
+                "tls: {{cert: {d}/cert.pem, key: {d}/key.pem, \
+                 cipher_suites: [TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256]}}"
+            ),
+            "tls.cipher_suites: no TLS 1.3 suite (TLS13_...) listed".to_owned(),
+        ),
+        (
+            format!(
+                "tls: {{cert: {d}/cert.pem, key: {d}/key.pem, \
+                 cipher_suites: [TLS13_AES_128_GCM_SHA256]}}"
+            ),
+            "tls.cipher_suites: no TLS 1.2 suite (TLS_ECDHE_...) listed while tls.min_version"
+                .to_owned(),
         ),
         (
             format!("tls: {{cert: {d}/cert.pem, key: {d}/key.pem, crt: x}}"),

@@ -194,11 +194,14 @@ impl ClientTlsAcceptor {
     fn load(tls: &ClientTls, provider: &Arc<CryptoProvider>) -> Result<Self, TlsError> {
         let certified = certified_key("tls", &tls.cert, &tls.key, provider)?;
         let not_after = certified.end_entity_cert().ok().and_then(not_after);
-        let mut config = ServerConfig::builder_with_provider(Arc::clone(provider))
+        let ordered = Arc::new(in_order(provider, &tls.cipher_suites)?);
+        let mut config = ServerConfig::builder_with_provider(ordered)
             .with_protocol_versions(versions(tls.min_version))
             .map_err(|e| TlsError::invalid("tls.min_version", e.to_string()))?
             .with_client_cert_verifier(client_verifier(tls, provider)?)
             .with_cert_resolver(Arc::new(SingleCertAndKey::from(certified)));
+        // `tls.cipher_suites` is in mysql-lb's order of preference, which picks.
+        config.ignore_client_order = true;
         config.session_storage = ServerSessionMemoryCache::new(SERVER_SESSION_CACHE);
         // Stateless tickets: TLS 1.3 resumption without a server-side cache. The keys are
         // random per load, so tickets from before a reload fall back to a full handshake.
@@ -210,6 +213,29 @@ impl ClientTlsAcceptor {
             not_after,
         })
     }
+}
+
+/// `provider` offering the suites named by `tls.cipher_suites`, in that order (the names were
+/// checked with the configuration; one unknown here is still an error naming the key).
+fn in_order(provider: &CryptoProvider, names: &[String]) -> Result<CryptoProvider, TlsError> {
+    let mut suites = Vec::with_capacity(names.len());
+    for name in names {
+        let suite = provider
+            .cipher_suites
+            .iter()
+            .find(|s| s.suite().as_str() == Some(name.as_str()))
+            .ok_or_else(|| {
+                TlsError::invalid(
+                    "tls.cipher_suites",
+                    format!("unknown cipher suite `{name}`"),
+                )
+            })?;
+        suites.push(*suite);
+    }
+    Ok(CryptoProvider {
+        cipher_suites: suites,
+        ..provider.clone()
+    })
 }
 
 /// Mandatory client certificates with `verify_client`; optional ones (verified when presented)

@@ -15,6 +15,7 @@
 //!   moment after the close, and a login let in before then would take the server past the
 //!   limit (under churn, past its `max_connections`).
 
+use std::collections::hash_map::Entry;
 use std::collections::{HashMap, VecDeque};
 use std::hash::Hash;
 use std::time::{Duration, Instant};
@@ -185,6 +186,18 @@ where
             .map_or((0, 0, 0), |s| (s.conns, s.sessions, s.pinned))
     }
 
+    /// [`idle`](Self::idle) and [`waiting`](Self::waiting) in one walk over the keys: the
+    /// gauges are set from them twice per transaction.
+    pub fn idle_and_waiting(&self) -> (usize, usize) {
+        let mut idle = 0;
+        let mut waiting = self.logins.iter().filter(|l| !l.left()).count();
+        for state in self.keys.values() {
+            idle += state.idle.len();
+            waiting += state.waiters.iter().filter(|w| !w.left()).count();
+        }
+        (idle, waiting)
+    }
+
     pub fn waiting(&self) -> usize {
         // Those that gave up (timed out, or their session ended) stay queued until a handover
         // skips them; they wait for nothing.
@@ -235,11 +248,19 @@ where
         self.slot_freed();
     }
 
-    /// A login succeeded: its session holds the new connection.
-    pub fn logged_in(&mut self, key: &K) {
-        let state = self.keys.entry(key.clone()).or_default();
+    /// A login succeeded: its session holds the new connection. Returns the key as the pool
+    /// holds it (the first session's of an equal key), for the session to use from now on.
+    pub fn logged_in(&mut self, key: &K) -> K {
+        let (held, state) = match self.keys.entry(key.clone()) {
+            Entry::Occupied(o) => {
+                let held = o.key().clone();
+                (held, o.into_mut())
+            }
+            Entry::Vacant(v) => (key.clone(), v.insert(KeyState::default())),
+        };
         state.conns += 1;
         state.sessions += 1;
+        held
     }
 
     /// A session of `key` wants a connection: an idle one (of `worker`'s if there is one, else

@@ -35,10 +35,11 @@ impl LoginPermit {
         &self.pool
     }
 
-    /// The login succeeded: `conn` joins the pool under `key`, held by its session.
+    /// The login succeeded: `conn` joins the pool under `key`, held by its session. The
+    /// session should use [`Member::key`] from here on: the pool's own copy of an equal key.
     pub fn logged_in(mut self, key: &Key, conn: ServerConn) -> (Member, Held) {
         self.done = true;
-        self.pool.logged_in(key);
+        let key = &self.pool.logged_in(key);
         let member = Member {
             pool: Arc::clone(&self.pool),
             key: key.clone(),

@@ -120,10 +120,10 @@ impl PoolMetrics {
     }
 
     pub(super) fn update(&self, core: &Inner) {
-        let idle = core.idle();
+        let (idle, waiting) = core.idle_and_waiting();
         self.idle.set(idle as i64);
         self.in_use.set(core.open().saturating_sub(idle) as i64);
-        self.waiting.set(core.waiting() as i64);
+        self.waiting.set(waiting as i64);
     }
 
     pub(super) fn waited(&self, d: std::time::Duration) {

@@ -233,11 +233,13 @@ impl BackendPool {
         self.metrics.update(&guard.0);
     }
 
-    /// A login succeeded: its session holds the new connection.
-    fn logged_in(&self, key: &Key) {
+    /// A login succeeded: its session holds the new connection. Returns the pool's own copy
+    /// of the key, whose lookups then compare one pointer rather than the key's strings.
+    fn logged_in(&self, key: &Key) -> Key {
         let mut guard = self.lock();
-        guard.0.logged_in(key);
+        let key = guard.0.logged_in(key);
         self.metrics.update(&guard.0);
+        key
     }
 
     /// A connection for a session of `key` on worker `worker`: an idle one that is still

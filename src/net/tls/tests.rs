@@ -28,6 +28,7 @@ fn client_tls(pair: &CertPair) -> ClientTls {
         verify_client: false,
         min_version: TlsVersion::V1_2,
         require: false,
+        cipher_suites: crate::config::default_cipher_suites(),
     }
 }
 
@@ -783,4 +784,42 @@ fn key_files_are_read_by_their_pem_label_and_an_unusable_key_is_named() {
         ..client_tls(&c.server)
     };
     assert!(load(Some(tls), vec![]).unwrap().client.is_some());
+}
+
+#[tokio::test]
+async fn the_client_leg_picks_suites_in_its_own_order() {
+    let (_dir, c) = fixture();
+    let name = ServerName::try_from("localhost").unwrap();
+    // rustls' own client lists AES-256-GCM first, as OpenSSL and GnuTLS do.
+    let tls13 = bare_connector(&[&rustls::version::TLS13]);
+    let served = |suites: &[&str]| {
+        let tls = ClientTls {
+            cipher_suites: suites.iter().map(|&s| s.to_owned()).collect(),
+            ..client_tls(&c.server)
+        };
+        load(Some(tls), vec![]).unwrap().client.unwrap()
+    };
+    let cases = [
+        (
+            &crate::config::CIPHER_SUITES[..],
+            "TLSv1.3 TLS13_AES_128_GCM_SHA256",
+        ),
+        (
+            &["TLS13_CHACHA20_POLY1305_SHA256", "TLS13_AES_128_GCM_SHA256"][..],
+            "TLSv1.3 TLS13_CHACHA20_POLY1305_SHA256",
+        ),
+    ];
+    for (suites, want) in cases {
+        let outcome = handshake_with(&served(suites).acceptor, &tls13, name.clone()).await;
+        assert_eq!(outcome.server.unwrap().0, want);
+    }
+    let tls = ClientTls {
+        cipher_suites: vec!["TLS13_AES_128_CCM_SHA256".to_owned()],
+        ..client_tls(&c.server)
+    };
+    let got = load_err(Some(tls), vec![]);
+    assert_eq!(
+        got,
+        "tls.cipher_suites: unknown cipher suite `TLS13_AES_128_CCM_SHA256`"
+    );
 }

@@ -77,10 +77,11 @@ where
         state: Default::default(),
         statements: Default::default(),
     };
-    let key = joined.key;
     // From here the session's share of the pool is held by guards: however the session ends
     // (an error, its task cancelled, a panic), dropping them gives it back.
-    let (member, login) = joined.slot.logged_in(&key, login);
+    let (member, login) = joined.slot.logged_in(&joined.key, login);
+    // The pool's copy of the key: its lookups at each transaction compare a pointer.
+    let key = member.key().clone();
     let mut seat = Seat {
         // Where a KILL naming the session goes: the connection it holds, or nowhere (0)
         // between transactions, never the connection's next holder.

@@ -65,6 +65,7 @@ fn logins_take_free_slots_then_the_oldest_spare_idle_connection_then_wait() {
     let queued = waiter.clone();
     assert!(matches!(pool.login(move || queued), Slot::Wait));
     assert_eq!(pool.waiting(), 1);
+    assert_eq!(pool.idle_and_waiting(), (pool.idle(), 1));
     // A session of "c" ends holding a pinned connection: its slot goes to the login.
     pool.pinned(&"c");
     pool.session_ended(&"c", true);
@@ -87,6 +88,7 @@ fn the_last_connection_of_a_key_with_live_sessions_is_never_expired() {
         "one of the two goes, one stays for the sessions"
     );
     assert_eq!(pool.idle(), 1);
+    assert_eq!(pool.idle_and_waiting(), (1, 0));
     // Its slot stays taken until the server has let it go.
     assert_eq!(pool.open(), 2);
     pool.close_done();
