@@ -86,6 +86,20 @@ fn head(addr: SocketAddr, path: &str) -> String {
     head.to_ascii_lowercase()
 }
 
+/// A headless chromium with the status page at `admin` open in a 1280×900 window (the size the
+/// screenshots in the manual are taken at).
+fn open_at_1280x900(admin: SocketAddr) -> (Browser, String) {
+    let mut browser = Browser::launch();
+    let page = browser.new_page();
+    browser.call(
+        Some(&page),
+        "Emulation.setDeviceMetricsOverride",
+        json!({"width": 1280, "height": 900, "deviceScaleFactor": 1, "mobile": false}),
+    );
+    browser.navigate(&page, &format!("http://{admin}/"));
+    (browser, page)
+}
+
 /// The page's own center of the `op` button of backend `name`, scrolled into view.
 fn button_center(browser: &mut Browser, page: &str, op: &str, name: &str) -> (f64, f64) {
     let at = browser.eval(
@@ -140,14 +154,7 @@ fn after_a_sysbench_run_the_page_loads_clean_shows_backends_and_top_queries_and_
         "{csp}"
     );
 
-    let mut browser = Browser::launch();
-    let page = browser.new_page();
-    browser.call(
-        Some(&page),
-        "Emulation.setDeviceMetricsOverride",
-        json!({"width": 1280, "height": 900, "deviceScaleFactor": 1, "mobile": false}),
-    );
-    browser.navigate(&page, &format!("http://{admin}/"));
+    let (mut browser, page) = open_at_1280x900(admin);
     let shown = browser.eval(
         &page,
         "Array.from(document.querySelectorAll('#backends tbody tr')).map(r => r.cells[0].textContent)",
@@ -501,14 +508,7 @@ fn the_page_shows_each_digest_once_over_both_backends_and_charts_them() {
         history_has(&proxy, &names, 3)
     });
 
-    let mut browser = Browser::launch();
-    let page = browser.new_page();
-    browser.call(
-        Some(&page),
-        "Emulation.setDeviceMetricsOverride",
-        json!({"width": 1280, "height": 900, "deviceScaleFactor": 1, "mobile": false}),
-    );
-    browser.navigate(&page, &format!("http://{admin}/"));
+    let (mut browser, page) = open_at_1280x900(admin);
     let columns = browser.eval(
         &page,
         "Array.from(document.querySelectorAll('#queries th.backend')).map(h => h.textContent)",

@@ -261,17 +261,21 @@ const READ: &[&str] = &[
     "\t",
 ];
 
-/// Random statements of the pieces the fast path reads (a fixed seed): it must take most of
-/// them, and print each as the general printer does.
-#[test]
-fn fast_path_takes_and_agrees_on_random_statements() {
-    let mut seed = 0x9e37_79b9_7f4a_7c15u64;
-    let mut next = move || {
+/// A seeded xorshift generator: the random tests' statements are the same on every run.
+fn xorshift(mut seed: u64) -> impl FnMut() -> u64 {
+    move || {
         seed ^= seed << 13;
         seed ^= seed >> 7;
         seed ^= seed << 17;
         seed
-    };
+    }
+}
+
+/// Random statements of the pieces the fast path reads (a fixed seed): it must take most of
+/// them, and print each as the general printer does.
+#[test]
+fn fast_path_takes_and_agrees_on_random_statements() {
+    let mut next = xorshift(0x9e37_79b9_7f4a_7c15u64);
     let mut taken = 0;
     let rounds = 20_000;
     for _ in 0..rounds {
@@ -426,13 +430,7 @@ fn other_digits(text: &[u8], next: &mut impl FnMut() -> u64) -> Vec<u8> {
 /// of its shape (by the general printer and the first hash).
 #[test]
 fn texts_of_a_kept_shape_share_its_digest() {
-    let mut seed = 0x2545_f491_4f6c_dd1du64;
-    let mut next = move || {
-        seed ^= seed << 13;
-        seed ^= seed >> 7;
-        seed ^= seed << 17;
-        seed
-    };
+    let mut next = xorshift(0x2545_f491_4f6c_dd1du64);
     let (mut kept, mut left) = (0, 0);
     for _ in 0..20_000 {
         let mut text = Vec::new();
@@ -473,13 +471,7 @@ fn texts_of_a_kept_shape_share_its_digest() {
 /// texts cut at `max_len`.
 #[test]
 fn the_cache_answers_as_a_fresh_digest() {
-    let mut seed = 0x9e37_79b9_7f4a_7c15u64;
-    let mut next = move || {
-        seed ^= seed << 13;
-        seed ^= seed >> 7;
-        seed ^= seed << 17;
-        seed
-    };
+    let mut next = xorshift(0x9e37_79b9_7f4a_7c15u64);
     let mut cache = DigestCache::default();
     let mut texts: Vec<Vec<u8>> = Vec::new();
     for i in 0..2_000u64 {
