@@ -1,7 +1,7 @@
 //! The SQL normalizer's properties, kept apart from `checks.rs` (the MySQL protocol's): on any
-//! bytes, [`mysql_lb::wire::sql::normalize`] and [`mysql_lb::wire::sql::digest`] never panic, read only the
-//! first `max_len` bytes, print a bounded text that normalizes to itself, and the digest is that
-//! text's; the tokens cover the text in order without overlapping; `classify` never panics;
+//! bytes, [`mysql_lb::wire::sql::normalize`] and [`mysql_lb::wire::sql::digest`] never panic,
+//! read only the first `max_len` bytes, print a bounded text that normalizes to itself, and the
+//! digest is that text's, from a digest cache too, for the text and others of its shape; the tokens cover the text in order without overlapping; `classify` never panics;
 //! `pins` never panics and a comment appended to the text does not change its verdict (unless
 //! the text leaves a comment open, which the appended one may close); in every reading the
 //! server could take the tokens are in order within the text; and `pins` (every reading) pins
@@ -9,8 +9,8 @@
 
 use mysql_lb::wire::sql::pins::{pins, pins_for, Pin};
 use mysql_lb::wire::sql::{
-    classify, classify_as, digest, normalize, read_only, readings, tokens, tokens_as, Dialect,
-    Reading, Server, TokenKind,
+    classify, classify_as, digest, digest_cached, normalize, read_only, readings, tokens,
+    tokens_as, Dialect, DigestCache, Reading, Server, TokenKind,
 };
 
 /// The tokens of `read` in `reading` are non-empty, in order, within the text, at most one per
@@ -33,6 +33,44 @@ fn covers(read: &[u8], reading: Reading) {
         count += 1;
     }
     assert!(count <= read.len());
+}
+
+/// A [`DigestCache`] answers what [`digest`] does: for the text on a miss and on a hit, and for
+/// texts of the same shape (each digit changed, each digit doubled), which a hit on the text's
+/// shape would answer if the cache kept it.
+fn same_digest_from_a_cache(text: &[u8], max_len: usize) {
+    let mut cache = DigestCache::default();
+    let plain = digest(text, max_len);
+    assert_eq!(digest_cached(&mut cache, text, max_len), plain, "a miss");
+    assert_eq!(digest_cached(&mut cache, text, max_len), plain, "a hit");
+    let changed: Vec<u8> = text
+        .iter()
+        .map(|&b| {
+            if b.is_ascii_digit() {
+                b'0' + (b - b'0' + 7) % 10
+            } else {
+                b
+            }
+        })
+        .collect();
+    let doubled: Vec<u8> = text
+        .iter()
+        .flat_map(|&b| {
+            if b.is_ascii_digit() {
+                vec![b, b]
+            } else {
+                vec![b]
+            }
+        })
+        .collect();
+    for other in [changed, doubled] {
+        assert_eq!(
+            digest_cached(&mut cache, &other, max_len),
+            digest(&other, max_len),
+            "a text of the same shape: {:?}",
+            String::from_utf8_lossy(&other)
+        );
+    }
 }
 
 /// Byte 0 picks `max_len` (0 = the whole input, else a cut somewhere in it); the rest is the
@@ -70,6 +108,8 @@ pub fn sql_digest(data: &[u8]) {
         digest(normal.as_bytes(), usize::MAX),
         "the digest is not the normal form's"
     );
+
+    same_digest_from_a_cache(text, max_len);
 
     assert!(tokens(read).count() <= read.len());
     covers(read, Reading::DIGEST);
