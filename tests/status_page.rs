@@ -32,6 +32,15 @@ fn sbtest_tables() -> std::sync::MutexGuard<'static, ()> {
         .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
+/// sysbench's tables dropped and made again on both backends: each test's digests start from
+/// the same rows.
+fn fresh_sbtest(pair: &[MariaDb; 2]) {
+    for db in pair {
+        sysbench(db.port, &[], "cleanup");
+        sysbench(db.port, &[], "prepare");
+    }
+}
+
 fn backends(pair: &[MariaDb; 2]) -> Vec<String> {
     pair.iter().map(MariaDb::tcp_addr).collect()
 }
@@ -118,10 +127,7 @@ fn after_a_sysbench_run_the_page_loads_clean_shows_backends_and_top_queries_and_
     let _tables = sbtest_tables();
     let pair = shared_pair();
     let names = backends(pair);
-    for db in pair {
-        sysbench(db.port, &[], "cleanup");
-        sysbench(db.port, &[], "prepare");
-    }
+    fresh_sbtest(pair);
     let proxy = TestProxy::start_with(common::proxy::with_digests(&names));
     let admin = proxy.admin.expect("admin endpoint");
     // Text protocol, so the point select is a `query` row with its literal in the sample.
@@ -485,10 +491,7 @@ fn the_page_shows_each_digest_once_over_both_backends_and_charts_them() {
     let _tables = sbtest_tables();
     let pair = shared_pair();
     let names = backends(pair);
-    for db in pair {
-        sysbench(db.port, &[], "cleanup");
-        sysbench(db.port, &[], "prepare");
-    }
+    fresh_sbtest(pair);
     let mut config = common::proxy::with_digests(&names);
     config.backends[0].weight = 3;
     let proxy = TestProxy::start_with(config);

@@ -37,6 +37,7 @@ use prepared::{Front, Ran};
 
 mod client;
 mod prepared;
+mod returning;
 mod settle;
 
 /// How a session joins its backend's pool once logged in.
@@ -271,90 +272,6 @@ impl Seat<'_, '_> {
             end => Err(end.into()),
         }
     }
-
-    /// Where the connection a session held at its end goes: back to the pool, reset first if the
-    /// session left something on it; recycled if it was pinned and can be brought back to its
-    /// key's login state; else closed. `end` says how the session ended.
-    async fn return_at_end(&mut self, ctx: &Context<'_>, end: &SessionEnd, tracker: &mut Tracker) {
-        let Some(mut held) = self.conn.take() else {
-            return;
-        };
-        let (pool, worker) = (&*self.pool, ctx.worker);
-        let observer = &mut self.observer;
-        let key = observer.key;
-        held.state = observer.holding.state().clone();
-        let end = match end {
-            SessionEnd::Relay(end) => Some(end),
-            SessionEnd::NoServerConnection => None,
-        };
-        // A client's trailing COM_QUIT is not forwarded (`Steering::keeps_backend`).
-        let mut clean = matches!(
-            end,
-            Some(RelayEnd::ClientClosed { .. } | RelayEnd::Drained | RelayEnd::IdleTimeout)
-        ) && tracker.idle();
-        let gone = matches!(
-            end,
-            Some(RelayEnd::ClientClosed { .. } | RelayEnd::ClientIo(_))
-        );
-        if gone && !tracker.idle() {
-            // The client left with a command unanswered: closing the connection could leave its
-            // user's other sessions with none. Its answer is read to the end and thrown away.
-            let within = pool.pooling().wait_timeout;
-            clean = settle::settle(&mut held, tracker, ctx.stop, observer, within).await;
-        }
-        let pinned = observer.holding.pinned().is_some();
-        if !pinned {
-            // A session that ends in a transaction, or with its warnings or row count on the
-            // connection, leaves it reset; with only its insert id, that is cleared.
-            let tidy = clean
-                && if observer.holding.releasable() {
-                    wipe(pool, &mut held, key, &mut observer.holding, "session_end").await
-                } else {
-                    reset(pool, &mut held, key, "session_end").await
-                };
-            if tidy {
-                held.release(worker);
-            } else if clean && gone && held.reset(&key.schema).await {
-                // Left in a transaction, or with warnings or a changed row count the next command
-                // could have read: reset, it holds its key's login state again.
-                held.release(worker);
-            } else {
-                // Its slot is free once the server let go of it.
-                held.close().await;
-            }
-        } else if clean
-            && observer.holding.recyclable(&key.schema)
-            && reset(pool, &mut held, key, "pinned").await
-        {
-            // Its state was the session's alone; reset, it serves the key again (as shared: the
-            // session is counted ended before it goes back).
-            observer.member.end();
-            held.release(worker);
-        } else {
-            // Its state was the session's alone: closed with it, its slot free once the server
-            // let go of it.
-            held.close().await;
-        }
-    }
-
-    /// Gives the session's connection back to its pool between transactions (reset first when
-    /// the session left traces on it).
-    async fn return_between_transactions(&mut self, worker: usize) {
-        if let Some(live) = &self.live {
-            live.store(kill::NO_THREAD, Ordering::Relaxed);
-        }
-        let Some(mut held) = self.conn.take() else {
-            return;
-        };
-        let observer = &mut self.observer;
-        held.state = observer.holding.state().clone();
-        let key = observer.key;
-        if wipe(&self.pool, &mut held, key, &mut observer.holding, "traces").await {
-            held.release(worker);
-        } else {
-            held.quit();
-        }
-    }
 }
 
 /// A connection of `key` from the pool, brought to the session's `state`.
@@ -377,38 +294,6 @@ async fn take(
         got.quit();
         Err(PoolError::Replay)
     }
-}
-
-/// Clears what a session left on `held` that another could read: nothing to do, its insert id
-/// alone (`DO LAST_INSERT_ID(0)`, counted as reason `insert_id`; the connection keeps its
-/// prepared statements), or a reset counted under `reason`. False when it must close.
-async fn wipe(
-    pool: &BackendPool,
-    held: &mut ServerConn,
-    key: &Key,
-    holding: &mut Holding,
-    reason: &'static str,
-) -> bool {
-    let ok = if !holding.leaves_traces() {
-        return true;
-    } else if holding.only_insert_id() {
-        let ok = held.forget_insert_id().await;
-        pool.count_reset("insert_id", ok);
-        ok
-    } else {
-        reset(pool, held, key, reason).await
-    };
-    if ok {
-        holding.reset_done();
-    }
-    ok
-}
-
-/// Brings `held` back to `key`'s login state, counted under `reason`; false when it must close.
-async fn reset(pool: &BackendPool, held: &mut ServerConn, key: &Key, reason: &'static str) -> bool {
-    let ok = held.reset(&key.schema).await;
-    pool.count_reset(reason, ok);
-    ok
 }
 
 /// Waits, holding no server connection, until the client's next command begins (its first five
