@@ -203,7 +203,7 @@ impl SessionDigests {
         let mut text = None;
         if let Ok(mut shard) = self.table.shard(self.worker).lock() {
             // Tag 0 (not read whole, or prepared before digests were on) has no texts.
-            if !shard.record(Digest(c.tag), kind, &self.ident, c, now) {
+            if !shard.record(Digest(c.tag), kind, &mut self.ident, c, now) {
                 self.known.remove(&c.tag);
             }
             if slow.is_some() {

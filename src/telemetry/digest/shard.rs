@@ -139,6 +139,20 @@ fn key(digest: Digest, kind: Kind, ident: &Ident) -> u64 {
         ^ ident.hash
 }
 
+/// Whether two `Ident`s are equal; if so, both become the one at the lower address.
+#[cold]
+fn share_equal(a: &mut Arc<Ident>, b: &mut Arc<Ident>) -> bool {
+    if **a != **b {
+        return false;
+    }
+    if Arc::as_ptr(a) < Arc::as_ptr(b) {
+        *b = Arc::clone(a);
+    } else {
+        *a = Arc::clone(b);
+    }
+    true
+}
+
 /// The table's row bound, shared by its shards: a worker that is busier than the others may hold
 /// more of the rows, and the bound holds over all of them.
 #[derive(Debug, Default)]
@@ -266,18 +280,24 @@ impl Shard {
     /// Counts `c` under (`digest`, `kind`, `ident`), a new row taking this shard's texts of
     /// the digest. False if there are none (never made, or dropped since): `c` is counted in
     /// "(other)", and the session should make them again.
+    ///
+    /// Sessions of one user and schema each make their own `Ident`, and a row keeps the one of
+    /// the session that made it, so telling them equal would compare four strings per
+    /// statement. When a row and a session hold equal `Ident`s in two allocations, both keep
+    /// the one at the lower address (the session's `ident` may be replaced): every row and
+    /// session of one identity soon shares one allocation, and the check is a pointer compare.
     #[inline]
     pub(super) fn record(
         &mut self,
         digest: Digest,
         kind: Kind,
-        ident: &Arc<Ident>,
+        ident: &mut Arc<Ident>,
         c: &Completed,
         now: Instant,
     ) -> bool {
         let k = key(digest, kind, ident);
         if let Some(row) = self.rows.get_mut(&k) {
-            let same = Arc::ptr_eq(&row.ident, ident) || *row.ident == **ident;
+            let same = Arc::ptr_eq(&row.ident, ident) || share_equal(&mut row.ident, ident);
             if row.digest == digest && row.kind == kind && same {
                 row.stats.add(c, now);
             } else {
@@ -414,14 +434,14 @@ mod tests {
     #[test]
     fn rows_stay_bounded_and_totals_exact_when_folded() {
         let mut s = shard(64);
-        let ident = Ident::new("b1", "p", "u", "s");
+        let mut ident = Ident::new("b1", "p", "u", "s");
         let now = Instant::now();
         let mut want_sum = 0;
         for i in 0..10_000u64 {
             assert!(s.texts(Digest(i + 1), || ("q".into(), b"q")));
             let c = done(1 + i % 97);
             want_sum += c.latency.as_nanos() as u64;
-            assert!(s.record(Digest(i + 1), Kind::Query, &ident, &c, now));
+            assert!(s.record(Digest(i + 1), Kind::Query, &mut ident, &c, now));
             assert!(s.rows.len() <= 64);
         }
         let (count, sum, rows) = totals(&s);
@@ -435,16 +455,16 @@ mod tests {
     #[test]
     fn the_same_digest_under_other_users_or_kinds_is_another_row() {
         let mut s = shard(64);
-        let (a, b) = (
+        let (mut a, mut b) = (
             Ident::new("b1", "p", "u1", "s"),
             Ident::new("b1", "p", "u2", "s"),
         );
         let now = Instant::now();
         assert!(s.texts(Digest(7), || ("q".into(), b"q")));
-        s.record(Digest(7), Kind::Query, &a, &done(5), now);
-        s.record(Digest(7), Kind::Query, &a, &done(5), now);
-        s.record(Digest(7), Kind::Query, &b, &done(5), now);
-        s.record(Digest(7), Kind::Execute, &a, &done(5), now);
+        s.record(Digest(7), Kind::Query, &mut a, &done(5), now);
+        s.record(Digest(7), Kind::Query, &mut a, &done(5), now);
+        s.record(Digest(7), Kind::Query, &mut b, &done(5), now);
+        s.record(Digest(7), Kind::Execute, &mut a, &done(5), now);
         let mut counts = Vec::new();
         s.each(|_, k, i, _, st| counts.push((k, i.user.to_string(), st.count)));
         counts.sort_by_key(|(k, u, _)| (k.as_str(), u.clone()));
@@ -459,17 +479,65 @@ mod tests {
     }
 
     #[test]
+    fn sessions_of_one_identity_come_to_share_one_ident() {
+        let mut s = shard(64);
+        let now = Instant::now();
+        let mut sessions: Vec<Arc<Ident>> =
+            (0..3).map(|_| Ident::new("b1", "p", "u", "s")).collect();
+        let mut stranger = Ident::new("b1", "p", "u", "other");
+        for d in 1..=3 {
+            assert!(s.texts(Digest(d), || ("q".into(), b"q")));
+        }
+        // Each session makes one row with its own allocation, then all run every digest.
+        for (d, ident) in (1..=3).zip(sessions.iter_mut()) {
+            assert!(s.record(Digest(d), Kind::Query, ident, &done(5), now));
+        }
+        for _ in 0..2 {
+            for ident in sessions.iter_mut() {
+                for d in 1..=3 {
+                    assert!(s.record(Digest(d), Kind::Query, ident, &done(5), now));
+                }
+            }
+        }
+        assert!(s.record(Digest(1), Kind::Query, &mut stranger, &done(5), now));
+        let lowest = sessions.iter().map(Arc::as_ptr).min().unwrap();
+        assert!(sessions.iter().all(|i| Arc::as_ptr(i) == lowest));
+        assert!(s
+            .rows
+            .values()
+            .filter(|r| r.ident.schema.as_ref() == "s")
+            .all(|r| Arc::as_ptr(&r.ident) == lowest));
+        assert_eq!(
+            stranger.schema.as_ref(),
+            "other",
+            "an unequal ident is never shared"
+        );
+        let mut counts = Vec::new();
+        s.each(|d, _, i, _, st| counts.push((d.map(|d| d.0), i.schema.to_string(), st.count)));
+        counts.sort();
+        assert_eq!(
+            counts,
+            vec![
+                (Some(1), "other".to_string(), 1),
+                (Some(1), "s".to_string(), 7),
+                (Some(2), "s".to_string(), 7),
+                (Some(3), "s".to_string(), 7),
+            ]
+        );
+    }
+
+    #[test]
     fn a_reset_forgets_rows_and_unused_texts() {
         let mut s = shard(64);
-        let ident = Ident::new("b1", "p", "u", "s");
+        let mut ident = Ident::new("b1", "p", "u", "s");
         assert!(s.texts(Digest(1), || ("q".into(), b"q")));
-        s.record(Digest(1), Kind::Query, &ident, &done(5), Instant::now());
+        s.record(Digest(1), Kind::Query, &mut ident, &done(5), Instant::now());
         s.clear();
         assert_eq!(totals(&s).2, 0);
         assert!(s.texts.is_empty());
         assert_eq!(s.text_budget.used(), 0, "the reset refunded its texts");
         assert!(
-            !s.record(Digest(1), Kind::Query, &ident, &done(5), Instant::now()),
+            !s.record(Digest(1), Kind::Query, &mut ident, &done(5), Instant::now()),
             "no texts: counted in (other), to be made again"
         );
     }
@@ -479,14 +547,14 @@ mod tests {
         let per = 1000 + 2 + super::super::texts::OVERHEAD;
         let text_budget = TextBudget::new(10 * per);
         let mut s = Shard::new(Arc::new(Budget::new(1000)), Arc::clone(&text_budget));
-        let ident = Ident::new("b1", "p", "u", "s");
+        let mut ident = Ident::new("b1", "p", "u", "s");
         let now = Instant::now();
         let mut count = 0;
         for i in 0..1000u64 {
             let text = format!("{i:01000}");
             let made = s.texts(Digest(i + 1), || (text, b"s1"));
             assert!(made, "rows fold to make room: {i}");
-            assert!(s.record(Digest(i + 1), Kind::Query, &ident, &done(5), now));
+            assert!(s.record(Digest(i + 1), Kind::Query, &mut ident, &done(5), now));
             count += 1;
             assert!(text_budget.used() <= 10 * per, "{}", text_budget.used());
         }
