@@ -151,10 +151,14 @@ impl Registry {
     }
 
     pub fn lookup(&self, id: u32) -> Option<Target> {
-        let mut target = self.ids.lock().ok()?.sessions.get(&id).cloned().flatten()?;
+        let ids = self.ids.lock().ok()?;
+        let mut target = ids.sessions.get(&id).cloned().flatten()?;
+        // Read under the lock, as `moved` changes the backend under it: the backend and the
+        // thread id read belong together (see `Registration::moved`).
         if let Some(live) = &target.live {
-            target.thread_id = live.load(Ordering::Relaxed);
+            target.thread_id = live.load(Ordering::Acquire);
         }
+        drop(ids);
         Some(target)
     }
 
@@ -174,6 +178,15 @@ impl Registry {
         let live = Arc::new(AtomicU32::new(target.thread_id));
         target.live = Some(Arc::clone(&live));
         Some(live)
+    }
+
+    /// Session `id` runs on `backend` from now on; see [`Registration::moved`].
+    fn moved(&self, id: u32, backend: &Arc<Backend>) {
+        if let Ok(mut ids) = self.ids.lock() {
+            if let Some(Some(target)) = ids.sessions.get_mut(&id) {
+                target.backend = Arc::clone(backend);
+            }
+        }
     }
 
     /// Records who session `id` is now; see [`Registration::set_user`].
@@ -212,6 +225,14 @@ impl Registration<'_> {
     /// per move. None if the session is not bound to a backend session yet.
     pub fn follow(&self) -> Option<Arc<AtomicU32>> {
         self.registry.follow(self.id)
+    }
+
+    /// A pooled session that follows its connection ([`follow`](Self::follow)) now runs on
+    /// `backend` (a pool across backends). Call it while the followed thread is
+    /// [`NO_THREAD`], then store the new connection's: a KILL read meanwhile finds no
+    /// connection, never one backend's thread id paired with another backend.
+    pub fn moved(&self, backend: &Arc<Backend>) {
+        self.registry.moved(self.id, backend);
     }
 
     /// The user name the session authenticated as (at the end of its connection phase), or None

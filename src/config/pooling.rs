@@ -33,6 +33,10 @@ pub struct Pooling {
     pub idle_timeout: Duration,
     /// How long a statement or a login waits for a server connection before an ERR.
     pub wait_timeout: Duration,
+    /// Whether a session may run each transaction on any backend of its pool, on a connection
+    /// of its key another client logged in (the operator's statement that every backend of the
+    /// pool has the same accounts: replicas of one primary, a Galera cluster).
+    pub across_backends: bool,
 }
 
 impl Default for Pooling {
@@ -42,6 +46,7 @@ impl Default for Pooling {
             max_server_connections: 100,
             idle_timeout: Duration::from_secs(60),
             wait_timeout: Duration::from_secs(5),
+            across_backends: false,
         }
     }
 }
@@ -63,6 +68,7 @@ pub(super) struct RawPooling {
     idle_timeout: Option<Duration>,
     #[serde(default, with = "humantime_serde")]
     wait_timeout: Option<Duration>,
+    across_backends: Option<bool>,
 }
 
 impl RawPooling {
@@ -76,7 +82,15 @@ impl RawPooling {
                 .unwrap_or(d.max_server_connections),
             idle_timeout: self.idle_timeout.unwrap_or(d.idle_timeout),
             wait_timeout: self.wait_timeout.unwrap_or(d.wait_timeout),
+            across_backends: self.across_backends.unwrap_or(d.across_backends),
         };
+        if pooling.across_backends && !pooling.shares() {
+            return Err(ConfigError::invalid(
+                format!("{key}.across_backends"),
+                "needs `mode: transaction`: only sessions that share server connections can \
+                 take another backend's",
+            ));
+        }
         if pooling.max_server_connections < 2 {
             return Err(ConfigError::invalid(
                 format!("{key}.max_server_connections"),

@@ -1498,4 +1498,20 @@ fn pooling_refuses_a_limit_below_two_and_zero_timeouts_naming_the_key() {
     assert!(e.contains("pools.p.pooling.wait_timeout"), "{e}");
     let e = err("pooling: {mode: sometimes}\n");
     assert!(e.contains("mode"), "{e}");
+    let e = err("backends: [\"127.0.0.1:3306\"]\npooling: {across_backends: true}\n");
+    assert!(
+        e.contains("pooling.across_backends") && e.contains("transaction"),
+        "{e}"
+    );
+}
+
+#[test]
+fn pooling_across_backends_is_off_unless_said_and_per_pool() {
+    let ok = |yaml: &str| Config::from_yaml_str(yaml).unwrap();
+    let c = ok("backends: [\"127.0.0.1:3306\"]\npooling: {mode: transaction}\n");
+    assert!(!c.pooling.across_backends);
+    let c = ok("backends: [\"127.0.0.1:3306\"]\npools:\n  p:\n    pooling: {mode: transaction, across_backends: true}\n    backends: [\"127.0.0.1:3307\", \"127.0.0.1:3308\"]\n");
+    let p = c.pools.iter().find(|p| p.name == "p").expect("pool p");
+    assert!(p.pooling.across_backends);
+    assert!(!c.pooling.across_backends, "the default pool keeps its own");
 }

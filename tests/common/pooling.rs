@@ -19,6 +19,7 @@ pub fn transaction_mode(config: &mut Config, max: usize, idle: Duration, wait: D
             max_server_connections: max,
             idle_timeout: idle,
             wait_timeout: wait,
+            across_backends: false,
         },
     }];
 }

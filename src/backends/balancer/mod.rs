@@ -234,6 +234,21 @@ impl Lease {
     pub fn backend(&self) -> &Arc<Backend> {
         &self.backend
     }
+
+    /// The session now runs on `backend` (a pool across backends moved it): its count in the
+    /// active sessions, which the least-connections policy and a drain's progress read, goes
+    /// with it. The script's `disconnect_client()` still hears of its end once, naming the
+    /// backend it ended on.
+    pub fn move_to(&mut self, backend: &Arc<Backend>) {
+        if Arc::ptr_eq(&self.backend, backend) {
+            return;
+        }
+        backend.active.fetch_add(1, Relaxed);
+        backend.stats.connections.inc();
+        let old = std::mem::replace(&mut self.backend, Arc::clone(backend));
+        old.active.fetch_sub(1, Relaxed);
+        old.stats.connections.dec();
+    }
 }
 
 impl Drop for Lease {
@@ -498,6 +513,33 @@ impl BackendSet {
         }
         down.sort_by_key(|b| self.rotation.back_at(b, now));
         trial.into_iter().chain(up).chain(down).cloned().collect()
+    }
+
+    /// Where a session of a pool across backends (`pooling.across_backends`) looks for its
+    /// next transaction's connection: `pool`'s backends that are ready and up, the policy's
+    /// choice first. Unlike [`candidates_in`](Self::candidates_in), no down backend comes last
+    /// and no trial is claimed: a session moves only to a backend in rotation.
+    pub fn transaction_order<'p>(&self, now: Instant, pool: &'p Pool) -> Vec<&'p Arc<Backend>> {
+        let mut up: Vec<&'p Arc<Backend>> = pool
+            .members
+            .iter()
+            .filter(|b| b.admin_state() == AdminState::Ready && self.is_up(b, now))
+            .collect();
+        if !up.is_empty() {
+            let first = self.policy_pick(pool.policy, &pool.next, &up);
+            up.rotate_left(first);
+        }
+        up
+    }
+
+    /// Whether backend `name` is out of rotation (not ready, or down) in a pool across
+    /// backends: its pooled sessions move to the others at their next transaction.
+    pub fn leaving_across(&self, name: &str, now: Instant) -> bool {
+        self.by_name(name).is_some_and(|b| {
+            self.pool(&b.pool)
+                .is_some_and(|p| p.pooling.across_backends)
+                && (b.admin_state() != AdminState::Ready || !self.is_up(b, now))
+        })
     }
 
     /// Like [`candidates_in`](Self::candidates_in), but a script's `connect_server()` may choose

@@ -135,6 +135,23 @@ pub struct Core<K, T, W, L> {
 /// Connections to close now (outside the lock), from an operation that let some go.
 pub type Closed<T> = Vec<T>;
 
+/// The idle connection of `state` to hand out (most recently parked first): one `like` accepts
+/// on `worker`'s thread, then one `like` accepts, then one of `worker`'s, then any.
+fn take_idle<T, W>(
+    state: &mut KeyState<T, W>,
+    worker: usize,
+    like: impl Fn(&T) -> bool,
+) -> Option<T> {
+    let idle = &state.idle;
+    let at = idle
+        .iter()
+        .rposition(|i| i.worker == worker && like(&i.conn))
+        .or_else(|| idle.iter().rposition(|i| like(&i.conn)))
+        .or_else(|| idle.iter().rposition(|i| i.worker == worker))
+        .or_else(|| idle.len().checked_sub(1))?;
+    Some(state.idle.remove(at).conn)
+}
+
 impl<K, T, W, L> Core<K, T, W, L>
 where
     K: Hash + Eq + Clone,
@@ -179,7 +196,6 @@ where
     }
 
     /// A key's connections, sessions and pinned sessions (zeros once it is forgotten).
-    #[cfg(test)]
     pub fn key_counts(&self, key: &K) -> (usize, usize, usize) {
         self.keys
             .get(key)
@@ -282,21 +298,37 @@ where
         let Some(state) = self.keys.get_mut(key) else {
             return Acquired::Starved;
         };
-        let idle = &state.idle;
-        let at = idle
-            .iter()
-            .rposition(|i| i.worker == worker && like(&i.conn))
-            .or_else(|| idle.iter().rposition(|i| like(&i.conn)))
-            .or_else(|| idle.iter().rposition(|i| i.worker == worker))
-            .or_else(|| idle.len().checked_sub(1));
-        match at {
-            Some(i) => Acquired::Got(state.idle.remove(i).conn),
+        match take_idle(state, worker, like) {
+            Some(conn) => Acquired::Got(conn),
             None if state.conns == 0 => Acquired::Starved,
             None => {
                 state.waiters.push_back(waiter());
                 Acquired::Wait
             }
         }
+    }
+
+    /// An idle connection of `key` as [`acquire_like`](Self::acquire_like) would choose it, or
+    /// None at once (nothing queued): a session of a pool across backends looks at each
+    /// backend's idle connections before it waits on one.
+    pub fn take_idle(&mut self, key: &K, worker: usize, like: impl Fn(&T) -> bool) -> Option<T> {
+        take_idle(self.keys.get_mut(key)?, worker, like)
+    }
+
+    /// A session of `key` that logged in on another backend of the pool moved here (it took
+    /// a connection of this pool, so the key is known): counted among the key's sessions, as a
+    /// login would be, without a connection of its own. Returns the pool's copy of the key.
+    /// (It left its previous pool with [`session_ended`](Self::session_ended).)
+    pub fn joined(&mut self, key: &K) -> K {
+        let (held, state) = match self.keys.entry(key.clone()) {
+            Entry::Occupied(o) => {
+                let held = o.key().clone();
+                (held, o.into_mut())
+            }
+            Entry::Vacant(v) => (key.clone(), v.insert(KeyState::default())),
+        };
+        state.sessions += 1;
+        held
     }
 
     /// A session gives its connection back: to the first session of its key still waiting,

@@ -99,6 +99,20 @@ impl Member {
         }
     }
 
+    /// The session moves to another backend's pool (a pool across backends), where its key has
+    /// connections: it joins that pool's sessions of its key, then leaves this one's, so the
+    /// counts that keep a key's last connection on each backend follow where it runs. Only
+    /// unpinned (a pinned session never lets its connection go, so never takes another).
+    pub fn move_to(&mut self, pool: &Arc<BackendPool>) {
+        if self.pinned || self.ended || Arc::ptr_eq(&self.pool, pool) {
+            return;
+        }
+        let key = pool.joined(&self.key);
+        let old = std::mem::replace(&mut self.pool, Arc::clone(pool));
+        let old_key = std::mem::replace(&mut self.key, key);
+        old.session_ended(&old_key);
+    }
+
     /// The session ended. Its connection, if it holds one, is given back or closed by its
     /// [`Held`], before or after.
     /// Once only: later calls, and the drop, do nothing more.
@@ -133,6 +147,11 @@ impl std::fmt::Debug for Held {
 }
 
 impl Held {
+    /// The pool the connection is of (and goes back to).
+    pub fn pool(&self) -> &Arc<BackendPool> {
+        &self.pool
+    }
+
     pub(super) fn new(conn: ServerConn, pool: Arc<BackendPool>, key: Key) -> Self {
         Held {
             conn: Some(conn),

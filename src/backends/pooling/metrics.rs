@@ -14,6 +14,7 @@ pub(super) struct Families {
     wait: HistogramVec,
     pins: IntCounterVec,
     acquired: IntCounterVec,
+    moves: IntCounterVec,
     failed: IntCounterVec,
     resets: IntCounterVec,
 }
@@ -62,6 +63,12 @@ impl Families {
                 "Server connections taken from the pool by a session (reuses)",
                 &labels,
             ),
+            moves: counter(
+                "mysql_lb_pool_session_moves_total",
+                "Transactions a session of a pool across backends (`pooling.across_backends`) \
+                 began on this backend after its previous one ran on another",
+                &labels,
+            ),
             failed: counter(
                 "mysql_lb_pool_wait_failed_total",
                 "Sessions and logins that got no server connection (timeout, starved)",
@@ -82,6 +89,7 @@ impl Families {
             Box::new(families.wait.clone()),
             Box::new(families.pins.clone()),
             Box::new(families.acquired.clone()),
+            Box::new(families.moves.clone()),
             Box::new(families.failed.clone()),
             Box::new(families.resets.clone()),
         ] {
@@ -99,6 +107,7 @@ pub(super) struct PoolMetrics {
     wait: prometheus::Histogram,
     pins: IntCounterVec,
     pub(super) acquired: prometheus::IntCounter,
+    pub(super) moves: prometheus::IntCounter,
     failed: IntCounterVec,
     resets: IntCounterVec,
     labels: [String; 2],
@@ -113,6 +122,7 @@ impl PoolMetrics {
             wait: f.wait.with_label_values(&[pool, backend]),
             pins: f.pins.clone(),
             acquired: f.acquired.with_label_values(&[pool, backend]),
+            moves: f.moves.with_label_values(&[pool, backend]),
             failed: f.failed.clone(),
             resets: f.resets.clone(),
             labels: [pool.to_owned(), backend.to_owned()],

@@ -318,6 +318,44 @@ impl BackendPool {
         }
     }
 
+    /// An idle connection of `key` that is still alive, or None at once: no waiting, no place
+    /// in line (see [`Core::take_idle`]).
+    pub fn try_idle(self: &Arc<Self>, key: &Key, worker: usize, state: &State) -> Option<Held> {
+        loop {
+            let mut guard = self.lock();
+            let core = &mut guard.0;
+            let mut conn = core.take_idle(key, worker, |c: &ServerConn| c.carries(state))?;
+            if conn.is_stale() {
+                core.closed(key);
+                self.metrics.update(core);
+                drop(guard);
+                drop(conn);
+                continue;
+            }
+            self.metrics.update(core);
+            self.metrics.acquired.inc();
+            return Some(Held::new(conn, Arc::clone(self), key.clone()));
+        }
+    }
+
+    /// Whether `key` has a connection here, idle or in use: a wait here can end with one.
+    pub fn has_connections(&self, key: &Key) -> bool {
+        self.lock().0.key_counts(key).0 > 0
+    }
+
+    /// A session of `key` moved here from another backend's pool (see [`Member::move_to`]).
+    fn joined(&self, key: &Key) -> Key {
+        let mut guard = self.lock();
+        let key = guard.0.joined(key);
+        self.metrics.moves.inc();
+        key
+    }
+
+    /// The backend's name.
+    pub fn backend(&self) -> &str {
+        &self.backend
+    }
+
     fn starved(&self, key: &Key) -> PoolError {
         PoolError::Starved {
             user: key.user.clone(),
@@ -404,11 +442,17 @@ impl BackendPool {
         self.metrics.update(&guard.0);
     }
 
-    /// Closes idle connections past their idle timeout that their keys can spare.
-    pub fn expire(self: &Arc<Self>, now: Instant) {
+    /// Closes idle connections past their idle timeout that their keys can spare (`leaving`:
+    /// every one they can spare, the backend being out of rotation in a pool across backends,
+    /// whose sessions run elsewhere).
+    pub fn expire(self: &Arc<Self>, now: Instant, leaving: bool) {
         let closed = {
             let mut guard = self.lock();
-            let timeout = guard.1.idle_timeout;
+            let timeout = if leaving {
+                std::time::Duration::ZERO
+            } else {
+                guard.1.idle_timeout
+            };
             let closed = guard.0.expire(now, timeout);
             self.metrics.update(&guard.0);
             closed
@@ -506,14 +550,18 @@ impl ServerPools {
         created
     }
 
-    /// Runs [`BackendPool::expire`] on every pool (once a second, from `tasks`).
-    pub fn expire(&self, now: Instant) {
+    /// Runs [`BackendPool::expire`] on every pool (once a second, from `tasks`); `leaving`
+    /// says which backends' sessions move elsewhere (drained, in maintenance, down or ejected in
+    /// a pool across backends), whose idle connections close as soon as their keys can spare
+    /// them.
+    pub fn expire(&self, now: Instant, leaving: impl Fn(&str) -> bool) {
         let pools: Vec<Arc<BackendPool>> = {
             let pools = self.pools.lock().unwrap_or_else(|e| e.into_inner());
             pools.values().cloned().collect()
         };
         for pool in pools {
-            pool.expire(now);
+            let leaving = leaving(&pool.backend);
+            pool.expire(now, leaving);
         }
     }
 

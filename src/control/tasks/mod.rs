@@ -75,8 +75,14 @@ pub async fn latency_scores(state: Arc<ProxyState>, shutdown: CancellationToken)
             _ = shutdown.cancelled() => return,
             _ = ticks.tick() => {}
         }
-        latency::tick(state.backends().backends());
-        // Transaction-mode pools close their connections idle past `pooling.idle_timeout`.
-        state.server_pools.expire(std::time::Instant::now());
+        let set = state.backends();
+        latency::tick(set.backends());
+        // Transaction-mode pools close their connections idle past `pooling.idle_timeout`; in a
+        // pool across backends, a backend out of rotation closes every one its keys can spare
+        // (its sessions take other backends' connections).
+        let now = std::time::Instant::now();
+        state
+            .server_pools
+            .expire(now, |name| set.leaving_across(name, now));
     }
 }

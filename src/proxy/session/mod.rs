@@ -284,7 +284,7 @@ where
         mut client,
         mut backend,
         mut auth,
-        lease,
+        mut lease,
         proxy_id,
     } = session;
     let state = ctx.state;
@@ -295,7 +295,9 @@ where
         .session_succeeded(lease.backend(), Instant::now());
     let (up, down) = transport::start_compression(&mut client, &mut backend, &mut auth);
     let mut tracker = tracker_for(state, &auth);
-    let mut recorder = Recorder::new(ctx, lease.backend(), &auth, proxy_id);
+    // Its own handle on the backend: a pooled session's lease moves with it (`pooled`).
+    let home = Arc::clone(lease.backend());
+    let mut recorder = Recorder::new(ctx, &home, &auth, proxy_id);
     let limit = recorder.statement_limit();
     if limit > 0 || joined.is_some() {
         // A pooled session reads statements to see what pins it.
@@ -320,7 +322,16 @@ where
             let backend = std::mem::replace(&mut backend, LegStream::Closed);
             let start = pooled::Start { backend, up, down };
             let (client, tracker) = (&mut client, &mut tracker);
-            pooled::relay_pooled(ctx, client, tracker, &mut recorder, start, joined).await
+            pooled::relay_pooled(
+                ctx,
+                client,
+                tracker,
+                &mut recorder,
+                start,
+                joined,
+                &mut lease,
+            )
+            .await
         }
     };
     if let Some(cause) = cut_mid_command(&end, &tracker) {

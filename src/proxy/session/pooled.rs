@@ -12,6 +12,7 @@
 
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
+use std::time::Instant;
 
 use bytes::BytesMut;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite};
@@ -20,6 +21,7 @@ use tracing::{debug, info, warn};
 use super::connect::LoginSlot;
 use super::recorder::Recorder;
 use super::{Context, SessionEnd};
+use crate::backends::balancer::{Lease, Pool};
 use crate::backends::kill;
 use crate::backends::pooling::command::{self, Command};
 use crate::backends::pooling::statements::{ConnStatements, SessionStatements};
@@ -61,13 +63,14 @@ pub(super) struct Start {
 }
 
 /// The session's relays, one per server connection it holds in turn, to the session's end.
-pub(super) async fn relay_pooled<C>(
-    ctx: &Context<'_>,
+pub(super) async fn relay_pooled<'r, C>(
+    ctx: &Context<'r>,
     client: &mut LegStream<C>,
     tracker: &mut Tracker,
-    recorder: &mut Recorder<'_>,
+    recorder: &mut Recorder<'r>,
     start: Start,
-    joined: Joined<'_>,
+    joined: Joined<'r>,
+    lease: &mut Lease,
 ) -> SessionEnd
 where
     C: AsyncRead + AsyncWrite + Unpin,
@@ -83,7 +86,14 @@ where
     let (member, login) = joined.slot.logged_in(&joined.key, login);
     // The pool's copy of the key: its lookups at each transaction compare a pointer.
     let key = member.key().clone();
+    let across = ctx
+        .set
+        .pool(&lease.backend().pool)
+        .filter(|p| p.pooling.across_backends);
     let mut seat = Seat {
+        across,
+        lease,
+        registration: joined.registration,
         // Where a KILL naming the session goes: the connection it holds, or nowhere (0)
         // between transactions, never the connection's next holder.
         live: joined.registration.and_then(kill::Registration::follow),
@@ -108,6 +118,12 @@ where
 struct Seat<'a, 'r> {
     /// The server thread a KILL naming the session reaches (see `kill::Registration::follow`).
     live: Option<Arc<AtomicU32>>,
+    /// The session's pool, when it shares connections across its backends: each transaction
+    /// may run on another backend (see [`take_across`]).
+    across: Option<&'r Pool>,
+    /// The session's count in its backend's active sessions: it follows the session's moves.
+    lease: &'a mut Lease,
+    registration: Option<&'r kill::Registration<'r>>,
     conn: Option<Held>,
     observer: Pooled<'a, 'r>,
     pool: Arc<BackendPool>,
@@ -119,12 +135,12 @@ struct Seat<'a, 'r> {
     deprecate_eof: bool,
 }
 
-impl Seat<'_, '_> {
+impl<'r> Seat<'_, 'r> {
     /// Serves the client's commands, on whichever server connection the pool hands the session
     /// for each, until the session ends.
     async fn serve<C>(
         &mut self,
-        ctx: &Context<'_>,
+        ctx: &Context<'r>,
         client: &mut LegStream<C>,
         tracker: &mut Tracker,
     ) -> SessionEnd
@@ -153,7 +169,7 @@ impl Seat<'_, '_> {
     /// commands after it until the session may give its connection back (then it does).
     async fn command<C>(
         &mut self,
-        ctx: &Context<'_>,
+        ctx: &Context<'r>,
         client: &mut LegStream<C>,
         tracker: &mut Tracker,
     ) -> Result<(), SessionEnd>
@@ -194,7 +210,7 @@ impl Seat<'_, '_> {
             self.relay(ctx, client, tracker).await?;
         }
         if self.observer.holding.releasable() {
-            self.return_between_transactions(ctx.worker).await;
+            self.return_between_transactions(ctx).await;
         }
         Ok(())
     }
@@ -204,7 +220,7 @@ impl Seat<'_, '_> {
     /// was answered with an ERR, or dropped, and the session waits for the next.
     async fn take_conn<C>(
         &mut self,
-        ctx: &Context<'_>,
+        ctx: &Context<'r>,
         client: &mut LegStream<C>,
         front: Option<&Front>,
     ) -> Result<bool, SessionEnd>
@@ -213,8 +229,15 @@ impl Seat<'_, '_> {
     {
         let key = self.observer.key;
         let state = self.observer.holding.state();
-        let e = match take(&self.pool, key, ctx.worker, state).await {
+        let got = match self.across {
+            Some(pool) => take_across(ctx, pool, &self.pool, key, state).await,
+            None => take(&self.pool, key, ctx.worker, state).await,
+        };
+        let e = match got {
             Ok(got) => {
+                if !Arc::ptr_eq(got.pool(), &self.pool) {
+                    self.moved_to(ctx, got.pool());
+                }
                 if let Some(live) = &self.live {
                     live.store(got.thread_id, Ordering::Relaxed);
                 }
@@ -239,10 +262,33 @@ impl Seat<'_, '_> {
         }
     }
 
+    /// The session moves to `pool`, another backend's where its key has connections (it took
+    /// one, or its own backend left rotation): it counts there from now on (the pool's sessions
+    /// of its key, the backend's active sessions), and its metrics, digests and KILLs follow.
+    /// Called while a KILL naming it finds no connection.
+    pub(super) fn moved_to(&mut self, ctx: &Context<'r>, pool: &Arc<BackendPool>) {
+        let Some(backend) = ctx.set.by_name(pool.backend()) else {
+            return;
+        };
+        debug!(
+            client = ctx.peer(),
+            from = %self.lease.backend().name,
+            to = %backend.name,
+            "pooled session moved to another backend"
+        );
+        self.observer.member.move_to(pool);
+        self.pool = Arc::clone(pool);
+        self.lease.move_to(backend);
+        self.observer.inner.moved_to(backend);
+        if let Some(registration) = self.registration {
+            registration.moved(backend);
+        }
+    }
+
     /// Relays on the connection the session holds until the relay lets it go (Ok) or ends.
     async fn relay<C>(
         &mut self,
-        ctx: &Context<'_>,
+        ctx: &Context<'r>,
         client: &mut LegStream<C>,
         tracker: &mut Tracker,
     ) -> Result<(), SessionEnd>
@@ -281,7 +327,48 @@ async fn take(
     worker: usize,
     state: &crate::backends::pooling::State,
 ) -> Result<Held, PoolError> {
-    let mut got = pool.acquire(key, worker, state).await?;
+    let got = pool.acquire(key, worker, state).await?;
+    bring_to(got, key, state).await
+}
+
+/// A connection of `key` from any backend of `pool` in rotation, for a session whose pool
+/// shares connections across its backends: the first idle one in the policy's order (so the
+/// policy balances transactions among the backends that have one), else a wait on the
+/// session's own backend (`home`) while it is in rotation, else on the first backend where
+/// its key has connections. Brought to the session's `state` as [`take`] does.
+async fn take_across(
+    ctx: &Context<'_>,
+    pool: &Pool,
+    home: &Arc<BackendPool>,
+    key: &Key,
+    state: &crate::backends::pooling::State,
+) -> Result<Held, PoolError> {
+    let order = ctx.set.transaction_order(Instant::now(), pool);
+    let pools: Vec<Arc<BackendPool>> = order
+        .iter()
+        .filter_map(|b| ctx.state.server_pools.get(&b.name))
+        .collect();
+    for p in &pools {
+        if let Some(got) = p.try_idle(key, ctx.worker, state) {
+            return bring_to(got, key, state).await;
+        }
+    }
+    let wait_on = pools
+        .iter()
+        .find(|p| Arc::ptr_eq(p, home))
+        .or_else(|| pools.iter().find(|p| p.has_connections(key)))
+        .unwrap_or(home);
+    take(wait_on, key, ctx.worker, state).await
+}
+
+/// `got` with the session's `state`: as it is when it carries it, else reset and the session's
+/// settings run again on it.
+async fn bring_to(
+    mut got: Held,
+    key: &Key,
+    state: &crate::backends::pooling::State,
+) -> Result<Held, PoolError> {
+    let pool = Arc::clone(got.pool());
     if got.carries(state) {
         return Ok(got);
     }

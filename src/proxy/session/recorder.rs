@@ -78,6 +78,21 @@ impl<'a> Recorder<'a> {
         }
     }
 
+    /// The session's statements run on `backend` from now on (a pool across backends moved
+    /// it): its metrics, digests and a KILL it sends follow. (A capture that runs keeps the
+    /// backend its start record named.)
+    pub(super) fn moved_to(&mut self, backend: &'a Arc<Backend>) {
+        if Arc::ptr_eq(self.backend, backend) {
+            return;
+        }
+        self.backend = backend;
+        self.stats = &backend.stats;
+        self.who.backend = &backend.name;
+        if let Some(d) = &mut self.digests {
+            d.moved_to(&backend.name);
+        }
+    }
+
     fn killer(&self) -> kill::Killer<'_> {
         kill::Killer {
             backend: self.backend,

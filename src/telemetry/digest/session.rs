@@ -82,6 +82,13 @@ impl SessionDigests {
         })
     }
 
+    /// The session's statements run on `backend` from now on (a pool across backends): its
+    /// rows are that backend's.
+    pub fn moved_to(&mut self, backend: &str) {
+        let i = &self.ident;
+        self.ident = Ident::new(backend, &i.pool, &i.user, &i.schema);
+    }
+
     /// How many payload bytes of a statement packet to read (command byte included).
     pub fn read_limit(&self) -> usize {
         self.max_len

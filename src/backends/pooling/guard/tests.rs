@@ -34,6 +34,7 @@ async fn fixture(limit: usize, closes: bool) -> Fixture {
         max_server_connections: limit,
         idle_timeout: Duration::from_secs(60),
         wait_timeout: Duration::from_secs(5),
+        across_backends: false,
     };
     let pool = pools.of("default", "b1", pooling);
     let key = pools.key(KeyData {

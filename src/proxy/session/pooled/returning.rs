@@ -5,6 +5,7 @@
 //! wipe, recycle, close) are what keeps one session's state from reaching the next.
 
 use std::sync::atomic::Ordering;
+use std::time::Instant;
 
 use super::{settle, Seat};
 use crate::backends::kill;
@@ -14,7 +15,7 @@ use crate::proxy::relay::RelayEnd;
 use crate::proxy::session::{Context, SessionEnd};
 use crate::wire::protocol::response::Tracker;
 
-impl Seat<'_, '_> {
+impl<'r> Seat<'_, 'r> {
     /// Where the connection a session held at its end goes: back to the pool, reset first if the
     /// session left something on it; recycled if it was pinned and can be brought back to its
     /// key's login state; else closed. `end` says how the session ended.
@@ -86,8 +87,11 @@ impl Seat<'_, '_> {
     }
 
     /// Gives the session's connection back to its pool between transactions (reset first when
-    /// the session left traces on it).
-    pub(super) async fn return_between_transactions(&mut self, worker: usize) {
+    /// the session left traces on it). In a pool across backends, a session whose backend left
+    /// rotation (drained, maintenance, down, ejected) then moves to one in rotation, so the
+    /// drain sees it leave as its transaction ends, not at its next one.
+    pub(super) async fn return_between_transactions(&mut self, ctx: &Context<'r>) {
+        let worker = ctx.worker;
         if let Some(live) = &self.live {
             live.store(kill::NO_THREAD, Ordering::Relaxed);
         }
@@ -101,6 +105,21 @@ impl Seat<'_, '_> {
             held.release(worker);
         } else {
             held.quit();
+        }
+        if let Some(pool) = self.across {
+            let now = Instant::now();
+            if ctx.set.leaving_across(&self.lease.backend().name, now) {
+                let key = self.observer.key;
+                let elsewhere = ctx
+                    .set
+                    .transaction_order(now, pool)
+                    .into_iter()
+                    .filter_map(|b| ctx.state.server_pools.get(&b.name))
+                    .find(|p| p.has_connections(key));
+                if let Some(next) = elsewhere {
+                    self.moved_to(ctx, &next);
+                }
+            }
         }
     }
 }
