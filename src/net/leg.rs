@@ -38,6 +38,16 @@ impl<S> LegStream<S> {
     }
 
     /// Whether the leg is encrypted.
+    /// The socket under any TLS and compression (None once closed).
+    pub fn socket(&self) -> Option<&S> {
+        match self {
+            Self::Plain(s) => Some(s),
+            Self::Tls(t) => Some(t.socket()),
+            Self::Compressed(c) => c.get_ref().socket(),
+            Self::Closed => None,
+        }
+    }
+
     pub fn is_tls(&self) -> bool {
         match self {
             Self::Tls(_) => true,

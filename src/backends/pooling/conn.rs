@@ -56,6 +56,13 @@ impl ServerConn {
         )
     }
 
+    /// [`is_stale`](Self::is_stale), and the kernel asked whether the server closed it since
+    /// the runtime last looked ([`BackendStream::peer_closed`]): for a session about to move
+    /// to this connection's backend, which may have died a moment ago.
+    pub fn is_stale_now(&mut self) -> bool {
+        self.is_stale() || self.leg.socket().is_none_or(BackendStream::peer_closed)
+    }
+
     /// Brings a connection back to the state a login of its key leaves (after a session pinned
     /// it, or left warnings or an insert id on it): COM_RESET_CONNECTION (transaction rolled
     /// back, temporary tables dropped, locks released, variables, diagnostics and prepared

@@ -325,7 +325,7 @@ impl BackendPool {
             let mut guard = self.lock();
             let core = &mut guard.0;
             let mut conn = core.take_idle(key, worker, |c: &ServerConn| c.carries(state))?;
-            if conn.is_stale() {
+            if conn.is_stale_now() {
                 core.closed(key);
                 self.metrics.update(core);
                 drop(guard);

@@ -55,6 +55,11 @@ pub struct TlsSocket<S> {
 }
 
 impl<S> TlsSocket<S> {
+    /// The socket under the records.
+    pub fn socket(&self) -> &S {
+        &self.io
+    }
+
     /// Takes over the socket and the connection of a stream whose handshake is complete.
     pub fn new(stream: TlsStream<S>) -> Self {
         let (io, conn) = match stream {

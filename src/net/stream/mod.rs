@@ -30,6 +30,37 @@ pub enum BackendStream {
 }
 
 impl BackendStream {
+    /// Whether the peer has closed the connection (or reset it), asked of the kernel now: one
+    /// `recv(MSG_PEEK | MSG_DONTWAIT)` of a byte, which sees a close that the runtime's cached
+    /// readiness has not caught up with yet (a server killed a moment ago). Bytes waiting to be
+    /// read are not a close: they are read through the leg's TLS or compression, if any.
+    pub fn peer_closed(&self) -> bool {
+        use std::os::fd::AsRawFd;
+        let fd = match self {
+            BackendStream::Tcp(s) => s.as_raw_fd(),
+            BackendStream::Unix(s) => s.as_raw_fd(),
+        };
+        let mut byte = 0u8;
+        // SAFETY: `fd` is this stream's open socket for the call's duration, and the buffer is
+        // one byte that lives across it.
+        let n = unsafe {
+            libc::recv(
+                fd,
+                std::ptr::addr_of_mut!(byte).cast(),
+                1,
+                libc::MSG_PEEK | libc::MSG_DONTWAIT,
+            )
+        };
+        match n {
+            0 => true,
+            n if n > 0 => false,
+            _ => !matches!(
+                io::Error::last_os_error().kind(),
+                io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
+            ),
+        }
+    }
+
     /// Connects within `timeout`; TCP connections get `TCP_NODELAY`, since every packet the proxy
     /// forwards is a whole request or response that must not wait for more.
     pub async fn connect(
