@@ -257,3 +257,41 @@ fn a_changed_limit_wakes_waiting_logins_or_closes_spare_idle_connections_now() {
     assert_eq!(pool.set_limit(1).len(), 2);
     assert_eq!((pool.open(), pool.idle()), (1, 0));
 }
+
+#[test]
+fn a_session_moving_between_backends_is_counted_where_it_runs_and_take_idle_never_queues() {
+    // Two backends' pools; a session of "a" logged in on the first, another on the second.
+    let (mut home, mut other) = (Pool::new(4), Pool::new(4));
+    let t = now();
+    log_in(&mut home, "a");
+    log_in(&mut other, "a");
+    assert!(home.release(&"a", 1, 0, t).is_empty());
+    assert!(other.release(&"a", 2, 0, t).is_empty());
+    // Nothing idle of "b", nothing of "a" left once taken: None, and nobody queued.
+    assert_eq!(other.take_idle(&"b", 0, |_| true), None);
+    assert_eq!(other.take_idle(&"a", 0, |_| true), Some(2));
+    assert_eq!(other.take_idle(&"a", 0, |_| true), None);
+    assert_eq!(other.waiting(), 0, "take_idle queues no waiter");
+    // The first session moves to `other` (joined there, ended at home).
+    other.joined(&"a");
+    home.session_ended(&"a", false);
+    assert_eq!(other.key_counts(&"a"), (1, 2, 0));
+    assert_eq!(home.key_counts(&"a"), (1, 0, 0));
+    // At home its key has no session left: the idle connection there may go at once.
+    let closed = home.expire(t + Duration::from_secs(1), Duration::ZERO);
+    assert_eq!(closed, vec![1]);
+    home.close_done();
+    assert_eq!(home.open(), 0);
+    assert_eq!(home.key_counts(&"a"), (0, 0, 0), "the key is forgotten");
+    // On `other` the last connection of a key with live sessions stays.
+    assert!(other.release(&"a", 2, 0, t).is_empty());
+    assert!(other
+        .expire(t + Duration::from_secs(1), Duration::ZERO)
+        .is_empty());
+    other.session_ended(&"a", false);
+    other.session_ended(&"a", false);
+    assert_eq!(
+        other.expire(t + Duration::from_secs(1), Duration::ZERO),
+        vec![2]
+    );
+}
