@@ -185,3 +185,62 @@ async fn a_backend_killed_between_transactions_costs_no_client_an_error() {
         conn.disconnect().await.unwrap();
     }
 }
+
+/// Reads in autocommit from 8 concurrent clients while one of three backends is SIGKILLed: a
+/// read in flight there is sent once more to a live backend (it has not started reaching its
+/// client), so no client sees an error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backend_killed_under_autocommit_reads_costs_no_client_an_error() {
+    let mut dbs = tokio::task::block_in_place(|| {
+        start_dedicated(&["across-l-a", "across-l-b", "across-l-c"])
+    });
+    let proxy = across(&dbs);
+    let conns = sessions(&proxy, 8).await;
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let mut tasks = Vec::new();
+    for (i, mut conn) in conns.into_iter().enumerate() {
+        let done = std::sync::Arc::clone(&done);
+        tasks.push(tokio::spawn(async move {
+            let mut errors = Vec::new();
+            let mut ports = Vec::new();
+            for _ in 0..400 {
+                match conn.query_first::<u16, _>("SELECT @@port").await {
+                    Ok(Some(p)) => ports.push(p),
+                    Ok(None) => errors.push(format!("client {i}: no row")),
+                    Err(e) => errors.push(format!("client {i}: {e}")),
+                }
+                done.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            }
+            let _ = conn.disconnect().await;
+            (ports, errors)
+        }));
+    }
+    // A third of the way in, the second backend dies.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while done.load(std::sync::atomic::Ordering::Relaxed) < 8 * 400 / 3 {
+        assert!(Instant::now() < deadline, "the load did not progress");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let killed = dbs[1].port;
+    tokio::task::block_in_place(|| dbs[1].kill9());
+    let at_kill = done.load(std::sync::atomic::Ordering::Relaxed);
+    let mut errors = Vec::new();
+    let mut after: BTreeMap<u16, usize> = BTreeMap::new();
+    for t in tasks {
+        let (ports, e) = t.await.expect("client task");
+        errors.extend(e);
+        for p in ports {
+            *after.entry(p).or_default() += 1;
+        }
+    }
+    assert!(errors.is_empty(), "no client error: {errors:?}");
+    assert!(at_kill < 8 * 400, "the kill came while the load ran");
+    let (_, metrics) = proxy.admin_get("/metrics");
+    let retries: u64 = metrics
+        .lines()
+        .filter(|l| l.starts_with("mysql_lb_pool_retries_total{"))
+        .filter_map(|l| l.rsplit(" ").next()?.parse::<u64>().ok())
+        .sum();
+    eprintln!("statements per backend: {after:?}; reads sent again: {retries}; killed {killed}");
+    assert!(after.len() >= 2, "{after:?}");
+}

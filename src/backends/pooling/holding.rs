@@ -144,6 +144,11 @@ impl Holding {
         self.dialect = dialect;
     }
 
+    /// How statements are read (the backend's flavour and version).
+    pub fn dialect(&self) -> Dialect {
+        self.dialect
+    }
+
     /// The settings a connection must carry to serve this session.
     pub fn state(&self) -> &State {
         &self.state
@@ -257,6 +262,14 @@ impl Holding {
     pub fn recyclable(&self, login_schema: &str) -> bool {
         let stranded = login_schema.is_empty() && self.schema_moved;
         !self.user_changed && !stranded
+    }
+
+    /// The one COM_QUERY in flight was lost with its server before any answer, and will be
+    /// sent again elsewhere (a read only, see `crate::wire::sql::retryable_read`): as if it
+    /// had not been sent.
+    pub fn forget_unanswered(&mut self) {
+        self.in_flight = self.in_flight.saturating_sub(1);
+        self.pending = None;
     }
 
     /// A command answered in full. Returns the reason when this pins the session.

@@ -15,6 +15,7 @@ pub(super) struct Families {
     pins: IntCounterVec,
     acquired: IntCounterVec,
     moves: IntCounterVec,
+    retries: IntCounterVec,
     failed: IntCounterVec,
     resets: IntCounterVec,
 }
@@ -69,6 +70,12 @@ impl Families {
                  began on this backend after its previous one ran on another",
                 &labels,
             ),
+            retries: counter(
+                "mysql_lb_pool_retries_total",
+                "Reads in autocommit sent once more to this backend, their own server lost \
+                 before it answered (a pool across backends)",
+                &labels,
+            ),
             failed: counter(
                 "mysql_lb_pool_wait_failed_total",
                 "Sessions and logins that got no server connection (timeout, starved)",
@@ -90,6 +97,7 @@ impl Families {
             Box::new(families.pins.clone()),
             Box::new(families.acquired.clone()),
             Box::new(families.moves.clone()),
+            Box::new(families.retries.clone()),
             Box::new(families.failed.clone()),
             Box::new(families.resets.clone()),
         ] {
@@ -108,6 +116,7 @@ pub(super) struct PoolMetrics {
     pins: IntCounterVec,
     pub(super) acquired: prometheus::IntCounter,
     pub(super) moves: prometheus::IntCounter,
+    pub(super) retries: prometheus::IntCounter,
     failed: IntCounterVec,
     resets: IntCounterVec,
     labels: [String; 2],
@@ -123,6 +132,7 @@ impl PoolMetrics {
             pins: f.pins.clone(),
             acquired: f.acquired.with_label_values(&[pool, backend]),
             moves: f.moves.with_label_values(&[pool, backend]),
+            retries: f.retries.with_label_values(&[pool, backend]),
             failed: f.failed.clone(),
             resets: f.resets.clone(),
             labels: [pool.to_owned(), backend.to_owned()],

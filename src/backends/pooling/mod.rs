@@ -406,6 +406,11 @@ impl BackendPool {
         self.metrics.update(&guard.0);
     }
 
+    /// Counts a read sent once more on a connection of this pool, its first server lost.
+    pub fn count_retry(&self) {
+        self.metrics.retries.inc();
+    }
+
     /// Counts a reset of a connection of this pool ([`ServerConn::reset`]) and how it went.
     pub fn count_reset(&self, reason: &'static str, ok: bool) {
         self.metrics.reset(reason, ok);

@@ -94,6 +94,7 @@ where
         across,
         lease,
         registration: joined.registration,
+        avoid: None,
         // Where a KILL naming the session goes: the connection it holds, or nowhere (0)
         // between transactions, never the connection's next holder.
         live: joined.registration.and_then(kill::Registration::follow),
@@ -124,6 +125,8 @@ struct Seat<'a, 'r> {
     /// The session's count in its backend's active sessions: it follows the session's moves.
     lease: &'a mut Lease,
     registration: Option<&'r kill::Registration<'r>>,
+    /// A backend's pool the next connection must not come from (its server was just lost).
+    avoid: Option<Arc<BackendPool>>,
     conn: Option<Held>,
     observer: Pooled<'a, 'r>,
     pool: Arc<BackendPool>,
@@ -191,7 +194,9 @@ impl<'r> Seat<'_, 'r> {
         } else {
             None
         };
-        if self.conn.is_none() && !self.take_conn(ctx, client, front.as_ref()).await? {
+        // A transaction begins here: the session took a connection for this command.
+        let fresh = self.conn.is_none();
+        if fresh && !self.take_conn(ctx, client, front.as_ref()).await? {
             return Ok(());
         }
         let Some(held) = self.conn.as_mut() else {
@@ -206,8 +211,21 @@ impl<'r> Seat<'_, 'r> {
             None => false,
         };
         if !answered {
+            // Sent once more elsewhere if its server is lost before answering (see `retry`).
+            let again = match (fresh, self.across) {
+                (true, Some(_)) => self.retryable(),
+                _ => None,
+            };
             tracker.pause_statements(statement);
-            self.relay(ctx, client, tracker).await?;
+            self.observer.read = (0, 0);
+            if let Err(end) = self.relay(ctx, client, tracker).await {
+                match again {
+                    Some(packet) if self.lost_unanswered(&end, packet.len(), tracker) => {
+                        self.retry(ctx, client, tracker, packet, &end).await?;
+                    }
+                    _ => return Err(end),
+                }
+            }
         }
         if self.observer.holding.releasable() {
             self.return_between_transactions(ctx).await;
@@ -230,7 +248,7 @@ impl<'r> Seat<'_, 'r> {
         let key = self.observer.key;
         let state = self.observer.holding.state();
         let got = match self.across {
-            Some(pool) => take_across(ctx, pool, &self.pool, key, state).await,
+            Some(pool) => take_across(ctx, pool, &self.pool, self.avoid.as_ref(), key, state).await,
             None => take(&self.pool, key, ctx.worker, state).await,
         };
         let e = match got {
@@ -285,6 +303,85 @@ impl<'r> Seat<'_, 'r> {
         }
     }
 
+    /// A copy of the command at the front of the client's buffer when it is one whole COM_QUERY
+    /// alone, which may run again on another server if its own is lost before answering
+    /// ([`crate::wire::sql::retryable_read`], as the backend reads statements).
+    fn retryable(&self) -> Option<BytesMut> {
+        let up = &self.up;
+        let len = usize::from(*up.first()?)
+            | usize::from(*up.get(1)?) << 8
+            | usize::from(*up.get(2)?) << 16;
+        let whole = up.len() == 4 + len && len < 0xFF_FFFF && up.get(3) == Some(&0);
+        let query = up.get(4) == Some(&crate::wire::protocol::cmd::QUERY);
+        let dialect = self.observer.holding.dialect();
+        (whole && query && crate::wire::sql::retryable_read(&up[5..], dialect)).then(|| up.clone())
+    }
+
+    /// Whether the relay that ended with `end` lost its server with the one command it sent
+    /// (`len` bytes, nothing more read from the client) unanswered: nothing of an answer was
+    /// read, so nothing reached the client. The tracker and the pool's reading then forget it.
+    fn lost_unanswered(&mut self, end: &SessionEnd, len: usize, tracker: &mut Tracker) -> bool {
+        let lost = matches!(
+            end,
+            SessionEnd::Relay(RelayEnd::BackendIo(_) | RelayEnd::BackendClosed { .. })
+        );
+        let unanswered = lost && self.observer.read == (len, 0) && tracker.forget_unanswered();
+        if unanswered {
+            self.observer.holding.forget_unanswered();
+        }
+        unanswered
+    }
+
+    /// Sends `packet`, whose server was lost before it answered (`end`), once more on a
+    /// connection of another backend; the lost connection is closed. An ERR answers it when
+    /// no connection comes (as for any command), and the relay's end is the session's if the
+    /// second server fails too.
+    async fn retry<C>(
+        &mut self,
+        ctx: &Context<'r>,
+        client: &mut LegStream<C>,
+        tracker: &mut Tracker,
+        packet: BytesMut,
+        end: &SessionEnd,
+    ) -> Result<(), SessionEnd>
+    where
+        C: AsyncRead + AsyncWrite + Unpin,
+    {
+        if let Some(live) = &self.live {
+            live.store(kill::NO_THREAD, Ordering::Relaxed);
+        }
+        let lost = self.lease.backend().name.clone();
+        if let Some(held) = self.conn.take() {
+            held.quit();
+        }
+        let cause = match end {
+            SessionEnd::Relay(RelayEnd::BackendIo(e)) => e.to_string(),
+            _ => "closed the connection with a read unanswered".to_owned(),
+        };
+        ctx.state.backends().session_failed(
+            self.lease.backend(),
+            crate::backends::balancer::ejection::Failure::MidCommand,
+            &cause,
+            Instant::now(),
+        );
+        self.up = packet;
+        // Not where it was lost, even while that backend still counts as up.
+        self.avoid = Some(Arc::clone(&self.pool));
+        let took = self.take_conn(ctx, client, None).await;
+        self.avoid = None;
+        if !took? {
+            return Ok(());
+        }
+        self.pool.count_retry();
+        info!(
+            client = ctx.peer(),
+            lost = %lost,
+            to = %self.lease.backend().name,
+            "a read lost with its server before it was answered runs once more on another backend"
+        );
+        self.relay(ctx, client, tracker).await
+    }
+
     /// Relays on the connection the session holds until the relay lets it go (Ok) or ends.
     async fn relay<C>(
         &mut self,
@@ -335,11 +432,13 @@ async fn take(
 /// shares connections across its backends: the first idle one in the policy's order (so the
 /// policy balances transactions among the backends that have one), else a wait on the
 /// session's own backend (`home`) while it is in rotation, else on the first backend where
-/// its key has connections. Brought to the session's `state` as [`take`] does.
+/// its key has connections. Never from `avoid`. Brought to the session's `state` as [`take`]
+/// does.
 async fn take_across(
     ctx: &Context<'_>,
     pool: &Pool,
     home: &Arc<BackendPool>,
+    avoid: Option<&Arc<BackendPool>>,
     key: &Key,
     state: &crate::backends::pooling::State,
 ) -> Result<Held, PoolError> {
@@ -347,6 +446,7 @@ async fn take_across(
     let pools: Vec<Arc<BackendPool>> = order
         .iter()
         .filter_map(|b| ctx.state.server_pools.get(&b.name))
+        .filter(|p| avoid.is_none_or(|a| !Arc::ptr_eq(a, p)))
         .collect();
     for p in &pools {
         if let Some(got) = p.try_idle(key, ctx.worker, state) {
@@ -356,9 +456,16 @@ async fn take_across(
     let wait_on = pools
         .iter()
         .find(|p| Arc::ptr_eq(p, home))
-        .or_else(|| pools.iter().find(|p| p.has_connections(key)))
-        .unwrap_or(home);
-    take(wait_on, key, ctx.worker, state).await
+        .or_else(|| pools.iter().find(|p| p.has_connections(key)));
+    match (wait_on, avoid) {
+        (Some(p), _) => take(p, key, ctx.worker, state).await,
+        (None, None) => take(home, key, ctx.worker, state).await,
+        // Nowhere else to wait: the pool says so as it does when a key's connections are gone.
+        (None, Some(lost)) => Err(PoolError::Starved {
+            user: key.user.clone(),
+            backend: lost.backend().to_owned(),
+        }),
+    }
 }
 
 /// `got` with the session's `state`: as it is when it carries it, else reset and the session's
@@ -448,6 +555,8 @@ struct Pooled<'a, 'r> {
     key: &'a Key,
     /// The session's prepared statements, by the ids the proxy gave them.
     statements: SessionStatements,
+    /// Bytes the relay running now read from the client and from the server.
+    read: (usize, usize),
     /// The client's id of the statement command the relay sends next, which carries its server
     /// connection's id (see [`prepared::as_client_sent`]).
     front: Option<u32>,
@@ -471,6 +580,7 @@ impl<'a, 'r> Pooled<'a, 'r> {
             member,
             key,
             statements: SessionStatements::default(),
+            read: (0, 0),
             front: None,
             scratch: Vec::new(),
         }
@@ -497,6 +607,11 @@ impl Observer for Pooled<'_, '_> {
 
     fn relayed(&mut self, to_backend: bool, n: usize) {
         self.inner.relayed(to_backend, n);
+        if to_backend {
+            self.read.0 += n;
+        } else {
+            self.read.1 += n;
+        }
     }
 
     fn statement(&mut self, command: u8, payload: &[u8]) -> u64 {

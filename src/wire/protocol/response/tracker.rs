@@ -273,6 +273,24 @@ impl Tracker {
         self.queue.len()
     }
 
+    /// Forgets the one command outstanding when nothing of its answer was read and both
+    /// directions sit between packets: its server was lost, and the command goes to another
+    /// (see `crate::wire::sql::retryable_read`), to be tracked afresh. False (nothing changed)
+    /// otherwise.
+    pub fn forget_unanswered(&mut self) -> bool {
+        let unanswered = self.queue.len() == 1
+            && self
+                .queue
+                .front()
+                .is_some_and(|c| c.first_byte_at.is_none())
+            && self.client.at_boundary()
+            && self.server.at_boundary();
+        if unanswered {
+            self.queue.clear();
+        }
+        unanswered
+    }
+
     /// True when no command is outstanding and both directions sit between packets: a safe point
     /// to close a session or to inject a packet of our own.
     pub fn idle(&self) -> bool {

@@ -524,3 +524,42 @@ fn a_renumbered_kill_is_located_with_id_0_even_when_held_back() {
         assert_eq!(t.pending(), 2, "cut {cut}");
     }
 }
+
+#[test]
+fn only_one_command_with_nothing_answered_is_forgotten() {
+    let t0 = Instant::now();
+    // Sent, nothing read back: forgotten, and the same command is tracked afresh.
+    let mut t = Tracker::new(caps(false), 1 << 30);
+    t.on_client(&command(cmd::QUERY, b"SELECT 1")).unwrap();
+    assert!(t.forget_unanswered());
+    assert!(t.idle());
+    t.on_client(&command(cmd::QUERY, b"SELECT 1")).unwrap();
+    let (rs, _) = result_set(1, 1, 1, false, 0);
+    let mut got = Vec::new();
+    t.on_server(&rs, t0, |c| got.push(c)).unwrap();
+    assert_eq!(got.len(), 1);
+    assert!(t.idle());
+    // Part of its answer read: kept.
+    let mut t = Tracker::new(caps(false), 1 << 30);
+    t.on_client(&command(cmd::QUERY, b"SELECT 1")).unwrap();
+    t.on_server(&rs[..rs.len() - 9], t0, |_| {}).unwrap();
+    assert!(!t.forget_unanswered());
+    assert_eq!(t.pending(), 1);
+    // Only the first packet's bytes of an answer: kept (not at a boundary).
+    let mut t = Tracker::new(caps(false), 1 << 30);
+    t.on_client(&command(cmd::QUERY, b"SELECT 1")).unwrap();
+    t.on_server(&rs[..2], t0, |_| {}).unwrap();
+    assert!(!t.forget_unanswered());
+    // Two commands outstanding: kept.
+    let mut t = Tracker::new(caps(false), 1 << 30);
+    let mut two = command(cmd::QUERY, b"SELECT 1");
+    two.extend(command(cmd::QUERY, b"SELECT 2"));
+    t.on_client(&two).unwrap();
+    assert!(!t.forget_unanswered());
+    assert_eq!(t.pending(), 2);
+    // A command cut short: kept.
+    let mut t = Tracker::new(caps(false), 1 << 30);
+    let one = command(cmd::QUERY, b"SELECT 1");
+    t.on_client(&one[..6]).unwrap();
+    assert!(!t.forget_unanswered());
+}
