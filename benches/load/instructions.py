@@ -19,6 +19,13 @@ are millions of instructions) cancel out.
         [--tests oltp_point_select,oltp_read_only] [--tls] [--digests] [--pooling] [--ps]
         [--deferred] [--connects]
 
+Two things valgrind's CPU changes, which weigh on the TLS figures (--tls): it hides VAES,
+VPCLMULQDQ and AVX-512, so ring's AES-GCM takes its AVX path (`aesni_gcm_encrypt`) rather than
+the VAES one a native run on such a CPU takes; and glibc's memcpy (on the machine this was
+written on) copies more than 8 KiB with `rep movsb`, which callgrind counts as one instruction
+per byte (a 12,500-byte copy counts 12,499; one of 8,191 bytes, 794), so a copy of a large
+response weighs far more here than on the CPU.
+
 It runs scripts/install-deps.sh demo (MariaDB, sysbench) and installs valgrind with apt-get
 when it is missing; build the release binary and the bare relay first (above).
 """

@@ -18,6 +18,12 @@
 //! (`rustls::unbuffered`) would remove the last two but not the copies into a `Vec` (there, too,
 //! a received record is popped from a queue of `Vec`s, and a sent one is encrypted into a `Vec`
 //! before being copied into the caller's buffer), and would need the handshake driven by hand.
+//! Counted with callgrind on a point select (one small record each way), a TLS client leg adds
+//! about 5,000 instructions: some 2,000 in AES-GCM, 2,300 in rustls' handling of the two
+//! records, the rest here and in the socket calls. Only a record layer of our own over ring's
+//! AEAD would remove those 2,300; rustls' `kernel` API (`KernelConnection`) would keep it
+//! correct across TLS 1.3 key updates, but is reachable only from an unbuffered connection, so
+//! that route too starts with a handshake driven by hand.
 //!
 //! Everything TLS is still rustls': records, alerts, key updates, close_notify. End of stream is
 //! as rustls' reader says: zero bytes after the peer's close_notify, `UnexpectedEof` when the
