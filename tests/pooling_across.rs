@@ -432,3 +432,74 @@ async fn a_backend_killed_under_writes_runs_no_statement_twice() {
         committed.len()
     );
 }
+
+/// A login whose user is known (deferred connect) goes to the backend with the fewest
+/// connections of its user and schema: 6 logins of one user over backends weighted 3:1:1 land
+/// 2, 2 and 2 (the weights alone would give the first 3 or more), and `/backends` says no key
+/// sits on one backend only.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn logins_of_one_user_spread_over_the_backends() {
+    let dbs = tokio::task::block_in_place(|| {
+        start_dedicated(&["across-p-a", "across-p-b", "across-p-c"])
+    });
+    let backends: Vec<String> = dbs.iter().map(MariaDb::tcp_addr).collect();
+    let mut c = config(&backends);
+    transaction_mode(&mut c, 50, Duration::from_secs(60), Duration::from_secs(5));
+    c.pools[0].pooling.across_backends = true;
+    c.backends[0].weight = 3;
+    c.connect_mode = mysql_lb::config::ConnectMode::Deferred;
+    let proxy = TestProxy::start_with(c);
+    let mut conns = sessions(&proxy, 6).await;
+    let opened: Vec<usize> = backends.iter().map(|b| counts(&proxy, b).open).collect();
+    assert_eq!(
+        opened,
+        vec![2, 2, 2],
+        "one user's logins spread over the backends"
+    );
+    let (_, errors) = rounds(&mut conns, 3).await;
+    assert!(errors.is_empty(), "{errors:?}");
+    // A second user logs in once: its key sits on one backend only, which is counted (once a
+    // second) there, and nowhere for the first user.
+    tokio::task::block_in_place(|| {
+        for db in &dbs {
+            db.root_exec(
+                "CREATE USER IF NOT EXISTS 'lone'@'%' IDENTIFIED BY 'lone'; \
+                 CREATE USER IF NOT EXISTS 'lone'@'localhost' IDENTIFIED BY 'lone'; \
+                 GRANT SELECT ON *.* TO 'lone'@'%'; GRANT SELECT ON *.* TO 'lone'@'localhost'",
+            );
+        }
+    });
+    let mut lone = mysql_async::Conn::new(proxy.opts("lone", "lone"))
+        .await
+        .expect("the second user logs in");
+    let _: Option<u16> = lone.query_first("SELECT @@port").await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let only_here = loop {
+        let per: Vec<u64> = backends
+            .iter()
+            .map(|b| {
+                entry(&proxy, b)["server_pool"]["keys_only_here"]
+                    .as_u64()
+                    .unwrap()
+            })
+            .collect();
+        if per.iter().sum::<u64>() == 1 {
+            break per;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "keys only on one backend: {per:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let (_, metrics) = proxy.admin_get("/metrics");
+    let ones = metrics
+        .lines()
+        .filter(|l| l.starts_with("mysql_lb_pool_keys_only_here{") && l.ends_with(" 1"))
+        .count();
+    assert_eq!(ones, 1, "{only_here:?}");
+    lone.disconnect().await.unwrap();
+    for conn in conns {
+        conn.disconnect().await.unwrap();
+    }
+}

@@ -824,12 +824,21 @@ struct SeedRun {
     waited: usize,
     /// How many times the pool handed a session a connection.
     handed: f64,
+    /// How many transactions began on another backend than the session's previous one.
+    moves: f64,
 }
 
 /// Runs `seed`'s scripts directly and then through a pool of its own (no connection carries
 /// anything from another seed's run, so a seed fails or passes alone as it does in a series).
-async fn run_seed(db: &MariaDb, seed: u64) -> SeedRun {
+/// `across`: the pool shares connections across two backends that are one server reached two
+/// ways (its TCP port and its unix socket), so sessions move between backends' pools at every
+/// transaction while their data stays one server's, as a replica pool's does.
+async fn run_seed(db: &MariaDb, seed: u64, across: bool) -> SeedRun {
     let backend = db.tcp_addr();
+    let mut backends = vec![backend.clone()];
+    if across {
+        backends.push(db.socket.display().to_string());
+    }
     let scripts: Vec<Vec<Step>> = (0..SESSIONS).map(|s| script(seed, s)).collect();
     let lens: Vec<usize> = scripts.iter().map(Vec::len).collect();
     let order = interleaving(seed, &lens);
@@ -839,13 +848,24 @@ async fn run_seed(db: &MariaDb, seed: u64) -> SeedRun {
     reset_tables(db);
     // Idle connections never close during a run (the pool keeps its 4), and a statement waits
     // for a connection longer than any run takes: a wait is the script's order, not a failure.
-    let proxy = common::pooling::pooled(
-        std::slice::from_ref(&backend),
-        SERVER_CONNECTIONS,
+    let mut config = common::proxy::config(&backends);
+    // As many server connections in all as with one backend: half on each.
+    common::pooling::transaction_mode(
+        &mut config,
+        SERVER_CONNECTIONS / backends.len(),
         Duration::from_secs(600),
         Duration::from_secs(20),
     );
-    let waiters = || counts(&proxy, &backend).waiting;
+    config.pools[0].pooling.across_backends = across;
+    if across {
+        // A unix socket leg is never TLS, and the backend leg's TLS is part of the key: both
+        // plain, so the two backends' connections share one key.
+        config.backend_tls.mode = mysql_lb::config::BackendTlsMode::Disabled;
+        // Logins know their user, so each user's connections spread over both backends.
+        config.connect_mode = mysql_lb::config::ConnectMode::Deferred;
+    }
+    let proxy = common::proxy::TestProxy::start_with(config);
+    let waiters = || backends.iter().map(|b| counts(&proxy, b).waiting).sum();
     let conns = sessions(&proxy.addr_string()).await;
     let (pooled, waited) = run(conns, &scripts, &order, &waiters).await;
     let metrics = String::from_utf8(proxy.state.metrics.render()).expect("UTF-8 metrics");
@@ -861,19 +881,36 @@ async fn run_seed(db: &MariaDb, seed: u64) -> SeedRun {
         steps: order.len(),
         waited,
         handed: counter_sum(&metrics, "mysql_lb_pool_acquired_total"),
+        moves: counter_sum(&metrics, "mysql_lb_pool_session_moves_total"),
     }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_session_sees_through_the_pool_exactly_what_it_sees_directly() {
+    model(false).await;
+}
+
+/// As above, through a pool across two backends (one server's TCP port and unix socket).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_session_sees_through_a_pool_across_backends_exactly_what_it_sees_directly() {
+    model(true).await;
+}
+
+/// Both runs use the same tables of one shared server: one at a time.
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+async fn model(across: bool) {
+    let _one_at_a_time = SERIAL.lock().await;
     let db = &shared_pair()[0];
     prepare_server(db);
     let (mut failures, mut steps, mut waited, mut handed) = (Vec::new(), 0, 0, 0.0);
+    let mut moves = 0.0;
     let started = Instant::now();
     let seeds = seeds();
     for &seed in &seeds {
-        let run = run_seed(db, seed).await;
+        let run = run_seed(db, seed, across).await;
         (steps, waited, handed) = (steps + run.steps, waited + run.waited, handed + run.handed);
+        moves += run.moves;
         if !run.mismatches.is_empty() {
             eprintln!("{}", run.mismatches.join("\n"));
             failures.push(seed);
@@ -881,7 +918,7 @@ async fn every_session_sees_through_the_pool_exactly_what_it_sees_directly() {
     }
     eprintln!(
         "{} seeds, {steps} steps through the pool in all ({waited} waited for a connection, \
-         connections handed to a session {handed} times), in {:?}",
+         connections handed to a session {handed} times, {moves} moves between backends), in {:?}",
         seeds.len(),
         started.elapsed()
     );
@@ -892,6 +929,11 @@ async fn every_session_sees_through_the_pool_exactly_what_it_sees_directly() {
         "connections were handed out only {handed} times"
     );
     assert!(waited > 0, "no step ever waited for a connection");
+    if across {
+        assert!(moves > 0.0, "no session ever moved between the backends");
+    } else {
+        assert_eq!(moves, 0.0, "a pool per backend moves no session");
+    }
     assert!(
         failures.is_empty(),
         "seeds whose pooled run differs from the direct one: {failures:?} (details above; \

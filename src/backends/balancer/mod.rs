@@ -526,7 +526,7 @@ impl BackendSet {
             .filter(|b| b.admin_state() == AdminState::Ready && self.is_up(b, now))
             .collect();
         if !up.is_empty() {
-            let first = self.policy_pick(pool.policy, &pool.next, &up);
+            let first = self.policy_pick(pool.policy, &pool.next_transaction, &up);
             up.rotate_left(first);
         }
         up

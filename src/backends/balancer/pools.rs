@@ -22,6 +22,9 @@ pub struct Pool {
     pub pooling: crate::config::Pooling,
     /// The round-robin and least-connections tie-break counter of this pool.
     pub(super) next: AtomicUsize,
+    /// The same for the transactions of a pool across backends (`BackendSet::transaction_order`):
+    /// apart, so that transactions do not skew where logins go.
+    pub(super) next_transaction: AtomicUsize,
     pub(super) members: Vec<Arc<Backend>>,
 }
 
@@ -47,6 +50,7 @@ pub(super) fn group(backends: &[Arc<Backend>], previous: Option<&BackendSet>) ->
                     policy: Policy::RoundRobin,
                     pooling: crate::config::Pooling::default(),
                     next: AtomicUsize::new(next),
+                    next_transaction: AtomicUsize::new(0),
                     members: vec![Arc::clone(b)],
                 });
             }

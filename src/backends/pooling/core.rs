@@ -195,6 +195,23 @@ where
         self.keys.values().map(|k| k.idle.len()).sum()
     }
 
+    /// Connections open (idle or in use) of the keys `which` accepts.
+    pub fn connections_of(&self, which: impl Fn(&K) -> bool) -> usize {
+        self.keys
+            .iter()
+            .filter(|(k, _)| which(k))
+            .map(|(_, s)| s.conns)
+            .sum()
+    }
+
+    /// The keys with a connection open here.
+    pub fn keys_with_connections(&self) -> impl Iterator<Item = &K> {
+        self.keys
+            .iter()
+            .filter(|(_, s)| s.conns > 0)
+            .map(|(k, _)| k)
+    }
+
     /// A key's connections, sessions and pinned sessions (zeros once it is forgotten).
     pub fn key_counts(&self, key: &K) -> (usize, usize, usize) {
         self.keys

@@ -16,6 +16,7 @@ pub(super) struct Families {
     acquired: IntCounterVec,
     moves: IntCounterVec,
     retries: IntCounterVec,
+    keys_only_here: IntGaugeVec,
     failed: IntCounterVec,
     resets: IntCounterVec,
 }
@@ -76,6 +77,12 @@ impl Families {
                  before it answered (a pool across backends)",
                 &labels,
             ),
+            keys_only_here: gauge(
+                "mysql_lb_pool_keys_only_here",
+                "In a pool across backends: keys (user, schema, ...) whose server connections \
+                 are all on this backend, so their sessions cannot move to another",
+                &labels,
+            ),
             failed: counter(
                 "mysql_lb_pool_wait_failed_total",
                 "Sessions and logins that got no server connection (timeout, starved)",
@@ -98,6 +105,7 @@ impl Families {
             Box::new(families.acquired.clone()),
             Box::new(families.moves.clone()),
             Box::new(families.retries.clone()),
+            Box::new(families.keys_only_here.clone()),
             Box::new(families.failed.clone()),
             Box::new(families.resets.clone()),
         ] {
@@ -117,6 +125,7 @@ pub(super) struct PoolMetrics {
     pub(super) acquired: prometheus::IntCounter,
     pub(super) moves: prometheus::IntCounter,
     pub(super) retries: prometheus::IntCounter,
+    pub(super) keys_only_here: prometheus::IntGauge,
     failed: IntCounterVec,
     resets: IntCounterVec,
     labels: [String; 2],
@@ -133,6 +142,7 @@ impl PoolMetrics {
             acquired: f.acquired.with_label_values(&[pool, backend]),
             moves: f.moves.with_label_values(&[pool, backend]),
             retries: f.retries.with_label_values(&[pool, backend]),
+            keys_only_here: f.keys_only_here.with_label_values(&[pool, backend]),
             failed: f.failed.clone(),
             resets: f.resets.clone(),
             labels: [pool.to_owned(), backend.to_owned()],

@@ -155,6 +155,9 @@ pub struct BackendPool {
     backend: String,
     inner: Mutex<(Inner, Pooling)>,
     metrics: PoolMetrics,
+    /// In a pool across backends: how many keys have connections here and on no other backend
+    /// of the pool (their sessions cannot move), as last counted ([`ServerPools::count_spread`]).
+    keys_only_here: std::sync::atomic::AtomicUsize,
 }
 
 impl std::fmt::Debug for BackendPool {
@@ -338,6 +341,16 @@ impl BackendPool {
         }
     }
 
+    /// How many connections of `user` logged in to `schema` are open here, and whether the pool
+    /// is full: where a login of a pool across backends goes (the fewest of its kind first).
+    pub fn connections_of(&self, user: &str, schema: &str) -> (usize, bool) {
+        let guard = self.lock();
+        let n = guard
+            .0
+            .connections_of(|k| k.user == user && k.schema == schema);
+        (n, guard.0.open() >= guard.1.max_server_connections)
+    }
+
     /// Whether `key` has a connection here, idle or in use: a wait here can end with one.
     pub fn has_connections(&self, key: &Key) -> bool {
         self.lock().0.key_counts(key).0 > 0
@@ -508,6 +521,26 @@ pub struct PoolCounts {
     pub waiting: usize,
 }
 
+impl BackendPool {
+    /// The keys with connections open here.
+    fn keys(&self) -> Vec<Key> {
+        self.lock().0.keys_with_connections().cloned().collect()
+    }
+
+    /// In a pool across backends: keys whose connections are all on this backend, as last
+    /// counted (0 in a pool per backend).
+    pub fn keys_only_here(&self) -> usize {
+        self.keys_only_here
+            .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    fn set_keys_only_here(&self, n: usize) {
+        self.keys_only_here
+            .store(n, std::sync::atomic::Ordering::Relaxed);
+        self.metrics.keys_only_here.set(n as i64);
+    }
+}
+
 /// Every backend's pool, by backend name; created when a transaction-mode session first needs
 /// one, kept across reloads (a reload updates its limits).
 pub struct ServerPools {
@@ -550,6 +583,7 @@ impl ServerPools {
             backend: backend.to_owned(),
             inner: Mutex::new((Core::new(pooling.max_server_connections), pooling)),
             metrics: PoolMetrics::new(&self.families, pool, backend),
+            keys_only_here: Default::default(),
         });
         pools.insert(backend.to_owned(), Arc::clone(&created));
         created
@@ -598,6 +632,25 @@ impl ServerPools {
         };
         for pool in pools {
             pool.close_idle();
+        }
+    }
+
+    /// For the backends of one pool across backends (`members`, by name): counts on each the
+    /// keys whose connections are on that backend alone, whose sessions cannot move (their
+    /// users' logins all went there). Once a second, from `tasks`.
+    pub fn count_spread<'n>(&self, members: impl Iterator<Item = &'n str>) {
+        let pools: Vec<Arc<BackendPool>> = members.filter_map(|m| self.get(m)).collect();
+        let keys: Vec<Vec<Key>> = pools.iter().map(|p| p.keys()).collect();
+        for (i, pool) in pools.iter().enumerate() {
+            let alone = keys[i]
+                .iter()
+                .filter(|k| {
+                    keys.iter()
+                        .enumerate()
+                        .all(|(j, other)| j == i || !other.contains(k))
+                })
+                .count();
+            pool.set_keys_only_here(alone);
         }
     }
 

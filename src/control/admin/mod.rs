@@ -454,6 +454,7 @@ pub fn backends_json(state: &ProxyState, recent: &Recent) -> serde_json::Value {
                         "idle": c.idle,
                         "waiting": c.waiting,
                         "max": p.pooling().max_server_connections,
+                        "keys_only_here": p.keys_only_here(),
                     })
                 }),
             })

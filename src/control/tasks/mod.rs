@@ -84,5 +84,9 @@ pub async fn latency_scores(state: Arc<ProxyState>, shutdown: CancellationToken)
         state
             .server_pools
             .expire(now, |name| set.leaving_across(name, now));
+        for pool in set.pools().iter().filter(|p| p.pooling.across_backends) {
+            let names = pool.members().iter().map(|b| b.name.as_str());
+            state.server_pools.count_spread(names);
+        }
     }
 }

@@ -4,6 +4,7 @@
 //! connect modes connect here, once they know the client's pool.
 
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::sync::Arc;
 use std::time::Instant;
 
 use rustls_pki_types::ServerName;
@@ -12,7 +13,7 @@ use tracing::{info, warn};
 
 use super::Context;
 use crate::backends::balancer::ejection::Failure;
-use crate::backends::balancer::{Backend, BackendSet, ClientInfo, Lease, Pool};
+use crate::backends::balancer::{AdminState, Backend, BackendSet, ClientInfo, Lease, Pool};
 use crate::backends::pooling::{LoginPermit, PoolError};
 use crate::config::BackendAddr;
 use crate::net::stream::BackendStream;
@@ -43,7 +44,9 @@ pub(super) async fn connect_backend(
     let mut full = 0;
     let mut refused = 0;
     tracing::Span::current().record("pool", pool.name.as_str());
-    for backend in set.candidates_for(Instant::now(), client, Some(pool)) {
+    let mut candidates = set.candidates_for(Instant::now(), client, Some(pool));
+    spread_logins(ctx, client, pool, &mut candidates);
+    for backend in candidates {
         // A transaction-mode pool's login waits for a slot before it opens a connection.
         let slot = match login_slot(ctx.state, pool, &backend).await {
             Ok(slot) => slot,
@@ -171,6 +174,37 @@ pub(super) struct Connected {
 /// A login's place in a transaction-mode pool's count: given back (the login failed) when
 /// dropped, unless it was turned into a pooled session ([`LoginPermit::logged_in`]).
 pub(super) type LoginSlot = LoginPermit;
+
+/// In a pool across backends, a login whose user is known (deferred connect) goes first to the
+/// backend in rotation with the fewest connections of its user and schema, a full pool last:
+/// each user's connections come to cover the backends, so its sessions can move to any of them.
+/// The policy's order breaks ties; a script's `connect_server()` choice is kept as it is.
+fn spread_logins(
+    ctx: &Context<'_>,
+    client: &ClientInfo<'_>,
+    pool: &Pool,
+    candidates: &mut [Arc<Backend>],
+) {
+    let Some(user) = client.user else {
+        return;
+    };
+    if !pool.pooling.across_backends || ctx.set.script().is_some() {
+        return;
+    }
+    let now = Instant::now();
+    let in_rotation = candidates
+        .iter()
+        .take_while(|b| b.admin_state() == AdminState::Ready && ctx.set.is_up(b, now))
+        .count();
+    let schema = client.default_db.unwrap_or_default();
+    candidates[..in_rotation].sort_by_cached_key(|b| match ctx.state.server_pools.get(&b.name) {
+        Some(p) => {
+            let (n, full) = p.connections_of(user, schema);
+            (full, n)
+        }
+        None => (false, 0),
+    });
+}
 
 /// Waits for a login slot of `backend`'s pool when `pool` shares connections; Ok(None) when it
 /// does not.
