@@ -503,3 +503,82 @@ async fn logins_of_one_user_spread_over_the_backends() {
         conn.disconnect().await.unwrap();
     }
 }
+
+/// KILL QUERY naming a session of a pool across backends reaches the statement it runs now,
+/// on whichever backend that is: the victim's transactions move over three backends between
+/// kills, the killer is another session of the same user (it runs the KILL wherever its own
+/// transaction lands, the proxy's `kill:` account doing it on another backend).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_query_follows_the_session_to_its_backend_of_the_moment() {
+    use common::rawclient::RawClient;
+    let dbs = tokio::task::block_in_place(|| {
+        let dbs = start_dedicated(&["across-kill-a", "across-kill-b", "across-kill-c"]);
+        for db in &dbs {
+            common::create_kill_accounts(db);
+        }
+        dbs
+    });
+    let backends: Vec<String> = dbs.iter().map(MariaDb::tcp_addr).collect();
+    let mut c = config(&backends);
+    transaction_mode(&mut c, 50, Duration::from_secs(60), Duration::from_secs(5));
+    c.pools[0].pooling.across_backends = true;
+    c.kill = common::kill_account();
+    let proxy = TestProxy::start_with(c);
+    let addr = proxy.addr_string();
+    let login = || RawClient::connect_tcp(&addr, "app", "app", None, 0, 0);
+    // Logins on each backend, so that the user's transactions can run on every one.
+    let mut others = Vec::new();
+    for _ in 0..3 {
+        others.push(login().await.expect("login"));
+    }
+    let mut victim = login().await.expect("victim logs in");
+    let mut killer = login().await.expect("killer logs in");
+    let mut ports = BTreeSet::new();
+    for round in 0..6 {
+        let marker = format!("across-kill-{round}");
+        victim
+            .send_command(
+                0x03,
+                format!("SELECT SLEEP(30), '{marker}', @@port").as_bytes(),
+            )
+            .await
+            .expect("send the victim's query");
+        let port = tokio::task::block_in_place(|| {
+            let deadline = Instant::now() + Duration::from_secs(10);
+            loop {
+                if let Some(db) = dbs.iter().find(|db| {
+                    db.root_query("SELECT INFO FROM information_schema.PROCESSLIST")
+                        .contains(&marker)
+                }) {
+                    break db.port;
+                }
+                assert!(Instant::now() < deadline, "{marker} never ran");
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        });
+        ports.insert(port);
+        let started = Instant::now();
+        killer
+            .query_results(&format!("KILL QUERY {}", victim.connection_id))
+            .await
+            .unwrap_or_else(|e| panic!("round {round}: KILL QUERY answered {e}"));
+        let err = victim
+            .read_results()
+            .await
+            .expect_err("the victim's query was interrupted");
+        assert!(err.starts_with("1317"), "round {round} on {port}: {err}");
+        assert!(started.elapsed() < Duration::from_secs(5), "round {round}");
+        // The error stays readable for one more command (the session keeps its connection
+        // for it); then other transactions, so that the next round may run elsewhere.
+        victim.query_text("SELECT 1").await.expect("the victim runs on");
+        for o in others.iter_mut() {
+            o.query_text("SELECT 1")
+                .await
+                .expect("another session runs");
+        }
+    }
+    assert!(
+        ports.len() > 1,
+        "the victim ran on one backend only: {ports:?}"
+    );
+}
