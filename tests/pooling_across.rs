@@ -570,7 +570,10 @@ async fn kill_query_follows_the_session_to_its_backend_of_the_moment() {
         assert!(started.elapsed() < Duration::from_secs(5), "round {round}");
         // The error stays readable for one more command (the session keeps its connection
         // for it); then other transactions, so that the next round may run elsewhere.
-        victim.query_text("SELECT 1").await.expect("the victim runs on");
+        victim
+            .query_text("SELECT 1")
+            .await
+            .expect("the victim runs on");
         for o in others.iter_mut() {
             o.query_text("SELECT 1")
                 .await

@@ -18,6 +18,8 @@ shared machine hits all paths alike:
   haproxy      sysbench -> HAProxy -> backends
   session      sysbench -> mysql-lb, session mode -> backends
   transaction  sysbench -> mysql-lb, transaction mode -> backends
+  across       sysbench -> mysql-lb, transaction mode with `across_backends: true` -> backends
+               (each transaction on any backend with an idle connection of its key)
 
 Past 60 connections per server the first three are refused (ERR 1040 from the server): such a
 run is reported as failed, with sysbench's error, not as a number. Before every run the script
@@ -51,7 +53,7 @@ from sysbench import TABLE_SIZE, TABLES, Target, parse_sysbench, sysbench_argv, 
 
 SERVER_MAX = 60
 POOL_MAX = 50
-PATHS = ("direct", "haproxy", "session", "transaction")
+PATHS = ("direct", "haproxy", "session", "transaction", "across")
 
 
 def parse_args():
@@ -160,7 +162,11 @@ def main():
             ("session", common),
             ("transaction", common + "pooling:\n  mode: transaction\n  max_server_connections: %d\n"
              "  idle_timeout: 1s\n  wait_timeout: 30s\n" % POOL_MAX),
+            ("across", common + "pooling:\n  mode: transaction\n  max_server_connections: %d\n"
+             "  idle_timeout: 1s\n  wait_timeout: 30s\n  across_backends: true\n" % POOL_MAX),
         ):
+            if name not in paths:
+                continue
             cfg = procs.write_config(os.path.join(reg.base, name + ".yaml"), addrs, body)
             listen = ("127.0.0.1", procs.free_port())
             proc, _, _ = procs.start_mysql_lb(reg, args.binary, "mysql-lb-" + name, listen, addrs,
@@ -218,12 +224,14 @@ def main():
     lines.append("")
     for n in threads:
         s = [r["cpu_10k"] for r in cells.get((n, "session"), []) if r["ok"] and r["cpu_10k"]]
-        t = [r["cpu_10k"] for r in cells.get((n, "transaction"), []) if r["ok"] and r["cpu_10k"]]
-        if s and t:
-            lines.append("- %d threads: transaction mode's proxy CPU per query is %.2f× session "
-                         "mode's (medians %.3f and %.3f s / 10k queries)."
-                         % (n, statistics.median(t) / statistics.median(s), statistics.median(t),
-                            statistics.median(s)))
+        for other, what in (("transaction", "transaction mode"),
+                            ("across", "transaction mode across backends")):
+            t = [r["cpu_10k"] for r in cells.get((n, other), []) if r["ok"] and r["cpu_10k"]]
+            if s and t:
+                lines.append("- %d threads: %s's proxy CPU per query is %.2f× session "
+                             "mode's (medians %.3f and %.3f s / 10k queries)."
+                             % (n, what, statistics.median(t) / statistics.median(s),
+                                statistics.median(t), statistics.median(s)))
     total = busy_after[1] - busy_before[1]
     other = (busy_after[0] - busy_before[0]) - (own_after - own_before)
     lines.append("- CPU taken by processes this script did not start: %.0f %% of the machine over "

@@ -332,6 +332,24 @@ where
         take_idle(self.keys.get_mut(key)?, worker, like)
     }
 
+    /// [`take_idle`](Self::take_idle) among the connections of `worker`'s thread only (a
+    /// session of a pool across backends first looks for one it can use without waking
+    /// another thread).
+    pub fn take_idle_local(
+        &mut self,
+        key: &K,
+        worker: usize,
+        like: impl Fn(&T) -> bool,
+    ) -> Option<T> {
+        let state = self.keys.get_mut(key)?;
+        let idle = &state.idle;
+        let at = idle
+            .iter()
+            .rposition(|i| i.worker == worker && like(&i.conn))
+            .or_else(|| idle.iter().rposition(|i| i.worker == worker))?;
+        Some(state.idle.remove(at).conn)
+    }
+
     /// A session of `key` that logged in on another backend of the pool moved here (it took
     /// a connection of this pool, so the key is known): counted among the key's sessions, as a
     /// login would be, without a connection of its own. Returns the pool's copy of the key.

@@ -322,12 +322,23 @@ impl BackendPool {
     }
 
     /// An idle connection of `key` that is still alive, or None at once: no waiting, no place
-    /// in line (see [`Core::take_idle`]).
-    pub fn try_idle(self: &Arc<Self>, key: &Key, worker: usize, state: &State) -> Option<Held> {
+    /// in line (see [`Core::take_idle`]); `local`: only one of `worker`'s thread.
+    pub fn try_idle(
+        self: &Arc<Self>,
+        key: &Key,
+        worker: usize,
+        state: &State,
+        local: bool,
+    ) -> Option<Held> {
         loop {
             let mut guard = self.lock();
             let core = &mut guard.0;
-            let mut conn = core.take_idle(key, worker, |c: &ServerConn| c.carries(state))?;
+            let like = |c: &ServerConn| c.carries(state);
+            let mut conn = if local {
+                core.take_idle_local(key, worker, like)?
+            } else {
+                core.take_idle(key, worker, like)?
+            };
             if conn.is_stale_now() {
                 core.closed(key);
                 self.metrics.update(core);

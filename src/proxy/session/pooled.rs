@@ -95,6 +95,7 @@ where
         lease,
         registration: joined.registration,
         avoid: None,
+        pools: Vec::new(),
         // Where a KILL naming the session goes: the connection it holds, or nowhere (0)
         // between transactions, never the connection's next holder.
         live: joined.registration.and_then(kill::Registration::follow),
@@ -127,6 +128,9 @@ struct Seat<'a, 'r> {
     registration: Option<&'r kill::Registration<'r>>,
     /// A backend's pool the next connection must not come from (its server was just lost).
     avoid: Option<Arc<BackendPool>>,
+    /// The pools of the backends it took connections from, by the backend's index in the set
+    /// (looked up once, not at every transaction).
+    pools: Vec<Option<Arc<BackendPool>>>,
     conn: Option<Held>,
     observer: Pooled<'a, 'r>,
     pool: Arc<BackendPool>,
@@ -248,7 +252,14 @@ impl<'r> Seat<'_, 'r> {
         let key = self.observer.key;
         let state = self.observer.holding.state();
         let got = match self.across {
-            Some(pool) => take_across(ctx, pool, &self.pool, self.avoid.as_ref(), key, state).await,
+            Some(pool) => {
+                let places = Places {
+                    home: &self.pool,
+                    avoid: self.avoid.as_ref(),
+                    known: &mut self.pools,
+                };
+                take_across(ctx, pool, places, key, state).await
+            }
             None => take(&self.pool, key, ctx.worker, state).await,
         };
         let e = match got {
@@ -429,28 +440,41 @@ async fn take(
 }
 
 /// A connection of `key` from any backend of `pool` in rotation, for a session whose pool
-/// shares connections across its backends: the first idle one in the policy's order (so the
-/// policy balances transactions among the backends that have one), else a wait on the
+/// shares connections across its backends: the first idle one in the policy's order (one of
+/// this worker thread's first, so the policy balances transactions among the backends that have
+/// one without waking another thread where it can), else a wait on the
 /// session's own backend (`home`) while it is in rotation, else on the first backend where
 /// its key has connections. Never from `avoid`. Brought to the session's `state` as [`take`]
 /// does.
 async fn take_across(
     ctx: &Context<'_>,
     pool: &Pool,
-    home: &Arc<BackendPool>,
-    avoid: Option<&Arc<BackendPool>>,
+    places: Places<'_>,
     key: &Key,
     state: &crate::backends::pooling::State,
 ) -> Result<Held, PoolError> {
+    let Places { home, avoid, known } = places;
     let order = ctx.set.transaction_order(Instant::now(), pool);
-    let pools: Vec<Arc<BackendPool>> = order
-        .iter()
-        .filter_map(|b| ctx.state.server_pools.get(&b.name))
-        .filter(|p| avoid.is_none_or(|a| !Arc::ptr_eq(a, p)))
-        .collect();
-    for p in &pools {
-        if let Some(got) = p.try_idle(key, ctx.worker, state) {
-            return bring_to(got, key, state).await;
+    let mut pools: Vec<Arc<BackendPool>> = Vec::with_capacity(order.len());
+    for b in order {
+        let i = b.index();
+        if known.len() <= i {
+            known.resize(i + 1, None);
+        }
+        if known[i].is_none() {
+            known[i] = ctx.state.server_pools.get(&b.name);
+        }
+        match &known[i] {
+            Some(p) if avoid.is_none_or(|a| !Arc::ptr_eq(a, p)) => pools.push(Arc::clone(p)),
+            _ => {}
+        }
+    }
+    // One of this thread's first (no other thread woken for its I/O), then any.
+    for local in [true, false] {
+        for p in &pools {
+            if let Some(got) = p.try_idle(key, ctx.worker, state, local) {
+                return bring_to(got, key, state).await;
+            }
         }
     }
     let wait_on = pools
@@ -466,6 +490,14 @@ async fn take_across(
             backend: lost.backend().to_owned(),
         }),
     }
+}
+
+/// Where [`take_across`] looks: the session's own backend's pool, one to avoid, and the pools it
+/// looked up before.
+struct Places<'s> {
+    home: &'s Arc<BackendPool>,
+    avoid: Option<&'s Arc<BackendPool>>,
+    known: &'s mut Vec<Option<Arc<BackendPool>>>,
 }
 
 /// `got` with the session's `state`: as it is when it carries it, else reset and the session's

@@ -26,6 +26,8 @@ const KNOWN: usize = 256;
 /// The text a digest table row shows for a statement that may carry a password when its
 /// normalized text kept a comment (whose literals the normalizer keeps).
 const REDACTED_TEXT: &str = "(redacted)";
+/// Identities on other backends a session keeps, at most (see `SessionDigests::moved_to`).
+const ELSEWHERE: usize = 8;
 /// Prepared statements a session maps, at most (servers allow 16,382 by default).
 const PREPARED: usize = 16_384;
 
@@ -34,6 +36,8 @@ pub struct SessionDigests {
     table: Arc<Digests>,
     worker: usize,
     ident: Arc<Ident>,
+    /// Its identities on the other backends it ran on (a pool across backends).
+    elsewhere: Vec<Arc<Ident>>,
     max_len: usize,
     /// Digests handed to the shard.
     known: HashSet<u64, BuildHasherDefault<KeyHasher>>,
@@ -72,6 +76,7 @@ impl SessionDigests {
             table: Arc::clone(table),
             worker,
             ident: ident(),
+            elsewhere: Vec::new(),
             max_len: table.max_query_length() + 1,
             known: HashSet::default(),
             uses: HashedMap::default(),
@@ -86,7 +91,22 @@ impl SessionDigests {
     /// rows are that backend's.
     pub fn moved_to(&mut self, backend: &str) {
         let i = &self.ident;
-        self.ident = Ident::new(backend, &i.pool, &i.user, &i.schema);
+        // A session of a pool across backends moves at most transactions: the identities it
+        // had on each backend are kept (a few), not made anew.
+        let known = self.elsewhere.iter().find(|o| {
+            &*o.backend == backend && o.user == i.user && o.schema == i.schema && o.pool == i.pool
+        });
+        let next = match known {
+            Some(o) => Arc::clone(o),
+            None => Ident::new(backend, &i.pool, &i.user, &i.schema),
+        };
+        let previous = std::mem::replace(&mut self.ident, next);
+        if !self.elsewhere.iter().any(|o| Arc::ptr_eq(o, &previous)) {
+            if self.elsewhere.len() >= ELSEWHERE {
+                self.elsewhere.remove(0);
+            }
+            self.elsewhere.push(previous);
+        }
     }
 
     /// How many payload bytes of a statement packet to read (command byte included).
