@@ -257,3 +257,35 @@ fn a_changed_limit_wakes_waiting_logins_or_closes_spare_idle_connections_now() {
     assert_eq!(pool.set_limit(1).len(), 2);
     assert_eq!((pool.open(), pool.idle()), (1, 0));
 }
+
+#[test]
+fn taking_an_idle_connection_without_a_wait_queues_nobody() {
+    let mut pool = Pool::new(2);
+    let t = now();
+    log_in(&mut pool, "a");
+    log_in(&mut pool, "a");
+    // Both of "a"'s connections are held: nothing idle, and asking without a wait leaves the
+    // line empty, the gauges as they were.
+    assert!(matches!(pool.take_idle(&"a", 0, |_| true), Acquired::Wait));
+    assert_eq!(pool.idle_and_waiting(), (0, 0));
+    assert!(pool.release(&"a", 1, 0, t).is_empty());
+    assert_eq!(pool.idle_and_waiting(), (1, 0));
+    assert!(matches!(
+        pool.take_idle(&"a", 0, |_| true),
+        Acquired::Got(1)
+    ));
+    assert_eq!(pool.idle_and_waiting(), (0, 0));
+    // A key nobody logged in with has nothing to wait for.
+    assert!(matches!(
+        pool.take_idle(&"b", 0, |_| true),
+        Acquired::Starved
+    ));
+    // The waiting way queues, and the count of those waiting follows.
+    let waiter = Box::default();
+    let queued = waiter.clone();
+    assert!(matches!(pool.acquire(&"a", 0, || queued), Acquired::Wait));
+    assert_eq!(pool.idle_and_waiting(), (0, 1));
+    assert!(pool.release(&"a", 1, 0, t).is_empty());
+    assert_eq!(waiter.got(), Some(1), "handed to the waiter, not parked");
+    assert_eq!(pool.idle_and_waiting(), (0, 0));
+}
