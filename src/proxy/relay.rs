@@ -13,7 +13,7 @@
 //! Buffers are small for the many quiet sessions, large only while a direction moves bulk data,
 //! and small again once it has been quiet for a second (see [`Shrinker`]).
 
-use std::future::{poll_fn, Future};
+use std::future::poll_fn;
 use std::io;
 use std::pin::Pin;
 use std::task::{Context, Poll};
@@ -419,10 +419,53 @@ where
     C: AsyncRead + AsyncWrite + Unpin + ReleaseMemory,
     B: AsyncRead + AsyncWrite + Unpin + ReleaseMemory,
 {
-    let draining = crate::proxy::gate::cancelled(stop.drain);
-    tokio::pin!(draining);
+    let watch = Watch {
+        draining: &mut crate::proxy::gate::cancelled(stop.drain),
+        idle_timeout: stop.idle_timeout,
+    };
+    relay_gated(
+        client,
+        backend,
+        tracker,
+        initial_client,
+        initial_backend,
+        watch,
+        observer,
+    )
+    .await
+}
+
+/// What a relay watches besides its legs: the drain, through a gate its caller keeps, and the
+/// idle timeout. A pooled session runs one relay per transaction; a gate made per relay
+/// registered with the drain token and unregistered again each time (two allocations and four
+/// lock round trips per transaction), where the session's own gate stays registered between
+/// its relays.
+pub struct Watch<'s, 'a> {
+    /// Gated `stop.drain` (see [`crate::proxy::gate`]).
+    pub draining: &'s mut crate::proxy::gate::Cancelled<'a>,
+    pub idle_timeout: Option<std::time::Duration>,
+}
+
+/// [`relay`] with the drain's gate the caller keeps (see [`Watch`]).
+pub async fn relay_gated<C, B>(
+    client: &mut C,
+    backend: &mut B,
+    tracker: &mut Tracker,
+    initial_client: BytesMut,
+    initial_backend: BytesMut,
+    watch: Watch<'_, '_>,
+    observer: &mut (impl Observer + Steering),
+) -> RelayEnd
+where
+    C: AsyncRead + AsyncWrite + Unpin + ReleaseMemory,
+    B: AsyncRead + AsyncWrite + Unpin + ReleaseMemory,
+{
+    let Watch {
+        draining,
+        idle_timeout,
+    } = watch;
     let mut drain_now = false;
-    let mut idle = stop.idle_timeout.map(IdleTimer::new);
+    let mut idle = idle_timeout.map(IdleTimer::new);
     let mut shrink = Shrinker::default();
     let mut session = RelayState {
         client,
@@ -441,7 +484,7 @@ where
     poll_fn(|cx| {
         // On shutdown, end at the first command boundary — checked before reading the client, so
         // a command that arrives after the last response is never half served.
-        if !drain_now && draining.as_mut().poll(cx).is_ready() {
+        if !drain_now && draining.poll_gated(cx).is_ready() {
             drain_now = true;
         }
         if drain_now && session.boundary() {

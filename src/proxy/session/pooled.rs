@@ -29,7 +29,8 @@ use crate::backends::pooling::{
 };
 use crate::net::leg::LegStream;
 use crate::net::stream::BackendStream;
-use crate::proxy::relay::{relay, KillRewrite, Observer, RelayEnd, Steering, Stop};
+use crate::proxy::gate::Cancelled;
+use crate::proxy::relay::{relay_gated, KillRewrite, Observer, RelayEnd, Steering, Stop, Watch};
 use crate::wire::protocol::caps::CLIENT_DEPRECATE_EOF;
 use crate::wire::protocol::errors::code;
 use crate::wire::protocol::response::{Completed, Tracker};
@@ -143,7 +144,7 @@ impl Seat<'_, '_> {
                 // A statement command read before the drain and not begun: the session ends here.
                 return RelayEnd::Drained.into();
             }
-            if let Err(end) = self.command(ctx, client, tracker).await {
+            if let Err(end) = self.command(ctx, client, tracker, &mut draining).await {
                 return end;
             }
         }
@@ -156,6 +157,7 @@ impl Seat<'_, '_> {
         ctx: &Context<'_>,
         client: &mut LegStream<C>,
         tracker: &mut Tracker,
+        draining: &mut Cancelled<'_>,
     ) -> Result<(), SessionEnd>
     where
         C: AsyncRead + AsyncWrite + Unpin,
@@ -175,8 +177,18 @@ impl Seat<'_, '_> {
         } else {
             None
         };
-        if self.conn.is_none() && !self.take_conn(ctx, client, front.as_ref()).await? {
-            return Ok(());
+        if self.conn.is_none() {
+            // Most transactions find an idle connection in the session's settings: taken
+            // without a wait, a clock read or a future of the pool's.
+            let state = self.observer.holding.state();
+            match self.pool.try_acquire(self.observer.key, ctx.worker, state) {
+                Some(Ok(got)) if got.carries(state) => self.hold(got),
+                tried => {
+                    if !self.take_conn(ctx, client, front.as_ref(), tried).await? {
+                        return Ok(());
+                    }
+                }
+            }
         }
         let Some(held) = self.conn.as_mut() else {
             return Ok(());
@@ -191,34 +203,44 @@ impl Seat<'_, '_> {
         };
         if !answered {
             tracker.pause_statements(statement);
-            self.relay(ctx, client, tracker).await?;
+            self.relay(ctx, client, tracker, draining).await?;
         }
         if self.observer.holding.releasable() {
-            self.return_between_transactions(ctx.worker).await;
+            if let Some(held) = self.let_go(ctx.worker) {
+                self.wipe_and_return(held, ctx.worker).await;
+            }
         }
         Ok(())
     }
 
+    /// Holds `got` for the session's next commands; a KILL naming the session reaches it.
+    fn hold(&mut self, got: Held) {
+        if let Some(live) = &self.live {
+            live.store(got.thread_id, Ordering::Relaxed);
+        }
+        self.conn = Some(got);
+    }
+
     /// Takes a server connection from the pool for the command at the front (`front`, when it
-    /// is a prepared-statement command): true once the session holds one; false when the command
-    /// was answered with an ERR, or dropped, and the session waits for the next.
+    /// is a prepared-statement command), the long way: `tried` is what
+    /// [`BackendPool::try_acquire`] gave (None: a wait). True once the session holds one; false
+    /// when the command was answered with an ERR, or dropped, and the session waits for the
+    /// next.
     async fn take_conn<C>(
         &mut self,
         ctx: &Context<'_>,
         client: &mut LegStream<C>,
         front: Option<&Front>,
+        tried: Option<Result<Held, PoolError>>,
     ) -> Result<bool, SessionEnd>
     where
         C: AsyncRead + AsyncWrite + Unpin,
     {
         let key = self.observer.key;
         let state = self.observer.holding.state();
-        let e = match take(&self.pool, key, ctx.worker, state).await {
+        let e = match take(&self.pool, key, ctx.worker, state, tried).await {
             Ok(got) => {
-                if let Some(live) = &self.live {
-                    live.store(got.thread_id, Ordering::Relaxed);
-                }
-                self.conn = Some(got);
+                self.hold(got);
                 return Ok(true);
             }
             Err(e) => e,
@@ -240,11 +262,13 @@ impl Seat<'_, '_> {
     }
 
     /// Relays on the connection the session holds until the relay lets it go (Ok) or ends.
+    /// `draining` is the session's gate on the drain, kept across its relays.
     async fn relay<C>(
         &mut self,
         ctx: &Context<'_>,
         client: &mut LegStream<C>,
         tracker: &mut Tracker,
+        draining: &mut Cancelled<'_>,
     ) -> Result<(), SessionEnd>
     where
         C: AsyncRead + AsyncWrite + Unpin,
@@ -259,7 +283,11 @@ impl Seat<'_, '_> {
             statements: &mut held.statements,
             reset: false,
         };
-        let end = relay(client, &mut held.leg, tracker, up, down, ctx.stop, &mut on).await;
+        let watch = Watch {
+            draining,
+            idle_timeout: ctx.stop.idle_timeout,
+        };
+        let end = relay_gated(client, &mut held.leg, tracker, up, down, watch, &mut on).await;
         if on.reset {
             // COM_RESET_CONNECTION or COM_CHANGE_USER dropped its prepared statements.
             held.statements.clear();
@@ -274,14 +302,19 @@ impl Seat<'_, '_> {
     }
 }
 
-/// A connection of `key` from the pool, brought to the session's `state`.
+/// A connection of `key` from the pool, brought to the session's `state`: the one `tried`
+/// gave, else one waited for.
 async fn take(
     pool: &Arc<BackendPool>,
     key: &Key,
     worker: usize,
     state: &crate::backends::pooling::State,
+    tried: Option<Result<Held, PoolError>>,
 ) -> Result<Held, PoolError> {
-    let mut got = pool.acquire(key, worker, state).await?;
+    let mut got = match tried {
+        Some(tried) => tried?,
+        None => pool.acquire(key, worker, state).await?,
+    };
     if got.carries(state) {
         return Ok(got);
     }
@@ -303,7 +336,7 @@ async fn next_command<C>(
     client: &mut LegStream<C>,
     up: &mut BytesMut,
     stop: Stop<'_>,
-    draining: &mut crate::proxy::gate::Cancelled<'_>,
+    draining: &mut Cancelled<'_>,
 ) -> Option<RelayEnd>
 where
     C: AsyncRead + AsyncWrite + Unpin,
