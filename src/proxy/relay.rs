@@ -67,8 +67,11 @@ pub enum RelayEnd {
     /// nothing in flight, nothing read and unsent; or the client scan stopped before a
     /// prepared-statement command (see `Tracker::pause_statements`), whose bytes are then at the
     /// front of the client's buffer. Carries the two buffers (client's, backend's) for the next
-    /// relay to reuse.
-    Released(BytesMut, BytesMut),
+    /// relay to reuse, and whether the relay's last look at the client was a read that would
+    /// have blocked: the task is then registered to be woken by the client's next bytes (the
+    /// `AsyncRead` contract), and a caller that waits for them with no await in between need
+    /// not ask again before it first sleeps.
+    Released(BytesMut, BytesMut, bool),
 }
 
 struct Direction {
@@ -82,6 +85,8 @@ struct Direction {
     failed: Option<TrackError>,
     /// Reads so far: the shrink timer compares them instead of resetting a deadline on every read.
     reads: u64,
+    /// The last poll of this direction ended on a read of its source that would have blocked.
+    parked: bool,
 }
 
 impl Direction {
@@ -97,6 +102,7 @@ impl Direction {
             eof: false,
             failed: None,
             reads: 0,
+            parked: false,
         }
     }
 
@@ -330,6 +336,7 @@ where
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin,
 {
+    dir.parked = false;
     loop {
         let waiting = hooks.writable(cx, &mut dir.buf);
         let ready = dir.buf.len() - dir.held;
@@ -389,7 +396,10 @@ where
                 scan_into(dir, n, hooks);
             }
             Poll::Ready(Err(e)) => return Poll::Ready(Step::Io(e, Side::Read)),
-            Poll::Pending => return Poll::Pending,
+            Poll::Pending => {
+                dir.parked = true;
+                return Poll::Pending;
+            }
         }
     }
 }
@@ -582,7 +592,7 @@ where
         released.then(|| {
             let up = std::mem::take(&mut self.up.buf);
             let down = std::mem::take(&mut self.down.buf);
-            RelayEnd::Released(up, down)
+            RelayEnd::Released(up, down, self.up.parked)
         })
     }
 
@@ -608,6 +618,7 @@ where
     }
 
     fn poll_upstream(&mut self, cx: &mut Context<'_>) -> Poll<RelayEnd> {
+        self.up.parked = false;
         if self.client_failed.is_some() {
             return Poll::Pending;
         }

@@ -9,12 +9,20 @@
 //! and its prepared statements (`Pooled`), the connection it holds, and the client's bytes not
 //! yet relayed. A server connection's own prepared statements stay on it (`ServerConn`); a relay
 //! on it borrows them to rewrite the statement commands it can send on at once (`OnConn`).
+//!
+//! Every transaction passes here twice (take, give back), so the common case takes no detour:
+//! an idle connection in the session's settings is taken without a wait, a clock read or a
+//! future of the pool's (`BackendPool::try_acquire`), one the session left nothing on goes back
+//! without an await (`let_go`), the relays share the session's drain gate, and the wait for
+//! the next command does not read the client again when the relay's last read of it would have
+//! blocked with nothing awaited since (the task is registered for its bytes already). Whatever
+//! else (a wait, an adopt, a wipe, a prepared statement) goes the long way.
 
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 
 use bytes::BytesMut;
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite};
+use tokio::io::{AsyncRead, AsyncWrite};
 use tracing::{debug, info, warn};
 
 use super::connect::LoginSlot;
@@ -94,6 +102,7 @@ where
         up: start.up,
         down: start.down,
         deprecate_eof: tracker.caps().has(CLIENT_DEPRECATE_EOF),
+        client_waits: false,
     };
     let end = seat.serve(ctx, client, tracker).await;
     // The session's end is counted when `seat.observer` (its `Member`) drops, after its
@@ -118,6 +127,10 @@ struct Seat<'a, 'r> {
     down: BytesMut,
     /// As the session negotiated: how a prepare's answer ends.
     deprecate_eof: bool,
+    /// The last relay ended on a read of the client that would have blocked, and nothing was
+    /// awaited since: the task is registered for the client's next bytes already (see
+    /// `RelayEnd::Released`), so the wait for them starts without a read.
+    client_waits: bool,
 }
 
 impl Seat<'_, '_> {
@@ -137,7 +150,9 @@ impl Seat<'_, '_> {
         let mut draining = crate::proxy::gate::cancelled(stop.drain);
         loop {
             if self.conn.is_none() {
-                if let Some(end) = next_command(client, &mut self.up, stop, &mut draining).await {
+                let waits = std::mem::take(&mut self.client_waits);
+                let next = next_command(client, &mut self.up, stop, &mut draining, waits);
+                if let Some(end) = next.await {
                     return end.into();
                 }
             } else if stop.drain.is_cancelled() && tracker.idle() && !self.up.is_empty() {
@@ -201,15 +216,19 @@ impl Seat<'_, '_> {
             }
             None => false,
         };
+        let mut client_waits = false;
         if !answered {
             tracker.pause_statements(statement);
-            self.relay(ctx, client, tracker, draining).await?;
+            client_waits = self.relay(ctx, client, tracker, draining).await?;
         }
         if self.observer.holding.releasable() {
             if let Some(held) = self.let_go(ctx.worker) {
                 self.wipe_and_return(held, ctx.worker).await;
+                // The client may have woken the task meanwhile, to no reader.
+                client_waits = false;
             }
         }
+        self.client_waits = client_waits;
         Ok(())
     }
 
@@ -262,19 +281,21 @@ impl Seat<'_, '_> {
     }
 
     /// Relays on the connection the session holds until the relay lets it go (Ok) or ends.
-    /// `draining` is the session's gate on the drain, kept across its relays.
+    /// `draining` is the session's gate on the drain, kept across its relays. Ok(true) when the
+    /// relay's last look at the client was a read that would have blocked (see
+    /// `RelayEnd::Released`).
     async fn relay<C>(
         &mut self,
         ctx: &Context<'_>,
         client: &mut LegStream<C>,
         tracker: &mut Tracker,
         draining: &mut Cancelled<'_>,
-    ) -> Result<(), SessionEnd>
+    ) -> Result<bool, SessionEnd>
     where
         C: AsyncRead + AsyncWrite + Unpin,
     {
         let Some(held) = self.conn.as_mut() else {
-            return Ok(());
+            return Ok(false);
         };
         let held: &mut ServerConn = held;
         let (up, down) = (std::mem::take(&mut self.up), std::mem::take(&mut self.down));
@@ -293,9 +314,9 @@ impl Seat<'_, '_> {
             held.statements.clear();
         }
         match end {
-            RelayEnd::Released(up, down) => {
+            RelayEnd::Released(up, down, client_waits) => {
                 (self.up, self.down) = (up, down);
-                Ok(())
+                Ok(client_waits)
             }
             end => Err(end.into()),
         }
@@ -331,12 +352,16 @@ async fn take(
 
 /// Waits, holding no server connection, until the client's next command begins (its first five
 /// bytes are read: None), or the session ends: the client closed or quit (its COM_QUIT is not
-/// forwarded: no connection is held), the idle timeout, or the drain.
+/// forwarded: no connection is held), the idle timeout, or the drain. `registered`: the task is
+/// registered for the client's next bytes already (the relay's last read of it would have
+/// blocked, and nothing was awaited since), so the first poll does not read it again: the
+/// client's bytes wake the task, and every later poll reads.
 async fn next_command<C>(
     client: &mut LegStream<C>,
     up: &mut BytesMut,
     stop: Stop<'_>,
     draining: &mut Cancelled<'_>,
+    mut registered: bool,
 ) -> Option<RelayEnd>
 where
     C: AsyncRead + AsyncWrite + Unpin,
@@ -358,7 +383,7 @@ where
             biased;
             () = &mut *draining => return Some(RelayEnd::Drained),
             () = &mut idle => return Some(RelayEnd::IdleTimeout),
-            read = client.read_buf(up) => match read {
+            read = read_client(client, up, &mut registered) => match read {
                 Ok(0) => return Some(RelayEnd::ClientClosed { quit: false }),
                 Ok(_) => {}
                 Err(e) => return Some(RelayEnd::ClientIo(e)),
@@ -366,6 +391,25 @@ where
         }
     }
     matches!(command::command(up), Command::Quit).then_some(RelayEnd::ClientClosed { quit: true })
+}
+
+/// Reads what the client sent into `up` (no more than it holds: the command may be short), or,
+/// when `registered` says the task waits for the client already, stays pending once without
+/// asking it.
+fn read_client<'a, C>(
+    client: &'a mut LegStream<C>,
+    up: &'a mut BytesMut,
+    registered: &'a mut bool,
+) -> impl std::future::Future<Output = std::io::Result<usize>> + 'a
+where
+    C: AsyncRead + AsyncWrite + Unpin,
+{
+    std::future::poll_fn(move |cx| {
+        if std::mem::take(registered) {
+            return std::task::Poll::Pending;
+        }
+        tokio_util::io::poll_read_buf(std::pin::Pin::new(&mut *client), cx, &mut *up)
+    })
 }
 
 /// Answers the client's next command with an ERR in its response's place, without running it
