@@ -18,8 +18,11 @@
 //! blocked with nothing awaited since (the task is registered for its bytes already). Whatever
 //! else (a wait, an adopt, a wipe, a prepared statement) goes the long way.
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
+use std::task::Poll;
 
 use bytes::BytesMut;
 use tokio::io::{AsyncRead, AsyncWrite};
@@ -366,50 +369,40 @@ async fn next_command<C>(
 where
     C: AsyncRead + AsyncWrite + Unpin,
 {
-    let idle = async {
-        match stop.idle_timeout {
-            Some(after) => tokio::time::sleep(after).await,
-            None => std::future::pending().await,
-        }
-    };
+    let idle = stop.idle_timeout.map(tokio::time::sleep);
     tokio::pin!(idle);
-    // A command's header and command byte (none in an empty packet): enough to tell a
-    // statement command (see `prepared`).
-    while let Command::NeedMore(_) = command::command(up) {
+    // One hand-written poll in the order a biased select would take (drain, idle timeout,
+    // client): this runs at every transaction.
+    std::future::poll_fn(|cx| loop {
+        // A command's header and command byte (none in an empty packet): enough to tell a
+        // statement command (see `prepared`).
+        match command::command(up) {
+            Command::NeedMore(_) => {}
+            Command::Quit => return Poll::Ready(Some(RelayEnd::ClientClosed { quit: true })),
+            _ => return Poll::Ready(None),
+        }
+        if draining.poll_gated(cx).is_ready() {
+            return Poll::Ready(Some(RelayEnd::Drained));
+        }
+        if let Some(idle) = idle.as_mut().as_pin_mut() {
+            if idle.poll(cx).is_ready() {
+                return Poll::Ready(Some(RelayEnd::IdleTimeout));
+            }
+        }
+        if std::mem::take(&mut registered) {
+            return Poll::Pending;
+        }
         if up.capacity() < 1024 {
             up.reserve(8 * 1024);
         }
-        tokio::select! {
-            biased;
-            () = &mut *draining => return Some(RelayEnd::Drained),
-            () = &mut idle => return Some(RelayEnd::IdleTimeout),
-            read = read_client(client, up, &mut registered) => match read {
-                Ok(0) => return Some(RelayEnd::ClientClosed { quit: false }),
-                Ok(_) => {}
-                Err(e) => return Some(RelayEnd::ClientIo(e)),
-            },
+        match tokio_util::io::poll_read_buf(Pin::new(&mut *client), cx, &mut *up) {
+            Poll::Pending => return Poll::Pending,
+            Poll::Ready(Ok(0)) => return Poll::Ready(Some(RelayEnd::ClientClosed { quit: false })),
+            Poll::Ready(Ok(_)) => {}
+            Poll::Ready(Err(e)) => return Poll::Ready(Some(RelayEnd::ClientIo(e))),
         }
-    }
-    matches!(command::command(up), Command::Quit).then_some(RelayEnd::ClientClosed { quit: true })
-}
-
-/// Reads what the client sent into `up` (no more than it holds: the command may be short), or,
-/// when `registered` says the task waits for the client already, stays pending once without
-/// asking it.
-fn read_client<'a, C>(
-    client: &'a mut LegStream<C>,
-    up: &'a mut BytesMut,
-    registered: &'a mut bool,
-) -> impl std::future::Future<Output = std::io::Result<usize>> + 'a
-where
-    C: AsyncRead + AsyncWrite + Unpin,
-{
-    std::future::poll_fn(move |cx| {
-        if std::mem::take(registered) {
-            return std::task::Poll::Pending;
-        }
-        tokio_util::io::poll_read_buf(std::pin::Pin::new(&mut *client), cx, &mut *up)
     })
+    .await
 }
 
 /// Answers the client's next command with an ERR in its response's place, without running it
