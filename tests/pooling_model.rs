@@ -849,10 +849,17 @@ async fn run_seed(db: &MariaDb, seed: u64, across: bool) -> SeedRun {
     // Idle connections never close during a run (the pool keeps its 4), and a statement waits
     // for a connection longer than any run takes: a wait is the script's order, not a failure.
     let mut config = common::proxy::config(&backends);
-    // As many server connections in all as with one backend: half on each.
+    // Fewer server connections than sessions on each backend, but room for a login of each
+    // user beside the other's (a backend keeps its last connection of a user with sessions
+    // counted there, however many that user has on the other backend).
+    let per_backend = if across {
+        SERVER_CONNECTIONS - 1
+    } else {
+        SERVER_CONNECTIONS
+    };
     common::pooling::transaction_mode(
         &mut config,
-        SERVER_CONNECTIONS / backends.len(),
+        per_backend,
         Duration::from_secs(600),
         Duration::from_secs(20),
     );

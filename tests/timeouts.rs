@@ -145,3 +145,23 @@ async fn a_short_command_trickled_byte_by_byte_is_not_idle() {
         "the KILL reached the server whole: {answer:?}"
     );
 }
+
+#[tokio::test]
+async fn an_idle_pooled_session_is_closed_idle_timeout_after_its_last_response() {
+    // Between transactions a pooled session waits for its client without a server connection
+    // (and, right after a relay, without reading the client first): the same deadline holds.
+    let timeout = Duration::from_millis(800);
+    let mut cfg = config(&[shared_pair()[0].tcp_addr()]);
+    common::pooling::transaction_mode(&mut cfg, 4, Duration::from_secs(60), Duration::from_secs(2));
+    cfg.idle_timeout = Some(timeout);
+    let proxy = TestProxy::start_with(cfg);
+    let mut c = login(&proxy).await;
+    c.ping().await.unwrap();
+    c.ping().await.unwrap();
+    let answered = Instant::now();
+    let waited = closed_at(&mut c).await - answered;
+    assert!(
+        waited >= timeout - Duration::from_millis(50) && waited < timeout * 3 / 2,
+        "closed idle_timeout after the last response: {waited:?}"
+    );
+}

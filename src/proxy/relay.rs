@@ -13,7 +13,7 @@
 //! Buffers are small for the many quiet sessions, large only while a direction moves bulk data,
 //! and small again once it has been quiet for a second (see [`Shrinker`]).
 
-use std::future::{poll_fn, Future};
+use std::future::poll_fn;
 use std::io;
 use std::pin::Pin;
 use std::task::{Context, Poll};
@@ -67,8 +67,11 @@ pub enum RelayEnd {
     /// nothing in flight, nothing read and unsent; or the client scan stopped before a
     /// prepared-statement command (see `Tracker::pause_statements`), whose bytes are then at the
     /// front of the client's buffer. Carries the two buffers (client's, backend's) for the next
-    /// relay to reuse.
-    Released(BytesMut, BytesMut),
+    /// relay to reuse, and whether the relay's last look at the client was a read that would
+    /// have blocked: the task is then registered to be woken by the client's next bytes (the
+    /// `AsyncRead` contract), and a caller that waits for them with no await in between need
+    /// not ask again before it first sleeps.
+    Released(BytesMut, BytesMut, bool),
 }
 
 struct Direction {
@@ -82,6 +85,8 @@ struct Direction {
     failed: Option<TrackError>,
     /// Reads so far: the shrink timer compares them instead of resetting a deadline on every read.
     reads: u64,
+    /// The last poll of this direction ended on a read of its source that would have blocked.
+    parked: bool,
 }
 
 impl Direction {
@@ -97,6 +102,7 @@ impl Direction {
             eof: false,
             failed: None,
             reads: 0,
+            parked: false,
         }
     }
 
@@ -330,6 +336,7 @@ where
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin,
 {
+    dir.parked = false;
     loop {
         let waiting = hooks.writable(cx, &mut dir.buf);
         let ready = dir.buf.len() - dir.held;
@@ -389,7 +396,10 @@ where
                 scan_into(dir, n, hooks);
             }
             Poll::Ready(Err(e)) => return Poll::Ready(Step::Io(e, Side::Read)),
-            Poll::Pending => return Poll::Pending,
+            Poll::Pending => {
+                dir.parked = true;
+                return Poll::Pending;
+            }
         }
     }
 }
@@ -419,10 +429,53 @@ where
     C: AsyncRead + AsyncWrite + Unpin + ReleaseMemory,
     B: AsyncRead + AsyncWrite + Unpin + ReleaseMemory,
 {
-    let draining = crate::proxy::gate::cancelled(stop.drain);
-    tokio::pin!(draining);
+    let watch = Watch {
+        draining: &mut crate::proxy::gate::cancelled(stop.drain),
+        idle_timeout: stop.idle_timeout,
+    };
+    relay_gated(
+        client,
+        backend,
+        tracker,
+        initial_client,
+        initial_backend,
+        watch,
+        observer,
+    )
+    .await
+}
+
+/// What a relay watches besides its legs: the drain, through a gate its caller keeps, and the
+/// idle timeout. A pooled session runs one relay per transaction; a gate made per relay
+/// registered with the drain token and unregistered again each time (two allocations and four
+/// lock round trips per transaction), where the session's own gate stays registered between
+/// its relays.
+pub struct Watch<'s, 'a> {
+    /// Gated `stop.drain` (see [`crate::proxy::gate`]).
+    pub draining: &'s mut crate::proxy::gate::Cancelled<'a>,
+    pub idle_timeout: Option<std::time::Duration>,
+}
+
+/// [`relay`] with the drain's gate the caller keeps (see [`Watch`]).
+pub async fn relay_gated<C, B>(
+    client: &mut C,
+    backend: &mut B,
+    tracker: &mut Tracker,
+    initial_client: BytesMut,
+    initial_backend: BytesMut,
+    watch: Watch<'_, '_>,
+    observer: &mut (impl Observer + Steering),
+) -> RelayEnd
+where
+    C: AsyncRead + AsyncWrite + Unpin + ReleaseMemory,
+    B: AsyncRead + AsyncWrite + Unpin + ReleaseMemory,
+{
+    let Watch {
+        draining,
+        idle_timeout,
+    } = watch;
     let mut drain_now = false;
-    let mut idle = stop.idle_timeout.map(IdleTimer::new);
+    let mut idle = idle_timeout.map(IdleTimer::new);
     let mut shrink = Shrinker::default();
     let mut session = RelayState {
         client,
@@ -441,7 +494,7 @@ where
     poll_fn(|cx| {
         // On shutdown, end at the first command boundary — checked before reading the client, so
         // a command that arrives after the last response is never half served.
-        if !drain_now && draining.as_mut().poll(cx).is_ready() {
+        if !drain_now && draining.poll_gated(cx).is_ready() {
             drain_now = true;
         }
         if drain_now && session.boundary() {
@@ -539,7 +592,7 @@ where
         released.then(|| {
             let up = std::mem::take(&mut self.up.buf);
             let down = std::mem::take(&mut self.down.buf);
-            RelayEnd::Released(up, down)
+            RelayEnd::Released(up, down, self.up.parked)
         })
     }
 
@@ -565,6 +618,7 @@ where
     }
 
     fn poll_upstream(&mut self, cx: &mut Context<'_>) -> Poll<RelayEnd> {
+        self.up.parked = false;
         if self.client_failed.is_some() {
             return Poll::Pending;
         }

@@ -45,10 +45,19 @@ impl std::fmt::Debug for ServerConn {
 impl ServerConn {
     /// True when the server closed the connection or sent something unasked while it was idle
     /// (a `wait_timeout`, a KILL, a shutdown): it must not take a statement. One read attempt
-    /// that does not wait.
+    /// that does not wait. On a plain leg it asks the socket directly: the runtime's readiness
+    /// says at once (one atomic load, no system call, no waker swapped in and out) that nothing
+    /// came since the last read that would have blocked, which is how every relay leaves it; a
+    /// TLS or compressed leg may hold bytes of its own, so it is read through.
     pub fn is_stale(&mut self) -> bool {
-        let mut cx = Context::from_waker(std::task::Waker::noop());
         let mut byte = [0u8; 1];
+        if let LegStream::Plain(socket) = &self.leg {
+            return !matches!(
+                socket.try_read(&mut byte),
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock
+            );
+        }
+        let mut cx = Context::from_waker(std::task::Waker::noop());
         let mut buf = ReadBuf::new(&mut byte);
         !matches!(
             Pin::new(&mut self.leg).poll_read(&mut cx, &mut buf),

@@ -130,27 +130,15 @@ pub struct Core<K, T, W, L> {
     closing: usize,
     keys: Map<K, KeyState<T, W>>,
     logins: VecDeque<L>,
+    /// Idle connections over every key, and waiters queued over every key and the logins'
+    /// line (those that left included): the gauges read them twice per transaction, so they
+    /// are kept as the lists change rather than counted over the keys each time.
+    idle_total: usize,
+    queued: usize,
 }
 
 /// Connections to close now (outside the lock), from an operation that let some go.
 pub type Closed<T> = Vec<T>;
-
-/// The idle connection of `state` to hand out (most recently parked first): one `like` accepts
-/// on `worker`'s thread, then one `like` accepts, then one of `worker`'s, then any.
-fn take_idle<T, W>(
-    state: &mut KeyState<T, W>,
-    worker: usize,
-    like: impl Fn(&T) -> bool,
-) -> Option<T> {
-    let idle = &state.idle;
-    let at = idle
-        .iter()
-        .rposition(|i| i.worker == worker && like(&i.conn))
-        .or_else(|| idle.iter().rposition(|i| like(&i.conn)))
-        .or_else(|| idle.iter().rposition(|i| i.worker == worker))
-        .or_else(|| idle.len().checked_sub(1))?;
-    Some(state.idle.remove(at).conn)
-}
 
 impl<K, T, W, L> Core<K, T, W, L>
 where
@@ -165,6 +153,8 @@ where
             closing: 0,
             keys: Map::default(),
             logins: VecDeque::new(),
+            idle_total: 0,
+            queued: 0,
         }
     }
 
@@ -192,7 +182,7 @@ where
     }
 
     pub fn idle(&self) -> usize {
-        self.keys.values().map(|k| k.idle.len()).sum()
+        self.idle_total
     }
 
     /// Connections open (idle or in use) of the keys `which` accepts.
@@ -219,16 +209,23 @@ where
             .map_or((0, 0, 0), |s| (s.conns, s.sessions, s.pinned))
     }
 
-    /// [`idle`](Self::idle) and [`waiting`](Self::waiting) in one walk over the keys: the
-    /// gauges are set from them twice per transaction.
+    /// [`idle`](Self::idle) and [`waiting`](Self::waiting): the gauges are set from them twice
+    /// per transaction, so both come from counts kept as the lists change, and the waiters
+    /// are walked only when some are queued.
     pub fn idle_and_waiting(&self) -> (usize, usize) {
-        let mut idle = 0;
-        let mut waiting = self.logins.iter().filter(|l| !l.left()).count();
-        for state in self.keys.values() {
-            idle += state.idle.len();
-            waiting += state.waiters.iter().filter(|w| !w.left()).count();
-        }
-        (idle, waiting)
+        #[cfg(debug_assertions)]
+        self.check_counts();
+        let waiting = if self.queued == 0 { 0 } else { self.waiting() };
+        (self.idle_total, waiting)
+    }
+
+    /// The kept counts agree with the lists (debug builds: every test that moves the gauges).
+    #[cfg(debug_assertions)]
+    fn check_counts(&self) {
+        let idle: usize = self.keys.values().map(|k| k.idle.len()).sum();
+        let queued: usize = self.keys.values().map(|k| k.waiters.len()).sum();
+        debug_assert_eq!(idle, self.idle_total, "idle connections counted");
+        debug_assert_eq!(queued + self.logins.len(), self.queued, "waiters counted");
     }
 
     pub fn waiting(&self) -> usize {
@@ -250,6 +247,7 @@ where
             return Slot::Freed(conn);
         }
         self.logins.push_back(waiter());
+        self.queued += 1;
         Slot::Wait
     }
 
@@ -270,6 +268,7 @@ where
         let key = key.clone();
         let state = self.keys.get_mut(&key)?;
         let conn = state.idle.remove(i).conn;
+        self.idle_total -= 1;
         state.conns = state.conns.saturating_sub(1);
         self.forget_if_empty(&key);
         Some(conn)
@@ -312,29 +311,40 @@ where
         like: impl Fn(&T) -> bool,
         waiter: impl FnOnce() -> W,
     ) -> Acquired<T> {
+        let got = self.take_idle(key, worker, like);
+        if let (Acquired::Wait, Some(state)) = (&got, self.keys.get_mut(key)) {
+            state.waiters.push_back(waiter());
+            self.queued += 1;
+        }
+        got
+    }
+
+    /// [`acquire_like`](Self::acquire_like) without a place in line: `Wait` says one is
+    /// needed, and nothing was queued.
+    pub fn take_idle(&mut self, key: &K, worker: usize, like: impl Fn(&T) -> bool) -> Acquired<T> {
         let Some(state) = self.keys.get_mut(key) else {
             return Acquired::Starved;
         };
-        match take_idle(state, worker, like) {
-            Some(conn) => Acquired::Got(conn),
-            None if state.conns == 0 => Acquired::Starved,
-            None => {
-                state.waiters.push_back(waiter());
-                Acquired::Wait
+        let idle = &state.idle;
+        let at = idle
+            .iter()
+            .rposition(|i| i.worker == worker && like(&i.conn))
+            .or_else(|| idle.iter().rposition(|i| like(&i.conn)))
+            .or_else(|| idle.iter().rposition(|i| i.worker == worker))
+            .or_else(|| idle.len().checked_sub(1));
+        match at {
+            Some(i) => {
+                self.idle_total -= 1;
+                Acquired::Got(state.idle.remove(i).conn)
             }
+            None if state.conns == 0 => Acquired::Starved,
+            None => Acquired::Wait,
         }
-    }
-
-    /// An idle connection of `key` as [`acquire_like`](Self::acquire_like) would choose it, or
-    /// None at once (nothing queued): a session of a pool across backends looks at each
-    /// backend's idle connections before it waits on one.
-    pub fn take_idle(&mut self, key: &K, worker: usize, like: impl Fn(&T) -> bool) -> Option<T> {
-        take_idle(self.keys.get_mut(key)?, worker, like)
     }
 
     /// [`take_idle`](Self::take_idle) among the connections of `worker`'s thread only (a
     /// session of a pool across backends first looks for one it can use without waking
-    /// another thread).
+    /// another thread); None when there is none, nothing queued.
     pub fn take_idle_local(
         &mut self,
         key: &K,
@@ -347,6 +357,7 @@ where
             .iter()
             .rposition(|i| i.worker == worker && like(&i.conn))
             .or_else(|| idle.iter().rposition(|i| i.worker == worker))?;
+        self.idle_total -= 1;
         Some(state.idle.remove(at).conn)
     }
 
@@ -376,6 +387,7 @@ where
         };
         let mut conn = conn;
         while let Some(w) = state.waiters.pop_front() {
+            self.queued -= 1;
             match w.offer(conn) {
                 Ok(()) => return Vec::new(),
                 Err(back) => conn = back,
@@ -394,12 +406,14 @@ where
             since: now,
             worker,
         });
+        self.idle_total += 1;
         Vec::new()
     }
 
     /// Hands a slot to the first login still waiting; false if none took it.
     fn give_slot(&mut self) -> bool {
         while let Some(l) = self.logins.pop_front() {
+            self.queued -= 1;
             if l.offer(()).is_ok() {
                 return true;
             }
@@ -473,6 +487,7 @@ where
     fn starving(&mut self, key: &K) {
         if let Some(state) = self.keys.get_mut(key) {
             if state.conns == 0 {
+                self.queued -= state.waiters.len();
                 state.waiters.clear();
             }
         }
@@ -494,6 +509,7 @@ where
                     break;
                 }
                 if let Some(idle) = state.idle.pop() {
+                    self.idle_total -= 1;
                     state.conns = state.conns.saturating_sub(1);
                     self.closing += 1;
                     closed.push(idle.conn);
@@ -516,6 +532,7 @@ where
             let Some(state) = self.keys.get_mut(&key) else {
                 continue;
             };
+            self.idle_total -= state.idle.len();
             for idle in state.idle.drain(..) {
                 state.conns = state.conns.saturating_sub(1);
                 self.open = self.open.saturating_sub(1);

@@ -166,11 +166,10 @@ impl Held {
     }
 
     /// Back to the pool, unpinned and at a command boundary (see [`BackendPool::release`]).
-    pub fn release(self, worker: usize) {
-        let pool = Arc::clone(&self.pool);
-        let key = self.key.clone();
-        if let Some(conn) = self.defuse() {
-            pool.release(&key, conn, worker);
+    pub fn release(mut self, worker: usize) {
+        // Taken out, the guard's drop has nothing left to close.
+        if let Some(conn) = self.conn.take() {
+            self.pool.release(&self.key, conn, worker);
         }
     }
 

@@ -321,6 +321,43 @@ impl BackendPool {
         }
     }
 
+    /// [`acquire`](Self::acquire) when it needs no wait: an idle connection of `key` that is
+    /// still alive (Some(Ok)), or none left to wait for (Some(Err)); None when the session
+    /// would wait (nothing was queued: [`acquire`](Self::acquire) does that). A session takes
+    /// this way first at every transaction: no clock read, no future.
+    pub fn try_acquire(
+        self: &Arc<Self>,
+        key: &Key,
+        worker: usize,
+        state: &State,
+    ) -> Option<Result<Held, PoolError>> {
+        loop {
+            let mut guard = self.lock();
+            let core = &mut guard.0;
+            let got = core.take_idle(key, worker, |c: &ServerConn| c.carries(state));
+            match got {
+                Acquired::Got(mut conn) => {
+                    if conn.is_stale() {
+                        core.closed(key);
+                        self.metrics.update(core);
+                        drop(guard);
+                        drop(conn);
+                        continue;
+                    }
+                    self.metrics.update(core);
+                    self.metrics.acquired.inc();
+                    return Some(Ok(Held::new(conn, Arc::clone(self), key.clone())));
+                }
+                Acquired::Starved => {
+                    drop(guard);
+                    self.metrics.failed("starved");
+                    return Some(Err(self.starved(key)));
+                }
+                Acquired::Wait => return None,
+            }
+        }
+    }
+
     /// An idle connection of `key` that is still alive, or None at once: no waiting, no place
     /// in line (see [`Core::take_idle`]); `local`: only one of `worker`'s thread.
     pub fn try_idle(
@@ -337,7 +374,10 @@ impl BackendPool {
             let mut conn = if local {
                 core.take_idle_local(key, worker, like)?
             } else {
-                core.take_idle(key, worker, like)?
+                match core.take_idle(key, worker, like) {
+                    Acquired::Got(conn) => conn,
+                    _ => return None,
+                }
             };
             if conn.is_stale_now() {
                 core.closed(key);

@@ -102,6 +102,16 @@ impl BackendStream {
             BackendAddr::Unix(path) => Ok(Self::Unix(identity.connect(path).await?)),
         }
     }
+
+    /// Reads what the socket holds now without waiting and without registering a waker:
+    /// `WouldBlock` at once, with no system call, while the runtime has seen no readiness since
+    /// the last read that would have blocked.
+    pub fn try_read(&self, buf: &mut [u8]) -> io::Result<usize> {
+        match self {
+            Self::Tcp(s) => s.try_read(buf),
+            Self::Unix(s) => s.try_read(buf),
+        }
+    }
 }
 
 impl AsyncRead for BackendStream {

@@ -9,13 +9,24 @@
 //! and its prepared statements (`Pooled`), the connection it holds, and the client's bytes not
 //! yet relayed. A server connection's own prepared statements stay on it (`ServerConn`); a relay
 //! on it borrows them to rewrite the statement commands it can send on at once (`OnConn`).
+//!
+//! Every transaction passes here twice (take, give back), so the common case takes no detour:
+//! an idle connection in the session's settings is taken without a wait, a clock read or a
+//! future of the pool's (`BackendPool::try_acquire`), one the session left nothing on goes back
+//! without an await (`let_go`), the relays share the session's drain gate, and the wait for
+//! the next command does not read the client again when the relay's last read of it would have
+//! blocked with nothing awaited since (the task is registered for its bytes already). Whatever
+//! else (a wait, an adopt, a wipe, a prepared statement) goes the long way.
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
+use std::task::Poll;
 use std::time::Instant;
 
 use bytes::BytesMut;
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite};
+use tokio::io::{AsyncRead, AsyncWrite};
 use tracing::{debug, info, warn};
 
 use super::connect::LoginSlot;
@@ -31,7 +42,8 @@ use crate::backends::pooling::{
 };
 use crate::net::leg::LegStream;
 use crate::net::stream::BackendStream;
-use crate::proxy::relay::{relay, KillRewrite, Observer, RelayEnd, Steering, Stop};
+use crate::proxy::gate::Cancelled;
+use crate::proxy::relay::{relay_gated, KillRewrite, Observer, RelayEnd, Steering, Stop, Watch};
 use crate::wire::protocol::caps::CLIENT_DEPRECATE_EOF;
 use crate::wire::protocol::errors::code;
 use crate::wire::protocol::response::{Completed, Tracker};
@@ -105,6 +117,7 @@ where
         up: start.up,
         down: start.down,
         deprecate_eof: tracker.caps().has(CLIENT_DEPRECATE_EOF),
+        client_waits: false,
     };
     let end = seat.serve(ctx, client, tracker).await;
     // The session's end is counted when `seat.observer` (its `Member`) drops, after its
@@ -140,6 +153,10 @@ struct Seat<'a, 'r> {
     down: BytesMut,
     /// As the session negotiated: how a prepare's answer ends.
     deprecate_eof: bool,
+    /// The last relay ended on a read of the client that would have blocked, and nothing was
+    /// awaited since: the task is registered for the client's next bytes already (see
+    /// `RelayEnd::Released`), so the wait for them starts without a read.
+    client_waits: bool,
 }
 
 impl<'r> Seat<'_, 'r> {
@@ -159,14 +176,16 @@ impl<'r> Seat<'_, 'r> {
         let mut draining = crate::proxy::gate::cancelled(stop.drain);
         loop {
             if self.conn.is_none() {
-                if let Some(end) = next_command(client, &mut self.up, stop, &mut draining).await {
+                let waits = std::mem::take(&mut self.client_waits);
+                let next = next_command(client, &mut self.up, stop, &mut draining, waits);
+                if let Some(end) = next.await {
                     return end.into();
                 }
             } else if stop.drain.is_cancelled() && tracker.idle() && !self.up.is_empty() {
                 // A statement command read before the drain and not begun: the session ends here.
                 return RelayEnd::Drained.into();
             }
-            if let Err(end) = self.command(ctx, client, tracker).await {
+            if let Err(end) = self.command(ctx, client, tracker, &mut draining).await {
                 return end;
             }
         }
@@ -179,6 +198,7 @@ impl<'r> Seat<'_, 'r> {
         ctx: &Context<'r>,
         client: &mut LegStream<C>,
         tracker: &mut Tracker,
+        draining: &mut Cancelled<'_>,
     ) -> Result<(), SessionEnd>
     where
         C: AsyncRead + AsyncWrite + Unpin,
@@ -198,10 +218,24 @@ impl<'r> Seat<'_, 'r> {
         } else {
             None
         };
-        // A transaction begins here: the session took a connection for this command.
+        // A transaction begins here: the session takes a connection for this command.
         let fresh = self.conn.is_none();
-        if fresh && !self.take_conn(ctx, client, front.as_ref()).await? {
-            return Ok(());
+        if fresh && self.across.is_some() {
+            if !self.take_conn(ctx, client, front.as_ref(), None).await? {
+                return Ok(());
+            }
+        } else if fresh {
+            // Most transactions find an idle connection in the session's settings: taken
+            // without a wait, a clock read or a future of the pool's.
+            let state = self.observer.holding.state();
+            match self.pool.try_acquire(self.observer.key, ctx.worker, state) {
+                Some(Ok(got)) if got.carries(state) => self.hold(got),
+                tried => {
+                    if !self.take_conn(ctx, client, front.as_ref(), tried).await? {
+                        return Ok(());
+                    }
+                }
+            }
         }
         let Some(held) = self.conn.as_mut() else {
             return Ok(());
@@ -214,6 +248,7 @@ impl<'r> Seat<'_, 'r> {
             }
             None => false,
         };
+        let mut client_waits = false;
         if !answered {
             // Sent once more elsewhere if its server is lost before answering (see `retry`).
             let again = match (fresh, self.across) {
@@ -222,29 +257,48 @@ impl<'r> Seat<'_, 'r> {
             };
             tracker.pause_statements(statement);
             self.observer.read = (0, 0);
-            if let Err(end) = self.relay(ctx, client, tracker).await {
-                match again {
+            client_waits = match self.relay(ctx, client, tracker, draining).await {
+                Ok(waits) => waits,
+                Err(end) => match again {
                     Some(packet) if self.lost_unanswered(&end, packet.len(), tracker) => {
-                        self.retry(ctx, client, tracker, packet, &end).await?;
+                        let retried = self.retry(ctx, client, tracker, draining, packet, &end);
+                        retried.await?
                     }
                     _ => return Err(end),
-                }
-            }
+                },
+            };
         }
         if self.observer.holding.releasable() {
-            self.return_between_transactions(ctx).await;
+            if let Some(held) = self.let_go(ctx.worker) {
+                self.wipe_and_return(held, ctx.worker).await;
+                // The client may have woken the task meanwhile, to no reader.
+                client_waits = false;
+            }
+            self.move_if_leaving(ctx);
         }
+        self.client_waits = client_waits;
         Ok(())
     }
 
+    /// Holds `got` for the session's next commands; a KILL naming the session reaches it.
+    fn hold(&mut self, got: Held) {
+        if let Some(live) = &self.live {
+            live.store(got.thread_id, Ordering::Relaxed);
+        }
+        self.conn = Some(got);
+    }
+
     /// Takes a server connection from the pool for the command at the front (`front`, when it
-    /// is a prepared-statement command): true once the session holds one; false when the command
-    /// was answered with an ERR, or dropped, and the session waits for the next.
+    /// is a prepared-statement command), the long way: `tried` is what
+    /// [`BackendPool::try_acquire`] gave (None: a wait). True once the session holds one; false
+    /// when the command was answered with an ERR, or dropped, and the session waits for the
+    /// next.
     async fn take_conn<C>(
         &mut self,
         ctx: &Context<'r>,
         client: &mut LegStream<C>,
         front: Option<&Front>,
+        tried: Option<Result<Held, PoolError>>,
     ) -> Result<bool, SessionEnd>
     where
         C: AsyncRead + AsyncWrite + Unpin,
@@ -260,17 +314,14 @@ impl<'r> Seat<'_, 'r> {
                 };
                 take_across(ctx, pool, places, key, state).await
             }
-            None => take(&self.pool, key, ctx.worker, state).await,
+            None => take(&self.pool, key, ctx.worker, state, tried).await,
         };
         let e = match got {
             Ok(got) => {
                 if !Arc::ptr_eq(got.pool(), &self.pool) {
                     self.moved_to(ctx, got.pool());
                 }
-                if let Some(live) = &self.live {
-                    live.store(got.thread_id, Ordering::Relaxed);
-                }
-                self.conn = Some(got);
+                self.hold(got);
                 return Ok(true);
             }
             Err(e) => e,
@@ -352,9 +403,10 @@ impl<'r> Seat<'_, 'r> {
         ctx: &Context<'r>,
         client: &mut LegStream<C>,
         tracker: &mut Tracker,
+        draining: &mut Cancelled<'_>,
         packet: BytesMut,
         end: &SessionEnd,
-    ) -> Result<(), SessionEnd>
+    ) -> Result<bool, SessionEnd>
     where
         C: AsyncRead + AsyncWrite + Unpin,
     {
@@ -378,10 +430,10 @@ impl<'r> Seat<'_, 'r> {
         self.up = packet;
         // Not where it was lost, even while that backend still counts as up.
         self.avoid = Some(Arc::clone(&self.pool));
-        let took = self.take_conn(ctx, client, None).await;
+        let took = self.take_conn(ctx, client, None, None).await;
         self.avoid = None;
         if !took? {
-            return Ok(());
+            return Ok(false);
         }
         self.pool.count_retry();
         info!(
@@ -390,21 +442,25 @@ impl<'r> Seat<'_, 'r> {
             to = %self.lease.backend().name,
             "a read lost with its server before it was answered runs once more on another backend"
         );
-        self.relay(ctx, client, tracker).await
+        self.relay(ctx, client, tracker, draining).await
     }
 
     /// Relays on the connection the session holds until the relay lets it go (Ok) or ends.
+    /// `draining` is the session's gate on the drain, kept across its relays. Ok(true) when the
+    /// relay's last look at the client was a read that would have blocked (see
+    /// `RelayEnd::Released`).
     async fn relay<C>(
         &mut self,
         ctx: &Context<'r>,
         client: &mut LegStream<C>,
         tracker: &mut Tracker,
-    ) -> Result<(), SessionEnd>
+        draining: &mut Cancelled<'_>,
+    ) -> Result<bool, SessionEnd>
     where
         C: AsyncRead + AsyncWrite + Unpin,
     {
         let Some(held) = self.conn.as_mut() else {
-            return Ok(());
+            return Ok(false);
         };
         let held: &mut ServerConn = held;
         let (up, down) = (std::mem::take(&mut self.up), std::mem::take(&mut self.down));
@@ -413,29 +469,38 @@ impl<'r> Seat<'_, 'r> {
             statements: &mut held.statements,
             reset: false,
         };
-        let end = relay(client, &mut held.leg, tracker, up, down, ctx.stop, &mut on).await;
+        let watch = Watch {
+            draining,
+            idle_timeout: ctx.stop.idle_timeout,
+        };
+        let end = relay_gated(client, &mut held.leg, tracker, up, down, watch, &mut on).await;
         if on.reset {
             // COM_RESET_CONNECTION or COM_CHANGE_USER dropped its prepared statements.
             held.statements.clear();
         }
         match end {
-            RelayEnd::Released(up, down) => {
+            RelayEnd::Released(up, down, client_waits) => {
                 (self.up, self.down) = (up, down);
-                Ok(())
+                Ok(client_waits)
             }
             end => Err(end.into()),
         }
     }
 }
 
-/// A connection of `key` from the pool, brought to the session's `state`.
+/// A connection of `key` from the pool, brought to the session's `state`: the one `tried`
+/// gave, else one waited for.
 async fn take(
     pool: &Arc<BackendPool>,
     key: &Key,
     worker: usize,
     state: &crate::backends::pooling::State,
+    tried: Option<Result<Held, PoolError>>,
 ) -> Result<Held, PoolError> {
-    let got = pool.acquire(key, worker, state).await?;
+    let got = match tried {
+        Some(tried) => tried?,
+        None => pool.acquire(key, worker, state).await?,
+    };
     bring_to(got, key, state).await
 }
 
@@ -482,8 +547,8 @@ async fn take_across(
         .find(|p| Arc::ptr_eq(p, home))
         .or_else(|| pools.iter().find(|p| p.has_connections(key)));
     match (wait_on, avoid) {
-        (Some(p), _) => take(p, key, ctx.worker, state).await,
-        (None, None) => take(home, key, ctx.worker, state).await,
+        (Some(p), _) => take(p, key, ctx.worker, state, None).await,
+        (None, None) => take(home, key, ctx.worker, state, None).await,
         // Nowhere else to wait: the pool says so as it does when a key's connections are gone.
         (None, Some(lost)) => Err(PoolError::Starved {
             user: key.user.clone(),
@@ -524,41 +589,54 @@ async fn bring_to(
 
 /// Waits, holding no server connection, until the client's next command begins (its first five
 /// bytes are read: None), or the session ends: the client closed or quit (its COM_QUIT is not
-/// forwarded: no connection is held), the idle timeout, or the drain.
+/// forwarded: no connection is held), the idle timeout, or the drain. `registered`: the task is
+/// registered for the client's next bytes already (the relay's last read of it would have
+/// blocked, and nothing was awaited since), so the first poll does not read it again: the
+/// client's bytes wake the task, and every later poll reads.
 async fn next_command<C>(
     client: &mut LegStream<C>,
     up: &mut BytesMut,
     stop: Stop<'_>,
-    draining: &mut crate::proxy::gate::Cancelled<'_>,
+    draining: &mut Cancelled<'_>,
+    mut registered: bool,
 ) -> Option<RelayEnd>
 where
     C: AsyncRead + AsyncWrite + Unpin,
 {
-    let idle = async {
-        match stop.idle_timeout {
-            Some(after) => tokio::time::sleep(after).await,
-            None => std::future::pending().await,
-        }
-    };
+    let idle = stop.idle_timeout.map(tokio::time::sleep);
     tokio::pin!(idle);
-    // A command's header and command byte (none in an empty packet): enough to tell a
-    // statement command (see `prepared`).
-    while let Command::NeedMore(_) = command::command(up) {
+    // One hand-written poll in the order a biased select would take (drain, idle timeout,
+    // client): this runs at every transaction.
+    std::future::poll_fn(|cx| loop {
+        // A command's header and command byte (none in an empty packet): enough to tell a
+        // statement command (see `prepared`).
+        match command::command(up) {
+            Command::NeedMore(_) => {}
+            Command::Quit => return Poll::Ready(Some(RelayEnd::ClientClosed { quit: true })),
+            _ => return Poll::Ready(None),
+        }
+        if draining.poll_gated(cx).is_ready() {
+            return Poll::Ready(Some(RelayEnd::Drained));
+        }
+        if let Some(idle) = idle.as_mut().as_pin_mut() {
+            if idle.poll(cx).is_ready() {
+                return Poll::Ready(Some(RelayEnd::IdleTimeout));
+            }
+        }
+        if std::mem::take(&mut registered) {
+            return Poll::Pending;
+        }
         if up.capacity() < 1024 {
             up.reserve(8 * 1024);
         }
-        tokio::select! {
-            biased;
-            () = &mut *draining => return Some(RelayEnd::Drained),
-            () = &mut idle => return Some(RelayEnd::IdleTimeout),
-            read = client.read_buf(up) => match read {
-                Ok(0) => return Some(RelayEnd::ClientClosed { quit: false }),
-                Ok(_) => {}
-                Err(e) => return Some(RelayEnd::ClientIo(e)),
-            },
+        match tokio_util::io::poll_read_buf(Pin::new(&mut *client), cx, &mut *up) {
+            Poll::Pending => return Poll::Pending,
+            Poll::Ready(Ok(0)) => return Poll::Ready(Some(RelayEnd::ClientClosed { quit: false })),
+            Poll::Ready(Ok(_)) => {}
+            Poll::Ready(Err(e)) => return Poll::Ready(Some(RelayEnd::ClientIo(e))),
         }
-    }
-    matches!(command::command(up), Command::Quit).then_some(RelayEnd::ClientClosed { quit: true })
+    })
+    .await
 }
 
 /// Answers the client's next command with an ERR in its response's place, without running it

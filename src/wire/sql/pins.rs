@@ -272,53 +272,102 @@ fn read_all(text: &[u8], reading: Reading) -> Option<Pin> {
     statement(&mut Stream::new(text, reading)).err()
 }
 
-/// Settles, in one pass over the bytes and without tokenizing, the statements most traffic is
-/// made of: a `SELECT`, `INSERT`, `UPDATE`, `DELETE` or `REPLACE` whose text holds nothing that
-/// could start a user variable (`@`), a second statement (`;`) or a comment the server runs
-/// (`/*`), nor, in any case and anywhere (inside strings and names too), the letters of a word
-/// that pins inside such a statement (`_LOCK`, `FOUND_ROWS`, `INSERT_ID`, `NEXT`, `PREVIOUS`,
-/// `CONNECTION_ID`, and `TVAL` of the sequence functions). True only where [`read_all`] finds
-/// no pin in any reading (a proptest holds the two together): none of these bytes is a string's
-/// or a comment's end in any `sql_mode` or character set, so what they would hide they cannot;
-/// anything else goes the long way.
+/// Settles, without tokenizing, the statements most traffic is made of: a `SELECT`, `INSERT`,
+/// `UPDATE`, `DELETE` or `REPLACE` whose text holds nothing that could start a user variable
+/// (`@`), a second statement (`;`) or a comment the server runs (`/*`), nor, in any case and
+/// anywhere (inside strings and names too), the letters of a word that pins inside such a
+/// statement (`_LOCK`, `FOUND_ROWS`, `INSERT_ID`, `NEXT`, `PREVIOUS`, `CONNECTION_ID`, and `TVAL`
+/// of the sequence functions). True only where [`read_all`] finds no pin in any reading (a
+/// proptest holds the two together): none of these bytes is a string's or a comment's end in
+/// any `sql_mode` or character set, so what they would hide they cannot; anything else goes
+/// the long way.
+///
+/// A first pass looks at each byte and the next: a byte that starts none of these words is
+/// one look-up in [`FIRST`], and one that does is followed by its word's second letter only
+/// rarely (each word's pair is its own). Only a text where some pair matches has its words
+/// compared ([`no_pinning_word`]).
 fn plainly_stateless(text: &[u8]) -> bool {
     let start = text
         .iter()
         .position(|b| !b.is_ascii_whitespace())
         .unwrap_or(text.len());
     let t = &text[start..];
-    let headed = [&b"SELECT"[..], b"INSERT", b"UPDATE", b"DELETE", b"REPLACE"]
-        .iter()
-        .any(|h| {
-            t.get(..h.len()).is_some_and(|w| w.eq_ignore_ascii_case(h))
-                && t.get(h.len()).is_some_and(u8::is_ascii_whitespace)
-        });
+    // The head's letters in either case (for a letter, `| 0x20` is its lower case and no
+    // other byte's), then a space.
+    let head = |word: &[u8]| {
+        t.len() > word.len()
+            && t.iter().zip(word).all(|(&b, &w)| b | 0x20 == w)
+            && t[word.len()].is_ascii_whitespace()
+    };
+    let headed = match t.first().map(|b| b | 0x20) {
+        Some(b's') => head(b"select"),
+        Some(b'i') => head(b"insert"),
+        Some(b'u') => head(b"update"),
+        Some(b'd') => head(b"delete"),
+        Some(b'r') => head(b"replace"),
+        _ => false,
+    };
     if !headed {
         return false;
     }
+    for pair in t.windows(2) {
+        let second = FIRST[usize::from(pair[0])];
+        if second != 0 && (second == ALWAYS || pair[1].to_ascii_lowercase() == second) {
+            return no_pinning_word(t);
+        }
+    }
+    t.last().is_none_or(|&b| FIRST[usize::from(b)] != ALWAYS)
+}
+
+/// [`plainly_stateless`]'s byte test, word by word: none of its words (nor `@`, `;`, `/*`)
+/// starts anywhere in `t`.
+fn no_pinning_word(t: &[u8]) -> bool {
     let at = |i: usize, word: &[u8]| {
         t.get(i..i + word.len())
             .is_some_and(|w| w.eq_ignore_ascii_case(word))
     };
-    for (i, &b) in t.iter().enumerate() {
-        let pinning = match b {
-            b'@' | b';' => true,
-            b'/' => t.get(i + 1) == Some(&b'*'),
-            b'_' => at(i, b"_LOCK"),
-            b'F' | b'f' => at(i, b"FOUND_ROWS"),
-            b'T' | b't' => at(i, b"TVAL"),
-            b'I' | b'i' => at(i, b"INSERT_ID"),
-            b'N' | b'n' => at(i, b"NEXT"),
-            b'P' | b'p' => at(i, b"PREVIOUS"),
-            b'C' | b'c' => at(i, b"CONNECTION_ID"),
-            _ => false,
-        };
-        if pinning {
-            return false;
-        }
-    }
-    true
+    !t.iter().enumerate().any(|(i, &b)| match b {
+        b'@' | b';' => true,
+        b'/' => t.get(i + 1) == Some(&b'*'),
+        b'_' => at(i, b"_LOCK"),
+        b'F' | b'f' => at(i, b"FOUND_ROWS"),
+        b'T' | b't' => at(i, b"TVAL"),
+        b'I' | b'i' => at(i, b"INSERT_ID"),
+        b'N' | b'n' => at(i, b"NEXT"),
+        b'P' | b'p' => at(i, b"PREVIOUS"),
+        b'C' | b'c' => at(i, b"CONNECTION_ID"),
+        _ => false,
+    })
 }
+
+/// [`FIRST`]'s mark of a byte that settles it alone (`@`, `;`).
+const ALWAYS: u8 = 0xFF;
+
+/// For each byte that may start what [`plainly_stateless`] looks for: the next byte, in lower
+/// case, that the word needs (`*` after `/`), or [`ALWAYS`]; 0 for every other byte.
+const FIRST: [u8; 256] = {
+    let mut t = [0u8; 256];
+    t[b'@' as usize] = ALWAYS;
+    t[b';' as usize] = ALWAYS;
+    t[b'/' as usize] = b'*';
+    t[b'_' as usize] = b'l';
+    let pairs: [(u8, u8); 6] = [
+        (b'f', b'o'),
+        (b't', b'v'),
+        (b'i', b'n'),
+        (b'n', b'e'),
+        (b'p', b'r'),
+        (b'c', b'o'),
+    ];
+    let mut k = 0;
+    while k < pairs.len() {
+        let (first, second) = pairs[k];
+        t[first as usize] = second;
+        t[first.to_ascii_uppercase() as usize] = second;
+        k += 1;
+    }
+    t
+};
 
 /// First keywords after which the statement is stateless unless a token says otherwise.
 const STATELESS_HEADS: &[&str] = &[

@@ -259,6 +259,38 @@ fn a_changed_limit_wakes_waiting_logins_or_closes_spare_idle_connections_now() {
 }
 
 #[test]
+fn taking_an_idle_connection_without_a_wait_queues_nobody() {
+    let mut pool = Pool::new(2);
+    let t = now();
+    log_in(&mut pool, "a");
+    log_in(&mut pool, "a");
+    // Both of "a"'s connections are held: nothing idle, and asking without a wait leaves the
+    // line empty, the gauges as they were.
+    assert!(matches!(pool.take_idle(&"a", 0, |_| true), Acquired::Wait));
+    assert_eq!(pool.idle_and_waiting(), (0, 0));
+    assert!(pool.release(&"a", 1, 0, t).is_empty());
+    assert_eq!(pool.idle_and_waiting(), (1, 0));
+    assert!(matches!(
+        pool.take_idle(&"a", 0, |_| true),
+        Acquired::Got(1)
+    ));
+    assert_eq!(pool.idle_and_waiting(), (0, 0));
+    // A key nobody logged in with has nothing to wait for.
+    assert!(matches!(
+        pool.take_idle(&"b", 0, |_| true),
+        Acquired::Starved
+    ));
+    // The waiting way queues, and the count of those waiting follows.
+    let waiter = Box::default();
+    let queued = waiter.clone();
+    assert!(matches!(pool.acquire(&"a", 0, || queued), Acquired::Wait));
+    assert_eq!(pool.idle_and_waiting(), (0, 1));
+    assert!(pool.release(&"a", 1, 0, t).is_empty());
+    assert_eq!(waiter.got(), Some(1), "handed to the waiter, not parked");
+    assert_eq!(pool.idle_and_waiting(), (0, 0));
+}
+
+#[test]
 fn a_session_moving_between_backends_is_counted_where_it_runs_and_take_idle_never_queues() {
     // Two backends' pools; a session of "a" logged in on the first, another on the second.
     let (mut home, mut other) = (Pool::new(4), Pool::new(4));
@@ -267,10 +299,15 @@ fn a_session_moving_between_backends_is_counted_where_it_runs_and_take_idle_neve
     log_in(&mut other, "a");
     assert!(home.release(&"a", 1, 0, t).is_empty());
     assert!(other.release(&"a", 2, 0, t).is_empty());
-    // Nothing idle of "b", nothing of "a" left once taken: None, and nobody queued.
-    assert_eq!(other.take_idle(&"b", 0, |_| true), None);
-    assert_eq!(other.take_idle(&"a", 0, |_| true), Some(2));
-    assert_eq!(other.take_idle(&"a", 0, |_| true), None);
+    // Nothing idle of "b", nothing of "a" left once taken, and nobody queued; the local
+    // look finds only the worker's own.
+    assert_eq!(other.take_idle_local(&"a", 1, |_| true), None);
+    assert!(matches!(
+        other.take_idle(&"b", 0, |_| true),
+        Acquired::Starved
+    ));
+    assert_eq!(other.take_idle_local(&"a", 0, |_| true), Some(2));
+    assert!(matches!(other.take_idle(&"a", 0, |_| true), Acquired::Wait));
     assert_eq!(other.waiting(), 0, "take_idle queues no waiter");
     // The first session moves to `other` (joined there, ended at home).
     other.joined(&"a");

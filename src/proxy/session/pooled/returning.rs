@@ -5,12 +5,13 @@
 //! wipe, recycle, close) are what keeps one session's state from reaching the next.
 
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::time::Instant;
 
 use super::{settle, Seat};
 use crate::backends::kill;
 use crate::backends::pooling::holding::Holding;
-use crate::backends::pooling::{BackendPool, Key, ServerConn};
+use crate::backends::pooling::{BackendPool, Held, Key, ServerConn};
 use crate::proxy::relay::RelayEnd;
 use crate::proxy::session::{Context, SessionEnd};
 use crate::wire::protocol::response::Tracker;
@@ -86,26 +87,41 @@ impl<'r> Seat<'_, 'r> {
         }
     }
 
-    /// Gives the session's connection back to its pool between transactions (reset first when
-    /// the session left traces on it). In a pool across backends, a session whose backend left
-    /// rotation (drained, maintenance, down, ejected) then moves to one in rotation, so the
-    /// drain sees it leave as its transaction ends, not at its next one.
-    pub(super) async fn return_between_transactions(&mut self, ctx: &Context<'r>) {
-        let worker = ctx.worker;
+    /// Lets go of the session's connection between transactions: back to its pool at once when
+    /// the session left nothing on it another could read (no await, as most transactions end);
+    /// else handed back to the caller for [`wipe_and_return`](Self::wipe_and_return).
+    pub(super) fn let_go(&mut self, worker: usize) -> Option<Held> {
         if let Some(live) = &self.live {
             live.store(kill::NO_THREAD, Ordering::Relaxed);
         }
-        let Some(mut held) = self.conn.take() else {
-            return;
-        };
+        let mut held = self.conn.take()?;
+        let holding = &self.observer.holding;
+        if !Arc::ptr_eq(&held.state, holding.state()) {
+            held.state = Arc::clone(holding.state());
+        }
+        if holding.leaves_traces() {
+            return Some(held);
+        }
+        held.release(worker);
+        None
+    }
+
+    /// Gives back a connection [`let_go`](Self::let_go) handed back: cleared of the session's
+    /// traces first (closed if that fails).
+    pub(super) async fn wipe_and_return(&mut self, mut held: Held, worker: usize) {
         let observer = &mut self.observer;
-        held.state = observer.holding.state().clone();
         let key = observer.key;
         if wipe(&self.pool, &mut held, key, &mut observer.holding, "traces").await {
             held.release(worker);
         } else {
             held.quit();
         }
+    }
+
+    /// In a pool across backends, a session whose backend left rotation (drained, maintenance,
+    /// down, ejected) moves, once its connection is back, to a backend in rotation where its key
+    /// has connections: the drain sees it leave as its transaction ends, not at its next one.
+    pub(super) fn move_if_leaving(&mut self, ctx: &Context<'r>) {
         if let Some(pool) = self.across {
             let now = Instant::now();
             if ctx.set.leaving_across(&self.lease.backend().name, now) {

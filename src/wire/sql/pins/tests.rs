@@ -299,3 +299,61 @@ fn session_settings_made_of_literals_can_be_replayed_and_nothing_else() {
         assert!(!replayable(no.as_bytes()), "{no}");
     }
 }
+
+/// The byte shortcut as first written, a byte at a time: [`plainly_stateless`] looks up a
+/// table and a second letter first, and must answer exactly as this does.
+fn shortcut_by_bytes(text: &[u8]) -> bool {
+    let start = text
+        .iter()
+        .position(|b| !b.is_ascii_whitespace())
+        .unwrap_or(text.len());
+    let t = &text[start..];
+    let headed = [&b"SELECT"[..], b"INSERT", b"UPDATE", b"DELETE", b"REPLACE"]
+        .iter()
+        .any(|h| {
+            t.get(..h.len()).is_some_and(|w| w.eq_ignore_ascii_case(h))
+                && t.get(h.len()).is_some_and(u8::is_ascii_whitespace)
+        });
+    let at = |i: usize, word: &[u8]| {
+        t.get(i..i + word.len())
+            .is_some_and(|w| w.eq_ignore_ascii_case(word))
+    };
+    headed
+        && !t.iter().enumerate().any(|(i, &b)| match b {
+            b'@' | b';' => true,
+            b'/' => t.get(i + 1) == Some(&b'*'),
+            b'_' => at(i, b"_LOCK"),
+            b'F' | b'f' => at(i, b"FOUND_ROWS"),
+            b'T' | b't' => at(i, b"TVAL"),
+            b'I' | b'i' => at(i, b"INSERT_ID"),
+            b'N' | b'n' => at(i, b"NEXT"),
+            b'P' | b'p' => at(i, b"PREVIOUS"),
+            b'C' | b'c' => at(i, b"CONNECTION_ID"),
+            _ => false,
+        })
+}
+
+proptest::proptest! {
+    #[test]
+    fn the_shortcut_answers_as_it_did_byte_by_byte(
+        head in prop::sample::select(vec!["SELECT", "select", " INSERT", "UPDATE", "DeLeTe", "REPLACE", "SET"]),
+        words in proptest::collection::vec(
+            prop::sample::select(vec![
+                "_LOCK", "_lo", "_L", "FOUND_ROWS", "found_row", "Fo", "TVAL", "tv", "INSERT_ID",
+                "insert_i", "In", "NEXT", "nex", "Ne", "PREVIOUS", "previou", "Pr", "CONNECTION_ID",
+                "connection_i", "Co", "/*", "/", "*", "@", ";", "c", "id=5", " ", "\t", "x", "\u{e9}",
+            ]),
+            0..16,
+        ),
+        noise in proptest::collection::vec(any::<u8>(), 0..8),
+    ) {
+        let mut text = head.as_bytes().to_vec();
+        text.push(b' ');
+        for w in &words {
+            text.extend_from_slice(w.as_bytes());
+        }
+        proptest::prop_assert_eq!(plainly_stateless(&text), shortcut_by_bytes(&text), "{:?}", text);
+        text.extend_from_slice(&noise);
+        proptest::prop_assert_eq!(plainly_stateless(&text), shortcut_by_bytes(&text), "{:?}", text);
+    }
+}
