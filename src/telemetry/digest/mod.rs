@@ -340,16 +340,12 @@ mod tests {
             ..DigestConfig::default()
         };
         let table = Arc::new(Digests::new(&on));
-        let off = DigestConfig {
-            enabled: false,
-            ..DigestConfig::default()
-        };
         assert!(
-            SessionDigests::start(&Digests::new(&off).into(), 0, || {
+            SessionDigests::start(&Digests::new(&DigestConfig::default()).into(), 0, || {
                 Ident::new("b", "p", "u", "s")
             })
             .is_none(),
-            "off: no session"
+            "off by default"
         );
         let ident = Ident::new("b", "p", "u", "s");
         for worker in 0..4 {
