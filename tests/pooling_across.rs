@@ -159,6 +159,24 @@ async fn sessions_spread_over_the_backends_and_a_drain_moves_them_without_an_err
     let (ports, errors) = rounds(&mut conns, 6).await;
     assert!(errors.is_empty(), "{errors:?}");
     let _ = ports;
+    let pool_sum = |field: &str| -> u64 {
+        dbs.iter()
+            .map(|d| {
+                entry(&proxy, &d.tcp_addr())["server_pool"][field]
+                    .as_u64()
+                    .unwrap()
+            })
+            .sum()
+    };
+    assert!(pool_sum("moved_in") > 0, "/backends counts the moves");
+    // A session that pins its connection (a user variable) stays on its backend, and
+    // /backends shows it pinned there.
+    conns[0].query_drop("SET @pinned = 1").await.unwrap();
+    assert_eq!(pool_sum("pinned_sessions"), 1);
+    let (ports, errors) = rounds(&mut conns, 6).await;
+    assert!(errors.is_empty(), "{errors:?}");
+    let stayed: BTreeSet<u16> = ports[0].iter().copied().collect();
+    assert_eq!(stayed.len(), 1, "a pinned session stays: {stayed:?}");
     for conn in conns {
         conn.disconnect().await.unwrap();
     }
@@ -574,7 +592,9 @@ async fn kill_query_follows_the_session_to_its_backend_of_the_moment() {
             .query_text("SELECT 1")
             .await
             .expect("the victim runs on");
-        for o in others.iter_mut() {
+        // A number of other transactions that changes by round, so that the round robin
+        // puts the victim's next one elsewhere.
+        for o in others.iter_mut().take(round % 3 + 1) {
             o.query_text("SELECT 1")
                 .await
                 .expect("another session runs");

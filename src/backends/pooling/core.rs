@@ -194,6 +194,11 @@ where
             .sum()
     }
 
+    /// Sessions holding their connection for good (pinned), over every key.
+    pub fn pinned_sessions(&self) -> usize {
+        self.keys.values().map(|s| s.pinned).sum()
+    }
+
     /// The keys with a connection open here.
     pub fn keys_with_connections(&self) -> impl Iterator<Item = &K> {
         self.keys

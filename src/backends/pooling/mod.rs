@@ -578,6 +578,13 @@ impl BackendPool {
         self.lock().0.keys_with_connections().cloned().collect()
     }
 
+    /// Sessions here that pinned their connection (they stay on this backend until they end),
+    /// transactions that moved here, and reads sent again here (a pool across backends).
+    pub fn sessions_counts(&self) -> (usize, u64, u64) {
+        let pinned = self.lock().0.pinned_sessions();
+        (pinned, self.metrics.moves.get(), self.metrics.retries.get())
+    }
+
     /// In a pool across backends: keys whose connections are all on this backend, as last
     /// counted (0 in a pool per backend).
     pub fn keys_only_here(&self) -> usize {

@@ -449,11 +449,15 @@ pub fn backends_json(state: &ProxyState, recent: &Recent) -> serde_json::Value {
                 "ejection": ejection,
                 "server_pool": state.server_pools.get(&b.name).map(|p| {
                     let c = p.counts();
+                    let (pinned, moved_in, retried) = p.sessions_counts();
                     json!({
                         "open": c.open,
                         "idle": c.idle,
                         "waiting": c.waiting,
                         "max": p.pooling().max_server_connections,
+                        "pinned_sessions": pinned,
+                        "moved_in": moved_in,
+                        "retried": retried,
                         "keys_only_here": p.keys_only_here(),
                     })
                 }),
