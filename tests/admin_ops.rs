@@ -28,17 +28,6 @@ fn checked(pair: &[MariaDb; 2]) -> Config {
     cfg
 }
 
-/// The `/backends` entry of backend `name`.
-fn entry(proxy: &TestProxy, name: &str) -> serde_json::Value {
-    let (status, body) = proxy.admin_get("/backends");
-    assert_eq!(status, 200, "{body}");
-    let v: serde_json::Value = serde_json::from_str(&body).expect("JSON");
-    v["backends"]
-        .as_array()
-        .and_then(|l| l.iter().find(|b| b["name"] == name).cloned())
-        .unwrap_or_else(|| panic!("no {name} in {body}"))
-}
-
 fn json(body: &str) -> serde_json::Value {
     serde_json::from_str(body).unwrap_or_else(|e| panic!("not JSON ({e}): {body}"))
 }
@@ -60,7 +49,7 @@ async fn drain_keeps_a_running_session_and_sends_new_clients_elsewhere_until_rea
     let (status, body) = proxy.admin_post(&format!("/backends/{name}/drain"), &[]);
     assert_eq!(status, 200, "{body}");
     assert_eq!(json(&body)["admin_state"], "draining");
-    let e = entry(&proxy, &name);
+    let e = proxy.backend_entry(&name);
     assert_eq!(e["admin_state"], "draining", "{e}");
     assert_eq!(e["active_connections"], 1, "{e}");
     assert_eq!(e["state"], "up", "draining keeps its health state: {e}");
@@ -82,7 +71,7 @@ async fn drain_keeps_a_running_session_and_sends_new_clients_elsewhere_until_rea
 
     let (status, body) = proxy.admin_post(&format!("/backends/{name}/ready"), &[]);
     assert_eq!(status, 200, "{body}");
-    assert_eq!(entry(&proxy, &name)["admin_state"], "ready");
+    assert_eq!(proxy.backend_entry(&name)["admin_state"], "ready");
     let seen = proxy.spread(10).await;
     assert_eq!(seen.get(&a.port), Some(&5), "back in rotation: {seen:?}");
     on_a.disconnect().await.unwrap();
@@ -105,7 +94,7 @@ async fn maintenance_survives_passing_health_checks_and_a_reload() {
     tokio::time::sleep(Duration::from_millis(1000)).await;
     let a_backend = std::sync::Arc::clone(&proxy.state.backends().backends()[0]);
     assert!(a_backend.stats.checks_ok.get() >= checks_before + 2);
-    let e = entry(&proxy, &name);
+    let e = proxy.backend_entry(&name);
     assert_eq!(
         (e["state"].as_str(), e["admin_state"].as_str()),
         (Some("down"), Some("maintenance")),
@@ -119,10 +108,10 @@ async fn maintenance_survives_passing_health_checks_and_a_reload() {
     next.backends[1].weight = 2;
     let next = next.validate().unwrap();
     mysql_lb::control::reload::apply(&proxy.state, &next).expect("reload");
-    let e = entry(&proxy, &name);
+    let e = proxy.backend_entry(&name);
     assert_eq!(e["admin_state"], "maintenance", "{e}");
     assert_eq!(e["weight"], 1, "the file's weight again: {e}");
-    assert_eq!(entry(&proxy, &b.tcp_addr())["weight"], 2);
+    assert_eq!(proxy.backend_entry(&b.tcp_addr())["weight"], 2);
     tokio::time::sleep(Duration::from_millis(600)).await;
     let seen = proxy.spread(6).await;
     assert_eq!(
@@ -133,7 +122,7 @@ async fn maintenance_survives_passing_health_checks_and_a_reload() {
 
     let (status, _) = proxy.admin_post(&format!("/backends/{name}/ready"), &[]);
     assert_eq!(status, 200);
-    assert_eq!(entry(&proxy, &name)["state"], "up");
+    assert_eq!(proxy.backend_entry(&name)["state"], "up");
     let seen = proxy.spread(9).await;
     assert_eq!(
         seen.get(&a.port),
@@ -190,7 +179,7 @@ async fn bad_requests_get_a_json_error_and_change_nothing() {
     let (s, body) = proxy.admin_put(&weight, &["Authorization: Bearer tok-12"], b"5");
     assert_error(s, &body, 401);
     assert_eq!(
-        entry(&proxy, &name)["admin_state"],
+        proxy.backend_entry(&name)["admin_state"],
         "ready",
         "GET needs no token"
     );
@@ -207,7 +196,7 @@ async fn bad_requests_get_a_json_error_and_change_nothing() {
     assert_error(s, &body, 405);
     let (s, body) = proxy.admin_put(&weight, &[good], &vec![b'1'; 5000]);
     assert_error(s, &body, 413);
-    let e = entry(&proxy, &name);
+    let e = proxy.backend_entry(&name);
     assert_eq!(
         (e["admin_state"].as_str(), e["weight"].as_u64()),
         (Some("ready"), Some(1)),
@@ -216,10 +205,10 @@ async fn bad_requests_get_a_json_error_and_change_nothing() {
 
     let (s, body) = proxy.admin_post(&drain, &[good]);
     assert_eq!(s, 200, "{body}");
-    assert_eq!(entry(&proxy, &name)["admin_state"], "draining");
+    assert_eq!(proxy.backend_entry(&name)["admin_state"], "draining");
     let (s, body) = proxy.admin_put(&weight, &[good], b"7");
     assert_eq!(s, 200, "{body}");
-    assert_eq!(entry(&proxy, &name)["weight"], 7);
+    assert_eq!(proxy.backend_entry(&name)["weight"], 7);
     let (s, _) = proxy.admin_get("/healthz");
     assert_eq!(s, 200, "still serving");
 }

@@ -10,7 +10,7 @@ mod fakebackend;
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use common::mariadb::{free_port, shared_pair, MariaDb, BENCH_PASS, BENCH_USER};
+use common::mariadb::{free_port, shared_pair, start_dedicated, MariaDb, BENCH_PASS, BENCH_USER};
 use common::proxy::{config, TestProxy};
 use common::rawclient::{read_raw_packet, RawClient};
 use fakebackend::{Behaviour, FakeBackend};
@@ -115,20 +115,6 @@ async fn wait_no_active_sessions(proxy: &TestProxy) {
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-}
-
-/// Starts dedicated servers in parallel (tests that stop or kill servers must not share them).
-fn start_dedicated(names: &[&str]) -> Vec<MariaDb> {
-    std::thread::scope(|s| {
-        let handles: Vec<_> = names
-            .iter()
-            .map(|n| s.spawn(move || MariaDb::start(n)))
-            .collect();
-        handles
-            .into_iter()
-            .map(|h| h.join().unwrap_or_else(|e| std::panic::resume_unwind(e)))
-            .collect()
-    })
 }
 
 /// One of two dedicated backends is stopped: every new client goes to the live one; once the

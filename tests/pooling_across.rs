@@ -9,24 +9,10 @@ mod common;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
-use common::mariadb::{MariaDb, BENCH_PASS, BENCH_USER};
+use common::mariadb::{start_dedicated, MariaDb, BENCH_PASS, BENCH_USER};
 use common::pooling::{counts, transaction_mode};
 use common::proxy::{config, TestProxy};
 use mysql_async::prelude::*;
-
-/// Starts dedicated servers in parallel (these tests drain and kill them).
-fn start_dedicated(names: &[&str]) -> Vec<MariaDb> {
-    std::thread::scope(|s| {
-        let handles: Vec<_> = names
-            .iter()
-            .map(|n| s.spawn(move || MariaDb::start(n)))
-            .collect();
-        handles
-            .into_iter()
-            .map(|h| h.join().unwrap_or_else(|e| std::panic::resume_unwind(e)))
-            .collect()
-    })
-}
 
 /// A proxy whose default pool shares server connections across `dbs`, round robin.
 fn across(dbs: &[MariaDb]) -> TestProxy {
@@ -35,16 +21,6 @@ fn across(dbs: &[MariaDb]) -> TestProxy {
     transaction_mode(&mut c, 50, Duration::from_secs(60), Duration::from_secs(5));
     c.pools[0].pooling.across_backends = true;
     TestProxy::start_with(c)
-}
-
-fn entry(proxy: &TestProxy, name: &str) -> serde_json::Value {
-    let (status, body) = proxy.admin_get("/backends");
-    assert_eq!(status, 200, "{body}");
-    let v: serde_json::Value = serde_json::from_str(&body).expect("JSON");
-    v["backends"]
-        .as_array()
-        .and_then(|l| l.iter().find(|b| b["name"] == name).cloned())
-        .unwrap_or_else(|| panic!("no {name} in {body}"))
 }
 
 async fn sessions(proxy: &TestProxy, n: usize) -> Vec<mysql_async::Conn> {
@@ -131,7 +107,7 @@ async fn sessions_spread_over_the_backends_and_a_drain_moves_them_without_an_err
     // Its sessions moved out as their transactions ended, and its idle connections close.
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
-        let e = entry(&proxy, &drained);
+        let e = proxy.backend_entry(&drained);
         let open = counts(&proxy, &drained).open;
         if e["active_connections"] == 0 && open == 0 {
             break;
@@ -146,7 +122,7 @@ async fn sessions_spread_over_the_backends_and_a_drain_moves_them_without_an_err
     let others: u64 = dbs[1..]
         .iter()
         .map(|d| {
-            entry(&proxy, &d.tcp_addr())["active_connections"]
+            proxy.backend_entry(&d.tcp_addr())["active_connections"]
                 .as_u64()
                 .unwrap()
         })
@@ -162,7 +138,7 @@ async fn sessions_spread_over_the_backends_and_a_drain_moves_them_without_an_err
     let pool_sum = |field: &str| -> u64 {
         dbs.iter()
             .map(|d| {
-                entry(&proxy, &d.tcp_addr())["server_pool"][field]
+                proxy.backend_entry(&d.tcp_addr())["server_pool"][field]
                     .as_u64()
                     .unwrap()
             })
@@ -323,7 +299,7 @@ async fn a_drain_under_sysbench_read_only_costs_no_error_and_empties_the_backend
     assert_eq!(status, 200, "{body}");
     let drain_at = Instant::now();
     let emptied = loop {
-        let e = entry(&proxy, &drained);
+        let e = proxy.backend_entry(&drained);
         if e["active_connections"] == 0 && counts(&proxy, &drained).open == 0 {
             break drain_at.elapsed();
         }
@@ -496,7 +472,7 @@ async fn logins_of_one_user_spread_over_the_backends() {
         let per: Vec<u64> = backends
             .iter()
             .map(|b| {
-                entry(&proxy, b)["server_pool"]["keys_only_here"]
+                proxy.backend_entry(b)["server_pool"]["keys_only_here"]
                     .as_u64()
                     .unwrap()
             })

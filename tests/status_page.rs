@@ -45,17 +45,6 @@ fn backends(pair: &[MariaDb; 2]) -> Vec<String> {
     pair.iter().map(MariaDb::tcp_addr).collect()
 }
 
-/// The `/backends` entry of backend `name`.
-fn entry(proxy: &TestProxy, name: &str) -> Value {
-    let (status, body) = proxy.admin_get("/backends");
-    assert_eq!(status, 200, "{body}");
-    let v: Value = serde_json::from_str(&body).expect("JSON");
-    v["backends"]
-        .as_array()
-        .and_then(|l| l.iter().find(|b| b["name"] == name).cloned())
-        .unwrap_or_else(|| panic!("no {name} in {body}"))
-}
-
 /// `sysbench oltp_read_only ... <action>` on one small table at 127.0.0.1:`port`; its report.
 fn sysbench(port: u16, extra: &[&str], action: &str) -> String {
     let out = Command::new(common::sysbench::binary())
@@ -207,11 +196,11 @@ fn after_a_sysbench_run_the_page_loads_clean_shows_backends_and_top_queries_and_
     let before = browser.events.len();
     browser.click(&page, x, y);
     let deadline = Instant::now() + Duration::from_secs(10);
-    while entry(&proxy, name)["admin_state"] != "draining" {
+    while proxy.backend_entry(name)["admin_state"] != "draining" {
         assert!(Instant::now() < deadline, "the button never drained {name}");
         std::thread::sleep(Duration::from_millis(50));
     }
-    assert_eq!(entry(&proxy, &names[1])["admin_state"], "ready");
+    assert_eq!(proxy.backend_entry(&names[1])["admin_state"], "ready");
     browser.wait_event(
         &page,
         "Page.loadEventFired",
@@ -315,7 +304,7 @@ fn with_a_token_configured_the_buttons_need_it_typed_into_the_page() {
         refused.contains("(401)") && refused.contains("bearer token"),
         "{refused}"
     );
-    assert_eq!(entry(&proxy, name)["admin_state"], "ready");
+    assert_eq!(proxy.backend_entry(name)["admin_state"], "ready");
 
     // Typed into the field (focus, keystrokes, leave the field): kept for the tab, not shown.
     browser.eval(&page, "document.getElementById('token').focus(); 1");
@@ -337,7 +326,7 @@ fn with_a_token_configured_the_buttons_need_it_typed_into_the_page() {
         before,
         Duration::from_secs(10),
     );
-    assert_eq!(entry(&proxy, name)["admin_state"], "maintenance");
+    assert_eq!(proxy.backend_entry(name)["admin_state"], "maintenance");
     wait_result(
         &mut browser,
         &page,
@@ -405,7 +394,7 @@ fn a_form_on_another_origin_cannot_drain_a_backend() {
         answer.contains("cross-origin request refused") && answer.contains(&evil.to_string()),
         "{answer}"
     );
-    assert_eq!(entry(&proxy, name)["admin_state"], "ready");
+    assert_eq!(proxy.backend_entry(name)["admin_state"], "ready");
 
     // Without an Origin (curl, scripts) or with the endpoint's own, operations still work.
     let (status, body) = proxy.admin_post(&format!("/backends/{name}/drain"), &[]);
@@ -432,7 +421,7 @@ fn a_form_on_another_origin_cannot_drain_a_backend() {
     .unwrap();
     assert_eq!(status, 403, "{body}");
     assert!(body.contains("\"error\""), "{body}");
-    assert_eq!(entry(&proxy, name)["weight"], 1);
+    assert_eq!(proxy.backend_entry(name)["weight"], 1);
     let (status, body) = http_request(
         admin,
         "POST",

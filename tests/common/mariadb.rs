@@ -727,3 +727,18 @@ fn wait_blocking(pid: u32) {
         libc::waitpid(pid, &mut status, 0);
     }
 }
+
+/// Starts dedicated servers in parallel (tests that stop, drain or kill servers must not share
+/// them).
+pub fn start_dedicated(names: &[&str]) -> Vec<MariaDb> {
+    std::thread::scope(|s| {
+        let handles: Vec<_> = names
+            .iter()
+            .map(|n| s.spawn(move || MariaDb::start(n)))
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or_else(|e| std::panic::resume_unwind(e)))
+            .collect()
+    })
+}

@@ -156,6 +156,17 @@ impl TestProxy {
     pub fn admin_get(&self, path: &str) -> (u16, String) {
         http_get(self.admin.expect("admin endpoint enabled"), path).expect("admin response")
     }
+
+    /// The `/backends` entry of backend `name`.
+    pub fn backend_entry(&self, name: &str) -> serde_json::Value {
+        let (status, body) = self.admin_get("/backends");
+        assert_eq!(status, 200, "{body}");
+        let v: serde_json::Value = serde_json::from_str(&body).expect("JSON");
+        v["backends"]
+            .as_array()
+            .and_then(|l| l.iter().find(|b| b["name"] == name).cloned())
+            .unwrap_or_else(|| panic!("no {name} in {body}"))
+    }
 }
 
 impl TestProxy {

@@ -336,17 +336,11 @@ impl BackendPool {
             let core = &mut guard.0;
             let got = core.take_idle(key, worker, |c: &ServerConn| c.carries(state));
             match got {
-                Acquired::Got(mut conn) => {
-                    if conn.is_stale() {
-                        core.closed(key);
-                        self.metrics.update(core);
-                        drop(guard);
-                        drop(conn);
-                        continue;
+                Acquired::Got(conn) => {
+                    match self.hand_out(guard, key, conn, ServerConn::is_stale) {
+                        Some(held) => return Some(Ok(held)),
+                        None => continue,
                     }
-                    self.metrics.update(core);
-                    self.metrics.acquired.inc();
-                    return Some(Ok(Held::new(conn, Arc::clone(self), key.clone())));
                 }
                 Acquired::Starved => {
                     drop(guard);
@@ -371,7 +365,7 @@ impl BackendPool {
             let mut guard = self.lock();
             let core = &mut guard.0;
             let like = |c: &ServerConn| c.carries(state);
-            let mut conn = if local {
+            let conn = if local {
                 core.take_idle_local(key, worker, like)?
             } else {
                 match core.take_idle(key, worker, like) {
@@ -379,17 +373,32 @@ impl BackendPool {
                     _ => return None,
                 }
             };
-            if conn.is_stale_now() {
-                core.closed(key);
-                self.metrics.update(core);
-                drop(guard);
-                drop(conn);
-                continue;
+            if let Some(held) = self.hand_out(guard, key, conn, ServerConn::is_stale_now) {
+                return Some(held);
             }
-            self.metrics.update(core);
-            self.metrics.acquired.inc();
-            return Some(Held::new(conn, Arc::clone(self), key.clone()));
         }
+    }
+
+    /// An idle connection just taken out under `guard`, to its session unless `stale` says it
+    /// must not take a statement (then it is counted closed and closed: None).
+    fn hand_out(
+        self: &Arc<Self>,
+        mut guard: MutexGuard<'_, (Inner, Pooling)>,
+        key: &Key,
+        mut conn: ServerConn,
+        stale: fn(&mut ServerConn) -> bool,
+    ) -> Option<Held> {
+        let core = &mut guard.0;
+        if stale(&mut conn) {
+            core.closed(key);
+            self.metrics.update(core);
+            drop(guard);
+            drop(conn);
+            return None;
+        }
+        self.metrics.update(core);
+        self.metrics.acquired.inc();
+        Some(Held::new(conn, Arc::clone(self), key.clone()))
     }
 
     /// How many connections of `user` logged in to `schema` are open here, and whether the pool
