@@ -23,7 +23,6 @@ use std::pin::Pin;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::task::Poll;
-use std::time::Instant;
 
 use bytes::BytesMut;
 use tokio::io::{AsyncRead, AsyncWrite};
@@ -47,8 +46,10 @@ use crate::proxy::relay::{relay_gated, KillRewrite, Observer, RelayEnd, Steering
 use crate::wire::protocol::caps::CLIENT_DEPRECATE_EOF;
 use crate::wire::protocol::errors::code;
 use crate::wire::protocol::response::{Completed, Tracker};
+use across::{take_across, Places};
 use prepared::{Front, Ran};
 
+mod across;
 mod client;
 mod prepared;
 mod returning;
@@ -134,7 +135,7 @@ struct Seat<'a, 'r> {
     /// The server thread a KILL naming the session reaches (see `kill::Registration::follow`).
     live: Option<Arc<AtomicU32>>,
     /// The session's pool, when it shares connections across its backends: each transaction
-    /// may run on another backend (see [`take_across`]).
+    /// may run on another backend (see `across`).
     across: Option<&'r Pool>,
     /// The session's count in its backend's active sessions: it follows the session's moves.
     lease: &'a mut Lease,
@@ -342,109 +343,6 @@ impl<'r> Seat<'_, 'r> {
         }
     }
 
-    /// The session moves to `pool`, another backend's where its key has connections (it took
-    /// one, or its own backend left rotation): it counts there from now on (the pool's sessions
-    /// of its key, the backend's active sessions), and its metrics, digests and KILLs follow.
-    /// Called while a KILL naming it finds no connection.
-    pub(super) fn moved_to(&mut self, ctx: &Context<'r>, pool: &Arc<BackendPool>) {
-        let Some(backend) = ctx.set.by_name(pool.backend()) else {
-            return;
-        };
-        debug!(
-            client = ctx.peer(),
-            from = %self.lease.backend().name,
-            to = %backend.name,
-            "pooled session moved to another backend"
-        );
-        self.observer.member.move_to(pool);
-        self.pool = Arc::clone(pool);
-        self.lease.move_to(backend);
-        self.observer.inner.moved_to(backend);
-        if let Some(registration) = self.registration {
-            registration.moved(backend);
-        }
-    }
-
-    /// A copy of the command at the front of the client's buffer when it is one whole COM_QUERY
-    /// alone, which may run again on another server if its own is lost before answering
-    /// ([`crate::wire::sql::retryable_read`], as the backend reads statements).
-    fn retryable(&self) -> Option<BytesMut> {
-        let up = &self.up;
-        let len = usize::from(*up.first()?)
-            | usize::from(*up.get(1)?) << 8
-            | usize::from(*up.get(2)?) << 16;
-        let whole = up.len() == 4 + len && len < 0xFF_FFFF && up.get(3) == Some(&0);
-        let query = up.get(4) == Some(&crate::wire::protocol::cmd::QUERY);
-        let dialect = self.observer.holding.dialect();
-        (whole && query && crate::wire::sql::retryable_read(&up[5..], dialect)).then(|| up.clone())
-    }
-
-    /// Whether the relay that ended with `end` lost its server with the one command it sent
-    /// (`len` bytes, nothing more read from the client) unanswered: nothing of an answer was
-    /// read, so nothing reached the client. The tracker and the pool's reading then forget it.
-    fn lost_unanswered(&mut self, end: &SessionEnd, len: usize, tracker: &mut Tracker) -> bool {
-        let lost = matches!(
-            end,
-            SessionEnd::Relay(RelayEnd::BackendIo(_) | RelayEnd::BackendClosed { .. })
-        );
-        let unanswered = lost && self.observer.read == (len, 0) && tracker.forget_unanswered();
-        if unanswered {
-            self.observer.holding.forget_unanswered();
-        }
-        unanswered
-    }
-
-    /// Sends `packet`, whose server was lost before it answered (`end`), once more on a
-    /// connection of another backend; the lost connection is closed. An ERR answers it when
-    /// no connection comes (as for any command), and the relay's end is the session's if the
-    /// second server fails too.
-    async fn retry<C>(
-        &mut self,
-        ctx: &Context<'r>,
-        client: &mut LegStream<C>,
-        tracker: &mut Tracker,
-        draining: &mut Cancelled<'_>,
-        packet: BytesMut,
-        end: &SessionEnd,
-    ) -> Result<bool, SessionEnd>
-    where
-        C: AsyncRead + AsyncWrite + Unpin,
-    {
-        if let Some(live) = &self.live {
-            live.store(kill::NO_THREAD, Ordering::Relaxed);
-        }
-        let lost = self.lease.backend().name.clone();
-        if let Some(held) = self.conn.take() {
-            held.quit();
-        }
-        let cause = match end {
-            SessionEnd::Relay(RelayEnd::BackendIo(e)) => e.to_string(),
-            _ => "closed the connection with a read unanswered".to_owned(),
-        };
-        ctx.state.backends().session_failed(
-            self.lease.backend(),
-            crate::backends::balancer::ejection::Failure::MidCommand,
-            &cause,
-            Instant::now(),
-        );
-        self.up = packet;
-        // Not where it was lost, even while that backend still counts as up.
-        self.avoid = Some(Arc::clone(&self.pool));
-        let took = self.take_conn(ctx, client, None, None).await;
-        self.avoid = None;
-        if !took? {
-            return Ok(false);
-        }
-        self.pool.count_retry();
-        info!(
-            client = ctx.peer(),
-            lost = %lost,
-            to = %self.lease.backend().name,
-            "a read lost with its server before it was answered runs once more on another backend"
-        );
-        self.relay(ctx, client, tracker, draining).await
-    }
-
     /// Relays on the connection the session holds until the relay lets it go (Ok) or ends.
     /// `draining` is the session's gate on the drain, kept across its relays. Ok(true) when the
     /// relay's last look at the client was a read that would have blocked (see
@@ -490,7 +388,7 @@ impl<'r> Seat<'_, 'r> {
 
 /// A connection of `key` from the pool, brought to the session's `state`: the one `tried`
 /// gave, else one waited for.
-async fn take(
+pub(super) async fn take(
     pool: &Arc<BackendPool>,
     key: &Key,
     worker: usize,
@@ -504,70 +402,9 @@ async fn take(
     bring_to(got, key, state).await
 }
 
-/// A connection of `key` from any backend of `pool` in rotation, for a session whose pool
-/// shares connections across its backends: the first idle one in the policy's order (one of
-/// this worker thread's first, so the policy balances transactions among the backends that have
-/// one without waking another thread where it can), else a wait on the
-/// session's own backend (`home`) while it is in rotation, else on the first backend where
-/// its key has connections. Never from `avoid`. Brought to the session's `state` as [`take`]
-/// does.
-async fn take_across(
-    ctx: &Context<'_>,
-    pool: &Pool,
-    places: Places<'_>,
-    key: &Key,
-    state: &crate::backends::pooling::State,
-) -> Result<Held, PoolError> {
-    let Places { home, avoid, known } = places;
-    let order = ctx.set.transaction_order(Instant::now(), pool);
-    let mut pools: Vec<Arc<BackendPool>> = Vec::with_capacity(order.len());
-    for b in order {
-        let i = b.index();
-        if known.len() <= i {
-            known.resize(i + 1, None);
-        }
-        if known[i].is_none() {
-            known[i] = ctx.state.server_pools.get(&b.name);
-        }
-        match &known[i] {
-            Some(p) if avoid.is_none_or(|a| !Arc::ptr_eq(a, p)) => pools.push(Arc::clone(p)),
-            _ => {}
-        }
-    }
-    // One of this thread's first (no other thread woken for its I/O), then any.
-    for local in [true, false] {
-        for p in &pools {
-            if let Some(got) = p.try_idle(key, ctx.worker, state, local) {
-                return bring_to(got, key, state).await;
-            }
-        }
-    }
-    let wait_on = pools
-        .iter()
-        .find(|p| Arc::ptr_eq(p, home))
-        .or_else(|| pools.iter().find(|p| p.has_connections(key)));
-    match (wait_on, avoid) {
-        (Some(p), _) => take(p, key, ctx.worker, state, None).await,
-        (None, None) => take(home, key, ctx.worker, state, None).await,
-        // Nowhere else to wait: the pool says so as it does when a key's connections are gone.
-        (None, Some(lost)) => Err(PoolError::Starved {
-            user: key.user.clone(),
-            backend: lost.backend().to_owned(),
-        }),
-    }
-}
-
-/// Where [`take_across`] looks: the session's own backend's pool, one to avoid, and the pools it
-/// looked up before.
-struct Places<'s> {
-    home: &'s Arc<BackendPool>,
-    avoid: Option<&'s Arc<BackendPool>>,
-    known: &'s mut Vec<Option<Arc<BackendPool>>>,
-}
-
 /// `got` with the session's `state`: as it is when it carries it, else reset and the session's
 /// settings run again on it.
-async fn bring_to(
+pub(super) async fn bring_to(
     mut got: Held,
     key: &Key,
     state: &crate::backends::pooling::State,
