@@ -154,12 +154,14 @@ async fn least_latency_sends_new_sessions_away_from_a_slow_backend() {
     let pair = shared_pair();
     let proxy = TestProxy::start_with(pair_config(Policy::LeastLatency));
     // One session on each backend (retry until both are held). The connects themselves may
-    // leave one backend looking faster on a loaded machine; the extra sessions stay open
-    // meanwhile, so its growing session count sends a later connect to the other one, and are
-    // closed before the measured part.
+    // leave one backend looking faster on a loaded machine (one slow command sets its average,
+    // which then decays over seconds); the extra sessions stay open meanwhile, so its growing
+    // session count sends a later connect to the other one (the score is the average times
+    // the sessions plus one: a backend 100 times slower is tried by the 100th), and are closed
+    // before the measured part.
     let mut by_port = std::collections::HashMap::new();
     let mut extra = Vec::new();
-    for _ in 0..40 {
+    for _ in 0..150 {
         let (conn, port) = proxy.connect().await;
         match by_port.entry(port) {
             std::collections::hash_map::Entry::Occupied(_) => extra.push(conn),
