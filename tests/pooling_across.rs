@@ -499,9 +499,10 @@ async fn logins_of_one_user_spread_over_the_backends() {
 }
 
 /// KILL QUERY naming a session of a pool across backends reaches the statement it runs now,
-/// on whichever backend that is: the victim's transactions move over three backends between
-/// kills, the killer is another session of the same user (it runs the KILL wherever its own
-/// transaction lands, the proxy's `kill:` account doing it on another backend).
+/// on whichever backend that is: the victim's transactions move between kills (every other
+/// round its last backend is drained, so it must), the killer is another session of the same
+/// user (it runs the KILL wherever its own transaction lands, the proxy's `kill:` account doing
+/// it on another backend).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kill_query_follows_the_session_to_its_backend_of_the_moment() {
     use common::rawclient::RawClient;
@@ -528,7 +529,16 @@ async fn kill_query_follows_the_session_to_its_backend_of_the_moment() {
     let mut victim = login().await.expect("victim logs in");
     let mut killer = login().await.expect("killer logs in");
     let mut ports = BTreeSet::new();
+    let mut last: Option<u16> = None;
     for round in 0..6 {
+        // Every other round, the backend the victim last ran on is drained: its next
+        // transaction must run on another one (the policy may keep it where it was otherwise).
+        let drained = last.filter(|_| round % 2 == 1).map(|port| {
+            let name = format!("127.0.0.1:{port}");
+            let (status, body) = proxy.admin_post(&format!("/backends/{name}/drain"), &[]);
+            assert_eq!(status, 200, "{body}");
+            name
+        });
         let marker = format!("across-kill-{round}");
         victim
             .send_command(
@@ -551,6 +561,16 @@ async fn kill_query_follows_the_session_to_its_backend_of_the_moment() {
             }
         });
         ports.insert(port);
+        if let Some(name) = &drained {
+            assert_ne!(
+                Some(port),
+                last,
+                "round {round}: the drained backend ran it"
+            );
+            let (status, body) = proxy.admin_post(&format!("/backends/{name}/ready"), &[]);
+            assert_eq!(status, 200, "{body}");
+        }
+        last = Some(port);
         let started = Instant::now();
         killer
             .query_results(&format!("KILL QUERY {}", victim.connection_id))
