@@ -5,12 +5,14 @@
 //! `pins` never panics and a comment appended to the text does not change its verdict (unless
 //! the text leaves a comment open, which the appended one may close); in every reading the
 //! server could take the tokens are in order within the text; and `pins` (every reading) pins
-//! whatever a known server's reading pins, as `read_only` holds only what every one holds.
+//! whatever a known server's reading pins, as `read_only` holds only what every one holds;
+//! `retryable_read` (what a pool across backends may send twice) holds only for a read-only
+//! text that pins nothing.
 
 use mysql_lb::wire::sql::pins::{pins, pins_for, Pin};
 use mysql_lb::wire::sql::{
-    classify, classify_as, digest, digest_cached, normalize, read_only, readings, tokens,
-    tokens_as, Dialect, DigestCache, Reading, Server, TokenKind,
+    classify, classify_as, digest, digest_cached, normalize, read_only, readings, retryable_read,
+    tokens, tokens_as, Dialect, DigestCache, Reading, Server, TokenKind,
 };
 
 /// The tokens of `read` in `reading` are non-empty, in order, within the text, at most one per
@@ -127,6 +129,12 @@ pub fn sql_digest(data: &[u8]) {
     }
 
     let all_read_only = read_only(read);
+    // What a pool across backends may send twice is a read in every reading, and stays one
+    // with a comment after it.
+    if retryable_read(read, Dialect::default()) {
+        assert!(all_read_only, "retryable but not read-only");
+        assert!(pins(read).is_none(), "retryable but pins: {:?}", pins(read));
+    }
     for reading in readings(read, Dialect::default()).unwrap_or_default() {
         covers(read, reading);
         if all_read_only {
