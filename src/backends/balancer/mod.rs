@@ -538,8 +538,14 @@ impl BackendSet {
         self.by_name(name).is_some_and(|b| {
             self.pool(&b.pool)
                 .is_some_and(|p| p.pooling.across_backends)
-                && (b.admin_state() != AdminState::Ready || !self.is_up(b, now))
+                && self.out_of_rotation(b, now)
         })
+    }
+
+    /// Whether `backend` takes no transactions of a pool across backends now: not ready
+    /// (drained, maintenance) or down (failed checks, ejected).
+    pub fn out_of_rotation(&self, backend: &Backend, now: Instant) -> bool {
+        backend.admin_state() != AdminState::Ready || !self.is_up(backend, now)
     }
 
     /// Like [`candidates_in`](Self::candidates_in), but a script's `connect_server()` may choose

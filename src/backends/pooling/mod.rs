@@ -380,23 +380,26 @@ impl BackendPool {
     }
 
     /// An idle connection just taken out under `guard`, to its session unless `stale` says it
-    /// must not take a statement (then it is counted closed and closed: None).
+    /// must not take a statement (then it is counted closed and closed: None). `stale` runs
+    /// after the lock is let go: [`ServerConn::is_stale_now`] asks the kernel, and no other
+    /// session of the pool waits on that.
     fn hand_out(
         self: &Arc<Self>,
-        mut guard: MutexGuard<'_, (Inner, Pooling)>,
+        guard: MutexGuard<'_, (Inner, Pooling)>,
         key: &Key,
         mut conn: ServerConn,
         stale: fn(&mut ServerConn) -> bool,
     ) -> Option<Held> {
-        let core = &mut guard.0;
+        self.metrics.update(&guard.0);
+        drop(guard);
         if stale(&mut conn) {
-            core.closed(key);
-            self.metrics.update(core);
+            let mut guard = self.lock();
+            guard.0.closed(key);
+            self.metrics.update(&guard.0);
             drop(guard);
             drop(conn);
             return None;
         }
-        self.metrics.update(core);
         self.metrics.acquired.inc();
         Some(Held::new(conn, Arc::clone(self), key.clone()))
     }

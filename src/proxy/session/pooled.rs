@@ -253,7 +253,7 @@ impl<'r> Seat<'_, 'r> {
         if !answered {
             // Sent once more elsewhere if its server is lost before answering (see `retry`).
             let again = match (fresh, self.across) {
-                (true, Some(_)) => self.retryable(),
+                (true, Some(_)) => self.retry_candidate(),
                 _ => None,
             };
             tracker.pause_statements(statement);
@@ -261,7 +261,10 @@ impl<'r> Seat<'_, 'r> {
             client_waits = match self.relay(ctx, client, tracker, draining).await {
                 Ok(waits) => waits,
                 Err(end) => match again {
-                    Some(packet) if self.lost_unanswered(&end, packet.len(), tracker) => {
+                    Some(packet)
+                        if self.rereadable(&packet)
+                            && self.lost_unanswered(&end, packet.len(), tracker) =>
+                    {
                         let retried = self.retry(ctx, client, tracker, draining, packet, &end);
                         retried.await?
                     }

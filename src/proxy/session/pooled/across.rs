@@ -51,17 +51,26 @@ impl<'r> Seat<'_, 'r> {
     }
 
     /// A copy of the command at the front of the client's buffer when it is one whole COM_QUERY
-    /// alone, which may run again on another server if its own is lost before answering
-    /// ([`crate::wire::sql::retryable_read`], as the backend reads statements).
-    pub(super) fn retryable(&self) -> Option<BytesMut> {
+    /// alone: it may run again on another server if its own is lost before answering and it is a
+    /// read ([`Seat::rereadable`]). Whether it is one is asked only then: a lost server is rare,
+    /// and reading the text as the server does costs more than this copy.
+    pub(super) fn retry_candidate(&self) -> Option<BytesMut> {
         let up = &self.up;
         let len = usize::from(*up.first()?)
             | usize::from(*up.get(1)?) << 8
             | usize::from(*up.get(2)?) << 16;
         let whole = up.len() == 4 + len && len < 0xFF_FFFF && up.get(3) == Some(&0);
         let query = up.get(4) == Some(&crate::wire::protocol::cmd::QUERY);
+        (whole && query).then(|| up.clone())
+    }
+
+    /// Whether `packet` (a [`Seat::retry_candidate`]) is a read that may run again on another
+    /// server ([`crate::wire::sql::retryable_read`], as the backend reads statements).
+    pub(super) fn rereadable(&self, packet: &[u8]) -> bool {
         let dialect = self.observer.holding.dialect();
-        (whole && query && crate::wire::sql::retryable_read(&up[5..], dialect)).then(|| up.clone())
+        packet
+            .get(5..)
+            .is_some_and(|text| crate::wire::sql::retryable_read(text, dialect))
     }
 
     /// Whether the relay that ended with `end` lost its server with the one command it sent
@@ -152,8 +161,7 @@ pub(super) async fn take_across(
 ) -> Result<Held, PoolError> {
     let Places { home, avoid, known } = places;
     let order = ctx.set.transaction_order(Instant::now(), pool);
-    let mut pools: Vec<Arc<BackendPool>> = Vec::with_capacity(order.len());
-    for b in order {
+    for b in &order {
         let i = b.index();
         if known.len() <= i {
             known.resize(i + 1, None);
@@ -161,25 +169,29 @@ pub(super) async fn take_across(
         if known[i].is_none() {
             known[i] = ctx.state.server_pools.get(&b.name);
         }
-        match &known[i] {
-            Some(p) if avoid.is_none_or(|a| !Arc::ptr_eq(a, p)) => pools.push(Arc::clone(p)),
-            _ => {}
-        }
     }
+    // The pools in the policy's order, but the one to avoid (looked up above, not cloned).
+    let known: &[Option<Arc<BackendPool>>] = known;
+    let pools = || {
+        order
+            .iter()
+            .filter_map(|b| known.get(b.index())?.as_ref())
+            .filter(|p| avoid.is_none_or(|a| !Arc::ptr_eq(a, p)))
+    };
     // One of this thread's first (no other thread woken for its I/O), then any.
     for local in [true, false] {
-        for p in &pools {
+        for p in pools() {
             if let Some(got) = p.try_idle(key, ctx.worker, state, local) {
                 return bring_to(got, key, state).await;
             }
         }
     }
-    let wait_on = pools
-        .iter()
+    let wait_on = pools()
         .find(|p| Arc::ptr_eq(p, home))
-        .or_else(|| pools.iter().find(|p| p.has_connections(key)));
+        .or_else(|| pools().find(|p| p.has_connections(key)))
+        .cloned();
     match (wait_on, avoid) {
-        (Some(p), _) => take(p, key, ctx.worker, state, None).await,
+        (Some(p), _) => take(&p, key, ctx.worker, state, None).await,
         (None, None) => take(home, key, ctx.worker, state, None).await,
         // Nowhere else to wait: the pool says so as it does when a key's connections are gone.
         (None, Some(lost)) => Err(PoolError::Starved {

@@ -124,7 +124,9 @@ impl<'r> Seat<'_, 'r> {
     pub(super) fn move_if_leaving(&mut self, ctx: &Context<'r>) {
         if let Some(pool) = self.across {
             let now = Instant::now();
-            if ctx.set.leaving_across(&self.lease.backend().name, now) {
+            // The session's pool shares across backends (`self.across`): only its backend's
+            // state is read, no lookup by name.
+            if ctx.set.out_of_rotation(self.lease.backend(), now) {
                 let key = self.observer.key;
                 let elsewhere = ctx
                     .set
