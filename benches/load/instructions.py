@@ -17,7 +17,7 @@ are millions of instructions) cancel out.
     cargo build --release --bin mysql-lb --example pump
     python3 benches/load/instructions.py [--baseline OTHER_BINARY] [--events 4000]
         [--tests oltp_point_select,oltp_read_only] [--tls] [--digests] [--pooling] [--ps]
-        [--deferred] [--connects]
+        [--across] [--deferred] [--connects]
 
 Two things valgrind's CPU changes, which weigh on the TLS figures (--tls): it hides VAES,
 VPCLMULQDQ and AVX-512, so ring's AES-GCM takes its AVX path (`aesni_gcm_encrypt`) rather than
@@ -131,6 +131,11 @@ def main():
     ap.add_argument("--ps", action="store_true",
                     help="sysbench with server-side prepared statements (--db-ps-mode=auto) "
                          "instead of the text protocol")
+    ap.add_argument("--across", action="store_true",
+                    help="also mysql-lb with transaction pooling across three backends "
+                         "(`across_backends: true`, \"mysql-lb across\"; two more MariaDB servers "
+                         "start): what moving sessions between backends at each transaction costs "
+                         "beside \"mysql-lb pooled\" (with --pooling) on one")
     ap.add_argument("--deferred", action="store_true",
                     help="also mysql-lb with `connect_mode: deferred` (\"mysql-lb deferred\")")
     ap.add_argument("--connects", action="store_true",
@@ -158,6 +163,17 @@ def main():
         prep = sysbench.sysbench_argv("oltp_read_only", direct, 1, 0)[:-1] + ["prepare"]
         subprocess.run(prep, check=True, capture_output=True, timeout=600)
 
+        # With --across, two more servers, prepared alike: the pool's three backends.
+        others = []
+        if args.across:
+            for name in ("db2", "db3"):
+                other = procs.MariaDB(reg, name, template)
+                other.start([])
+                others.append("%s:%d" % other.addr)
+                target = sysbench.Target(name, sysbench.tcp_args([other.addr]))
+                prep = sysbench.sysbench_argv("oltp_read_only", target, 1, 0)[:-1] + ["prepare"]
+                subprocess.run(prep, check=True, capture_output=True, timeout=600)
+
         paths = [("bare relay", lambda port: [pump, "127.0.0.1:%d" % port, backend, "--threads", "2"])]
         client_leg = "tls: {cert: %s, key: %s}\n" % (tls["cert"], tls["key"])
         configs = {"": "backend_tls: {mode: disabled}\n"}
@@ -169,19 +185,26 @@ def main():
             # prepared statements): what that costs is the difference to "mysql-lb".
             configs[" pooled"] = ("backend_tls: {mode: disabled}\n"
                                   "pooling: {mode: transaction, max_server_connections: 16}\n")
+        if args.across:
+            # Round robin per transaction over three backends: most transactions move.
+            configs[" across"] = ("backend_tls: {mode: disabled}\n"
+                                  "pooling: {mode: transaction, max_server_connections: 16, "
+                                  "across_backends: true}\n")
         if args.deferred:
             configs[" deferred"] = "backend_tls: {mode: disabled}\nconnect_mode: deferred\n"
         if args.tls:
             configs[" tls"] = client_leg + "backend_tls: {mode: disabled}\n"
             configs[" tls both"] = client_leg + "backend_tls: {mode: verify_identity, ca: %s}\n" % tls["ca"]
         for suffix, body in configs.items():
-            cfg = procs.write_config(os.path.join(reg.base, "lb%s.yaml" % suffix.replace(" ", "-")), [backend], body)
+            pool = ",".join([backend] + others) if suffix == " across" else backend
+            cfg = procs.write_config(os.path.join(reg.base, "lb%s.yaml" % suffix.replace(" ", "-")),
+                                     pool.split(","), body)
             for name, binary in (("mysql-lb", lb), ("baseline", args.baseline)):
                 # An older baseline may not know the `digests:` key.
                 if binary and not (name == "baseline" and ("digests" in body or "pooling" in body)):
-                    paths.append((name + suffix, lambda port, b=binary, cfg=cfg: [
+                    paths.append((name + suffix, lambda port, b=binary, cfg=cfg, pool=pool: [
                         b, "--config", cfg, "--proxy-address", "127.0.0.1:%d" % port,
-                        "--proxy-backend-addresses", backend,
+                        "--proxy-backend-addresses", pool,
                         "--admin-address", "127.0.0.1:%d" % procs.free_port(),
                         "--log-level", "warn", "--worker-threads", "2"]))
         rows = []
