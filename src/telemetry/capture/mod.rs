@@ -540,6 +540,18 @@ impl SessionCapture {
         }
     }
 
+    /// The session's next commands run on `backend` (a pool across backends moved it): one
+    /// record saying so, so the capture says where each command ran.
+    pub fn moved_to(&mut self, backend: &str) {
+        self.active.send(&Record {
+            session: self.id,
+            t_us: self.active.elapsed_us(Instant::now()),
+            body: Body::Moved {
+                backend: backend.to_owned(),
+            },
+        });
+    }
+
     /// A command's response ended.
     pub fn completed(&mut self, c: &Completed) {
         if self.skip > 0 {

@@ -300,3 +300,41 @@ fn password_statements_and_their_executes_keep_only_digest_and_id() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn a_move_is_written_between_the_commands_of_two_backends() {
+    let dir = temp("moved");
+    let c = capture_into(&dir, Filter::default());
+    let mut s = c.join(&who(), false, 0).unwrap();
+    s.statement(cmd::QUERY, b"\x03SELECT 1");
+    s.completed(&completed(cmd::QUERY, 1, None));
+    s.moved_to("db2");
+    s.statement(cmd::QUERY, b"\x03SELECT 2");
+    s.completed(&completed(cmd::QUERY, 1, None));
+    drop(s);
+    let records = stop_and_read(&c, &dir);
+    let kinds: Vec<String> = records
+        .iter()
+        .map(|r| match &r.body {
+            Body::SessionStart(s) => format!("start {}", s.backend),
+            Body::Command(c) => format!("command {}", c.seq),
+            Body::Response(r) => format!("response {}", r.seq),
+            Body::Moved { backend } => format!("moved {backend}"),
+            Body::SessionEnd => "end".to_owned(),
+        })
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            "start db1",
+            "command 0",
+            "response 0",
+            "moved db2",
+            "command 1",
+            "response 1",
+            "end"
+        ]
+    );
+    assert!(records.windows(2).all(|w| w[0].t_us <= w[1].t_us));
+    let _ = std::fs::remove_dir_all(&dir);
+}
