@@ -189,6 +189,9 @@ async fn a_backend_killed_under_autocommit_reads_costs_no_client_an_error() {
         start_dedicated(&["across-l-a", "across-l-b", "across-l-c"])
     });
     let proxy = across(&dbs);
+    // Captured: a read sent again is one command with one response in the capture.
+    let dir = common::mariadb::scratch_dir("across-lost-capture").join("cap");
+    start_capture(&proxy, &serde_json::json!({ "dir": dir }));
     let conns = sessions(&proxy, 8).await;
     let done = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let mut tasks = Vec::new();
@@ -237,6 +240,38 @@ async fn a_backend_killed_under_autocommit_reads_costs_no_client_an_error() {
         .sum();
     eprintln!("statements per backend: {after:?}; reads sent again: {retries}; killed {killed}");
     assert!(after.len() >= 2, "{after:?}");
+
+    let (status, text) = proxy.admin_post("/capture/stop", &[]);
+    assert_eq!(status, 200, "{text}");
+    let loaded = mysql_lb::tools::replay::load::load(&dir).expect("load the capture");
+    assert_eq!(loaded.sessions.len(), 8);
+    for s in &loaded.sessions {
+        let reads: Vec<_> = s
+            .steps
+            .iter()
+            .filter(|st| st.payload == b"\x03SELECT @@port")
+            .collect();
+        assert_eq!(reads.len(), 400, "session {}: one record per read", s.id);
+        assert!(
+            reads
+                .iter()
+                .all(|st| st.response.is_some_and(|r| !r.error && r.rows == 1)),
+            "session {}: every read answered, with its one row",
+            s.id
+        );
+    }
+}
+
+fn start_capture(proxy: &TestProxy, body: &serde_json::Value) {
+    let (status, text) = common::proxy::http_request(
+        proxy.admin.expect("admin endpoint"),
+        "POST",
+        "/capture/start",
+        &["Content-Type: application/json"],
+        body.to_string().as_bytes(),
+    )
+    .expect("admin response");
+    assert_eq!(status, 200, "{text}");
 }
 
 /// `sysbench TEST ... ACTION` against 127.0.0.1:`port` (small tables, prepared statements as
@@ -645,16 +680,7 @@ async fn a_capture_says_which_backend_each_statement_of_a_moving_session_ran_on(
     let dir = common::mariadb::scratch_dir("across-capture").join("cap");
     // Only the sessions that start on the first backend: they are captured wherever they go.
     let first = dbs[0].tcp_addr();
-    let body = serde_json::json!({ "dir": dir, "backend": first }).to_string();
-    let (status, text) = common::proxy::http_request(
-        proxy.admin.expect("admin endpoint"),
-        "POST",
-        "/capture/start",
-        &["Content-Type: application/json"],
-        body.as_bytes(),
-    )
-    .expect("admin response");
-    assert_eq!(status, 200, "{text}");
+    start_capture(&proxy, &serde_json::json!({ "dir": dir, "backend": first }));
     let mut conns = sessions(&proxy, 6).await;
     let (mut ports, errors) = rounds(&mut conns, 6).await;
     assert!(errors.is_empty(), "{errors:?}");

@@ -97,6 +97,15 @@ impl<'a> Recorder<'a> {
         }
     }
 
+    /// The session's last command lost its server before any answer; `again`: it is sent once
+    /// more, next, on the connection the session holds now (see
+    /// [`capture::SessionCapture::lost_unanswered`]).
+    pub(super) fn lost_unanswered(&mut self, again: bool) {
+        if let Some(cap) = &mut self.capture {
+            cap.lost_unanswered(again);
+        }
+    }
+
     fn killer(&self) -> kill::Killer<'_> {
         kill::Killer {
             backend: self.backend,
