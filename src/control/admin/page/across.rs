@@ -20,7 +20,7 @@ fn is_across(b: &Value) -> bool {
 }
 
 /// How far emptying a backend out of rotation has come; None for one in rotation.
-pub(super) fn drain_progress(b: &Value) -> Option<String> {
+fn drain_progress(b: &Value) -> Option<String> {
     let state = b["admin_state"].as_str()?;
     if !matches!(state, "draining" | "maintenance") {
         return None;
