@@ -594,9 +594,8 @@ impl BackendPool {
         (pinned, self.metrics.moves.get(), self.metrics.retries.get())
     }
 
-    /// Connections sessions took here between transactions, one per transaction or autocommit
-    /// statement that did not run on the connection the session held already (a session's first
-    /// runs on its login's): `mysql_lb_pool_acquired_total`.
+    /// Connections sessions holding none took here (about one per transaction or autocommit
+    /// statement; a session's first runs on its login's): `mysql_lb_pool_acquired_total`.
     pub fn acquired(&self) -> u64 {
         self.metrics.acquired.get()
     }

@@ -2,7 +2,7 @@
 //! watches while sessions move between a pool's backends, above all during a drain.
 //!
 //! One row per backend of such a pool, from its `/backends` entry: sessions there now,
-//! connections taken there (one per transaction or autocommit statement that began there),
+//! connections taken there (about one per transaction or autocommit statement begun there),
 //! transactions moved in, reads retried there, the sessions that cannot move (pinned ones stay
 //! until they end; a key whose connections are all there has nowhere to go), and for a backend
 //! out of rotation how much is left before it is empty. A page whose pools share no connections
@@ -57,7 +57,7 @@ pub(super) fn section(p: &mut String, list: &[Value]) {
          of these pools at transaction boundaries. Pinned sessions stay on their backend until \
          they end; a key whose connections are all on one backend cannot move from it.</p>\n\
          <table id=\"across\"><thead><tr><th>backend</th><th>pool</th><th>sessions</th>\
-         <th title=\"connections sessions took here between transactions\">taken</th>\
+         <th title=\"connections sessions holding none took here: about one per transaction\">taken</th>\
          <th>moved in</th><th>retried</th><th>pinned sessions</th><th>keys only here</th>\
          <th>out of rotation</th></tr></thead><tbody>\n",
     );
