@@ -358,5 +358,6 @@ mod tests {
         assert_eq!(d.ratio_p50, Some(2.0));
         assert!(table(&r, 10).contains("first new error: 1146: no table"));
         assert!(table(&r, 10).contains("1 sessions moved 2 times"));
+        assert!(super::super::html::render(&r).contains("1 sessions moved 2 times"));
     }
 }
