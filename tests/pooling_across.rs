@@ -189,6 +189,9 @@ async fn a_backend_killed_under_autocommit_reads_costs_no_client_an_error() {
         start_dedicated(&["across-l-a", "across-l-b", "across-l-c"])
     });
     let proxy = across(&dbs);
+    // Captured: a read sent again is one command with one response in the capture.
+    let dir = common::mariadb::scratch_dir("across-lost-capture").join("cap");
+    start_capture(&proxy, &serde_json::json!({ "dir": dir }));
     let conns = sessions(&proxy, 8).await;
     let done = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let mut tasks = Vec::new();
@@ -237,6 +240,38 @@ async fn a_backend_killed_under_autocommit_reads_costs_no_client_an_error() {
         .sum();
     eprintln!("statements per backend: {after:?}; reads sent again: {retries}; killed {killed}");
     assert!(after.len() >= 2, "{after:?}");
+
+    let (status, text) = proxy.admin_post("/capture/stop", &[]);
+    assert_eq!(status, 200, "{text}");
+    let loaded = mysql_lb::tools::replay::load::load(&dir).expect("load the capture");
+    assert_eq!(loaded.sessions.len(), 8);
+    for s in &loaded.sessions {
+        let reads: Vec<_> = s
+            .steps
+            .iter()
+            .filter(|st| st.payload == b"\x03SELECT @@port")
+            .collect();
+        assert_eq!(reads.len(), 400, "session {}: one record per read", s.id);
+        assert!(
+            reads
+                .iter()
+                .all(|st| st.response.is_some_and(|r| !r.error && r.rows == 1)),
+            "session {}: every read answered, with its one row",
+            s.id
+        );
+    }
+}
+
+fn start_capture(proxy: &TestProxy, body: &serde_json::Value) {
+    let (status, text) = common::proxy::http_request(
+        proxy.admin.expect("admin endpoint"),
+        "POST",
+        "/capture/start",
+        &["Content-Type: application/json"],
+        body.to_string().as_bytes(),
+    )
+    .expect("admin response");
+    assert_eq!(status, 200, "{text}");
 }
 
 /// `sysbench TEST ... ACTION` against 127.0.0.1:`port` (small tables, prepared statements as
@@ -600,4 +635,107 @@ async fn kill_query_follows_the_session_to_its_backend_of_the_moment() {
         ports.len() > 1,
         "the victim ran on one backend only: {ports:?}"
     );
+}
+
+/// By session: the backend its start record names, the backend each of its `SELECT @@port`
+/// ran on (the start record's, then each move record's from where it is), and its moves.
+fn captured_backends(dir: &std::path::Path) -> BTreeMap<u64, (String, Vec<String>, usize)> {
+    use mysql_lb::telemetry::capture::format::{decode_file, Body};
+    let mut files: Vec<_> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    files.sort();
+    // Per session: where it started, where each command ran, how many moves.
+    let mut out: BTreeMap<u64, (String, Vec<String>, usize)> = BTreeMap::new();
+    let mut now: BTreeMap<u64, String> = BTreeMap::new();
+    for f in files {
+        let d = decode_file(&std::fs::read(&f).unwrap()).unwrap();
+        assert!(d.stopped.is_none(), "{}: {:?}", f.display(), d.stopped);
+        for r in d.records {
+            let s = out.entry(r.session).or_default();
+            match r.body {
+                Body::SessionStart(start) => {
+                    s.0.clone_from(&start.backend);
+                    now.insert(r.session, start.backend);
+                }
+                Body::Moved { backend } => {
+                    s.2 += 1;
+                    now.insert(r.session, backend);
+                }
+                Body::Command(c) if c.payload == b"\x03SELECT @@port" => {
+                    s.1.push(now[&r.session].clone());
+                }
+                _ => {}
+            }
+        }
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_capture_says_which_backend_each_statement_of_a_moving_session_ran_on() {
+    let dbs = tokio::task::block_in_place(|| start_dedicated(&["across-cap-a", "across-cap-b"]));
+    let proxy = across(&dbs);
+    let dir = common::mariadb::scratch_dir("across-capture").join("cap");
+    // Only the sessions that start on the first backend: they are captured wherever they go.
+    let first = dbs[0].tcp_addr();
+    start_capture(&proxy, &serde_json::json!({ "dir": dir, "backend": first }));
+    let mut conns = sessions(&proxy, 6).await;
+    let (mut ports, errors) = rounds(&mut conns, 6).await;
+    assert!(errors.is_empty(), "{errors:?}");
+    // A session may keep finding its own thread's connection where it is: a drain of the first
+    // backend makes its sessions move, and they may come back once it is ready.
+    for op in ["drain", "ready"] {
+        let (status, text) = proxy.admin_post(&format!("/backends/{first}/{op}"), &[]);
+        assert_eq!(status, 200, "{text}");
+        let (more, errors) = rounds(&mut conns, 6).await;
+        assert!(errors.is_empty(), "{errors:?}");
+        for (p, m) in ports.iter_mut().zip(more) {
+            p.extend(m);
+        }
+    }
+    for conn in conns {
+        conn.disconnect().await.unwrap();
+    }
+    let (status, text) = proxy.admin_post("/capture/stop", &[]);
+    assert_eq!(status, 200, "{text}");
+
+    let captured = captured_backends(&dir);
+    // Six logins round robin over two backends: three start on the first.
+    assert_eq!(captured.len(), 3, "{captured:?}");
+    let ran: Vec<Vec<String>> = ports
+        .iter()
+        .map(|p| p.iter().map(|port| format!("127.0.0.1:{port}")).collect())
+        .collect();
+    for (id, (start, backends, _)) in &captured {
+        assert_eq!(start, &first, "session {id} started where the filter says");
+        assert!(
+            ran.contains(backends),
+            "session {id}'s captured backends {backends:?} are one client's: {ran:?}"
+        );
+    }
+    assert!(
+        captured
+            .values()
+            .any(|(_, b, moves)| *moves > 0 && b.iter().collect::<BTreeSet<_>>().len() == 2),
+        "a captured session moved and ran on both backends: {captured:?}"
+    );
+
+    // The replay's loader reads the moves.
+    let loaded = mysql_lb::tools::replay::load::load(&dir).expect("load the capture");
+    let moves: usize = loaded.sessions.iter().map(|s| s.moves.len()).sum();
+    assert_eq!(moves, captured.values().map(|c| c.2).sum::<usize>());
+    for s in &loaded.sessions {
+        let backends: Vec<&str> = s
+            .steps
+            .iter()
+            .filter(|st| st.payload == b"\x03SELECT @@port")
+            .map(|st| s.backend_of(st))
+            .collect();
+        assert_eq!(
+            backends, captured[&s.id].1,
+            "the loader places each command where the capture does"
+        );
+    }
 }

@@ -4,7 +4,8 @@
 //! and its drain button drains a backend through the operation endpoint. A form on another
 //! origin cannot do the same (the Origin check). With traffic through both backends, each digest
 //! is one row with both backends side by side, and the chart's series are drawn (checked in the
-//! screenshot's pixels).
+//! screenshot's pixels). With a pool across backends the page shows each backend's moves, the
+//! sessions that cannot move, and a drain's progress, with the numbers `/backends` has.
 //!
 //! With `MYSQL_LB_DOCS_CAPTURE=DIR` the first test also writes what the manual shows
 //! (docs/src/admin.md): `DIR/status-page.png` and `DIR/top.txt` (`mysql-lb top --once` after the
@@ -160,6 +161,11 @@ fn after_a_sysbench_run_the_page_loads_clean_shows_backends_and_top_queries_and_
         "Array.from(document.querySelectorAll('#backends tbody tr')).map(r => r.cells[4].textContent)",
     );
     assert_eq!(states, json!(["ready", "ready"]));
+    assert_eq!(
+        browser.eval(&page, "document.getElementById('across') === null"),
+        json!(true),
+        "no table of pools across backends without one"
+    );
     let queries = browser.eval(
         &page,
         "Array.from(document.querySelectorAll('#queries tbody tr')).map(r => r.cells[0].textContent)",
@@ -586,4 +592,162 @@ fn the_page_shows_each_digest_once_over_both_backends_and_charts_them() {
     for db in pair {
         sysbench(db.port, &[], "cleanup");
     }
+}
+
+/// The cells of the page's table of pools across backends, row by row.
+fn across_rows(browser: &mut Browser, page: &str) -> Value {
+    browser.eval(
+        page,
+        "Array.from(document.querySelectorAll('#across tbody tr'))\
+           .map(r => Array.from(r.cells).map(c => c.textContent))",
+    )
+}
+
+/// What the row of backend `name` must show, from its `/backends` entry.
+fn across_row_of(proxy: &TestProxy, name: &str, progress: &str) -> Value {
+    let b = proxy.backend_entry(name);
+    let p = &b["server_pool"];
+    let n = |v: &Value| v.as_u64().expect("a count").to_string();
+    json!([
+        name,
+        "default",
+        n(&b["active_connections"]),
+        n(&p["acquired"]),
+        n(&p["moved_in"]),
+        n(&p["retried"]),
+        n(&p["pinned_sessions"]),
+        n(&p["keys_only_here"]),
+        progress
+    ])
+}
+
+#[test]
+fn with_a_pool_across_backends_the_page_shows_moves_and_the_drain_left() {
+    let pair = shared_pair();
+    let names = backends(pair);
+    let mut cfg = common::proxy::config(&names);
+    common::pooling::transaction_mode(
+        &mut cfg,
+        20,
+        Duration::from_secs(60),
+        Duration::from_secs(5),
+    );
+    cfg.pools[0].pooling.across_backends = true;
+    let proxy = TestProxy::start_with(cfg);
+    let admin = proxy.admin.expect("admin endpoint");
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    // Four sessions, logged in over both backends, twenty autocommit reads each.
+    let (mut conns, pinned_port) = rt.block_on(async {
+        use mysql_async::prelude::*;
+        let mut conns = Vec::new();
+        for _ in 0..4 {
+            conns.push(
+                mysql_async::Conn::new(proxy.opts(BENCH_USER, BENCH_PASS))
+                    .await
+                    .expect("login through the proxy"),
+            );
+        }
+        for _ in 0..20 {
+            for c in &mut conns {
+                c.query_drop("SELECT @@port").await.unwrap();
+            }
+        }
+        // One session pins its connection (a user variable): it stays where that ran.
+        conns[0].query_drop("SET @pinned = 1").await.unwrap();
+        let port: u16 = conns[0]
+            .query_first("SELECT @@port")
+            .await
+            .unwrap()
+            .unwrap();
+        (conns, port)
+    });
+    let pinned_on = format!("127.0.0.1:{pinned_port}");
+
+    // The backend the pinned session is on drains: it stays, the others there move.
+    let (status, body) = proxy.admin_post(&format!("/backends/{pinned_on}/drain"), &[]);
+    assert_eq!(status, 200, "{body}");
+    rt.block_on(async {
+        use mysql_async::prelude::*;
+        for c in &mut conns[1..] {
+            c.query_drop("SELECT 1").await.unwrap();
+        }
+    });
+    let moved_in: u64 = names
+        .iter()
+        .map(|n| {
+            proxy.backend_entry(n)["server_pool"]["moved_in"]
+                .as_u64()
+                .unwrap()
+        })
+        .sum();
+    assert!(moved_in > 0, "sessions moved");
+    let left = proxy.backend_entry(&pinned_on);
+    assert_eq!(
+        left["active_connections"], 1,
+        "only the pinned session: {left}"
+    );
+    assert_eq!(left["server_pool"]["pinned_sessions"], 1, "{left}");
+
+    // The drained backend's idle connections close and the keys are recounted meanwhile: the
+    // page is read again until it and the /backends read after it agree.
+    let (mut browser, page) = open_at_1280x900(admin);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let rows = across_rows(&mut browser, &page);
+        let p = &proxy.backend_entry(&pinned_on)["server_pool"];
+        let (open, idle) = (p["open"].as_u64().unwrap(), p["idle"].as_u64().unwrap());
+        let progress = format!(
+            "draining: 1 session(s) left (1 pinned: they stay until they end), {} \
+             connection(s) in use, {idle} idle connection(s) left",
+            open - idle
+        );
+        let want: Vec<Value> = names
+            .iter()
+            .map(|n| across_row_of(&proxy, n, if *n == pinned_on { &progress } else { "–" }))
+            .collect();
+        if rows == json!(want) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the page shows {rows}, /backends says {want:?}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+        browser.navigate(&page, &format!("http://{admin}/"));
+    }
+
+    // The pinned session ends: the drained backend empties, and the page says so.
+    let first = conns.remove(0);
+    rt.block_on(first.disconnect()).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let e = proxy.backend_entry(&pinned_on);
+        if e["active_connections"] == 0 && e["server_pool"]["open"] == 0 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the drained backend never emptied: {e}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    browser.navigate(&page, &format!("http://{admin}/"));
+    let rows = across_rows(&mut browser, &page);
+    let row = rows
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r[0] == json!(pinned_on))
+        .cloned();
+    assert_eq!(
+        row.map(|r| r[8].clone()),
+        Some(json!("draining: empty, no session or connection left"))
+    );
+    browser.drain_events(Duration::from_millis(300));
+    assert_eq!(browser.errors(), Vec::<String>::new(), "console errors");
+    rt.block_on(async {
+        for c in conns {
+            c.disconnect().await.unwrap();
+        }
+    });
 }

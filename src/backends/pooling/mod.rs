@@ -597,6 +597,12 @@ impl BackendPool {
         (pinned, self.metrics.moves.get(), self.metrics.retries.get())
     }
 
+    /// Connections sessions holding none took here (about one per transaction or autocommit
+    /// statement; a session's first runs on its login's): `mysql_lb_pool_acquired_total`.
+    pub fn acquired(&self) -> u64 {
+        self.metrics.acquired.get()
+    }
+
     /// In a pool across backends: keys whose connections are all on this backend, as last
     /// counted (0 in a pool per backend).
     pub fn keys_only_here(&self) -> usize {

@@ -450,11 +450,14 @@ pub fn backends_json(state: &ProxyState, recent: &Recent) -> serde_json::Value {
                 "server_pool": state.server_pools.get(&b.name).map(|p| {
                     let c = p.counts();
                     let (pinned, moved_in, retried) = p.sessions_counts();
+                    let pooling = p.pooling();
                     json!({
+                        "across_backends": pooling.across_backends,
                         "open": c.open,
                         "idle": c.idle,
                         "waiting": c.waiting,
-                        "max": p.pooling().max_server_connections,
+                        "max": pooling.max_server_connections,
+                        "acquired": p.acquired(),
                         "pinned_sessions": pinned,
                         "moved_in": moved_in,
                         "retried": retried,

@@ -1,7 +1,8 @@
 //! `GET /`: the status page, one server-rendered HTML page over the same JSON as `/backends` and
-//! `/queries`, and the samples of `/history`: the backends, a chart of each backend's queries per
-//! second and p99 over the last minutes ([`chart`]), and the top queries with each digest's
-//! backends side by side ([`queries`]).
+//! `/queries`, and the samples of `/history`: the backends, for a pool across backends its
+//! moves and a drain's progress ([`across`]), a chart of each backend's queries per second and
+//! p99 over the last minutes ([`chart`]), and the top queries with each digest's backends side
+//! by side ([`queries`]).
 //!
 //! It is read on the admin listener, often by a DBA's browser on loopback, and shows text that
 //! clients chose (query texts, user and schema names): every value is HTML-escaped in one place
@@ -24,6 +25,7 @@ use super::Recent;
 use crate::proxy::state::ProxyState;
 use crate::telemetry::html::esc;
 
+mod across;
 mod chart;
 mod queries;
 
@@ -249,6 +251,7 @@ pub fn render(
     }
     p.push_str("<p id=\"result\" role=\"status\"></p>\n");
     backends_table(&mut p, list);
+    across::section(&mut p, list);
     p.push_str(&chart::chart(history));
     let order: Vec<String> = list
         .iter()

@@ -79,8 +79,9 @@ impl<'a> Recorder<'a> {
     }
 
     /// The session's statements run on `backend` from now on (a pool across backends moved
-    /// it): its metrics, digests and a KILL it sends follow. (A capture that runs keeps the
-    /// backend its start record named.)
+    /// it): its metrics, digests and a KILL it sends follow, and a capture that takes it writes
+    /// a move record. A capture starting later names this backend in its start record; one
+    /// that runs keeps the session whatever its filter's backend (it chose by the start).
     pub(super) fn moved_to(&mut self, backend: &'a Arc<Backend>) {
         if Arc::ptr_eq(self.backend, backend) {
             return;
@@ -90,6 +91,18 @@ impl<'a> Recorder<'a> {
         self.who.backend = &backend.name;
         if let Some(d) = &mut self.digests {
             d.moved_to(&backend.name);
+        }
+        if let Some(cap) = &mut self.capture {
+            cap.moved_to(&backend.name);
+        }
+    }
+
+    /// The session's last command lost its server before any answer; `again`: it is sent once
+    /// more, next, on the connection the session holds now (see
+    /// [`capture::SessionCapture::lost_unanswered`]).
+    pub(super) fn lost_unanswered(&mut self, again: bool) {
+        if let Some(cap) = &mut self.capture {
+            cap.lost_unanswered(again);
         }
     }
 

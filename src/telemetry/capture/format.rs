@@ -3,7 +3,9 @@
 //! A file is a fixed header, then blocks; a block is a deflate-compressed run of whole records
 //! with its lengths and a CRC-32 of the records, so a reader can stop at the first block that is
 //! cut short or damaged and say where, having kept every record before it. Each record carries
-//! its own length, so a reader skips kinds it does not know (later versions may add some).
+//! its own length, so a reader skips kinds it does not know: a kind added later (such as
+//! [`KIND_MOVED`]) leaves the version as it is, so an older reader still reads the file, without
+//! what the new kind says, and a newer one reads files written before the kind existed.
 
 use std::io::{Read, Write};
 
@@ -28,6 +30,9 @@ pub const KIND_SESSION_START: u8 = 1;
 pub const KIND_COMMAND: u8 = 2;
 pub const KIND_RESPONSE: u8 = 3;
 pub const KIND_SESSION_END: u8 = 4;
+/// Added within version 1: a session of a pool across backends moved; its later commands ran on
+/// the backend named.
+pub const KIND_MOVED: u8 = 5;
 
 /// Session start flag: the session was open before the capture began (captured from its next
 /// command; its earlier state, such as a `USE` or prepared statements, is not in the file).
@@ -151,6 +156,10 @@ pub enum Body {
     Command(Command),
     Response(Response),
     SessionEnd,
+    /// The session's commands from here on ran on `backend` (a pool across backends moved it).
+    Moved {
+        backend: String,
+    },
 }
 
 /// One record: which session, when (µs since the capture started), what.
@@ -202,6 +211,7 @@ impl Record {
             Body::Command(_) => KIND_COMMAND,
             Body::Response(_) => KIND_RESPONSE,
             Body::SessionEnd => KIND_SESSION_END,
+            Body::Moved { .. } => KIND_MOVED,
         };
         out.push(kind);
         let len_at = out.len();
@@ -233,6 +243,7 @@ impl Record {
                 out.extend_from_slice(&r.error_code.to_le_bytes());
             }
             Body::SessionEnd => {}
+            Body::Moved { backend } => put_str(out, backend),
         }
         let len = (out.len() - len_at - 4) as u32;
         out[len_at..len_at + 4].copy_from_slice(&len.to_le_bytes());
@@ -270,7 +281,7 @@ impl Record {
     }
 
     fn decode_one(kind: u8, b: &[u8]) -> Result<Option<Record>, FormatError> {
-        if !(KIND_SESSION_START..=KIND_SESSION_END).contains(&kind) {
+        if !(KIND_SESSION_START..=KIND_MOVED).contains(&kind) {
             return Ok(None);
         }
         let mut r = Reader(b);
@@ -305,6 +316,7 @@ impl Record {
                     u16::from_le_bytes([b[0], b[1]])
                 },
             }),
+            KIND_MOVED => Body::Moved { backend: r.str()? },
             _ => Body::SessionEnd,
         };
         Ok(Some(Record {

@@ -416,6 +416,9 @@ pub struct SessionCapture {
     last_prepare_plain: bool,
     /// Responses still due to commands sent before this session's capture began.
     skip: usize,
+    /// A command whose server was lost before answering, about to be sent again to another
+    /// (see [`lost_unanswered`](Self::lost_unanswered)).
+    resend: Option<(u8, u32, bool)>,
 }
 
 impl SessionCapture {
@@ -453,11 +456,17 @@ impl SessionCapture {
             plain_ids: HashSet::new(),
             last_prepare_plain: false,
             skip: in_flight,
+            resend: None,
         })
     }
 
     /// A command packet's payload (command byte first), as the client sent it.
     pub fn statement(&mut self, command: u8, payload: &[u8]) {
+        if let Some(lost) = self.resend.take() {
+            // The same bytes sent again: one command, answered under the record written.
+            self.waiting.push_back(lost);
+            return;
+        }
         let now = Instant::now();
         let redacted;
         let mut plain_prepare = false;
@@ -538,6 +547,35 @@ impl SessionCapture {
         } else {
             self.plain_ids.remove(&id);
         }
+    }
+
+    /// The session's last command lost its server before any byte of an answer, so it will
+    /// never complete there (a pool across backends); `again`: the same bytes are sent next to
+    /// another server, whose answer is this command's (its record, already written, stays the
+    /// one record of it). Without this the responses that follow would pair with the commands
+    /// before theirs.
+    pub fn lost_unanswered(&mut self, again: bool) {
+        if self.skip > 0 {
+            // Sent before this capture began: unrecorded, and its copy is a new command.
+            self.skip -= 1;
+            return;
+        }
+        let lost = self.waiting.pop_back();
+        if again {
+            self.resend = lost;
+        }
+    }
+
+    /// The session's next commands run on `backend` (a pool across backends moved it): one
+    /// record saying so, so the capture says where each command ran.
+    pub fn moved_to(&mut self, backend: &str) {
+        self.active.send(&Record {
+            session: self.id,
+            t_us: self.active.elapsed_us(Instant::now()),
+            body: Body::Moved {
+                backend: backend.to_owned(),
+            },
+        });
     }
 
     /// A command's response ended.

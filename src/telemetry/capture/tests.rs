@@ -300,3 +300,96 @@ fn password_statements_and_their_executes_keep_only_digest_and_id() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The records as short words, in order.
+fn shown(records: &[Record]) -> Vec<String> {
+    records
+        .iter()
+        .map(|r| match &r.body {
+            Body::SessionStart(s) => format!("start {}", s.backend),
+            Body::Command(c) => format!("command {}", c.seq),
+            Body::Response(r) => format!("response {}", r.seq),
+            Body::Moved { backend } => format!("moved {backend}"),
+            Body::SessionEnd => "end".to_owned(),
+        })
+        .collect()
+}
+
+#[test]
+fn a_read_sent_again_after_its_server_was_lost_is_one_command_answered_once() {
+    let dir = temp("resent");
+    let c = capture_into(&dir, Filter::default());
+    let mut s = c.join(&who(), false, 0).unwrap();
+    s.statement(cmd::QUERY, b"\x03SELECT 1");
+    s.lost_unanswered(true);
+    s.moved_to("db2");
+    s.statement(cmd::QUERY, b"\x03SELECT 1");
+    s.completed(&completed(cmd::QUERY, 1, None));
+    // Its server lost and no other to send it to: never answered.
+    s.statement(cmd::QUERY, b"\x03SELECT 2");
+    s.lost_unanswered(false);
+    s.statement(cmd::QUERY, b"\x03SELECT 3");
+    s.completed(&completed(cmd::QUERY, 1, None));
+    drop(s);
+    let records = stop_and_read(&c, &dir);
+    assert_eq!(
+        shown(&records),
+        [
+            "start db1",
+            "command 0",
+            "moved db2",
+            "response 0",
+            "command 1",
+            "command 2",
+            "response 2",
+            "end"
+        ]
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_lost_command_sent_before_the_capture_began_is_not_waited_for() {
+    let dir = temp("resent-before");
+    let c = capture_into(&dir, Filter::default());
+    let mut s = c.join(&who(), true, 1).unwrap();
+    s.lost_unanswered(true);
+    // The copy sent again is the capture's first sight of it.
+    s.statement(cmd::QUERY, b"\x03SELECT 1");
+    s.completed(&completed(cmd::QUERY, 1, None));
+    drop(s);
+    let records = stop_and_read(&c, &dir);
+    assert_eq!(
+        shown(&records),
+        ["start db1", "command 0", "response 0", "end"]
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_move_is_written_between_the_commands_of_two_backends() {
+    let dir = temp("moved");
+    let c = capture_into(&dir, Filter::default());
+    let mut s = c.join(&who(), false, 0).unwrap();
+    s.statement(cmd::QUERY, b"\x03SELECT 1");
+    s.completed(&completed(cmd::QUERY, 1, None));
+    s.moved_to("db2");
+    s.statement(cmd::QUERY, b"\x03SELECT 2");
+    s.completed(&completed(cmd::QUERY, 1, None));
+    drop(s);
+    let records = stop_and_read(&c, &dir);
+    assert_eq!(
+        shown(&records),
+        [
+            "start db1",
+            "command 0",
+            "response 0",
+            "moved db2",
+            "command 1",
+            "response 1",
+            "end"
+        ]
+    );
+    assert!(records.windows(2).all(|w| w[0].t_us <= w[1].t_us));
+    let _ = std::fs::remove_dir_all(&dir);
+}

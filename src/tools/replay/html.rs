@@ -126,6 +126,13 @@ pub fn render(r: &Report) -> String {
         r.replayed_commands, r.captured_commands, r.skipped_commands, r.redacted_commands, r.sessions, esc(&speed),
         r.captured_seconds, r.replay_seconds, r.new_errors
     );
+    if r.moves > 0 {
+        let _ = write!(
+            page,
+            "<p id=\"moves\">Captured across backends: {} sessions moved {} times (replayed each on its one connection).</p>",
+            r.moved_sessions, r.moves
+        );
+    }
     if let Some(why) = &r.ended_early {
         let _ = write!(page, "<p class=\"warn\">Ended early: {}</p>", esc(why));
     }

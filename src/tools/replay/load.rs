@@ -1,6 +1,7 @@
 //! Reads a capture directory into sessions: every file in name order, each up to its last valid
 //! block (what stopped it is kept, with the offset, for the report), records grouped by session
-//! and each captured command paired with its response.
+//! and each captured command paired with its response, and the backends a session of a pool
+//! across backends moved to, so each command's backend is known.
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
@@ -14,6 +15,9 @@ pub struct Step {
     pub flags: u8,
     pub payload: Vec<u8>,
     pub response: Option<Response>,
+    /// The session's moves before it: it ran on `start.backend` when 0, else on the backend of
+    /// `moves[moved - 1]` (see [`CapturedSession::backend_of`]).
+    pub moved: u32,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -23,6 +27,25 @@ pub struct CapturedSession {
     /// When the capture first saw it.
     pub t_us: u64,
     pub steps: Vec<Step>,
+    /// Where its commands ran from then on (`start.backend` before the first), in order.
+    pub moves: Vec<Move>,
+}
+
+/// A session of a pool across backends moved at `t_us`: its next commands ran on `backend`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Move {
+    pub t_us: u64,
+    pub backend: String,
+}
+
+impl CapturedSession {
+    /// The backend `step` ran on, as the capture says.
+    pub fn backend_of(&self, step: &Step) -> &str {
+        (step.moved as usize)
+            .checked_sub(1)
+            .and_then(|i| self.moves.get(i))
+            .map_or(&self.start.backend, |m| &m.backend)
+    }
 }
 
 /// Where reading a file stopped before its end.
@@ -118,6 +141,7 @@ pub fn load(dir: &Path) -> Result<Loaded, LoadError> {
                         flags: c.flags,
                         payload: c.payload,
                         response: None,
+                        moved: s.moves.len() as u32,
                     });
                 }
                 Body::Response(resp) => {
@@ -127,6 +151,10 @@ pub fn load(dir: &Path) -> Result<Loaded, LoadError> {
                         }
                     }
                 }
+                Body::Moved { backend } => s.moves.push(Move {
+                    t_us: r.t_us,
+                    backend,
+                }),
                 Body::SessionEnd => {}
             }
         }
@@ -141,4 +169,68 @@ pub fn load(dir: &Path) -> Result<Loaded, LoadError> {
         })
         .collect();
     Ok(loaded)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::telemetry::capture::format::{encode_block, Command, FileHeader, Record};
+
+    fn record(t_us: u64, body: Body) -> Record {
+        Record {
+            session: 1,
+            t_us,
+            body,
+        }
+    }
+
+    fn query(t_us: u64, seq: u32) -> Record {
+        record(
+            t_us,
+            Body::Command(Command {
+                seq,
+                flags: 0,
+                payload: b"\x03SELECT 1".to_vec(),
+            }),
+        )
+    }
+
+    #[test]
+    fn each_command_runs_on_the_backend_of_the_last_move_before_it() {
+        let dir = std::env::temp_dir().join(format!("mlb-load-moves-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir(&dir).unwrap();
+        let start = SessionStart {
+            backend: "db1".into(),
+            ..SessionStart::default()
+        };
+        let moved = |t_us, to: &str| record(t_us, Body::Moved { backend: to.into() });
+        let mut raw = Vec::new();
+        for r in [
+            record(1, Body::SessionStart(start)),
+            query(10, 0),
+            moved(20, "db2"),
+            query(20, 1),
+            moved(30, "db1"),
+            query(40, 2),
+            record(50, Body::SessionEnd),
+        ] {
+            r.encode(&mut raw);
+        }
+        let mut file = FileHeader {
+            started_unix_us: 0,
+            index: 1,
+        }
+        .encode()
+        .to_vec();
+        file.extend_from_slice(&encode_block(&raw));
+        std::fs::write(dir.join("capture-000001.mlbcap"), file).unwrap();
+
+        let loaded = load(&dir).unwrap();
+        let s = &loaded.sessions[0];
+        let ran: Vec<&str> = s.steps.iter().map(|st| s.backend_of(st)).collect();
+        assert_eq!(ran, ["db1", "db2", "db1"]);
+        assert_eq!(s.moves.len(), 2);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }

@@ -113,6 +113,8 @@ pub async fn run(opts: Options) -> Result<Report, ReplayError> {
     }
     let t0 = sessions.iter().map(|s| s.t_us).min().unwrap_or(0);
     let total: u64 = sessions.iter().map(|s| s.steps.len() as u64).sum();
+    let moved = sessions.iter().filter(|s| !s.moves.is_empty()).count() as u64;
+    let moves: u64 = sessions.iter().map(|s| s.moves.len() as u64).sum();
     let ctx = Arc::new(Ctx {
         opts,
         start: Instant::now(),
@@ -163,6 +165,7 @@ pub async fn run(opts: Options) -> Result<Report, ReplayError> {
                 Speed::AsFastAsPossible => None,
             },
             sessions: count,
+            moved: (moved, moves),
             replay_wall: ctx.start.elapsed(),
             damage: loaded.damage,
             ended_early,

@@ -74,6 +74,10 @@ pub struct Report {
     /// password).
     pub redacted_commands: u64,
     pub new_errors: u64,
+    /// Captured sessions of a pool across backends that moved to another backend, and their
+    /// moves (the replay runs each session on its one connection to the target).
+    pub moved_sessions: u64,
+    pub moves: u64,
     /// How long the captured traffic took, and the replay.
     pub captured_seconds: f64,
     pub replay_seconds: f64,
@@ -115,6 +119,8 @@ fn per_second(times: impl Iterator<Item = Duration>) -> Vec<u64> {
 pub struct Context {
     pub speed: Option<f64>,
     pub sessions: usize,
+    /// Sessions that moved between backends while captured, and their moves.
+    pub moved: (u64, u64),
     pub replay_wall: Duration,
     pub damage: Vec<Damage>,
     pub ended_early: Option<String>,
@@ -143,6 +149,8 @@ pub fn build(samples: &[Sample], ctx: Context) -> Report {
             .filter(|s| s.skipped == Some(SKIP_REDACTED))
             .count() as u64,
         new_errors: digests.iter().map(|d| d.new_errors).sum(),
+        moved_sessions: ctx.moved.0,
+        moves: ctx.moved.1,
         captured_seconds: Duration::from_micros(last - first).as_secs_f64(),
         replay_seconds: ctx.replay_wall.as_secs_f64(),
         captured_per_second: per_second(
@@ -235,6 +243,13 @@ pub fn table(r: &Report, limit: usize) -> String {
         r.replayed_commands, r.captured_commands, r.skipped_commands, r.redacted_commands, r.sessions,
         r.captured_seconds, r.replay_seconds, r.new_errors
     );
+    if r.moves > 0 {
+        let _ = writeln!(
+            out,
+            "captured across backends: {} sessions moved {} times (replayed each on its one connection)",
+            r.moved_sessions, r.moves
+        );
+    }
     for d in &r.damaged_files {
         let _ = writeln!(
             out,
@@ -328,6 +343,7 @@ mod tests {
             Context {
                 speed: Some(1.0),
                 sessions: 1,
+                moved: (1, 2),
                 replay_wall: Duration::from_secs(1),
                 damage: vec![],
                 ended_early: None,
@@ -341,5 +357,7 @@ mod tests {
         assert_eq!(d.first_new_error.as_deref(), Some("1146: no table"));
         assert_eq!(d.ratio_p50, Some(2.0));
         assert!(table(&r, 10).contains("first new error: 1146: no table"));
+        assert!(table(&r, 10).contains("1 sessions moved 2 times"));
+        assert!(super::super::html::render(&r).contains("1 sessions moved 2 times"));
     }
 }

@@ -206,3 +206,73 @@ fn the_chart_is_on_the_page_or_says_there_is_no_data_yet() {
     assert!(page.contains("<figure id=\"chart\">") && !page.contains("chart-none"));
     assert!(page.find("id=\"backends\"") < page.find("id=\"chart\""));
 }
+
+fn server_pool(across: bool, open: u64, idle: u64, counts: [u64; 5]) -> Value {
+    let [acquired, moved_in, retried, pinned, only_here] = counts;
+    json!({"across_backends": across, "open": open, "idle": idle, "waiting": 0, "max": 50,
+           "acquired": acquired, "moved_in": moved_in, "retried": retried,
+           "pinned_sessions": pinned, "keys_only_here": only_here})
+}
+
+#[test]
+fn a_pool_across_backends_shows_moves_what_cannot_move_and_the_drain_left() {
+    let mut b = backends();
+    b["backends"][0]["server_pool"] = server_pool(true, 9, 4, [120, 17, 2, 1, 3]);
+    b["backends"][1]["server_pool"] = server_pool(true, 3, 2, [40, 5, 0, 1, 0]);
+    b["backends"][1]["active_connections"] = json!(2);
+    let page = render(&b, &json!({}), &[], false, "n");
+    assert!(page.contains("<table id=\"across\">"), "{page}");
+    assert!(page.find("id=\"backends\"") < page.find("id=\"across\""));
+    assert!(
+        page.contains(
+            "<tr data-backend=\"r1\"><td>r1</td><td>default</td><td class=\"n\">5</td>\
+             <td class=\"n\">120</td><td class=\"n\">17</td><td class=\"n\">2</td>\
+             <td class=\"n\">1</td><td class=\"n\">3</td><td>–</td></tr>"
+        ),
+        "r1 in rotation: {page}"
+    );
+    assert!(
+        page.contains(
+            "<td class=\"n\">40</td><td class=\"n\">5</td><td class=\"n\">0</td>\
+             <td class=\"n\">1</td><td class=\"n\">0</td><td class=\"draining\">draining: \
+             2 session(s) left (1 pinned: they stay until they end), 1 connection(s) in use, \
+             2 idle connection(s) left</td>"
+        ),
+        "r2 draining: {page}"
+    );
+
+    b["backends"][1]["active_connections"] = json!(0);
+    b["backends"][1]["server_pool"] = server_pool(true, 0, 0, [40, 5, 0, 0, 0]);
+    let page = render(&b, &json!({}), &[], false, "n");
+    assert!(page.contains("draining: empty, no session or connection left"));
+}
+
+#[test]
+fn plain_pools_have_no_across_table() {
+    let page = render(&backends(), &json!({}), &[], false, "n");
+    assert!(!page.contains("id=\"across\"") && !page.contains("moved in"));
+    let mut b = backends();
+    for i in 0..2 {
+        b["backends"][i]["server_pool"] = server_pool(false, 3, 1, [9, 0, 0, 0, 0]);
+    }
+    let page = render(&b, &json!({}), &[], false, "n");
+    assert!(!page.contains("id=\"across\"") && !page.contains("moved in"));
+    // Only the across pool's backend gets a row.
+    b["backends"][1]["server_pool"]["across_backends"] = json!(true);
+    let page = render(&b, &json!({}), &[], false, "n");
+    assert!(page.contains("<table id=\"across\">"));
+    assert_eq!(page.matches("<tr data-backend=\"r2\">").count(), 2);
+    assert_eq!(page.matches("<tr data-backend=\"r1\">").count(), 1);
+}
+
+#[test]
+fn the_across_table_escapes_its_values() {
+    let mut b = backends();
+    b["backends"][0]["server_pool"] = server_pool(true, 1, 1, [0; 5]);
+    b["backends"][0]["pool"] = json!("<b>p</b>");
+    b["backends"][0]["server_pool"]["moved_in"] = json!("<i>");
+    let page = render(&b, &json!({}), &[], false, "n");
+    assert!(page.contains("<td>&lt;b&gt;p&lt;/b&gt;</td><td class=\"n\">5</td>"));
+    assert!(page.contains("<td class=\"n\">&lt;i&gt;</td>"));
+    assert!(!page.contains("<i>") && !page.contains("<b>p"));
+}

@@ -131,7 +131,10 @@ impl<'r> Seat<'_, 'r> {
         self.avoid = Some(Arc::clone(&self.pool));
         let took = self.take_conn(ctx, client, None, None).await;
         self.avoid = None;
-        if !took? {
+        let took = took?;
+        // A capture keeps the one record of the command, answered by the second server.
+        self.observer.inner.lost_unanswered(took);
+        if !took {
             return Ok(false);
         }
         self.pool.count_retry();

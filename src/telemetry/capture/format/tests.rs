@@ -142,3 +142,66 @@ fn a_command_encoded_from_its_payload_is_the_same_record() {
     Record::encode_command(&mut b, 1, 90, (0, 0, b"\x03SELECT 1"));
     assert_eq!(a, b);
 }
+
+#[test]
+fn a_move_is_a_kind_5_record_naming_the_backend_and_round_trips() {
+    let moved = Record {
+        session: 1,
+        t_us: 100,
+        body: Body::Moved {
+            backend: "db2".into(),
+        },
+    };
+    let mut raw = Vec::new();
+    moved.encode(&mut raw);
+    let mut want = vec![KIND_MOVED, 21, 0, 0, 0];
+    want.extend_from_slice(&1u64.to_le_bytes());
+    want.extend_from_slice(&100u64.to_le_bytes());
+    want.extend_from_slice(b"\x03\x00db2");
+    assert_eq!(raw, want);
+
+    let mut records = sample();
+    records.insert(2, moved);
+    let bytes = file(&[&records[..3], &records[3..]]);
+    let d = decode_file(&bytes).unwrap();
+    assert_eq!(d.records, records);
+    assert_eq!(
+        d.header,
+        FileHeader::decode(&file(&[])).unwrap(),
+        "still version 1"
+    );
+}
+
+#[test]
+fn a_reader_that_knows_no_move_keeps_everything_around_it() {
+    // What a reader of the first version 1 did with kind 5: skipped it by its length.
+    let mut raw = Vec::new();
+    sample()[1].encode(&mut raw);
+    Record {
+        session: 1,
+        t_us: 100,
+        body: Body::Moved {
+            backend: "db2".into(),
+        },
+    }
+    .encode(&mut raw);
+    sample()[2].encode(&mut raw);
+    let mut kept = Vec::new();
+    let mut b = &raw[..];
+    while let Some((&kind, rest)) = b.split_first() {
+        let len = u32::from_le_bytes(rest[..4].try_into().unwrap()) as usize;
+        if kind <= KIND_SESSION_END {
+            kept.extend(Record::decode_all(&b[..5 + len]).unwrap());
+        }
+        b = &rest[4 + len..];
+    }
+    assert_eq!(kept, sample()[1..3]);
+}
+
+#[test]
+fn a_move_cut_short_is_a_bad_record() {
+    let mut raw = vec![KIND_MOVED, 19, 0, 0, 0];
+    raw.extend_from_slice(&[0; 16]);
+    raw.extend_from_slice(b"\x09\x00d");
+    assert_eq!(Record::decode_all(&raw), Err(FormatError::BadRecord));
+}
