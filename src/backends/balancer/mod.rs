@@ -519,17 +519,24 @@ impl BackendSet {
     /// next transaction's connection: `pool`'s backends that are ready and up, the policy's
     /// choice first. Unlike [`candidates_in`](Self::candidates_in), no down backend comes last
     /// and no trial is claimed: a session moves only to a backend in rotation.
-    pub fn transaction_order<'p>(&self, now: Instant, pool: &'p Pool) -> Vec<&'p Arc<Backend>> {
-        let mut up: Vec<&'p Arc<Backend>> = pool
-            .members
-            .iter()
-            .filter(|b| b.admin_state() == AdminState::Ready && self.is_up(b, now))
-            .collect();
+    /// Written into `up` (cleared first), which a session keeps between its transactions.
+    pub fn transaction_order<'p>(
+        &self,
+        now: Instant,
+        pool: &'p Pool,
+        up: &mut Vec<&'p Arc<Backend>>,
+    ) {
+        up.clear();
+        let at = self.rotation.nanos_since_epoch(now);
+        up.extend(
+            pool.members
+                .iter()
+                .filter(|b| b.admin_state() == AdminState::Ready && self.rotation.is_up_at(b, at)),
+        );
         if !up.is_empty() {
-            let first = self.policy_pick(pool.policy, &pool.next_transaction, &up);
+            let first = self.policy_pick(pool.policy, &pool.next_transaction, up);
             up.rotate_left(first);
         }
-        up
     }
 
     /// Whether backend `name` is out of rotation (not ready, or down) in a pool across

@@ -36,10 +36,15 @@ impl Rotation {
     }
 
     pub(super) fn is_up(&self, backend: &Backend, now: Instant) -> bool {
+        self.is_up_at(backend, self.nanos_since_epoch(now))
+    }
+
+    /// [`is_up`](Self::is_up) at `at` nanoseconds since the epoch (one clock reading for many
+    /// backends).
+    pub(super) fn is_up_at(&self, backend: &Backend, at: u64) -> bool {
         if backend.admin_state() == AdminState::Maintenance {
             return false;
         }
-        let at = self.nanos_since_epoch(now);
         if matches!(
             backend.ejection.standing(at, self.trial_timeout),
             Standing::Ejected | Standing::OnTrial

@@ -9,6 +9,13 @@
 /// The index (into `weights`) for position `counter` of the cycle. `weights` must not be empty;
 /// zero weights count as one.
 pub fn pick(weights: &[u32], counter: usize) -> usize {
+    // Equal weights (the usual case, and every transaction of a pool across backends asks):
+    // the cycle is the backends in order.
+    if let Some((&first, rest)) = weights.split_first() {
+        if rest.iter().all(|&w| w.max(1) == first.max(1)) {
+            return counter % weights.len();
+        }
+    }
     let total: u64 = weights.iter().map(|&w| u64::from(w.max(1))).sum();
     if total == 0 {
         return 0;

@@ -69,15 +69,10 @@ pub struct Key {
 }
 
 impl Key {
-    /// Hashed with `seed` ([`ServerPools::key`]: one per proxy, random, so that user names
-    /// chosen to collide cannot slow the pool's lookups).
-    fn new(data: KeyData, seed: &std::hash::RandomState) -> Key {
-        use std::hash::BuildHasher;
-        let hash = seed.hash_one(&data);
-        Key {
-            data: Arc::new(data),
-            hash,
-        }
+    /// Whether `other` is this key's very data (see [`ServerPools::key`]).
+    #[cfg(test)]
+    fn shares_data(&self, other: &Key) -> bool {
+        Arc::ptr_eq(&self.data, &other.data)
     }
 }
 
@@ -623,6 +618,19 @@ pub struct ServerPools {
     pools: Mutex<HashMap<String, Arc<BackendPool>>>,
     families: Families,
     seed: std::hash::RandomState,
+    /// One shared copy of each key's data while sessions hold it: keys compare by pointer,
+    /// also in another backend's pool (a pool across backends looks its sessions' keys up in
+    /// every backend's pool, at every transaction).
+    interned: Mutex<Interned>,
+}
+
+/// [`ServerPools::key`]'s table: each key's data, held weakly (it lives as long as a session or
+/// a pool holds it), its dead entries dropped as it doubles.
+#[derive(Default)]
+struct Interned {
+    keys: HashMap<KeyData, std::sync::Weak<KeyData>>,
+    /// Entries after the last sweep of dead ones.
+    swept: usize,
 }
 
 impl std::fmt::Debug for ServerPools {
@@ -638,12 +646,36 @@ impl ServerPools {
             pools: Mutex::default(),
             families: Families::register(metrics),
             seed: std::hash::RandomState::new(),
+            interned: Mutex::default(),
         }
     }
 
-    /// The key a session's connections are shared under.
+    /// The key a session's connections are shared under: hashed with the proxy's seed (random,
+    /// so that user names chosen to collide cannot slow the pool's lookups), its data shared
+    /// with every key equal to it.
     pub fn key(&self, data: KeyData) -> Key {
-        Key::new(data, &self.seed)
+        use std::hash::BuildHasher;
+        let hash = self.seed.hash_one(&data);
+        let mut interned = self.interned.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(data) = interned.keys.get(&data).and_then(std::sync::Weak::upgrade) {
+            return Key { data, hash };
+        }
+        if interned.keys.len() >= 2 * interned.swept.max(64) {
+            interned.keys.retain(|_, w| w.strong_count() > 0);
+            interned.swept = interned.keys.len();
+        }
+        let data = Arc::new(data);
+        interned
+            .keys
+            .insert(KeyData::clone(&data), Arc::downgrade(&data));
+        Key { data, hash }
+    }
+
+    /// How many keys [`key`](Self::key)'s table holds, dead ones not yet swept included.
+    #[cfg(test)]
+    fn interned_len(&self) -> usize {
+        let interned = self.interned.lock().unwrap_or_else(|e| e.into_inner());
+        interned.keys.len()
     }
 
     /// The pool of `backend` (of pool `pool`), its limits set to `pooling`.

@@ -109,6 +109,7 @@ where
         registration: joined.registration,
         avoid: None,
         pools: Vec::new(),
+        order: Vec::new(),
         // Where a KILL naming the session goes: the connection it holds, or nowhere (0)
         // between transactions, never the connection's next holder.
         live: joined.registration.and_then(kill::Registration::follow),
@@ -145,6 +146,8 @@ struct Seat<'a, 'r> {
     /// The pools of the backends it took connections from, by the backend's index in the set
     /// (looked up once, not at every transaction).
     pools: Vec<Option<Arc<BackendPool>>>,
+    /// Room for the policy's order of the pool's backends at each transaction (see `across`).
+    order: Vec<&'r Arc<crate::backends::balancer::Backend>>,
     conn: Option<Held>,
     observer: Pooled<'a, 'r>,
     pool: Arc<BackendPool>,
@@ -221,9 +224,21 @@ impl<'r> Seat<'_, 'r> {
         };
         // A transaction begins here: the session takes a connection for this command.
         let fresh = self.conn.is_none();
-        if fresh && self.across.is_some() {
-            if !self.take_conn(ctx, client, front.as_ref(), None).await? {
-                return Ok(());
+        if let (true, Some(pool)) = (fresh, self.across) {
+            // As below, across the pool's backends: an idle connection in the session's
+            // settings is taken without an await.
+            match self.idle_across(ctx, pool) {
+                Some(got) if got.carries(self.observer.holding.state()) => {
+                    self.hold_moved(ctx, got)
+                }
+                got => {
+                    if !self
+                        .take_conn(ctx, client, front.as_ref(), got.map(Ok))
+                        .await?
+                    {
+                        return Ok(());
+                    }
+                }
             }
         } else if fresh {
             // Most transactions find an idle connection in the session's settings: taken
@@ -292,6 +307,15 @@ impl<'r> Seat<'_, 'r> {
         self.conn = Some(got);
     }
 
+    /// Holds `got`, taken from any backend's pool of a pool across backends: the session moves
+    /// there first when that is another backend's.
+    fn hold_moved(&mut self, ctx: &Context<'r>, got: Held) {
+        if !Arc::ptr_eq(got.pool(), &self.pool) {
+            self.moved_to(ctx, got.pool());
+        }
+        self.hold(got);
+    }
+
     /// Takes a server connection from the pool for the command at the front (`front`, when it
     /// is a prepared-statement command), the long way: `tried` is what
     /// [`BackendPool::try_acquire`] gave (None: a wait). True once the session holds one; false
@@ -309,23 +333,23 @@ impl<'r> Seat<'_, 'r> {
     {
         let key = self.observer.key;
         let state = self.observer.holding.state();
-        let got = match self.across {
-            Some(pool) => {
+        let got = match (self.across, tried) {
+            // An idle one `idle_across` found, to be brought to the session's settings.
+            (Some(_), Some(Ok(got))) => bring_to(got, key, state).await,
+            (Some(pool), _) => {
                 let places = Places {
                     home: &self.pool,
                     avoid: self.avoid.as_ref(),
                     known: &mut self.pools,
+                    order: &mut self.order,
                 };
                 take_across(ctx, pool, places, key, state).await
             }
-            None => take(&self.pool, key, ctx.worker, state, tried).await,
+            (None, tried) => take(&self.pool, key, ctx.worker, state, tried).await,
         };
         let e = match got {
             Ok(got) => {
-                if !Arc::ptr_eq(got.pool(), &self.pool) {
-                    self.moved_to(ctx, got.pool());
-                }
-                self.hold(got);
+                self.hold_moved(ctx, got);
                 return Ok(true);
             }
             Err(e) => e,

@@ -299,3 +299,34 @@ async fn orderly_ends_count_as_before() {
     held.expect("an idle connection").quit();
     assert_eq!(f.counts(), ((1, 1, 0), (1, 0, 0)));
 }
+
+/// Equal keys share their data (a pool across backends compares them by pointer in every
+/// backend's pool); a key no session or pool holds any more leaves the table as it grows.
+#[test]
+fn equal_keys_share_their_data_and_dead_ones_are_swept() {
+    let metrics = Metrics::new();
+    let pools = ServerPools::new(&metrics);
+    let data = |user: &str| KeyData {
+        user: user.into(),
+        schema: "db".into(),
+        charset: 45,
+        capabilities: (0, 0),
+        tls: false,
+        compressed: false,
+        origin: None,
+    };
+    let a = pools.key(data("app"));
+    let b = pools.key(data("app"));
+    let other = pools.key(data("other"));
+    assert!(a.shares_data(&b), "equal keys must share one copy");
+    assert!(!a.shares_data(&other));
+    assert_eq!(a, b);
+    assert_ne!(a, other);
+    // Thousands of short-lived users: the table keeps the live ones only.
+    for i in 0..5000 {
+        drop(pools.key(data(&format!("u{i}"))));
+    }
+    assert!(pools.interned_len() < 300, "{}", pools.interned_len());
+    let c = pools.key(data("app"));
+    assert!(a.shares_data(&c), "a live key survives the sweeps");
+}

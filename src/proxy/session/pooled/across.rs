@@ -17,7 +17,7 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tracing::{debug, info};
 
 use super::{bring_to, take, Seat};
-use crate::backends::balancer::Pool;
+use crate::backends::balancer::{Backend, Pool};
 use crate::backends::kill;
 use crate::backends::pooling::{BackendPool, Held, Key, PoolError};
 use crate::net::leg::LegStream;
@@ -48,6 +48,24 @@ impl<'r> Seat<'_, 'r> {
         if let Some(registration) = self.registration {
             registration.moved(backend);
         }
+    }
+
+    /// The first idle connection of its key over `pool`'s backends in rotation (see
+    /// [`idle_across`]).
+    pub(super) fn idle_across(&mut self, ctx: &Context<'r>, pool: &'r Pool) -> Option<Held> {
+        let places = Places {
+            home: &self.pool,
+            avoid: self.avoid.as_ref(),
+            known: &mut self.pools,
+            order: &mut self.order,
+        };
+        idle_across(
+            ctx,
+            pool,
+            places,
+            self.observer.key,
+            self.observer.holding.state(),
+        )
     }
 
     /// A copy of the command at the front of the client's buffer when it is one whole COM_QUERY
@@ -149,52 +167,36 @@ impl<'r> Seat<'_, 'r> {
 }
 
 /// A connection of `key` from any backend of `pool` in rotation, for a session whose pool
-/// shares connections across its backends: the first idle one in the policy's order (one of
-/// this worker thread's first, so the policy balances transactions among the backends that have
-/// one without waking another thread where it can), else a wait on the
-/// session's own backend (`home`) while it is in rotation, else on the first backend where
-/// its key has connections. Never from `avoid`. Brought to the session's `state` as [`take`]
-/// does.
-pub(super) async fn take_across(
+/// shares connections across its backends: the first idle one in the policy's order (see
+/// [`idle_across`]), else a wait on the session's own backend (`home`) while it is in
+/// rotation, else on the first backend where its key has connections. Never from `avoid`.
+/// Brought to the session's `state` as [`take`] does.
+pub(super) async fn take_across<'r>(
     ctx: &Context<'_>,
-    pool: &Pool,
-    places: Places<'_>,
+    pool: &'r Pool,
+    places: Places<'_, 'r>,
     key: &Key,
     state: &crate::backends::pooling::State,
 ) -> Result<Held, PoolError> {
-    let Places { home, avoid, known } = places;
-    let order = ctx.set.transaction_order(Instant::now(), pool);
-    for b in &order {
-        let i = b.index();
-        if known.len() <= i {
-            known.resize(i + 1, None);
-        }
-        if known[i].is_none() {
-            known[i] = ctx.state.server_pools.get(&b.name);
-        }
+    let (home, avoid) = (places.home, places.avoid);
+    if let Some(got) = idle_across(ctx, pool, places, key, state) {
+        return bring_to(got, key, state).await;
     }
-    // The pools in the policy's order, but the one to avoid (looked up above, not cloned).
-    let known: &[Option<Arc<BackendPool>>] = known;
-    let pools = || {
-        order
-            .iter()
-            .filter_map(|b| known.get(b.index())?.as_ref())
-            .filter(|p| avoid.is_none_or(|a| !Arc::ptr_eq(a, p)))
-    };
-    // One of this thread's first (no other thread woken for its I/O), then any.
-    for local in [true, false] {
-        for p in pools() {
-            if let Some(got) = p.try_idle(key, ctx.worker, state, local) {
-                return bring_to(got, key, state).await;
-            }
-        }
-    }
-    let wait_on = pools()
+    // The pools of the order `idle_across` wrote, but the one to avoid.
+    let known = &ctx.state.server_pools;
+    let mut order = Vec::new();
+    ctx.set.transaction_order(Instant::now(), pool, &mut order);
+    let pools: Vec<Arc<BackendPool>> = order
+        .iter()
+        .filter_map(|b| known.get(&b.name))
+        .filter(|p| avoid.is_none_or(|a| !Arc::ptr_eq(a, p)))
+        .collect();
+    let wait_on = pools
+        .iter()
         .find(|p| Arc::ptr_eq(p, home))
-        .or_else(|| pools().find(|p| p.has_connections(key)))
-        .cloned();
+        .or_else(|| pools.iter().find(|p| p.has_connections(key)));
     match (wait_on, avoid) {
-        (Some(p), _) => take(&p, key, ctx.worker, state, None).await,
+        (Some(p), _) => take(p, key, ctx.worker, state, None).await,
         (None, None) => take(home, key, ctx.worker, state, None).await,
         // Nowhere else to wait: the pool says so as it does when a key's connections are gone.
         (None, Some(lost)) => Err(PoolError::Starved {
@@ -204,10 +206,52 @@ pub(super) async fn take_across(
     }
 }
 
-/// Where [`take_across`] looks: the session's own backend's pool, one to avoid, and the pools it
-/// looked up before.
-pub(super) struct Places<'s> {
+/// The first idle connection of `key` over the backends of `pool` in rotation, in the policy's
+/// order, never from `places.avoid`: one of this worker thread's first (no other thread woken
+/// for its I/O), then any. No await, no allocation once the session's `places` are filled: most
+/// transactions start here.
+pub(super) fn idle_across<'r>(
+    ctx: &Context<'_>,
+    pool: &'r Pool,
+    places: Places<'_, 'r>,
+    key: &Key,
+    state: &crate::backends::pooling::State,
+) -> Option<Held> {
+    let Places {
+        avoid,
+        known,
+        order,
+        ..
+    } = places;
+    ctx.set.transaction_order(Instant::now(), pool, order);
+    let order: &[&Arc<Backend>] = order;
+    for b in order {
+        let i = b.index();
+        if known.len() <= i {
+            known.resize(i + 1, None);
+        }
+        if known[i].is_none() {
+            known[i] = ctx.state.server_pools.get(&b.name);
+        }
+    }
+    let known: &[Option<Arc<BackendPool>>] = known;
+    let pools = || {
+        order
+            .iter()
+            .filter_map(|b| known.get(b.index())?.as_ref())
+            .filter(|p| avoid.is_none_or(|a| !Arc::ptr_eq(a, p)))
+    };
+    [true, false]
+        .into_iter()
+        .find_map(|local| pools().find_map(|p| p.try_idle(key, ctx.worker, state, local)))
+}
+
+/// Where [`take_across`] looks: the session's own backend's pool, one to avoid, the pools it
+/// looked up before, and room for the policy's order of the pool's backends (kept by the
+/// session: no allocation per transaction).
+pub(super) struct Places<'s, 'r> {
     pub(super) home: &'s Arc<BackendPool>,
     pub(super) avoid: Option<&'s Arc<BackendPool>>,
     pub(super) known: &'s mut Vec<Option<Arc<BackendPool>>>,
+    pub(super) order: &'s mut Vec<&'r Arc<Backend>>,
 }

@@ -128,9 +128,9 @@ impl<'r> Seat<'_, 'r> {
             // state is read, no lookup by name.
             if ctx.set.out_of_rotation(self.lease.backend(), now) {
                 let key = self.observer.key;
-                let elsewhere = ctx
-                    .set
-                    .transaction_order(now, pool)
+                let mut order = Vec::new();
+                ctx.set.transaction_order(now, pool, &mut order);
+                let elsewhere = order
                     .into_iter()
                     .filter_map(|b| ctx.state.server_pools.get(&b.name))
                     .find(|p| p.has_connections(key));
