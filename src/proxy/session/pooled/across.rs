@@ -26,6 +26,11 @@ use crate::proxy::relay::RelayEnd;
 use crate::proxy::session::{Context, SessionEnd};
 use crate::wire::protocol::response::Tracker;
 
+/// The largest statement a pool across backends keeps a copy of, to send again if its server
+/// is lost before answering: the copy is made for every transaction's first statement, and a
+/// bulk load's megabytes are no read to retry.
+const RETRY_MAX: usize = 64 * 1024;
+
 impl<'r> Seat<'_, 'r> {
     /// The session moves to `pool`, another backend's where its key has connections (it took
     /// one, or its own backend left rotation): it counts there from now on (the pool's sessions
@@ -69,7 +74,7 @@ impl<'r> Seat<'_, 'r> {
     }
 
     /// A copy of the command at the front of the client's buffer when it is one whole COM_QUERY
-    /// alone: it may run again on another server if its own is lost before answering and it is a
+    /// alone, of at most [`RETRY_MAX`] bytes: it may run again on another server if its own is lost before answering and it is a
     /// read ([`Seat::rereadable`]). Whether it is one is asked only then: a lost server is rare,
     /// and reading the text as the server does costs more than this copy.
     pub(super) fn retry_candidate(&self) -> Option<BytesMut> {
@@ -77,7 +82,7 @@ impl<'r> Seat<'_, 'r> {
         let len = usize::from(*up.first()?)
             | usize::from(*up.get(1)?) << 8
             | usize::from(*up.get(2)?) << 16;
-        let whole = up.len() == 4 + len && len < 0xFF_FFFF && up.get(3) == Some(&0);
+        let whole = up.len() == 4 + len && len <= RETRY_MAX && up.get(3) == Some(&0);
         let query = up.get(4) == Some(&crate::wire::protocol::cmd::QUERY);
         (whole && query).then(|| up.clone())
     }
