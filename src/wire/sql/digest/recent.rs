@@ -24,10 +24,13 @@ use std::fmt;
 
 use super::Digest;
 
-/// Exemplars longer than this are not kept (a session holds `2 × SETS` of them at most).
+/// Exemplars longer than this are not kept (a session holds `SETS × WAYS` of them at most).
 const MAX_EXEMPLAR: usize = 192;
-/// Sets of two exemplars each.
+/// Sets of [`WAYS`] exemplars each.
 const SETS: usize = 16;
+/// Exemplars a set holds: shapes whose texts agree up to their first cut run (sysbench's range
+/// select with and without `ORDER BY`) share a key, so a set must hold several.
+const WAYS: usize = 4;
 
 const ONES: u64 = 0x0101_0101_0101_0101;
 const HIGH_BITS: u64 = 0x8080_8080_8080_8080;
@@ -223,10 +226,11 @@ struct Entry {
 }
 
 /// The digests of shapes seen lately, by their exemplars: empty until its first use, then
-/// `2 × SETS` exemplars of up to `MAX_EXEMPLAR` bytes at most.
+/// `SETS × WAYS` exemplars of up to `MAX_EXEMPLAR` bytes at most (about 4.5 KiB and the
+/// exemplars' bytes).
 #[derive(Default)]
 pub struct RecentShapes {
-    sets: Option<Box<[[Entry; 2]; SETS]>>,
+    sets: Option<Box<[[Entry; WAYS]; SETS]>>,
 }
 
 impl fmt::Debug for RecentShapes {
@@ -277,11 +281,12 @@ impl RecentShapes {
             }))
         });
         let key = key(text);
-        let Some([first, second]) = sets.get_mut(set_of(key)) else {
+        let Some(set) = sets.get_mut(set_of(key)) else {
             return;
         };
-        // The newer of the two first: the older one goes.
-        std::mem::swap(first, second);
+        // Newest first: the oldest goes.
+        set.rotate_right(1);
+        let first = &mut set[0];
         first.key = key;
         first.digest = digest;
         first.runs = runs;
