@@ -80,26 +80,39 @@ const KEY_BYTES: usize = 32;
 /// first digit run the shape cuts, of the first [`KEY_BYTES`] at most.
 #[inline]
 fn key(text: &[u8]) -> u64 {
-    let end = text.len().min(KEY_BYTES);
+    let head = text.get(..KEY_BYTES).unwrap_or(text);
     let mut h = MUL;
+    let mut words = head.chunks_exact(8);
     let mut at = 0;
-    loop {
-        let (w, n) = match load(text, at) {
-            Some(w) if at + 8 <= end => (w, 8),
-            _ if at < end => (load_tail(text, end, end - at), end - at),
-            _ => break,
-        };
+    for c in &mut words {
+        let w = c.first_chunk::<8>().map_or(0, |c| u64::from_le_bytes(*c));
         let d = digits(w);
         if d != 0 {
             if let Some(k) = first_cut(text, at, d) {
-                let before = w & ((1u64 << (8 * k)) - 1);
-                h = (h ^ before ^ (k as u64) << 60).wrapping_mul(MUL);
-                break;
+                return finish(h, w & ((1u64 << (8 * k)) - 1), k);
             }
         }
         h = (h ^ w).wrapping_mul(MUL).rotate_left(29);
-        at += n;
+        at += 8;
     }
+    let rest = words.remainder();
+    if rest.is_empty() {
+        return finish(h, 0, 8);
+    }
+    let w = load_tail(text, text.len(), rest.len());
+    let d = digits(w);
+    let k = if d == 0 {
+        rest.len()
+    } else {
+        first_cut(text, at, d).unwrap_or(rest.len())
+    };
+    finish(h, w & ((1u64 << (8 * k)) - 1), k)
+}
+
+/// The key from the hash of the words before the last, and the last's `k` bytes `w`.
+#[inline(always)]
+fn finish(h: u64, w: u64, k: usize) -> u64 {
+    let h = (h ^ w ^ (k as u64) << 60).wrapping_mul(MUL);
     h ^ (h >> 31)
 }
 
@@ -136,21 +149,12 @@ fn digits_from(text: &[u8], mut at: usize) -> usize {
 }
 
 /// True if the `n` bytes of `a` at `i` are those of `b` at `j`.
-#[inline]
-fn same_bytes(a: &[u8], mut i: usize, b: &[u8], mut j: usize, mut n: usize) -> bool {
-    while n >= 8 {
-        match (load(a, i), load(b, j)) {
-            (Some(x), Some(y)) if x == y => {}
-            _ => return false,
-        }
-        i += 8;
-        j += 8;
-        n -= 8;
+#[inline(always)]
+fn same_bytes(a: &[u8], i: usize, b: &[u8], j: usize, n: usize) -> bool {
+    match (a.get(i..i + n), b.get(j..j + n)) {
+        (Some(x), Some(y)) => x == y,
+        _ => false,
     }
-    n == 0
-        || (i + n <= a.len()
-            && j + n <= b.len()
-            && load_tail(a, i + n, n) == load_tail(b, j + n, n))
 }
 
 /// The digit runs the shape cuts in `text`, as (start, length); None past [`MAX_RUNS`].
