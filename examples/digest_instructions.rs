@@ -12,6 +12,8 @@
 //!   numbered), so every call digests afresh (the fast path, or the general printer) and fills
 //!   the cache;
 //! - `digest_uncached`: `sql::digest`, no cache (what the capture and replay call);
+//! - `digest_recent`: `RecentShapes::get`, then `sql::digest_remembered` when it misses, as a
+//!   session digests (see `src/wire/sql/digest/recent.rs`);
 //! - `pins`, `read_only`: `sql::pins::pins` and `sql::read_only`.
 //!
 //! The variants are made before the calls, the same number whatever `calls` is: counted twice,
@@ -30,7 +32,9 @@
 
 use std::hint::black_box;
 
-use mysql_lb::wire::sql::{digest, digest_cached, pins::pins, read_only, DigestCache};
+use mysql_lb::wire::sql::{
+    digest, digest_cached, digest_remembered, pins::pins, read_only, DigestCache, RecentShapes,
+};
 
 /// sysbench's statements, `#` where it sends a number; and a Hibernate select.
 const TEXTS: &[(&str, &str)] = &[
@@ -63,7 +67,7 @@ fn main() {
     let args: Vec<String> = std::env::args().collect();
     let (Some(function), Some(name), Some(calls)) = (args.get(1), args.get(2), args.get(3)) else {
         eprintln!(
-            "usage: digest_instructions <digest|digest_new|digest_uncached|pins|read_only> <text> <calls>"
+            "usage: digest_instructions <digest|digest_new|digest_uncached|digest_recent|pins|read_only> <text> <calls>"
         );
         std::process::exit(2);
     };
@@ -98,16 +102,23 @@ fn main() {
         })
         .collect();
     let mut cache = DigestCache::default();
+    let mut recent = RecentShapes::default();
     let mut sink = 0u64;
     for i in 0..calls {
         let text = variants[i % VARIANTS].as_slice();
         sink ^= match function.as_str() {
             "digest" | "digest_new" => digest_cached(&mut cache, black_box(text), MAX_LEN).0,
             "digest_uncached" => digest(black_box(text), MAX_LEN).0,
+            "digest_recent" => match recent.get(black_box(text), MAX_LEN) {
+                Some(d) => d.0,
+                None => digest_remembered(&mut recent, &mut cache, text, MAX_LEN).0,
+            },
             "pins" => pins(black_box(text)).map_or(0, |p| p as u64),
             "read_only" => u64::from(read_only(black_box(text))),
             _ => {
-                eprintln!("functions: digest digest_new digest_uncached pins read_only");
+                eprintln!(
+                    "functions: digest digest_new digest_uncached digest_recent pins read_only"
+                );
                 std::process::exit(2);
             }
         };

@@ -1,7 +1,9 @@
 //! The SQL normalizer's properties, kept apart from `checks.rs` (the MySQL protocol's): on any
 //! bytes, [`mysql_lb::wire::sql::normalize`] and [`mysql_lb::wire::sql::digest`] never panic,
 //! read only the first `max_len` bytes, print a bounded text that normalizes to itself, and the
-//! digest is that text's, from a digest cache too, for the text and others of its shape; the tokens cover the text in order without overlapping; `classify` never panics;
+//! digest is that text's, from a digest cache and a session's recent shapes too, for the text
+//! and others of its shape; the tokens cover the text in order without overlapping; `classify`
+//! never panics;
 //! `pins` never panics and a comment appended to the text does not change its verdict (unless
 //! the text leaves a comment open, which the appended one may close); in every reading the
 //! server could take the tokens are in order within the text; and `pins` (every reading) pins
@@ -11,8 +13,9 @@
 
 use mysql_lb::wire::sql::pins::{pins, pins_for, Pin};
 use mysql_lb::wire::sql::{
-    classify, classify_as, digest, digest_cached, normalize, read_only, readings, retryable_read,
-    tokens, tokens_as, Dialect, DigestCache, Reading, Server, TokenKind,
+    classify, classify_as, digest, digest_cached, digest_remembered, normalize, read_only,
+    readings, retryable_read, tokens, tokens_as, Dialect, DigestCache, Reading, RecentShapes,
+    Server, TokenKind,
 };
 
 /// The tokens of `read` in `reading` are non-empty, in order, within the text, at most one per
@@ -37,14 +40,23 @@ fn covers(read: &[u8], reading: Reading) {
     assert!(count <= read.len());
 }
 
-/// A [`DigestCache`] answers what [`digest`] does: for the text on a miss and on a hit, and for
-/// texts of the same shape (each digit changed, each digit doubled), which a hit on the text's
-/// shape would answer if the cache kept it.
+/// A [`DigestCache`] and [`RecentShapes`] answer what [`digest`] does: for the text on a miss
+/// and on a hit, and for texts of the same shape (each digit changed, each digit doubled), which
+/// a hit on the text's shape would answer if they kept it.
 fn same_digest_from_a_cache(text: &[u8], max_len: usize) {
     let mut cache = DigestCache::default();
+    let mut recent = RecentShapes::default();
     let plain = digest(text, max_len);
     assert_eq!(digest_cached(&mut cache, text, max_len), plain, "a miss");
     assert_eq!(digest_cached(&mut cache, text, max_len), plain, "a hit");
+    assert_eq!(
+        digest_remembered(&mut recent, &mut cache, text, max_len),
+        plain,
+        "remembered"
+    );
+    if let Some(d) = recent.get(text, max_len) {
+        assert_eq!(d, plain, "a recent shape's hit");
+    }
     let changed: Vec<u8> = text
         .iter()
         .map(|&b| {
@@ -66,12 +78,21 @@ fn same_digest_from_a_cache(text: &[u8], max_len: usize) {
         })
         .collect();
     for other in [changed, doubled] {
+        let want = digest(&other, max_len);
         assert_eq!(
             digest_cached(&mut cache, &other, max_len),
-            digest(&other, max_len),
+            want,
             "a text of the same shape: {:?}",
             String::from_utf8_lossy(&other)
         );
+        if let Some(d) = recent.get(&other, max_len) {
+            assert_eq!(
+                d,
+                want,
+                "a recent shape's hit: {:?}",
+                String::from_utf8_lossy(&other)
+            );
+        }
     }
 }
 

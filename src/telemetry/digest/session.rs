@@ -41,6 +41,10 @@ pub struct SessionDigests {
     max_len: usize,
     /// Digests handed to the shard.
     known: HashSet<u64, BuildHasherDefault<KeyHasher>>,
+    /// The shapes of statements sent lately, each with a digest in `known` (emptied whenever
+    /// `known` loses one), so that a statement of one of them needs neither the worker's digest
+    /// cache nor a look in `known`.
+    recent: sql::RecentShapes,
     /// Of those, the `USE` statements, with the schema each selects.
     uses: HashedMap<u64, Arc<str>>,
     prepared: HashedMap<u32, u64>,
@@ -79,6 +83,7 @@ impl SessionDigests {
             elsewhere: Vec::new(),
             max_len: table.max_query_length() + 1,
             known: HashSet::default(),
+            recent: sql::RecentShapes::default(),
             uses: HashedMap::default(),
             prepared: HashedMap::default(),
             last_prepared: 0,
@@ -122,7 +127,7 @@ impl SessionDigests {
                 let tag = self.digest(body);
                 if command == cmd::STMT_PREPARE {
                     self.last_prepared = tag;
-                } else if let Some(schema) = self.uses.get(&tag).cloned() {
+                } else if let Some(schema) = self.use_of(tag) {
                     self.schema_change = Some((tag, schema));
                 }
                 tag
@@ -154,8 +159,11 @@ impl SessionDigests {
     /// first time this session sees it.
     fn digest(&mut self, text: &[u8]) -> u64 {
         let limit = self.max_len - 1;
+        if let Some(d) = self.recent.get(text, limit) {
+            return tag_of(d);
+        }
         let d = match self.table.cache(self.worker).lock() {
-            Ok(mut cache) => sql::digest_cached(&mut cache, text, limit),
+            Ok(mut cache) => sql::digest_remembered(&mut self.recent, &mut cache, text, limit),
             Err(_) => sql::digest(text, limit),
         };
         let tag = tag_of(d);
@@ -165,6 +173,7 @@ impl SessionDigests {
         if self.known.len() >= KNOWN {
             self.known.clear();
             self.uses.clear();
+            self.recent.clear();
         }
         let sample_len = self
             .table
@@ -172,13 +181,25 @@ impl SessionDigests {
             .load(std::sync::atomic::Ordering::Relaxed);
         match self.table.shard(self.worker).lock() {
             Ok(mut shard) => shard.texts(Digest(tag), || texts(text, limit, sample_len)),
-            Err(_) => return 0,
+            Err(_) => {
+                self.recent.clear();
+                return 0;
+            }
         };
         if let sql::Statement::Use(name) = sql::classify(text) {
             self.uses.insert(tag, lossy(&name));
         }
         self.known.insert(tag);
         tag
+    }
+
+    /// The schema a `USE` statement of digest `tag` selects (most sessions send none).
+    #[inline]
+    fn use_of(&self, tag: u64) -> Option<Arc<str>> {
+        if self.uses.is_empty() {
+            return None;
+        }
+        self.uses.get(&tag).cloned()
     }
 
     /// A command answered in full.
@@ -210,6 +231,7 @@ impl SessionDigests {
         }
     }
 
+    #[inline]
     fn schema_changed(&mut self, tag: u64, error: bool) {
         if self.schema_change.as_ref().is_some_and(|(t, _)| *t == tag) {
             if let (Some((_, schema)), false) = (self.schema_change.take(), error) {
@@ -232,6 +254,7 @@ impl SessionDigests {
             // Tag 0 (not read whole, or prepared before digests were on) has no texts.
             if !shard.record(Digest(c.tag), kind, &mut self.ident, c, now) {
                 self.known.remove(&c.tag);
+                self.recent.clear();
             }
             if slow.is_some() {
                 text = shard.text_of(Digest(c.tag));
@@ -305,6 +328,60 @@ fn truncate(s: &str, max: usize) -> &str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    use std::time::Duration;
+
+    use crate::config::DigestConfig;
+
+    fn run(s: &mut SessionDigests, text: &str) -> u64 {
+        let tag = s.statement(cmd::QUERY, format!("\x03{text}").as_bytes());
+        s.completed(&Completed {
+            command: cmd::QUERY,
+            latency: Duration::from_micros(50),
+            tag,
+            ..Completed::default()
+        });
+        tag
+    }
+
+    /// Statements a session's recent shapes answer count in their row, and after a reset drops
+    /// the texts the session hands them over again (its recent shapes forgotten with them).
+    #[test]
+    fn recent_shapes_count_in_their_row_and_survive_a_reset() {
+        let on = DigestConfig {
+            enabled: true,
+            ..DigestConfig::default()
+        };
+        let table = Arc::new(Digests::new(&on));
+        let mut s = SessionDigests::start(&table, 0, || Ident::new("b", "p", "u", "s")).unwrap();
+        let first = run(&mut s, "SELECT c FROM t1 WHERE id=1");
+        for id in 2..50 {
+            assert_eq!(
+                run(&mut s, &format!("SELECT c FROM t1 WHERE id={id}")),
+                first
+            );
+        }
+        let other = run(&mut s, "SELECT c FROM t2 WHERE id=1");
+        assert_ne!(other, first);
+        let counts = |table: &Digests| {
+            let mut rows: Vec<_> = table
+                .snapshot()
+                .rows
+                .iter()
+                .map(|r| (r.digest.map(|d| d.0), r.stats.count))
+                .collect();
+            rows.sort();
+            rows
+        };
+        let mut want = vec![(Some(first), 49), (Some(other), 1)];
+        want.sort();
+        assert_eq!(counts(&table), want);
+        table.reset();
+        // The texts are gone: this one counts in "(other)", and the next is handed over again.
+        run(&mut s, "SELECT c FROM t1 WHERE id=7");
+        run(&mut s, "SELECT c FROM t1 WHERE id=8");
+        assert_eq!(counts(&table), vec![(None, 1), (Some(first), 1)]);
+    }
 
     #[test]
     fn change_user_names_user_and_schema() {

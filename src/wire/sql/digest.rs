@@ -12,6 +12,8 @@
 //! The digest runs on every `COM_QUERY` and `COM_STMT_PREPARE` text, so what it costs is paid
 //! per statement. [`digest`] takes, in order:
 //!
+//! 0. (for a caller that keeps one, as a session does) the shapes it sent lately
+//!    (`recent.rs`): the text compared with an earlier one of its shape directly, without a lock;
 //! 1. the per-thread cache by shape (`cache.rs`): a text that repeats an earlier one but for its
 //!    numbers (`id=5032`) gets that one's digest, for one table look-up a byte;
 //! 2. the fast path (`fast.rs`): the common statement read and printed in one tight pass;
@@ -42,6 +44,8 @@ use super::token::{is_ident, is_space, tokens, Token, TokenKind, Tokens};
 mod cache;
 pub use cache::DigestCache;
 mod fast;
+mod recent;
+pub use recent::RecentShapes;
 #[cfg(test)]
 mod tests;
 
@@ -63,10 +67,30 @@ pub fn digest(text: &[u8], max_len: usize) -> Digest {
 /// [`digest`], answered from `cache` when a text of the same shape was digested there before
 /// (see `cache.rs`); the same digest either way.
 pub fn digest_cached(cache: &mut DigestCache, text: &[u8], max_len: usize) -> Digest {
+    digest_shaped(cache, text, max_len).0
+}
+
+/// [`digest_cached`], the shape of `text` remembered in `recent` when every text of it has this
+/// digest (ask [`RecentShapes::get`] first: it needs no cache).
+pub fn digest_remembered(
+    recent: &mut RecentShapes,
+    cache: &mut DigestCache,
+    text: &[u8],
+    max_len: usize,
+) -> Digest {
+    let (d, shaped) = digest_shaped(cache, text, max_len);
+    if shaped {
+        recent.remember(text, d);
+    }
+    d
+}
+
+/// [`digest_cached`], and true if every text of the shape of `text` has this digest.
+fn digest_shaped(cache: &mut DigestCache, text: &[u8], max_len: usize) -> (Digest, bool) {
     if text.len() <= max_len {
         return cache.digest(text, compute);
     }
-    digest(text, max_len)
+    (digest(text, max_len), false)
 }
 
 /// The digest of `text` (already cut at `max_len`): by the fast path, or by the general printer

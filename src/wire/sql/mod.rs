@@ -93,7 +93,9 @@ mod retry;
 mod token;
 
 pub use classify::{classify, classify_as, read_only, Statement};
-pub use digest::{digest, digest_cached, normalize, Digest, DigestCache};
+pub use digest::{
+    digest, digest_cached, digest_remembered, normalize, Digest, DigestCache, RecentShapes,
+};
 pub use reading::{readings, Comments, Dialect, Multibyte, Reading, Server, MAX_READINGS};
 pub use retry::retryable_read;
 pub use token::{tokens, tokens_as, Token, TokenKind, Tokens};

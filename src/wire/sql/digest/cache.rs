@@ -219,12 +219,12 @@ impl fmt::Debug for DigestCache {
 impl DigestCache {
     /// The digest of the whole `text` (not cut at `max_len`): from the cache when a text of its
     /// shape was digested before, else `compute`d (the digest, and whether the cache may keep
-    /// it) and kept.
+    /// it) and kept. True if every text of its shape has this digest (the cache kept it).
     pub(super) fn digest(
         &mut self,
         text: &[u8],
         compute: impl FnOnce(&[u8]) -> (Digest, bool),
-    ) -> Digest {
+    ) -> (Digest, bool) {
         let cache = self.inner.get_or_insert_with(|| {
             Box::new(Cache {
                 shapes: vec![Vec::new(); SLOTS],
@@ -233,10 +233,10 @@ impl DigestCache {
             })
         });
         let Some(len) = shape(text, &mut cache.scratch) else {
-            return compute(text).0;
+            return (compute(text).0, false);
         };
         let Some(key) = cache.scratch.get(..len) else {
-            return compute(text).0;
+            return (compute(text).0, false);
         };
         let slot = slot_of(key);
         if let (Some(kept), Some(&digest)) = (cache.shapes.get(slot), cache.digests.get(slot)) {
@@ -245,7 +245,7 @@ impl DigestCache {
                 {
                     self.hits += 1;
                 }
-                return digest;
+                return (digest, true);
             }
         }
         let (digest, keep) = compute(text);
@@ -261,7 +261,7 @@ impl DigestCache {
                 *d = digest;
             }
         }
-        digest
+        (digest, keep)
     }
 }
 

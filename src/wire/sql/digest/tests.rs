@@ -507,3 +507,133 @@ fn the_cache_answers_as_a_fresh_digest() {
         cache.hits
     );
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(20_000))]
+
+    /// The comparison without a shape is equality of shapes, and the key is the same for texts
+    /// of one shape.
+    #[test]
+    fn recent_shapes_compare_as_the_shapes(
+        a in prop::collection::vec(
+            prop::sample::select(b"0123456789ab_$ .'=\xc3".to_vec()), 0..40),
+        b in prop::collection::vec(
+            prop::sample::select(b"0123456789ab_$ .'=\xc3".to_vec()), 0..40),
+    ) {
+        for (x, y) in [(&a, &b), (&b, &a), (&a, &a), (&b, &b)] {
+            let same = cache::shape_of(x) == cache::shape_of(y);
+            if let Some(answer) = recent::same_shape(x, y) {
+                prop_assert_eq!(answer, same);
+            }
+            if same {
+                prop_assert_eq!(recent::key_of(x), recent::key_of(y));
+            }
+        }
+    }
+}
+
+/// Texts that differ only inside the digit runs the shape cuts: one shape, one key; and a
+/// digit run the shape keeps (`sbtest1`) or a different byte elsewhere makes another shape.
+#[test]
+fn recent_shapes_match_texts_that_differ_in_cut_digits() {
+    let mut next = xorshift(0x1234_5678_9abc_def1u64);
+    for _ in 0..5_000 {
+        let mut text = Vec::new();
+        for _ in 0..next() % 16 {
+            let piece = if next() % 2 == 0 {
+                DIGITS[(next() % DIGITS.len() as u64) as usize]
+            } else {
+                READ[(next() % READ.len() as u64) as usize]
+            };
+            text.extend_from_slice(piece.as_bytes());
+            if next() % 3 != 0 {
+                text.push(b' ');
+            }
+        }
+        let other = other_digits(&text, &mut next);
+        assert!(
+            recent::same_shape(&text, &other) != Some(false),
+            "{:?} and {:?}",
+            String::from_utf8_lossy(&text),
+            String::from_utf8_lossy(&other)
+        );
+        assert_eq!(recent::key_of(&text), recent::key_of(&other));
+    }
+    let same = |a: &str, b: &str| recent::same_shape(a.as_bytes(), b.as_bytes()).unwrap();
+    assert!(same(
+        "SELECT c FROM sbtest1 WHERE id=5032",
+        "SELECT c FROM sbtest1 WHERE id=7"
+    ));
+    assert!(!same(
+        "SELECT c FROM sbtest1 WHERE id=5032",
+        "SELECT c FROM sbtest2 WHERE id=5032"
+    ));
+    assert!(!same("SELECT 1", "SELECT 1 "));
+    assert!(!same("SELECT 1", "SELECT x"));
+    assert!(same("1 AND 22", "333 AND 4"));
+    assert!(!same("x12", "x3"));
+}
+
+/// A session's recent shapes answer what the digest computed afresh would, through hits,
+/// misses, replaced exemplars and texts cut at `max_len`.
+#[test]
+fn recent_shapes_answer_as_a_fresh_digest() {
+    let mut next = xorshift(0x9e37_79b9_7f4a_7c15u64);
+    let mut cache = DigestCache::default();
+    let mut recent = RecentShapes::default();
+    let mut texts: Vec<Vec<u8>> = Vec::new();
+    let mut hits = 0;
+    for i in 0..4_000u64 {
+        let text = if i % 2 == 0 && !texts.is_empty() {
+            let earlier = &texts[(next() % texts.len().min(40) as u64) as usize];
+            other_digits(earlier, &mut next)
+        } else {
+            let mut text = Vec::new();
+            for _ in 0..next() % 12 {
+                let piece = if next() % 2 == 0 {
+                    DIGITS[(next() % DIGITS.len() as u64) as usize]
+                } else {
+                    READ[(next() % READ.len() as u64) as usize]
+                };
+                text.extend_from_slice(piece.as_bytes());
+                text.push(b' ');
+            }
+            text
+        };
+        for max_len in [4096, text.len(), text.len().saturating_sub(3)] {
+            let want = reference_digest(&text, max_len);
+            match recent.get(&text, max_len) {
+                Some(d) => {
+                    hits += 1;
+                    assert_eq!(d, want, "{:?}", String::from_utf8_lossy(&text));
+                }
+                None => assert_eq!(
+                    digest_remembered(&mut recent, &mut cache, &text, max_len),
+                    want,
+                    "{:?} cut at {max_len}",
+                    String::from_utf8_lossy(&text)
+                ),
+            }
+        }
+        texts.push(text);
+    }
+    assert!(
+        hits > 500,
+        "only {hits} answers came from the recent shapes"
+    );
+    recent.clear();
+    assert!(texts.iter().all(|t| recent.get(t, 4096).is_none()));
+}
+
+#[test]
+fn recent_shapes_hit_on_sysbench() {
+    let mut cache = DigestCache::default();
+    let mut recent = RecentShapes::default();
+    for t in ["BEGIN", "SELECT c FROM sbtest1 WHERE id=5032"] {
+        let d = digest_remembered(&mut recent, &mut cache, t.as_bytes(), 1024);
+        assert_eq!(recent.get(t.as_bytes(), 1024), Some(d), "{t}");
+    }
+    assert!(recent
+        .get(b"SELECT c FROM sbtest1 WHERE id=17", 1024)
+        .is_some());
+}
