@@ -31,6 +31,14 @@ Per cell: median qps (min-max over rounds), median p95 latency, the proxy proces
 (utime+stime from /proc) per 10k queries, and the most connections any server had at once. At
 the end, transaction mode's CPU per query against session mode's, per thread count both ran.
 Written to --out (default benches/load/results-issue22.md).
+
+`--faults` (with the transaction and/or across paths) then runs, on each of them, what a replica
+pool's operator does under load: sysbench oltp_read_only (8 long-lived threads) while db1 is
+drained on that proxy 3 s in (the statements db1 still ran from 1 s after the drain to the end
+of the run, and how long until it held no connection of the proxy's), then db1 made ready
+again; and sysbench oltp_point_select (8 threads) while one backend is SIGKILLed 3 s in (db3
+under transaction mode, db2 under across). sysbench runs with `--mysql-ignore-errors=none`, so
+one lost connection ends it: its errors and exit status are the figure.
 """
 
 import argparse
@@ -67,6 +75,9 @@ def parse_args():
     ap.add_argument("--out", default=os.path.join(HERE, "results-issue22.md"))
     ap.add_argument("--test", default="oltp_point_select",
                     help="the sysbench test (oltp_point_select, oltp_read_only, ...)")
+    ap.add_argument("--faults", action="store_true",
+                    help="then a drain and a SIGKILL under load on the transaction and across "
+                         "paths (see above)")
     ap.add_argument("--ps", action="store_true",
                     help="server-side prepared statements (sysbench --db-ps-mode=auto)")
     return ap.parse_args()
@@ -131,6 +142,81 @@ def run_cell(reg, backends, target, threads, seconds, ps_mode, test):
     }
 
 
+def admin_post(port, path):
+    import urllib.request
+    req = urllib.request.Request("http://127.0.0.1:%d%s" % (port, path), data=b"", method="POST")
+    with urllib.request.urlopen(req, timeout=10) as r:
+        return r.status
+
+
+def threads_connected(db):
+    """The server's connections but the one this asks on."""
+    return status(db, "Threads_connected") - 1
+
+
+def fault_run(reg, target, test, seconds, at, act):
+    """sysbench `test` (8 threads) on `target` for `seconds`; `act()` runs `at` s in and returns
+    a function called once sysbench ended (its figures)."""
+    argv = sysbench_argv(test, target, 8, seconds, ["--mysql-ignore-errors=none"], "disable")
+    proc, log_path = reg.spawn("sysbench-fault", argv, log_name="sysbench-fault-%d" % time.monotonic_ns())
+    time.sleep(at)
+    after = act()
+    try:
+        proc.wait(seconds + 120)
+    finally:
+        reg.stop(proc, timeout=5)
+    with open(log_path, errors="replace") as f:
+        text = f.read()
+    r = parse_sysbench(text)
+    return {
+        "exit": proc.returncode,
+        "queries": r["queries"] or 0,
+        "errors": r["errors"] or 0,
+        "error": None if proc.returncode == 0 and not r["errors"] else first_error(text),
+        "extra": after(),
+    }
+
+
+def drain_fault(reg, backends, target, admin, seconds=10):
+    db1 = backends[0]
+    name = "127.0.0.1:%d" % db1.port
+    state = {}
+
+    def act():
+        admin_post(admin, "/backends/%s/drain" % name)
+        t0 = time.time()
+        state["empty_after"] = None
+        # How long until db1 holds none of the proxy's connections (checked every 0.1 s), and
+        # its question count 1 s after the drain.
+        while time.time() - t0 < seconds:
+            elapsed = time.time() - t0
+            if "q1" not in state and elapsed >= 1:
+                state["q1"] = status(db1, "Questions")
+            if state["empty_after"] is None and threads_connected(db1) == 0:
+                state["empty_after"] = elapsed
+            if "q1" in state and state["empty_after"] is not None:
+                break
+            time.sleep(0.1)
+        return lambda: {
+            # With the script's own SHOW STATUS questions since q1 (one per call, at most 100).
+            "after_drain": status(db1, "Questions") - state["q1"],
+            "empty_after": state["empty_after"],
+        }
+
+    res = fault_run(reg, target, "oltp_read_only", seconds, 3, act)
+    admin_post(admin, "/backends/%s/ready" % name)
+    return res
+
+
+def kill_fault(reg, victim, target, seconds=8):
+    def act():
+        victim.proc.kill()
+        victim.proc.wait()
+        return lambda: {}
+
+    return fault_run(reg, target, "oltp_point_select", seconds, 3, act)
+
+
 def main():
     args = parse_args()
     ps_mode = "auto" if args.ps else "disable"
@@ -154,6 +240,7 @@ def main():
         hp, hp_addr = procs.start_haproxy(reg, backends, 5000)
         addrs = ["127.0.0.1:%d" % b.port for b in backends]
         common = "backend_tls: {mode: disabled}\nmax_connections: 5000\n"
+        admins = {}
         targets = {
             "direct": Target("direct", tcp_args([b.addr for b in backends])),
             "haproxy": Target("haproxy", tcp_args([hp_addr]), hp),
@@ -169,9 +256,10 @@ def main():
                 continue
             cfg = procs.write_config(os.path.join(reg.base, name + ".yaml"), addrs, body)
             listen = ("127.0.0.1", procs.free_port())
-            proc, _, _ = procs.start_mysql_lb(reg, args.binary, "mysql-lb-" + name, listen, addrs,
-                                              ["--config", cfg])
+            proc, admin, _ = procs.start_mysql_lb(reg, args.binary, "mysql-lb-" + name, listen,
+                                                  addrs, ["--config", cfg])
             targets[name] = Target(name, tcp_args([listen]), proc)
+            admins[name] = admin
 
         cells = {}
         for rnd in range(args.rounds):
@@ -182,6 +270,20 @@ def main():
                                    args.test)
                     log("  %s" % res)
                     cells.setdefault((n, path), []).append(res)
+        faults = []
+        if args.faults:
+            fault_paths = [p for p in ("transaction", "across") if p in paths]
+            for path in fault_paths:
+                settle(backends)
+                log("fault: drain db1 under %s" % path)
+                faults.append((path, "drain db1", drain_fault(reg, backends, targets[path], admins[path])))
+                log("  %s" % (faults[-1][2],))
+            for path, victim in (("transaction", backends[2]), ("across", backends[1])):
+                if path in fault_paths:
+                    time.sleep(2)
+                    log("fault: SIGKILL %s under %s" % (victim.name, path))
+                    faults.append((path, "SIGKILL " + victim.name, kill_fault(reg, victim, targets[path])))
+                    log("  %s" % (faults[-1][2],))
         wall = time.time() - started
         busy_after, own_after = procs.machine_busy(), reg.own_cpu()
     finally:
@@ -191,13 +293,13 @@ def main():
     rev = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True,
                          text=True).stdout.strip()
     lines.append("Run %s with `python3 benches/load/pooling.py --rounds %d --time %d --threads %s "
-                 "--paths %s%s --test %s` "
+                 "--paths %s%s%s --test %s` "
                  "(%.0f s; mysql-lb %s, git %s). sysbench %s, `--tables=%d "
                  "--table-size=%d --db-ps-mode=%s`; backends `--max-connections=%d`, the "
                  "pool `max_server_connections: %d`."
                  % (datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
                     args.rounds, args.time, args.threads, ",".join(paths),
-                    " --ps" if args.ps else "", args.test, wall, args.binary, rev, args.test,
+                    " --ps" if args.ps else "", " --faults" if args.faults else "", args.test, wall, args.binary, rev, args.test,
                     TABLES,
                     TABLE_SIZE, ps_mode, SERVER_MAX, POOL_MAX))
     lines.append("")
@@ -232,6 +334,21 @@ def main():
                              "mode's (medians %.3f and %.3f s / 10k queries)."
                              % (n, what, statistics.median(t) / statistics.median(s),
                                 statistics.median(t), statistics.median(s)))
+    if faults:
+        lines.append("")
+        lines.append("| path | fault | sysbench | queries | errors | on db1 from 1 s after the drain | "
+                     "db1 without the proxy's connections after |")
+        lines.append("|---|---|---|---:|---:|---:|---:|")
+        for path, fault, r in faults:
+            run = "completed" if r["exit"] == 0 else "ended: %s" % (r["error"] or "exit %d" % r["exit"])
+            extra = r["extra"]
+            after = extra.get("after_drain")
+            empty = extra.get("empty_after")
+            lines.append("| %s | %s | %s | %d | %d | %s | %s |" % (
+                path, fault, run.replace("|", "/"), r["queries"], r["errors"],
+                "—" if after is None else "%d" % after,
+                "—" if "empty_after" not in extra else
+                ("not within 10 s" if empty is None else "%.2f s" % empty)))
     total = busy_after[1] - busy_before[1]
     other = (busy_after[0] - busy_before[0]) - (own_after - own_before)
     lines.append("- CPU taken by processes this script did not start: %.0f %% of the machine over "
