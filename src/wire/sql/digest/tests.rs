@@ -467,6 +467,21 @@ fn texts_of_a_kept_shape_share_its_digest() {
     assert!(kept > 2_000 && left > 2_000, "kept {kept}, left {left}");
 }
 
+/// Up to 11 pieces of [`DIGITS`] and [`READ`], each followed by a space.
+fn random_text(next: &mut impl FnMut() -> u64) -> Vec<u8> {
+    let mut text = Vec::new();
+    for _ in 0..next() % 12 {
+        let piece = if next() % 2 == 0 {
+            DIGITS[(next() % DIGITS.len() as u64) as usize]
+        } else {
+            READ[(next() % READ.len() as u64) as usize]
+        };
+        text.extend_from_slice(piece.as_bytes());
+        text.push(b' ');
+    }
+    text
+}
+
 /// The cache answers what the digest computed afresh would, through hits, misses, evictions and
 /// texts cut at `max_len`.
 #[test]
@@ -479,17 +494,7 @@ fn the_cache_answers_as_a_fresh_digest() {
             let earlier = &texts[(next() % texts.len() as u64) as usize];
             other_digits(earlier, &mut next)
         } else {
-            let mut text = Vec::new();
-            for _ in 0..next() % 12 {
-                let piece = if next() % 2 == 0 {
-                    DIGITS[(next() % DIGITS.len() as u64) as usize]
-                } else {
-                    READ[(next() % READ.len() as u64) as usize]
-                };
-                text.extend_from_slice(piece.as_bytes());
-                text.push(b' ');
-            }
-            text
+            random_text(&mut next)
         };
         for max_len in [4096, text.len(), text.len().saturating_sub(3)] {
             assert_eq!(
@@ -588,17 +593,7 @@ fn recent_shapes_answer_as_a_fresh_digest() {
             let earlier = &texts[(next() % texts.len().min(40) as u64) as usize];
             other_digits(earlier, &mut next)
         } else {
-            let mut text = Vec::new();
-            for _ in 0..next() % 12 {
-                let piece = if next() % 2 == 0 {
-                    DIGITS[(next() % DIGITS.len() as u64) as usize]
-                } else {
-                    READ[(next() % READ.len() as u64) as usize]
-                };
-                text.extend_from_slice(piece.as_bytes());
-                text.push(b' ');
-            }
-            text
+            random_text(&mut next)
         };
         for max_len in [4096, text.len(), text.len().saturating_sub(3)] {
             let want = reference_digest(&text, max_len);
