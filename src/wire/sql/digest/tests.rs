@@ -433,18 +433,7 @@ fn texts_of_a_kept_shape_share_its_digest() {
     let mut next = xorshift(0x2545_f491_4f6c_dd1du64);
     let (mut kept, mut left) = (0, 0);
     for _ in 0..20_000 {
-        let mut text = Vec::new();
-        for _ in 0..next() % 16 {
-            let piece = if next() % 2 == 0 {
-                DIGITS[(next() % DIGITS.len() as u64) as usize]
-            } else {
-                READ[(next() % READ.len() as u64) as usize]
-            };
-            text.extend_from_slice(piece.as_bytes());
-            if next() % 3 != 0 {
-                text.push(b' ');
-            }
-        }
+        let text = random_text(&mut next, 16, false);
         let (digest, keep) = compute(&text);
         assert_eq!(digest, reference_digest(&text, text.len()));
         if !keep {
@@ -467,17 +456,20 @@ fn texts_of_a_kept_shape_share_its_digest() {
     assert!(kept > 2_000 && left > 2_000, "kept {kept}, left {left}");
 }
 
-/// Up to 11 pieces of [`DIGITS`] and [`READ`], each followed by a space.
-fn random_text(next: &mut impl FnMut() -> u64) -> Vec<u8> {
+/// Fewer than `pieces` pieces of [`DIGITS`] and [`READ`], each followed by a space (`spaced`),
+/// else by one two times in three.
+fn random_text(next: &mut impl FnMut() -> u64, pieces: u64, spaced: bool) -> Vec<u8> {
     let mut text = Vec::new();
-    for _ in 0..next() % 12 {
+    for _ in 0..next() % pieces {
         let piece = if next() % 2 == 0 {
             DIGITS[(next() % DIGITS.len() as u64) as usize]
         } else {
             READ[(next() % READ.len() as u64) as usize]
         };
         text.extend_from_slice(piece.as_bytes());
-        text.push(b' ');
+        if spaced || next() % 3 != 0 {
+            text.push(b' ');
+        }
     }
     text
 }
@@ -494,7 +486,7 @@ fn the_cache_answers_as_a_fresh_digest() {
             let earlier = &texts[(next() % texts.len() as u64) as usize];
             other_digits(earlier, &mut next)
         } else {
-            random_text(&mut next)
+            random_text(&mut next, 12, true)
         };
         for max_len in [4096, text.len(), text.len().saturating_sub(3)] {
             assert_eq!(
@@ -543,18 +535,7 @@ proptest! {
 fn recent_shapes_match_texts_that_differ_in_cut_digits() {
     let mut next = xorshift(0x1234_5678_9abc_def1u64);
     for _ in 0..5_000 {
-        let mut text = Vec::new();
-        for _ in 0..next() % 16 {
-            let piece = if next() % 2 == 0 {
-                DIGITS[(next() % DIGITS.len() as u64) as usize]
-            } else {
-                READ[(next() % READ.len() as u64) as usize]
-            };
-            text.extend_from_slice(piece.as_bytes());
-            if next() % 3 != 0 {
-                text.push(b' ');
-            }
-        }
+        let text = random_text(&mut next, 16, false);
         let other = other_digits(&text, &mut next);
         assert!(
             recent::same_shape(&text, &other) != Some(false),
@@ -593,7 +574,7 @@ fn recent_shapes_answer_as_a_fresh_digest() {
             let earlier = &texts[(next() % texts.len().min(40) as u64) as usize];
             other_digits(earlier, &mut next)
         } else {
-            random_text(&mut next)
+            random_text(&mut next, 12, true)
         };
         for max_len in [4096, text.len(), text.len().saturating_sub(3)] {
             let want = reference_digest(&text, max_len);
