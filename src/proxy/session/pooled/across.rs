@@ -58,25 +58,21 @@ impl<'r> Seat<'_, 'r> {
     /// The first idle connection of its key over `pool`'s backends in rotation (see
     /// [`idle_across`]).
     pub(super) fn idle_across(&mut self, ctx: &Context<'r>, pool: &'r Pool) -> Option<Held> {
-        let places = Places {
+        let mut places = Places {
             home: &self.pool,
             avoid: self.avoid.as_ref(),
             known: &mut self.pools,
             order: &mut self.order,
         };
-        idle_across(
-            ctx,
-            pool,
-            places,
-            self.observer.key,
-            self.observer.holding.state(),
-        )
+        let (key, state) = (self.observer.key, self.observer.holding.state());
+        idle_across(ctx, pool, &mut places, key, state)
     }
 
     /// A copy of the command at the front of the client's buffer when it is one whole COM_QUERY
-    /// alone, of at most [`RETRY_MAX`] bytes: it may run again on another server if its own is lost before answering and it is a
-    /// read ([`Seat::rereadable`]). Whether it is one is asked only then: a lost server is rare,
-    /// and reading the text as the server does costs more than this copy.
+    /// alone, of at most [`RETRY_MAX`] bytes: it may run again on another server if its own is
+    /// lost before answering and it is a read ([`Seat::rereadable`]). Whether it is one is asked
+    /// only then: a lost server is rare, and reading the text as the server does costs more
+    /// than this copy.
     pub(super) fn retry_candidate(&self) -> Option<BytesMut> {
         let up = &self.up;
         let len = usize::from(*up.first()?)
@@ -183,23 +179,27 @@ pub(super) async fn take_across<'r>(
     key: &Key,
     state: &crate::backends::pooling::State,
 ) -> Result<Held, PoolError> {
-    let (home, avoid) = (places.home, places.avoid);
-    if let Some(got) = idle_across(ctx, pool, places, key, state) {
+    let mut places = places;
+    if let Some(got) = idle_across(ctx, pool, &mut places, key, state) {
         return bring_to(got, key, state).await;
     }
-    // The pools of the order `idle_across` wrote, but the one to avoid.
-    let known = &ctx.state.server_pools;
-    let mut order = Vec::new();
-    ctx.set.transaction_order(Instant::now(), pool, &mut order);
-    let pools: Vec<Arc<BackendPool>> = order
+    // None idle: where to wait, among the pools of the order `idle_across` wrote.
+    let Places {
+        home,
+        avoid,
+        known,
+        order,
+    } = places;
+    let pools: Vec<&Arc<BackendPool>> = order
         .iter()
-        .filter_map(|b| known.get(&b.name))
+        .filter_map(|b| known.get(b.index())?.as_ref())
         .filter(|p| avoid.is_none_or(|a| !Arc::ptr_eq(a, p)))
         .collect();
     let wait_on = pools
         .iter()
         .find(|p| Arc::ptr_eq(p, home))
-        .or_else(|| pools.iter().find(|p| p.has_connections(key)));
+        .or_else(|| pools.iter().find(|p| p.has_connections(key)))
+        .copied();
     match (wait_on, avoid) {
         (Some(p), _) => take(p, key, ctx.worker, state, None).await,
         (None, None) => take(home, key, ctx.worker, state, None).await,
@@ -218,7 +218,7 @@ pub(super) async fn take_across<'r>(
 pub(super) fn idle_across<'r>(
     ctx: &Context<'_>,
     pool: &'r Pool,
-    places: Places<'_, 'r>,
+    places: &mut Places<'_, 'r>,
     key: &Key,
     state: &crate::backends::pooling::State,
 ) -> Option<Held> {
@@ -228,6 +228,7 @@ pub(super) fn idle_across<'r>(
         order,
         ..
     } = places;
+    let avoid = *avoid;
     ctx.set.transaction_order(Instant::now(), pool, order);
     let order: &[&Arc<Backend>] = order;
     for b in order {
