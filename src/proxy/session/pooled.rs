@@ -224,34 +224,8 @@ impl<'r> Seat<'_, 'r> {
         };
         // A transaction begins here: the session takes a connection for this command.
         let fresh = self.conn.is_none();
-        if let (true, Some(pool)) = (fresh, self.across) {
-            // As below, across the pool's backends: an idle connection in the session's
-            // settings is taken without an await.
-            match self.idle_across(ctx, pool) {
-                Some(got) if got.carries(self.observer.holding.state()) => {
-                    self.hold_moved(ctx, got)
-                }
-                got => {
-                    if !self
-                        .take_conn(ctx, client, front.as_ref(), got.map(Ok))
-                        .await?
-                    {
-                        return Ok(());
-                    }
-                }
-            }
-        } else if fresh {
-            // Most transactions find an idle connection in the session's settings: taken
-            // without a wait, a clock read or a future of the pool's.
-            let state = self.observer.holding.state();
-            match self.pool.try_acquire(self.observer.key, ctx.worker, state) {
-                Some(Ok(got)) if got.carries(state) => self.hold(got),
-                tried => {
-                    if !self.take_conn(ctx, client, front.as_ref(), tried).await? {
-                        return Ok(());
-                    }
-                }
-            }
+        if fresh && !self.begin(ctx, client, front.as_ref()).await? {
+            return Ok(());
         }
         let Some(held) = self.conn.as_mut() else {
             return Ok(());
@@ -297,6 +271,41 @@ impl<'r> Seat<'_, 'r> {
         }
         self.client_waits = client_waits;
         Ok(())
+    }
+
+    /// A transaction begins: the session takes a connection for the command at the front
+    /// (`front`, when it is a prepared-statement command). True once it holds one; false when
+    /// the command was answered with an ERR, or dropped (see [`take_conn`](Self::take_conn)).
+    async fn begin<C>(
+        &mut self,
+        ctx: &Context<'r>,
+        client: &mut LegStream<C>,
+        front: Option<&Front>,
+    ) -> Result<bool, SessionEnd>
+    where
+        C: AsyncRead + AsyncWrite + Unpin,
+    {
+        if let Some(pool) = self.across {
+            // As below, across the pool's backends: an idle connection in the session's
+            // settings is taken without an await.
+            return match self.idle_across(ctx, pool) {
+                Some(got) if got.carries(self.observer.holding.state()) => {
+                    self.hold_moved(ctx, got);
+                    Ok(true)
+                }
+                got => self.take_conn(ctx, client, front, got.map(Ok)).await,
+            };
+        }
+        // Most transactions find an idle connection in the session's settings: taken without a
+        // wait, a clock read or a future of the pool's.
+        let state = self.observer.holding.state();
+        match self.pool.try_acquire(self.observer.key, ctx.worker, state) {
+            Some(Ok(got)) if got.carries(state) => {
+                self.hold(got);
+                Ok(true)
+            }
+            tried => self.take_conn(ctx, client, front, tried).await,
+        }
     }
 
     /// Holds `got` for the session's next commands; a KILL naming the session reaches it.
