@@ -91,16 +91,23 @@ pub struct Digests {
     slow_threshold: AtomicU64,
     slow_per_second: AtomicU32,
     slow: SlowLog,
-    shards: Box<[Mutex<Shard>]>,
+    shards: Box<[OwnLines<Mutex<Shard>>]>,
     /// One digest cache per shard, used by the sessions of the worker(s) of that shard only (an
     /// uncontended lock): texts that repeat but for their numbers are digested once per worker
     /// (see `crate::wire::sql::DigestCache`).
-    caches: Box<[Mutex<DigestCache>]>,
+    caches: Box<[OwnLines<Mutex<DigestCache>>]>,
     budget: Arc<Budget>,
     text_budget: Arc<TextBudget>,
     /// When the table was started or last reset.
     since: Mutex<SystemTime>,
 }
+
+/// One worker's part of the table on cache lines of its own: each statement locks its worker's
+/// shard, and two workers' locks on one line would make it bounce between their cores (128
+/// bytes, as the adjacent-line prefetcher moves lines in pairs).
+#[derive(Debug, Default)]
+#[repr(align(128))]
+struct OwnLines<T>(T);
 
 /// Rate limit of the slow-query log: lines in the current second, and lines not written.
 #[derive(Debug, Default)]
@@ -153,9 +160,14 @@ impl Digests {
             slow_per_second: AtomicU32::new(0),
             slow: SlowLog::default(),
             shards: (0..shards)
-                .map(|_| Mutex::new(Shard::new(Arc::clone(&budget), Arc::clone(&text_budget))))
+                .map(|_| {
+                    OwnLines(Mutex::new(Shard::new(
+                        Arc::clone(&budget),
+                        Arc::clone(&text_budget),
+                    )))
+                })
                 .collect(),
-            caches: (0..shards).map(|_| Mutex::default()).collect(),
+            caches: (0..shards).map(|_| OwnLines::default()).collect(),
             budget,
             text_budget,
             since: Mutex::new(SystemTime::now()),
@@ -205,19 +217,19 @@ impl Digests {
     #[inline]
     fn shard(&self, worker: usize) -> &Mutex<Shard> {
         match self.shards.get(worker) {
-            Some(shard) => shard,
-            None => &self.shards[worker % self.shards.len()],
+            Some(shard) => &shard.0,
+            None => &self.shards[worker % self.shards.len()].0,
         }
     }
 
     fn cache(&self, worker: usize) -> &Mutex<DigestCache> {
-        &self.caches[worker % self.caches.len()]
+        &self.caches[worker % self.caches.len()].0
     }
 
     /// Forgets every row (the counts restart from zero).
     pub fn reset(&self) {
         for shard in self.shards.iter() {
-            if let Ok(mut s) = shard.lock() {
+            if let Ok(mut s) = shard.0.lock() {
                 s.clear();
             }
         }
@@ -234,7 +246,7 @@ impl Digests {
         let mut rows: Vec<RowView> = Vec::new();
         let mut folded = 0;
         for shard in self.shards.iter() {
-            let Ok(s) = shard.lock() else { continue };
+            let Ok(s) = shard.0.lock() else { continue };
             folded += s.folded();
             s.each(|digest, kind, ident, texts, stats| {
                 let key = (digest, kind, Arc::clone(ident));
