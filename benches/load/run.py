@@ -11,7 +11,8 @@ release binary, starts three mariadbd instances from one mariadb-install-db temp
 plus a second mysql-lb that listens on a unix socket and reaches the backends by their sockets.
 Then sysbench oltp_point_select and oltp_read_only at 8 and 64 threads, text protocol
 (--db-ps-mode=disable), interleaved: every round runs each cell on every path in turn, so drift on
-a shared machine hits all paths alike. Paths:
+a shared machine hits all paths alike, and every other round in the opposite order, so no path
+always runs right after the same one. Paths:
 
   direct          sysbench -> the three backends over TCP (comma-separated --mysql-host/--mysql-port:
                   sysbench 1.0 hands its connections to the hosts round-robin)
@@ -646,8 +647,12 @@ class Bench:
         monitor = Monitor(self.backends)
         try:
             for rnd in range(self.args.rounds):
+                # Every other round runs the paths in the opposite order, so no path always
+                # follows the same one (and inherits its teardown: the backends closing its
+                # connections while the next run starts).
+                order = self.targets if rnd % 2 == 0 else self.targets[::-1]
                 for test, threads in self.cells():
-                    for target in self.targets:
+                    for target in order:
                         self.run_one(monitor, rnd, test, threads, target)
                     for p in self.proxies:
                         self.rss[(test, threads, p.name)] = procs.rss_kib(p.pid)
