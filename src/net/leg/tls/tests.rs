@@ -571,3 +571,38 @@ async fn garbage_after_the_handshake_never_panics() {
         }
     }
 }
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(48))]
+
+    /// Arbitrary bytes where records belong, after a real handshake, either version: the leg
+    /// ends with an error or a clean end, never a panic, and never hands out bytes no key
+    /// sealed.
+    #[test]
+    fn arbitrary_bytes_after_the_handshake_are_refused_without_a_panic(
+        tls13 in proptest::bool::ANY,
+        garbage in proptest::collection::vec(proptest::num::u8::ANY, 1..600),
+        header in proptest::option::of((20u8..25, 0u16..0x4200)),
+    ) {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        runtime.block_on(async {
+            let versions = if tls13 { TLS13 } else { TLS12 };
+            let (mut leg, mut client, _c) = RawClient::connect(versions, b"").await;
+            let mut wire = Vec::new();
+            if let Some((typ, len)) = header {
+                wire.extend_from_slice(&[typ, 3, 3]);
+                wire.extend_from_slice(&len.to_be_bytes());
+            }
+            wire.extend_from_slice(&garbage);
+            client.io.write_all(&wire).await.expect("write");
+            client.io.shutdown().await.expect("shutdown");
+            let mut got = Vec::new();
+            let end = leg.read_to_end(&mut got).await;
+            assert!(got.is_empty(), "nothing forged is handed out");
+            assert!(end.is_err(), "a stream of garbage does not end cleanly");
+        });
+    }
+}
