@@ -6,7 +6,8 @@
 //! over plaintext: some 2,000 in AES-GCM, 2,300 in rustls' handling of the two records (it
 //! copies each received record's plaintext into a `Vec`, encrypts each record sent into a new
 //! `Vec`, sends those through a `writev` list, and grows its incoming buffer 4 KiB at a time).
-//! Its unbuffered API keeps the `Vec`s. So:
+//! Its unbuffered API keeps the `Vec`s. With the record layer below, the client leg adds about
+//! 3,500 instructions per point select, two thirds of them AES-GCM. So:
 //!
 //! - Client leg (mysql-lb is the server): rustls drives the handshake through its unbuffered
 //!   API ([`accept`]) and hands over the traffic secrets and a `KernelConnection`, which

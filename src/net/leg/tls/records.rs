@@ -446,6 +446,11 @@ impl Records {
                 self.update_tx(false, out)?;
             }
             messages = &rest[len..];
+            // A key change ends the record (RFC 8446 5.1): what follows was sealed with the
+            // old key.
+            if !messages.is_empty() {
+                return Err(RecordError::Unexpected(HANDSHAKE));
+            }
         }
         Ok(())
     }
