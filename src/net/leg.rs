@@ -32,7 +32,7 @@ pub enum LegStream<S> {
 }
 
 impl<S> LegStream<S> {
-    /// The leg once its TLS handshake (by tokio-rustls) is done.
+    /// The backend leg once its TLS handshake (by tokio-rustls) is done.
     pub fn tls(stream: TlsStream<S>) -> Self {
         Self::Tls(Box::new(TlsSocket::new(stream)))
     }
@@ -78,7 +78,7 @@ impl<S> LegStream<S> {
     pub fn tls_description(&self) -> Option<String> {
         match self {
             Self::Compressed(c) => c.get_ref().tls_description(),
-            Self::Tls(s) => Some(crate::net::tls::describe(s.state())),
+            Self::Tls(s) => Some(s.description()),
             _ => None,
         }
     }
@@ -89,10 +89,7 @@ impl<S> LegStream<S> {
             return c.get_ref().peer_certificate();
         }
         let Self::Tls(s) = self else { return None };
-        s.state()
-            .peer_certificates()?
-            .first()
-            .map(|c| c.clone().into_owned())
+        s.peer_certificate()
     }
 }
 

@@ -44,6 +44,10 @@ pub struct TlsMaterial {
 
 /// What mysql-lb presents to clients that send an SSLRequest.
 pub struct ClientTlsAcceptor {
+    /// For [`TlsSocket::accept`](crate::net::leg::TlsSocket::accept), which drives the
+    /// handshake and then seals records itself (`enable_secret_extraction` is on).
+    pub config: Arc<ServerConfig>,
+    /// The same configuration for tokio-rustls (tests).
     pub acceptor: tokio_rustls::TlsAcceptor,
     /// `tls.require`: a TCP client that does not switch to TLS is refused.
     pub require: bool,
@@ -207,8 +211,13 @@ impl ClientTlsAcceptor {
         // random per load, so tickets from before a reload fall back to a full handshake.
         config.ticketer = rustls::crypto::ring::Ticketer::new()
             .map_err(|e| TlsError::invalid("tls", format!("session tickets: {e}")))?;
+        // The handshake hands its traffic secrets to the client leg's own record layer
+        // (src/net/leg/tls/records.rs).
+        config.enable_secret_extraction = true;
+        let config = Arc::new(config);
         Ok(ClientTlsAcceptor {
-            acceptor: tokio_rustls::TlsAcceptor::from(Arc::new(config)),
+            acceptor: tokio_rustls::TlsAcceptor::from(Arc::clone(&config)),
+            config,
             require: tls.require,
             not_after,
         })

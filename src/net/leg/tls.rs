@@ -1,178 +1,120 @@
-//! A TLS leg past its handshake: rustls' connection driven directly by the relay's reads and
-//! writes, without tokio-rustls.
+//! A TLS leg past its handshake, driven directly by the relay's reads and writes: the client
+//! leg through a record layer of our own, the backend leg through rustls' connection.
 //!
-//! The handshake stays with tokio-rustls (`TlsAcceptor::accept`, `TlsConnector::connect`); once
-//! it is done, [`TlsSocket::new`] takes the socket and the rustls connection out of its stream. The
-//! reason is the cost per query: tokio-rustls reads the socket through an adapter that turns every
-//! "not ready" into an `io::Error`, reads at most 4 KiB per system call, and after handing out one
-//! record's plaintext goes back to the socket for more, which is one more readiness check and one
-//! more error per read. Here one poll reads up to 16 KiB of records with one read into a stack
-//! buffer, gives them to rustls, and hands out every decrypted byte that fits; the socket is read
-//! again only when rustls has no plaintext left. A write encrypts what the relay wrote (one
-//! record per 16 KiB) and sends what rustls queued at once.
+//! The reason is the cost per query. Counted with callgrind on a point select (one small record
+//! each way), a client leg through rustls' buffered connection added about 5,000 instructions
+//! over plaintext: some 2,000 in AES-GCM, 2,300 in rustls' handling of the two records (it
+//! copies each received record's plaintext into a `Vec`, encrypts each record sent into a new
+//! `Vec`, sends those through a `writev` list, and grows its incoming buffer 4 KiB at a time).
+//! Its unbuffered API keeps the `Vec`s. With the record layer below, the client leg adds about
+//! 3,500 instructions per point select, two thirds of them AES-GCM. So:
 //!
-//! What is left of rustls' own overhead (0.23): it copies each received record's plaintext into
-//! a `Vec` of its own, encrypts each record sent into a new `Vec` and sends those through a
-//! 64-slice `writev` list, and its incoming buffer grows 4 KiB at a time (zeroed, reallocated,
-//! shrunk again once empty) for every record larger than that. Its unbuffered API
-//! (`rustls::unbuffered`) would remove the last two but not the copies into a `Vec` (there, too,
-//! a received record is popped from a queue of `Vec`s, and a sent one is encrypted into a `Vec`
-//! before being copied into the caller's buffer), and would need the handshake driven by hand.
-//! Counted with callgrind on a point select (one small record each way), a TLS client leg adds
-//! about 5,000 instructions: some 2,000 in AES-GCM, 2,300 in rustls' handling of the two
-//! records, the rest here and in the socket calls. Only a record layer of our own over ring's
-//! AEAD would remove those 2,300; rustls' `kernel` API (`KernelConnection`) would keep it
-//! correct across TLS 1.3 key updates, but is reachable only from an unbuffered connection, so
-//! that route too starts with a handshake driven by hand.
+//! - Client leg (mysql-lb is the server): rustls drives the handshake through its unbuffered
+//!   API ([`accept`]) and hands over the traffic secrets and a `KernelConnection`, which
+//!   derives the next keys on a TLS 1.3 key update. Records are then sealed and opened in place
+//!   with ring's AEAD ([`records`], [`server`]).
+//! - Backend leg (mysql-lb is the client): tokio-rustls' handshake, then rustls' connection
+//!   without tokio-rustls' adapter ([`buffered`]). One backend connection serves many clients
+//!   in pooled mode and is usually plaintext, so its cost per query matters less.
 //!
-//! Everything TLS is still rustls': records, alerts, key updates, close_notify. End of stream is
-//! as rustls' reader says: zero bytes after the peer's close_notify, `UnexpectedEof` when the
-//! socket ended without one (a truncation), `InvalidData` on a bad record (after one attempt to
-//! send the alert rustls queued about it).
+//! One type for both keeps [`LegStream`](super::LegStream) as it was: a branch per call.
 
-use std::io::{self, BufRead, Write};
-use std::mem::MaybeUninit;
+mod accept;
+mod buffered;
+mod records;
+mod server;
+
+use std::io;
 use std::pin::Pin;
-use std::task::{ready, Context, Poll};
+use std::sync::Arc;
+use std::task::{Context, Poll};
 
-use rustls::{CommonState, Connection};
+use rustls::ServerConfig;
+use rustls_pki_types::CertificateDer;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio_rustls::TlsStream;
 
-/// Ciphertext read per system call: a full-size record in one read.
-const READ_CHUNK: usize = 16 * 1024;
-/// rustls' `read_tls` refuses more records once it holds more than this much plaintext
-/// (`DEFAULT_RECEIVED_PLAINTEXT_LIMIT` in rustls 0.23, not exported); records it cannot take yet
-/// wait in [`TlsSocket::unread`].
-const PLAINTEXT_LIMIT: usize = 16 * 1024;
+use buffered::Buffered;
+use server::Server;
 
 /// An established TLS connection over `S`.
-pub struct TlsSocket<S> {
-    io: S,
-    conn: Connection,
-    /// Records read from the socket that rustls could not take yet (it held 16 KiB of
-    /// plaintext, which happens only in bulk transfers): they go to rustls before the socket is
-    /// read again. Freed with the relay's buffers once the session is quiet.
-    unread: Vec<u8>,
-    /// The socket ended and rustls was told: never read it again.
-    eof: bool,
-    /// close_notify is queued (the leg was shut down).
-    closing: bool,
+pub struct TlsSocket<S>(Inner<S>);
+
+// Both are large (AES key schedules, rustls' state) and the socket is boxed in `LegStream`:
+// boxing the larger variant as well would add a pointer chase per call for nothing.
+#[allow(clippy::large_enum_variant)]
+enum Inner<S> {
+    Server(Server<S>),
+    Buffered(Buffered<S>),
 }
 
 impl<S> TlsSocket<S> {
-    /// The socket under the records.
-    pub fn socket(&self) -> &S {
-        &self.io
+    /// Takes over the socket and the connection of a stream whose handshake (by tokio-rustls)
+    /// is complete.
+    pub fn new(stream: TlsStream<S>) -> Self {
+        Self(Inner::Buffered(Buffered::new(stream)))
     }
 
-    /// Takes over the socket and the connection of a stream whose handshake is complete.
-    pub fn new(stream: TlsStream<S>) -> Self {
-        let (io, conn) = match stream {
-            TlsStream::Client(s) => {
-                let (io, conn) = s.into_inner();
-                (io, Connection::Client(conn))
-            }
-            TlsStream::Server(s) => {
-                let (io, conn) = s.into_inner();
-                (io, Connection::Server(conn))
-            }
-        };
-        Self {
-            io,
-            conn,
-            unread: Vec::new(),
-            eof: false,
-            closing: false,
+    /// The socket under the records.
+    pub fn socket(&self) -> &S {
+        match &self.0 {
+            Inner::Server(s) => s.socket(),
+            Inner::Buffered(b) => b.socket(),
         }
     }
 
-    /// The negotiated parameters and the peer's certificates.
-    pub fn state(&self) -> &CommonState {
-        &self.conn
+    /// The negotiated version and cipher suite ("TLSv1.3 TLS13_AES_128_GCM_SHA256").
+    pub fn description(&self) -> String {
+        match &self.0 {
+            Inner::Server(s) => s.description().to_owned(),
+            Inner::Buffered(b) => crate::net::tls::describe(b.state()),
+        }
+    }
+
+    /// The peer's leaf certificate, when it sent one.
+    pub fn peer_certificate(&self) -> Option<CertificateDer<'static>> {
+        match &self.0 {
+            Inner::Server(s) => s.peer_certificate().cloned(),
+            Inner::Buffered(b) => b
+                .state()
+                .peer_certificates()?
+                .first()
+                .map(|c| c.clone().into_owned()),
+        }
     }
 
     /// Whether records wait in a buffer of their own (see [`ReleaseMemory`](crate::net::leg::ReleaseMemory)).
     pub fn holds_memory(&self) -> bool {
-        self.unread.capacity() > 0
+        match &self.0 {
+            Inner::Server(s) => s.holds_memory(),
+            Inner::Buffered(b) => b.holds_memory(),
+        }
     }
 
-    /// Frees the buffer of waiting records if none wait.
+    /// Frees the buffers that hold nothing waiting.
     pub fn release_memory(&mut self) {
-        if self.unread.is_empty() {
-            self.unread = Vec::new();
+        match &mut self.0 {
+            Inner::Server(s) => s.release_memory(),
+            Inner::Buffered(b) => b.release_memory(),
+        }
+    }
+
+    /// Moves our sending keys on (TLS 1.3 only): a KeyUpdate goes out with the next write or
+    /// flush.
+    pub fn refresh_traffic_keys(&mut self) -> io::Result<()> {
+        match &mut self.0 {
+            Inner::Server(s) => s.refresh_traffic_keys(),
+            Inner::Buffered(b) => b.refresh_traffic_keys(),
         }
     }
 }
 
 impl<S: AsyncRead + AsyncWrite + Unpin> TlsSocket<S> {
-    /// Gives rustls more records: those waiting, else one read of the socket. Called only while
-    /// rustls holds no plaintext. `Ready(Ok(()))` also when the socket ended (`self.eof` is then
-    /// set and rustls knows).
-    #[inline(never)]
-    fn poll_records(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        if !self.unread.is_empty() {
-            let mut unread = std::mem::take(&mut self.unread);
-            let taken = self.decrypt(cx, &unread);
-            if let Ok(n) = taken {
-                unread.drain(..n);
-            }
-            self.unread = unread;
-            return Poll::Ready(taken.map(drop));
-        }
-        let mut raw = [MaybeUninit::<u8>::uninit(); READ_CHUNK];
-        let mut raw = ReadBuf::uninit(&mut raw);
-        ready!(Pin::new(&mut self.io).poll_read(cx, &mut raw))?;
-        let mut records = raw.filled();
-        if records.is_empty() {
-            // An empty read tells rustls the socket ended: its reader then reports a clean
-            // close (after close_notify) or a truncation.
-            self.eof = true;
-            self.conn.read_tls(&mut records)?;
-            return Poll::Ready(Ok(()));
-        }
-        let n = self.decrypt(cx, records)?;
-        self.unread.extend_from_slice(&records[n..]);
-        Poll::Ready(Ok(()))
-    }
-
-    /// Hands `records` to rustls until it holds the most plaintext it takes; returns how many
-    /// bytes it took.
-    fn decrypt(&mut self, cx: &mut Context<'_>, records: &[u8]) -> io::Result<usize> {
-        let mut rest = records;
-        let mut plaintext = 0;
-        while !rest.is_empty() && plaintext <= PLAINTEXT_LIMIT {
-            // Reading from the slice advances it. 0: close_notify came, nothing after it counts.
-            if self.conn.read_tls(&mut rest)? == 0 {
-                return Ok(records.len());
-            }
-            match self.conn.process_new_packets() {
-                Ok(state) => plaintext = state.plaintext_bytes_to_read(),
-                Err(e) => {
-                    // rustls queued an alert telling the peer why: one attempt to send it.
-                    let _ = self.poll_send(cx);
-                    return Err(io::Error::new(io::ErrorKind::InvalidData, e));
-                }
-            }
-        }
-        Ok(records.len() - rest.len())
-    }
-
-    /// Sends everything rustls queued; `Ready(Ok)` once nothing is left.
-    fn poll_send(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        while self.conn.wants_write() {
-            let mut out = SyncWrite {
-                io: &mut self.io,
-                cx,
-            };
-            match self.conn.write_tls(&mut out) {
-                Ok(0) => return Poll::Ready(Err(io::ErrorKind::WriteZero.into())),
-                Ok(_) => {}
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Poll::Pending,
-                Err(e) => return Poll::Ready(Err(e)),
-            }
-        }
-        Poll::Ready(Ok(()))
+    /// The server side of a handshake on `io` (the client leg). `config` must have
+    /// `enable_secret_extraction`.
+    pub async fn accept(config: Arc<ServerConfig>, mut io: S) -> io::Result<Self> {
+        let accepted = accept::accept(config, &mut io).await?;
+        Ok(Self(Inner::Server(Server::new(io, accepted))))
     }
 }
 
@@ -182,105 +124,37 @@ impl<S: AsyncRead + AsyncWrite + Unpin> AsyncRead for TlsSocket<S> {
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
-        let this = self.get_mut();
-        // rustls wants to read while it holds no plaintext and the peer has not closed.
-        while !this.eof && this.conn.wants_read() {
-            ready!(this.poll_records(cx))?;
+        match &mut self.get_mut().0 {
+            Inner::Server(s) => Pin::new(s).poll_read(cx, buf),
+            Inner::Buffered(b) => Pin::new(b).poll_read(cx, buf),
         }
-        let mut copied = false;
-        while buf.remaining() > 0 && !(copied && this.conn.wants_read()) {
-            match this.conn.reader().into_first_chunk() {
-                Ok([]) => break,
-                Ok(chunk) => {
-                    let n = chunk.len().min(buf.remaining());
-                    buf.put_slice(&chunk[..n]);
-                    this.conn.reader().consume(n);
-                    copied = true;
-                }
-                // What follows the plaintext (an end, an error) comes at the next read.
-                Err(_) if copied => break,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                    // Not reached past the handshake (rustls then wants to read); poll again
-                    // rather than hang if it ever is.
-                    cx.waker().wake_by_ref();
-                    return Poll::Pending;
-                }
-                Err(e) => return Poll::Ready(Err(e)),
-            }
-        }
-        Poll::Ready(Ok(()))
     }
 }
 
 impl<S: AsyncRead + AsyncWrite + Unpin> AsyncWrite for TlsSocket<S> {
-    /// Encrypts as much of `buf` as rustls takes (its outgoing buffer is limited) and sends it;
-    /// bytes the socket does not take yet stay queued for the next write or flush.
     fn poll_write(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        let this = self.get_mut();
-        if buf.is_empty() {
-            return Poll::Ready(Ok(0));
-        }
-        loop {
-            let n = this.conn.writer().write(buf)?;
-            let sent = this.poll_send(cx)?;
-            match (n, sent) {
-                (0, Poll::Pending) => return Poll::Pending,
-                // The queue was full and is empty now: room for `buf`.
-                (0, Poll::Ready(())) => continue,
-                (n, _) => return Poll::Ready(Ok(n)),
-            }
+        match &mut self.get_mut().0 {
+            Inner::Server(s) => Pin::new(s).poll_write(cx, buf),
+            Inner::Buffered(b) => Pin::new(b).poll_write(cx, buf),
         }
     }
 
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        let this = self.get_mut();
-        ready!(this.poll_send(cx))?;
-        Pin::new(&mut this.io).poll_flush(cx)
+        match &mut self.get_mut().0 {
+            Inner::Server(s) => Pin::new(s).poll_flush(cx),
+            Inner::Buffered(b) => Pin::new(b).poll_flush(cx),
+        }
     }
 
-    /// Sends close_notify, then shuts the socket's write side.
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        let this = self.get_mut();
-        if !this.closing {
-            this.conn.send_close_notify();
-            this.closing = true;
+        match &mut self.get_mut().0 {
+            Inner::Server(s) => Pin::new(s).poll_shutdown(cx),
+            Inner::Buffered(b) => Pin::new(b).poll_shutdown(cx),
         }
-        ready!(this.poll_send(cx))?;
-        match ready!(Pin::new(&mut this.io).poll_shutdown(cx)) {
-            // A peer that is already gone is shut down enough.
-            Err(e) if e.kind() == io::ErrorKind::NotConnected => Poll::Ready(Ok(())),
-            other => Poll::Ready(other),
-        }
-    }
-}
-
-/// rustls writes records through `std::io::Write`: "not ready" becomes `WouldBlock`.
-struct SyncWrite<'a, 'b, S> {
-    io: &'a mut S,
-    cx: &'a mut Context<'b>,
-}
-
-impl<S: AsyncWrite + Unpin> Write for SyncWrite<'_, '_, S> {
-    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        match Pin::new(&mut *self.io).poll_write(self.cx, buf) {
-            Poll::Ready(r) => r,
-            Poll::Pending => Err(io::ErrorKind::WouldBlock.into()),
-        }
-    }
-
-    fn write_vectored(&mut self, bufs: &[io::IoSlice<'_>]) -> io::Result<usize> {
-        match Pin::new(&mut *self.io).poll_write_vectored(self.cx, bufs) {
-            Poll::Ready(r) => r,
-            Poll::Pending => Err(io::ErrorKind::WouldBlock.into()),
-        }
-    }
-
-    fn flush(&mut self) -> io::Result<()> {
-        Ok(())
     }
 }
 

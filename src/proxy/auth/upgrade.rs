@@ -2,7 +2,10 @@
 //! (its ClientHello must stay in the socket for rustls), the client leg's handshake after its
 //! SSLRequest, and the backend leg's after ours.
 
+use std::sync::Arc;
+
 use super::*;
+use crate::net::leg::TlsSocket;
 
 /// An SSLRequest is a HandshakeResponse41's fixed 32-byte header alone, CLIENT_SSL set.
 const SSL_REQUEST_LEN: usize = 32;
@@ -91,12 +94,10 @@ where
         return Err(AuthError::ClientWantsTls);
     };
     let plain = client.take_plain().map_err(AuthError::ClientTls)?;
-    let stream = tls
-        .acceptor
-        .accept(plain)
+    let stream = TlsSocket::accept(Arc::clone(&tls.config), plain)
         .await
         .map_err(AuthError::ClientTls)?;
-    *client = LegStream::tls(TlsStream::Server(stream));
+    *client = LegStream::Tls(Box::new(stream));
     let packet = read_packet(client, buf, max)
         .await
         .map_err(AuthError::ClientRead)?;

@@ -1,12 +1,18 @@
-//! [`TlsSocket`] against tokio-rustls over an in-memory pipe, TLS 1.2 and 1.3, either side: bulk
-//! data in records of mixed sizes (more plaintext in one read than rustls holds), clean close,
-//! truncation, a forged record, key updates.
+//! [`TlsSocket`] against rustls over an in-memory pipe, TLS 1.2 and 1.3, either side (the server
+//! side is the record layer of our own, the client side rustls' connection): bulk data in records
+//! of mixed sizes (more plaintext in one read than rustls holds), clean close, truncation, a
+//! forged record, key updates; for the server side also every cipher suite, data pipelined
+//! after the client's Finished, records split across reads and many in one read, a flipped
+//! ciphertext byte, an oversize record, a 16 MiB payload.
 
 use std::sync::Arc;
 
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
-use rustls::{ClientConfig, RootCertStore, ServerConfig, SupportedProtocolVersion};
+use rustls::{
+    ClientConfig, ClientConnection, RootCertStore, ServerConfig, SupportedCipherSuite,
+    SupportedProtocolVersion,
+};
 use tokio::io::{AsyncReadExt, AsyncWriteExt, DuplexStream};
 
 use super::*;
@@ -22,20 +28,33 @@ struct Configs {
 }
 
 fn configs(versions: &[&'static SupportedProtocolVersion]) -> Configs {
+    configs_for(versions, None)
+}
+
+/// Configurations offering `versions`, and only `suite` when one is named.
+fn configs_for(
+    versions: &[&'static SupportedProtocolVersion],
+    suite: Option<SupportedCipherSuite>,
+) -> Configs {
     let dir = tempfile::tempdir().expect("temp dir");
     let c = certs::Certs::generate(dir.path());
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut provider = rustls::crypto::ring::default_provider();
+    if let Some(suite) = suite {
+        provider.cipher_suites = vec![suite];
+    }
+    let provider = Arc::new(provider);
     let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(&c.server.cert)
         .expect("server cert")
         .map(|c| c.expect("a certificate"))
         .collect();
     let key = PrivateKeyDer::from_pem_file(&c.server.key).expect("server key");
-    let server = ServerConfig::builder_with_provider(Arc::clone(&provider))
+    let mut server = ServerConfig::builder_with_provider(Arc::clone(&provider))
         .with_protocol_versions(versions)
         .expect("versions")
         .with_no_client_auth()
         .with_single_cert(chain, key)
         .expect("server config");
+    server.enable_secret_extraction = true;
     let mut roots = RootCertStore::empty();
     for ca in CertificateDer::pem_file_iter(&c.ca).expect("ca") {
         roots.add(ca.expect("a CA certificate")).expect("usable CA");
@@ -61,20 +80,32 @@ async fn pair(
     leg_is_server: bool,
     pipe: usize,
 ) -> (TlsSocket<DuplexStream>, Peer) {
-    let c = configs(versions);
+    pair_with(&configs(versions), leg_is_server, pipe).await
+}
+
+async fn pair_with(
+    c: &Configs,
+    leg_is_server: bool,
+    pipe: usize,
+) -> (TlsSocket<DuplexStream>, Peer) {
     let (client_io, server_io) = tokio::io::duplex(pipe);
     let acceptor = tokio_rustls::TlsAcceptor::from(Arc::clone(&c.server));
     let connector = tokio_rustls::TlsConnector::from(Arc::clone(&c.client));
     let name = ServerName::try_from("localhost").expect("a name");
-    let (server, client) = tokio::join!(
-        acceptor.accept(server_io),
-        connector.connect(name, client_io)
-    );
-    let server = TlsStream::Server(server.expect("server handshake"));
-    let client = TlsStream::Client(client.expect("client handshake"));
     if leg_is_server {
-        (TlsSocket::new(server), client)
+        let (server, client) = tokio::join!(
+            TlsSocket::accept(Arc::clone(&c.server), server_io),
+            connector.connect(name, client_io)
+        );
+        let client = TlsStream::Client(client.expect("client handshake"));
+        (server.expect("server handshake"), client)
     } else {
+        let (server, client) = tokio::join!(
+            acceptor.accept(server_io),
+            connector.connect(name, client_io)
+        );
+        let server = TlsStream::Server(server.expect("server handshake"));
+        let client = TlsStream::Client(client.expect("client handshake"));
         (TlsSocket::new(client), server)
     }
 }
@@ -219,7 +250,7 @@ async fn key_updates_either_way_keep_the_data_flowing() {
         peer.read_exact(&mut back).await.expect("peer read");
         assert!(back == sent);
     }
-    leg.conn.refresh_traffic_keys().expect("leg key update");
+    leg.refresh_traffic_keys().expect("leg key update");
     leg.write_all(b"after our update").await.expect("write");
     leg.flush().await.expect("flush");
     let mut got = [0u8; 16];
@@ -244,5 +275,334 @@ async fn a_write_waits_for_a_full_pipe_and_completes() {
             leg.flush().await.expect("leg flush");
         };
         tokio::join!(reader, writer);
+    }
+}
+
+/// The suites ring offers that the test certificate (ECDSA) can serve.
+fn suites() -> Vec<SupportedCipherSuite> {
+    rustls::crypto::ring::default_provider()
+        .cipher_suites
+        .into_iter()
+        .filter(|s| {
+            let name = s.suite().as_str().unwrap_or_default();
+            name.starts_with("TLS13_") || name.contains("ECDSA")
+        })
+        .collect()
+}
+
+fn versions_of(suite: SupportedCipherSuite) -> &'static [&'static SupportedProtocolVersion] {
+    match suite {
+        SupportedCipherSuite::Tls13(_) => TLS13,
+        SupportedCipherSuite::Tls12(_) => TLS12,
+    }
+}
+
+#[tokio::test]
+async fn every_suite_carries_data_both_ways_and_closes_cleanly() {
+    let all = suites();
+    assert_eq!(all.len(), 6, "three suites for each version");
+    for suite in all {
+        let name = suite.suite().as_str().unwrap_or_default();
+        let c = configs_for(versions_of(suite), Some(suite));
+        let (mut leg, mut peer) = pair_with(&c, true, 64 * 1024).await;
+        assert!(leg.description().ends_with(name), "{}", leg.description());
+        let down = pattern(100_000, 3);
+        let up = pattern(70_000, 4);
+        let (down2, up2) = (down.clone(), up.clone());
+        let peer_side = async move {
+            write_in_records(&mut peer, &down2, &[1, 16 * 1024, 200, 9000]).await;
+            let mut got = vec![0u8; up2.len()];
+            peer.read_exact(&mut got).await.expect("peer read");
+            assert!(got == up2, "{name}: what the leg wrote arrives intact");
+            peer.shutdown().await.expect("peer shutdown");
+            let mut rest = Vec::new();
+            peer.read_to_end(&mut rest).await.expect("a clean end");
+            assert!(rest.is_empty());
+        };
+        let leg_side = async {
+            let mut got = vec![0u8; down.len()];
+            leg.read_exact(&mut got).await.expect("leg read");
+            assert!(got == down, "{name}: what the peer wrote arrives intact");
+            write_in_records(&mut leg, &up, &[5, 20_000, 300]).await;
+            let mut rest = Vec::new();
+            leg.read_to_end(&mut rest).await.expect("a clean end");
+            assert!(rest.is_empty());
+            leg.shutdown().await.expect("leg shutdown");
+        };
+        tokio::join!(peer_side, leg_side);
+    }
+}
+
+#[tokio::test]
+async fn sixteen_mib_each_way() {
+    for versions in [TLS12, TLS13] {
+        let (mut leg, peer) = pair(versions, true, 256 * 1024).await;
+        let down = pattern(16 << 20, 5);
+        let up = pattern(16 << 20, 6);
+        let (down2, up2) = (down.clone(), up.clone());
+        let peer_side = async move {
+            let (mut r, mut w) = tokio::io::split(peer);
+            let write = async move {
+                w.write_all(&down2).await.expect("peer write");
+                w.flush().await.expect("peer flush");
+            };
+            let read = async move {
+                let mut got = vec![0u8; up2.len()];
+                r.read_exact(&mut got).await.expect("peer read");
+                assert!(got == up2);
+            };
+            tokio::join!(write, read);
+        };
+        let leg_side = async move {
+            let (mut r, mut w) = tokio::io::split(&mut leg);
+            let write = async move {
+                w.write_all(&up).await.expect("leg write");
+                w.flush().await.expect("leg flush");
+            };
+            let read = async move {
+                let mut got = vec![0u8; down.len()];
+                r.read_exact(&mut got).await.expect("leg read");
+                assert!(got == down);
+            };
+            tokio::join!(write, read);
+        };
+        tokio::join!(peer_side, leg_side);
+    }
+}
+
+/// A rustls client driven by hand, to put exactly the bytes a test wants on the wire.
+struct RawClient {
+    conn: ClientConnection,
+    io: DuplexStream,
+}
+
+impl RawClient {
+    /// Handshakes with a [`TlsSocket::accept`] on the other end of a pipe, and sends `pipelined`
+    /// in the same write as the client's Finished.
+    async fn connect(
+        versions: &[&'static SupportedProtocolVersion],
+        pipelined: &[u8],
+    ) -> (TlsSocket<DuplexStream>, RawClient, Configs) {
+        let c = configs(versions);
+        let (client_io, server_io) = tokio::io::duplex(64 * 1024);
+        let name = ServerName::try_from("localhost").expect("a name");
+        let conn = ClientConnection::new(Arc::clone(&c.client), name).expect("client");
+        let mut client = RawClient {
+            conn,
+            io: client_io,
+        };
+        let drive = async {
+            while client.conn.is_handshaking() {
+                client.flush().await;
+                client.receive().await;
+            }
+            std::io::Write::write_all(&mut client.conn.writer(), pipelined).expect("plaintext");
+            client.flush().await;
+        };
+        let (leg, ()) = tokio::join!(TlsSocket::accept(Arc::clone(&c.server), server_io), drive);
+        (leg.expect("server handshake"), client, c)
+    }
+
+    /// Records carrying `data`, as rustls seals them (one per 16 KiB).
+    fn seal(&mut self, data: &[u8]) -> Vec<u8> {
+        std::io::Write::write_all(&mut self.conn.writer(), data).expect("plaintext");
+        let mut records = Vec::new();
+        while self.conn.wants_write() {
+            self.conn.write_tls(&mut records).expect("records");
+        }
+        records
+    }
+
+    async fn flush(&mut self) {
+        let mut out = Vec::new();
+        while self.conn.wants_write() {
+            self.conn.write_tls(&mut out).expect("records");
+        }
+        self.io.write_all(&out).await.expect("raw write");
+    }
+
+    /// One read from the pipe into rustls; the error rustls finds in it, if any.
+    async fn receive(&mut self) -> Option<rustls::Error> {
+        let mut buf = vec![0u8; 64 * 1024];
+        let n = self.io.read(&mut buf).await.expect("raw read");
+        let mut slice = &buf[..n];
+        while !slice.is_empty() {
+            self.conn.read_tls(&mut slice).expect("read_tls");
+            if let Err(e) = self.conn.process_new_packets() {
+                return Some(e);
+            }
+        }
+        None
+    }
+}
+
+#[tokio::test]
+async fn data_pipelined_after_the_clients_finished_is_not_lost() {
+    for versions in [TLS12, TLS13] {
+        let first = pattern(30_000, 7);
+        let (mut leg, mut client, _c) = RawClient::connect(versions, &first).await;
+        let mut got = vec![0u8; first.len()];
+        leg.read_exact(&mut got).await.expect("the pipelined data");
+        assert!(got == first);
+        leg.write_all(b"answer").await.expect("write");
+        leg.flush().await.expect("flush");
+        let mut answer = Vec::new();
+        while answer.len() < 6 {
+            assert!(client.receive().await.is_none());
+            let mut buf = [0u8; 64];
+            if let Ok(n) = std::io::Read::read(&mut client.conn.reader(), &mut buf) {
+                answer.extend_from_slice(&buf[..n]);
+            }
+        }
+        assert_eq!(answer, b"answer");
+    }
+}
+
+#[tokio::test]
+async fn records_split_across_reads_and_many_in_one_read() {
+    for versions in [TLS12, TLS13] {
+        let (mut leg, mut client, _c) = RawClient::connect(versions, b"").await;
+        let mut sent = Vec::new();
+        let mut wire = Vec::new();
+        for i in 0..300usize {
+            let chunk = pattern(1 + i * 37 % 900, i as u8);
+            wire.extend_from_slice(&client.seal(&chunk));
+            sent.extend_from_slice(&chunk);
+        }
+        let big = pattern(40_000, 8);
+        let split = client.seal(&big);
+        sent.extend_from_slice(&big);
+        let write = async {
+            // Hundreds of records in one write, then records dribbled a few bytes at a time.
+            client.io.write_all(&wire).await.expect("write");
+            for piece in split.chunks(7) {
+                client.io.write_all(piece).await.expect("write");
+                client.io.flush().await.expect("flush");
+                tokio::task::yield_now().await;
+            }
+        };
+        let read = async {
+            let mut got = vec![0u8; sent.len()];
+            leg.read_exact(&mut got).await.expect("leg read");
+            got
+        };
+        let ((), got) = tokio::join!(write, read);
+        assert!(got == sent);
+    }
+}
+
+#[tokio::test]
+async fn a_flipped_ciphertext_byte_is_invalid_data_and_the_peer_gets_an_alert() {
+    for versions in [TLS12, TLS13] {
+        let (mut leg, mut client, _c) = RawClient::connect(versions, b"").await;
+        let good = client.seal(b"fine");
+        let mut bad = client.seal(b"tampered with");
+        bad[12] ^= 0x40;
+        client.io.write_all(&good).await.expect("write");
+        client.io.write_all(&bad).await.expect("write");
+        let mut buf = [0u8; 64];
+        let n = leg.read(&mut buf).await.expect("the good record");
+        assert_eq!(&buf[..n], b"fine");
+        let err = leg.read(&mut buf).await.expect_err("the bad one");
+        assert_eq!(err.kind(), io::ErrorKind::InvalidData, "{err}");
+        let again = leg.read(&mut buf).await.expect_err("and it stays failed");
+        assert_eq!(again.kind(), io::ErrorKind::InvalidData);
+        let alert = client.receive().await.expect("an alert");
+        assert!(alert.to_string().contains("BadRecordMac"), "{alert}");
+    }
+}
+
+#[tokio::test]
+async fn an_oversize_record_is_invalid_data() {
+    for versions in [TLS12, TLS13] {
+        let (mut leg, mut client, _c) = RawClient::connect(versions, b"").await;
+        // 2^14 + 257 bytes of ciphertext: one more than any record may carry. The length
+        // alone is refused, before the body arrives.
+        client
+            .io
+            .write_all(&[0x17, 0x03, 0x03, 0x41, 0x01, 0, 0, 0])
+            .await
+            .expect("write");
+        let mut buf = [0u8; 64];
+        let err = leg.read(&mut buf).await.expect_err("too large");
+        assert_eq!(err.kind(), io::ErrorKind::InvalidData, "{err}");
+        let alert = client.receive().await.expect("an alert");
+        assert!(alert.to_string().contains("RecordOverflow"), "{alert}");
+    }
+}
+
+#[tokio::test]
+async fn a_record_cut_short_is_a_truncation() {
+    for versions in [TLS12, TLS13] {
+        let (mut leg, mut client, _c) = RawClient::connect(versions, b"").await;
+        let records = client.seal(b"never whole");
+        client
+            .io
+            .write_all(&records[..records.len() - 3])
+            .await
+            .expect("write");
+        client.io.shutdown().await.expect("shutdown");
+        let mut buf = [0u8; 64];
+        let err = leg.read(&mut buf).await.expect_err("truncated");
+        assert_eq!(err.kind(), io::ErrorKind::UnexpectedEof, "{err}");
+    }
+}
+
+#[tokio::test]
+async fn garbage_after_the_handshake_never_panics() {
+    // Headers of every type and odd lengths, with bodies that no key sealed.
+    for versions in [TLS12, TLS13] {
+        for (typ, len) in [
+            (20u8, 1usize),
+            (21, 2),
+            (22, 4),
+            (23, 0),
+            (23, 16),
+            (24, 30),
+            (0, 5),
+        ] {
+            let (mut leg, mut client, _c) = RawClient::connect(versions, b"").await;
+            let mut record = vec![typ, 3, 3, (len >> 8) as u8, len as u8];
+            record.extend(std::iter::repeat_n(0x11, len));
+            client.io.write_all(&record).await.expect("write");
+            let mut buf = [0u8; 64];
+            let err = leg.read(&mut buf).await.expect_err("refused");
+            assert_eq!(err.kind(), io::ErrorKind::InvalidData, "{err}");
+        }
+    }
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(48))]
+
+    /// Arbitrary bytes where records belong, after a real handshake, either version: the leg
+    /// ends with an error or a clean end, never a panic, and never hands out bytes no key
+    /// sealed.
+    #[test]
+    fn arbitrary_bytes_after_the_handshake_are_refused_without_a_panic(
+        tls13 in proptest::bool::ANY,
+        garbage in proptest::collection::vec(proptest::num::u8::ANY, 1..600),
+        header in proptest::option::of((20u8..25, 0u16..0x4200)),
+    ) {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        runtime.block_on(async {
+            let versions = if tls13 { TLS13 } else { TLS12 };
+            let (mut leg, mut client, _c) = RawClient::connect(versions, b"").await;
+            let mut wire = Vec::new();
+            if let Some((typ, len)) = header {
+                wire.extend_from_slice(&[typ, 3, 3]);
+                wire.extend_from_slice(&len.to_be_bytes());
+            }
+            wire.extend_from_slice(&garbage);
+            client.io.write_all(&wire).await.expect("write");
+            client.io.shutdown().await.expect("shutdown");
+            let mut got = Vec::new();
+            let end = leg.read_to_end(&mut got).await;
+            assert!(got.is_empty(), "nothing forged is handed out");
+            assert!(end.is_err(), "a stream of garbage does not end cleanly");
+        });
     }
 }

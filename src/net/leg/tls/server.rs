@@ -1,0 +1,343 @@
+//! The client leg past its handshake (mysql-lb is the TLS server): [`Records`] over the socket.
+//!
+//! Records are read into one buffer and opened there in place; their plaintext is copied once,
+//! into the relay's buffer. What the relay writes is copied once into one outgoing buffer and
+//! sealed there in place; that buffer is sent as it is, and reused. Neither direction allocates
+//! per record. See [`super::records`] for what a record may carry.
+//!
+//! End of stream as with rustls: zero bytes after the peer's close_notify, `UnexpectedEof` when
+//! the socket ends without one (a truncation), `InvalidData` on a bad record or a fatal alert
+//! (after one attempt to send the peer the alert that says why). An error is final: every later
+//! read returns it again.
+
+use std::io;
+use std::ops::Range;
+use std::pin::Pin;
+use std::task::{ready, Context, Poll};
+
+use rustls_pki_types::CertificateDer;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+
+use super::accept::Accepted;
+use super::records::{Opened, RecordError, Records, MAX_PLAINTEXT};
+
+/// Plaintext sealed per write: the relay's writes are rarely larger, and a larger one is taken
+/// in parts.
+const WRITE_CHUNK: usize = 4 * MAX_PLAINTEXT;
+/// Sealed bytes the socket has not taken yet past which a write waits.
+const QUEUE_LIMIT: usize = 64 * 1024;
+/// Buffers no larger than these are kept while the session is quiet: reporting them to the
+/// relay's shrinker would keep its timer armed for good, and the runtime then pays for a timer
+/// at every park (a few hundred instructions per query). Queries are small; a response up to
+/// the relay's initial buffer (8 KiB) fits the outgoing one with its record's overhead.
+const READ_SMALL: usize = 4 * 1024;
+const WRITE_SMALL: usize = 8 * 1024 + 64;
+
+enum ReadEnd {
+    Open,
+    /// close_notify came: reads give zero bytes.
+    Closed,
+    /// The socket ended without close_notify.
+    Truncated,
+    Failed(RecordError),
+}
+
+/// An established TLS client leg over `S`.
+pub struct Server<S> {
+    io: S,
+    records: Records,
+    /// Records read from the socket into `rbuf[..filled]` (the rest is room, initialized once
+    /// when the buffer grows, so reads need no uninitialized memory). `rbuf[next..filled]` is not opened yet; `plain` (before
+    /// `next`) is the opened record's application data not yet handed out.
+    rbuf: Vec<u8>,
+    filled: usize,
+    next: usize,
+    /// The size of the record `rbuf[next..]` starts, when known and not whole yet.
+    want: usize,
+    plain: Range<usize>,
+    /// Application data rustls decrypted during the handshake: handed out first.
+    early: Vec<u8>,
+    /// Sealed records; `wbuf[sent..]` is not sent yet.
+    wbuf: Vec<u8>,
+    sent: usize,
+    end: ReadEnd,
+    /// close_notify is sealed (the leg was shut down).
+    closing: bool,
+    description: String,
+    peer_certificate: Option<CertificateDer<'static>>,
+}
+
+fn invalid(e: RecordError) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, e)
+}
+
+impl<S> Server<S> {
+    pub fn new(io: S, accepted: Accepted) -> Self {
+        Self {
+            io,
+            records: accepted.records,
+            next: 0,
+            want: 0,
+            plain: 0..0,
+            filled: accepted.ciphertext.len(),
+            // The handshake's buffer is large; the common case has nothing left in it.
+            rbuf: if accepted.ciphertext.is_empty() {
+                Vec::new()
+            } else {
+                accepted.ciphertext
+            },
+            early: accepted.plaintext,
+            wbuf: Vec::new(),
+            sent: 0,
+            end: ReadEnd::Open,
+            closing: false,
+            description: accepted.description,
+            peer_certificate: accepted.peer_certificate,
+        }
+    }
+
+    pub fn socket(&self) -> &S {
+        &self.io
+    }
+
+    pub fn description(&self) -> &str {
+        &self.description
+    }
+
+    pub fn peer_certificate(&self) -> Option<&CertificateDer<'static>> {
+        self.peer_certificate.as_ref()
+    }
+
+    pub fn holds_memory(&self) -> bool {
+        self.rbuf.len() > READ_SMALL
+            || self.wbuf.capacity() > WRITE_SMALL
+            || self.early.capacity() > 0
+    }
+
+    /// Frees the buffers that hold nothing waiting.
+    pub fn release_memory(&mut self) {
+        if self.next == self.filled && self.plain.is_empty() {
+            self.rbuf = Vec::new();
+            self.filled = 0;
+            self.next = 0;
+            self.plain = 0..0;
+        }
+        if self.sent == self.wbuf.len() {
+            self.wbuf = Vec::new();
+            self.sent = 0;
+        }
+        if self.early.is_empty() {
+            self.early = Vec::new();
+        }
+    }
+
+    /// Seals a TLS 1.3 KeyUpdate and moves our sending keys on (sent with the next write or
+    /// flush).
+    pub fn refresh_traffic_keys(&mut self) -> io::Result<()> {
+        self.compact_wbuf();
+        self.records
+            .update_tx(false, &mut self.wbuf)
+            .map_err(invalid)
+    }
+
+    fn compact_wbuf(&mut self) {
+        if self.sent == self.wbuf.len() {
+            self.wbuf.clear();
+        } else if self.sent > 0 {
+            self.wbuf.drain(..self.sent);
+        }
+        self.sent = 0;
+    }
+}
+
+impl<S: AsyncRead + AsyncWrite + Unpin> Server<S> {
+    /// Sends sealed records until none wait.
+    fn poll_send(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        while self.sent < self.wbuf.len() {
+            let n = ready!(Pin::new(&mut self.io).poll_write(cx, &self.wbuf[self.sent..]))?;
+            if n == 0 {
+                return Poll::Ready(Err(io::ErrorKind::WriteZero.into()));
+            }
+            self.sent += n;
+        }
+        self.wbuf.clear();
+        self.sent = 0;
+        Poll::Ready(Ok(()))
+    }
+
+    /// The stream cannot go on: remembers why and makes one attempt to tell the peer.
+    fn fail(&mut self, cx: &mut Context<'_>, e: RecordError) -> io::Error {
+        if let Some(alert) = e.alert() {
+            self.compact_wbuf();
+            if self.records.seal_alert(alert, &mut self.wbuf).is_ok() {
+                let _ = self.poll_send(cx);
+            }
+        }
+        self.end = ReadEnd::Failed(e.clone());
+        invalid(e)
+    }
+
+    /// Opens the next whole record in the buffer; `Ready(false)` when there is none (or the
+    /// stream is over).
+    #[inline]
+    fn open_next(&mut self, cx: &mut Context<'_>) -> io::Result<bool> {
+        if self.next == self.filled || !matches!(self.end, ReadEnd::Open) {
+            return Ok(false);
+        }
+        let queued = self.wbuf.len();
+        match self
+            .records
+            .open(&mut self.rbuf[self.next..self.filled], &mut self.wbuf)
+        {
+            Ok(Opened::Record { consumed, data }) => {
+                self.want = 0;
+                self.plain = self.next + data.start..self.next + data.end;
+                self.next += consumed;
+                if self.wbuf.len() != queued {
+                    // A KeyUpdate's answer: on its way now rather than with the next write.
+                    let _ = self.poll_send(cx)?;
+                }
+                Ok(true)
+            }
+            Ok(Opened::Closed { consumed }) => {
+                self.next += consumed;
+                self.end = ReadEnd::Closed;
+                Ok(false)
+            }
+            Ok(Opened::Incomplete { total }) => {
+                self.want = total;
+                Ok(false)
+            }
+            Err(e) => Err(self.fail(cx, e)),
+        }
+    }
+
+    /// Reads the socket once into the buffer, after what it holds. Called only when no whole
+    /// record waits.
+    fn poll_fill(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let len = self.filled - self.next;
+        if len > 0 && self.next > 0 {
+            self.rbuf.copy_within(self.next..self.filled, 0);
+        }
+        self.next = 0;
+        self.filled = len;
+        self.plain = 0..0;
+        // Room for the record begun, and for a read worth a system call.
+        let want = self.want.max(len + 1024).max(READ_SMALL);
+        if self.rbuf.len() < want {
+            self.rbuf.resize(want.next_power_of_two(), 0);
+        }
+        let mut raw = ReadBuf::new(&mut self.rbuf[len..]);
+        ready!(Pin::new(&mut self.io).poll_read(cx, &mut raw))?;
+        let n = raw.filled().len();
+        self.filled += n;
+        if n == 0 {
+            self.end = ReadEnd::Truncated;
+        }
+        Poll::Ready(Ok(()))
+    }
+}
+
+impl<S: AsyncRead + AsyncWrite + Unpin> AsyncRead for Server<S> {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        if !this.early.is_empty() {
+            let n = this.early.len().min(buf.remaining());
+            buf.put_slice(&this.early[..n]);
+            this.early.drain(..n);
+            if this.early.is_empty() {
+                this.early = Vec::new();
+            }
+            return Poll::Ready(Ok(()));
+        }
+        let mut copied = false;
+        loop {
+            if !this.plain.is_empty() {
+                let n = this.plain.len().min(buf.remaining());
+                buf.put_slice(&this.rbuf[this.plain.start..this.plain.start + n]);
+                this.plain.start += n;
+                copied = true;
+                if buf.remaining() == 0 {
+                    return Poll::Ready(Ok(()));
+                }
+            }
+            match this.open_next(cx) {
+                Ok(true) => continue,
+                Ok(false) => {}
+                // What follows the plaintext comes at the next read.
+                Err(_) if copied => return Poll::Ready(Ok(())),
+                Err(e) => return Poll::Ready(Err(e)),
+            }
+            if copied {
+                return Poll::Ready(Ok(()));
+            }
+            match &this.end {
+                ReadEnd::Open => {}
+                ReadEnd::Closed => return Poll::Ready(Ok(())),
+                ReadEnd::Truncated => {
+                    return Poll::Ready(Err(io::Error::new(
+                        io::ErrorKind::UnexpectedEof,
+                        "the client's TLS stream ended without close_notify",
+                    )))
+                }
+                ReadEnd::Failed(e) => return Poll::Ready(Err(invalid(e.clone()))),
+            }
+            ready!(this.poll_fill(cx))?;
+        }
+    }
+}
+
+impl<S: AsyncRead + AsyncWrite + Unpin> AsyncWrite for Server<S> {
+    /// Seals up to 64 KiB of `buf` and sends what the socket takes; the rest goes out with
+    /// the next write or flush.
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        if buf.is_empty() {
+            return Poll::Ready(Ok(0));
+        }
+        if this.wbuf.len() - this.sent >= QUEUE_LIMIT {
+            ready!(this.poll_send(cx))?;
+        }
+        this.compact_wbuf();
+        let n = buf.len().min(WRITE_CHUNK);
+        this.records
+            .seal_data(&buf[..n], &mut this.wbuf)
+            .map_err(invalid)?;
+        if let Poll::Ready(Err(e)) = this.poll_send(cx) {
+            return Poll::Ready(Err(e));
+        }
+        Poll::Ready(Ok(n))
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        ready!(this.poll_send(cx))?;
+        Pin::new(&mut this.io).poll_flush(cx)
+    }
+
+    /// Sends close_notify, then shuts the socket's write side.
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        if !this.closing {
+            this.closing = true;
+            this.compact_wbuf();
+            this.records
+                .seal_alert(0, &mut this.wbuf)
+                .map_err(invalid)?;
+        }
+        ready!(this.poll_send(cx))?;
+        match ready!(Pin::new(&mut this.io).poll_shutdown(cx)) {
+            // A peer that is already gone is shut down enough.
+            Err(e) if e.kind() == io::ErrorKind::NotConnected => Poll::Ready(Ok(())),
+            other => Poll::Ready(other),
+        }
+    }
+}
