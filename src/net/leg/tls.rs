@@ -107,6 +107,15 @@ impl<S> TlsSocket<S> {
             Inner::Buffered(b) => b.refresh_traffic_keys(),
         }
     }
+
+    /// Sealed bytes of our own TLS server side not sent yet.
+    #[cfg(test)]
+    pub fn queued(&self) -> usize {
+        match &self.0 {
+            Inner::Server(s) => s.queued(),
+            Inner::Buffered(_) => 0,
+        }
+    }
 }
 
 impl<S: AsyncRead + AsyncWrite + Unpin> TlsSocket<S> {

@@ -10,9 +10,13 @@
 //!
 //! What a record may carry past the handshake, and what happens to it:
 //! - application data: handed out;
-//! - close_notify: the clean end of the stream; any other alert ends it with an error;
-//! - TLS 1.3 KeyUpdate: the receiving keys move on, and when the peer asks, ours too (after
-//!   telling it with a KeyUpdate of our own);
+//! - close_notify: the clean end of the stream; up to 4 warnings (TLS 1.2's, or TLS 1.3's
+//!   user_canceled, which some clients send for nothing) are let pass, as rustls does; any
+//!   other alert ends the stream with an error;
+//! - TLS 1.3 KeyUpdate (at most 32 between two application data records, as rustls): the
+//!   receiving keys move on, and when the peer asks, ours too, with a
+//!   KeyUpdate of our own before our next record (one for all the requests that came
+//!   meanwhile, RFC 8446 4.6.3, so requests from a client that reads nothing queue nothing);
 //! - any other handshake message (a TLS 1.2 renegotiation, a TLS 1.3 message that has no place
 //!   after the handshake), a change_cipher_spec, an unknown type: a fatal alert and an error.
 //!
@@ -43,6 +47,13 @@ const APPLICATION_DATA: u8 = 23;
 
 const KEY_UPDATE: u8 = 24;
 const CLOSE_NOTIFY: u8 = 0;
+const USER_CANCELED: u8 = 90;
+const WARNING: u8 = 1;
+
+/// Warning alerts a connection may receive (some clients, Java's among them, send a pointless
+/// user_canceled), and KeyUpdates between two application data records.
+const WARNING_ALERTS: u8 = 4;
+const KEY_UPDATES: u8 = 32;
 
 /// TLS 1.3 keys are renewed after this many records sent, far below any AEAD's
 /// confidentiality limit (AES-GCM: 2^24.5 in RFC 8446 5.5).
@@ -189,6 +200,15 @@ pub struct Records {
     kernel: KernelConnection<ServerConnectionData>,
     /// TLS 1.2: records sent under the one key the connection has.
     tx_limit: u64,
+    /// The peer asked for a key update: ours goes out before our next record. Requests that
+    /// come while we send nothing are answered by that one update (RFC 8446 4.6.3), so a
+    /// client that floods requests and reads nothing queues nothing here.
+    owe_update: bool,
+    /// Warning alerts the peer may still send (TLS 1.2; TLS 1.3 allows only user_canceled),
+    /// and KeyUpdates before its next application data: as many as rustls (and BoringSSL)
+    /// allow, so a client may not make us spin on them.
+    warnings_left: u8,
+    key_updates_left: u8,
 }
 
 impl Records {
@@ -217,6 +237,9 @@ impl Records {
             rx: Keys::new(version, rx.0, rx.1)?,
             kernel,
             tx_limit,
+            owe_update: false,
+            warnings_left: WARNING_ALERTS,
+            key_updates_left: KEY_UPDATES,
         })
     }
 
@@ -263,6 +286,10 @@ impl Records {
     /// One record of type `typ` carrying `payload` (at most [`MAX_PLAINTEXT`]), renewing the
     /// keys first when they have sealed their share.
     fn seal(&mut self, typ: u8, payload: &[u8], out: &mut Vec<u8>) -> Result<(), RecordError> {
+        if self.owe_update {
+            self.owe_update = false;
+            self.update_tx(false, out)?;
+        }
         if self.tx.seq >= self.tx_limit {
             if self.version != Version::Tls13 {
                 return Err(RecordError::SequenceExhausted);
@@ -317,8 +344,8 @@ impl Records {
     }
 
     /// Opens the record at the front of `buf` in place. Handshake messages it carries are
-    /// handled here (a KeyUpdate answered in `out`).
-    pub fn open(&mut self, buf: &mut [u8], out: &mut Vec<u8>) -> Result<Opened, RecordError> {
+    /// handled here (a KeyUpdate that asks for ours is answered before our next record).
+    pub fn open(&mut self, buf: &mut [u8]) -> Result<Opened, RecordError> {
         let Some(header) = buf.get(..HEADER) else {
             return Ok(Opened::Incomplete { total: HEADER });
         };
@@ -393,17 +420,31 @@ impl Records {
         };
         self.rx.next()?;
         match typ {
-            APPLICATION_DATA => Ok(Opened::Record {
-                consumed: total,
-                data: range,
-            }),
+            APPLICATION_DATA => {
+                self.key_updates_left = KEY_UPDATES;
+                Ok(Opened::Record {
+                    consumed: total,
+                    data: range,
+                })
+            }
             ALERT => match buf[range] {
                 [_, CLOSE_NOTIFY] => Ok(Opened::Closed { consumed: total }),
+                // TLS 1.2's warnings and TLS 1.3's user_canceled go on, as with rustls.
+                [WARNING, description]
+                    if self.warnings_left > 0
+                        && (self.version == Version::Tls12 || description == USER_CANCELED) =>
+                {
+                    self.warnings_left -= 1;
+                    Ok(Opened::Record {
+                        consumed: total,
+                        data: total..total,
+                    })
+                }
                 [_, description] => Err(RecordError::PeerAlert(description)),
                 _ => Err(RecordError::Decode),
             },
             HANDSHAKE if self.version == Version::Tls13 => {
-                self.handshake(&buf[range], out)?;
+                self.handshake(&buf[range])?;
                 Ok(Opened::Record {
                     consumed: total,
                     data: total..total,
@@ -417,7 +458,7 @@ impl Records {
     /// TLS 1.3 handshake messages past the handshake: only KeyUpdate has a place here (a
     /// client does not send tickets, and no post-handshake authentication was asked for).
     /// Messages must be whole within their record.
-    fn handshake(&mut self, mut messages: &[u8], out: &mut Vec<u8>) -> Result<(), RecordError> {
+    fn handshake(&mut self, mut messages: &[u8]) -> Result<(), RecordError> {
         if messages.is_empty() {
             return Err(RecordError::Decode);
         }
@@ -432,6 +473,10 @@ impl Records {
             if *typ != KEY_UPDATE {
                 return Err(RecordError::Unexpected(HANDSHAKE));
             }
+            self.key_updates_left = self
+                .key_updates_left
+                .checked_sub(1)
+                .ok_or(RecordError::Unexpected(HANDSHAKE))?;
             let requested = match body {
                 [0] => false,
                 [1] => true,
@@ -442,9 +487,7 @@ impl Records {
                 .update_rx_secret()
                 .map_err(|e| RecordError::Keys(e.to_string()))?;
             self.rx = Keys::new(self.version, seq, secrets)?;
-            if requested {
-                self.update_tx(false, out)?;
-            }
+            self.owe_update |= requested;
             messages = &rest[len..];
             // A key change ends the record (RFC 8446 5.1): what follows was sealed with the
             // old key.

@@ -133,6 +133,12 @@ impl<S> Server<S> {
 
     /// Seals a TLS 1.3 KeyUpdate and moves our sending keys on (sent with the next write or
     /// flush).
+    /// Sealed bytes not sent yet.
+    #[cfg(test)]
+    pub fn queued(&self) -> usize {
+        self.wbuf.len() - self.sent
+    }
+
     pub fn refresh_traffic_keys(&mut self) -> io::Result<()> {
         self.compact_wbuf();
         self.records
@@ -184,19 +190,11 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Server<S> {
         if self.next == self.filled || !matches!(self.end, ReadEnd::Open) {
             return Ok(false);
         }
-        let queued = self.wbuf.len();
-        match self
-            .records
-            .open(&mut self.rbuf[self.next..self.filled], &mut self.wbuf)
-        {
+        match self.records.open(&mut self.rbuf[self.next..self.filled]) {
             Ok(Opened::Record { consumed, data }) => {
                 self.want = 0;
                 self.plain = self.next + data.start..self.next + data.end;
                 self.next += consumed;
-                if self.wbuf.len() != queued {
-                    // A KeyUpdate's answer: on its way now rather than with the next write.
-                    let _ = self.poll_send(cx)?;
-                }
                 Ok(true)
             }
             Ok(Opened::Closed { consumed }) => {

@@ -59,11 +59,13 @@ fn configs_for(
     for ca in CertificateDer::pem_file_iter(&c.ca).expect("ca") {
         roots.add(ca.expect("a CA certificate")).expect("usable CA");
     }
-    let client = ClientConfig::builder_with_provider(provider)
+    let mut client = ClientConfig::builder_with_provider(provider)
         .with_protocol_versions(versions)
         .expect("versions")
         .with_root_certificates(roots)
         .with_no_client_auth();
+    // Tests that forge the client's records take its keys.
+    client.enable_secret_extraction = true;
     Configs {
         _dir: dir,
         server: Arc::new(server),
@@ -256,6 +258,38 @@ async fn key_updates_either_way_keep_the_data_flowing() {
     let mut got = [0u8; 16];
     peer.read_exact(&mut got).await.expect("peer read");
     assert_eq!(&got, b"after our update");
+}
+
+/// A client that asks for key updates again and again and reads nothing gets one update, with
+/// our next record: nothing piles up in the leg (each answer sent at once would fill the pipe
+/// and then the leg's buffer, without bound).
+#[tokio::test]
+async fn key_update_requests_from_a_silent_reader_queue_nothing() {
+    let (mut leg, mut peer) = pair(TLS13, true, 2048).await;
+    let TlsStream::Client(client) = &mut peer else {
+        panic!("the peer is the client")
+    };
+    let writer = async {
+        for _ in 0..400 {
+            client
+                .get_mut()
+                .1
+                .refresh_traffic_keys()
+                .expect("peer key update");
+            client.write_all(b"q").await.expect("write");
+        }
+        client.flush().await.expect("flush");
+    };
+    let mut got = vec![0u8; 400];
+    let (_, read) = tokio::join!(writer, leg.read_exact(&mut got));
+    read.expect("leg read");
+    assert!(got.iter().all(|&b| b == b'q'));
+    assert_eq!(leg.queued(), 0, "nothing sealed while the leg sent nothing");
+    leg.write_all(b"answer").await.expect("leg write");
+    leg.flush().await.expect("leg flush");
+    let mut back = [0u8; 6];
+    peer.read_exact(&mut back).await.expect("peer read");
+    assert_eq!(&back, b"answer");
 }
 
 #[tokio::test]
@@ -604,5 +638,70 @@ proptest::proptest! {
             assert!(got.is_empty(), "nothing forged is handed out");
             assert!(end.is_err(), "a stream of garbage does not end cleanly");
         });
+    }
+}
+
+/// A TLS 1.3 record of the client's, sealed with its extracted keys: `inner` of content type
+/// `typ`, at sequence number `seq`.
+fn seal_as_client(
+    secrets: &rustls::ConnectionTrafficSecrets,
+    seq: u64,
+    typ: u8,
+    inner: &[u8],
+) -> Vec<u8> {
+    use ring::aead::{Aad, LessSafeKey, Nonce, UnboundKey};
+    use rustls::ConnectionTrafficSecrets as S;
+    let (algorithm, key, iv) = match secrets {
+        S::Aes128Gcm { key, iv } => (&ring::aead::AES_128_GCM, key, iv),
+        S::Aes256Gcm { key, iv } => (&ring::aead::AES_256_GCM, key, iv),
+        S::Chacha20Poly1305 { key, iv } => (&ring::aead::CHACHA20_POLY1305, key, iv),
+        _ => panic!("a suite ring offers"),
+    };
+    let key = LessSafeKey::new(UnboundKey::new(algorithm, key.as_ref()).expect("key"));
+    let mut nonce: [u8; 12] = iv.as_ref().try_into().expect("a 12-byte IV");
+    for (n, s) in nonce[4..].iter_mut().zip(seq.to_be_bytes()) {
+        *n ^= s;
+    }
+    let mut body = inner.to_vec();
+    body.push(typ);
+    let len = body.len() + 16;
+    let header = [0x17, 3, 3, (len >> 8) as u8, len as u8];
+    key.seal_in_place_append_tag(
+        Nonce::assume_unique_for_key(nonce),
+        Aad::from(header),
+        &mut body,
+    )
+    .expect("seal");
+    [header.as_slice(), &body].concat()
+}
+
+/// Some clients (Java's among them) send a user_canceled warning for nothing: up to four
+/// warnings let the stream go on, as rustls does; a fifth, or a TLS 1.3 warning that is not
+/// user_canceled, ends it.
+#[tokio::test]
+async fn user_canceled_warnings_pass_up_to_a_limit() {
+    for (warnings, description) in [(5, 90u8), (1, 10u8)] {
+        let (mut leg, peer) = pair(TLS13, true, 64 * 1024).await;
+        let TlsStream::Client(client) = peer else {
+            panic!("the peer is the client")
+        };
+        let (mut raw, conn) = client.into_inner();
+        let secrets = conn.dangerous_extract_secrets().expect("client secrets");
+        let (mut seq, keys) = secrets.tx;
+        let mut wire = Vec::new();
+        for i in 0..warnings {
+            wire.extend(seal_as_client(&keys, seq, 21, &[1, description]));
+            seq += 1;
+            wire.extend(seal_as_client(&keys, seq, 23, &[b'0' + i]));
+            seq += 1;
+        }
+        raw.write_all(&wire).await.expect("raw write");
+        let passed = if description == 90 { 4 } else { 0 };
+        let mut got = vec![0u8; passed];
+        leg.read_exact(&mut got).await.expect("data after warnings");
+        assert_eq!(got, b"0123"[..passed].to_vec());
+        let mut more = [0u8; 8];
+        let err = leg.read(&mut more).await.expect_err("one warning too many");
+        assert_eq!(err.kind(), io::ErrorKind::InvalidData, "{err}");
     }
 }
