@@ -365,58 +365,8 @@ impl Records {
         header_bytes.copy_from_slice(&buf[..HEADER]);
         let body = &mut buf[HEADER..total];
         let (typ, range) = match self.version {
-            Version::Tls13 => {
-                if typ != APPLICATION_DATA {
-                    return Err(RecordError::Unexpected(typ));
-                }
-                if len < TAG + 1 {
-                    return Err(RecordError::Decode);
-                }
-                let nonce = self.rx.nonce();
-                let plain = self
-                    .rx
-                    .key
-                    .open_in_place(
-                        Nonce::assume_unique_for_key(nonce),
-                        Aad::from(header_bytes),
-                        body,
-                    )
-                    .map_err(|_| RecordError::BadRecordMac)?;
-                // The content type is the last byte that is not padding.
-                let Some(end) = plain.iter().rposition(|b| *b != 0) else {
-                    return Err(RecordError::Unexpected(0));
-                };
-                let inner = plain[end];
-                if end > MAX_PLAINTEXT {
-                    return Err(RecordError::RecordOverflow);
-                }
-                (inner, HEADER..HEADER + end)
-            }
-            Version::Tls12 => {
-                let explicit = if self.rx.explicit { EXPLICIT_NONCE } else { 0 };
-                if len < explicit + TAG {
-                    return Err(RecordError::Decode);
-                }
-                let plain_len = len - explicit - TAG;
-                if plain_len > MAX_PLAINTEXT {
-                    return Err(RecordError::RecordOverflow);
-                }
-                let mut nonce = self.rx.nonce();
-                if explicit > 0 {
-                    nonce[aead::NONCE_LEN - explicit..].copy_from_slice(&body[..explicit]);
-                }
-                let aad = tls12_aad(self.rx.seq, typ, plain_len);
-                self.rx
-                    .key
-                    .open_in_place(
-                        Nonce::assume_unique_for_key(nonce),
-                        Aad::from(aad),
-                        &mut body[explicit..],
-                    )
-                    .map_err(|_| RecordError::BadRecordMac)?;
-                let start = HEADER + explicit;
-                (typ, start..start + plain_len)
-            }
+            Version::Tls13 => self.open13(typ, header_bytes, body)?,
+            Version::Tls12 => self.open12(typ, body)?,
         };
         self.rx.next()?;
         match typ {
@@ -453,6 +403,69 @@ impl Records {
             CHANGE_CIPHER_SPEC | HANDSHAKE => Err(RecordError::Unexpected(typ)),
             other => Err(RecordError::Unexpected(other)),
         }
+    }
+
+    /// Decrypts a TLS 1.3 record's `body` (its header is `header`): the inner content type
+    /// and where its content lies in the record.
+    fn open13(
+        &mut self,
+        typ: u8,
+        header: [u8; HEADER],
+        body: &mut [u8],
+    ) -> Result<(u8, std::ops::Range<usize>), RecordError> {
+        if typ != APPLICATION_DATA {
+            return Err(RecordError::Unexpected(typ));
+        }
+        if body.len() < TAG + 1 {
+            return Err(RecordError::Decode);
+        }
+        let nonce = self.rx.nonce();
+        let plain = self
+            .rx
+            .key
+            .open_in_place(Nonce::assume_unique_for_key(nonce), Aad::from(header), body)
+            .map_err(|_| RecordError::BadRecordMac)?;
+        // The content type is the last byte that is not padding.
+        let Some(end) = plain.iter().rposition(|b| *b != 0) else {
+            return Err(RecordError::Unexpected(0));
+        };
+        let inner = plain[end];
+        if end > MAX_PLAINTEXT {
+            return Err(RecordError::RecordOverflow);
+        }
+        Ok((inner, HEADER..HEADER + end))
+    }
+
+    /// Decrypts a TLS 1.2 record's `body` of type `typ`: the type and where its content lies
+    /// in the record.
+    fn open12(
+        &mut self,
+        typ: u8,
+        body: &mut [u8],
+    ) -> Result<(u8, std::ops::Range<usize>), RecordError> {
+        let explicit = if self.rx.explicit { EXPLICIT_NONCE } else { 0 };
+        if body.len() < explicit + TAG {
+            return Err(RecordError::Decode);
+        }
+        let plain_len = body.len() - explicit - TAG;
+        if plain_len > MAX_PLAINTEXT {
+            return Err(RecordError::RecordOverflow);
+        }
+        let mut nonce = self.rx.nonce();
+        if explicit > 0 {
+            nonce[aead::NONCE_LEN - explicit..].copy_from_slice(&body[..explicit]);
+        }
+        let aad = tls12_aad(self.rx.seq, typ, plain_len);
+        self.rx
+            .key
+            .open_in_place(
+                Nonce::assume_unique_for_key(nonce),
+                Aad::from(aad),
+                &mut body[explicit..],
+            )
+            .map_err(|_| RecordError::BadRecordMac)?;
+        let start = HEADER + explicit;
+        Ok((typ, start..start + plain_len))
     }
 
     /// TLS 1.3 handshake messages past the handshake: only KeyUpdate has a place here (a
