@@ -90,13 +90,10 @@ struct Direction {
 }
 
 impl Direction {
-    fn new(initial: BytesMut) -> Self {
-        let mut buf = initial;
-        if buf.capacity() < INITIAL_BUF {
-            buf.reserve(INITIAL_BUF - buf.len());
-        }
+    /// A direction with no buffer yet: [`restart`](Self::restart) gives it one.
+    fn empty() -> Self {
         Self {
-            buf,
+            buf: BytesMut::new(),
             written: 0,
             held: 0,
             eof: false,
@@ -104,6 +101,21 @@ impl Direction {
             reads: 0,
             parked: false,
         }
+    }
+
+    /// A new relay's direction on `initial` (bytes already read); the read count goes on, so
+    /// the shrink timer still tells a quiet direction.
+    fn restart(&mut self, initial: BytesMut) {
+        let mut buf = initial;
+        if buf.capacity() < INITIAL_BUF {
+            buf.reserve(INITIAL_BUF - buf.len());
+        }
+        self.buf = buf;
+        self.written = 0;
+        self.held = 0;
+        self.eof = false;
+        self.failed = None;
+        self.parked = false;
     }
 
     /// Gives a grown buffer's memory back if nothing is in it but held bytes; true if it did.
@@ -470,68 +482,32 @@ where
     C: AsyncRead + AsyncWrite + Unpin + ReleaseMemory,
     B: AsyncRead + AsyncWrite + Unpin + ReleaseMemory,
 {
-    let Watch {
-        draining,
-        idle_timeout,
-    } = watch;
-    let mut drain_now = false;
-    let mut idle = idle_timeout.map(IdleTimer::new);
-    let mut shrink = Shrinker::default();
-    let mut session = RelayState {
+    let mut relay = Relay::new(watch.idle_timeout);
+    let legs = Legs {
         client,
         backend,
         tracker,
         observer,
-        up: Direction::new(initial_client),
-        down: Direction::new(initial_backend),
-        quit: false,
-        client_active: None,
-        backend_active: None,
-        client_failed: None,
-        pending: WaitingKills::default(),
     };
-    session.prescan();
-    poll_fn(|cx| {
-        // On shutdown, end at the first command boundary — checked before reading the client, so
-        // a command that arrives after the last response is never half served.
-        if !drain_now && draining.poll_gated(cx).is_ready() {
-            drain_now = true;
-        }
-        if drain_now && session.boundary() {
-            return Poll::Ready(RelayEnd::Drained);
-        }
-        if let Some(idle) = idle.as_mut() {
-            let last = session.client_active.max(session.backend_active);
-            if idle.expired(cx, last, session.quiet()) {
-                return Poll::Ready(RelayEnd::IdleTimeout);
-            }
-        }
-        if shrink.poll(cx, &mut session.up, &mut session.down) {
-            session.client.release_memory();
-            session.backend.release_memory();
-        }
-        if let Poll::Ready(end) = session.poll_upstream(cx) {
-            return Poll::Ready(end);
-        }
-        let step = session.poll_downstream(cx);
-        let legs_hold = session.client.holds_memory() || session.backend.holds_memory();
-        shrink.arm_if_grown(cx, &session.up, &session.down, legs_hold);
-        match step {
-            Poll::Ready(end) => Poll::Ready(end),
-            Poll::Pending => session
-                .at_rest(drain_now)
-                .map_or(Poll::Pending, Poll::Ready),
-        }
-    })
-    .await
+    relay
+        .run(legs, initial_client, initial_backend, watch.draining)
+        .await
 }
 
-/// One session's relay state: both directions and what the tracker and timers need of them.
-struct RelayState<'a, C, B, O> {
-    client: &'a mut C,
-    backend: &'a mut B,
-    tracker: &'a mut Tracker,
-    observer: &'a mut O,
+/// What one relay runs between: the two legs, the session's tracker, and its observer.
+pub struct Legs<'a, C, B, O> {
+    pub client: &'a mut C,
+    pub backend: &'a mut B,
+    pub tracker: &'a mut Tracker,
+    pub observer: &'a mut O,
+}
+
+/// A relay's own state, kept by a session that runs one relay after another (a pooled session,
+/// one per transaction): each [`run`](Self::run) starts where a new relay would (its buffers
+/// are the caller's), but the state is built and placed once per session, not once per
+/// transaction; and the future of a run holds only references, so awaiting it moves a few
+/// words, not the whole state.
+pub struct Relay {
     up: Direction,
     down: Direction,
     quit: bool,
@@ -543,35 +519,149 @@ struct RelayState<'a, C, B, O> {
     client_failed: Option<TrackError>,
     /// KILLs read from the client waiting for their rewrite.
     pending: WaitingKills,
+    idle: Option<IdleTimer>,
+    /// Kept across runs: a buffer grown in one transaction is given back once the session was
+    /// quiet for [`QUIET`], whichever run that falls in.
+    shrink: Shrinker,
 }
 
-impl<C, B, O> RelayState<'_, C, B, O>
+impl Relay {
+    /// A relay that ends a session idle for `idle_timeout` (None: never).
+    pub fn new(idle_timeout: Option<std::time::Duration>) -> Self {
+        Relay {
+            up: Direction::empty(),
+            down: Direction::empty(),
+            quit: false,
+            client_active: None,
+            backend_active: None,
+            client_failed: None,
+            pending: WaitingKills::default(),
+            idle: idle_timeout.map(IdleTimer::new),
+            shrink: Shrinker::default(),
+        }
+    }
+
+    /// Back to a new relay's start, on `up` and `down` (bytes already read from the client
+    /// and the backend): what the last run left (its buffers, an error, KILLs waiting) goes.
+    fn restart(&mut self, up: BytesMut, down: BytesMut) {
+        self.up.restart(up);
+        self.down.restart(down);
+        self.quit = false;
+        self.client_active = None;
+        self.backend_active = None;
+        self.client_failed = None;
+        self.pending.clear();
+        if let Some(idle) = self.idle.as_mut() {
+            idle.restart();
+        }
+    }
+
+    /// Relays the command phase on `legs` until either side ends or misbehaves, or the
+    /// observer lets the backend go ([`RelayEnd::Released`]); `up` and `down` are bytes already
+    /// read from the client and the backend, `draining` the caller's gate on the drain (see
+    /// [`Watch`]).
+    pub async fn run<C, B, O>(
+        &mut self,
+        legs: Legs<'_, C, B, O>,
+        up: BytesMut,
+        down: BytesMut,
+        draining: &mut crate::proxy::gate::Cancelled<'_>,
+    ) -> RelayEnd
+    where
+        C: AsyncRead + AsyncWrite + Unpin + ReleaseMemory,
+        B: AsyncRead + AsyncWrite + Unpin + ReleaseMemory,
+        O: Observer + Steering,
+    {
+        self.restart(up, down);
+        let mut drain_now = false;
+        let mut session = RelayState { relay: self, legs };
+        session.prescan();
+        poll_fn(|cx| session.poll(cx, draining, &mut drain_now)).await
+    }
+}
+
+/// One session's relay while it runs: its state, and what it runs between.
+struct RelayState<'s, 'a, C, B, O> {
+    relay: &'s mut Relay,
+    legs: Legs<'a, C, B, O>,
+}
+
+impl<C, B, O> RelayState<'_, '_, C, B, O>
+where
+    C: AsyncRead + AsyncWrite + Unpin + ReleaseMemory,
+    B: AsyncRead + AsyncWrite + Unpin + ReleaseMemory,
+    O: Observer + Steering,
+{
+    /// One poll of the relay: both directions, the drain and the timers.
+    #[inline]
+    fn poll(
+        &mut self,
+        cx: &mut Context<'_>,
+        draining: &mut crate::proxy::gate::Cancelled<'_>,
+        drain_now: &mut bool,
+    ) -> Poll<RelayEnd> {
+        // On shutdown, end at the first command boundary — checked before reading the client, so
+        // a command that arrives after the last response is never half served.
+        if !*drain_now && draining.poll_gated(cx).is_ready() {
+            *drain_now = true;
+        }
+        if *drain_now && self.boundary() {
+            return Poll::Ready(RelayEnd::Drained);
+        }
+        let r = &mut *self.relay;
+        if let Some(idle) = r.idle.as_mut() {
+            let last = r.client_active.max(r.backend_active);
+            let quiet = quiet(self.legs.tracker, &r.up, &r.down);
+            if idle.expired(cx, last, quiet) {
+                return Poll::Ready(RelayEnd::IdleTimeout);
+            }
+        }
+        if r.shrink.poll(cx, &mut r.up, &mut r.down) {
+            self.legs.client.release_memory();
+            self.legs.backend.release_memory();
+        }
+        if let Poll::Ready(end) = self.poll_upstream(cx) {
+            return Poll::Ready(end);
+        }
+        let step = self.poll_downstream(cx);
+        let legs_hold = self.legs.client.holds_memory() || self.legs.backend.holds_memory();
+        let r = &mut *self.relay;
+        r.shrink.arm_if_grown(cx, &r.up, &r.down, legs_hold);
+        match step {
+            Poll::Ready(end) => Poll::Ready(end),
+            Poll::Pending => self.at_rest(*drain_now).map_or(Poll::Pending, Poll::Ready),
+        }
+    }
+}
+
+impl<C, B, O> RelayState<'_, '_, C, B, O>
 where
     C: AsyncRead + AsyncWrite + Unpin,
     B: AsyncRead + AsyncWrite + Unpin,
     O: Observer + Steering,
 {
     fn prescan(&mut self) {
+        let r = &mut *self.relay;
         let mut hooks = Upstream {
-            tracker: &mut *self.tracker,
-            observer: &mut *self.observer,
+            tracker: &mut *self.legs.tracker,
+            observer: &mut *self.legs.observer,
             quit: false,
-            active: &mut self.client_active,
-            pending: &mut self.pending,
+            active: &mut r.client_active,
+            pending: &mut r.pending,
         };
-        prescan(&mut self.up, &mut hooks);
-        self.quit |= hooks.quit;
+        prescan(&mut r.up, &mut hooks);
+        r.quit |= hooks.quit;
         let mut hooks = Downstream {
-            tracker: &mut *self.tracker,
-            observer: &mut *self.observer,
-            active: &mut self.backend_active,
+            tracker: &mut *self.legs.tracker,
+            observer: &mut *self.legs.observer,
+            active: &mut r.backend_active,
         };
-        prescan(&mut self.down, &mut hooks);
+        prescan(&mut r.down, &mut hooks);
     }
 
     /// Nothing in flight and nothing half read: a safe point to close the session.
     fn boundary(&self) -> bool {
-        self.tracker.idle() && self.up.buf.is_empty() && self.down.buf.is_empty()
+        self.legs.tracker.idle() && self.relay.up.buf.is_empty() && self.relay.down.buf.is_empty()
     }
 
     /// How the relay ends now that neither direction can move, if it does: the drain reached a
@@ -583,84 +673,86 @@ where
         }
         // A COM_QUIT not forwarded: nobody closes the client's side but the proxy, and
         // clients (Node mysql2) wait for that close.
-        if self.quit && self.observer.keeps_backend() && self.boundary() {
+        if self.relay.quit && self.legs.observer.keeps_backend() && self.boundary() {
             return Some(RelayEnd::ClientClosed { quit: true });
         }
         // Stopped before a prepared-statement command, everything before it answered: the
         // pool's session handles it (its bytes stay at the front of the client's buffer).
-        let released = self.paused_at_boundary() || self.observer.releasable() && self.boundary();
+        let released =
+            self.paused_at_boundary() || self.legs.observer.releasable() && self.boundary();
         released.then(|| {
-            let up = std::mem::take(&mut self.up.buf);
-            let down = std::mem::take(&mut self.down.buf);
-            RelayEnd::Released(up, down, self.up.parked)
+            let r = &mut *self.relay;
+            let up = std::mem::take(&mut r.up.buf);
+            let down = std::mem::take(&mut r.down.buf);
+            RelayEnd::Released(up, down, r.up.parked)
         })
     }
 
     /// Stopped before a prepared-statement command with nothing before it in flight.
     fn paused_at_boundary(&self) -> bool {
-        self.tracker.paused()
-            && self.tracker.idle()
-            && self.up.buf.len() == self.up.held
-            && self.down.buf.is_empty()
-    }
-
-    /// No command waiting for its answer, nothing read waiting to be written (but held bytes) and
-    /// nothing half relayed to the client: the idle timeout may close the session. Unlike
-    /// [`boundary`](Self::boundary), a command packet the client has only begun does not count (a
-    /// server's wait_timeout covers the first packet too), or one stalled byte of a header would
-    /// keep a session for ever. The drain keeps `boundary`: it is bounded by `shutdown_timeout`,
-    /// and a client part way through a large command is then served, not cut.
-    fn quiet(&self) -> bool {
-        self.tracker.pending() == 0
-            && self.tracker.server_at_boundary()
-            && self.up.buf.len() == self.up.held
-            && self.down.buf.is_empty()
+        let (tracker, r) = (&*self.legs.tracker, &*self.relay);
+        tracker.paused() && tracker.idle() && r.up.buf.len() == r.up.held && r.down.buf.is_empty()
     }
 
     fn poll_upstream(&mut self, cx: &mut Context<'_>) -> Poll<RelayEnd> {
-        self.up.parked = false;
-        if self.client_failed.is_some() {
+        let r = &mut *self.relay;
+        r.up.parked = false;
+        if r.client_failed.is_some() {
             return Poll::Pending;
         }
+        let legs = &mut self.legs;
         let mut hooks = Upstream {
-            tracker: &mut *self.tracker,
-            observer: &mut *self.observer,
+            tracker: &mut *legs.tracker,
+            observer: &mut *legs.observer,
             quit: false,
-            active: &mut self.client_active,
-            pending: &mut self.pending,
+            active: &mut r.client_active,
+            pending: &mut r.pending,
         };
-        let step = poll_direction(cx, &mut self.up, self.client, self.backend, &mut hooks);
-        self.quit |= hooks.quit;
+        let step = poll_direction(cx, &mut r.up, legs.client, legs.backend, &mut hooks);
+        r.quit |= hooks.quit;
         match step {
             // The commands before the bad packet were sent: their answers go first.
             Poll::Ready(Step::Failed(e)) if e.is_client() => {
-                self.client_failed = Some(e);
+                r.client_failed = Some(e);
                 Poll::Pending
             }
-            Poll::Ready(step) => Poll::Ready(upstream_end(step, self.quit)),
+            Poll::Ready(step) => Poll::Ready(upstream_end(step, r.quit)),
             Poll::Pending => Poll::Pending,
         }
     }
 
     fn poll_downstream(&mut self, cx: &mut Context<'_>) -> Poll<RelayEnd> {
+        let r = &mut *self.relay;
+        let legs = &mut self.legs;
         let mut hooks = Downstream {
-            tracker: &mut *self.tracker,
-            observer: &mut *self.observer,
-            active: &mut self.backend_active,
+            tracker: &mut *legs.tracker,
+            observer: &mut *legs.observer,
+            active: &mut r.backend_active,
         };
-        match poll_direction(cx, &mut self.down, self.backend, self.client, &mut hooks) {
-            Poll::Ready(step) => {
-                Poll::Ready(downstream_end(step, self.quit, self.tracker.pending()))
-            }
-            Poll::Pending => match self.client_failed.take() {
-                Some(e) if answered(self.tracker, &self.down) => Poll::Ready(RelayEnd::Protocol(e)),
+        match poll_direction(cx, &mut r.down, legs.backend, legs.client, &mut hooks) {
+            Poll::Ready(step) => Poll::Ready(downstream_end(step, r.quit, legs.tracker.pending())),
+            Poll::Pending => match r.client_failed.take() {
+                Some(e) if answered(legs.tracker, &r.down) => Poll::Ready(RelayEnd::Protocol(e)),
                 failed => {
-                    self.client_failed = failed;
+                    r.client_failed = failed;
                     Poll::Pending
                 }
             },
         }
     }
+}
+
+/// No command waiting for its answer, nothing read waiting to be written (but held bytes) and
+/// nothing half relayed to the client: the idle timeout may close the session. Unlike
+/// [`RelayState::boundary`], a command packet the client has only begun does not count (a
+/// server's wait_timeout covers the first packet too), or one stalled byte of a header would
+/// keep a session for ever. The drain keeps `boundary`: it is bounded by `shutdown_timeout`,
+/// and a client part way through a large command is then served, not cut.
+fn quiet(tracker: &Tracker, up: &Direction, down: &Direction) -> bool {
+    tracker.pending() == 0
+        && tracker.server_at_boundary()
+        && up.buf.len() == up.held
+        && down.buf.is_empty()
 }
 
 /// True once every command the backend can answer now has been answered and relayed: the place

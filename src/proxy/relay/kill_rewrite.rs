@@ -78,6 +78,11 @@ pub(super) struct WaitingKills {
 }
 
 impl WaitingKills {
+    /// Forgets every KILL still waiting (its relay ended).
+    pub(super) fn clear(&mut self) {
+        self.waiting.clear();
+    }
+
     /// The KILL at `at` in the buffer is replaced by `answer`'s packet once it resolves.
     pub(super) fn push(&mut self, at: Range<usize>, answer: Answer) {
         self.waiting.push((at, answer));

@@ -16,6 +16,9 @@ use crate::proxy::gate::Gated;
 pub(super) struct IdleTimer {
     timeout: std::time::Duration,
     sleep: Gated<Sleep>,
+    /// A new relay began on this timer (see [`restart`](Self::restart)), with no activity yet:
+    /// the sleep's deadline is an earlier relay's, not this one's start.
+    restarted: bool,
 }
 
 impl IdleTimer {
@@ -23,7 +26,15 @@ impl IdleTimer {
         Self {
             timeout,
             sleep: Gated::new(tokio::time::sleep(timeout)),
+            restarted: false,
         }
+    }
+
+    /// A new relay begins (see `Relay::run`), without a clock read: until it sees activity,
+    /// the first expiry only sets the timer a whole timeout ahead, so the new relay is never
+    /// timed from an earlier one's deadline (at worst it ends a timeout later).
+    pub(super) fn restart(&mut self) {
+        self.restarted = true;
     }
 
     /// True when the session has been idle for the timeout: nothing in flight (`quiet`) and
@@ -40,6 +51,7 @@ impl IdleTimer {
         let now = tokio::time::Instant::now();
         let due = match last {
             Some(at) => tokio::time::Instant::from_std(at) + self.timeout,
+            None if std::mem::take(&mut self.restarted) => now + self.timeout,
             None => self.sleep.get_ref().deadline(),
         };
         // The timer's millisecond granularity: a deadline less than that ahead has come.

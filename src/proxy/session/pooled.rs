@@ -42,7 +42,7 @@ use crate::backends::pooling::{
 use crate::net::leg::LegStream;
 use crate::net::stream::BackendStream;
 use crate::proxy::gate::Cancelled;
-use crate::proxy::relay::{relay_gated, KillRewrite, Observer, RelayEnd, Steering, Stop, Watch};
+use crate::proxy::relay::{KillRewrite, Legs, Observer, Relay, RelayEnd, Steering, Stop};
 use crate::wire::protocol::caps::CLIENT_DEPRECATE_EOF;
 use crate::wire::protocol::errors::code;
 use crate::wire::protocol::response::{Completed, Tracker};
@@ -120,6 +120,7 @@ where
         down: start.down,
         deprecate_eof: tracker.caps().has(CLIENT_DEPRECATE_EOF),
         client_waits: false,
+        relaying: Relay::new(ctx.stop.idle_timeout),
     };
     let end = seat.serve(ctx, client, tracker).await;
     // The session's end is counted when `seat.observer` (its `Member`) drops, after its
@@ -161,6 +162,9 @@ struct Seat<'a, 'r> {
     /// awaited since: the task is registered for the client's next bytes already (see
     /// `RelayEnd::Released`), so the wait for them starts without a read.
     client_waits: bool,
+    /// The relays' own state, one for all of them (see [`Relay`]): built once per session,
+    /// not once per transaction.
+    relaying: Relay,
 }
 
 impl<'r> Seat<'_, 'r> {
@@ -247,7 +251,7 @@ impl<'r> Seat<'_, 'r> {
             };
             tracker.pause_statements(statement);
             self.observer.read = (0, 0);
-            client_waits = match self.relay(ctx, client, tracker, draining).await {
+            client_waits = match self.relay(client, tracker, draining).await {
                 Ok(waits) => waits,
                 Err(end) => match again {
                     Some(packet)
@@ -385,7 +389,6 @@ impl<'r> Seat<'_, 'r> {
     /// `RelayEnd::Released`).
     async fn relay<C>(
         &mut self,
-        ctx: &Context<'r>,
         client: &mut LegStream<C>,
         tracker: &mut Tracker,
         draining: &mut Cancelled<'_>,
@@ -403,11 +406,13 @@ impl<'r> Seat<'_, 'r> {
             statements: &mut held.statements,
             reset: false,
         };
-        let watch = Watch {
-            draining,
-            idle_timeout: ctx.stop.idle_timeout,
+        let legs = Legs {
+            client,
+            backend: &mut held.leg,
+            tracker,
+            observer: &mut on,
         };
-        let end = relay_gated(client, &mut held.leg, tracker, up, down, watch, &mut on).await;
+        let end = self.relaying.run(legs, up, down, draining).await;
         if on.reset {
             // COM_RESET_CONNECTION or COM_CHANGE_USER dropped its prepared statements.
             held.statements.clear();

@@ -163,7 +163,7 @@ impl<'r> Seat<'_, 'r> {
             to = %self.lease.backend().name,
             "a read lost with its server before it was answered runs once more on another backend"
         );
-        self.relay(ctx, client, tracker, draining).await
+        self.relay(client, tracker, draining).await
     }
 }
 
