@@ -13,6 +13,7 @@
 //! Buffers are small for the many quiet sessions, large only while a direction moves bulk data,
 //! and small again once it has been quiet for a second (see [`Shrinker`]).
 
+use std::borrow::BorrowMut;
 use std::future::poll_fn;
 use std::io;
 use std::pin::Pin;
@@ -482,16 +483,21 @@ where
     C: AsyncRead + AsyncWrite + Unpin + ReleaseMemory,
     B: AsyncRead + AsyncWrite + Unpin + ReleaseMemory,
 {
-    let mut relay = Relay::new(watch.idle_timeout);
-    let legs = Legs {
-        client,
-        backend,
-        tracker,
-        observer,
+    // The state is the future's own here (one relay for the session): reached without the
+    // indirection a borrowed one costs at every poll.
+    let mut session = RelayState {
+        relay: Relay::new(watch.idle_timeout),
+        legs: Legs {
+            client,
+            backend,
+            tracker,
+            observer,
+        },
     };
-    relay
-        .run(legs, initial_client, initial_backend, watch.draining)
-        .await
+    session.relay.restart(initial_client, initial_backend);
+    session.prescan();
+    let (draining, mut drain_now) = (watch.draining, false);
+    poll_fn(|cx| session.poll(cx, draining, &mut drain_now)).await
 }
 
 /// What one relay runs between: the two legs, the session's tracker, and its observer.
@@ -580,14 +586,16 @@ impl Relay {
     }
 }
 
-/// One session's relay while it runs: its state, and what it runs between.
-struct RelayState<'s, 'a, C, B, O> {
-    relay: &'s mut Relay,
+/// One session's relay while it runs: its state (`R`: a [`Relay`], owned or borrowed), and
+/// what it runs between.
+struct RelayState<'a, R, C, B, O> {
+    relay: R,
     legs: Legs<'a, C, B, O>,
 }
 
-impl<C, B, O> RelayState<'_, '_, C, B, O>
+impl<R, C, B, O> RelayState<'_, R, C, B, O>
 where
+    R: BorrowMut<Relay>,
     C: AsyncRead + AsyncWrite + Unpin + ReleaseMemory,
     B: AsyncRead + AsyncWrite + Unpin + ReleaseMemory,
     O: Observer + Steering,
@@ -608,7 +616,7 @@ where
         if *drain_now && self.boundary() {
             return Poll::Ready(RelayEnd::Drained);
         }
-        let r = &mut *self.relay;
+        let r = self.relay.borrow_mut();
         if let Some(idle) = r.idle.as_mut() {
             let last = r.client_active.max(r.backend_active);
             let quiet = quiet(self.legs.tracker, &r.up, &r.down);
@@ -625,7 +633,7 @@ where
         }
         let step = self.poll_downstream(cx);
         let legs_hold = self.legs.client.holds_memory() || self.legs.backend.holds_memory();
-        let r = &mut *self.relay;
+        let r = self.relay.borrow_mut();
         r.shrink.arm_if_grown(cx, &r.up, &r.down, legs_hold);
         match step {
             Poll::Ready(end) => Poll::Ready(end),
@@ -634,14 +642,15 @@ where
     }
 }
 
-impl<C, B, O> RelayState<'_, '_, C, B, O>
+impl<R, C, B, O> RelayState<'_, R, C, B, O>
 where
+    R: BorrowMut<Relay>,
     C: AsyncRead + AsyncWrite + Unpin,
     B: AsyncRead + AsyncWrite + Unpin,
     O: Observer + Steering,
 {
     fn prescan(&mut self) {
-        let r = &mut *self.relay;
+        let r = self.relay.borrow_mut();
         let mut hooks = Upstream {
             tracker: &mut *self.legs.tracker,
             observer: &mut *self.legs.observer,
@@ -660,8 +669,10 @@ where
     }
 
     /// Nothing in flight and nothing half read: a safe point to close the session.
+    #[inline]
     fn boundary(&self) -> bool {
-        self.legs.tracker.idle() && self.relay.up.buf.is_empty() && self.relay.down.buf.is_empty()
+        let r = self.relay.borrow();
+        self.legs.tracker.idle() && r.up.buf.is_empty() && r.down.buf.is_empty()
     }
 
     /// How the relay ends now that neither direction can move, if it does: the drain reached a
@@ -673,7 +684,7 @@ where
         }
         // A COM_QUIT not forwarded: nobody closes the client's side but the proxy, and
         // clients (Node mysql2) wait for that close.
-        if self.relay.quit && self.legs.observer.keeps_backend() && self.boundary() {
+        if self.relay.borrow().quit && self.legs.observer.keeps_backend() && self.boundary() {
             return Some(RelayEnd::ClientClosed { quit: true });
         }
         // Stopped before a prepared-statement command, everything before it answered: the
@@ -681,7 +692,7 @@ where
         let released =
             self.paused_at_boundary() || self.legs.observer.releasable() && self.boundary();
         released.then(|| {
-            let r = &mut *self.relay;
+            let r = self.relay.borrow_mut();
             let up = std::mem::take(&mut r.up.buf);
             let down = std::mem::take(&mut r.down.buf);
             RelayEnd::Released(up, down, r.up.parked)
@@ -690,12 +701,12 @@ where
 
     /// Stopped before a prepared-statement command with nothing before it in flight.
     fn paused_at_boundary(&self) -> bool {
-        let (tracker, r) = (&*self.legs.tracker, &*self.relay);
+        let (tracker, r) = (&*self.legs.tracker, self.relay.borrow());
         tracker.paused() && tracker.idle() && r.up.buf.len() == r.up.held && r.down.buf.is_empty()
     }
 
     fn poll_upstream(&mut self, cx: &mut Context<'_>) -> Poll<RelayEnd> {
-        let r = &mut *self.relay;
+        let r = self.relay.borrow_mut();
         r.up.parked = false;
         if r.client_failed.is_some() {
             return Poll::Pending;
@@ -722,7 +733,7 @@ where
     }
 
     fn poll_downstream(&mut self, cx: &mut Context<'_>) -> Poll<RelayEnd> {
-        let r = &mut *self.relay;
+        let r = self.relay.borrow_mut();
         let legs = &mut self.legs;
         let mut hooks = Downstream {
             tracker: &mut *legs.tracker,

@@ -79,6 +79,7 @@ pub(super) struct WaitingKills {
 
 impl WaitingKills {
     /// Forgets every KILL still waiting (its relay ended).
+    #[inline]
     pub(super) fn clear(&mut self) {
         self.waiting.clear();
     }
