@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use tokio::sync::oneshot;
 
-use super::{BackendPool, Key, ServerConn};
+use super::{BackendPool, Conn, Key, ServerConn};
 
 /// A login's slot in a pool's count: given back (the login failed) when dropped, unless
 /// [`logged_in`](Self::logged_in) turned it into a session holding its connection.
@@ -47,7 +47,7 @@ impl LoginPermit {
             ended: false,
         };
         let held = Held {
-            conn: Some(conn),
+            conn: Some(Box::new(conn)),
             pool: Arc::clone(&self.pool),
             key: key.clone(),
         };
@@ -135,7 +135,7 @@ impl Drop for Member {
 /// [`release`](Self::release), or closed with [`close`](Self::close) or [`quit`](Self::quit);
 /// dropped otherwise, it is closed and counted closed (see the module's doc).
 pub struct Held {
-    conn: Option<ServerConn>,
+    conn: Option<Conn>,
     pool: Arc<BackendPool>,
     key: Key,
 }
@@ -152,7 +152,7 @@ impl Held {
         &self.pool
     }
 
-    pub(super) fn new(conn: ServerConn, pool: Arc<BackendPool>, key: Key) -> Self {
+    pub(super) fn new(conn: Conn, pool: Arc<BackendPool>, key: Key) -> Self {
         Held {
             conn: Some(conn),
             pool,
@@ -161,7 +161,7 @@ impl Held {
     }
 
     /// The connection, out of the guard: its count is the caller's now.
-    fn defuse(mut self) -> Option<ServerConn> {
+    fn defuse(mut self) -> Option<Conn> {
         self.conn.take()
     }
 
@@ -205,7 +205,7 @@ impl std::ops::Deref for Held {
     fn deref(&self) -> &ServerConn {
         // Only `defuse`, which consumes the guard, empties it.
         self.conn
-            .as_ref()
+            .as_deref()
             .expect("a Held guard holds its connection")
     }
 }
@@ -213,7 +213,7 @@ impl std::ops::Deref for Held {
 impl std::ops::DerefMut for Held {
     fn deref_mut(&mut self) -> &mut ServerConn {
         self.conn
-            .as_mut()
+            .as_deref_mut()
             .expect("a Held guard holds its connection")
     }
 }
@@ -239,7 +239,7 @@ impl Drop for Held {
 /// A connection on its way out: counted closed when dropped, after its polite close ran or
 /// without it.
 struct Closing {
-    conn: Option<ServerConn>,
+    conn: Option<Conn>,
     pool: Arc<BackendPool>,
     key: Key,
 }

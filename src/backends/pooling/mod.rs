@@ -97,8 +97,13 @@ impl std::hash::Hash for Key {
     }
 }
 
-impl Waiter<ServerConn> for oneshot::Sender<ServerConn> {
-    fn offer(self, value: ServerConn) -> Result<(), ServerConn> {
+/// A server connection as the pool hands it around: boxed once at its login, so that each
+/// transaction's trips (the idle list, a session's guard, a waiter's channel) move a pointer,
+/// not the connection (some 200 bytes, moved several times per transaction).
+pub type Conn = Box<ServerConn>;
+
+impl Waiter<Conn> for oneshot::Sender<Conn> {
+    fn offer(self, value: Conn) -> Result<(), Conn> {
         self.send(value)
     }
 
@@ -117,7 +122,7 @@ impl Waiter<()> for oneshot::Sender<()> {
     }
 }
 
-type Inner = Core<Key, ServerConn, oneshot::Sender<ServerConn>, oneshot::Sender<()>>;
+type Inner = Core<Key, Conn, oneshot::Sender<Conn>, oneshot::Sender<()>>;
 
 /// Why a session got no connection.
 #[derive(Debug, Error, Clone, PartialEq, Eq)]
@@ -254,7 +259,7 @@ impl BackendPool {
                 let mut guard = self.lock();
                 let (core, pooling) = &mut *guard;
                 let mut rx = None;
-                let like = |c: &ServerConn| c.carries(state);
+                let like = |c: &Conn| c.carries(state);
                 let got = core.acquire_like(key, worker, like, || {
                     let (tx, r) = oneshot::channel();
                     rx = Some(r);
@@ -329,7 +334,7 @@ impl BackendPool {
         loop {
             let mut guard = self.lock();
             let core = &mut guard.0;
-            let got = core.take_idle(key, worker, |c: &ServerConn| c.carries(state));
+            let got = core.take_idle(key, worker, |c: &Conn| c.carries(state));
             match got {
                 Acquired::Got(conn) => {
                     match self.hand_out(guard, key, conn, ServerConn::is_stale) {
@@ -359,7 +364,7 @@ impl BackendPool {
         loop {
             let mut guard = self.lock();
             let core = &mut guard.0;
-            let like = |c: &ServerConn| c.carries(state);
+            let like = |c: &Conn| c.carries(state);
             let conn = if local {
                 core.take_idle_local(key, worker, like)?
             } else {
@@ -382,7 +387,7 @@ impl BackendPool {
         self: &Arc<Self>,
         guard: MutexGuard<'_, (Inner, Pooling)>,
         key: &Key,
-        mut conn: ServerConn,
+        mut conn: Conn,
         stale: fn(&mut ServerConn) -> bool,
     ) -> Option<Held> {
         self.metrics.update(&guard.0);
@@ -435,7 +440,7 @@ impl BackendPool {
     }
 
     /// A session gives back a connection it holds, unpinned and at a command boundary.
-    fn release(self: &Arc<Self>, key: &Key, conn: ServerConn, worker: usize) {
+    fn release(self: &Arc<Self>, key: &Key, conn: Conn, worker: usize) {
         let closed = {
             let mut guard = self.lock();
             let closed = guard.0.release(key, conn, worker, Instant::now());
@@ -447,7 +452,7 @@ impl BackendPool {
 
     /// Closes connections the pool let go, each slot freed once the server let go of it, on a
     /// task of its own (nobody waits for it).
-    fn close_all(self: &Arc<Self>, closed: Vec<ServerConn>) {
+    fn close_all(self: &Arc<Self>, closed: Vec<Conn>) {
         if closed.is_empty() {
             return;
         }
@@ -544,7 +549,7 @@ impl BackendPool {
             self.metrics.update(&guard.0);
             closed
         };
-        closed.into_iter().for_each(ServerConn::quit);
+        closed.into_iter().for_each(|conn| conn.quit());
     }
 
     fn reconfigure(&self, pooling: Pooling) {
@@ -555,7 +560,7 @@ impl BackendPool {
             self.metrics.update(&guard.0);
             closed
         };
-        closed.into_iter().for_each(ServerConn::quit);
+        closed.into_iter().for_each(|conn| conn.quit());
     }
 
     /// Idle connections and gauges, for `/backends` and tests.
