@@ -183,37 +183,46 @@ impl<'r> Seat<'_, 'r> {
         // Polled only when the drain wakes it (see `gate`): one atomic load per wait, not a lock.
         let mut draining = crate::proxy::gate::cancelled(stop.drain);
         loop {
+            // What the command at the front is, when the wait for it already read that.
+            let mut front = None;
             if self.conn.is_none() {
                 let waits = std::mem::take(&mut self.client_waits);
                 let next = next_command(client, &mut self.up, stop, &mut draining, waits);
-                if let Some(end) = next.await {
-                    return end.into();
+                match next.await {
+                    Ok(command) => front = Some(command),
+                    Err(end) => return end.into(),
                 }
             } else if stop.drain.is_cancelled() && tracker.idle() && !self.up.is_empty() {
                 // A statement command read before the drain and not begun: the session ends here.
                 return RelayEnd::Drained.into();
             }
-            if let Err(end) = self.command(ctx, client, tracker, &mut draining).await {
+            if let Err(end) = self
+                .command(ctx, client, tracker, &mut draining, front)
+                .await
+            {
                 return end;
             }
         }
     }
 
-    /// The command at the front of the client's buffer: answered here, or relayed with the
-    /// commands after it until the session may give its connection back (then it does).
+    /// The command at the front of the client's buffer (`front`: as [`command::command`] read
+    /// it, if it was): answered here, or relayed with the commands after it until the session
+    /// may give its connection back (then it does).
     async fn command<C>(
         &mut self,
         ctx: &Context<'r>,
         client: &mut LegStream<C>,
         tracker: &mut Tracker,
         draining: &mut Cancelled<'_>,
+        front: Option<Command>,
     ) -> Result<(), SessionEnd>
     where
         C: AsyncRead + AsyncWrite + Unpin,
     {
         // An empty packet is a command with no command byte: relayed like any other (the
         // server answers it with an ERR); the byte after its header is the next packet's.
-        let mut statement = matches!(command::command(&self.up), Command::Statement(_));
+        let front = front.unwrap_or_else(|| command::command(&self.up));
+        let mut statement = matches!(front, Command::Statement(_));
         let front = if statement {
             match prepared::front(client, &mut self.up, &mut self.observer).await? {
                 Front::Done => return Ok(()),
@@ -466,7 +475,7 @@ pub(super) async fn bring_to(
 }
 
 /// Waits, holding no server connection, until the client's next command begins (its first five
-/// bytes are read: None), or the session ends: the client closed or quit (its COM_QUIT is not
+/// bytes are read: Ok, with what it is), or the session ends: the client closed or quit (its COM_QUIT is not
 /// forwarded: no connection is held), the idle timeout, or the drain. `registered`: the task is
 /// registered for the client's next bytes already (the relay's last read of it would have
 /// blocked, and nothing was awaited since), so the first poll does not read it again: the
@@ -477,7 +486,7 @@ async fn next_command<C>(
     stop: Stop<'_>,
     draining: &mut Cancelled<'_>,
     mut registered: bool,
-) -> Option<RelayEnd>
+) -> Result<Command, RelayEnd>
 where
     C: AsyncRead + AsyncWrite + Unpin,
 {
@@ -490,15 +499,15 @@ where
         // statement command (see `prepared`).
         match command::command(up) {
             Command::NeedMore(_) => {}
-            Command::Quit => return Poll::Ready(Some(RelayEnd::ClientClosed { quit: true })),
-            _ => return Poll::Ready(None),
+            Command::Quit => return Poll::Ready(Err(RelayEnd::ClientClosed { quit: true })),
+            command => return Poll::Ready(Ok(command)),
         }
         if draining.poll_gated(cx).is_ready() {
-            return Poll::Ready(Some(RelayEnd::Drained));
+            return Poll::Ready(Err(RelayEnd::Drained));
         }
         if let Some(idle) = idle.as_mut().as_pin_mut() {
             if idle.poll(cx).is_ready() {
-                return Poll::Ready(Some(RelayEnd::IdleTimeout));
+                return Poll::Ready(Err(RelayEnd::IdleTimeout));
             }
         }
         if std::mem::take(&mut registered) {
@@ -509,9 +518,9 @@ where
         }
         match tokio_util::io::poll_read_buf(Pin::new(&mut *client), cx, &mut *up) {
             Poll::Pending => return Poll::Pending,
-            Poll::Ready(Ok(0)) => return Poll::Ready(Some(RelayEnd::ClientClosed { quit: false })),
+            Poll::Ready(Ok(0)) => return Poll::Ready(Err(RelayEnd::ClientClosed { quit: false })),
             Poll::Ready(Ok(_)) => {}
-            Poll::Ready(Err(e)) => return Poll::Ready(Some(RelayEnd::ClientIo(e))),
+            Poll::Ready(Err(e)) => return Poll::Ready(Err(RelayEnd::ClientIo(e))),
         }
     })
     .await
