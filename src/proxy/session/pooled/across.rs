@@ -170,7 +170,8 @@ impl<'r> Seat<'_, 'r> {
 /// A connection of `key` from any backend of `pool` in rotation, for a session whose pool
 /// shares connections across its backends: the first idle one in the policy's order (see
 /// [`idle_across`]), else a wait on the session's own backend (`home`) while it is in
-/// rotation, else on the first backend where its key has connections. Never from `avoid`.
+/// rotation and its key has connections there, else on the first backend where its key has
+/// connections. Never from `avoid`.
 /// Brought to the session's `state` as [`take`] does.
 pub(super) async fn take_across<'r>(
     ctx: &Context<'_>,
@@ -195,9 +196,12 @@ pub(super) async fn take_across<'r>(
         .filter_map(|b| known.get(b.index())?.as_ref())
         .filter(|p| avoid.is_none_or(|a| !Arc::ptr_eq(a, p)))
         .collect();
+    // Home only while its key has connections there: a wait where it has none ends at once
+    // with none left for the user (ERR 1040), as when its server was just killed and is still
+    // in rotation, while another backend's connections of the key would come free.
     let wait_on = pools
         .iter()
-        .find(|p| Arc::ptr_eq(p, home))
+        .find(|p| Arc::ptr_eq(p, home) && p.has_connections(key))
         .or_else(|| pools.iter().find(|p| p.has_connections(key)))
         .copied();
     match (wait_on, avoid) {
