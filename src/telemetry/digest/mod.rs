@@ -28,7 +28,7 @@ mod texts;
 use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 pub use session::SessionDigests;
@@ -100,6 +100,16 @@ pub struct Digests {
     text_budget: Arc<TextBudget>,
     /// When the table was started or last reset.
     since: Mutex<SystemTime>,
+    idents: Mutex<Idents>,
+}
+
+/// Every `Ident` a session holds, by hash, so that sessions of one identity share one
+/// allocation and a row tells its statements by a pointer compare (see [`Digests::intern`]).
+#[derive(Debug, Default)]
+struct Idents {
+    live: HashMap<u64, Weak<Ident>>,
+    /// `live`'s size past which entries no one holds are dropped.
+    sweep_at: usize,
 }
 
 /// One worker's part of the table on cache lines of its own: each statement locks its worker's
@@ -171,6 +181,7 @@ impl Digests {
             budget,
             text_budget,
             since: Mutex::new(SystemTime::now()),
+            idents: Mutex::default(),
         };
         table.apply(config);
         table
@@ -226,6 +237,25 @@ impl Digests {
         &self.caches[worker % self.caches.len()].0
     }
 
+    /// The allocation of `made`'s identity that sessions and rows already hold, if any; else
+    /// `made`, which the next session of that identity gets. A session interns its identity
+    /// when it starts and when it changes (`USE`, COM_CHANGE_USER, another backend).
+    pub fn intern(&self, made: Arc<Ident>) -> Arc<Ident> {
+        let Ok(mut idents) = self.idents.lock() else {
+            return made;
+        };
+        if let Some(known) = idents.live.get(&made.hash).and_then(Weak::upgrade) {
+            // Another identity of the same hash keeps its place: the rows then compare.
+            return if *known == *made { known } else { made };
+        }
+        if idents.live.len() >= idents.sweep_at {
+            idents.live.retain(|_, w| w.strong_count() > 0);
+            idents.sweep_at = (2 * idents.live.len()).max(64);
+        }
+        idents.live.insert(made.hash, Arc::downgrade(&made));
+        made
+    }
+
     /// Forgets every row (the counts restart from zero).
     pub fn reset(&self) {
         for shard in self.shards.iter() {
@@ -246,7 +276,8 @@ impl Digests {
         let mut rows: Vec<RowView> = Vec::new();
         let mut folded = 0;
         for shard in self.shards.iter() {
-            let Ok(s) = shard.0.lock() else { continue };
+            let Ok(mut s) = shard.0.lock() else { continue };
+            s.flush();
             folded += s.folded();
             s.each(|digest, kind, ident, texts, stats| {
                 let key = (digest, kind, Arc::clone(ident));
@@ -348,6 +379,30 @@ mod tests {
             None,
             "no threshold, no log"
         );
+    }
+
+    #[test]
+    fn equal_identities_are_interned_while_held() {
+        let table = Digests::new(&config());
+        let a = table.intern(Ident::new("b", "p", "u", "s"));
+        let b = table.intern(Ident::new("b", "p", "u", "s"));
+        assert!(Arc::ptr_eq(&a, &b));
+        let other = table.intern(Ident::new("b", "p", "u", "t"));
+        assert!(!Arc::ptr_eq(&a, &other));
+        drop((a, b, other));
+        // Identities no one holds are swept: the map stays near the live ones.
+        let kept: Vec<_> = (0..1000)
+            .map(|i| table.intern(Ident::new("b", "p", &format!("u{i}"), "s")))
+            .filter(|i| i.user.ends_with('0'))
+            .collect();
+        let live = table.idents.lock().map_or(usize::MAX, |i| i.live.len());
+        assert!(
+            live < 300,
+            "{live} entries for {} live identities",
+            kept.len()
+        );
+        let again = table.intern(Ident::new("b", "p", "u10", "s"));
+        assert!(kept.iter().any(|k| Arc::ptr_eq(k, &again)));
     }
 
     #[test]

@@ -14,7 +14,7 @@ use std::time::Instant;
 
 use tracing::info;
 
-use super::shard::{HashedMap, KeyHasher};
+use super::shard::{Done, HashedMap, KeyHasher};
 use super::{Digest, Digests, Ident, Kind};
 use crate::telemetry::capture::redact;
 use crate::wire::protocol::response::{cmd, Completed};
@@ -54,6 +54,8 @@ pub struct SessionDigests {
     schema_change: Option<(u64, Arc<str>)>,
     /// The user (and schema) a COM_CHANGE_USER sent and not yet answered asks for.
     user_change: Option<(Arc<str>, Arc<str>)>,
+    /// The shard's `lost` count when last seen.
+    lost: u64,
 }
 
 /// The tag of a digest (0 is "no digest" to the tracker).
@@ -79,7 +81,7 @@ impl SessionDigests {
         Some(Self {
             table: Arc::clone(table),
             worker,
-            ident: ident(),
+            ident: table.intern(ident()),
             elsewhere: Vec::new(),
             max_len: table.max_query_length() + 1,
             known: HashSet::default(),
@@ -89,6 +91,7 @@ impl SessionDigests {
             last_prepared: 0,
             schema_change: None,
             user_change: None,
+            lost: 0,
         })
     }
 
@@ -103,7 +106,9 @@ impl SessionDigests {
         });
         let next = match known {
             Some(o) => Arc::clone(o),
-            None => Ident::new(backend, &i.pool, &i.user, &i.schema),
+            None => self
+                .table
+                .intern(Ident::new(backend, &i.pool, &i.user, &i.schema)),
         };
         let previous = std::mem::replace(&mut self.ident, next);
         if !self.elsewhere.iter().any(|o| Arc::ptr_eq(o, &previous)) {
@@ -120,16 +125,30 @@ impl SessionDigests {
     }
 
     /// A statement packet's payload as the client sent it; returns the tag for its command.
+    ///
+    /// A COM_QUERY's path is kept apart from the other commands' (out of line): every
+    /// statement runs it between two turns of the kernel's network code, which leave it cold in
+    /// the CPU's caches, so the fewer cache lines its code spans the better.
+    #[inline]
     pub fn statement(&mut self, command: u8, payload: &[u8]) -> u64 {
         let body = payload.get(1..).unwrap_or_default();
+        if command != cmd::QUERY {
+            return self.other_statement(command, body);
+        }
+        let tag = self.digest(body);
+        if let Some(schema) = self.use_of(tag) {
+            self.schema_change = Some((tag, schema));
+        }
+        tag
+    }
+
+    /// [`Self::statement`] of any other command than COM_QUERY.
+    #[inline(never)]
+    fn other_statement(&mut self, command: u8, body: &[u8]) -> u64 {
         match command {
-            cmd::QUERY | cmd::STMT_PREPARE => {
+            cmd::STMT_PREPARE => {
                 let tag = self.digest(body);
-                if command == cmd::STMT_PREPARE {
-                    self.last_prepared = tag;
-                } else if let Some(schema) = self.use_of(tag) {
-                    self.schema_change = Some((tag, schema));
-                }
+                self.last_prepared = tag;
                 tag
             }
             cmd::STMT_EXECUTE | cmd::STMT_BULK_EXECUTE => match statement_id(body) {
@@ -157,11 +176,19 @@ impl SessionDigests {
 
     /// The tag of a statement text: its digest, handed to the shard (its texts made there) the
     /// first time this session sees it.
+    #[inline]
     fn digest(&mut self, text: &[u8]) -> u64 {
-        let limit = self.max_len - 1;
-        if let Some(d) = self.recent.get(text, limit) {
-            return tag_of(d);
+        match self.recent.get(text, self.max_len - 1) {
+            Some(d) => tag_of(d),
+            None => self.digest_unseen(text),
         }
+    }
+
+    /// [`Self::digest`] of a text no recent shape answers: out of line, so that the code a
+    /// repeated statement runs stays on few cache lines.
+    #[inline(never)]
+    fn digest_unseen(&mut self, text: &[u8]) -> u64 {
+        let limit = self.max_len - 1;
         let d = match self.table.cache(self.worker).lock() {
             Ok(mut cache) => sql::digest_remembered(&mut self.recent, &mut cache, text, limit),
             Err(_) => sql::digest(text, limit),
@@ -171,9 +198,7 @@ impl SessionDigests {
             return tag;
         }
         if self.known.len() >= KNOWN {
-            self.known.clear();
-            self.uses.clear();
-            self.recent.clear();
+            self.forget();
         }
         let sample_len = self
             .table
@@ -193,6 +218,14 @@ impl SessionDigests {
         tag
     }
 
+    /// Forgets every digest handed over: each is handed over again when next seen.
+    #[cold]
+    fn forget(&mut self) {
+        self.known.clear();
+        self.uses.clear();
+        self.recent.clear();
+    }
+
     /// The schema a `USE` statement of digest `tag` selects (most sessions send none).
     #[inline]
     fn use_of(&self, tag: u64) -> Option<Arc<str>> {
@@ -202,28 +235,39 @@ impl SessionDigests {
         self.uses.get(&tag).cloned()
     }
 
-    /// A command answered in full.
+    /// A command answered in full. A COM_QUERY's path is kept apart, as in [`Self::statement`].
+    #[inline]
     pub fn completed(&mut self, c: &Completed) {
+        if c.command != cmd::QUERY {
+            return self.other_completed(c);
+        }
+        self.record(c, Kind::Query);
+        if c.tag != 0 && self.schema_change.is_some() {
+            self.schema_changed(c.tag, c.error);
+        }
+    }
+
+    /// [`Self::completed`] of any other command than COM_QUERY.
+    #[inline(never)]
+    fn other_completed(&mut self, c: &Completed) {
         match c.command {
-            cmd::QUERY | cmd::STMT_PREPARE | cmd::STMT_EXECUTE | cmd::STMT_BULK_EXECUTE => {
-                self.record(c);
-                if c.command == cmd::STMT_PREPARE {
-                    if let (Some(id), false) = (c.prepared, c.tag == 0) {
-                        if self.prepared.len() < PREPARED {
-                            self.prepared.insert(id, c.tag);
-                        }
+            cmd::STMT_PREPARE => {
+                self.record(c, Kind::Prepare);
+                if let (Some(id), false) = (c.prepared, c.tag == 0) {
+                    if self.prepared.len() < PREPARED {
+                        self.prepared.insert(id, c.tag);
                     }
                 }
-                if c.command == cmd::QUERY && c.tag != 0 {
-                    self.schema_changed(c.tag, c.error);
-                }
             }
+            cmd::STMT_EXECUTE | cmd::STMT_BULK_EXECUTE => self.record(c, Kind::Execute),
             cmd::INIT_DB => self.schema_changed(0, c.error),
             cmd::CHANGE_USER => {
                 self.prepared.clear();
                 if let (Some((user, schema)), false) = (self.user_change.take(), c.error) {
                     let i = &self.ident;
-                    self.ident = Ident::new(&i.backend, &i.pool, &user, &schema);
+                    self.ident = self
+                        .table
+                        .intern(Ident::new(&i.backend, &i.pool, &user, &schema));
                 }
             }
             cmd::RESET_CONNECTION => self.prepared.clear(),
@@ -235,48 +279,52 @@ impl SessionDigests {
     fn schema_changed(&mut self, tag: u64, error: bool) {
         if self.schema_change.as_ref().is_some_and(|(t, _)| *t == tag) {
             if let (Some((_, schema)), false) = (self.schema_change.take(), error) {
-                self.ident = self.ident.with_schema(&schema);
+                self.ident = self.table.intern(self.ident.with_schema(&schema));
             }
         }
     }
 
-    fn record(&mut self, c: &Completed) {
+    #[inline]
+    fn record(&mut self, c: &Completed, kind: Kind) {
         if !self.table.enabled() {
             return;
         }
-        let Some(kind) = Kind::of(c.command) else {
-            return;
-        };
-        let now = c.at.unwrap_or_else(Instant::now);
+        let at = c.at.unwrap_or_else(Instant::now);
         let slow = self.table.slow(c.latency);
         let mut text = None;
+        let lost = self.lost;
         if let Ok(mut shard) = self.table.shard(self.worker).lock() {
-            // Tag 0 (not read whole, or prepared before digests were on) has no texts.
-            if !shard.record(Digest(c.tag), kind, &mut self.ident, c, now) {
-                self.known.remove(&c.tag);
-                self.recent.clear();
-            }
+            self.lost = shard.lost();
+            shard.push(Done::new(Digest(c.tag), kind, c, at), &self.ident);
             if slow.is_some() {
                 text = shard.text_of(Digest(c.tag));
             }
         }
-        if let Some(suppressed) = slow {
-            let text = text.as_deref().unwrap_or("(other)");
-            info!(
-                digest = %Digest(c.tag),
-                kind = kind.as_str(),
-                statement = %truncate(text, 200),
-                user = %self.ident.user,
-                schema = %self.ident.schema,
-                backend = %self.ident.backend,
-                latency_ms = c.latency.as_secs_f64() * 1e3,
-                rows_sent = c.rows,
-                rows_affected = c.affected,
-                error = c.error,
-                suppressed,
-                "slow query"
-            );
+        if lost != self.lost {
+            self.forget();
         }
+        if let Some(suppressed) = slow {
+            self.log_slow(c, kind, text.as_deref(), suppressed);
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn log_slow(&self, c: &Completed, kind: Kind, text: Option<&str>, suppressed: u64) {
+        info!(
+            digest = %Digest(c.tag),
+            kind = kind.as_str(),
+            statement = %truncate(text.unwrap_or("(other)"), 200),
+            user = %self.ident.user,
+            schema = %self.ident.schema,
+            backend = %self.ident.backend,
+            latency_ms = c.latency.as_secs_f64() * 1e3,
+            rows_sent = c.rows,
+            rows_affected = c.affected,
+            error = c.error,
+            suppressed,
+            "slow query"
+        );
     }
 }
 
@@ -345,7 +393,9 @@ mod tests {
     }
 
     /// Statements a session's recent shapes answer count in their row, and after a reset drops
-    /// the texts the session hands them over again (its recent shapes forgotten with them).
+    /// the texts the session hands them over again (its recent shapes forgotten with them):
+    /// the first statement after the reset learns of it when answered, the next hands its
+    /// texts over, and both count in their row (the first waited in the shard's batch).
     #[test]
     fn recent_shapes_count_in_their_row_and_survive_a_reset() {
         let on = DigestConfig {
@@ -377,10 +427,19 @@ mod tests {
         want.sort();
         assert_eq!(counts(&table), want);
         table.reset();
-        // The texts are gone: this one counts in "(other)", and the next is handed over again.
         run(&mut s, "SELECT c FROM t1 WHERE id=7");
         run(&mut s, "SELECT c FROM t1 WHERE id=8");
-        assert_eq!(counts(&table), vec![(None, 1), (Some(first), 1)]);
+        assert_eq!(counts(&table), vec![(Some(first), 2)]);
+        // Texts dropped behind the session's back: its statement counts in "(other)", which
+        // tells the sessions, and the next but one hands them over again.
+        if let Ok(mut shard) = table.shard(0).lock() {
+            shard.clear_untold();
+        }
+        run(&mut s, "SELECT c FROM t1 WHERE id=9");
+        assert_eq!(counts(&table), vec![(None, 1)]);
+        run(&mut s, "SELECT c FROM t1 WHERE id=10");
+        run(&mut s, "SELECT c FROM t1 WHERE id=11");
+        assert_eq!(counts(&table), vec![(None, 1), (Some(first), 2)]);
     }
 
     #[test]

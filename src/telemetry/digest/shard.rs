@@ -1,6 +1,10 @@
 //! One worker's part of the digest table: rows keyed by a 64-bit mix of digest, command kind and
 //! [`Ident`], bounded by folding the least valuable rows into one "(other)" row per backend; and
 //! the texts of its digests, which rows share and the table's text budget bounds.
+//!
+//! Statements answered wait in a short batch and reach their rows [`BATCH`] at a time, or
+//! whenever the table is read, reset or pruned ([`Shard::push`] says why): a read always sees
+//! every statement answered before it.
 
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
@@ -72,16 +76,16 @@ impl Stats {
     }
 
     #[inline]
-    fn add(&mut self, c: &Completed, now: Instant) {
-        let ns = c.latency.as_nanos() as u64;
+    fn add(&mut self, d: &Done) {
+        let ns = d.ns;
         self.count += 1;
-        self.errors += u64::from(c.error);
+        self.errors += u64::from(d.error);
         self.sum_ns = self.sum_ns.saturating_add(ns);
         self.min_ns = self.min_ns.min(ns);
         self.max_ns = self.max_ns.max(ns);
-        self.rows_sent += c.rows;
-        self.rows_affected += c.affected;
-        self.last = now;
+        self.rows_sent += d.rows;
+        self.rows_affected += d.affected;
+        self.last = d.at;
         self.sketch.record(ns);
     }
 
@@ -96,6 +100,39 @@ impl Stats {
         self.first = self.first.min(o.first);
         self.last = self.last.max(o.last);
         self.sketch.merge(&o.sketch);
+    }
+}
+
+/// Statements a shard holds before adding them to their rows (see [`Shard::push`]): about
+/// 2 KiB per worker.
+const BATCH: usize = 32;
+
+/// A statement answered, as its row counts it.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Done {
+    digest: Digest,
+    kind: Kind,
+    /// Its session's `Ident`, as an index into the shard's `idents` while it waits.
+    ident: u32,
+    ns: u64,
+    rows: u64,
+    affected: u64,
+    error: bool,
+    at: Instant,
+}
+
+impl Done {
+    pub(super) fn new(digest: Digest, kind: Kind, c: &Completed, at: Instant) -> Self {
+        Self {
+            digest,
+            kind,
+            ident: 0,
+            ns: c.latency.as_nanos() as u64,
+            rows: c.rows,
+            affected: c.affected,
+            error: c.error,
+            at,
+        }
     }
 }
 
@@ -205,6 +242,13 @@ pub(super) struct Shard {
     budget: Arc<Budget>,
     text_budget: Arc<TextBudget>,
     folded: u64,
+    /// Statements answered and not yet in their rows (at most [`BATCH`]), and the `Ident`s
+    /// they name (one each, not one per statement: sessions of one identity share one, whose
+    /// count a clone per statement would move between the cores).
+    pending: Vec<Done>,
+    idents: Vec<Arc<Ident>>,
+    /// Counts statements whose digest had no texts here when added (see [`Shard::lost`]).
+    lost: u64,
 }
 
 impl std::fmt::Debug for KeyHasher {
@@ -223,6 +267,9 @@ impl Shard {
             budget,
             text_budget,
             folded: 0,
+            pending: Vec::new(),
+            idents: Vec::new(),
+            lost: 0,
         }
     }
 
@@ -231,6 +278,11 @@ impl Shard {
     }
 
     pub(super) fn clear(&mut self) {
+        // Statements answered before the reset are not counted after it; every session hands
+        // its texts over again.
+        self.pending.clear();
+        self.idents.clear();
+        self.lost = self.lost.wrapping_add(1);
         self.budget.remove(self.rows.len());
         self.rows.clear();
         self.others.clear();
@@ -277,54 +329,95 @@ impl Shard {
         self.texts.get(&digest.0).map(|(t, _)| Arc::clone(&t.text))
     }
 
-    /// Counts `c` under (`digest`, `kind`, `ident`), a new row taking this shard's texts of
-    /// the digest. False if there are none (never made, or dropped since): `c` is counted in
-    /// "(other)", and the session should make them again.
-    ///
-    /// Sessions of one user and schema each make their own `Ident`, and a row keeps the one of
-    /// the session that made it, so telling them equal would compare four strings per
-    /// statement. When a row and a session hold equal `Ident`s in two allocations, both keep
-    /// the one at the lower address (the session's `ident` may be replaced): every row and
-    /// session of one identity soon shares one allocation, and the check is a pointer compare.
+    /// Counts a statement answered. It waits with the worker's others and is added to its row
+    /// [`BATCH`] at a time, or when the table is read ([`Shard::flush`]): a statement's own
+    /// work is then a copy under the worker's lock, and the rows' code and memory (the map,
+    /// the row, its sketch) are touched in bursts. Per statement, those would be cold every
+    /// time: between two statements of a session the kernel's network work runs on the core,
+    /// and the digest table's share of CPU per query measured several times its share of
+    /// instructions.
     #[inline]
-    pub(super) fn record(
-        &mut self,
-        digest: Digest,
-        kind: Kind,
-        ident: &mut Arc<Ident>,
-        c: &Completed,
-        now: Instant,
-    ) -> bool {
-        let k = key(digest, kind, ident);
+    pub(super) fn push(&mut self, mut d: Done, ident: &Arc<Ident>) {
+        if self.pending.len() >= BATCH {
+            self.flush();
+        }
+        let at = match self.idents.iter().rposition(|i| Arc::ptr_eq(i, ident)) {
+            Some(at) => at,
+            None => {
+                self.idents.push(Arc::clone(ident));
+                self.idents.len() - 1
+            }
+        };
+        d.ident = at as u32;
+        self.pending.push(d);
+    }
+
+    /// Adds every statement waiting to its row: before the rows are read, pruned or folded.
+    #[inline(never)]
+    pub(super) fn flush(&mut self) {
+        // The statements stay in `pending` until all are counted, so that a prune on the way
+        // (a new row can fold others, which prunes texts) keeps the texts they need.
+        let mut idents = std::mem::take(&mut self.idents);
+        for i in 0..self.pending.len() {
+            let d = self.pending[i];
+            let Some(ident) = idents.get_mut(d.ident as usize) else {
+                continue;
+            };
+            // Digest 0 (not read whole, or prepared before digests were on) never has texts.
+            if !self.record(&d, ident) && d.digest.0 != 0 {
+                self.lost = self.lost.wrapping_add(1);
+            }
+        }
+        self.pending.clear();
+        idents.clear();
+        self.idents = idents;
+    }
+
+    /// Changes whenever a statement went to "(other)" because this shard had no texts of its
+    /// digest (dropped since its session handed them over, or a reset): sessions that see it
+    /// change forget which digests they handed over, and hand them over again.
+    pub(super) fn lost(&self) -> u64 {
+        self.lost
+    }
+
+    /// Counts `d` in its row, a new row taking this shard's texts of its digest. False if there
+    /// are none (never made, or dropped since): `d` is counted in "(other)".
+    ///
+    /// Equal `Ident`s are one allocation while any holds it (`Digests::intern`), so a row's
+    /// check is a pointer compare; when a row and a statement still hold equal ones in two
+    /// allocations, both keep the one at the lower address.
+    #[inline]
+    fn record(&mut self, d: &Done, ident: &mut Arc<Ident>) -> bool {
+        let k = key(d.digest, d.kind, ident);
         if let Some(row) = self.rows.get_mut(&k) {
             let same = Arc::ptr_eq(&row.ident, ident) || share_equal(&mut row.ident, ident);
-            if row.digest == digest && row.kind == kind && same {
-                row.stats.add(c, now);
+            if row.digest == d.digest && row.kind == d.kind && same {
+                row.stats.add(d);
             } else {
-                self.other(ident, c, now);
+                self.other(d, ident);
             }
             return true;
         }
-        let Some(texts) = self.texts.get(&digest.0).map(|(t, _)| t.clone()) else {
-            self.other(ident, c, now);
+        let Some(texts) = self.texts.get(&d.digest.0).map(|(t, _)| t.clone()) else {
+            self.other(d, ident);
             return false;
         };
         if self.budget.full() {
             self.evict();
             if self.budget.full() {
                 // Other workers hold the rows: this statement goes to "(other)".
-                self.other(ident, c, now);
+                self.other(d, ident);
                 return true;
             }
         }
         self.budget.add(1);
-        let mut stats = Stats::new(now);
-        stats.add(c, now);
+        let mut stats = Stats::new(d.at);
+        stats.add(d);
         self.rows.insert(
             k,
             Row {
-                digest,
-                kind,
+                digest: d.digest,
+                kind: d.kind,
                 ident: Arc::clone(ident),
                 texts,
                 stats,
@@ -333,10 +426,10 @@ impl Shard {
         true
     }
 
-    /// Counts `c` in the "(other)" row of `ident`'s backend.
-    pub(super) fn other(&mut self, ident: &Ident, c: &Completed, now: Instant) {
-        let stats = self.other_row(ident, now);
-        stats.add(c, now);
+    /// Counts `d` in the "(other)" row of `ident`'s backend.
+    fn other(&mut self, d: &Done, ident: &Ident) {
+        let stats = self.other_row(ident, d.at);
+        stats.add(d);
     }
 
     fn other_row(&mut self, ident: &Ident, now: Instant) -> &mut Stats {
@@ -382,9 +475,21 @@ impl Shard {
     /// reset, or a spent budget).
     fn prune_texts(&mut self, all: bool) {
         let round = self.round;
-        self.texts
-            .retain(|_, (t, made)| Arc::strong_count(&t.text) > 1 || (!all && *made == round));
+        // A statement waiting for its row (a batch) holds no texts yet: they stay for it.
+        let waiting = &self.pending;
+        self.texts.retain(|&digest, (t, made)| {
+            Arc::strong_count(&t.text) > 1
+                || (!all && *made == round)
+                || waiting.iter().any(|d| d.digest.0 == digest)
+        });
         self.round = round.wrapping_add(1);
+    }
+
+    /// [`Shard::clear`] without telling the sessions (as texts dropped behind their backs).
+    #[cfg(test)]
+    pub(super) fn clear_untold(&mut self) {
+        self.clear();
+        self.lost = self.lost.wrapping_sub(1);
     }
 
     /// Every row, "(other)" rows with no digest.
@@ -421,6 +526,19 @@ mod tests {
         }
     }
 
+    /// Counts `c` at once (not batched), as a statement of `ident`, which takes the
+    /// allocation the row keeps when the two are equal.
+    fn record(
+        s: &mut Shard,
+        digest: Digest,
+        kind: Kind,
+        ident: &mut Arc<Ident>,
+        c: &Completed,
+        now: Instant,
+    ) -> bool {
+        s.record(&Done::new(digest, kind, c, now), ident)
+    }
+
     fn totals(s: &Shard) -> (u64, u64, usize) {
         let (mut count, mut sum, mut rows) = (0, 0, 0);
         s.each(|_, _, _, _, st| {
@@ -441,7 +559,14 @@ mod tests {
             assert!(s.texts(Digest(i + 1), || ("q".into(), b"q")));
             let c = done(1 + i % 97);
             want_sum += c.latency.as_nanos() as u64;
-            assert!(s.record(Digest(i + 1), Kind::Query, &mut ident, &c, now));
+            assert!(record(
+                &mut s,
+                Digest(i + 1),
+                Kind::Query,
+                &mut ident,
+                &c,
+                now
+            ));
             assert!(s.rows.len() <= 64);
         }
         let (count, sum, rows) = totals(&s);
@@ -453,6 +578,67 @@ mod tests {
     }
 
     #[test]
+    fn pushed_statements_count_once_flushed_and_a_reset_drops_them() {
+        let mut s = shard(64);
+        let ident = Ident::new("b1", "p", "u", "s");
+        let now = Instant::now();
+        assert!(s.texts(Digest(1), || ("q".into(), b"q")));
+        let other = Ident::new("b1", "p", "u2", "s");
+        for i in 0..3 * BATCH + 5 {
+            s.push(Done::new(Digest(1), Kind::Query, &done(5), now), &ident);
+            assert!(s.pending.len() <= BATCH);
+            assert!(s.idents.len() <= 2, "one Arc per identity in a batch");
+            if i % 7 == 0 {
+                s.push(Done::new(Digest(1), Kind::Execute, &done(5), now), &other);
+            }
+        }
+        s.flush();
+        let mut by_user = Vec::new();
+        s.each(|_, k, i, _, st| by_user.push((i.user.to_string(), k, st.count)));
+        by_user.sort_by_key(|(u, _, _)| u.clone());
+        let sevens = (3 * BATCH + 5).div_ceil(7) as u64;
+        assert_eq!(
+            by_user,
+            vec![
+                ("u".to_string(), Kind::Query, 3 * BATCH as u64 + 5),
+                ("u2".to_string(), Kind::Execute, sevens)
+            ]
+        );
+        s.clear();
+        assert!(s.texts(Digest(1), || ("q".into(), b"q")));
+        for _ in 0..3 * BATCH + 5 {
+            s.push(Done::new(Digest(1), Kind::Query, &done(5), now), &ident);
+        }
+        assert_eq!(
+            totals(&s).0,
+            3 * BATCH as u64,
+            "whole batches are in the rows"
+        );
+        s.flush();
+        assert_eq!(
+            totals(&s).0,
+            3 * BATCH as u64 + 5,
+            "and the rest once flushed"
+        );
+        let lost = s.lost();
+        // A digest without texts goes to "(other)" and tells the sessions; digest 0 does not.
+        s.push(Done::new(Digest(2), Kind::Query, &done(5), now), &ident);
+        s.push(Done::new(Digest(0), Kind::Query, &done(5), now), &ident);
+        s.flush();
+        assert_eq!(s.lost(), lost + 1);
+        let before = s.lost();
+        s.push(Done::new(Digest(1), Kind::Query, &done(5), now), &ident);
+        s.clear();
+        s.flush();
+        assert_eq!(
+            totals(&s).0,
+            0,
+            "a statement waiting when reset is not counted"
+        );
+        assert_ne!(s.lost(), before, "a reset tells the sessions");
+    }
+
+    #[test]
     fn the_same_digest_under_other_users_or_kinds_is_another_row() {
         let mut s = shard(64);
         let (mut a, mut b) = (
@@ -461,10 +647,10 @@ mod tests {
         );
         let now = Instant::now();
         assert!(s.texts(Digest(7), || ("q".into(), b"q")));
-        s.record(Digest(7), Kind::Query, &mut a, &done(5), now);
-        s.record(Digest(7), Kind::Query, &mut a, &done(5), now);
-        s.record(Digest(7), Kind::Query, &mut b, &done(5), now);
-        s.record(Digest(7), Kind::Execute, &mut a, &done(5), now);
+        record(&mut s, Digest(7), Kind::Query, &mut a, &done(5), now);
+        record(&mut s, Digest(7), Kind::Query, &mut a, &done(5), now);
+        record(&mut s, Digest(7), Kind::Query, &mut b, &done(5), now);
+        record(&mut s, Digest(7), Kind::Execute, &mut a, &done(5), now);
         let mut counts = Vec::new();
         s.each(|_, k, i, _, st| counts.push((k, i.user.to_string(), st.count)));
         counts.sort_by_key(|(k, u, _)| (k.as_str(), u.clone()));
@@ -490,16 +676,23 @@ mod tests {
         }
         // Each session makes one row with its own allocation, then all run every digest.
         for (d, ident) in (1..=3).zip(sessions.iter_mut()) {
-            assert!(s.record(Digest(d), Kind::Query, ident, &done(5), now));
+            assert!(record(&mut s, Digest(d), Kind::Query, ident, &done(5), now));
         }
         for _ in 0..2 {
             for ident in sessions.iter_mut() {
                 for d in 1..=3 {
-                    assert!(s.record(Digest(d), Kind::Query, ident, &done(5), now));
+                    assert!(record(&mut s, Digest(d), Kind::Query, ident, &done(5), now));
                 }
             }
         }
-        assert!(s.record(Digest(1), Kind::Query, &mut stranger, &done(5), now));
+        assert!(record(
+            &mut s,
+            Digest(1),
+            Kind::Query,
+            &mut stranger,
+            &done(5),
+            now
+        ));
         let lowest = sessions.iter().map(Arc::as_ptr).min().unwrap();
         assert!(sessions.iter().all(|i| Arc::as_ptr(i) == lowest));
         assert!(s
@@ -531,13 +724,27 @@ mod tests {
         let mut s = shard(64);
         let mut ident = Ident::new("b1", "p", "u", "s");
         assert!(s.texts(Digest(1), || ("q".into(), b"q")));
-        s.record(Digest(1), Kind::Query, &mut ident, &done(5), Instant::now());
+        record(
+            &mut s,
+            Digest(1),
+            Kind::Query,
+            &mut ident,
+            &done(5),
+            Instant::now(),
+        );
         s.clear();
         assert_eq!(totals(&s).2, 0);
         assert!(s.texts.is_empty());
         assert_eq!(s.text_budget.used(), 0, "the reset refunded its texts");
         assert!(
-            !s.record(Digest(1), Kind::Query, &mut ident, &done(5), Instant::now()),
+            !record(
+                &mut s,
+                Digest(1),
+                Kind::Query,
+                &mut ident,
+                &done(5),
+                Instant::now()
+            ),
             "no texts: counted in (other), to be made again"
         );
     }
@@ -554,7 +761,14 @@ mod tests {
             let text = format!("{i:01000}");
             let made = s.texts(Digest(i + 1), || (text, b"s1"));
             assert!(made, "rows fold to make room: {i}");
-            assert!(s.record(Digest(i + 1), Kind::Query, &mut ident, &done(5), now));
+            assert!(record(
+                &mut s,
+                Digest(i + 1),
+                Kind::Query,
+                &mut ident,
+                &done(5),
+                now
+            ));
             count += 1;
             assert!(text_budget.used() <= 10 * per, "{}", text_budget.used());
         }
