@@ -284,8 +284,20 @@ impl Records {
     }
 
     /// One record of type `typ` carrying `payload` (at most [`MAX_PLAINTEXT`]), renewing the
-    /// keys first when they have sealed their share.
+    /// keys first when they have sealed their share or the peer asked.
+    #[inline]
     fn seal(&mut self, typ: u8, payload: &[u8], out: &mut Vec<u8>) -> Result<(), RecordError> {
+        if self.owe_update || self.tx.seq >= self.tx_limit {
+            self.renew_tx(out)?;
+        }
+        self.seal_raw(typ, payload, out)
+    }
+
+    /// Moves our sending keys on before the next record: the peer asked, or they sealed their
+    /// share (TLS 1.2 has no key update: its connection ends there).
+    #[cold]
+    #[inline(never)]
+    fn renew_tx(&mut self, out: &mut Vec<u8>) -> Result<(), RecordError> {
         if self.owe_update {
             self.owe_update = false;
             self.update_tx(false, out)?;
@@ -296,9 +308,10 @@ impl Records {
             }
             self.update_tx(false, out)?;
         }
-        self.seal_raw(typ, payload, out)
+        Ok(())
     }
 
+    #[inline]
     fn seal_raw(&mut self, typ: u8, payload: &[u8], out: &mut Vec<u8>) -> Result<(), RecordError> {
         debug_assert!(payload.len() <= MAX_PLAINTEXT);
         let nonce = self.tx.nonce();

@@ -172,6 +172,8 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Server<S> {
     }
 
     /// The stream cannot go on: remembers why and makes one attempt to tell the peer.
+    #[cold]
+    #[inline(never)]
     fn fail(&mut self, cx: &mut Context<'_>, e: RecordError) -> io::Error {
         if let Some(alert) = e.alert() {
             self.compact_wbuf();
@@ -183,9 +185,10 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Server<S> {
         invalid(e)
     }
 
-    /// Opens the next whole record in the buffer; `Ready(false)` when there is none (or the
-    /// stream is over).
-    #[inline]
+    /// Opens the next whole record in the buffer; `false` when there is none (or the stream is
+    /// over). Inlined: a read calls it up to three times, and a call each cost more than the
+    /// checks.
+    #[inline(always)]
     fn open_next(&mut self, cx: &mut Context<'_>) -> io::Result<bool> {
         if self.next == self.filled || !matches!(self.end, ReadEnd::Open) {
             return Ok(false);
@@ -212,20 +215,20 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Server<S> {
 
     /// Reads the socket once into the buffer, after what it holds. Called only when no whole
     /// record waits.
+    #[inline(always)]
     fn poll_fill(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        let len = self.filled - self.next;
-        if len > 0 && self.next > 0 {
-            self.rbuf.copy_within(self.next..self.filled, 0);
+        if self.next == self.filled {
+            // The common case: everything read was opened; the next read starts at the front.
+            self.next = 0;
+            self.filled = 0;
+        } else {
+            self.keep_record_begun();
         }
-        self.next = 0;
-        self.filled = len;
         self.plain = 0..0;
-        // Room for the record begun, and for a read worth a system call.
-        let want = self.want.max(len + 1024).max(READ_SMALL);
-        if self.rbuf.len() < want {
-            self.rbuf.resize(want.next_power_of_two(), 0);
+        if self.rbuf.len() < READ_SMALL.max(self.filled + 1024) {
+            self.make_room();
         }
-        let mut raw = ReadBuf::new(&mut self.rbuf[len..]);
+        let mut raw = ReadBuf::new(&mut self.rbuf[self.filled..]);
         ready!(Pin::new(&mut self.io).poll_read(cx, &mut raw))?;
         let n = raw.filled().len();
         self.filled += n;
@@ -233,6 +236,52 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Server<S> {
             self.end = ReadEnd::Truncated;
         }
         Poll::Ready(Ok(()))
+    }
+
+    /// Moves the record begun (the bytes not opened yet) to the front of the buffer.
+    #[inline(never)]
+    fn keep_record_begun(&mut self) {
+        let len = self.filled - self.next;
+        if self.next > 0 {
+            self.rbuf.copy_within(self.next..self.filled, 0);
+        }
+        self.next = 0;
+        self.filled = len;
+    }
+
+    /// Grows the buffer to hold the record begun, and a read worth a system call.
+    #[inline(never)]
+    fn make_room(&mut self) {
+        let want = self.want.max(self.filled + 1024).max(READ_SMALL);
+        if self.rbuf.len() < want {
+            self.rbuf.resize(want.next_power_of_two(), 0);
+        }
+    }
+
+    /// Hands out application data rustls decrypted during the handshake.
+    #[cold]
+    #[inline(never)]
+    fn read_early(&mut self, buf: &mut ReadBuf<'_>) {
+        let n = self.early.len().min(buf.remaining());
+        buf.put_slice(&self.early[..n]);
+        self.early.drain(..n);
+        if self.early.is_empty() {
+            self.early = Vec::new();
+        }
+    }
+
+    /// What a read returns once the stream is over.
+    #[cold]
+    #[inline(never)]
+    fn ended(&self) -> io::Result<()> {
+        match &self.end {
+            ReadEnd::Open | ReadEnd::Closed => Ok(()),
+            ReadEnd::Truncated => Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                "the client's TLS stream ended without close_notify",
+            )),
+            ReadEnd::Failed(e) => Err(invalid(e.clone())),
+        }
     }
 }
 
@@ -244,12 +293,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> AsyncRead for Server<S> {
     ) -> Poll<io::Result<()>> {
         let this = self.get_mut();
         if !this.early.is_empty() {
-            let n = this.early.len().min(buf.remaining());
-            buf.put_slice(&this.early[..n]);
-            this.early.drain(..n);
-            if this.early.is_empty() {
-                this.early = Vec::new();
-            }
+            this.read_early(buf);
             return Poll::Ready(Ok(()));
         }
         let mut copied = false;
@@ -259,7 +303,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> AsyncRead for Server<S> {
                 buf.put_slice(&this.rbuf[this.plain.start..this.plain.start + n]);
                 this.plain.start += n;
                 copied = true;
-                if buf.remaining() == 0 {
+                if buf.remaining() == 0 || this.next == this.filled {
                     return Poll::Ready(Ok(()));
                 }
             }
@@ -273,16 +317,8 @@ impl<S: AsyncRead + AsyncWrite + Unpin> AsyncRead for Server<S> {
             if copied {
                 return Poll::Ready(Ok(()));
             }
-            match &this.end {
-                ReadEnd::Open => {}
-                ReadEnd::Closed => return Poll::Ready(Ok(())),
-                ReadEnd::Truncated => {
-                    return Poll::Ready(Err(io::Error::new(
-                        io::ErrorKind::UnexpectedEof,
-                        "the client's TLS stream ended without close_notify",
-                    )))
-                }
-                ReadEnd::Failed(e) => return Poll::Ready(Err(invalid(e.clone()))),
+            if !matches!(this.end, ReadEnd::Open) {
+                return Poll::Ready(this.ended());
             }
             ready!(this.poll_fill(cx))?;
         }
