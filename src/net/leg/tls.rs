@@ -25,10 +25,12 @@ mod records;
 mod server;
 
 use std::io;
+use std::ops::Range;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
+use bytes::BytesMut;
 use rustls::ServerConfig;
 use rustls_pki_types::CertificateDer;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
@@ -124,6 +126,22 @@ impl<S: AsyncRead + AsyncWrite + Unpin> TlsSocket<S> {
     pub async fn accept(config: Arc<ServerConfig>, mut io: S) -> io::Result<Self> {
         let accepted = accept::accept(config, &mut io).await?;
         Ok(Self(Inner::Server(Server::new(io, accepted))))
+    }
+}
+
+impl<S: AsyncRead + AsyncWrite + Unpin> TlsSocket<S> {
+    /// Writes `buf[range]`, sealing it in place on the client leg (see
+    /// [`WriteFrom`](super::WriteFrom)); the backend leg copies it into rustls.
+    pub fn poll_write_from(
+        &mut self,
+        cx: &mut Context<'_>,
+        buf: &mut BytesMut,
+        range: Range<usize>,
+    ) -> Poll<io::Result<usize>> {
+        match &mut self.0 {
+            Inner::Server(s) => s.poll_write_from(cx, buf, range),
+            Inner::Buffered(b) => Pin::new(b).poll_write(cx, &buf[range]),
+        }
     }
 }
 

@@ -1,9 +1,13 @@
 //! The client leg past its handshake (mysql-lb is the TLS server): [`Records`] over the socket.
 //!
 //! Records are read into one buffer and opened there in place; their plaintext is copied once,
-//! into the relay's buffer. What the relay writes is copied once into one outgoing buffer and
-//! sealed there in place; that buffer is sent as it is, and reused. Neither direction allocates
-//! per record. See [`super::records`] for what a record may carry.
+//! into the relay's buffer. What the relay writes is sealed where it lies in the relay's buffer
+//! when it makes one record and nothing waits before it ([`Server::poll_write_from`]: the
+//! relay never reads those bytes again), and goes out with one vectored write of header,
+//! record and tag; that is every response up to 16 KiB, most of them. Anything else (a bulk
+//! write, a write behind queued bytes) is copied once into one outgoing buffer and sealed there;
+//! that buffer is sent as it is, and reused. Neither direction allocates per record. See
+//! [`super::records`] for what a record may carry.
 //!
 //! End of stream as with rustls: zero bytes after the peer's close_notify, `UnexpectedEof` when
 //! the socket ends without one (a truncation), `InvalidData` on a bad record or a fatal alert
@@ -15,11 +19,12 @@ use std::ops::Range;
 use std::pin::Pin;
 use std::task::{ready, Context, Poll};
 
+use bytes::BytesMut;
 use rustls_pki_types::CertificateDer;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 use super::accept::Accepted;
-use super::records::{Opened, RecordError, Records, MAX_PLAINTEXT};
+use super::records::{Framing, Opened, RecordError, Records, MAX_PLAINTEXT};
 
 /// Plaintext sealed per write: the relay's writes are rarely larger, and a larger one is taken
 /// in parts.
@@ -169,6 +174,81 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Server<S> {
         self.wbuf.clear();
         self.sent = 0;
         Poll::Ready(Ok(()))
+    }
+
+    /// Writes `buf[range]` as [`AsyncWrite::poll_write`] does, sealing it where it lies when it
+    /// makes one record, ends `buf`, and nothing is queued before it: the record goes out with
+    /// one vectored write of its header, `buf[range]` and its tag, and what the socket does not
+    /// take is queued. Otherwise (a bulk write, a socket without vectored writes, keys due for
+    /// renewal) it is copied and sealed as any write. Either way every byte is accepted or none.
+    /// The accepted bytes and one byte of `buf`'s spare capacity are overwritten; `buf`'s
+    /// length is left as it was.
+    pub fn poll_write_from(
+        &mut self,
+        cx: &mut Context<'_>,
+        buf: &mut BytesMut,
+        range: Range<usize>,
+    ) -> Poll<io::Result<usize>> {
+        let room = self.records.trailer_room();
+        let in_place = !range.is_empty()
+            && range.len() <= MAX_PLAINTEXT
+            && range.end == buf.len()
+            && buf.capacity() - buf.len() >= room
+            && self.sent == self.wbuf.len()
+            && self.io.is_write_vectored();
+        if !in_place {
+            return Pin::new(self).poll_write(cx, &buf[range]);
+        }
+        if room > 0 {
+            // Within the capacity: no reallocation moves the bytes.
+            buf.extend_from_slice(&[0]);
+        }
+        let sealed = match self.records.seal_data_in_place(&mut buf[range.start..]) {
+            Ok(Some(framing)) => self.send_in_place(cx, &framing, &buf[range.start..]),
+            Ok(None) => {
+                buf.truncate(range.end);
+                return Pin::new(self).poll_write(cx, &buf[range]);
+            }
+            Err(e) => Err(invalid(e)),
+        };
+        buf.truncate(range.end);
+        Poll::Ready(sealed.map(|()| range.len()))
+    }
+
+    /// Sends a record sealed in place with one vectored write; queues what the socket does not
+    /// take (nothing is queued before it).
+    fn send_in_place(
+        &mut self,
+        cx: &mut Context<'_>,
+        framing: &Framing,
+        body: &[u8],
+    ) -> io::Result<()> {
+        let parts = [framing.head(), body, &framing.tag];
+        let slices = parts.map(io::IoSlice::new);
+        let n = match Pin::new(&mut self.io).poll_write_vectored(cx, &slices) {
+            Poll::Ready(Ok(0)) => return Err(io::ErrorKind::WriteZero.into()),
+            Poll::Ready(Ok(n)) => n,
+            Poll::Ready(Err(e)) => return Err(e),
+            Poll::Pending => 0,
+        };
+        let total = parts.iter().map(|p| p.len()).sum::<usize>();
+        if n < total {
+            self.queue_unsent(&parts, n);
+        }
+        Ok(())
+    }
+
+    /// Queues what follows the first `sent` bytes of `parts`, for the next write or flush.
+    #[cold]
+    #[inline(never)]
+    fn queue_unsent(&mut self, parts: &[&[u8]], mut sent: usize) {
+        self.wbuf.clear();
+        self.sent = 0;
+        for part in parts {
+            let skip = sent.min(part.len());
+            sent -= skip;
+            self.wbuf.extend_from_slice(&part[skip..]);
+        }
     }
 
     /// The stream cannot go on: remembers why and makes one attempt to tell the peer.
