@@ -139,6 +139,7 @@ impl Keys {
 
     /// The IV XOR the sequence number (RFC 8446 5.3; rustls builds TLS 1.2 AES-GCM's explicit
     /// part the same way).
+    #[inline]
     fn nonce(&self) -> [u8; aead::NONCE_LEN] {
         let mut nonce = self.iv;
         for (n, s) in nonce[4..].iter_mut().zip(self.seq.to_be_bytes()) {
@@ -147,6 +148,7 @@ impl Keys {
         nonce
     }
 
+    #[inline]
     fn next(&mut self) -> Result<(), RecordError> {
         self.seq = self
             .seq
