@@ -7,7 +7,7 @@
 //! copies each received record's plaintext into a `Vec`, encrypts each record sent into a new
 //! `Vec`, sends those through a `writev` list, and grows its incoming buffer 4 KiB at a time).
 //! Its unbuffered API keeps the `Vec`s. With the record layer below, the client leg adds about
-//! 3,100 instructions per point select, two thirds of them AES-GCM (and ring's handling of each
+//! 3,000 instructions per point select, two thirds of them AES-GCM (and ring's handling of each
 //! record, some 350 instructions a record). So:
 //!
 //! - Client leg (mysql-lb is the server): rustls drives the handshake through its unbuffered
