@@ -8,6 +8,7 @@
 //! way (the socket went into the TLS handshake and did not come back): every I/O on it fails.
 
 use std::io;
+use std::ops::Range;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
@@ -144,6 +145,35 @@ impl<S: AsyncRead + AsyncWrite + Unpin> AsyncWrite for LegStream<S> {
             Self::Tls(s) => Pin::new(s.as_mut()).poll_shutdown(cx),
             Self::Compressed(s) => Pin::new(s.as_mut()).poll_shutdown(cx),
             Self::Closed => Poll::Ready(Ok(())),
+        }
+    }
+}
+
+/// A write from a buffer the writer may change: the relay's, whose bytes are never read again
+/// once written. A TLS client leg seals a response where it lies instead of copying it into a
+/// record buffer of its own (see [`TlsSocket::poll_write_from`]).
+pub trait WriteFrom: AsyncWrite + Unpin {
+    /// Writes `buf[range]` as `poll_write` does. The bytes accepted may be overwritten, and so
+    /// may `buf`'s spare capacity; `buf`'s length is left as it was.
+    fn poll_write_from(
+        &mut self,
+        cx: &mut Context<'_>,
+        buf: &mut BytesMut,
+        range: Range<usize>,
+    ) -> Poll<io::Result<usize>>;
+}
+
+impl<S: AsyncRead + AsyncWrite + Unpin> WriteFrom for LegStream<S> {
+    #[inline]
+    fn poll_write_from(
+        &mut self,
+        cx: &mut Context<'_>,
+        buf: &mut BytesMut,
+        range: Range<usize>,
+    ) -> Poll<io::Result<usize>> {
+        match self {
+            Self::Tls(s) => s.poll_write_from(cx, buf, range),
+            _ => Pin::new(self).poll_write(cx, &buf[range]),
         }
     }
 }

@@ -7,9 +7,12 @@
 //!
 //! Each direction reads into its own reusable buffer, lets the [`Tracker`] scan the new bytes in
 //! place, and writes exactly what it read before reading again: two reads and two writes per round
-//! trip, no copy, no allocation per packet. Both directions are polled from one future (not two
-//! tasks) so the tracker needs no lock, and neither direction ever waits on the other, so a client
-//! that pipelines a large batch while the server streams a large result cannot deadlock the pair.
+//! trip, no copy, no allocation per packet. The write hands over the buffer itself
+//! ([`WriteFrom`]): bytes written are never read again, so a TLS client leg seals a response
+//! where it lies rather than copying it into a record buffer of its own. Both directions are
+//! polled from one future (not two tasks) so the tracker needs no lock, and neither direction
+//! ever waits on the other, so a client that pipelines a large batch while the server streams a
+//! large result cannot deadlock the pair.
 //! Buffers are small for the many quiet sessions, large only while a direction moves bulk data,
 //! and small again once it has been quiet for a second (see [`Shrinker`]).
 
@@ -21,11 +24,11 @@ use std::task::{Context, Poll};
 use std::time::Instant;
 
 use bytes::BytesMut;
-use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::io::AsyncRead;
 use tokio_util::io::poll_read_buf;
 use tokio_util::sync::CancellationToken;
 
-use crate::net::leg::ReleaseMemory;
+use crate::net::leg::{ReleaseMemory, WriteFrom};
 use crate::wire::protocol::response::{Completed, TrackError, Tracker};
 
 mod kill_rewrite;
@@ -348,7 +351,7 @@ fn poll_direction<R, W>(
 ) -> Poll<Step>
 where
     R: AsyncRead + Unpin,
-    W: AsyncWrite + Unpin,
+    W: WriteFrom,
 {
     dir.parked = false;
     loop {
@@ -356,7 +359,8 @@ where
         let ready = dir.buf.len() - dir.held;
         let limit = waiting.map_or(ready, |at| at.min(ready));
         while dir.written < limit {
-            match Pin::new(&mut *dst).poll_write(cx, &dir.buf[dir.written..limit]) {
+            // The written bytes are not read again: a TLS leg may seal them in place.
+            match dst.poll_write_from(cx, &mut dir.buf, dir.written..limit) {
                 Poll::Ready(Ok(0)) => {
                     return Poll::Ready(Step::Io(io::ErrorKind::WriteZero.into(), Side::Write))
                 }
@@ -440,8 +444,8 @@ pub async fn relay<C, B>(
     observer: &mut (impl Observer + Steering),
 ) -> RelayEnd
 where
-    C: AsyncRead + AsyncWrite + Unpin + ReleaseMemory,
-    B: AsyncRead + AsyncWrite + Unpin + ReleaseMemory,
+    C: AsyncRead + WriteFrom + ReleaseMemory,
+    B: AsyncRead + WriteFrom + ReleaseMemory,
 {
     let watch = Watch {
         draining: &mut crate::proxy::gate::cancelled(stop.drain),
@@ -481,8 +485,8 @@ pub async fn relay_gated<C, B>(
     observer: &mut (impl Observer + Steering),
 ) -> RelayEnd
 where
-    C: AsyncRead + AsyncWrite + Unpin + ReleaseMemory,
-    B: AsyncRead + AsyncWrite + Unpin + ReleaseMemory,
+    C: AsyncRead + WriteFrom + ReleaseMemory,
+    B: AsyncRead + WriteFrom + ReleaseMemory,
 {
     // The state is the future's own here (one relay for the session): reached without the
     // indirection a borrowed one costs at every poll.
@@ -577,8 +581,8 @@ impl Relay {
         draining: &mut crate::proxy::gate::Cancelled<'_>,
     ) -> RelayEnd
     where
-        C: AsyncRead + AsyncWrite + Unpin + ReleaseMemory,
-        B: AsyncRead + AsyncWrite + Unpin + ReleaseMemory,
+        C: AsyncRead + WriteFrom + ReleaseMemory,
+        B: AsyncRead + WriteFrom + ReleaseMemory,
         O: Observer + Steering,
     {
         self.restart(up, down);
@@ -599,8 +603,8 @@ struct RelayState<'a, R, C, B, O> {
 impl<R, C, B, O> RelayState<'_, R, C, B, O>
 where
     R: BorrowMut<Relay>,
-    C: AsyncRead + AsyncWrite + Unpin + ReleaseMemory,
-    B: AsyncRead + AsyncWrite + Unpin + ReleaseMemory,
+    C: AsyncRead + WriteFrom + ReleaseMemory,
+    B: AsyncRead + WriteFrom + ReleaseMemory,
     O: Observer + Steering,
 {
     /// One poll of the relay: both directions, the drain and the timers.
@@ -648,8 +652,8 @@ where
 impl<R, C, B, O> RelayState<'_, R, C, B, O>
 where
     R: BorrowMut<Relay>,
-    C: AsyncRead + AsyncWrite + Unpin,
-    B: AsyncRead + AsyncWrite + Unpin,
+    C: AsyncRead + WriteFrom,
+    B: AsyncRead + WriteFrom,
     O: Observer + Steering,
 {
     fn prescan(&mut self) {

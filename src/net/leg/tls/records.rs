@@ -5,8 +5,9 @@
 //! numbers and a [`KernelConnection`], which derives the next keys on a TLS 1.3 key update.
 //! Everything else is here: the reason is the cost per query. rustls copies every record's
 //! plaintext into a `Vec` of its own and encrypts every record into a new `Vec`; here a record
-//! is opened in place in the buffer it was read into, and sealed in place in the one outgoing
-//! buffer, which is reused (one copy of the plaintext, the one from the relay's buffer).
+//! is opened in place in the buffer it was read into, and sealed in place: in the relay's buffer
+//! ([`Records::seal_data_in_place`], no copy), or in the one outgoing buffer, which is reused
+//! (one copy, from the relay's buffer).
 //!
 //! What a record may carry past the handshake, and what happens to it:
 //! - application data: handed out;
@@ -138,6 +139,7 @@ impl Keys {
 
     /// The IV XOR the sequence number (RFC 8446 5.3; rustls builds TLS 1.2 AES-GCM's explicit
     /// part the same way).
+    #[inline]
     fn nonce(&self) -> [u8; aead::NONCE_LEN] {
         let mut nonce = self.iv;
         for (n, s) in nonce[4..].iter_mut().zip(self.seq.to_be_bytes()) {
@@ -146,6 +148,7 @@ impl Keys {
         nonce
     }
 
+    #[inline]
     fn next(&mut self) -> Result<(), RecordError> {
         self.seq = self
             .seq
@@ -189,6 +192,21 @@ pub enum Opened {
     },
     /// close_notify, in a record of `consumed` bytes: nothing after it counts.
     Closed { consumed: usize },
+}
+
+/// What goes on the wire around a record's body sealed in place: before it the header (and TLS
+/// 1.2 AES-GCM's explicit nonce), after it the tag.
+pub struct Framing {
+    head: [u8; HEADER + EXPLICIT_NONCE],
+    head_len: usize,
+    pub tag: [u8; TAG],
+}
+
+impl Framing {
+    #[inline]
+    pub fn head(&self) -> &[u8] {
+        &self.head[..self.head_len]
+    }
 }
 
 /// Both directions of an established client leg.
@@ -284,8 +302,20 @@ impl Records {
     }
 
     /// One record of type `typ` carrying `payload` (at most [`MAX_PLAINTEXT`]), renewing the
-    /// keys first when they have sealed their share.
+    /// keys first when they have sealed their share or the peer asked.
+    #[inline]
     fn seal(&mut self, typ: u8, payload: &[u8], out: &mut Vec<u8>) -> Result<(), RecordError> {
+        if self.owe_update || self.tx.seq >= self.tx_limit {
+            self.renew_tx(out)?;
+        }
+        self.seal_raw(typ, payload, out)
+    }
+
+    /// Moves our sending keys on before the next record: the peer asked, or they sealed their
+    /// share (TLS 1.2 has no key update: its connection ends there).
+    #[cold]
+    #[inline(never)]
+    fn renew_tx(&mut self, out: &mut Vec<u8>) -> Result<(), RecordError> {
         if self.owe_update {
             self.owe_update = false;
             self.update_tx(false, out)?;
@@ -296,51 +326,93 @@ impl Records {
             }
             self.update_tx(false, out)?;
         }
-        self.seal_raw(typ, payload, out)
+        Ok(())
     }
 
     fn seal_raw(&mut self, typ: u8, payload: &[u8], out: &mut Vec<u8>) -> Result<(), RecordError> {
         debug_assert!(payload.len() <= MAX_PLAINTEXT);
+        let head_at = out.len();
+        out.extend_from_slice(&[0; HEADER + EXPLICIT_NONCE][..self.head_len()]);
+        let body_at = out.len();
+        copy_in_pieces(payload, out);
+        out.resize(out.len() + self.trailer_room(), 0);
+        let framing = self.seal_body(typ, &mut out[body_at..])?;
+        out[head_at..body_at].copy_from_slice(framing.head());
+        out.extend_from_slice(&framing.tag);
+        Ok(())
+    }
+
+    /// Bytes before a record's sealed body: the header, and TLS 1.2 AES-GCM's explicit nonce.
+    fn head_len(&self) -> usize {
+        if self.tx.explicit {
+            HEADER + EXPLICIT_NONCE
+        } else {
+            HEADER
+        }
+    }
+
+    /// Bytes of room a record's body needs after its payload: TLS 1.3's inner content type.
+    pub fn trailer_room(&self) -> usize {
+        usize::from(self.version == Version::Tls13)
+    }
+
+    /// Seals `body` in place as one application data record: `body` is its payload followed by
+    /// [`trailer_room`](Self::trailer_room) bytes of room. `None` (and `body` untouched) when
+    /// the payload is larger than a record's or our keys are due for renewal: then
+    /// [`seal_data`](Self::seal_data), which renews them first.
+    #[inline]
+    pub fn seal_data_in_place(&mut self, body: &mut [u8]) -> Result<Option<Framing>, RecordError> {
+        let fits =
+            body.len() >= self.trailer_room() && body.len() - self.trailer_room() <= MAX_PLAINTEXT;
+        if !fits || self.owe_update || self.tx.seq >= self.tx_limit {
+            return Ok(None);
+        }
+        self.seal_body(APPLICATION_DATA, body).map(Some)
+    }
+
+    /// Seals one record's `body` in place (the payload, then [`trailer_room`](Self::trailer_room)
+    /// bytes written here) and returns what goes around it.
+    #[inline(always)]
+    fn seal_body(&mut self, typ: u8, body: &mut [u8]) -> Result<Framing, RecordError> {
         let nonce = self.tx.nonce();
-        let start = out.len();
-        match self.version {
+        let mut framing = Framing {
+            head: [0; HEADER + EXPLICIT_NONCE],
+            head_len: self.head_len(),
+            tag: [0; TAG],
+        };
+        let tag = match self.version {
             Version::Tls13 => {
-                let len = payload.len() + 1 + TAG;
+                // TLS 1.3 hides the real type inside the record, after the payload.
+                if let Some(inner) = body.last_mut() {
+                    *inner = typ;
+                }
+                let len = body.len() + TAG;
                 let header = [APPLICATION_DATA, 3, 3, (len >> 8) as u8, len as u8];
-                out.extend_from_slice(&header);
-                copy_in_pieces(payload, out);
-                out.push(typ);
-                let tag = self
-                    .tx
-                    .key
-                    .seal_in_place_separate_tag(
-                        Nonce::assume_unique_for_key(nonce),
-                        Aad::from(header),
-                        &mut out[start + HEADER..],
-                    )
-                    .map_err(|_| RecordError::SequenceExhausted)?;
-                out.extend_from_slice(tag.as_ref());
+                framing.head[..HEADER].copy_from_slice(&header);
+                self.tx.key.seal_in_place_separate_tag(
+                    Nonce::assume_unique_for_key(nonce),
+                    Aad::from(header),
+                    body,
+                )
             }
             Version::Tls12 => {
-                let explicit = if self.tx.explicit { EXPLICIT_NONCE } else { 0 };
-                let len = explicit + payload.len() + TAG;
-                out.extend_from_slice(&[typ, 3, 3, (len >> 8) as u8, len as u8]);
-                out.extend_from_slice(&nonce[aead::NONCE_LEN - explicit..]);
-                copy_in_pieces(payload, out);
-                let aad = tls12_aad(self.tx.seq, typ, payload.len());
-                let tag = self
-                    .tx
-                    .key
-                    .seal_in_place_separate_tag(
-                        Nonce::assume_unique_for_key(nonce),
-                        Aad::from(aad),
-                        &mut out[start + HEADER + explicit..],
-                    )
-                    .map_err(|_| RecordError::SequenceExhausted)?;
-                out.extend_from_slice(tag.as_ref());
+                let explicit = framing.head_len - HEADER;
+                let len = explicit + body.len() + TAG;
+                framing.head[..HEADER].copy_from_slice(&[typ, 3, 3, (len >> 8) as u8, len as u8]);
+                framing.head[HEADER..framing.head_len]
+                    .copy_from_slice(&nonce[aead::NONCE_LEN - explicit..]);
+                let aad = tls12_aad(self.tx.seq, typ, body.len());
+                self.tx.key.seal_in_place_separate_tag(
+                    Nonce::assume_unique_for_key(nonce),
+                    Aad::from(aad),
+                    body,
+                )
             }
         }
-        self.tx.next()
+        .map_err(|_| RecordError::SequenceExhausted)?;
+        framing.tag.copy_from_slice(tag.as_ref());
+        self.tx.next()?;
+        Ok(framing)
     }
 
     /// Opens the record at the front of `buf` in place. Handshake messages it carries are

@@ -1,9 +1,13 @@
 //! The client leg past its handshake (mysql-lb is the TLS server): [`Records`] over the socket.
 //!
 //! Records are read into one buffer and opened there in place; their plaintext is copied once,
-//! into the relay's buffer. What the relay writes is copied once into one outgoing buffer and
-//! sealed there in place; that buffer is sent as it is, and reused. Neither direction allocates
-//! per record. See [`super::records`] for what a record may carry.
+//! into the relay's buffer. What the relay writes is sealed where it lies in the relay's buffer
+//! when it makes one record and nothing waits before it ([`Server::poll_write_from`]: the
+//! relay never reads those bytes again), and goes out with one vectored write of header,
+//! record and tag; that is every response up to 16 KiB, most of them. Anything else (a bulk
+//! write, a write behind queued bytes) is copied once into one outgoing buffer and sealed there;
+//! that buffer is sent as it is, and reused. Neither direction allocates per record. See
+//! [`super::records`] for what a record may carry.
 //!
 //! End of stream as with rustls: zero bytes after the peer's close_notify, `UnexpectedEof` when
 //! the socket ends without one (a truncation), `InvalidData` on a bad record or a fatal alert
@@ -15,11 +19,12 @@ use std::ops::Range;
 use std::pin::Pin;
 use std::task::{ready, Context, Poll};
 
+use bytes::BytesMut;
 use rustls_pki_types::CertificateDer;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 use super::accept::Accepted;
-use super::records::{Opened, RecordError, Records, MAX_PLAINTEXT};
+use super::records::{Framing, Opened, RecordError, Records, MAX_PLAINTEXT};
 
 /// Plaintext sealed per write: the relay's writes are rarely larger, and a larger one is taken
 /// in parts.
@@ -171,7 +176,84 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Server<S> {
         Poll::Ready(Ok(()))
     }
 
+    /// Writes `buf[range]` as [`AsyncWrite::poll_write`] does, sealing it where it lies when it
+    /// makes one record, ends `buf`, and nothing is queued before it: the record goes out with
+    /// one vectored write of its header, `buf[range]` and its tag, and what the socket does not
+    /// take is queued. Otherwise (a bulk write, a socket without vectored writes, keys due for
+    /// renewal) it is copied and sealed as any write. Either way every byte is accepted or none.
+    /// The accepted bytes and one byte of `buf`'s spare capacity are overwritten; `buf`'s
+    /// length is left as it was.
+    pub fn poll_write_from(
+        &mut self,
+        cx: &mut Context<'_>,
+        buf: &mut BytesMut,
+        range: Range<usize>,
+    ) -> Poll<io::Result<usize>> {
+        let room = self.records.trailer_room();
+        let in_place = !range.is_empty()
+            && range.len() <= MAX_PLAINTEXT
+            && range.end == buf.len()
+            && buf.capacity() - buf.len() >= room
+            && self.sent == self.wbuf.len()
+            && self.io.is_write_vectored();
+        if !in_place {
+            return Pin::new(self).poll_write(cx, &buf[range]);
+        }
+        if room > 0 {
+            // Within the capacity: no reallocation moves the bytes.
+            buf.extend_from_slice(&[0]);
+        }
+        let sealed = match self.records.seal_data_in_place(&mut buf[range.start..]) {
+            Ok(Some(framing)) => self.send_in_place(cx, &framing, &buf[range.start..]),
+            Ok(None) => {
+                buf.truncate(range.end);
+                return Pin::new(self).poll_write(cx, &buf[range]);
+            }
+            Err(e) => Err(invalid(e)),
+        };
+        buf.truncate(range.end);
+        Poll::Ready(sealed.map(|()| range.len()))
+    }
+
+    /// Sends a record sealed in place with one vectored write; queues what the socket does not
+    /// take (nothing is queued before it).
+    fn send_in_place(
+        &mut self,
+        cx: &mut Context<'_>,
+        framing: &Framing,
+        body: &[u8],
+    ) -> io::Result<()> {
+        let parts = [framing.head(), body, &framing.tag];
+        let slices = parts.map(io::IoSlice::new);
+        let n = match Pin::new(&mut self.io).poll_write_vectored(cx, &slices) {
+            Poll::Ready(Ok(0)) => return Err(io::ErrorKind::WriteZero.into()),
+            Poll::Ready(Ok(n)) => n,
+            Poll::Ready(Err(e)) => return Err(e),
+            Poll::Pending => 0,
+        };
+        let total = parts.iter().map(|p| p.len()).sum::<usize>();
+        if n < total {
+            self.queue_unsent(&parts, n);
+        }
+        Ok(())
+    }
+
+    /// Queues what follows the first `sent` bytes of `parts`, for the next write or flush.
+    #[cold]
+    #[inline(never)]
+    fn queue_unsent(&mut self, parts: &[&[u8]], mut sent: usize) {
+        self.wbuf.clear();
+        self.sent = 0;
+        for part in parts {
+            let skip = sent.min(part.len());
+            sent -= skip;
+            self.wbuf.extend_from_slice(&part[skip..]);
+        }
+    }
+
     /// The stream cannot go on: remembers why and makes one attempt to tell the peer.
+    #[cold]
+    #[inline(never)]
     fn fail(&mut self, cx: &mut Context<'_>, e: RecordError) -> io::Error {
         if let Some(alert) = e.alert() {
             self.compact_wbuf();
@@ -183,9 +265,10 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Server<S> {
         invalid(e)
     }
 
-    /// Opens the next whole record in the buffer; `Ready(false)` when there is none (or the
-    /// stream is over).
-    #[inline]
+    /// Opens the next whole record in the buffer; `false` when there is none (or the stream is
+    /// over). Inlined: a read calls it up to three times, and a call each cost more than the
+    /// checks.
+    #[inline(always)]
     fn open_next(&mut self, cx: &mut Context<'_>) -> io::Result<bool> {
         if self.next == self.filled || !matches!(self.end, ReadEnd::Open) {
             return Ok(false);
@@ -212,20 +295,20 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Server<S> {
 
     /// Reads the socket once into the buffer, after what it holds. Called only when no whole
     /// record waits.
+    #[inline(always)]
     fn poll_fill(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        let len = self.filled - self.next;
-        if len > 0 && self.next > 0 {
-            self.rbuf.copy_within(self.next..self.filled, 0);
+        if self.next == self.filled {
+            // The common case: everything read was opened; the next read starts at the front.
+            self.next = 0;
+            self.filled = 0;
+        } else {
+            self.keep_record_begun();
         }
-        self.next = 0;
-        self.filled = len;
         self.plain = 0..0;
-        // Room for the record begun, and for a read worth a system call.
-        let want = self.want.max(len + 1024).max(READ_SMALL);
-        if self.rbuf.len() < want {
-            self.rbuf.resize(want.next_power_of_two(), 0);
+        if self.rbuf.len() < READ_SMALL.max(self.filled + 1024) {
+            self.make_room();
         }
-        let mut raw = ReadBuf::new(&mut self.rbuf[len..]);
+        let mut raw = ReadBuf::new(&mut self.rbuf[self.filled..]);
         ready!(Pin::new(&mut self.io).poll_read(cx, &mut raw))?;
         let n = raw.filled().len();
         self.filled += n;
@@ -233,6 +316,52 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Server<S> {
             self.end = ReadEnd::Truncated;
         }
         Poll::Ready(Ok(()))
+    }
+
+    /// Moves the record begun (the bytes not opened yet) to the front of the buffer.
+    #[inline(never)]
+    fn keep_record_begun(&mut self) {
+        let len = self.filled - self.next;
+        if self.next > 0 {
+            self.rbuf.copy_within(self.next..self.filled, 0);
+        }
+        self.next = 0;
+        self.filled = len;
+    }
+
+    /// Grows the buffer to hold the record begun, and a read worth a system call.
+    #[inline(never)]
+    fn make_room(&mut self) {
+        let want = self.want.max(self.filled + 1024).max(READ_SMALL);
+        if self.rbuf.len() < want {
+            self.rbuf.resize(want.next_power_of_two(), 0);
+        }
+    }
+
+    /// Hands out application data rustls decrypted during the handshake.
+    #[cold]
+    #[inline(never)]
+    fn read_early(&mut self, buf: &mut ReadBuf<'_>) {
+        let n = self.early.len().min(buf.remaining());
+        buf.put_slice(&self.early[..n]);
+        self.early.drain(..n);
+        if self.early.is_empty() {
+            self.early = Vec::new();
+        }
+    }
+
+    /// What a read returns once the stream is over.
+    #[cold]
+    #[inline(never)]
+    fn ended(&self) -> io::Result<()> {
+        match &self.end {
+            ReadEnd::Open | ReadEnd::Closed => Ok(()),
+            ReadEnd::Truncated => Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                "the client's TLS stream ended without close_notify",
+            )),
+            ReadEnd::Failed(e) => Err(invalid(e.clone())),
+        }
     }
 }
 
@@ -244,12 +373,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> AsyncRead for Server<S> {
     ) -> Poll<io::Result<()>> {
         let this = self.get_mut();
         if !this.early.is_empty() {
-            let n = this.early.len().min(buf.remaining());
-            buf.put_slice(&this.early[..n]);
-            this.early.drain(..n);
-            if this.early.is_empty() {
-                this.early = Vec::new();
-            }
+            this.read_early(buf);
             return Poll::Ready(Ok(()));
         }
         let mut copied = false;
@@ -259,7 +383,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> AsyncRead for Server<S> {
                 buf.put_slice(&this.rbuf[this.plain.start..this.plain.start + n]);
                 this.plain.start += n;
                 copied = true;
-                if buf.remaining() == 0 {
+                if buf.remaining() == 0 || this.next == this.filled {
                     return Poll::Ready(Ok(()));
                 }
             }
@@ -273,16 +397,8 @@ impl<S: AsyncRead + AsyncWrite + Unpin> AsyncRead for Server<S> {
             if copied {
                 return Poll::Ready(Ok(()));
             }
-            match &this.end {
-                ReadEnd::Open => {}
-                ReadEnd::Closed => return Poll::Ready(Ok(())),
-                ReadEnd::Truncated => {
-                    return Poll::Ready(Err(io::Error::new(
-                        io::ErrorKind::UnexpectedEof,
-                        "the client's TLS stream ended without close_notify",
-                    )))
-                }
-                ReadEnd::Failed(e) => return Poll::Ready(Err(invalid(e.clone()))),
+            if !matches!(this.end, ReadEnd::Open) {
+                return Poll::Ready(this.ended());
             }
             ready!(this.poll_fill(cx))?;
         }
@@ -317,7 +433,10 @@ impl<S: AsyncRead + AsyncWrite + Unpin> AsyncWrite for Server<S> {
 
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         let this = self.get_mut();
-        ready!(this.poll_send(cx))?;
+        // Most flushes find nothing queued: a record sealed in place went out whole.
+        if this.sent < this.wbuf.len() {
+            ready!(this.poll_send(cx))?;
+        }
         Pin::new(&mut this.io).poll_flush(cx)
     }
 

@@ -14,6 +14,7 @@ use rustls::{
     SupportedProtocolVersion,
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt, DuplexStream};
+use tokio::net::TcpStream;
 
 use super::*;
 use crate::net::tls::tests::certs;
@@ -703,5 +704,127 @@ async fn user_canceled_warnings_pass_up_to_a_limit() {
         let mut more = [0u8; 8];
         let err = leg.read(&mut more).await.expect_err("one warning too many");
         assert_eq!(err.kind(), io::ErrorKind::InvalidData, "{err}");
+    }
+}
+
+/// A handshake over loopback TCP, whose socket takes vectored writes (so the leg seals the
+/// relay's bytes in place); the leg is the server.
+async fn tcp_pair(c: &Configs) -> (TlsSocket<TcpStream>, TlsStream<TcpStream>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("address");
+    let (accepted, client_io) = tokio::join!(listener.accept(), TcpStream::connect(addr));
+    let (server_io, _) = accepted.expect("accept");
+    let connector = tokio_rustls::TlsConnector::from(Arc::clone(&c.client));
+    let name = ServerName::try_from("localhost").expect("a name");
+    let (server, client) = tokio::join!(
+        TlsSocket::accept(Arc::clone(&c.server), server_io),
+        connector.connect(name, client_io.expect("connect"))
+    );
+    let client = TlsStream::Client(client.expect("client handshake"));
+    (server.expect("server handshake"), client)
+}
+
+/// Writes `data` in pieces of `sizes` (cycled) with `poll_write_from`, each from a buffer that
+/// ends with it and has `spare` bytes of capacity after it, as the relay's; checks that the
+/// buffer's length is kept. Does not flush.
+async fn write_from_in_pieces<S: AsyncRead + AsyncWrite + Unpin>(
+    leg: &mut TlsSocket<S>,
+    data: &[u8],
+    sizes: &[usize],
+    spare: usize,
+) {
+    let mut at = 0;
+    for size in sizes.iter().cycle() {
+        if at == data.len() {
+            break;
+        }
+        let end = (at + size).min(data.len());
+        let mut buf = bytes::BytesMut::with_capacity(end - at + spare);
+        buf.extend_from_slice(&data[at..end]);
+        let mut written = 0;
+        while written < buf.len() {
+            let range = written..buf.len();
+            let n = std::future::poll_fn(|cx| leg.poll_write_from(cx, &mut buf, range.clone()))
+                .await
+                .expect("write from");
+            assert!(
+                n > 0 && buf.len() == end - at,
+                "the buffer's length is kept"
+            );
+            written += n;
+        }
+        at = end;
+    }
+}
+
+#[tokio::test]
+async fn writes_sealed_in_place_arrive_intact_in_every_suite() {
+    for suite in suites() {
+        let name = suite.suite().as_str().unwrap_or_default();
+        let c = configs_for(versions_of(suite), Some(suite));
+        let (mut leg, mut peer) = tcp_pair(&c).await;
+        // One record each (in place), one too large for a record and one without spare room
+        // (both copied), a byte.
+        let sizes = [
+            1,
+            100,
+            super::records::MAX_PLAINTEXT,
+            super::records::MAX_PLAINTEXT + 1,
+            12_000,
+        ];
+        let down = pattern(200_000, 5);
+        let down2 = down.clone();
+        let peer_side = async move {
+            let mut got = vec![0u8; down2.len()];
+            peer.read_exact(&mut got).await.expect("peer read");
+            assert!(
+                got == down2,
+                "{name}: what the leg sealed in place arrives intact"
+            );
+            peer
+        };
+        let leg_side = async {
+            let half = down.len() / 2;
+            write_from_in_pieces(&mut leg, &down[..half], &sizes, 1).await;
+            write_from_in_pieces(&mut leg, &down[half..], &sizes, 0).await;
+            leg.flush().await.expect("leg flush");
+        };
+        let (mut peer, ()) = tokio::join!(peer_side, leg_side);
+        leg.shutdown().await.expect("leg shutdown");
+        let mut rest = Vec::new();
+        peer.read_to_end(&mut rest).await.expect("a clean end");
+        assert!(rest.is_empty());
+    }
+}
+
+#[tokio::test]
+async fn writes_sealed_in_place_to_a_full_socket_are_queued_and_bounded() {
+    for versions in [TLS12, TLS13] {
+        let c = configs(versions);
+        let (mut leg, mut peer) = tcp_pair(&c).await;
+        let down = pattern(16 << 20, 6);
+        let down2 = down.clone();
+        let peer_side = async move {
+            // The leg fills the socket's buffers before anything is read.
+            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+            let mut got = vec![0u8; down2.len()];
+            peer.read_exact(&mut got).await.expect("peer read");
+            assert!(got == down2, "what waited in the queue arrives in order");
+        };
+        let leg_side = async {
+            let mut most = 0;
+            for piece in down.chunks(12_000) {
+                write_from_in_pieces(&mut leg, piece, &[piece.len()], 1).await;
+                most = most.max(leg.queued());
+            }
+            leg.flush().await.expect("leg flush");
+            assert!(
+                most <= 64 * 1024 + super::records::MAX_RECORD,
+                "queued {most}"
+            );
+        };
+        tokio::join!(peer_side, leg_side);
     }
 }
