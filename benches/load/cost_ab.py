@@ -39,11 +39,6 @@ from procs import log  # noqa: E402
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-class Target:
-    def __init__(self, addr):
-        self.conn_args = ["--mysql-host=%s" % addr[0], "--mysql-port=%d" % addr[1]]
-
-
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--test", default="oltp_point_select")
@@ -67,7 +62,8 @@ def main():
         db = procs.MariaDB(reg, "db1", procs.make_template(reg))
         db.start()
         backends = ["127.0.0.1:%d" % db.port]
-        prepare = sysbench.sysbench_argv("oltp_read_only", Target(db.addr), 4, 0)[:-1]
+        at_db = sysbench.Target("db1", sysbench.tcp_args([db.addr]))
+        prepare = sysbench.sysbench_argv("oltp_read_only", at_db, 4, 0)[:-1]
         proc, _ = reg.spawn("prepare", prepare + ["prepare"])
         if proc.wait(300) != 0:
             sys.exit("sysbench prepare failed")
@@ -79,17 +75,17 @@ def main():
             addr = ("127.0.0.1", procs.free_port())
             proc, _, _ = procs.start_mysql_lb(reg, path, "lb%d" % i, addr, backends,
                                               ["--config", config])
-            lbs.append((proc, addr))
+            lbs.append(sysbench.Target(name, sysbench.tcp_args([addr]), proc))
         cpu = [[] for _ in paths]
         for r in range(args.rounds):
             order = [(i + r) % len(paths) for i in range(len(paths))]
             for i in order:
-                proc, addr = lbs[i]
-                argv = sysbench.sysbench_argv(args.test, Target(addr), args.threads, args.time,
+                target = lbs[i]
+                argv = sysbench.sysbench_argv(args.test, target, args.threads, args.time,
                                               ["--rate=%d" % args.rate])
-                c0 = procs.cpu_seconds(proc.pid)
+                c0 = procs.cpu_seconds(target.pid)
                 out = subprocess.run(argv, capture_output=True, text=True, timeout=args.time + 120)
-                c1 = procs.cpu_seconds(proc.pid)
+                c1 = procs.cpu_seconds(target.pid)
                 s = sysbench.parse_sysbench(out.stdout)
                 if out.returncode != 0 or not s.get("queries"):
                     sys.exit("sysbench failed on %s:\n%s" % (paths[i][0], out.stderr[-2000:]))
