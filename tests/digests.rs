@@ -243,17 +243,28 @@ async fn the_table_stays_within_its_bound_with_exact_totals() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn digests_are_off_by_default_and_keep_nothing() {
+async fn digests_are_on_by_default_and_off_keeps_nothing() {
     let pair = shared_pair();
-    let proxy = TestProxy::start_with(config(&[pair[0].tcp_addr()]));
-    let mut conn = mysql_async::Conn::new(proxy.opts(BENCH_USER, BENCH_PASS))
-        .await
-        .unwrap();
-    conn.query_drop("SELECT 1").await.unwrap();
-    conn.disconnect().await.unwrap();
-    let all = queries(&proxy, "");
-    assert_eq!(all["enabled"], false);
-    assert_eq!(all["entries"], 0, "{all}");
+    for enabled in [None, Some(false)] {
+        let mut cfg = config(&[pair[0].tcp_addr()]);
+        if let Some(enabled) = enabled {
+            cfg.digests.enabled = enabled;
+        }
+        let proxy = TestProxy::start_with(cfg);
+        let mut conn = mysql_async::Conn::new(proxy.opts(BENCH_USER, BENCH_PASS))
+            .await
+            .unwrap();
+        conn.query_drop("SELECT 1").await.unwrap();
+        conn.disconnect().await.unwrap();
+        let all = queries(&proxy, "");
+        if enabled.is_none() {
+            assert_eq!(all["enabled"], true, "on by default");
+            assert!(all["entries"].as_u64().unwrap() > 0, "{all}");
+        } else {
+            assert_eq!(all["enabled"], false);
+            assert_eq!(all["entries"], 0, "{all}");
+        }
+    }
 }
 
 /// Without a token the endpoint is on loopback; a browser led there by a rebound DNS name sends

@@ -169,7 +169,8 @@ def main():
     ap.add_argument("--threads", type=int, default=8, help="sysbench threads")
     ap.add_argument("--tests", default="oltp_point_select,oltp_read_only")
     ap.add_argument("--digests", action="store_true",
-                    help="also mysql-lb with the query digest table on (\"mysql-lb digests\")")
+                    help="also mysql-lb with the query digest table off (\"mysql-lb digests off\"; "
+                    "on by default)")
     ap.add_argument("--pooling", action="store_true",
                     help="also mysql-lb with transaction pooling (\"mysql-lb pooled\")")
     ap.add_argument("--tls", action="store_true",
@@ -224,8 +225,9 @@ def main():
         client_leg = "tls: {cert: %s, key: %s}\n" % (tls["cert"], tls["key"])
         configs = {"": "backend_tls: {mode: disabled}\n"}
         if args.digests:
-            # The query digest table on: what it costs is the difference to "mysql-lb".
-            configs[" digests"] = "backend_tls: {mode: disabled}\ndigests: {enabled: true}\n"
+            # The query digest table off (it is on by default): what it costs is the difference
+            # of "mysql-lb" to this.
+            configs[" digests off"] = "backend_tls: {mode: disabled}\ndigests: {enabled: false}\n"
         if args.pooling:
             # Sessions share server connections between transactions (and, with --ps, their
             # prepared statements): what that costs is the difference to "mysql-lb".

@@ -19,7 +19,8 @@ always runs right after the same one. Paths:
   haproxy         sysbench -> HAProxy -> backends (TCP)
   bare relay      sysbench -> benches/load/pump.rs -> backends (TCP): copies bytes, nothing else;
                   the floor any user-space proxy stands on
-  mysql-lb        sysbench -> mysql-lb -> backends (TCP)
+  mysql-lb        sysbench -> mysql-lb -> backends (TCP), as configured by default (the query
+                  digest table on)
   direct unix     sysbench -> the backends' unix sockets (comma-separated --mysql-socket)
   bare relay unix sysbench -> pump.rs's unix socket -> backends' unix sockets
   mysql-lb unix   sysbench -> mysql-lb's unix socket -> backends' unix sockets
@@ -30,9 +31,9 @@ always runs right after the same one. Paths:
   direct compressed, mysql-lb compressed
                   sysbench --mysql-compression=on -> the backends / mysql-lb (its backend leg
                   uncompressed)
-  mysql-lb digests
-                  the plaintext mysql-lb with the query digest table on (`digests: {enabled:
-                  true}`; off by default): what it costs per query is this path against "mysql-lb"
+  mysql-lb digests off
+                  the plaintext mysql-lb with the query digest table off (`digests: {enabled:
+                  false}`; on by default): what it costs per query is "mysql-lb" against this
   mysql-lb capture
                   the plaintext mysql-lb with a capture running for the whole run (`POST
                   /capture/start` into the temp dir): what capturing costs is this path against
@@ -453,16 +454,16 @@ class Bench:
             self.reg, self.binary, "mysql-lb-deferred", lbd_addr, tcp_backends, deferred
         )
         self.lb_deferred = Target("mysql-lb deferred", tcp_args([lbd_addr]), lbd)
-        # The plaintext proxy with the query digest table on: what digests cost per query is
-        # this path against "mysql-lb".
+        # The plaintext proxy with the query digest table off (on by default): what digests
+        # cost per query is "mysql-lb" against this path.
         lbn_addr = ("127.0.0.1", procs.free_port())
         digests = extra + ["--config", procs.write_config(
             os.path.join(self.reg.base, "digests.yaml"), tcp_backends,
-            "backend_tls: {mode: disabled}\ndigests: {enabled: true}\n")]
+            "backend_tls: {mode: disabled}\ndigests: {enabled: false}\n")]
         lbn, _, _ = procs.start_mysql_lb(
-            self.reg, self.binary, "mysql-lb-digests", lbn_addr, tcp_backends, digests
+            self.reg, self.binary, "mysql-lb-digests-off", lbn_addr, tcp_backends, digests
         )
-        self.lb_digests = Target("mysql-lb digests", tcp_args([lbn_addr]), lbn)
+        self.lb_digests = Target("mysql-lb digests off", tcp_args([lbn_addr]), lbn)
         # The plaintext proxy capturing everything for the whole run (POST /capture/start):
         # what a running capture costs is this path against "mysql-lb".
         lbc_addr = ("127.0.0.1", procs.free_port())

@@ -60,7 +60,7 @@ pub fn config(backends: &[String]) -> Config {
     }
 }
 
-/// [`config`] with the query digest table on (it is off by default).
+/// [`config`] with the query digest table on (the default: this says so where a test needs it).
 pub fn with_digests(backends: &[String]) -> Config {
     let mut c = config(backends);
     c.digests.enabled = true;
