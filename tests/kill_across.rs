@@ -14,8 +14,10 @@ use common::proxy::{config, TestProxy};
 use common::rawclient::RawClient;
 use common::{create_kill_accounts, kill_account, wait_until};
 
-/// `SELECT SLEEP(30)` interrupted: far sooner than that, the KILL took effect.
-const CANCELLED_WITHIN: Duration = Duration::from_secs(2);
+/// `SELECT SLEEP(30)` interrupted: far sooner than that, the KILL took effect. The time includes
+/// starting the `mariadb` CLI and its login through the proxy, which on two cores busy with the
+/// rest of the suite took just over 2 s once; the error code (1317) is what says the KILL did it.
+const CANCELLED_WITHIN: Duration = Duration::from_secs(10);
 
 /// A third server beside the shared pair, with the KILL accounts on all three.
 fn third() -> &'static MariaDb {
