@@ -17,7 +17,8 @@ a slow stretch of the machine weighs on all paths of a round alike.
         [--time 10] [--baseline OTHER_BINARY]
 
 `--rate` is sysbench's, in events per second: one query per event for oltp_point_select, 16
-(BEGIN, 14 selects, COMMIT) for oltp_read_only. `--baseline` adds another build with the table
+(BEGIN, 14 selects, COMMIT) for oltp_read_only; `--rate 0` is unthrottled, as run.py drives
+its paths (the control then shows how far saturated rounds spread). `--baseline` adds another build with the table
 on ("baseline digests on"), to compare two builds' cost the same way. CPU: utime+stime of the
 proxy process over each run. It runs scripts/install-deps.sh demo (MariaDB, sysbench) when
 they are missing.
@@ -43,7 +44,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--test", default="oltp_point_select")
     ap.add_argument("--threads", type=int, default=8)
-    ap.add_argument("--rate", type=int, default=15000, help="sysbench events per second")
+    ap.add_argument("--rate", type=int, default=15000,
+                    help="sysbench events per second (0: as fast as it goes)")
     ap.add_argument("--rounds", type=int, default=10)
     ap.add_argument("--time", type=int, default=10, help="seconds per run")
     ap.add_argument("--baseline", help="another mysql-lb binary, with the table on")
