@@ -40,6 +40,15 @@ fn row<'a>(rows: &'a Value, text: &str, kind: &str) -> &'a Value {
         .unwrap_or_else(|| panic!("no {kind} row for {text:?} ({digest}) in {rows:#}"))
 }
 
+/// One session through `proxy` that runs `sql` and quits.
+async fn one_statement(proxy: &TestProxy, sql: &str) {
+    let mut conn = mysql_async::Conn::new(proxy.opts(BENCH_USER, BENCH_PASS))
+        .await
+        .expect("login through the proxy");
+    conn.query_drop(sql).await.expect("the statement");
+    conn.disconnect().await.expect("quit");
+}
+
 fn setup_schema(schema: &str) {
     for db in shared_pair() {
         db.root_exec(&format!(
@@ -150,11 +159,7 @@ async fn samples_and_reset_need_the_token_when_one_is_set() {
     let mut cfg = with_digests(&[pair[0].tcp_addr()]);
     cfg.admin_token_file = Some(token_file);
     let proxy = TestProxy::start_with(cfg);
-    let mut conn = mysql_async::Conn::new(proxy.opts(BENCH_USER, BENCH_PASS))
-        .await
-        .unwrap();
-    conn.query_drop("SELECT 'secret-literal'").await.unwrap();
-    conn.disconnect().await.unwrap();
+    one_statement(&proxy, "SELECT 'secret-literal'").await;
     let admin = proxy.admin.unwrap();
     let get = |headers: &[&str]| {
         let (s, body) = http_request(admin, "GET", "/queries?limit=1000", headers, b"").unwrap();
@@ -251,11 +256,7 @@ async fn digests_are_on_by_default_and_off_keeps_nothing() {
             cfg.digests.enabled = enabled;
         }
         let proxy = TestProxy::start_with(cfg);
-        let mut conn = mysql_async::Conn::new(proxy.opts(BENCH_USER, BENCH_PASS))
-            .await
-            .unwrap();
-        conn.query_drop("SELECT 1").await.unwrap();
-        conn.disconnect().await.unwrap();
+        one_statement(&proxy, "SELECT 1").await;
         let all = queries(&proxy, "");
         if enabled.is_none() {
             assert_eq!(all["enabled"], true, "on by default");

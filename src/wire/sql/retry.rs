@@ -11,7 +11,11 @@
 //!   backticks may be a stored function of the same name),
 //! - no `NEXT VALUE FOR` / `PREVIOUS VALUE FOR` (MariaDB's sequences),
 //! - no `INTO` (a file, a dump, user variables), no user variable at all (`@x := 1` assigns),
-//! - nothing the lexer cannot follow ([`TokenKind::Unsure`]).
+//! - nothing the lexer cannot follow ([`TokenKind::Unsure`]),
+//! - nothing that pins a pooled session ([`pins`](super::pins::pins)), so that "one statement"
+//!   means the same here as where the pool decides what a session may share: the pool reads
+//!   `SELECT 1;;` as a second, empty statement after the first and pins for it (MariaDB 10.11
+//!   answers it as one; a server may not), and a retry takes the same cautious reading.
 //!
 //! Anything else is not retried: the safe answer is the lost connection, as without a pool.
 
@@ -91,7 +95,7 @@ const SYNTAX: &[&str] = &[
 /// True only when `text` may be sent again to another server after the first was lost before
 /// answering it (see the module's docs).
 pub fn retryable_read(text: &[u8], dialect: Dialect) -> bool {
-    if !read_only(text) {
+    if !read_only(text) || super::pins::pins(text).is_some() {
         return false;
     }
     let Some(all) = readings(text, dialect) else {
@@ -153,6 +157,8 @@ mod tests {
             "(SELECT 1) UNION (SELECT 2)",
             "WITH x AS (SELECT 1 AS a) SELECT a FROM x",
             "SELECT * FROM t FOR UPDATE",
+            "SELECT 1;",
+            "SELECT 1; -- done",
         ] {
             assert!(retryable(text), "{text}");
         }
@@ -176,6 +182,11 @@ mod tests {
             "SELECT @x := 1",
             "SELECT @x",
             "SELECT 1; DELETE FROM t",
+            // Found by the sql_digest fuzz target: an empty second statement pins, so the text
+            // is not read as one read.
+            "SELECT 1;;",
+            "SELECT 1; ;",
+            "select a.id as iD1_0_ from a;;;",
             "SELECT 1 /*!99999 , f(1) */",
             "SELECT 1 /*! ; DELETE FROM t */",
             "/*!DELETE FROM t*/",
