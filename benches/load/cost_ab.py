@@ -65,8 +65,7 @@ def main():
         db.start()
         backends = ["127.0.0.1:%d" % db.port]
         at_db = sysbench.Target("db1", sysbench.tcp_args([db.addr]))
-        prepare = sysbench.sysbench_argv("oltp_read_only", at_db, 4, 0)[:-1]
-        proc, _ = reg.spawn("prepare", prepare + ["prepare"])
+        proc, _ = reg.spawn("prepare", sysbench.prepare_argv(at_db, 4))
         if proc.wait(300) != 0:
             sys.exit("sysbench prepare failed")
         lbs = []

@@ -115,7 +115,7 @@ class Hetero:
         running = []
         for b in self.backends:
             t = sysbench.Target(b.name, sysbench.tcp_args([b.addr]))
-            argv = sysbench.sysbench_argv("oltp_read_only", t, 1, 0)[:-1] + ["prepare"]
+            argv = sysbench.prepare_argv(t)
             running.append(self.reg.spawn("prepare-" + b.name, argv))
         for proc, log_path in running:
             if proc.wait(300) != 0:

@@ -207,7 +207,7 @@ def main():
         backend = "%s:%d" % db.addr
         direct = sysbench.Target("direct", sysbench.tcp_args([db.addr]))
         log("sysbench prepare: %d tables x %d rows" % (sysbench.TABLES, sysbench.TABLE_SIZE))
-        prep = sysbench.sysbench_argv("oltp_read_only", direct, 1, 0)[:-1] + ["prepare"]
+        prep = sysbench.prepare_argv(direct)
         subprocess.run(prep, check=True, capture_output=True, timeout=600)
 
         # With --across, two more servers, prepared alike: the pool's three backends.
@@ -218,7 +218,7 @@ def main():
                 other.start([])
                 others.append("%s:%d" % other.addr)
                 target = sysbench.Target(name, sysbench.tcp_args([other.addr]))
-                prep = sysbench.sysbench_argv("oltp_read_only", target, 1, 0)[:-1] + ["prepare"]
+                prep = sysbench.prepare_argv(target)
                 subprocess.run(prep, check=True, capture_output=True, timeout=600)
 
         paths = [("bare relay", lambda port: [pump, "127.0.0.1:%d" % port, backend, "--threads", "2"])]

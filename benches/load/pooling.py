@@ -57,7 +57,7 @@ sys.path.insert(0, HERE)
 import myclient  # noqa: E402
 import procs  # noqa: E402
 from procs import log  # noqa: E402
-from sysbench import TABLE_SIZE, TABLES, Target, parse_sysbench, sysbench_argv, tcp_args  # noqa: E402
+from sysbench import TABLE_SIZE, TABLES, Target, parse_sysbench, prepare_argv, sysbench_argv, tcp_args  # noqa: E402
 
 SERVER_MAX = 60
 POOL_MAX = 50
@@ -232,8 +232,8 @@ def main():
             b.start(["--max-connections=%d" % SERVER_MAX])
         log("sysbench prepare: %d tables x %d rows on each backend" % (TABLES, TABLE_SIZE))
         for b in backends:
-            argv = sysbench_argv("oltp_read_only", Target(b.name, tcp_args([b.addr])), 1, 0)[:-1]
-            code, text = procs.run_capture(reg, argv + ["prepare"], timeout=300, name="prepare")
+            argv = prepare_argv(Target(b.name, tcp_args([b.addr])))
+            code, text = procs.run_capture(reg, argv, timeout=300, name="prepare")
             if code != 0:
                 raise RuntimeError("sysbench prepare failed:\n" + text[-2000:])
 

@@ -110,6 +110,7 @@ from sysbench import (  # noqa: E402
     TABLES,
     Target,
     parse_sysbench,
+    prepare_argv,
     socket_args,
     sysbench_argv,
     tcp_args,
@@ -425,7 +426,7 @@ class Bench:
         running = []
         for b in self.backends:
             t = Target(b.name, tcp_args([b.addr]))
-            argv = sysbench_argv("oltp_read_only", t, 1, 0)[:-1] + ["prepare"]
+            argv = prepare_argv(t)
             running.append(self.reg.spawn("prepare-" + b.name, argv))
         for proc, log_path in running:
             if proc.wait(300) != 0:

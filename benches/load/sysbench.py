@@ -62,6 +62,12 @@ def sysbench_argv(script, target, threads, seconds, extra=(), ps_mode="disable")
     ] + target.conn_args + list(extra) + ["run"]
 
 
+def prepare_argv(target, threads=1):
+    """sysbench's `prepare` of the benchmarks' tables (TABLES x TABLE_SIZE rows in `sbtest`)
+    through `target`."""
+    return sysbench_argv("oltp_read_only", target, threads, 0)[:-1] + ["prepare"]
+
+
 def parse_sysbench(text):
     def num(pattern):
         m = re.search(pattern, text)
