@@ -6,7 +6,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::mariadb::{free_port, shared_pair};
+use common::mariadb::{closed_port, shared_pair};
 use common::proxy::{config, TestProxy};
 use mysql_lb::config::{Config, Policy};
 
@@ -82,8 +82,8 @@ async fn least_connections_balances_long_held_connections() {
 async fn every_policy_skips_a_down_backend() {
     let pair = shared_pair();
     for policy in [Policy::RoundRobin, Policy::LeastConnections, Policy::Random] {
-        let dead = format!("127.0.0.1:{}", free_port());
-        let mut c = config(&[pair[0].tcp_addr(), dead, pair[1].tcp_addr()]);
+        let dead = closed_port();
+        let mut c = config(&[pair[0].tcp_addr(), dead.address(), pair[1].tcp_addr()]);
         c.balancer.policy = policy;
         let proxy = TestProxy::start_with(c);
         // Enough clients that Random leaving a live backend out is out of the question

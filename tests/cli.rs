@@ -6,8 +6,8 @@ mod common;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::daemon::{mariadb_cli, wait_connectable, Daemon, BIN};
-use common::mariadb::{free_port, shared_pair};
+use common::daemon::{mariadb_cli, Daemon, BIN};
+use common::mariadb::shared_pair;
 
 fn example_config() -> String {
     format!("{}/config/mysql-lb.yaml", env!("CARGO_MANIFEST_DIR"))
@@ -16,14 +16,15 @@ fn example_config() -> String {
 /// The daemon in front of one shared backend on a free port, admin off, plus `extra` flags;
 /// `soft_nofile` starts it under that soft RLIMIT_NOFILE.
 fn in_front_of_one_backend(extra: &[&str], soft_nofile: Option<u64>) -> (Daemon, u16) {
-    let port = free_port();
     let mut args = vec![
-        format!("--proxy-address=127.0.0.1:{port}"),
+        "--proxy-address=127.0.0.1:0".to_owned(),
         format!("--proxy-backend-addresses={}", shared_pair()[0].tcp_addr()),
         "--admin-address=off".to_owned(),
     ];
     args.extend(extra.iter().map(|a| (*a).to_owned()));
-    (Daemon::start(&args, soft_nofile), port)
+    let mut daemon = Daemon::start(&args, soft_nofile);
+    let port = daemon.proxy_addr().port();
+    (daemon, port)
 }
 
 /// A connection that was greeted (so it holds an admission slot) and stays silent.
@@ -157,10 +158,9 @@ fn bad_flag_value_is_an_error_naming_the_flag() {
 #[test]
 fn flags_start_a_proxy_the_mariadb_cli_can_use_and_sigterm_stops_it() {
     let pair = shared_pair();
-    let port = free_port();
     let mut d = Daemon::start(
         &[
-            format!("--proxy-address=127.0.0.1:{port}"),
+            "--proxy-address=127.0.0.1:0".to_owned(),
             format!(
                 "--proxy-backend-addresses={},{}",
                 pair[0].tcp_addr(),
@@ -171,8 +171,7 @@ fn flags_start_a_proxy_the_mariadb_cli_can_use_and_sigterm_stops_it() {
         ],
         None,
     );
-    d.wait_for_line("listening");
-    wait_connectable(port);
+    let port = d.proxy_addr().port();
     let mut ports = Vec::new();
     for _ in 0..4 {
         let out = mariadb_cli(port, "SELECT @@port");
@@ -198,7 +197,6 @@ fn flags_start_a_proxy_the_mariadb_cli_can_use_and_sigterm_stops_it() {
 fn json_logs_name_the_refused_client_and_the_reason() {
     let (mut d, port) =
         in_front_of_one_backend(&["--max-connections=1", "--log-format=json"], None);
-    wait_connectable(port);
     // Hold the only slot with a connection that got a greeting (an earlier probe may still hold
     // it for a moment), then be refused with the CLI.
     let holder = hold_a_session(port);
@@ -233,7 +231,6 @@ fn starts_under_a_low_soft_fd_limit_and_raises_it() {
         "soft limit raised to fit 2000 connections: {soft}"
     );
     d.wait_for_line("RLIMIT_NOFILE soft limit raised");
-    wait_connectable(port);
     let out = mariadb_cli(port, "SELECT 1");
     assert!(
         out.status.success(),
@@ -263,7 +260,7 @@ fn under_a_hard_fd_limit(hard: u64, extra: &[&str]) -> Daemon {
     let mut args = vec![
         format!("--nofile={hard}:{hard}"),
         BIN.to_owned(),
-        format!("--proxy-address=127.0.0.1:{}", free_port()),
+        "--proxy-address=127.0.0.1:0".to_owned(),
         format!("--proxy-backend-addresses={}", shared_pair()[0].tcp_addr()),
         "--admin-address=off".to_owned(),
     ];
@@ -286,4 +283,34 @@ fn chosen_max_connections_that_cannot_fit_is_warned_of() {
     let mut d = under_a_hard_fd_limit(1064, &["--max-connections=10000"]);
     let line = d.wait_for_line("max_connections lowered from 10000 to 500");
     assert!(line.contains("WARN"), "{line}");
+}
+
+#[test]
+fn a_daemon_that_exits_at_start_fails_its_test_at_once_with_its_own_log() {
+    // The port is held by a listener of the test's own: the daemon cannot bind it and exits.
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let mut d = Daemon::start(
+        &[
+            format!("--proxy-address={}", taken.local_addr().unwrap()),
+            format!("--proxy-backend-addresses={}", shared_pair()[0].tcp_addr()),
+            "--admin-address=off".to_owned(),
+        ],
+        None,
+    );
+    let started = Instant::now();
+    let failure = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| d.proxy_addr()))
+        .expect_err("no address from a daemon that could not bind");
+    let message = failure
+        .downcast_ref::<String>()
+        .cloned()
+        .unwrap_or_default();
+    assert!(
+        message.contains("mysql-lb exited") && message.contains("in use"),
+        "names the exit and carries the daemon's own reason: {message}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "failed at once, not at the 30 s deadline: {:?}",
+        started.elapsed()
+    );
 }

@@ -331,8 +331,8 @@ async fn every_metric_the_dashboard_queries_is_exported_by_a_running_proxy() {
     let pair = shared_pair();
     // A third backend nobody listens on: its failing replication checks give the lag series
     // (NaN, unknown); the two live primaries have none.
-    let dead = format!("127.0.0.1:{}", common::mariadb::free_port());
-    let mut cfg = config(&[pair[0].tcp_addr(), pair[1].tcp_addr(), dead]);
+    let dead = common::mariadb::closed_port();
+    let mut cfg = config(&[pair[0].tcp_addr(), pair[1].tcp_addr(), dead.address()]);
     cfg.health_check = mysql_lb::config::HealthCheckConfig {
         interval: Duration::from_millis(200),
         user: Some("bench".into()),

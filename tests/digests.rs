@@ -290,16 +290,6 @@ fn a_foreign_host_name_reads_nothing_without_a_token() {
     assert!(served.starts_with("HTTP/1.0 200"), "{served}");
 }
 
-/// VmRSS of `pid` in KiB.
-fn rss_kib(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("proc status");
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .expect("a VmRSS line")
-}
-
 /// 200 sessions, all open at once, each running 40 distinct 4 KiB statements (digests with a
 /// 4 KiB text and a 4 KiB sample): where each session used to keep its own statements' texts
 /// (about 64 MiB here), the proxy process (its own, so the test's memory does not count) grows
@@ -307,31 +297,27 @@ fn rss_kib(pid: u32) -> u64 {
 /// row and 4.5 KiB per session, plus allocator slack.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn many_sessions_of_distinct_long_statements_stay_within_the_text_budget() {
-    use common::daemon::{wait_connectable, Daemon};
-    use common::mariadb::{free_port, scratch_dir, tcp_opts};
+    use common::daemon::Daemon;
+    use common::mariadb::{scratch_dir, tcp_opts};
     const SESSIONS: usize = 200;
     const EACH: usize = 40;
     const BUDGET: u64 = 4 << 20;
     const ROWS: u64 = 1000;
     let pair = shared_pair();
-    let (port, admin) = (free_port(), free_port());
     let path = scratch_dir("digest-text-budget").join("config.yaml");
     std::fs::write(
         &path,
         format!(
-            "listen: ['127.0.0.1:{port}']\nbackends: [{{address: '{}'}}]\n\
-             admin_address: '127.0.0.1:{admin}'\nlog: {{level: warn}}\n\
+            "listen: ['127.0.0.1:0']\nbackends: [{{address: '{}'}}]\n\
+             admin_address: '127.0.0.1:0'\nlog: {{level: info}}\n\
              digests: {{enabled: true, max_entries: {ROWS}, max_query_length: 8192, \
              sample_length: 4096, max_text_bytes: {BUDGET}}}\n",
             pair[0].tcp_addr()
         ),
     )
     .unwrap();
-    let _daemon = Daemon::start(&["--config".to_owned(), path.display().to_string()], None);
-    wait_connectable(port);
-    let pid = _daemon.child.id();
-    let admin: std::net::SocketAddr = format!("127.0.0.1:{admin}").parse().unwrap();
-    let addr = format!("127.0.0.1:{port}");
+    let mut daemon = Daemon::start(&["--config".to_owned(), path.display().to_string()], None);
+    let (addr, admin) = (daemon.proxy_addr().to_string(), daemon.admin_addr());
     let mut conns = Vec::new();
     for _ in 0..SESSIONS {
         let mut c = mysql_async::Conn::new(tcp_opts(&addr, BENCH_USER, BENCH_PASS))
@@ -340,7 +326,7 @@ async fn many_sessions_of_distinct_long_statements_stay_within_the_text_budget()
         c.query_drop("SELECT 1").await.unwrap();
         conns.push(c);
     }
-    let before = rss_kib(pid);
+    let before = daemon.rss_kib();
     let mut groups: Vec<Vec<(usize, mysql_async::Conn)>> = (0..8).map(|_| Vec::new()).collect();
     for (i, c) in conns.into_iter().enumerate() {
         groups[i % 8].push((i, c));
@@ -372,7 +358,7 @@ async fn many_sessions_of_distinct_long_statements_stay_within_the_text_budget()
             .unwrap();
         open.extend(kept);
     }
-    let after = rss_kib(pid);
+    let after = daemon.rss_kib();
     println!(
         "RSS {before} KiB with {SESSIONS} sessions open, {after} KiB after {} distinct statements",
         SESSIONS * EACH

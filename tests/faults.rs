@@ -10,7 +10,7 @@ mod fakebackend;
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use common::mariadb::{free_port, shared_pair, start_dedicated, MariaDb, BENCH_PASS, BENCH_USER};
+use common::mariadb::{closed_port, shared_pair, start_dedicated, MariaDb, BENCH_PASS, BENCH_USER};
 use common::proxy::{config, TestProxy};
 use common::rawclient::{read_raw_packet, RawClient};
 use fakebackend::{Behaviour, FakeBackend};
@@ -183,7 +183,8 @@ async fn all_backends_down_gets_1105_naming_each_before_the_greeting() {
     // A stopped server's port refuses connections; so does a port nobody listens on.
     let dir = tempfile::tempdir().unwrap();
     let missing_socket = dir.path().join("gone.sock");
-    let tcp_backend = format!("127.0.0.1:{}", free_port());
+    let closed = closed_port();
+    let tcp_backend = closed.address();
     let backends = [tcp_backend.clone(), missing_socket.display().to_string()];
     let proxy = TestProxy::start(&backends);
 

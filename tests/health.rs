@@ -7,7 +7,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::daemon::{Daemon, BIN};
-use common::mariadb::{free_port, new_temp_dir, shared_pair, MariaDb, BENCH_PASS, BENCH_USER};
+use common::mariadb::{closed_port, new_temp_dir, shared_pair, MariaDb, BENCH_PASS, BENCH_USER};
 use common::proxy::{config, http_get, TestProxy};
 use common::wait_until;
 use mysql_async::prelude::*;
@@ -147,7 +147,8 @@ async fn check_as_a_user_of_another_auth_plugin_says_the_monitor_needs_native_pa
 
 #[tokio::test]
 async fn check_of_a_closed_port_fails_at_connect() {
-    let err = check_backend(&addr(&format!("127.0.0.1:{}", free_port())), &checks(None))
+    let closed = closed_port();
+    let err = check_backend(&addr(&closed.address()), &checks(None))
         .await
         .expect_err("nothing listens there");
     assert!(
@@ -420,12 +421,11 @@ fn the_password_from_the_file_shows_in_no_log_check_config_or_backends() {
     let dir = new_temp_dir("health-password-leak");
     let secret = dir.join("monitor-password");
     std::fs::write(&secret, format!("{FILE_PASS}\n")).unwrap();
-    let admin: std::net::SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
     let path = dir.join("config.yaml");
     std::fs::write(
         &path,
         format!(
-            "listen: ['127.0.0.1:0']\nbackends: [{{address: '{}'}}]\nadmin_address: '{admin}'\n\
+            "listen: ['127.0.0.1:0']\nbackends: [{{address: '{}'}}]\nadmin_address: '127.0.0.1:0'\n\
              health_check: {{interval: 200ms, user: {FILE_USER}, password_file: '{}'}}\n\
              log: {{level: trace}}\n",
             db.tcp_addr(),
@@ -445,6 +445,7 @@ fn the_password_from_the_file_shows_in_no_log_check_config_or_backends() {
     assert!(!said.contains(FILE_PASS), "{said}");
 
     let mut daemon = Daemon::start(&["--config".to_owned(), path.display().to_string()], None);
+    let admin = daemon.admin_addr();
     let backends = || {
         http_get(admin, "/backends")
             .map(|(_, body)| body)

@@ -10,7 +10,6 @@
 mod common;
 
 use std::collections::BTreeSet;
-use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
@@ -19,7 +18,7 @@ use serde_yaml::Value;
 
 use common::daemon::{Daemon, BIN};
 use common::kubekit::*;
-use common::mariadb::free_port;
+use common::mariadb::{closed_port, ClosedPort};
 use common::proxy::http_get;
 use common::wait_until;
 /// The Kubernetes versions validated against: the oldest we claim (topologySpreadConstraints'
@@ -332,14 +331,13 @@ fn check_config_accepts_the_configmaps_config() {
     );
 }
 
-/// The kit's config on loopback: MySQL on a free port, admin on `admin`, and every backend's
-/// address a closed loopback port (names kept), so all of them are down.
-fn on_loopback(mut config: Value, admin: SocketAddr) -> Value {
+/// The kit's config on loopback: MySQL and admin on port 0 (learnt from the daemon), and every
+/// backend's address `closed` (names kept), so all of them are down.
+fn on_loopback(mut config: Value, closed: &ClosedPort) -> Value {
     config["listen"] = Value::Sequence(vec![Value::from("127.0.0.1:0")]);
-    config["admin_address"] = Value::from(admin.to_string());
-    let closed = format!("127.0.0.1:{}", free_port());
+    config["admin_address"] = Value::from("127.0.0.1:0");
     for b in config["backends"].as_sequence_mut().expect("backends") {
-        b["address"] = Value::from(closed.clone());
+        b["address"] = Value::from(closed.address());
     }
     config
 }
@@ -348,9 +346,10 @@ fn on_loopback(mut config: Value, admin: SocketAddr) -> Value {
 fn probes_answer_as_the_pods_expect_while_every_backend_is_down() {
     let dir = tempfile::tempdir().expect("temp dir");
     let config = accepted_config(dir.path());
-    let admin: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
-    let path = write_config(dir.path(), &on_loopback(config, admin));
-    let _daemon = Daemon::start(&["--config".to_owned(), path.display().to_string()], None);
+    let closed = closed_port();
+    let path = write_config(dir.path(), &on_loopback(config, &closed));
+    let mut daemon = Daemon::start(&["--config".to_owned(), path.display().to_string()], None);
+    let admin = daemon.admin_addr();
     let status = |path: &str| http_get(admin, path).map(|(code, _)| code);
     wait_until("the admin endpoint", || status("/metrics").is_ok());
     // Why liveness is not /healthz: with no backend up it fails, and the kubelet would restart

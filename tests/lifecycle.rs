@@ -8,26 +8,19 @@ use std::net::SocketAddr;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use common::daemon::{wait_connectable, Daemon};
-use common::mariadb::{free_port, shared_pair, tcp_opts, MariaDb};
+use common::daemon::Daemon;
+use common::mariadb::{shared_pair, tcp_opts, MariaDb};
 use common::proxy::http_get;
 use common::{running_on_shared_backends, wait_until};
 use mysql_async::prelude::*;
 
-/// A proxy's two ports and its config file's text.
+/// The ports a proxy bound.
 struct Ports {
     mysql: u16,
     admin: u16,
 }
 
 impl Ports {
-    fn new() -> Self {
-        Self {
-            mysql: free_port(),
-            admin: free_port(),
-        }
-    }
-
     fn admin(&self) -> SocketAddr {
         SocketAddr::from(([127, 0, 0, 1], self.admin))
     }
@@ -37,12 +30,12 @@ impl Ports {
     }
 }
 
-/// A config for `ports` in front of `backends` (server, weight), with `extra` top-level keys.
-fn config_text(ports: &Ports, backends: &[(&MariaDb, u32)], extra: &str) -> String {
+/// A config in front of `backends` (server, weight), with `extra` top-level keys. Both
+/// listeners on port 0: [`start`] learns the ports the daemon bound.
+fn config_text(backends: &[(&MariaDb, u32)], extra: &str) -> String {
     let mut yaml = format!(
-        "listen: [\"127.0.0.1:{}\"]\nadmin_address: \"127.0.0.1:{}\"\nlog: {{ level: info }}\n\
-         health_check: {{ interval: 300ms }}\n{extra}backends:\n",
-        ports.mysql, ports.admin
+        "listen: [\"127.0.0.1:0\"]\nadmin_address: \"127.0.0.1:0\"\nlog: {{ level: info }}\n\
+         health_check: {{ interval: 300ms }}\n{extra}backends:\n"
     );
     for (db, weight) in backends {
         yaml += &format!(
@@ -54,11 +47,13 @@ fn config_text(ports: &Ports, backends: &[(&MariaDb, u32)], extra: &str) -> Stri
     yaml
 }
 
-fn start(config: &Path, ports: &Ports) -> Daemon {
-    let d = Daemon::start(&["--config".into(), config.display().to_string()], None);
-    wait_connectable(ports.mysql);
-    wait_connectable(ports.admin);
-    d
+fn start(config: &Path) -> (Daemon, Ports) {
+    let mut d = Daemon::start(&["--config".into(), config.display().to_string()], None);
+    let ports = Ports {
+        mysql: d.proxy_addr().port(),
+        admin: d.admin_addr().port(),
+    };
+    (d, ports)
 }
 
 fn get(ports: &Ports, path: &str) -> (u16, String) {
@@ -105,17 +100,15 @@ fn backends(ports: &Ports) -> Vec<(String, u64)> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_fails_readiness_at_once_serves_new_clients_for_the_delay_then_drains() {
     let pair = shared_pair();
-    let ports = Ports::new();
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("mysql-lb.yaml");
     let delay = Duration::from_secs(3);
     let text = config_text(
-        &ports,
         &[(&pair[0], 1), (&pair[1], 1)],
         "shutdown_delay: 3s\nshutdown_timeout: 15s\n",
     );
     std::fs::write(&path, text).unwrap();
-    let mut d = start(&path, &ports);
+    let (mut d, ports) = start(&path);
     assert_eq!(get(&ports, "/readyz"), (200, "ready\n".to_owned()));
     let mut held = connect(&ports).await.expect("a session before the signal");
     let one: u8 = held.query_first("SELECT 1").await.unwrap().unwrap();
@@ -181,12 +174,11 @@ async fn sigterm_fails_readiness_at_once_serves_new_clients_for_the_delay_then_d
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_shutdown_delay_sigterm_drains_at_once_as_before() {
     let pair = shared_pair();
-    let ports = Ports::new();
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("mysql-lb.yaml");
-    let text = config_text(&ports, &[(&pair[0], 1)], "shutdown_timeout: 30s\n");
+    let text = config_text(&[(&pair[0], 1)], "shutdown_timeout: 30s\n");
     std::fs::write(&path, text).unwrap();
-    let mut d = start(&path, &ports);
+    let (mut d, ports) = start(&path);
     let mut held = connect(&ports).await.expect("a session");
     held.query_drop("SELECT 1").await.unwrap();
 
@@ -214,12 +206,11 @@ async fn without_shutdown_delay_sigterm_drains_at_once_as_before() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_second_sigterm_during_the_delay_starts_the_drain_at_once() {
     let pair = shared_pair();
-    let ports = Ports::new();
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("mysql-lb.yaml");
-    let text = config_text(&ports, &[(&pair[0], 1)], "shutdown_delay: 10m\n");
+    let text = config_text(&[(&pair[0], 1)], "shutdown_delay: 10m\n");
     std::fs::write(&path, text).unwrap();
-    let mut d = start(&path, &ports);
+    let (mut d, ports) = start(&path);
     let mut held = connect(&ports).await.expect("a session");
     held.query_drop("SELECT 1").await.unwrap();
 
@@ -256,16 +247,15 @@ fn named(db: &MariaDb, weight: u64) -> (String, u64) {
 async fn an_edited_config_file_is_reloaded_without_sighup_and_an_invalid_one_is_ignored() {
     let pair = shared_pair();
     let (a, b) = (&pair[0], &pair[1]);
-    let ports = Ports::new();
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("mysql-lb.yaml");
-    std::fs::write(&path, config_text(&ports, &[(a, 1)], "")).unwrap();
-    let mut d = start(&path, &ports);
+    std::fs::write(&path, config_text(&[(a, 1)], "")).unwrap();
+    let (mut d, ports) = start(&path);
     d.wait_for_line("watching the config file");
     assert_eq!(backends(&ports), vec![named(a, 1)]);
 
     // Rewritten in place (not renamed over): a weight changes and a backend is added.
-    std::fs::write(&path, config_text(&ports, &[(a, 3), (b, 1)], "")).unwrap();
+    std::fs::write(&path, config_text(&[(a, 3), (b, 1)], "")).unwrap();
     let mut want = vec![named(a, 3), named(b, 1)];
     want.sort();
     wait_for_backends(&ports, &want);
@@ -284,7 +274,7 @@ async fn an_edited_config_file_is_reloaded_without_sighup_and_an_invalid_one_is_
     conn.disconnect().await.unwrap();
 
     // Fixed again: picked up again.
-    std::fs::write(&path, config_text(&ports, &[(b, 2)], "")).unwrap();
+    std::fs::write(&path, config_text(&[(b, 2)], "")).unwrap();
     wait_for_backends(&ports, &[named(b, 2)]);
     let status = d.stop();
     assert!(status.success(), "{status:?}");
@@ -294,7 +284,6 @@ async fn an_edited_config_file_is_reloaded_without_sighup_and_an_invalid_one_is_
 async fn a_configmap_style_symlink_swap_is_picked_up() {
     let pair = shared_pair();
     let (a, b) = (&pair[0], &pair[1]);
-    let ports = Ports::new();
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path();
     // As the kubelet lays a ConfigMap volume out: config.yaml -> ..data/config.yaml,
@@ -303,19 +292,16 @@ async fn a_configmap_style_symlink_swap_is_picked_up() {
         std::fs::create_dir(root.join(name)).unwrap();
         std::fs::write(root.join(name).join("config.yaml"), text).unwrap();
     };
-    version(
-        "..2026_12_02_00_00_00.1",
-        config_text(&ports, &[(a, 1)], ""),
-    );
+    version("..2026_12_02_00_00_00.1", config_text(&[(a, 1)], ""));
     std::os::unix::fs::symlink("..2026_12_02_00_00_00.1", root.join("..data")).unwrap();
     std::os::unix::fs::symlink("..data/config.yaml", root.join("config.yaml")).unwrap();
-    let mut d = start(&root.join("config.yaml"), &ports);
+    let (mut d, ports) = start(&root.join("config.yaml"));
     d.wait_for_line("watching the config file");
     assert_eq!(backends(&ports), vec![named(a, 1)]);
 
     version(
         "..2026_12_02_00_01_00.2",
-        config_text(&ports, &[(a, 1), (b, 4)], ""),
+        config_text(&[(a, 1), (b, 4)], ""),
     );
     std::os::unix::fs::symlink("..2026_12_02_00_01_00.2", root.join("..data_tmp")).unwrap();
     std::fs::rename(root.join("..data_tmp"), root.join("..data")).unwrap();

@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use common::mariadb::{free_port, shared_pair, BENCH_PASS, BENCH_USER};
+use common::mariadb::{closed_port, shared_pair, BENCH_PASS, BENCH_USER};
 use common::proxy::{config, TestProxy};
 use common::rawclient::RawClient;
 use mysql_lb::backends::balancer::script::ErrorReason;
@@ -150,8 +150,11 @@ async fn prefer_ro_example_uses_read_only_backends_and_falls_back_to_read_write(
     assert_no_script_errors(&proxy);
 
     // The only read-only backend is down: clients go to the read-write one.
-    let dead = format!("127.0.0.1:{}", free_port());
-    let mut c = with_script(&[pair[0].tcp_addr(), dead], &example("prefer-ro.lua"));
+    let dead = closed_port();
+    let mut c = with_script(
+        &[pair[0].tcp_addr(), dead.address()],
+        &example("prefer-ro.lua"),
+    );
     c.backends[1].kind = BackendKind::Ro;
     let proxy = TestProxy::start_with(c);
     assert_eq!(proxy.spread(4).await.get(&pair[0].port), Some(&4));
@@ -197,9 +200,9 @@ end
 async fn a_mysql_proxy_08_style_script_runs_unmodified() {
     let pair = shared_pair();
     let script = script_file(MYSQL_PROXY_08_FAILOVER);
-    let dead = format!("127.0.0.1:{}", free_port());
+    let dead = closed_port();
     let proxy = TestProxy::start_with(with_script(
-        &[dead, pair[1].tcp_addr(), pair[0].tcp_addr()],
+        &[dead.address(), pair[1].tcp_addr(), pair[0].tcp_addr()],
         script.path(),
     ));
     // The first backend is dead: the first client finds out, then everyone goes to the second.

@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::mariadb::{free_port, new_temp_dir, shared_pair};
+use common::mariadb::{named_port, new_temp_dir, shared_pair};
 use common::proxy::{config, http_request, TestProxy};
 use common::rawclient::RawClient;
 use common::{create_kill_accounts, kill_account, running_on_shared_backends, start_sleeping};
@@ -54,14 +54,15 @@ fn instance(id: u8, port: u16, admin: SocketAddr, peers: &[(u8, SocketAddr)]) ->
     cfg
 }
 
-/// One test at a time: the many client sockets of one would race another's `free_port` picks.
+/// One test at a time: each starts two proxies and many client sockets.
 async fn turn() -> tokio::sync::MutexGuard<'static, ()> {
     static TURN: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
     TURN.lock().await
 }
 
+/// A peer's admin address, named in the other's config before it listens.
 fn admin_addr() -> SocketAddr {
-    SocketAddr::from(([127, 0, 0, 1], free_port()))
+    SocketAddr::from(([127, 0, 0, 1], named_port()))
 }
 
 async fn login_as(addr: &str, user: &str) -> RawClient {

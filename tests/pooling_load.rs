@@ -11,8 +11,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use common::daemon::{wait_connectable, Daemon};
-use common::mariadb::{free_port, scratch_dir, MariaDb, BENCH_PASS, BENCH_USER};
+use common::daemon::Daemon;
+use common::mariadb::{scratch_dir, MariaDb, BENCH_PASS, BENCH_USER};
 use common::rawclient::RawClient;
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
@@ -131,25 +131,25 @@ fn flush_status(dbs: &[MariaDb]) {
 
 /// The proxy in front of `dbs`, its default pool in transaction mode, as its own process.
 fn pooled_proxy(dbs: &[MariaDb], max_connections: usize, idle_timeout: &str) -> (Daemon, u16) {
-    let port = free_port();
     let backends: Vec<String> = dbs
         .iter()
         .map(|db| format!("  - {}", db.tcp_addr()))
         .collect();
+    // Listening on port 0; warnings only, but for the announcement that says which port.
     let yaml = format!(
-        "listen: [\"127.0.0.1:{port}\"]\n\
+        "listen: [\"127.0.0.1:0\"]\n\
          backends:\n{}\n\
          max_connections: {max_connections}\n\
          admin_address: off\n\
-         log:\n  level: warn\n\
+         log:\n  level: \"warn,mysql_lb::proxy::server=info\"\n\
          pooling:\n  mode: transaction\n  max_server_connections: {POOL_MAX}\n  \
          idle_timeout: {idle_timeout}\n  wait_timeout: 30s\n",
         backends.join("\n")
     );
-    let path = scratch_dir("pooling-load").join(format!("proxy-{port}.yaml"));
+    let path = scratch_dir("pooling-load").join("proxy.yaml");
     std::fs::write(&path, yaml).expect("write the proxy's config");
-    let daemon = Daemon::start(&["--config".into(), path.display().to_string()], None);
-    wait_connectable(port);
+    let mut daemon = Daemon::start(&["--config".into(), path.display().to_string()], None);
+    let port = daemon.proxy_addr().port();
     (daemon, port)
 }
 

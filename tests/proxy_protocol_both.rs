@@ -10,7 +10,7 @@ mod common;
 use std::net::SocketAddr;
 use std::sync::OnceLock;
 
-use common::mariadb::{free_port, MariaDb, BENCH_PASS, BENCH_USER};
+use common::mariadb::{named_port, MariaDb, BENCH_PASS, BENCH_USER};
 use common::pp::{balancer, login_from, processlist_host, v1, v2, value, Haproxy};
 use common::proxy::{config, TestProxy};
 use common::rawclient::RawClient;
@@ -157,7 +157,8 @@ async fn through_haproxy_send_proxy_v2_and_v1_the_backend_sees_the_real_client()
         (HeaderVersion::V1, "send-proxy"),
     ] {
         let proxy = proxy(outbound);
-        let port = free_port();
+        // HAProxy's config names its port before it starts.
+        let port = named_port();
         let dir = tempfile::tempdir().unwrap();
         let _haproxy = Haproxy::start(
             dir.path(),

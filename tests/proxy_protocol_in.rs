@@ -9,7 +9,7 @@ use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use common::daemon::Daemon;
-use common::mariadb::{free_port, shared_pair, tcp_opts, BENCH_PASS, BENCH_USER};
+use common::mariadb::{named_port, shared_pair, tcp_opts, BENCH_PASS, BENCH_USER};
 use common::pp::{balancer, connect_from, v1, v2, Haproxy};
 use common::proxy::http_get;
 use mysql_async::prelude::Queryable;
@@ -29,10 +29,8 @@ struct Lb {
 
 fn start(extra: &str) -> (Lb, tempfile::NamedTempFile) {
     let pair = shared_pair();
-    let port = free_port();
-    let admin: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
     let yaml = format!(
-        "listen: [\"127.0.0.1:{port}\"]\nadmin_address: \"{admin}\"\n\
+        "listen: [\"127.0.0.1:0\"]\nadmin_address: \"127.0.0.1:0\"\n\
          log: {{level: \"info,mysql_lb=debug\"}}\n\
          backends: [\"{}\"]\npools: {{lb: {{backends: [\"{}\"]}}}}\n\
          accept_proxy_protocol: [\"{BALANCER_IP}\"]\n{extra}",
@@ -45,7 +43,7 @@ fn start(extra: &str) -> (Lb, tempfile::NamedTempFile) {
         &["--config".to_owned(), file.path().display().to_string()],
         None,
     );
-    daemon.wait_for_line("listening");
+    let (port, admin) = (daemon.proxy_addr().port(), daemon.admin_addr());
     (
         Lb {
             daemon,
@@ -115,18 +113,17 @@ async fn the_lua_hook_sees_the_carried_address_as_client_src() {
     .unwrap();
     // One pool of both backends here, so the script's index 2 is the second backend.
     let pair_yaml = format!(
-        "listen: [\"127.0.0.1:PORT\"]\nbackends: [\"{}\", \"{}\"]\n",
+        "listen: [\"127.0.0.1:0\"]\nbackends: [\"{}\", \"{}\"]\n",
         pair[0].tcp_addr(),
         pair[1].tcp_addr()
     );
-    let port = free_port();
     let file = tempfile::NamedTempFile::new().unwrap();
     std::fs::write(
         file.path(),
         format!(
             "{}admin_address: off\naccept_proxy_protocol: [\"{BALANCER_IP}\"]\n\
              balancer: {{script: \"{}\"}}\n",
-            pair_yaml.replace("PORT", &port.to_string()),
+            pair_yaml,
             script.path().display()
         ),
     )
@@ -135,7 +132,7 @@ async fn the_lua_hook_sees_the_carried_address_as_client_src() {
         &["--config".to_owned(), file.path().display().to_string()],
         None,
     );
-    daemon.wait_for_line("listening");
+    let port = daemon.proxy_addr().port();
     let header = v2(format!("{CLIENT}:6000").parse().unwrap(), port);
     let via = balancer(BALANCER_IP, port, header).await;
     for _ in 0..3 {
@@ -267,7 +264,8 @@ async fn haproxy_send_proxy_v2_and_v1_in_front_carry_the_client_address() {
     // HAProxy connects from 127.0.0.2 (listed); the header names the test client, 127.0.0.1,
     // which the route sends to pool `lb`: a session there proves the header was used.
     let (mut lb, _file) = start("routes: [{client: 127.0.0.1, pool: lb}]\n");
-    let (v2_port, v1_port) = (free_port(), free_port());
+    // HAProxy's config names its ports before it starts.
+    let (v2_port, v1_port) = (named_port(), named_port());
     let dir = tempfile::tempdir().unwrap();
     let _haproxy = Haproxy::start(
         dir.path(),

@@ -8,8 +8,8 @@ mod common;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::daemon::{wait_connectable, Daemon};
-use common::mariadb::{free_port, scratch_dir, shared_pair, tcp_opts, MariaDb};
+use common::daemon::Daemon;
+use common::mariadb::{scratch_dir, shared_pair, tcp_opts, MariaDb};
 use common::mariadb::{BENCH_PASS, BENCH_USER};
 use common::proxy::TestProxy;
 use common::rawclient::RawClient;
@@ -25,32 +25,17 @@ fn proxy_in_front_of(backend: &str) -> (Daemon, u16) {
 }
 
 fn proxy_with(backend: &str, extra: &[String]) -> (Daemon, u16) {
-    let port = free_port();
     let mut args = vec![
-        format!("--proxy-address=127.0.0.1:{port}"),
+        "--proxy-address=127.0.0.1:0".to_owned(),
         format!("--proxy-backend-addresses={backend}"),
         "--admin-address=off".to_owned(),
-        "--log-level=warn".to_owned(),
+        // Warnings only, but for the listener announcement that says which port it bound.
+        "--log-level=warn,mysql_lb::proxy::server=info".to_owned(),
     ];
     args.extend_from_slice(extra);
-    let daemon = Daemon::start(&args, None);
-    wait_connectable(port);
+    let mut daemon = Daemon::start(&args, None);
+    let port = daemon.proxy_addr().port();
     (daemon, port)
-}
-
-/// VmRSS of `pid` in KiB.
-fn rss_kib(pid: u32) -> u64 {
-    status_kib(pid, "VmRSS:")
-}
-
-/// A `/proc/PID/status` line in KiB (`VmRSS:`, `VmHWM:` for the peak RSS).
-fn status_kib(pid: u32, key: &str) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("proc status");
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix(key))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .unwrap_or_else(|| panic!("a {key} line"))
 }
 
 async fn login(port: u16) -> RawClient {
@@ -73,15 +58,15 @@ async fn query_discarding(c: &mut RawClient, sql: &str) -> usize {
     bytes
 }
 
-/// Samples the RSS of `pid` every 100 ms until it has not changed for `steady` (at most 30 s);
+/// Samples the daemon's RSS every 100 ms until it has not changed for `steady` (at most 30 s);
 /// returns it.
-fn wait_until_steady(pid: u32, steady: Duration) -> u64 {
+fn wait_until_steady(daemon: &mut Daemon, steady: Duration) -> u64 {
     let deadline = Instant::now() + Duration::from_secs(30);
-    let mut last = rss_kib(pid);
+    let mut last = daemon.rss_kib();
     let mut since = Instant::now();
     while since.elapsed() < steady && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(100));
-        let rss = rss_kib(pid);
+        let rss = daemon.rss_kib();
         if rss != last {
             (last, since) = (rss, Instant::now());
         }
@@ -97,20 +82,19 @@ async fn sessions_that_moved_large_results_give_their_buffers_back_once_idle() {
     // buffers to the maximum; about 45 s on the 2-core test VM when it is otherwise idle.
     const RESULT: usize = 20 << 20;
     let db = MariaDb::start_with_args("relay-memory", &["--max-connections=1200"]);
-    let (daemon, port) = proxy_in_front_of(&db.tcp_addr());
-    let pid = daemon.child.id();
+    let (mut daemon, port) = proxy_in_front_of(&db.tcp_addr());
     // One session first, so what every process sets up once (thread arenas, lazy statics) is in
     // the baseline.
     let mut warm = login(port).await;
     query_discarding(&mut warm, "SELECT 1").await;
     warm.quit().await.unwrap();
-    let before = rss_kib(pid);
+    let before = daemon.rss_kib();
 
     let mut sessions = Vec::with_capacity(SESSIONS);
     for _ in 0..SESSIONS {
         sessions.push(login(port).await);
     }
-    let idle = rss_kib(pid);
+    let idle = daemon.rss_kib();
     let started = Instant::now();
     let mut running = JoinSet::new();
     let mut done = Vec::with_capacity(SESSIONS);
@@ -128,10 +112,10 @@ async fn sessions_that_moved_large_results_give_their_buffers_back_once_idle() {
         done.push(c.unwrap());
     }
     let moved = started.elapsed();
-    let after_results = rss_kib(pid);
+    let after_results = daemon.rss_kib();
     let bound = before + (SESSIONS as u64) * 32;
     // Buffers go back after a second without reads: wait for the RSS to stop falling.
-    let settled = wait_until_steady(pid, Duration::from_secs(2));
+    let settled = wait_until_steady(&mut daemon, Duration::from_secs(2));
     let per_session = |rss: u64| rss.saturating_sub(before) as f64 / SESSIONS as f64;
     eprintln!(
         "proxy RSS: before {before} KiB; {SESSIONS} idle sessions {idle} KiB ({:.1} KiB each); \
@@ -154,11 +138,10 @@ async fn sessions_that_moved_large_results_give_their_buffers_back_once_idle() {
 
 #[tokio::test]
 async fn a_client_that_stops_reading_holds_the_proxy_memory_bounded() {
-    let (daemon, port) = proxy_in_front_of(&shared_pair()[0].tcp_addr());
-    let pid = daemon.child.id();
+    let (mut daemon, port) = proxy_in_front_of(&shared_pair()[0].tcp_addr());
     let mut c = login(port).await;
     query_discarding(&mut c, "SELECT 1").await;
-    let before = rss_kib(pid);
+    let before = daemon.rss_kib();
     // 200 rows of 1 MiB: 200 MiB, far more than any buffer between the server and the client.
     c.send_command(
         COM_QUERY,
@@ -170,7 +153,7 @@ async fn a_client_that_stops_reading_holds_the_proxy_memory_bounded() {
     assert_eq!(count, [1], "one column");
     // The client reads no more: once every buffer on the way is full, the proxy's RSS stops
     // changing; it must not have grown with the result.
-    let stalled = wait_until_steady(pid, Duration::from_secs(1));
+    let stalled = wait_until_steady(&mut daemon, Duration::from_secs(1));
     eprintln!("proxy RSS: before {before} KiB, stalled reader {stalled} KiB");
     assert!(
         stalled < before + 8 * 1024,
@@ -235,8 +218,7 @@ async fn peak_per_compressed_session_reading_16_mib(
         std::fs::write(&path, "backend_compression: true\n").unwrap();
         extra.push(format!("--config={}", path.display()));
     }
-    let (daemon, port) = proxy_with(&db.tcp_addr(), &extra);
-    let pid = daemon.child.id();
+    let (mut daemon, port) = proxy_with(&db.tcp_addr(), &extra);
     let opts = OptsBuilder::from_opts(tcp_opts(
         &format!("127.0.0.1:{port}"),
         BENCH_USER,
@@ -265,7 +247,7 @@ async fn peak_per_compressed_session_reading_16_mib(
     for _ in 0..sessions {
         open.push(Conn::new(opts.clone()).await.unwrap());
     }
-    let opened = rss_kib(pid);
+    let opened = daemon.rss_kib();
     let started = Instant::now();
     let turns = Arc::new(Semaphore::new(IN_FLIGHT));
     let mut running = JoinSet::new();
@@ -280,7 +262,7 @@ async fn peak_per_compressed_session_reading_16_mib(
     while let Some(r) = running.join_next().await {
         assert_eq!(r.unwrap().as_deref(), Some(want));
     }
-    let peak = status_kib(pid, "VmHWM:");
+    let peak = daemon.status_kib("VmHWM:");
     let per_session = peak.saturating_sub(opened) / IN_FLIGHT as u64;
     eprintln!(
         "backend_compression={backend_compression}: {sessions} sessions read {} MiB each in \

@@ -3,14 +3,15 @@
 
 mod common;
 
-use common::daemon::{wait_connectable, Daemon};
-use common::mariadb::{free_port, shared_pair, MariaDb};
+use common::daemon::Daemon;
+use common::mariadb::{shared_pair, MariaDb};
 use common::proxy::spread_at;
 use mysql_async::prelude::*;
 
-fn write_config(path: &std::path::Path, port: u16, backends: &[(&MariaDb, u32)], extra: &str) {
+/// The listener on port 0, learnt from the daemon: the same text at every reload.
+fn write_config(path: &std::path::Path, backends: &[(&MariaDb, u32)], extra: &str) {
     let mut yaml = format!(
-        "listen: [\"127.0.0.1:{port}\"]\nadmin_address: \"off\"\nlog: {{ level: info }}\n\
+        "listen: [\"127.0.0.1:0\"]\nadmin_address: \"off\"\nlog: {{ level: info }}\n\
          health_check: {{ interval: 300ms }}\n{extra}backends:\n"
     );
     for (db, weight) in backends {
@@ -30,10 +31,9 @@ async fn sighup_adds_and_removes_backends_and_changes_weights_without_dropping_s
     let (a, b, c) = (&pair[0], &pair[1], &third);
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("mysql-lb.yaml");
-    let port = free_port();
-    write_config(&path, port, &[(a, 1), (b, 1)], "");
+    write_config(&path, &[(a, 1), (b, 1)], "");
     let mut d = Daemon::start(&["--config".into(), path.display().to_string()], None);
-    wait_connectable(port);
+    let port = d.proxy_addr().port();
 
     // A session on b, the backend about to be removed.
     let mut on_b = loop {
@@ -47,7 +47,7 @@ async fn sighup_adds_and_removes_backends_and_changes_weights_without_dropping_s
     };
 
     // Replace b by c, with a weighted 3:1 against c.
-    write_config(&path, port, &[(a, 3), (c, 1)], "");
+    write_config(&path, &[(a, 3), (c, 1)], "");
     d.signal(libc::SIGHUP);
     d.wait_for_line("configuration reloaded");
     let seen = spread_at(&format!("127.0.0.1:{port}"), 40).await;
@@ -85,7 +85,7 @@ async fn sighup_adds_and_removes_backends_and_changes_weights_without_dropping_s
     on_b.disconnect().await.unwrap();
 
     // A start-time setting changed on reload is named, not silently ignored.
-    write_config(&path, port, &[(a, 1), (c, 1)], "max_connections: 77\n");
+    write_config(&path, &[(a, 1), (c, 1)], "max_connections: 77\n");
     d.signal(libc::SIGHUP);
     d.wait_for_line("`max_connections` changed");
     let status = d.stop();
@@ -98,11 +98,9 @@ async fn digests_turn_off_and_on_at_reload_and_log_slow_queries() {
     let pair = shared_pair();
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("mysql-lb.yaml");
-    let (port, admin_port) = (free_port(), free_port());
-    let admin: std::net::SocketAddr = format!("127.0.0.1:{admin_port}").parse().unwrap();
     let config = |digests: &str| {
         let yaml = format!(
-            "listen: [\"127.0.0.1:{port}\"]\nadmin_address: \"{admin}\"\nlog: {{ level: info }}\n\
+            "listen: [\"127.0.0.1:0\"]\nadmin_address: \"127.0.0.1:0\"\nlog: {{ level: info }}\n\
              digests: {digests}\nbackends: [\"{}\"]\n",
             pair[0].tcp_addr()
         );
@@ -110,7 +108,7 @@ async fn digests_turn_off_and_on_at_reload_and_log_slow_queries() {
     };
     config("{ enabled: true, slow_query_threshold: 50ms }");
     let mut d = Daemon::start(&["--config".into(), path.display().to_string()], None);
-    wait_connectable(port);
+    let (port, admin) = (d.proxy_addr().port(), d.admin_addr());
     let entries = || {
         let (s, body) = common::proxy::http_get(admin, "/queries").unwrap();
         assert_eq!(s, 200, "{body}");

@@ -19,7 +19,9 @@ use std::process::{Command, Output, Stdio};
 use std::sync::{Mutex, MutexGuard, Once, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
 
-use common::mariadb::{free_port, shared_pair, tcp_opts, MariaDb, BENCH_PASS, BENCH_USER};
+use common::mariadb::{
+    closed_port, named_port, shared_pair, tcp_opts, MariaDb, BENCH_PASS, BENCH_USER,
+};
 use common::proxy::TestProxy;
 use common::rawclient::{
     handshake_response, parse_err, parse_greeting, RawClient, CLIENT_LONG_FLAG,
@@ -279,7 +281,8 @@ async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> 
 #[tokio::test]
 async fn routes_choose_pools_by_user_schema_client_network_and_listener_first_match_wins() {
     let (a, b) = ports();
-    let second = free_port();
+    // Named in a route before the proxy starts.
+    let second = named_port();
     let proxy = start(&format!(
         "listen: [\"127.0.0.1:0\", \"127.0.0.1:{second}\"]\n{}routes:\n\
          \x20 - {{user: bob, pool: reporting}}\n\
@@ -374,10 +377,10 @@ fn assert_pool_metrics(proxy: &TestProxy, on_default: Option<f64>, on_reporting:
     );
 }
 
-/// Listeners `[::1]:0`, 127.0.0.1 on a free port and a unix socket in `dir`: (YAML, the v4
-/// address, the socket path).
+/// Listeners `[::1]:0`, 127.0.0.1 on a [`named_port`] (routes name it) and a unix socket in
+/// `dir`: (YAML, the v4 address, the socket path).
 fn three_listeners(dir: &Path, name: &str) -> (String, String, std::path::PathBuf) {
-    let v4 = format!("127.0.0.1:{}", free_port());
+    let v4 = format!("127.0.0.1:{}", named_port());
     let sock = dir.join(format!("{name}.sock"));
     let yaml = format!(
         "listen: [\"[::1]:0\", \"{v4}\", \"unix:{}\"]\n",
@@ -683,12 +686,13 @@ async fn tls_on_the_client_leg_with_deferred_connect() {
 async fn every_backend_of_a_pool_down_gets_1105_naming_the_pool_and_the_other_pool_serves() {
     let (a, _) = ports();
     let [sa, _] = servers();
+    let (r1, r2) = (closed_port(), closed_port());
     let down = format!(
         "backends:\n  - {{name: a1, address: \"{}\"}}\npools:\n  reporting:\n    backends:\n      \
-         - {{name: r1, address: \"127.0.0.1:{}\"}}\n      - {{name: r2, address: \"127.0.0.1:{}\"}}\n",
+         - {{name: r1, address: \"{}\"}}\n      - {{name: r2, address: \"{}\"}}\n",
         sa.tcp_addr(),
-        free_port(),
-        free_port()
+        r1.address(),
+        r2.address()
     );
     // Deferred: bob is routed by user.
     let proxy = start(&format!(
@@ -714,7 +718,7 @@ async fn every_backend_of_a_pool_down_gets_1105_naming_the_pool_and_the_other_po
     drop(proxy);
 
     // Immediate: a listener route, refused before any greeting.
-    let second = free_port();
+    let second = named_port();
     let proxy = start(&format!(
         "listen: [\"127.0.0.1:0\", \"127.0.0.1:{second}\"]\n{down}routes:\n  \
          - {{listener: \"127.0.0.1:{second}\", pool: reporting}}\n"
@@ -739,22 +743,21 @@ async fn a_refused_session_is_logged_with_its_pool() {
     let [sa, _] = servers();
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("mysql-lb.yaml");
-    let port = free_port();
+    let r1 = closed_port();
     std::fs::write(
         &path,
         format!(
-            "listen: [\"127.0.0.1:{port}\"]\nadmin_address: \"off\"\nlog: {{level: info}}\n\
+            "listen: [\"127.0.0.1:0\"]\nadmin_address: \"off\"\nlog: {{level: info}}\n\
              backends:\n  - {{name: a1, address: \"{}\"}}\npools:\n  reporting:\n    backends:\n      \
-             - {{name: r1, address: \"127.0.0.1:{}\"}}\nroutes:\n  - {{user: bob, pool: reporting}}\n",
+             - {{name: r1, address: \"{}\"}}\nroutes:\n  - {{user: bob, pool: reporting}}\n",
             sa.tcp_addr(),
-            free_port()
+            r1.address()
         ),
     )
     .unwrap();
     let mut d =
         common::daemon::Daemon::start(&["--config".into(), path.display().to_string()], None);
-    common::daemon::wait_connectable(port);
-    let addr = format!("127.0.0.1:{port}");
+    let addr = d.proxy_addr().to_string();
     let wait = addr.clone();
     blocking(move || wait_deferred_ready(&wait)).await;
     let (code, _, _) = refusal(opts(&addr, "bob", "bobpw", None), "bob").await;

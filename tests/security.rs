@@ -3,16 +3,13 @@
 
 mod common;
 
-use std::io::Read;
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use common::mariadb::{free_port, shared_pair};
+use common::mariadb::shared_pair;
 use common::proxy::{config, TestProxy};
 use common::rawclient::RawClient;
 use mysql_async::prelude::*;
 
-const BIN: &str = env!("CARGO_BIN_EXE_mysql-lb");
 const CLIENT_LOCAL_FILES: u32 = 1 << 7;
 
 fn hex(bytes: &[u8]) -> String {
@@ -27,23 +24,16 @@ async fn trace_logs_hold_no_password_scramble_or_auth_data() {
         "CREATE USER IF NOT EXISTS 'secretive'@'%' IDENTIFIED BY '{password}'; \
          GRANT SELECT ON *.* TO 'secretive'@'%';"
     ));
-    let port = free_port();
-    let mut child = Command::new(BIN)
-        .args([
-            &format!("--proxy-address=127.0.0.1:{port}"),
-            &format!("--proxy-backend-addresses={}", db.tcp_addr()),
-            "--admin-address=off",
-            "--log-level=trace",
-        ])
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(Instant::now() < deadline, "proxy did not start");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let mut daemon = common::daemon::Daemon::start(
+        &[
+            "--proxy-address=127.0.0.1:0".to_owned(),
+            format!("--proxy-backend-addresses={}", db.tcp_addr()),
+            "--admin-address=off".to_owned(),
+            "--log-level=trace".to_owned(),
+        ],
+        None,
+    );
+    let port = daemon.proxy_addr().port();
     let addr = format!("127.0.0.1:{port}");
     let mut client = RawClient::connect_tcp(&addr, "secretive", password, None, 0, 0)
         .await
@@ -58,15 +48,8 @@ async fn trace_logs_hold_no_password_scramble_or_auth_data() {
     let greeting = client.greeting_payload.clone();
     client.quit().await.ok();
     std::thread::sleep(Duration::from_millis(300));
-    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
-    let mut log = String::new();
-    child
-        .stderr
-        .take()
-        .unwrap()
-        .read_to_string(&mut log)
-        .unwrap();
-    child.wait().unwrap();
+    daemon.stop();
+    let log = daemon.whole_log().join("\n");
     assert!(
         log.contains("client handshake response"),
         "trace log has the handshake:\n{log}"
@@ -147,10 +130,9 @@ fn admin_endpoint_listens_on_loopback_by_default() {
 async fn names_from_the_wire_cannot_forge_text_log_lines() {
     use common::daemon::Daemon;
     let db = &shared_pair()[0];
-    let port = free_port();
     let mut daemon = Daemon::start(
         &[
-            format!("--proxy-address=127.0.0.1:{port}"),
+            "--proxy-address=127.0.0.1:0".to_owned(),
             format!("--proxy-backend-addresses={}", db.tcp_addr()),
             "--admin-address=off".to_owned(),
             "--log-level=debug".to_owned(),
@@ -158,7 +140,7 @@ async fn names_from_the_wire_cannot_forge_text_log_lines() {
         ],
         None,
     );
-    daemon.wait_for_line("listening");
+    let port = daemon.proxy_addr().port();
     // A newline that would start a line of its own, and an ANSI colour escape, in the user
     // name (which the handshake line logs, and MariaDB's 1045 repeats) and the schema.
     let user = "evil\nFORGED-USER \u{1b}[31mred";

@@ -9,8 +9,8 @@ mod common;
 use std::path::Path;
 use std::process::Output;
 
-use common::daemon::{wait_connectable, Daemon};
-use common::mariadb::{free_port, MariaDb};
+use common::daemon::Daemon;
+use common::mariadb::MariaDb;
 
 /// Debian's default accounts, as `mariadb-install-db --auth-root-authentication-method=socket`
 /// creates them.
@@ -47,19 +47,18 @@ fn text(out: &Output) -> String {
 
 /// mysql-lb in front of the socket with `extra` YAML; returns it and its port.
 fn proxy(socket: &Path, extra: &str) -> (Daemon, u16) {
-    let port = free_port();
     let dir = common::mariadb::new_temp_dir("sockid-cfg");
     let file = dir.join("mysql-lb.yaml");
     std::fs::write(
         &file,
         format!(
-            "listen: [\"127.0.0.1:{port}\"]\nbackends: [\"{}\"]\nadmin_address: \"off\"\n{extra}",
+            "listen: [\"127.0.0.1:0\"]\nbackends: [\"{}\"]\nadmin_address: \"off\"\n{extra}",
             socket.display()
         ),
     )
     .unwrap();
-    let daemon = Daemon::start(&[format!("--config={}", file.display())], None);
-    wait_connectable(port);
+    let mut daemon = Daemon::start(&[format!("--config={}", file.display())], None);
+    let port = daemon.proxy_addr().port();
     (daemon, port)
 }
 
@@ -183,9 +182,8 @@ fn a_backend_that_admits_the_identity_stops_the_start_and_is_refused_on_reload()
     db.root_exec("CREATE USER 'daemon'@'localhost' IDENTIFIED VIA unix_socket;");
     let dir = common::mariadb::new_temp_dir("sockid-adm");
     let file = dir.join("mysql-lb.yaml");
-    let port = free_port();
     let with_socket = format!(
-        "listen: [\"127.0.0.1:{port}\"]\nadmin_address: \"off\"\nbackend_socket_user: daemon\n\
+        "listen: [\"127.0.0.1:0\"]\nadmin_address: \"off\"\nbackend_socket_user: daemon\n\
          backends: [\"{}\"]\n",
         db.socket.display()
     );
@@ -202,13 +200,13 @@ fn a_backend_that_admits_the_identity_stops_the_start_and_is_refused_on_reload()
     );
     // Started on TCP alone, a reload that adds the socket is refused and changes nothing.
     let tcp_only = format!(
-        "listen: [\"127.0.0.1:{port}\"]\nadmin_address: \"off\"\nbackend_socket_user: daemon\n\
+        "listen: [\"127.0.0.1:0\"]\nadmin_address: \"off\"\nbackend_socket_user: daemon\n\
          backends: [\"{}\"]\n",
         db.tcp_addr()
     );
     std::fs::write(&file, &tcp_only).unwrap();
     let mut proxy = Daemon::start(&[format!("--config={}", file.display())], None);
-    wait_connectable(port);
+    let port = proxy.proxy_addr().port();
     // The file watch reloads it (a SIGHUP sent this early could come before the handler is in).
     std::fs::write(&file, &with_socket).unwrap();
     let line = proxy.wait_for_line("reload refused");

@@ -13,8 +13,8 @@ use std::net::SocketAddr;
 use std::path::Path;
 
 use common::certs::{CertPair, Certs};
-use common::daemon::{wait_connectable, Daemon};
-use common::mariadb::{free_port, shared_pair, BENCH_PASS, BENCH_USER};
+use common::daemon::Daemon;
+use common::mariadb::{shared_pair, BENCH_PASS, BENCH_USER};
 use common::proxy::http_get;
 use common::rawclient::RawClient;
 use common::tls_server::{client_config, read_certs};
@@ -97,9 +97,10 @@ async fn assert_runs_queries(client: &mut RawClient, what: &str) {
     assert_eq!(rows, vec![vec![Some("still here".to_string())]], "{what}");
 }
 
-fn write_config(path: &Path, port: u16, admin: u16, served: &Served<'_>, backend: &str) {
+/// Both listeners on port 0: the test learns the bound ports from the daemon's log.
+fn write_config(path: &Path, served: &Served<'_>, backend: &str) {
     let yaml = format!(
-        "listen: [\"127.0.0.1:{port}\"]\nadmin_address: \"127.0.0.1:{admin}\"\n\
+        "listen: [\"127.0.0.1:0\"]\nadmin_address: \"127.0.0.1:0\"\n\
          log: {{ level: info }}\ntls:\n  cert: \"{}\"\n  key: \"{}\"\n\
          backends:\n  - \"{backend}\"\n",
         served.cert.display(),
@@ -127,12 +128,9 @@ async fn sighup_serves_renewed_certificate_files_and_keeps_old_on_a_bad_one() {
     };
     served.install(&a);
     let config = dir.path().join("mysql-lb.yaml");
-    let (port, admin_port) = (free_port(), free_port());
-    write_config(&config, port, admin_port, &served, &db.tcp_addr());
-    let admin: SocketAddr = format!("127.0.0.1:{admin_port}").parse().unwrap();
-    let addr = format!("127.0.0.1:{port}");
+    write_config(&config, &served, &db.tcp_addr());
     let mut d = Daemon::start(&["--config".into(), config.display().to_string()], None);
-    wait_connectable(port);
+    let (addr, admin) = (d.proxy_addr().to_string(), d.admin_addr());
 
     // 1. Certificate A.
     let mut on_a = tls_client(&addr, &certs).await;

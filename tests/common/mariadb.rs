@@ -151,7 +151,9 @@ impl MariaDb {
             child: Mutex::new(None),
         };
         for _ in 0..START_ATTEMPTS {
-            db.port = free_port();
+            // Below the ephemeral range: no outgoing connection can hold it when the server
+            // binds it, nor while a restart has it down.
+            db.port = named_port();
             match db.spawn_and_wait() {
                 Ok(()) => return db,
                 Err(StartError::PortTaken) => continue,
@@ -441,8 +443,9 @@ pub fn scratch_dir(name: &str) -> PathBuf {
     new_temp_dir(name)
 }
 
-/// A port to write into a config before anything listens on it (a peer's admin address, two
-/// daemons sharing one port): one below the kernel's ephemeral range, free when returned. A port
+/// A port to write into a config before anything listens on it (a server's, a peer's admin
+/// address, two daemons sharing one port): one below the kernel's ephemeral range, free when
+/// returned. A port
 /// from [`free_port`] comes from that range, so any connection another test opens meanwhile can
 /// take it as its local port and the later bind fails (`AddrInUse`); below the range only an
 /// explicit bind can, and the pick is spread over some 20,000 ports.
@@ -470,8 +473,48 @@ pub fn named_port() -> u16 {
     panic!("no free port below the ephemeral range ({FLOOR}..{ephemeral_low}) in 200 tries")
 }
 
-/// A port nobody listens on right now (the caller must cope with losing it to a race).
-pub fn free_port() -> u16 {
+/// An address where nothing listens, and nothing can while the guard lives: a socket bound to
+/// it without `SO_REUSEADDR` and never listening. A connection to it is refused at once, and
+/// no daemon another test starts, nor any outgoing connection, can take the port meanwhile (a
+/// port from [`free_port`] could be listening again by the time the test connects).
+pub struct ClosedPort {
+    _held: socket2::Socket,
+    pub addr: std::net::SocketAddr,
+}
+
+impl ClosedPort {
+    /// `127.0.0.1:port`, as configs and connects want it.
+    pub fn address(&self) -> String {
+        self.addr.to_string()
+    }
+}
+
+pub fn closed_port() -> ClosedPort {
+    use socket2::{Domain, Socket, Type};
+    let socket = Socket::new(Domain::IPV4, Type::STREAM, None)
+        .unwrap_or_else(|e| panic!("cannot open a socket: {e}"));
+    let any: std::net::SocketAddr = ([127, 0, 0, 1], 0).into();
+    socket
+        .bind(&any.into())
+        .unwrap_or_else(|e| panic!("cannot bind a closed port: {e}"));
+    let addr = socket
+        .local_addr()
+        .ok()
+        .and_then(|a| a.as_socket())
+        .unwrap_or_else(|| panic!("a bound socket has an address"));
+    ClosedPort {
+        _held: socket,
+        addr,
+    }
+}
+
+/// A port from the ephemeral range nobody listens on right now: [`named_port`]'s fallback on a
+/// host whose ephemeral range leaves no room below it. Anyone's outgoing connection can take it
+/// before it is bound, so tests never use it directly: a test's own daemon binds port 0 and
+/// reports the port ([`super::daemon::Daemon::proxy_addr`]), an address that must refuse is a
+/// [`closed_port`], and one written into a config before its listener starts is a
+/// [`named_port`].
+fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .map(|a| a.port())
