@@ -7,7 +7,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::mariadb::shared_pair;
-use common::pooling::{open_connections, server_id};
+use common::pooling::{open_connections, pool_reaches, server_id};
 use common::proxy::TestProxy;
 use mysql_async::prelude::*;
 
@@ -66,6 +66,10 @@ async fn sessions_of_one_user_share_one_server_connection_between_transactions()
         "it waited: {waited:?}"
     );
     assert_eq!(server_id(&mut b).await, x);
+    pool_reaches(&proxy, &backend, "1 open, 1 idle", |c| {
+        c.open == 1 && c.idle == 1
+    })
+    .await;
     // `/backends` shows the shared connections.
     let (status, body) = proxy.admin_get("/backends");
     assert_eq!(status, 200);

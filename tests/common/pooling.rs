@@ -48,11 +48,24 @@ pub fn counts(proxy: &TestProxy, backend: &str) -> PoolCounts {
 /// Waits until the pool of `backend` has `want` connections open (idle ones past the idle
 /// timeout close down to one per user with live sessions).
 pub async fn open_connections(proxy: &TestProxy, backend: &str, want: usize) {
+    pool_reaches(proxy, backend, &format!("{want} open"), |c| c.open == want).await;
+}
+
+/// Waits up to 10 s until the counts of `backend`'s pool satisfy `wanted` (`what` says what in
+/// the failure). A statement's connection goes back to idle once its response has been
+/// relayed: the client may have read the response by then, so a test that looks at the pool
+/// right after a statement waits here rather than reading once.
+pub async fn pool_reaches(
+    proxy: &TestProxy,
+    backend: &str,
+    what: &str,
+    wanted: impl Fn(&PoolCounts) -> bool,
+) {
     let deadline = Instant::now() + Duration::from_secs(10);
-    while counts(proxy, backend).open != want {
+    while !wanted(&counts(proxy, backend)) {
         assert!(
             Instant::now() < deadline,
-            "the pool has {:?}, want {want} open",
+            "the pool has {:?}, want {what}",
             counts(proxy, backend)
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
