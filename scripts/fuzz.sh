@@ -4,9 +4,10 @@
 #   scripts/fuzz.sh [SECONDS_PER_TARGET] [TARGET...]     default: 600 s each, all targets
 #
 # Targets (fuzz/fuzz_targets/): codec, greeting, handshake_response, tracker, compress,
-# proxy_header, sql_digest, pooled_front; their checks are in fuzz/src/checks.rs, shared with
-# tests/properties.rs (proxy_header's in fuzz/src/proxy_in.rs, sql_digest's in
-# fuzz/src/sql_digest.rs, pooled_front's in fuzz/src/pooled_front.rs). Each target runs on one
+# proxy_header, sql_digest, pooled_front, tls_records; their checks are in fuzz/src/checks.rs,
+# shared with tests/properties.rs (proxy_header's in fuzz/src/proxy_in.rs, sql_digest's in
+# fuzz/src/sql_digest.rs, pooled_front's in fuzz/src/pooled_front.rs, tls_records' in
+# fuzz/src/tls_records.rs). Each target runs on one
 # core; a crash is saved under fuzz/artifacts/TARGET/ and libFuzzer is started again for the
 # time left. Seeds are read
 # from fuzz/corpus/TARGET (committed, captured from a real MariaDB); what libFuzzer adds goes to
@@ -21,7 +22,8 @@ seconds=${1:-600}
 shift || true
 targets=("$@")
 if [ ${#targets[@]} -eq 0 ]; then
-    targets=(codec greeting handshake_response tracker compress proxy_header sql_digest pooled_front)
+    targets=(codec greeting handshake_response tracker compress proxy_header sql_digest pooled_front
+        tls_records)
 fi
 case $seconds in
 '' | *[!0-9]*)

@@ -12,6 +12,8 @@ mod pooled_front_checks;
 mod proxy_in_checks;
 #[path = "../fuzz/src/sql_digest.rs"]
 mod sql_digest_checks;
+#[path = "../fuzz/src/tls_records.rs"]
+mod tls_records_checks;
 
 use std::path::{Path, PathBuf};
 
@@ -1190,7 +1192,7 @@ proptest! {
 #[test]
 fn fuzz_seeds_and_crash_reproducers_pass_the_checks() {
     type Check = fn(&[u8]);
-    let targets: [(&str, Check); 8] = [
+    let targets: [(&str, Check); 9] = [
         ("codec", checks::codec),
         ("compress", checks::compress),
         ("greeting", checks::greeting),
@@ -1199,6 +1201,7 @@ fn fuzz_seeds_and_crash_reproducers_pass_the_checks() {
         ("proxy_header", proxy_in_checks::proxy_header),
         ("sql_digest", sql_digest_checks::sql_digest),
         ("pooled_front", pooled_front_checks::pooled_front),
+        ("tls_records", tls_records_checks::tls_records),
     ];
     let mut failed = Vec::new();
     for (target, check) in targets {
@@ -1254,5 +1257,30 @@ proptest! {
         cut in 0usize..32,
     ) {
         pooled_front_checks::pooled_front(&mutated(&seeds("pooled_front"), pick, &edits, cut));
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// the client leg's TLS records
+
+proptest! {
+    #![proptest_config(config(300))]
+
+    /// The fuzz target's check (data as sealed, limits and rules refused, offsets inside the
+    /// bytes given, the layer's own records open) on any operations.
+    #[test]
+    fn tls_records_check_holds_for_any_bytes(data in vec(any::<u8>(), 0..600)) {
+        tls_records_checks::tls_records(&data);
+    }
+
+    /// The same on mutated seeds: data, KeyUpdates both ways, padding at and past the limit,
+    /// alerts, records after close_notify, both versions and both AEADs.
+    #[test]
+    fn tls_records_check_holds_for_mutated_seeds(
+        pick in any::<usize>(),
+        edits in vec((any::<usize>(), any::<u8>()), 0..6),
+        cut in 0usize..32,
+    ) {
+        tls_records_checks::tls_records(&mutated(&seeds("tls_records"), pick, &edits, cut));
     }
 }

@@ -6,3 +6,4 @@ pub mod checks;
 pub mod pooled_front;
 pub mod proxy_in;
 pub mod sql_digest;
+pub mod tls_records;

@@ -112,6 +112,15 @@ impl<S> TlsSocket<S> {
         }
     }
 
+    /// Lowers the records our TLS server side seals under one key, so tests reach the limit.
+    #[cfg(test)]
+    pub fn limit_records_per_key(&mut self, records: u64) {
+        match &mut self.0 {
+            Inner::Server(s) => s.limit_records_per_key(records),
+            Inner::Buffered(_) => panic!("only our own record layer has the limit"),
+        }
+    }
+
     /// Sealed bytes of our own TLS server side not sent yet.
     #[cfg(test)]
     pub fn queued(&self) -> usize {

@@ -4,9 +4,11 @@
 //! rustls decides everything (versions, suites, certificates, client verification, tickets);
 //! this only moves bytes. The handshake ends when rustls would let us write application data
 //! and is no longer handshaking: by then the TLS 1.3 tickets it sends after the client's
-//! Finished are out, and whatever the client pipelined after its Finished (MySQL's
-//! HandshakeResponse) is either plaintext rustls decrypted already or records it has not
-//! looked at; both go to the record layer.
+//! Finished are out. rustls is handed one record at a time, so that it stops at the client's
+//! Finished: whatever the client pipelined after it (MySQL's HandshakeResponse, a KeyUpdate)
+//! goes to the record layer unread. Were rustls given the whole read, it would also take a
+//! KeyUpdate sent in the same flight, move its keys on and queue its answer, which the
+//! extraction of the secrets then drops: the client could not read our first record.
 
 use std::io;
 use std::sync::Arc;
@@ -16,7 +18,7 @@ use rustls::unbuffered::{ConnectionState, EncodeError, UnbufferedStatus};
 use rustls_pki_types::CertificateDer;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
-use super::records::{Records, MAX_RECORD};
+use super::records::{Records, HEADER, MAX_CIPHERTEXT, MAX_RECORD};
 
 /// What the handshake leaves for the record layer.
 pub struct Accepted {
@@ -35,6 +37,18 @@ fn invalid(e: rustls::Error) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidData, e)
 }
 
+/// Where the record that starts at `at` in `buf` ends, when it is whole. A header longer than
+/// any record ends at itself: rustls refuses it, rather than this waiting for the body.
+fn record_end(buf: &[u8], at: usize) -> Option<usize> {
+    let header = buf.get(at..at + HEADER)?;
+    let len = usize::from(u16::from_be_bytes([header[3], header[4]]));
+    if len > MAX_CIPHERTEXT {
+        return Some(at + HEADER);
+    }
+    let end = at + HEADER + len;
+    (end <= buf.len()).then_some(end)
+}
+
 /// Runs the server side of a handshake on `io` with `config`, which must have
 /// `enable_secret_extraction`.
 pub async fn accept<S>(config: Arc<ServerConfig>, io: &mut S) -> io::Result<Accepted>
@@ -46,8 +60,11 @@ where
     let mut incoming = Vec::with_capacity(MAX_RECORD);
     let mut outgoing = Vec::with_capacity(4096);
     let mut plaintext = Vec::new();
+    // rustls sees `incoming[..window]`: whole records, one more each time it needs one. What
+    // it keeps of them (a handshake message begun) stays in the window.
+    let mut window = 0;
     loop {
-        let UnbufferedStatus { discard, state } = conn.process_tls_records(&mut incoming);
+        let UnbufferedStatus { discard, state } = conn.process_tls_records(&mut incoming[..window]);
         let mut read = false;
         let mut done = false;
         match state {
@@ -70,7 +87,10 @@ where
                 io.flush().await?;
                 outgoing.clear();
             }
-            Ok(ConnectionState::BlockedHandshake) => read = true,
+            Ok(ConnectionState::BlockedHandshake) => match record_end(&incoming, window) {
+                Some(end) => window = end,
+                None => read = true,
+            },
             Ok(ConnectionState::ReadTraffic(mut traffic)) => {
                 while let Some(record) = traffic.next_record() {
                     plaintext.extend_from_slice(record.map_err(invalid)?.payload);
@@ -97,11 +117,14 @@ where
             }
         }
         incoming.drain(..discard);
+        window -= discard;
         if done {
-            if conn.is_handshaking() {
-                read = true;
-            } else {
+            if !conn.is_handshaking() {
                 break;
+            }
+            match record_end(&incoming, window) {
+                Some(end) => window = end,
+                None => read = true,
             }
         }
         if read {

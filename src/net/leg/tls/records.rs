@@ -7,22 +7,41 @@
 //! plaintext into a `Vec` of its own and encrypts every record into a new `Vec`; here a record
 //! is opened in place in the buffer it was read into, and sealed in place: in the relay's buffer
 //! ([`Records::seal_data_in_place`], no copy), or in the one outgoing buffer, which is reused
-//! (one copy, from the relay's buffer).
+//! (one copy, from the relay's buffer). Owning the records means owning what a TLS library
+//! enforces on them, so the rules are listed here, each with the alert it answers (RFC 8446,
+//! RFC 5246).
 //!
 //! What a record may carry past the handshake, and what happens to it:
 //! - application data: handed out;
-//! - close_notify: the clean end of the stream; up to 4 warnings (TLS 1.2's, or TLS 1.3's
-//!   user_canceled, which some clients send for nothing) are let pass, as rustls does; any
-//!   other alert ends the stream with an error;
-//! - TLS 1.3 KeyUpdate (at most 32 between two application data records, as rustls): the
-//!   receiving keys move on, and when the peer asks, ours too, with a
+//! - close_notify: the clean end of the stream; whatever follows it is ignored (RFC 8446 6.1);
+//! - a warning: TLS 1.2's, or TLS 1.3's user_canceled (which some clients, Java's among them,
+//!   send for nothing), up to 4 in a connection as rustls and BoringSSL allow, then
+//!   unexpected_message; any other TLS 1.3 warning is an error (RFC 8446 6), answered with
+//!   decode_error as rustls does; an alert level other than warning or fatal, illegal_parameter;
+//!   a fatal alert ends the stream without an answer;
+//! - TLS 1.3 KeyUpdate: the receiving keys move on, and when the peer asks, ours too, with a
 //!   KeyUpdate of our own before our next record (one for all the requests that came
-//!   meanwhile, RFC 8446 4.6.3, so requests from a client that reads nothing queue nothing);
+//!   meanwhile, RFC 8446 4.6.3, so requests from a client that reads nothing queue nothing). A
+//!   value other than 0 or 1 is illegal_parameter; anything after a KeyUpdate in its record is
+//!   unexpected_message (a key change ends the record, RFC 8446 5.1). The peer may send 32
+//!   KeyUpdates with no application data between, as rustls and BoringSSL allow, plus one for
+//!   each record we sealed meanwhile: a peer may answer every record it reads past its own key
+//!   limit with a KeyUpdate until ours arrives (Java's JSSE does, so a result streamed to it
+//!   draws one per 16 KiB record already on its way), and a budget that ignores our own records
+//!   cuts it off. A peer that sends KeyUpdates to a leg that sends nothing still gets
+//!   unexpected_message at the 33rd;
 //! - any other handshake message (a TLS 1.2 renegotiation, a TLS 1.3 message that has no place
-//!   after the handshake), a change_cipher_spec, an unknown type: a fatal alert and an error.
+//!   after the handshake), a change_cipher_spec, an unknown type: unexpected_message.
 //!
-//! Limits are the RFCs': a record's ciphertext at most 2^14 + 256 bytes, its plaintext at most
-//! 2^14; a sequence number never wraps. A record that does not open is `bad_record_mac`.
+//! Limits: a record's ciphertext at most 2^14 + 256 bytes, its plaintext at most 2^14, and TLS
+//! 1.3's inner plaintext (content, type and padding) at most 2^14 + 1 (RFC 8446 5.2, 5.4):
+//! record_overflow; a TLS 1.3 record with no content type (nothing but padding):
+//! unexpected_message; a record that does not open: bad_record_mac. Sequence numbers never
+//! wrap. Our TLS 1.3 keys are renewed with a KeyUpdate every 2^23 records sealed, far below
+//! AES-GCM's limit (2^24.5, RFC 8446 5.5). TLS 1.2 has no key update: a connection that has
+//! sealed as many records as its AEAD allows under one key (rustls' figure, 2^24 for AES-GCM)
+//! is cut, the last record kept for a close_notify so the peer sees a clean end rather than a
+//! reset. Once we sealed close_notify or a fatal alert, nothing more is sealed.
 
 use ring::aead::{self, Aad, LessSafeKey, Nonce, UnboundKey};
 use rustls::kernel::KernelConnection;
@@ -41,26 +60,27 @@ const TAG: usize = 16;
 /// TLS 1.2 AES-GCM's explicit nonce, carried in each record.
 const EXPLICIT_NONCE: usize = 8;
 
-const CHANGE_CIPHER_SPEC: u8 = 20;
-const ALERT: u8 = 21;
-const HANDSHAKE: u8 = 22;
-const APPLICATION_DATA: u8 = 23;
+pub const ALERT: u8 = 21;
+pub const HANDSHAKE: u8 = 22;
+pub const APPLICATION_DATA: u8 = 23;
 
-const KEY_UPDATE: u8 = 24;
+pub const KEY_UPDATE: u8 = 24;
 const CLOSE_NOTIFY: u8 = 0;
 const USER_CANCELED: u8 = 90;
 const WARNING: u8 = 1;
+const FATAL: u8 = 2;
 
 /// Warning alerts a connection may receive (some clients, Java's among them, send a pointless
-/// user_canceled), and KeyUpdates between two application data records.
+/// user_canceled), and KeyUpdates between two application data records (more for each record
+/// we seal meanwhile).
 const WARNING_ALERTS: u8 = 4;
-const KEY_UPDATES: u8 = 32;
+const KEY_UPDATES: u64 = 32;
 
 /// TLS 1.3 keys are renewed after this many records sent, far below any AEAD's
 /// confidentiality limit (AES-GCM: 2^24.5 in RFC 8446 5.5).
 const TLS13_TX_RECORDS_PER_KEY: u64 = 1 << 23;
 
-/// Why the stream cannot go on. Each is an alert for the peer (see [`RecordError::alert`]).
+/// Why the stream cannot go on. Most are an alert for the peer (see [`RecordError::alert`]).
 #[derive(Debug, thiserror::Error, Clone, PartialEq, Eq)]
 pub enum RecordError {
     #[error("a TLS record does not decrypt (bad_record_mac)")]
@@ -71,10 +91,32 @@ pub enum RecordError {
     Decode,
     #[error("the peer sent a TLS message of type {0} past the handshake")]
     Unexpected(u8),
+    #[error("the peer sent a TLS 1.3 record with no content type (nothing but padding)")]
+    NoContentType,
+    #[error("the peer sent more in a TLS record after a KeyUpdate, which ends it")]
+    AfterKeyUpdate,
+    #[error(
+        "the peer sent more TLS KeyUpdates with no data between than it may ({KEY_UPDATES}, \
+         and one for each record we sent)"
+    )]
+    TooManyKeyUpdates,
+    #[error("the peer sent more than {WARNING_ALERTS} TLS warning alerts")]
+    TooManyWarnings,
+    #[error("the peer sent {0}")]
+    IllegalParameter(&'static str),
+    #[error("the peer sent TLS 1.3 warning alert {0}, which TLS 1.3 does not have")]
+    Tls13Warning(u8),
     #[error("the peer sent TLS alert {0}")]
     PeerAlert(u8),
     #[error("the TLS sequence numbers are exhausted")]
     SequenceExhausted,
+    #[error(
+        "the TLS 1.2 connection sealed as many records as its cipher allows under one key \
+         (TLS 1.2 has no key update): it ends with close_notify"
+    )]
+    KeyUsedUp,
+    #[error("the TLS stream is closed for writing (close_notify or an alert was sent)")]
+    WriteClosed,
     #[error("the TLS keys cannot be used: {0}")]
     Keys(String),
 }
@@ -85,12 +127,41 @@ impl RecordError {
         match self {
             Self::BadRecordMac => Some(20),
             Self::RecordOverflow => Some(22),
-            Self::Decode => Some(50),
-            Self::Unexpected(_) => Some(10),
+            Self::Decode | Self::Tls13Warning(_) => Some(50),
+            Self::Unexpected(_)
+            | Self::NoContentType
+            | Self::AfterKeyUpdate
+            | Self::TooManyKeyUpdates
+            | Self::TooManyWarnings => Some(10),
+            Self::IllegalParameter(_) => Some(47),
             // The peer already said why; nothing to answer.
             Self::PeerAlert(_) => None,
+            // close_notify is sealed already, or an alert was.
+            Self::KeyUsedUp | Self::WriteClosed => None,
             Self::SequenceExhausted | Self::Keys(_) => Some(80),
         }
+    }
+}
+
+/// Where the next traffic keys come from at a TLS 1.3 key update: rustls' [`KernelConnection`]
+/// on the client leg. The seam lets the fuzz target and tests build [`Records`] with keys they
+/// know, so what they feed reaches past the MAC.
+pub trait KeySchedule {
+    /// Our next sending keys and their first sequence number.
+    fn next_tx(&mut self) -> Result<(u64, ConnectionTrafficSecrets), RecordError>;
+    /// The peer's next sending keys and their first sequence number.
+    fn next_rx(&mut self) -> Result<(u64, ConnectionTrafficSecrets), RecordError>;
+}
+
+impl KeySchedule for KernelConnection<ServerConnectionData> {
+    fn next_tx(&mut self) -> Result<(u64, ConnectionTrafficSecrets), RecordError> {
+        self.update_tx_secret()
+            .map_err(|e| RecordError::Keys(e.to_string()))
+    }
+
+    fn next_rx(&mut self) -> Result<(u64, ConnectionTrafficSecrets), RecordError> {
+        self.update_rx_secret()
+            .map_err(|e| RecordError::Keys(e.to_string()))
     }
 }
 
@@ -210,13 +281,14 @@ impl Framing {
 }
 
 /// Both directions of an established client leg.
-pub struct Records {
+pub struct Records<K = KernelConnection<ServerConnectionData>> {
     version: Version,
     tx: Keys,
     rx: Keys,
     /// Where the next keys come from after a TLS 1.3 key update.
-    kernel: KernelConnection<ServerConnectionData>,
-    /// TLS 1.2: records sent under the one key the connection has.
+    kernel: K,
+    /// Records sealed under one key before it is renewed (TLS 1.3) or, TLS 1.2, before the
+    /// connection is cut: one short of the AEAD's limit, the last kept for close_notify.
     tx_limit: u64,
     /// The peer asked for a key update: ours goes out before our next record. Requests that
     /// come while we send nothing are answered by that one update (RFC 8446 4.6.3), so a
@@ -224,9 +296,14 @@ pub struct Records {
     owe_update: bool,
     /// Warning alerts the peer may still send (TLS 1.2; TLS 1.3 allows only user_canceled),
     /// and KeyUpdates before its next application data: as many as rustls (and BoringSSL)
-    /// allow, so a client may not make us spin on them.
+    /// allow, plus one for each record we sealed since (see the module's documentation), so a
+    /// client may not make us spin on them.
     warnings_left: u8,
-    key_updates_left: u8,
+    key_updates_left: u64,
+    /// close_notify came: nothing after it counts.
+    rx_closed: bool,
+    /// We sealed close_notify or a fatal alert: nothing more is sealed.
+    tx_closed: bool,
 }
 
 impl Records {
@@ -245,9 +322,28 @@ impl Records {
                 ))
             }
         };
-        let tx_limit = match kernel.negotiated_cipher_suite() {
+        let records_per_key = match kernel.negotiated_cipher_suite() {
             SupportedCipherSuite::Tls12(s) => s.common.confidentiality_limit,
             SupportedCipherSuite::Tls13(_) => TLS13_TX_RECORDS_PER_KEY,
+        };
+        Self::with_schedule(version, tx, rx, kernel, records_per_key)
+    }
+}
+
+impl<K: KeySchedule> Records<K> {
+    /// The record layer for `version` with these keys; `kernel` gives the next ones at a TLS
+    /// 1.3 key update. Our keys seal at most `records_per_key` records: TLS 1.3 renews them
+    /// then, TLS 1.2 ends the connection.
+    pub fn with_schedule(
+        version: Version,
+        tx: (u64, ConnectionTrafficSecrets),
+        rx: (u64, ConnectionTrafficSecrets),
+        kernel: K,
+        records_per_key: u64,
+    ) -> Result<Self, RecordError> {
+        let tx_limit = match version {
+            Version::Tls13 => records_per_key.max(1),
+            Version::Tls12 => records_per_key.saturating_sub(1),
         };
         Ok(Self {
             version,
@@ -258,7 +354,24 @@ impl Records {
             owe_update: false,
             warnings_left: WARNING_ALERTS,
             key_updates_left: KEY_UPDATES,
+            rx_closed: false,
+            tx_closed: false,
         })
+    }
+
+    /// Lowers the number of records our keys seal (TLS 1.3: before a KeyUpdate of ours; TLS
+    /// 1.2: before the cut), so tests reach it.
+    #[cfg(test)]
+    pub fn limit_records_per_key(&mut self, records: u64) {
+        self.tx_limit = match self.version {
+            Version::Tls13 => records.max(1),
+            Version::Tls12 => records.saturating_sub(1),
+        };
+    }
+
+    /// Whether close_notify or a fatal alert of ours is sealed: nothing more will be.
+    pub fn write_closed(&self) -> bool {
+        self.tx_closed
     }
 
     /// Bytes a record adds around its plaintext.
@@ -270,7 +383,9 @@ impl Records {
         }
     }
 
-    /// Appends records carrying all of `data` as application data to `out`.
+    /// Appends records carrying all of `data` as application data to `out`. When a TLS 1.2
+    /// key is used up, the records that fit are followed by close_notify, and
+    /// [`RecordError::KeyUsedUp`].
     pub fn seal_data(&mut self, data: &[u8], out: &mut Vec<u8>) -> Result<(), RecordError> {
         let records = data.len().div_ceil(MAX_PLAINTEXT);
         out.reserve(data.len() + records * self.overhead());
@@ -280,10 +395,17 @@ impl Records {
         Ok(())
     }
 
-    /// Appends the alert `description` (fatal, unless it is close_notify) to `out`.
+    /// Appends the alert `description` (fatal, unless it is close_notify) to `out`; nothing is
+    /// sealed after it.
     pub fn seal_alert(&mut self, description: u8, out: &mut Vec<u8>) -> Result<(), RecordError> {
-        let level = if description == CLOSE_NOTIFY { 1 } else { 2 };
-        self.seal(ALERT, &[level, description], out)
+        let level = if description == CLOSE_NOTIFY {
+            WARNING
+        } else {
+            FATAL
+        };
+        self.seal(ALERT, &[level, description], out)?;
+        self.tx_closed = true;
+        Ok(())
     }
 
     /// Sends a TLS 1.3 KeyUpdate (asking the peer to update too when `request`) and moves our
@@ -292,11 +414,11 @@ impl Records {
         if self.version != Version::Tls13 {
             return Err(RecordError::Keys("TLS 1.2 has no key update".into()));
         }
+        if self.tx_closed {
+            return Err(RecordError::WriteClosed);
+        }
         self.seal_raw(HANDSHAKE, &[KEY_UPDATE, 0, 0, 1, u8::from(request)], out)?;
-        let (seq, secrets) = self
-            .kernel
-            .update_tx_secret()
-            .map_err(|e| RecordError::Keys(e.to_string()))?;
+        let (seq, secrets) = self.kernel.next_tx()?;
         self.tx = Keys::new(self.version, seq, secrets)?;
         Ok(())
     }
@@ -305,26 +427,34 @@ impl Records {
     /// keys first when they have sealed their share or the peer asked.
     #[inline]
     fn seal(&mut self, typ: u8, payload: &[u8], out: &mut Vec<u8>) -> Result<(), RecordError> {
+        if self.tx_closed {
+            return Err(RecordError::WriteClosed);
+        }
         if self.owe_update || self.tx.seq >= self.tx_limit {
-            self.renew_tx(out)?;
+            self.renew_tx(typ, out)?;
         }
         self.seal_raw(typ, payload, out)
     }
 
-    /// Moves our sending keys on before the next record: the peer asked, or they sealed their
-    /// share (TLS 1.2 has no key update: its connection ends there).
+    /// Moves our sending keys on before the next record, of type `typ`: the peer asked, or
+    /// they sealed their share. TLS 1.2 has no key update: its connection ends there, with the
+    /// record kept for close_notify (or the fatal alert that goes instead).
     #[cold]
     #[inline(never)]
-    fn renew_tx(&mut self, out: &mut Vec<u8>) -> Result<(), RecordError> {
+    fn renew_tx(&mut self, typ: u8, out: &mut Vec<u8>) -> Result<(), RecordError> {
         if self.owe_update {
             self.owe_update = false;
             self.update_tx(false, out)?;
         }
         if self.tx.seq >= self.tx_limit {
-            if self.version != Version::Tls13 {
-                return Err(RecordError::SequenceExhausted);
+            match self.version {
+                Version::Tls13 => self.update_tx(false, out)?,
+                Version::Tls12 if typ == ALERT => {}
+                Version::Tls12 => {
+                    self.seal_alert(CLOSE_NOTIFY, out)?;
+                    return Err(RecordError::KeyUsedUp);
+                }
             }
-            self.update_tx(false, out)?;
         }
         Ok(())
     }
@@ -358,13 +488,13 @@ impl Records {
 
     /// Seals `body` in place as one application data record: `body` is its payload followed by
     /// [`trailer_room`](Self::trailer_room) bytes of room. `None` (and `body` untouched) when
-    /// the payload is larger than a record's or our keys are due for renewal: then
-    /// [`seal_data`](Self::seal_data), which renews them first.
+    /// the payload is larger than a record's, our keys are due for renewal or nothing may be
+    /// sealed: then [`seal_data`](Self::seal_data), which renews them first or says why not.
     #[inline]
     pub fn seal_data_in_place(&mut self, body: &mut [u8]) -> Result<Option<Framing>, RecordError> {
         let fits =
             body.len() >= self.trailer_room() && body.len() - self.trailer_room() <= MAX_PLAINTEXT;
-        if !fits || self.owe_update || self.tx.seq >= self.tx_limit {
+        if !fits || self.owe_update || self.tx_closed || self.tx.seq >= self.tx_limit {
             return Ok(None);
         }
         self.seal_body(APPLICATION_DATA, body).map(Some)
@@ -412,12 +542,21 @@ impl Records {
         .map_err(|_| RecordError::SequenceExhausted)?;
         framing.tag.copy_from_slice(tag.as_ref());
         self.tx.next()?;
+        // The peer may answer each record it reads with a KeyUpdate (see the module's
+        // documentation).
+        self.key_updates_left = self.key_updates_left.saturating_add(1);
         Ok(framing)
     }
 
     /// Opens the record at the front of `buf` in place. Handshake messages it carries are
     /// handled here (a KeyUpdate that asks for ours is answered before our next record).
     pub fn open(&mut self, buf: &mut [u8]) -> Result<Opened, RecordError> {
+        if self.rx_closed {
+            // RFC 8446 6.1: what follows close_notify is ignored.
+            return Ok(Opened::Closed {
+                consumed: buf.len(),
+            });
+        }
         let Some(header) = buf.get(..HEADER) else {
             return Ok(Opened::Incomplete { total: HEADER });
         };
@@ -441,6 +580,10 @@ impl Records {
             Version::Tls12 => self.open12(typ, body)?,
         };
         self.rx.next()?;
+        let nothing = Opened::Record {
+            consumed: total,
+            data: total..total,
+        };
         match typ {
             APPLICATION_DATA => {
                 self.key_updates_left = KEY_UPDATES;
@@ -449,32 +592,46 @@ impl Records {
                     data: range,
                 })
             }
-            ALERT => match buf[range] {
-                [_, CLOSE_NOTIFY] => Ok(Opened::Closed { consumed: total }),
-                // TLS 1.2's warnings and TLS 1.3's user_canceled go on, as with rustls.
-                [WARNING, description]
-                    if self.warnings_left > 0
-                        && (self.version == Version::Tls12 || description == USER_CANCELED) =>
-                {
-                    self.warnings_left -= 1;
-                    Ok(Opened::Record {
-                        consumed: total,
-                        data: total..total,
-                    })
+            ALERT => {
+                if self.alert(&buf[range])? {
+                    Ok(Opened::Closed { consumed: total })
+                } else {
+                    Ok(nothing)
                 }
-                [_, description] => Err(RecordError::PeerAlert(description)),
-                _ => Err(RecordError::Decode),
-            },
+            }
             HANDSHAKE if self.version == Version::Tls13 => {
                 self.handshake(&buf[range])?;
-                Ok(Opened::Record {
-                    consumed: total,
-                    data: total..total,
-                })
+                Ok(nothing)
             }
-            CHANGE_CIPHER_SPEC | HANDSHAKE => Err(RecordError::Unexpected(typ)),
             other => Err(RecordError::Unexpected(other)),
         }
+    }
+
+    /// An alert's two bytes: `true` for close_notify, `false` for a warning that lets the
+    /// stream go on, an error for anything else.
+    fn alert(&mut self, alert: &[u8]) -> Result<bool, RecordError> {
+        let [level, description] = *alert else {
+            return Err(RecordError::Decode);
+        };
+        if level != WARNING && level != FATAL {
+            return Err(RecordError::IllegalParameter("an alert of unknown level"));
+        }
+        if description == CLOSE_NOTIFY {
+            self.rx_closed = true;
+            return Ok(true);
+        }
+        if level == FATAL {
+            return Err(RecordError::PeerAlert(description));
+        }
+        // TLS 1.2's warnings and TLS 1.3's user_canceled go on, as with rustls.
+        if self.version == Version::Tls13 && description != USER_CANCELED {
+            return Err(RecordError::Tls13Warning(description));
+        }
+        self.warnings_left = self
+            .warnings_left
+            .checked_sub(1)
+            .ok_or(RecordError::TooManyWarnings)?;
+        Ok(false)
     }
 
     /// Decrypts a TLS 1.3 record's `body` (its header is `header`): the inner content type
@@ -491,6 +648,11 @@ impl Records {
         if body.len() < TAG + 1 {
             return Err(RecordError::Decode);
         }
+        // The whole inner plaintext, padding included, is bound by the plaintext's limit and
+        // its type byte (RFC 8446 5.4); known from the length before decrypting.
+        if body.len() - TAG > MAX_PLAINTEXT + 1 {
+            return Err(RecordError::RecordOverflow);
+        }
         let nonce = self.rx.nonce();
         let plain = self
             .rx
@@ -499,13 +661,9 @@ impl Records {
             .map_err(|_| RecordError::BadRecordMac)?;
         // The content type is the last byte that is not padding.
         let Some(end) = plain.iter().rposition(|b| *b != 0) else {
-            return Err(RecordError::Unexpected(0));
+            return Err(RecordError::NoContentType);
         };
-        let inner = plain[end];
-        if end > MAX_PLAINTEXT {
-            return Err(RecordError::RecordOverflow);
-        }
-        Ok((inner, HEADER..HEADER + end))
+        Ok((plain[end], HEADER..HEADER + end))
     }
 
     /// Decrypts a TLS 1.2 record's `body` of type `typ`: the type and where its content lies
@@ -541,45 +699,41 @@ impl Records {
     }
 
     /// TLS 1.3 handshake messages past the handshake: only KeyUpdate has a place here (a
-    /// client does not send tickets, and no post-handshake authentication was asked for).
-    /// Messages must be whole within their record.
-    fn handshake(&mut self, mut messages: &[u8]) -> Result<(), RecordError> {
-        if messages.is_empty() {
+    /// client does not send tickets, and no post-handshake authentication was asked for). A
+    /// message must be whole within its record, and a KeyUpdate must end it.
+    fn handshake(&mut self, messages: &[u8]) -> Result<(), RecordError> {
+        let [typ, a, b, c, rest @ ..] = messages else {
             return Err(RecordError::Decode);
+        };
+        let len = usize::from(*a) << 16 | usize::from(*b) << 8 | usize::from(*c);
+        let Some(body) = rest.get(..len) else {
+            return Err(RecordError::Decode);
+        };
+        if *typ != KEY_UPDATE {
+            return Err(RecordError::Unexpected(HANDSHAKE));
         }
-        while !messages.is_empty() {
-            let [typ, a, b, c, rest @ ..] = messages else {
-                return Err(RecordError::Decode);
-            };
-            let len = usize::from(*a) << 16 | usize::from(*b) << 8 | usize::from(*c);
-            let Some(body) = rest.get(..len) else {
-                return Err(RecordError::Decode);
-            };
-            if *typ != KEY_UPDATE {
-                return Err(RecordError::Unexpected(HANDSHAKE));
+        let requested = match body {
+            [0] => false,
+            [1] => true,
+            [_] => {
+                return Err(RecordError::IllegalParameter(
+                    "a KeyUpdate of unknown value",
+                ))
             }
-            self.key_updates_left = self
-                .key_updates_left
-                .checked_sub(1)
-                .ok_or(RecordError::Unexpected(HANDSHAKE))?;
-            let requested = match body {
-                [0] => false,
-                [1] => true,
-                _ => return Err(RecordError::Decode),
-            };
-            let (seq, secrets) = self
-                .kernel
-                .update_rx_secret()
-                .map_err(|e| RecordError::Keys(e.to_string()))?;
-            self.rx = Keys::new(self.version, seq, secrets)?;
-            self.owe_update |= requested;
-            messages = &rest[len..];
-            // A key change ends the record (RFC 8446 5.1): what follows was sealed with the
-            // old key.
-            if !messages.is_empty() {
-                return Err(RecordError::Unexpected(HANDSHAKE));
-            }
+            _ => return Err(RecordError::Decode),
+        };
+        // A key change ends the record (RFC 8446 5.1): what follows was sealed with the old
+        // key.
+        if rest.len() > len {
+            return Err(RecordError::AfterKeyUpdate);
         }
+        self.key_updates_left = self
+            .key_updates_left
+            .checked_sub(1)
+            .ok_or(RecordError::TooManyKeyUpdates)?;
+        let (seq, secrets) = self.kernel.next_rx()?;
+        self.rx = Keys::new(self.version, seq, secrets)?;
+        self.owe_update |= requested;
         Ok(())
     }
 }

@@ -12,7 +12,8 @@
 //! End of stream as with rustls: zero bytes after the peer's close_notify, `UnexpectedEof` when
 //! the socket ends without one (a truncation), `InvalidData` on a bad record or a fatal alert
 //! (after one attempt to send the peer the alert that says why). An error is final: every later
-//! read returns it again.
+//! read returns it again. Once close_notify or a fatal alert of ours is sealed, every write
+//! fails (`BrokenPipe`): nothing may follow them on the wire.
 
 use std::io;
 use std::ops::Range;
@@ -73,7 +74,12 @@ pub struct Server<S> {
 }
 
 fn invalid(e: RecordError) -> io::Error {
-    io::Error::new(io::ErrorKind::InvalidData, e)
+    let kind = match e {
+        RecordError::WriteClosed => io::ErrorKind::BrokenPipe,
+        RecordError::KeyUsedUp => io::ErrorKind::Other,
+        _ => io::ErrorKind::InvalidData,
+    };
+    io::Error::new(kind, e)
 }
 
 impl<S> Server<S> {
@@ -136,14 +142,20 @@ impl<S> Server<S> {
         }
     }
 
-    /// Seals a TLS 1.3 KeyUpdate and moves our sending keys on (sent with the next write or
-    /// flush).
     /// Sealed bytes not sent yet.
     #[cfg(test)]
     pub fn queued(&self) -> usize {
         self.wbuf.len() - self.sent
     }
 
+    /// See [`Records::limit_records_per_key`].
+    #[cfg(test)]
+    pub fn limit_records_per_key(&mut self, records: u64) {
+        self.records.limit_records_per_key(records);
+    }
+
+    /// Seals a TLS 1.3 KeyUpdate and moves our sending keys on (sent with the next write or
+    /// flush).
     pub fn refresh_traffic_keys(&mut self) -> io::Result<()> {
         self.compact_wbuf();
         self.records
@@ -422,9 +434,11 @@ impl<S: AsyncRead + AsyncWrite + Unpin> AsyncWrite for Server<S> {
         }
         this.compact_wbuf();
         let n = buf.len().min(WRITE_CHUNK);
-        this.records
-            .seal_data(&buf[..n], &mut this.wbuf)
-            .map_err(invalid)?;
+        if let Err(e) = this.records.seal_data(&buf[..n], &mut this.wbuf) {
+            // A TLS 1.2 key used up sealed a close_notify: one attempt to send it.
+            let _ = this.poll_send(cx);
+            return Poll::Ready(Err(invalid(e)));
+        }
         if let Poll::Ready(Err(e)) = this.poll_send(cx) {
             return Poll::Ready(Err(e));
         }
@@ -445,10 +459,14 @@ impl<S: AsyncRead + AsyncWrite + Unpin> AsyncWrite for Server<S> {
         let this = self.get_mut();
         if !this.closing {
             this.closing = true;
-            this.compact_wbuf();
-            this.records
-                .seal_alert(0, &mut this.wbuf)
-                .map_err(invalid)?;
+            // After a fatal alert of ours, or a close_notify sealed when a key was used up,
+            // the socket's shutdown is all that is left.
+            if !this.records.write_closed() {
+                this.compact_wbuf();
+                this.records
+                    .seal_alert(0, &mut this.wbuf)
+                    .map_err(invalid)?;
+            }
         }
         ready!(this.poll_send(cx))?;
         match ready!(Pin::new(&mut this.io).poll_shutdown(cx)) {

@@ -3,7 +3,9 @@
 //! of mixed sizes (more plaintext in one read than rustls holds), clean close, truncation, a
 //! forged record, key updates; for the server side also every cipher suite, data pipelined
 //! after the client's Finished, records split across reads and many in one read, a flipped
-//! ciphertext byte, an oversize record, a 16 MiB payload.
+//! ciphertext byte, an oversize record, a 16 MiB payload, the KeyUpdates Java's JSSE sends,
+//! hostile records sealed with the client's own keys (each answered with the RFC's alert), and
+//! the key limits, lowered so that a test reaches them.
 
 use std::sync::Arc;
 
@@ -418,6 +420,18 @@ impl RawClient {
         versions: &[&'static SupportedProtocolVersion],
         pipelined: &[u8],
     ) -> (TlsSocket<DuplexStream>, RawClient, Configs) {
+        Self::connect_then(versions, |conn| {
+            std::io::Write::write_all(&mut conn.writer(), pipelined).expect("plaintext");
+        })
+        .await
+    }
+
+    /// Handshakes with a [`TlsSocket::accept`] on the other end of a pipe; what `after` makes
+    /// the client send goes in the same write as its Finished.
+    async fn connect_then(
+        versions: &[&'static SupportedProtocolVersion],
+        after: impl FnOnce(&mut ClientConnection),
+    ) -> (TlsSocket<DuplexStream>, RawClient, Configs) {
         let c = configs(versions);
         let (client_io, server_io) = tokio::io::duplex(64 * 1024);
         let name = ServerName::try_from("localhost").expect("a name");
@@ -431,7 +445,7 @@ impl RawClient {
                 client.flush().await;
                 client.receive().await;
             }
-            std::io::Write::write_all(&mut client.conn.writer(), pipelined).expect("plaintext");
+            after(&mut client.conn);
             client.flush().await;
         };
         let (leg, ()) = tokio::join!(TlsSocket::accept(Arc::clone(&c.server), server_io), drive);
@@ -826,5 +840,504 @@ async fn writes_sealed_in_place_to_a_full_socket_are_queued_and_bounded() {
             );
         };
         tokio::join!(peer_side, leg_side);
+    }
+}
+
+impl RawClient {
+    /// Reads until `len` bytes of application data came, or rustls finds an error.
+    async fn read_plaintext(&mut self, len: usize) -> Result<Vec<u8>, rustls::Error> {
+        let mut got = Vec::new();
+        while got.len() < len {
+            if let Some(e) = self.receive().await {
+                return Err(e);
+            }
+            let mut buf = [0u8; 1024];
+            while let Ok(n) = std::io::Read::read(&mut self.conn.reader(), &mut buf) {
+                if n == 0 {
+                    break;
+                }
+                got.extend_from_slice(&buf[..n]);
+            }
+        }
+        Ok(got)
+    }
+}
+
+/// A KeyUpdate in the same flight as the client's Finished: rustls, given it, would move its
+/// keys on and queue an answer that the handover drops, so the leg's first record would be
+/// sealed with keys the client does not have yet.
+#[tokio::test]
+async fn a_key_update_in_the_flight_of_the_clients_finished_is_answered() {
+    let (mut leg, mut client, _c) = RawClient::connect_then(TLS13, |conn| {
+        std::io::Write::write_all(&mut conn.writer(), b"before").expect("plaintext");
+        conn.refresh_traffic_keys().expect("client key update");
+        std::io::Write::write_all(&mut conn.writer(), b"after").expect("plaintext");
+    })
+    .await;
+    let mut got = [0u8; 11];
+    leg.read_exact(&mut got)
+        .await
+        .expect("both sides of the update");
+    assert_eq!(&got, b"beforeafter");
+    leg.write_all(b"answer").await.expect("write");
+    leg.flush().await.expect("flush");
+    let answer = client
+        .read_plaintext(6)
+        .await
+        .expect("the client reads the leg's first record");
+    assert_eq!(answer, b"answer");
+}
+
+/// What Java 17's JSSE does once its read key reached its limit (`jdk.tls.keyLimits`): it
+/// answers every record it reads with a KeyUpdate asking for ours, each in a record of its own,
+/// until ours arrives. A result streamed to it draws one per record already on its way, with no
+/// application data of its own between: here 64, twice the budget of a peer that sends nothing
+/// but KeyUpdates.
+#[tokio::test]
+async fn key_updates_answering_each_record_read_as_java_sends_them_are_taken() {
+    let (mut leg, mut peer) = pair(TLS13, true, 4 << 20).await;
+    let result = pattern(64 * super::records::MAX_PLAINTEXT, 3);
+    leg.write_all(&result).await.expect("leg write");
+    leg.flush().await.expect("leg flush");
+    let mut got = vec![0u8; result.len()];
+    peer.read_exact(&mut got).await.expect("peer read");
+    assert!(got == result);
+    let TlsStream::Client(client) = &mut peer else {
+        panic!("the peer is the client")
+    };
+    for _ in 0..64 {
+        client
+            .get_mut()
+            .1
+            .refresh_traffic_keys()
+            .expect("peer key update");
+    }
+    peer.write_all(b"next query").await.expect("write");
+    peer.flush().await.expect("flush");
+    let mut query = [0u8; 10];
+    leg.read_exact(&mut query)
+        .await
+        .expect("the query after the KeyUpdates");
+    assert_eq!(&query, b"next query");
+    leg.write_all(b"its answer").await.expect("leg write");
+    leg.flush().await.expect("leg flush");
+    let mut answer = [0u8; 10];
+    peer.read_exact(&mut answer)
+        .await
+        .expect("the answer, after one KeyUpdate of ours");
+    assert_eq!(&answer, b"its answer");
+}
+
+/// The peer that sends KeyUpdates to a leg that sends nothing is cut at the 33rd, with
+/// unexpected_message.
+#[tokio::test]
+async fn the_33rd_key_update_with_nothing_between_is_unexpected_message() {
+    let (mut leg, mut peer) = pair(TLS13, true, 64 * 1024).await;
+    let TlsStream::Client(client) = &mut peer else {
+        panic!("the peer is the client")
+    };
+    for _ in 0..33 {
+        client
+            .get_mut()
+            .1
+            .refresh_traffic_keys()
+            .expect("peer key update");
+    }
+    peer.write_all(b"late").await.expect("write");
+    peer.flush().await.expect("flush");
+    let mut buf = [0u8; 4];
+    let err = leg
+        .read(&mut buf)
+        .await
+        .expect_err("one KeyUpdate too many");
+    assert_eq!(err.kind(), io::ErrorKind::InvalidData, "{err}");
+    let err = peer.read(&mut buf).await.expect_err("the alert");
+    assert!(err.to_string().contains("UnexpectedMessage"), "{err}");
+}
+
+/// One AEAD key and IV of extracted secrets.
+fn aead_key(secrets: &rustls::ConnectionTrafficSecrets) -> (ring::aead::LessSafeKey, [u8; 12]) {
+    use ring::aead::{LessSafeKey, UnboundKey};
+    use rustls::ConnectionTrafficSecrets as S;
+    let (algorithm, key, iv) = match secrets {
+        S::Aes128Gcm { key, iv } => (&ring::aead::AES_128_GCM, key, iv),
+        S::Aes256Gcm { key, iv } => (&ring::aead::AES_256_GCM, key, iv),
+        S::Chacha20Poly1305 { key, iv } => (&ring::aead::CHACHA20_POLY1305, key, iv),
+        _ => panic!("a suite ring offers"),
+    };
+    let key = LessSafeKey::new(UnboundKey::new(algorithm, key.as_ref()).expect("key"));
+    let iv: [u8; 12] = iv.as_ref().try_into().expect("a 12-byte IV");
+    (key, iv)
+}
+
+fn tls13_nonce(iv: [u8; 12], seq: u64) -> ring::aead::Nonce {
+    let mut nonce = iv;
+    for (n, s) in nonce[4..].iter_mut().zip(seq.to_be_bytes()) {
+        *n ^= s;
+    }
+    ring::aead::Nonce::assume_unique_for_key(nonce)
+}
+
+/// The client of a TLS 1.3 leg, gone after the handshake: a test seals the client's records
+/// with its keys, any inner plaintext it likes, and opens the leg's with the leg's.
+struct Forger {
+    raw: DuplexStream,
+    tx: (u64, rustls::ConnectionTrafficSecrets),
+    rx: (u64, rustls::ConnectionTrafficSecrets),
+    /// Bytes read from the leg, not yet opened.
+    received: Vec<u8>,
+}
+
+impl Forger {
+    async fn connect(c: &Configs) -> (TlsSocket<DuplexStream>, Forger) {
+        let (leg, peer) = pair_with(c, true, 64 * 1024).await;
+        let TlsStream::Client(client) = peer else {
+            panic!("the peer is the client")
+        };
+        let (raw, conn) = client.into_inner();
+        let secrets = conn.dangerous_extract_secrets().expect("client secrets");
+        let forger = Forger {
+            raw,
+            tx: secrets.tx,
+            rx: secrets.rx,
+            received: Vec::new(),
+        };
+        (leg, forger)
+    }
+
+    /// A record whose inner plaintext (content, type, padding) is `inner`.
+    fn seal(&mut self, inner: &[u8]) -> Vec<u8> {
+        let (key, iv) = aead_key(&self.tx.1);
+        let mut body = inner.to_vec();
+        let len = body.len() + 16;
+        let header = [0x17, 3, 3, (len >> 8) as u8, len as u8];
+        key.seal_in_place_append_tag(
+            tls13_nonce(iv, self.tx.0),
+            ring::aead::Aad::from(header),
+            &mut body,
+        )
+        .expect("seal");
+        self.tx.0 += 1;
+        [header.as_slice(), &body].concat()
+    }
+
+    /// Application data `data` in one record.
+    fn data(&mut self, data: &[u8]) -> Vec<u8> {
+        self.seal(&[data, &[23]].concat())
+    }
+
+    async fn send(&mut self, wire: &[u8]) {
+        self.raw.write_all(wire).await.expect("raw write");
+    }
+
+    /// The next record of the leg's with content type `typ` (tickets before it are skipped);
+    /// `None` when none comes within a second.
+    async fn next_of_type(&mut self, typ: u8) -> Option<Vec<u8>> {
+        loop {
+            while self.received.len() >= 5 {
+                let len = usize::from(u16::from_be_bytes([self.received[3], self.received[4]]));
+                if self.received.len() < 5 + len {
+                    break;
+                }
+                let header: [u8; 5] = self.received[..5].try_into().expect("a header");
+                let mut body = self.received[5..5 + len].to_vec();
+                self.received.drain(..5 + len);
+                let (key, iv) = aead_key(&self.rx.1);
+                let plain = key
+                    .open_in_place(
+                        tls13_nonce(iv, self.rx.0),
+                        ring::aead::Aad::from(header),
+                        &mut body,
+                    )
+                    .expect("the leg's record opens");
+                self.rx.0 += 1;
+                let end = plain.iter().rposition(|b| *b != 0).expect("a content type");
+                if plain[end] == typ {
+                    return Some(plain[..end].to_vec());
+                }
+            }
+            let mut buf = [0u8; 4096];
+            let read =
+                tokio::time::timeout(std::time::Duration::from_secs(1), self.raw.read(&mut buf))
+                    .await;
+            match read {
+                Ok(Ok(n)) if n > 0 => self.received.extend_from_slice(&buf[..n]),
+                _ => return None,
+            }
+        }
+    }
+
+    /// The description of the alert the leg sent, if one came.
+    async fn alert(&mut self) -> Option<u8> {
+        let alert = self.next_of_type(21).await?;
+        assert_eq!(alert.len(), 2, "an alert is two bytes: {alert:?}");
+        assert_eq!(alert[0], 2, "and fatal");
+        Some(alert[1])
+    }
+}
+
+/// A session set up before the hostile ones still carries data both ways.
+async fn still_carries_data(leg: &mut TlsSocket<DuplexStream>, peer: &mut Peer) {
+    peer.write_all(b"ping").await.expect("bystander write");
+    peer.flush().await.expect("bystander flush");
+    let mut got = [0u8; 4];
+    leg.read_exact(&mut got).await.expect("bystander leg read");
+    leg.write_all(b"pong").await.expect("bystander leg write");
+    leg.flush().await.expect("bystander leg flush");
+    peer.read_exact(&mut got).await.expect("bystander read");
+    assert_eq!(&got, b"pong");
+}
+
+/// Records the client sealed with its own keys (they open) but that break the rules after they
+/// open: each gets the alert RFC 8446 names, the leg hands out nothing of it, writes nothing
+/// more, and another session from the same listener's configuration goes on.
+#[tokio::test]
+async fn hostile_authenticated_records_get_the_rfcs_alert_and_end_only_their_session() {
+    const UNEXPECTED_MESSAGE: u8 = 10;
+    const RECORD_OVERFLOW: u8 = 22;
+    const ILLEGAL_PARAMETER: u8 = 47;
+    const DECODE_ERROR: u8 = 50;
+    let max = super::records::MAX_PLAINTEXT;
+    let cases: Vec<(&str, Vec<u8>, u8)> = vec![
+        (
+            "inner plaintext of 2^14 + 2 bytes (padding past the limit)",
+            [b"x".as_slice(), &[23], &vec![0; max]].concat(),
+            RECORD_OVERFLOW,
+        ),
+        (
+            "a full record with one byte of padding",
+            [vec![b'y'; max], vec![23, 0]].concat(),
+            RECORD_OVERFLOW,
+        ),
+        ("nothing but padding", vec![0; 40], UNEXPECTED_MESSAGE),
+        ("change_cipher_spec inside", vec![1, 20], UNEXPECTED_MESSAGE),
+        (
+            "data after a KeyUpdate in its record",
+            vec![24, 0, 0, 1, 0, 24, 0, 0, 1, 0, 22],
+            UNEXPECTED_MESSAGE,
+        ),
+        (
+            "a KeyUpdate of value 2",
+            vec![24, 0, 0, 1, 2, 22],
+            ILLEGAL_PARAMETER,
+        ),
+        ("a ClientHello", vec![1, 0, 0, 0, 22], UNEXPECTED_MESSAGE),
+        ("an alert of level 3", vec![3, 0, 21], ILLEGAL_PARAMETER),
+        ("an alert of level 0", vec![0, 90, 21], ILLEGAL_PARAMETER),
+        (
+            "a TLS 1.3 warning other than user_canceled",
+            vec![1, 10, 21],
+            DECODE_ERROR,
+        ),
+        ("an alert of three bytes", vec![2, 10, 0, 21], DECODE_ERROR),
+        (
+            "an unknown content type",
+            vec![1, 2, 3, 99],
+            UNEXPECTED_MESSAGE,
+        ),
+    ];
+    let c = configs(TLS13);
+    let (mut bystander, mut bystander_peer) = pair_with(&c, true, 64 * 1024).await;
+    for (case, inner, expected) in cases {
+        let (mut leg, mut forger) = Forger::connect(&c).await;
+        let mut wire = forger.data(b"before");
+        wire.extend(forger.seal(&inner));
+        wire.extend(forger.data(b"never"));
+        forger.send(&wire).await;
+        let mut got = [0u8; 6];
+        leg.read_exact(&mut got).await.expect(case);
+        assert_eq!(&got, b"before", "{case}");
+        let mut buf = [0u8; 64];
+        let err = leg.read(&mut buf).await.expect_err(case);
+        assert_eq!(err.kind(), io::ErrorKind::InvalidData, "{case}: {err}");
+        assert_eq!(forger.alert().await, Some(expected), "{case}: {err}");
+        let err = leg.write_all(b"more").await.expect_err(case);
+        assert_eq!(err.kind(), io::ErrorKind::BrokenPipe, "{case}: {err}");
+        assert_eq!(
+            forger.next_of_type(23).await,
+            None,
+            "{case}: nothing after the alert"
+        );
+    }
+    still_carries_data(&mut bystander, &mut bystander_peer).await;
+}
+
+/// The limit is on the inner plaintext: a full record's content and its type pass, padding or
+/// not up to 2^14 + 1 bytes.
+#[tokio::test]
+async fn inner_plaintext_of_exactly_the_limit_is_taken() {
+    let c = configs(TLS13);
+    let (mut leg, mut forger) = Forger::connect(&c).await;
+    let max = super::records::MAX_PLAINTEXT;
+    let full = pattern(max, 1);
+    let mut wire = forger.seal(&[full.as_slice(), &[23]].concat());
+    wire.extend(forger.seal(&[b"z".as_slice(), &[23], &vec![0; max - 1]].concat()));
+    forger.send(&wire).await;
+    let mut got = vec![0u8; max + 1];
+    leg.read_exact(&mut got).await.expect("both records");
+    assert!(got[..max] == full[..] && got[max] == b'z');
+}
+
+/// After close_notify nothing counts: a record behind it, in the same read, is not handed out,
+/// and the stream ends cleanly.
+#[tokio::test]
+async fn records_after_close_notify_are_ignored() {
+    let c = configs(TLS13);
+    let (mut leg, mut forger) = Forger::connect(&c).await;
+    let mut wire = forger.data(b"last");
+    wire.extend(forger.seal(&[1, 0, 21]));
+    wire.extend(forger.data(b"after the end"));
+    wire.extend(forger.seal(&[2, 10, 21]));
+    forger.send(&wire).await;
+    let mut got = Vec::new();
+    leg.read_to_end(&mut got).await.expect("a clean end");
+    assert_eq!(got, b"last");
+    assert_eq!(leg.read(&mut [0u8; 8]).await.expect("still clean"), 0);
+}
+
+/// Nothing follows our own close_notify: once it is sealed (here behind data a full pipe has
+/// not taken, so the socket is not shut yet), writes fail, whichever way they would have been
+/// sealed, and the peer reads the data, then a clean end.
+#[tokio::test]
+async fn no_data_follows_our_close_notify() {
+    for versions in [TLS12, TLS13] {
+        let (mut leg, mut peer) = pair(versions, true, 4096).await;
+        let data = pattern(20_000, 2);
+        let n = std::future::poll_fn(|cx| Pin::new(&mut leg).poll_write(cx, &data))
+            .await
+            .expect("write");
+        assert_eq!(n, data.len(), "sealed whole, queued behind the full pipe");
+        let shut = std::future::poll_fn(|cx| Poll::Ready(Pin::new(&mut leg).poll_shutdown(cx)));
+        assert!(
+            shut.await.is_pending(),
+            "close_notify waits behind the data"
+        );
+        let err = std::future::poll_fn(|cx| Pin::new(&mut leg).poll_write(cx, b"late"))
+            .await
+            .expect_err("a write after close_notify");
+        assert_eq!(err.kind(), io::ErrorKind::BrokenPipe, "{err}");
+        let mut buf = bytes::BytesMut::with_capacity(16);
+        buf.extend_from_slice(b"late too");
+        let err = std::future::poll_fn(|cx| leg.poll_write_from(cx, &mut buf, 0..8))
+            .await
+            .expect_err("a write in place after close_notify");
+        assert_eq!(err.kind(), io::ErrorKind::BrokenPipe, "{err}");
+        let reader = async {
+            let mut got = Vec::new();
+            peer.read_to_end(&mut got).await.expect("a clean end");
+            got
+        };
+        let (got, shut) = tokio::join!(reader, leg.shutdown());
+        shut.expect("shutdown");
+        assert!(got == data, "the data, then the end");
+    }
+}
+
+/// Nothing follows our fatal alert either: after a forged record the leg answered with
+/// bad_record_mac, writes fail, whichever way they would have been sealed.
+#[tokio::test]
+async fn no_data_follows_our_fatal_alert() {
+    for versions in [TLS12, TLS13] {
+        let c = configs(versions);
+        let (mut leg, mut peer) = tcp_pair(&c).await;
+        let mut forged = vec![0x17, 0x03, 0x03, 0x00, 0x40];
+        forged.extend_from_slice(&[0x5a; 0x40]);
+        let TlsStream::Client(client) = &mut peer else {
+            panic!("the peer is the client")
+        };
+        client
+            .get_mut()
+            .0
+            .write_all(&forged)
+            .await
+            .expect("raw write");
+        let mut buf = [0u8; 64];
+        leg.read(&mut buf).await.expect_err("a bad record");
+        let err = leg
+            .write_all(b"late")
+            .await
+            .expect_err("a write after the alert");
+        assert_eq!(err.kind(), io::ErrorKind::BrokenPipe, "{err}");
+        let mut bytes = bytes::BytesMut::with_capacity(16);
+        bytes.extend_from_slice(b"late too");
+        let err = std::future::poll_fn(|cx| leg.poll_write_from(cx, &mut bytes, 0..8))
+            .await
+            .expect_err("a write in place after the alert");
+        assert_eq!(err.kind(), io::ErrorKind::BrokenPipe, "{err}");
+        let err = peer
+            .read(&mut buf)
+            .await
+            .expect_err("the alert, and only it");
+        assert!(err.to_string().contains("BadRecordMac"), "{err}");
+    }
+}
+
+/// With our TLS 1.3 keys renewed every 8 records, a rustls client reads on across each
+/// KeyUpdate of ours, whichever way the records were sealed.
+#[tokio::test]
+async fn our_tls13_keys_are_renewed_at_the_limit_and_the_peer_reads_on() {
+    let c = configs(TLS13);
+    let (mut leg, mut peer) = tcp_pair(&c).await;
+    leg.limit_records_per_key(8);
+    let down = pattern(400_000, 4);
+    let down2 = down.clone();
+    let peer_side = async move {
+        let mut got = vec![0u8; down2.len()];
+        peer.read_exact(&mut got)
+            .await
+            .expect("peer read across our KeyUpdates");
+        assert!(got == down2);
+    };
+    let leg_side = async {
+        let half = down.len() / 2;
+        write_from_in_pieces(&mut leg, &down[..half], &[100, 16_384, 7, 40_000], 1).await;
+        write_in_records(&mut leg, &down[half..], &[3, 16_384, 20_000]).await;
+        leg.flush().await.expect("leg flush");
+    };
+    tokio::join!(peer_side, leg_side);
+}
+
+/// TLS 1.2 has no key update: at the cipher's limit (lowered to 8 records here) the leg ends the
+/// connection with the close_notify it kept the last record for, and the peer reads everything
+/// sealed before it, then a clean end.
+#[tokio::test]
+async fn a_tls12_connection_is_cut_at_the_key_limit_with_a_close_notify() {
+    for in_place in [false, true] {
+        let c = configs(TLS12);
+        let (mut leg, mut peer) = tcp_pair(&c).await;
+        leg.limit_records_per_key(8);
+        let mut accepted = Vec::new();
+        let mut cut = None;
+        for i in 0..20u8 {
+            let record = pattern(100, i);
+            let written = if in_place {
+                let mut buf = bytes::BytesMut::with_capacity(128);
+                buf.extend_from_slice(&record);
+                std::future::poll_fn(|cx| leg.poll_write_from(cx, &mut buf, 0..100)).await
+            } else {
+                leg.write(&record).await
+            };
+            match written {
+                Ok(n) => {
+                    assert_eq!(n, 100);
+                    accepted.extend_from_slice(&record);
+                }
+                Err(e) => {
+                    cut = Some(e);
+                    break;
+                }
+            }
+        }
+        let cut = cut.expect("the leg stops at the limit");
+        assert!(cut.to_string().contains("TLS 1.2"), "{cut}");
+        // The Finished took the first record; six of data, then the close_notify.
+        assert_eq!(accepted.len(), 6 * 100);
+        let _ = leg.shutdown().await;
+        drop(leg);
+        let mut got = Vec::new();
+        peer.read_to_end(&mut got)
+            .await
+            .expect("a clean end, not a truncation");
+        assert!(got == accepted);
     }
 }
