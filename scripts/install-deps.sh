@@ -3,8 +3,9 @@
 # integration tests start their own mariadbd instances), sysbench (smoke load), HAProxy (the
 # benchmark's comparison point), and the other client libraries tests/other_clients.rs drives:
 # PHP (mysqli, PDO_mysql: mysqlnd), Node.js with mysql2, Perl DBD::MariaDB, Python with PyMySQL and
-# mysql-connector-python; a JDK with Debian's MariaDB Connector/J for tests/java_clients.rs; and
-# chromium (headless) for tests/status_page.rs. The Python and Node libraries go to .test-clients/ in the checkout
+# mysql-connector-python; a JDK with Debian's MariaDB Connector/J for tests/java_clients.rs;
+# gcc and GnuTLS's headers for the GnuTLS client tests/tls_interop.rs compiles; and chromium
+# (headless) for tests/status_page.rs. The Python and Node libraries go to .test-clients/ in the checkout
 # (a venv and an npm prefix; gitignored), never into the system's site-packages.
 # Idempotent: does nothing when all are present.
 #
@@ -45,7 +46,7 @@ done
 [ "${#missing[@]}" -gt 0 ] && packages+=(mariadb-server mariadb-client sysbench)
 have python3 || { missing+=(python3); packages+=(python3); }
 if [ "$PART" = all ]; then
-    tools+=(haproxy php node npm java javac ip nft openssl chromium)
+    tools+=(haproxy php node npm java javac ip nft openssl chromium gcc)
     have haproxy || { missing+=(haproxy); packages+=(haproxy); }
     if ! have php || ! php -r "exit(extension_loaded('mysqli') && extension_loaded('pdo_mysql') ? 0 : 1);" 2>/dev/null; then
         missing+=(php-mysql)
@@ -64,6 +65,11 @@ if [ "$PART" = all ]; then
     # The TLS tests make their certificates with rcgen; tests/other_clients.rs and the load
     # benchmark's TLS paths make theirs with `openssl req`.
     have openssl || { missing+=(openssl); packages+=(openssl); }
+    # tests/tls_interop.rs compiles tests/clients/gnutls_check.c against libgnutls (gnutls-cli
+    # cannot start TLS inside the MySQL protocol).
+    GNUTLS_HEADER=/usr/include/gnutls/gnutls.h
+    have gcc || { missing+=(gcc); packages+=(gcc libc6-dev); }
+    [ -f "$GNUTLS_HEADER" ] || { missing+=(libgnutls28-dev); packages+=(libgnutls28-dev); }
     # tests/keepalive.rs runs the proxy in a network namespace of its own (`ip netns`) and makes a
     # peer vanish by having that namespace's loopback drop every packet (`nft`).
     have ip || { missing+=(ip); packages+=(iproute2); }
@@ -106,6 +112,10 @@ if [ "${#missing[@]}" -gt 0 ]; then
     fi
     if [ "$PART" = all ] && [ ! -f "$JAVA_DRIVER" ]; then
         echo "install-deps: $JAVA_DRIVER still missing after apt-get install" >&2
+        exit 1
+    fi
+    if [ "$PART" = all ] && [ ! -f "$GNUTLS_HEADER" ]; then
+        echo "install-deps: $GNUTLS_HEADER still missing after apt-get install" >&2
         exit 1
     fi
 fi
