@@ -18,7 +18,9 @@ use rustls::unbuffered::{ConnectionState, EncodeError, UnbufferedStatus};
 use rustls_pki_types::CertificateDer;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
-use super::records::{Records, HEADER, MAX_CIPHERTEXT, MAX_RECORD};
+use super::records::{
+    Records, APPLICATION_DATA, CHANGE_CIPHER_SPEC, HEADER, MAX_CIPHERTEXT, MAX_RECORD,
+};
 
 /// What the handshake leaves for the record layer.
 pub struct Accepted {
@@ -37,13 +39,18 @@ fn invalid(e: rustls::Error) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidData, e)
 }
 
-/// Where the record that starts at `at` in `buf` ends, when it is whole. A header longer than
-/// any record ends at itself: rustls refuses it, rather than this waiting for the body.
+/// Where the record that starts at `at` in `buf` ends, when it is whole. What is no TLS record
+/// (a content type or version no record has, a length past any record's: a plaintext probe,
+/// garbage) hands rustls everything read, which refuses it at once with its alert, as it did
+/// before it was given a record at a time.
 fn record_end(buf: &[u8], at: usize) -> Option<usize> {
     let header = buf.get(at..at + HEADER)?;
     let len = usize::from(u16::from_be_bytes([header[3], header[4]]));
-    if len > MAX_CIPHERTEXT {
-        return Some(at + HEADER);
+    if !(CHANGE_CIPHER_SPEC..=APPLICATION_DATA).contains(&header[0])
+        || header[1] != 3
+        || len > MAX_CIPHERTEXT
+    {
+        return Some(buf.len());
     }
     let end = at + HEADER + len;
     (end <= buf.len()).then_some(end)

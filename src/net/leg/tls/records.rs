@@ -25,7 +25,8 @@
 //!   value other than 0 or 1 is illegal_parameter; anything after a KeyUpdate in its record is
 //!   unexpected_message (a key change ends the record, RFC 8446 5.1). The peer may send 32
 //!   KeyUpdates with no application data between, as rustls and BoringSSL allow, plus one for
-//!   each record we sealed meanwhile: a peer may answer every record it reads past its own key
+//!   each record we sealed (a credit its data does not reset: a client that pipelines sends
+//!   its next query before them): a peer may answer every record it reads past its own key
 //!   limit with a KeyUpdate until ours arrives (Java's JSSE does, so a result streamed to it
 //!   draws one per 16 KiB record already on its way), and a budget that ignores our own records
 //!   cuts it off. A peer that sends KeyUpdates to a leg that sends nothing still gets
@@ -36,7 +37,7 @@
 //! Limits: a record's ciphertext at most 2^14 + 256 bytes, its plaintext at most 2^14, and TLS
 //! 1.3's inner plaintext (content, type and padding) at most 2^14 + 1 (RFC 8446 5.2, 5.4):
 //! record_overflow; a TLS 1.3 record with no content type (nothing but padding):
-//! unexpected_message; a record that does not open: bad_record_mac. Sequence numbers never
+//! unexpected_message; a record that does not open or is too short for its tag: bad_record_mac. Sequence numbers never
 //! wrap. Our TLS 1.3 keys are renewed with a KeyUpdate every 2^23 records sealed, far below
 //! AES-GCM's limit (2^24.5, RFC 8446 5.5). TLS 1.2 has no key update: a connection that has
 //! sealed as many records as its AEAD allows under one key (rustls' figure, 2^24 for AES-GCM)
@@ -60,6 +61,7 @@ const TAG: usize = 16;
 /// TLS 1.2 AES-GCM's explicit nonce, carried in each record.
 const EXPLICIT_NONCE: usize = 8;
 
+pub const CHANGE_CIPHER_SPEC: u8 = 20;
 pub const ALERT: u8 = 21;
 pub const HANDSHAKE: u8 = 22;
 pub const APPLICATION_DATA: u8 = 23;
@@ -302,8 +304,9 @@ pub struct Records<K = KernelConnection<ServerConnectionData>> {
     key_updates_left: u64,
     /// close_notify came: nothing after it counts.
     rx_closed: bool,
-    /// We sealed close_notify or a fatal alert: nothing more is sealed.
-    tx_closed: bool,
+    /// We sealed close_notify or a fatal alert: nothing more is sealed, and every seal says
+    /// why (a TLS 1.2 key used up, or the stream closed for writing).
+    tx_closed: Option<RecordError>,
 }
 
 impl Records {
@@ -355,7 +358,7 @@ impl<K: KeySchedule> Records<K> {
             warnings_left: WARNING_ALERTS,
             key_updates_left: KEY_UPDATES,
             rx_closed: false,
-            tx_closed: false,
+            tx_closed: None,
         })
     }
 
@@ -371,7 +374,17 @@ impl<K: KeySchedule> Records<K> {
 
     /// Whether close_notify or a fatal alert of ours is sealed: nothing more will be.
     pub fn write_closed(&self) -> bool {
-        self.tx_closed
+        self.tx_closed.is_some()
+    }
+
+    /// Why nothing more may be sealed, once [`write_closed`](Self::write_closed).
+    pub fn closed_reason(&self) -> RecordError {
+        self.tx_closed.clone().unwrap_or(RecordError::WriteClosed)
+    }
+
+    /// TLS 1.2: our key has sealed all the records it may but the close_notify kept for last.
+    fn key_used_up(&self) -> bool {
+        self.version == Version::Tls12 && self.tx.seq >= self.tx_limit
     }
 
     /// Bytes a record adds around its plaintext.
@@ -383,16 +396,22 @@ impl<K: KeySchedule> Records<K> {
         }
     }
 
-    /// Appends records carrying all of `data` as application data to `out`. When a TLS 1.2
-    /// key is used up, the records that fit are followed by close_notify, and
-    /// [`RecordError::KeyUsedUp`].
-    pub fn seal_data(&mut self, data: &[u8], out: &mut Vec<u8>) -> Result<(), RecordError> {
+    /// Appends records carrying `data` as application data to `out`: how many bytes of it,
+    /// all unless a TLS 1.2 key is used up part way (the rest is refused at the next call). A
+    /// call that finds the key used up seals the close_notify kept for it and returns
+    /// [`RecordError::KeyUsedUp`], so the peer reads whole writes, then a clean end.
+    pub fn seal_data(&mut self, data: &[u8], out: &mut Vec<u8>) -> Result<usize, RecordError> {
         let records = data.len().div_ceil(MAX_PLAINTEXT);
         out.reserve(data.len() + records * self.overhead());
+        let mut sealed = 0;
         for chunk in data.chunks(MAX_PLAINTEXT) {
+            if sealed > 0 && self.key_used_up() {
+                break;
+            }
             self.seal(APPLICATION_DATA, chunk, out)?;
+            sealed += chunk.len();
         }
-        Ok(())
+        Ok(sealed)
     }
 
     /// Appends the alert `description` (fatal, unless it is close_notify) to `out`; nothing is
@@ -404,7 +423,7 @@ impl<K: KeySchedule> Records<K> {
             FATAL
         };
         self.seal(ALERT, &[level, description], out)?;
-        self.tx_closed = true;
+        self.tx_closed = Some(RecordError::WriteClosed);
         Ok(())
     }
 
@@ -414,8 +433,8 @@ impl<K: KeySchedule> Records<K> {
         if self.version != Version::Tls13 {
             return Err(RecordError::Keys("TLS 1.2 has no key update".into()));
         }
-        if self.tx_closed {
-            return Err(RecordError::WriteClosed);
+        if let Some(e) = &self.tx_closed {
+            return Err(e.clone());
         }
         self.seal_raw(HANDSHAKE, &[KEY_UPDATE, 0, 0, 1, u8::from(request)], out)?;
         let (seq, secrets) = self.kernel.next_tx()?;
@@ -427,8 +446,8 @@ impl<K: KeySchedule> Records<K> {
     /// keys first when they have sealed their share or the peer asked.
     #[inline]
     fn seal(&mut self, typ: u8, payload: &[u8], out: &mut Vec<u8>) -> Result<(), RecordError> {
-        if self.tx_closed {
-            return Err(RecordError::WriteClosed);
+        if let Some(e) = &self.tx_closed {
+            return Err(e.clone());
         }
         if self.owe_update || self.tx.seq >= self.tx_limit {
             self.renew_tx(typ, out)?;
@@ -452,6 +471,7 @@ impl<K: KeySchedule> Records<K> {
                 Version::Tls12 if typ == ALERT => {}
                 Version::Tls12 => {
                     self.seal_alert(CLOSE_NOTIFY, out)?;
+                    self.tx_closed = Some(RecordError::KeyUsedUp);
                     return Err(RecordError::KeyUsedUp);
                 }
             }
@@ -494,7 +514,7 @@ impl<K: KeySchedule> Records<K> {
     pub fn seal_data_in_place(&mut self, body: &mut [u8]) -> Result<Option<Framing>, RecordError> {
         let fits =
             body.len() >= self.trailer_room() && body.len() - self.trailer_room() <= MAX_PLAINTEXT;
-        if !fits || self.owe_update || self.tx_closed || self.tx.seq >= self.tx_limit {
+        if !fits || self.owe_update || self.tx_closed.is_some() || self.tx.seq >= self.tx_limit {
             return Ok(None);
         }
         self.seal_body(APPLICATION_DATA, body).map(Some)
@@ -586,7 +606,9 @@ impl<K: KeySchedule> Records<K> {
         };
         match typ {
             APPLICATION_DATA => {
-                self.key_updates_left = KEY_UPDATES;
+                // Credit for our records still on their way stays: a client that pipelines
+                // may answer each with a KeyUpdate after its own data.
+                self.key_updates_left = self.key_updates_left.max(KEY_UPDATES);
                 Ok(Opened::Record {
                     consumed: total,
                     data: range,
@@ -645,8 +667,10 @@ impl<K: KeySchedule> Records<K> {
         if typ != APPLICATION_DATA {
             return Err(RecordError::Unexpected(typ));
         }
-        if body.len() < TAG + 1 {
-            return Err(RecordError::Decode);
+        // Too short for a tag: it cannot decrypt (RFC 8446 5.2); a tag alone decrypts to no
+        // content type, below.
+        if body.len() < TAG {
+            return Err(RecordError::BadRecordMac);
         }
         // The whole inner plaintext, padding included, is bound by the plaintext's limit and
         // its type byte (RFC 8446 5.4); known from the length before decrypting.
@@ -674,8 +698,9 @@ impl<K: KeySchedule> Records<K> {
         body: &mut [u8],
     ) -> Result<(u8, std::ops::Range<usize>), RecordError> {
         let explicit = if self.rx.explicit { EXPLICIT_NONCE } else { 0 };
+        // Too short for its nonce and tag: it cannot decrypt (RFC 5246 6.2.3.3).
         if body.len() < explicit + TAG {
-            return Err(RecordError::Decode);
+            return Err(RecordError::BadRecordMac);
         }
         let plain_len = body.len() - explicit - TAG;
         if plain_len > MAX_PLAINTEXT {

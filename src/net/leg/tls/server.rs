@@ -263,6 +263,20 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Server<S> {
         }
     }
 
+    /// A write once nothing more may be sealed. A TLS 1.2 key used up ends the stream with
+    /// the close_notify it kept for last: it goes out before the error, as the relay drops
+    /// the socket on a write error. Otherwise (our close_notify or fatal alert, whose one
+    /// attempt to be sent was made) the write fails at once.
+    #[cold]
+    #[inline(never)]
+    fn poll_closed(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<usize>> {
+        let reason = self.records.closed_reason();
+        if reason == RecordError::KeyUsedUp {
+            ready!(self.poll_send(cx))?;
+        }
+        Poll::Ready(Err(invalid(reason)))
+    }
+
     /// The stream cannot go on: remembers why and makes one attempt to tell the peer.
     #[cold]
     #[inline(never)]
@@ -432,17 +446,19 @@ impl<S: AsyncRead + AsyncWrite + Unpin> AsyncWrite for Server<S> {
         if this.wbuf.len() - this.sent >= QUEUE_LIMIT {
             ready!(this.poll_send(cx))?;
         }
+        if this.records.write_closed() {
+            return this.poll_closed(cx);
+        }
         this.compact_wbuf();
         let n = buf.len().min(WRITE_CHUNK);
-        if let Err(e) = this.records.seal_data(&buf[..n], &mut this.wbuf) {
-            // A TLS 1.2 key used up sealed a close_notify: one attempt to send it.
-            let _ = this.poll_send(cx);
-            return Poll::Ready(Err(invalid(e)));
-        }
+        let sealed = match this.records.seal_data(&buf[..n], &mut this.wbuf) {
+            Ok(sealed) => sealed,
+            Err(_) => return this.poll_closed(cx),
+        };
         if let Poll::Ready(Err(e)) = this.poll_send(cx) {
             return Poll::Ready(Err(e));
         }
-        Poll::Ready(Ok(n))
+        Poll::Ready(Ok(sealed))
     }
 
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {

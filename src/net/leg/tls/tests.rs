@@ -892,9 +892,16 @@ async fn a_key_update_in_the_flight_of_the_clients_finished_is_answered() {
 /// answers every record it reads with a KeyUpdate asking for ours, each in a record of its own,
 /// until ours arrives. A result streamed to it draws one per record already on its way, with no
 /// application data of its own between: here 64, twice the budget of a peer that sends nothing
-/// but KeyUpdates.
+/// but KeyUpdates. A client that pipelines sends its next query before those KeyUpdates: the
+/// records of ours still on their way keep their credit across its data.
 #[tokio::test]
 async fn key_updates_answering_each_record_read_as_java_sends_them_are_taken() {
+    for pipelined in [false, true] {
+        java_key_updates(pipelined).await;
+    }
+}
+
+async fn java_key_updates(pipelined: bool) {
     let (mut leg, mut peer) = pair(TLS13, true, 4 << 20).await;
     let result = pattern(64 * super::records::MAX_PLAINTEXT, 3);
     leg.write_all(&result).await.expect("leg write");
@@ -902,6 +909,15 @@ async fn key_updates_answering_each_record_read_as_java_sends_them_are_taken() {
     let mut got = vec![0u8; result.len()];
     peer.read_exact(&mut got).await.expect("peer read");
     assert!(got == result);
+    if pipelined {
+        peer.write_all(b"pipelined").await.expect("write");
+        peer.flush().await.expect("flush");
+        let mut query = [0u8; 9];
+        leg.read_exact(&mut query)
+            .await
+            .expect("the pipelined query");
+        assert_eq!(&query, b"pipelined");
+    }
     let TlsStream::Client(client) = &mut peer else {
         panic!("the peer is the client")
     };
@@ -1297,6 +1313,52 @@ async fn our_tls13_keys_are_renewed_at_the_limit_and_the_peer_reads_on() {
     tokio::join!(peer_side, leg_side);
 }
 
+/// A bulk write that reaches a TLS 1.2 key's limit part way, over a pipe too small to hold it:
+/// the leg takes the records before the limit, the next write fails only once the close_notify
+/// is sent, and the peer reads whole records of data, then a clean end.
+#[tokio::test]
+async fn a_tls12_bulk_write_cut_at_the_key_limit_over_a_full_pipe_ends_cleanly() {
+    let (mut leg, mut peer) = pair(TLS12, true, 4096).await;
+    leg.limit_records_per_key(8);
+    let data = pattern(10 * super::records::MAX_PLAINTEXT, 3);
+    let reader = async move {
+        let mut got = Vec::new();
+        peer.read_to_end(&mut got)
+            .await
+            .expect("a clean end, not a truncation");
+        got
+    };
+    let writer = async move {
+        let err = leg.write_all(&data).await.expect_err("cut at the limit");
+        drop(leg);
+        (err, data)
+    };
+    let (got, (err, data)) = tokio::join!(reader, writer);
+    assert!(err.to_string().contains("TLS 1.2"), "{err}");
+    // The Finished took the first record: six whole records of data before the close_notify.
+    assert_eq!(got.len(), 6 * super::records::MAX_PLAINTEXT);
+    assert!(got == data[..got.len()]);
+}
+
+/// Something that is no TLS record (a plaintext probe) is refused at once, not held while the
+/// handshake waits for the rest of a record it announced.
+#[tokio::test]
+async fn a_plaintext_probe_is_refused_at_once() {
+    let c = configs(TLS13);
+    let (mut client_io, server_io) = tokio::io::duplex(4096);
+    client_io
+        .write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .expect("write the probe");
+    let accepted = tokio::time::timeout(
+        std::time::Duration::from_secs(5),
+        TlsSocket::accept(Arc::clone(&c.server), server_io),
+    )
+    .await
+    .expect("an answer without more bytes");
+    assert!(accepted.is_err(), "no handshake from a plaintext probe");
+}
+
 /// TLS 1.2 has no key update: at the cipher's limit (lowered to 8 records here) the leg ends the
 /// connection with the close_notify it kept the last record for, and the peer reads everything
 /// sealed before it, then a clean end.
@@ -1332,7 +1394,8 @@ async fn a_tls12_connection_is_cut_at_the_key_limit_with_a_close_notify() {
         assert!(cut.to_string().contains("TLS 1.2"), "{cut}");
         // The Finished took the first record; six of data, then the close_notify.
         assert_eq!(accepted.len(), 6 * 100);
-        let _ = leg.shutdown().await;
+        // No shutdown: the relay drops a leg whose write failed, so the close_notify must be
+        // on the wire by the time the write says so.
         drop(leg);
         let mut got = Vec::new();
         peer.read_to_end(&mut got)
