@@ -119,6 +119,21 @@ fn each_case() -> [(&'static [&'static SupportedProtocolVersion], bool); 4] {
     [(TLS12, true), (TLS12, false), (TLS13, true), (TLS13, false)]
 }
 
+/// The client peer queues `n` KeyUpdates that ask for the leg's, each in a record of its own
+/// (sent with its next write or flush).
+fn peer_key_updates<S>(peer: &mut TlsStream<S>, n: usize) {
+    let TlsStream::Client(client) = peer else {
+        panic!("the peer is the client")
+    };
+    for _ in 0..n {
+        client
+            .get_mut()
+            .1
+            .refresh_traffic_keys()
+            .expect("peer key update");
+    }
+}
+
 /// Bytes that show where they sit in the stream.
 fn pattern(len: usize, seed: u8) -> Vec<u8> {
     (0..len)
@@ -232,14 +247,7 @@ async fn a_forged_record_is_invalid_data_and_the_peer_gets_an_alert() {
 async fn key_updates_either_way_keep_the_data_flowing() {
     let (mut leg, mut peer) = pair(TLS13, true, 64 * 1024).await;
     for round in 0..3u8 {
-        let TlsStream::Client(client) = &mut peer else {
-            panic!("the peer is the client")
-        };
-        client
-            .get_mut()
-            .1
-            .refresh_traffic_keys()
-            .expect("peer key update");
+        peer_key_updates(&mut peer, 1);
         let sent = pattern(20_000, round);
         peer.write_all(&sent).await.expect("write");
         peer.flush().await.expect("flush");
@@ -918,16 +926,7 @@ async fn java_key_updates(pipelined: bool) {
             .expect("the pipelined query");
         assert_eq!(&query, b"pipelined");
     }
-    let TlsStream::Client(client) = &mut peer else {
-        panic!("the peer is the client")
-    };
-    for _ in 0..64 {
-        client
-            .get_mut()
-            .1
-            .refresh_traffic_keys()
-            .expect("peer key update");
-    }
+    peer_key_updates(&mut peer, 64);
     peer.write_all(b"next query").await.expect("write");
     peer.flush().await.expect("flush");
     let mut query = [0u8; 10];
@@ -949,16 +948,7 @@ async fn java_key_updates(pipelined: bool) {
 #[tokio::test]
 async fn the_33rd_key_update_with_nothing_between_is_unexpected_message() {
     let (mut leg, mut peer) = pair(TLS13, true, 64 * 1024).await;
-    let TlsStream::Client(client) = &mut peer else {
-        panic!("the peer is the client")
-    };
-    for _ in 0..33 {
-        client
-            .get_mut()
-            .1
-            .refresh_traffic_keys()
-            .expect("peer key update");
-    }
+    peer_key_updates(&mut peer, 33);
     peer.write_all(b"late").await.expect("write");
     peer.flush().await.expect("flush");
     let mut buf = [0u8; 4];
