@@ -1222,12 +1222,7 @@ async fn no_data_follows_our_close_notify() {
             .await
             .expect_err("a write after close_notify");
         assert_eq!(err.kind(), io::ErrorKind::BrokenPipe, "{err}");
-        let mut buf = bytes::BytesMut::with_capacity(16);
-        buf.extend_from_slice(b"late too");
-        let err = std::future::poll_fn(|cx| leg.poll_write_from(cx, &mut buf, 0..8))
-            .await
-            .expect_err("a write in place after close_notify");
-        assert_eq!(err.kind(), io::ErrorKind::BrokenPipe, "{err}");
+        write_in_place_is_refused(&mut leg, "close_notify").await;
         let reader = async {
             let mut got = Vec::new();
             peer.read_to_end(&mut got).await.expect("a clean end");
@@ -1237,6 +1232,24 @@ async fn no_data_follows_our_close_notify() {
         shut.expect("shutdown");
         assert!(got == data, "the data, then the end");
     }
+}
+
+/// A write the relay's way (sealed in place) after our close_notify or fatal alert (`after`)
+/// fails with `BrokenPipe`.
+async fn write_in_place_is_refused<S: AsyncRead + AsyncWrite + Unpin>(
+    leg: &mut TlsSocket<S>,
+    after: &str,
+) {
+    let mut buf = bytes::BytesMut::with_capacity(16);
+    buf.extend_from_slice(b"late too");
+    let err = std::future::poll_fn(|cx| leg.poll_write_from(cx, &mut buf, 0..8))
+        .await
+        .expect_err("a write in place is refused");
+    assert_eq!(
+        err.kind(),
+        io::ErrorKind::BrokenPipe,
+        "after {after}: {err}"
+    );
 }
 
 /// Nothing follows our fatal alert either: after a forged record the leg answered with
@@ -1264,12 +1277,7 @@ async fn no_data_follows_our_fatal_alert() {
             .await
             .expect_err("a write after the alert");
         assert_eq!(err.kind(), io::ErrorKind::BrokenPipe, "{err}");
-        let mut bytes = bytes::BytesMut::with_capacity(16);
-        bytes.extend_from_slice(b"late too");
-        let err = std::future::poll_fn(|cx| leg.poll_write_from(cx, &mut bytes, 0..8))
-            .await
-            .expect_err("a write in place after the alert");
-        assert_eq!(err.kind(), io::ErrorKind::BrokenPipe, "{err}");
+        write_in_place_is_refused(&mut leg, "the alert").await;
         let err = peer
             .read(&mut buf)
             .await
