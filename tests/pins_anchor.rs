@@ -99,6 +99,7 @@ CREATE TABLE test.t (a INT PRIMARY KEY AUTO_INCREMENT, b VARCHAR(20));
 INSERT INTO test.t (b) VALUES ('a'), ('b');
 CREATE TABLE test.t2 (a INT PRIMARY KEY AUTO_INCREMENT, b VARCHAR(20));
 INSERT INTO test.t2 (b) VALUES ('c');
+CREATE FULLTEXT INDEX pins_ft ON test.t2 (b);
 CREATE SEQUENCE test.pins_seq;
 CREATE USER 'pins_user'@'localhost';
 ";

@@ -90,6 +90,95 @@ impl ServerConn {
         done
     }
 
+    /// Sets the login's role again after a reset, which keeps the current role (MariaDB
+    /// 10.11): the account's default role as the server lists it for the logged-in user
+    /// (`information_schema.APPLICABLE_ROLES`, `IS_DEFAULT`), else none. Two round trips, only
+    /// for a connection whose session may have changed its role. False when either fails or
+    /// the answer cannot be read: the connection must close.
+    pub async fn restore_role(&mut self, deprecate_eof: bool) -> bool {
+        const DEFAULT_ROLE: &[u8] = b"SELECT ROLE_NAME FROM information_schema.APPLICABLE_ROLES \
+            WHERE IS_DEFAULT = 'YES' AND GRANTEE = CURRENT_USER()";
+        let asked = tokio::time::timeout(
+            std::time::Duration::from_secs(1),
+            self.query_one_value(DEFAULT_ROLE, deprecate_eof),
+        )
+        .await;
+        let role = match asked {
+            Ok(Ok(role)) => role,
+            _ => return false,
+        };
+        let set = match role {
+            Some(name) => {
+                let mut text = b"SET ROLE `".to_vec();
+                for &b in &name {
+                    if b == b'`' {
+                        text.push(b'`');
+                    }
+                    text.push(b);
+                }
+                text.push(b'`');
+                text
+            }
+            None => b"SET ROLE NONE".to_vec(),
+        };
+        self.run(&[(0x03, &set)]).await
+    }
+
+    /// Runs a text query and returns the first column of its first row (None: no row, or
+    /// NULL). Rows past the first are read and dropped.
+    async fn query_one_value(
+        &mut self,
+        text: &[u8],
+        deprecate_eof: bool,
+    ) -> std::io::Result<Option<Vec<u8>>> {
+        use tokio::io::AsyncWriteExt;
+        let len = 1 + text.len();
+        let mut packet = vec![len as u8, (len >> 8) as u8, (len >> 16) as u8, 0, 0x03];
+        packet.extend_from_slice(text);
+        self.leg.write_all(&packet).await?;
+        self.leg.flush().await?;
+        let mut bytes = Vec::new();
+        let mut seq = 1u8;
+        let mut next = |bytes: &mut Vec<u8>| {
+            bytes.clear();
+            let s = seq;
+            seq = seq.wrapping_add(1);
+            s
+        };
+        let s = next(&mut bytes);
+        let at = self.read_packet(&mut bytes, s).await?;
+        let columns = match bytes.get(at) {
+            Some(&n @ 1..=0xFA) => n,
+            _ => return Err(malformed("a role query's answer is no result set")),
+        };
+        for _ in 0..columns {
+            let s = next(&mut bytes);
+            self.read_packet(&mut bytes, s).await?;
+        }
+        if !deprecate_eof {
+            let s = next(&mut bytes);
+            self.read_packet(&mut bytes, s).await?;
+        }
+        let mut value = None;
+        let mut first = true;
+        loop {
+            let s = next(&mut bytes);
+            let at = self.read_packet(&mut bytes, s).await?;
+            let row = &bytes[at..];
+            match row.first() {
+                Some(0xFF) => return Err(malformed("a role query failed")),
+                Some(0xFE) if row.len() < 0xFF_FFFF => return Ok(value),
+                Some(0xFB) if first => {}
+                Some(&n) if first && n < 0xFB => {
+                    value = row.get(1..1 + usize::from(n)).map(<[u8]>::to_vec);
+                }
+                Some(_) if first => return Err(malformed("a role name too long")),
+                _ => {}
+            }
+            first = false;
+        }
+    }
+
     /// Sends a COM_STMT_PREPARE packet (header included; sent with sequence id 0) and reads its
     /// whole answer; `deprecate_eof` as the session negotiated. An I/O error, or an answer the
     /// pool cannot follow, means the connection must close.

@@ -22,7 +22,7 @@ use std::sync::Arc;
 
 use crate::wire::protocol::response::{cmd, Completed};
 use crate::wire::sql::pins::{pins_for, replayable, Pin};
-use crate::wire::sql::Dialect;
+use crate::wire::sql::{reads_diagnostics, Dialect};
 
 /// One statement of a session's replayable state, as the client sent it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -100,6 +100,14 @@ pub struct Holding {
     schema_moved: bool,
     /// The session logged in again as someone (COM_CHANGE_USER).
     user_changed: bool,
+    /// The session may have changed its current role: `SET ROLE`, or a statement the text
+    /// cannot see into (a call, a procedure, a prepared or compound statement, a text too long
+    /// to read). MariaDB's COM_RESET_CONNECTION keeps the current role, so the login's role is
+    /// set again after the reset that recycles such a connection (`ServerConn::restore_role`).
+    role_changed: bool,
+    /// The one COM_QUERY in flight only reads the diagnostics area (`SHOW WARNINGS`, ...),
+    /// which the server keeps through it: what the last response left is kept for the next.
+    reading_diagnostics: bool,
     /// The server may still hold this session's warnings or error, or an id it generated.
     diagnostics: bool,
     /// The server generated an id for this session (`LAST_INSERT_ID()`).
@@ -206,6 +214,7 @@ impl Holding {
         } else {
             pins_for(text, self.dialect).map(Reason::Statement)
         };
+        self.role_changed |= may_change_role(reason, text);
         if command == cmd::STMT_PREPARE {
             // Its executes run this text: what it would leave as a query, they leave (pinned
             // now, as the prepare cannot say which execute will run it; a setting is not
@@ -223,6 +232,8 @@ impl Holding {
             return None;
         }
         self.in_flight += 1;
+        self.reading_diagnostics =
+            self.in_flight == 1 && self.keep_once && reason.is_none() && reads_diagnostics(text);
         let setting = match reason {
             Some(Reason::Statement(Pin::SessionVariable)) => true,
             Some(Reason::Statement(Pin::Schema)) => self.login_schema,
@@ -262,6 +273,11 @@ impl Holding {
     pub fn recyclable(&self, login_schema: &str) -> bool {
         let stranded = login_schema.is_empty() && self.schema_moved;
         !self.user_changed && !stranded
+    }
+
+    /// Whether the session may have changed its current role (see `role_changed`).
+    pub fn role_changed(&self) -> bool {
+        self.role_changed
     }
 
     /// The one COM_QUERY in flight was lost with its server before any answer, and will be
@@ -338,6 +354,12 @@ impl Holding {
 
     /// What every answer says of the transaction and of what the next command may read.
     fn after(&mut self, c: &Completed) {
+        if std::mem::take(&mut self.reading_diagnostics) && c.command == cmd::QUERY && !c.error {
+            // The area it read is still there for the next command (`SHOW COUNT(*) ERRORS`,
+            // then `SHOW ERRORS`); it raised nothing of its own.
+            self.diagnostics = true;
+            return;
+        }
         match c.end {
             Some(end) => {
                 self.in_transaction = end.status & SERVER_STATUS_IN_TRANS != 0;
@@ -364,6 +386,20 @@ impl Holding {
         }
         self.pinned = reason;
         reason
+    }
+}
+
+/// Whether a statement that pins for `reason` may have changed the session's current role
+/// (see `Holding::role_changed`). A `SET` is looked at for the word, in any case, anywhere.
+fn may_change_role(reason: Option<Reason>, text: &[u8]) -> bool {
+    match reason {
+        Some(Reason::LongStatement) => true,
+        Some(Reason::Statement(pin)) => match pin {
+            Pin::Function | Pin::Call | Pin::Prepare | Pin::MultiStatement | Pin::Unknown => true,
+            Pin::SessionVariable => text.windows(4).any(|w| w.eq_ignore_ascii_case(b"ROLE")),
+            _ => false,
+        },
+        _ => false,
     }
 }
 

@@ -134,6 +134,52 @@ pub fn read_only(text: &[u8]) -> bool {
     })
 }
 
+/// True when `text` only reads the diagnostics area the previous statement left: `SHOW
+/// WARNINGS`, `SHOW ERRORS`, `SHOW COUNT(*) WARNINGS` / `ERRORS` (a `LIMIT` after them
+/// allowed), or a `SELECT` of nothing but `@@warning_count` / `@@error_count`. The server keeps
+/// the area through these, so a pooled session that may read it keeps its connection while they
+/// come. A wrong `false` only gives the connection back sooner, as before.
+pub fn reads_diagnostics(text: &[u8]) -> bool {
+    let mut toks = tokens(text).filter(|t| t.kind != TokenKind::Hint);
+    let Some(head) = toks.next() else {
+        return false;
+    };
+    let area = |t: &Token<'_>| t.is_word("WARNINGS") || t.is_word("ERRORS");
+    if head.is_word("SHOW") {
+        let Some(t) = toks.next() else {
+            return false;
+        };
+        if area(&t) {
+            return true;
+        }
+        let counted = t.is_word("COUNT")
+            && toks.next().is_some_and(|t| t.is_operator("("))
+            && toks.next().is_some_and(|t| t.is_operator("*"))
+            && toks.next().is_some_and(|t| t.is_operator(")"));
+        return counted && toks.next().is_some_and(|t| area(&t));
+    }
+    if !head.is_word("SELECT") {
+        return false;
+    }
+    let counter = |t: &Token<'_>| {
+        let name = t.text.strip_prefix(b"@@").unwrap_or_default();
+        let name = match name.get(..8) {
+            Some(p) if p.eq_ignore_ascii_case(b"session.") => &name[8..],
+            _ => name,
+        };
+        name.eq_ignore_ascii_case(b"warning_count") || name.eq_ignore_ascii_case(b"error_count")
+    };
+    let mut any = false;
+    for t in toks {
+        match t.kind {
+            TokenKind::Variable if counter(&t) => any = true,
+            TokenKind::Operator if t.is_operator(",") || t.is_operator(";") => {}
+            _ => return false,
+        }
+    }
+    any
+}
+
 /// The first token that starts the statement: hints, `(` and `;` skipped.
 fn first<'a>(toks: &mut Tokens<'a>) -> Option<Token<'a>> {
     toks.find(|t| !(t.kind == TokenKind::Hint || t.is_operator("(") || t.is_operator(";")))

@@ -86,13 +86,15 @@
 
 mod classify;
 mod digest;
+pub mod functions;
 mod keywords;
 pub mod pins;
 mod reading;
 mod retry;
+pub mod route;
 mod token;
 
-pub use classify::{classify, classify_as, read_only, Statement};
+pub use classify::{classify, classify_as, read_only, reads_diagnostics, Statement};
 pub use digest::{
     digest, digest_cached, digest_remembered, normalize, Digest, DigestCache, RecentShapes,
 };

@@ -21,6 +21,14 @@
 //!   ([`Pin::MultiStatement`]; a trailing `;` alone is one statement, and a `;` inside a
 //!   routine's `BEGIN .. END` counts too).
 //!
+//! - any call pins ([`Pin::Function`]) unless it is of a built-in on the allow-list
+//!   ([`super::functions`]) that leaves no state, by its bare name: a stored function can do
+//!   anything a statement can (set `@v`, take a lock, create a temporary table, `SET ROLE`), and
+//!   a name behind a qualifier (`db.f(`) or in backticks may be one. A `(` after a table's name
+//!   (`INSERT INTO t (a)`, `WITH c (a) AS`) opens a column list, and the `(` of DDL (`CREATE`,
+//!   `ALTER`, `GRANT`, `SHOW`, ...) open column, index and type lists, up to a `SELECT` or
+//!   `WHERE` of `CREATE .. SELECT` / `SHOW .. WHERE`.
+//!
 //! Any other first word is [`Pin::Unknown`]. The reason returned is the first one met reading
 //! left to right (`SET @x = 1` is a user variable, `SET a = @x` a session variable).
 //!
@@ -38,9 +46,9 @@
 //! followed (a comment not closed, an executable comment inside a running one), it is
 //! [`Pin::Unknown`].
 //!
-//! What the text cannot show: a stored function called from a stateless statement (or a
-//! trigger it fires) may set user variables or take user locks; such a function call looks
-//! like any other. A statement such as `SELECT LAST_INSERT_ID()`, `SELECT FOUND_ROWS()` or
+//! What the text cannot show: a view whose column calls a stored function, or a trigger a
+//! write fires, may set user variables or take user locks; `SELECT * FROM v` looks like any
+//! other read. A statement such as `SELECT LAST_INSERT_ID()`, `SELECT FOUND_ROWS()` or
 //! `SHOW WARNINGS` reads what the *previous* statement left; that is the caller's concern
 //! (the previous statement ran on the same connection only if it was pinned or in a
 //! transaction).
@@ -110,6 +118,11 @@ pub enum Pin {
     /// `CONNECTION_ID()`: the session will name this server connection later (`KILL QUERY
     /// <id>` from another connection), so it must stay the one that answers to that id.
     ConnectionId,
+    /// A call of a function the allow-list of built-ins does not know
+    /// ([`super::functions`]): a stored function (or a built-in's name behind a qualifier or
+    /// backticks, which may be one) can set variables, take locks, create temporary tables or
+    /// change the current role, out of the text's sight.
+    Function,
     /// A statement not known to be stateless (compound statements, `FLUSH`, `RESET`, text that
     /// is no statement, ...).
     Unknown,
@@ -117,7 +130,7 @@ pub enum Pin {
 
 impl Pin {
     /// Every reason, in declaration order.
-    pub const ALL: [Pin; 17] = [
+    pub const ALL: [Pin; 18] = [
         Pin::SessionVariable,
         Pin::Schema,
         Pin::UserVariable,
@@ -134,6 +147,7 @@ impl Pin {
         Pin::MultiStatement,
         Pin::Release,
         Pin::ConnectionId,
+        Pin::Function,
         Pin::Unknown,
     ];
 
@@ -156,6 +170,7 @@ impl Pin {
             Pin::MultiStatement => "multi_statement",
             Pin::Release => "release",
             Pin::ConnectionId => "connection_id",
+            Pin::Function => "function",
             Pin::Unknown => "unknown",
         }
     }
@@ -187,7 +202,8 @@ pub fn pins_for(text: &[u8], dialect: Dialect) -> Option<Pin> {
 /// True for `USE` and for a `SET` of session variables, `NAMES` or `CHARACTER SET` whose values
 /// are literals, system variables, `DEFAULT` and a few pure functions of them (`CONCAT`,
 /// `CONCAT_WS`, `REPLACE`, `LOWER`, `UPPER`, `TRIM`, `IFNULL`, `IF`, `COALESCE`). Not for a
-/// one-shot `SET TRANSACTION` (it applies to the next transaction only), `GLOBAL` or `@@global.`
+/// one-shot `SET TRANSACTION` (it applies to the next transaction only), `SET ROLE` (no reset
+/// undoes it), `GLOBAL` or `@@global.`
 /// variables, `PASSWORD`, `DEFAULT ROLE`, user variables, any other function or a subquery (a
 /// value that could differ on the next run), executable comments or a second statement.
 pub fn replayable(text: &[u8]) -> bool {
@@ -230,7 +246,10 @@ fn replayable_as(text: &[u8], reading: Reading) -> bool {
     }
     let mut previous: Option<Token<'_>> = None;
     for (i, t) in all.enumerate() {
+        // `ROLE`: COM_RESET_CONNECTION keeps the current role (MariaDB 10.11), so a
+        // connection cannot be taken back to the login's role by a reset.
         let refused_second = [
+            "ROLE",
             "TRANSACTION",
             "GLOBAL",
             "PASSWORD",
@@ -274,7 +293,7 @@ fn read_all(text: &[u8], reading: Reading) -> Option<Pin> {
 
 /// Settles, without tokenizing, the statements most traffic is made of: a `SELECT`, `INSERT`,
 /// `UPDATE`, `DELETE` or `REPLACE` whose text holds nothing that could start a user variable
-/// (`@`), a second statement (`;`) or a comment the server runs (`/*`), nor, in any case and
+/// (`@`), a second statement (`;`), a call (`(`) or a comment the server runs (`/*`), nor, in any case and
 /// anywhere (inside strings and names too), the letters of a word that pins inside such a
 /// statement (`_LOCK`, `FOUND_ROWS`, `INSERT_ID`, `NEXT`, `PREVIOUS`, `CONNECTION_ID`, and `TVAL`
 /// of the sequence functions). True only where [`read_all`] finds no pin in any reading (a
@@ -355,7 +374,8 @@ fn pair_in_block(run: &[u8; BLOCK + 1]) -> bool {
     hit
 }
 
-/// Whether bytes `a`, `b` may start `@`, `;`, `/*` or a word [`no_pinning_word`] looks for.
+/// Whether bytes `a`, `b` may start `@`, `;`, `(`, `/*` or a word [`no_pinning_word`] looks
+/// for.
 /// `| 0x20` is a letter's lower case (and maps no other byte onto a letter), so a pair of
 /// letters matches in any case; `&` and `|`, not `&&` and `||`, keep it branch-free.
 #[inline(always)]
@@ -363,6 +383,7 @@ fn starts_word(a: u8, b: u8) -> bool {
     let (x, y) = (a | 0x20, b | 0x20);
     (a == b'@')
         | (a == b';')
+        | (a == b'(')
         | ((a == b'/') & (b == b'*'))
         | ((a == b'_') & (y == b'l'))
         | ((x == b'f') & (y == b'o'))
@@ -373,7 +394,7 @@ fn starts_word(a: u8, b: u8) -> bool {
         | ((x == b'c') & (y == b'o'))
 }
 
-/// [`plainly_stateless`]'s byte test, word by word: none of its words (nor `@`, `;`, `/*`)
+/// [`plainly_stateless`]'s byte test, word by word: none of its words (nor `@`, `;`, `(`, `/*`)
 /// starts anywhere in `t`.
 fn no_pinning_word(t: &[u8]) -> bool {
     let at = |i: usize, word: &[u8]| {
@@ -381,7 +402,7 @@ fn no_pinning_word(t: &[u8]) -> bool {
             .is_some_and(|w| w.eq_ignore_ascii_case(word))
     };
     !t.iter().enumerate().any(|(i, &b)| match b {
-        b'@' | b';' => true,
+        b'@' | b';' | b'(' => true,
         b'/' => t.get(i + 1) == Some(&b'*'),
         b'_' => at(i, b"_LOCK"),
         b'F' | b'f' => at(i, b"FOUND_ROWS"),
@@ -442,6 +463,10 @@ fn statement(s: &mut Stream<'_>) -> Result<(), Pin> {
     loop {
         let head = s.head()?;
         let w = |word: &str| head.is_word(word);
+        if NO_CALLS_HEADS.iter().any(|h| w(h)) {
+            s.calls_checked = false;
+            s.calls_from_select = w("CREATE") || w("SHOW");
+        }
         if STATELESS_HEADS.iter().any(|h| w(h)) {
             return s.rest();
         }
@@ -525,6 +550,117 @@ struct Stream<'a> {
     last_insert_id_open: bool,
     /// How far into `NEXT VALUE FOR` / `PREVIOUS VALUE FOR` the last tokens are (0 to 2).
     value_for: u8,
+    /// Calls are held against the allow-list of built-ins; off in DDL, whose `(` open column
+    /// and type lists, until a `SELECT` or `WHERE` where [`Stream::calls_from_select`].
+    calls_checked: bool,
+    /// `CREATE TABLE .. SELECT f()` and `SHOW .. WHERE f()` run calls after those words.
+    calls_from_select: bool,
+    /// What a `(` right after the previous token would open.
+    callee: Option<Callee>,
+    /// The previous token is a `.`: the name after it is qualified.
+    after_dot: bool,
+    /// The next name is a table's or a common table expression's (after `INTO`, `INSERT`,
+    /// `TABLE`, `WITH`, ...), so a `(` after it opens its column list.
+    table_next: bool,
+    /// The previous token is a `)`.
+    after_close: bool,
+    /// The previous token is an unquoted word, and which.
+    previous_word: Option<PreviousWord>,
+}
+
+/// What [`Stream::check`] keeps of the word before the current token.
+#[derive(Clone, Copy)]
+struct PreviousWord {
+    /// `FROM` or `JOIN`: a table (or a table function) comes next.
+    after_from: bool,
+}
+
+fn not_a_word(t: &Token<'_>) -> bool {
+    !matches!(t.kind, TokenKind::Keyword | TokenKind::Identifier)
+}
+
+/// What a name followed by `(` is.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Callee {
+    /// Syntax (`IN (`, `VALUES (`, `DECIMAL(`, `AGAINST (` after `MATCH (..)`), or a built-in
+    /// that leaves no state, whatever comes between it and its `(`.
+    Allowed,
+    /// A built-in that leaves no state, when its `(` follows at once: MariaDB reads
+    /// `sum (1)` or `sum/**/(1)` as a call of a stored function `sum` (for `COUNT`, `SUM`,
+    /// `NOW`, `CAST`, ... whose keyword needs the `(` right after it,
+    /// [`super::functions::needs_adjacent_paren`]).
+    Builtin { end: usize },
+    /// A table's name before its column list.
+    Table,
+    /// Anything else: a stored function may be behind it.
+    Unknown,
+}
+
+/// Words after which the next name is a table's or a common table expression's.
+const BEFORE_TABLE: &[&str] = &[
+    "DELAYED",
+    "HIGH_PRIORITY",
+    "IGNORE",
+    "INSERT",
+    "INTO",
+    "LOW_PRIORITY",
+    "RECURSIVE",
+    "REPLACE",
+    "TABLE",
+    "WITH",
+];
+
+/// First keywords of statements that run no call of their own: the `(` in them open column,
+/// index and type lists (`CREATE TABLE t (a DECIMAL(10, 2))`, `GRANT UPDATE (a) ON t`).
+const NO_CALLS_HEADS: &[&str] = &[
+    "ALTER",
+    "ANALYZE",
+    "BEGIN",
+    "CHECK",
+    "CHECKSUM",
+    "COMMIT",
+    "CREATE",
+    "DROP",
+    "FLUSH",
+    "GRANT",
+    "HELP",
+    "KILL",
+    "OPTIMIZE",
+    "RELEASE",
+    "RENAME",
+    "REPAIR",
+    "REVOKE",
+    "ROLLBACK",
+    "SAVEPOINT",
+    "SHOW",
+    "START",
+    "TRUNCATE",
+];
+
+/// Built-ins a pooled session may call without leaving state on its connection, beyond the
+/// pure ones ([`super::functions::pure_builtin`]): they wait, read what the previous statement
+/// left, or are read for a reason of their own above (`LAST_INSERT_ID(expr)`).
+const STATELESS_IMPURE: &[&str] = &[
+    "BENCHMARK",
+    "FOUND_ROWS",
+    "IS_FREE_LOCK",
+    "IS_USED_LOCK",
+    "LAST_INSERT_ID",
+    "MASTER_GTID_WAIT",
+    "MASTER_POS_WAIT",
+    "RELEASE_ALL_LOCKS",
+    "RELEASE_LOCK",
+    "ROW_COUNT",
+    "SLEEP",
+];
+
+/// Whether a call of `name` (unquoted, unqualified, its `(` right after it) leaves no state on
+/// a pooled connection.
+fn stateless_call(name: &[u8]) -> bool {
+    super::functions::pure_builtin(name)
+        || STATELESS_IMPURE
+            .iter()
+            .any(|f| name.eq_ignore_ascii_case(f.as_bytes()))
 }
 
 impl<'a> Stream<'a> {
@@ -535,6 +671,13 @@ impl<'a> Stream<'a> {
             call: None,
             last_insert_id_open: false,
             value_for: 0,
+            calls_checked: true,
+            calls_from_select: false,
+            callee: None,
+            after_dot: false,
+            table_next: false,
+            after_close: false,
+            previous_word: None,
         }
     }
 
@@ -574,15 +717,32 @@ impl<'a> Stream<'a> {
         if std::mem::take(&mut self.last_insert_id_open) && !t.is_operator(")") {
             return Err(Pin::LastInsertId);
         }
-        match self.call.take() {
+        let callee = self.callee.take();
+        let after_dot = std::mem::take(&mut self.after_dot);
+        let table_next = std::mem::take(&mut self.table_next);
+        let named_call = self.call.take();
+        match named_call {
             Some(call) if t.is_operator("(") => match call {
                 Call::UserLock => return Err(Pin::UserLock),
                 Call::Sequence => return Err(Pin::Sequence),
                 Call::ConnectionId => return Err(Pin::ConnectionId),
+                // `LAST_INSERT_ID(` pins only with an argument, read next.
                 Call::LastInsertId => self.last_insert_id_open = true,
             },
             _ => {}
         }
+        if named_call.is_none() && t.is_operator("(") {
+            let called = match callee {
+                Some(Callee::Unknown) => true,
+                Some(Callee::Builtin { end }) => t.text.as_ptr() as usize != end,
+                _ => false,
+            };
+            if called {
+                return Err(Pin::Function);
+            }
+        }
+        let after_close = std::mem::replace(&mut self.after_close, t.is_operator(")"));
+        let previous_word = std::mem::take(&mut self.previous_word);
         let value_for = std::mem::take(&mut self.value_for);
         // A quoted name before `(` calls the built-in of that name (`` `GET_LOCK`('l', 0) ``).
         let function = match t.kind {
@@ -594,10 +754,47 @@ impl<'a> Stream<'a> {
             _ => {
                 if t.is_operator(";") {
                     self.after_semicolon = true;
+                } else if t.is_operator(".") {
+                    // `db.t (` is still a table's column list; `db.f(` a stored function.
+                    self.after_dot = true;
+                    self.table_next = callee == Some(Callee::Table);
                 }
                 return Ok(());
             }
         };
+        if self.calls_from_select && (t.is_word("SELECT") || t.is_word("WHERE")) {
+            self.calls_checked = true;
+        }
+        if self.calls_checked {
+            let quoted = t.kind == TokenKind::QuotedIdentifier;
+            let bare = !quoted && !after_dot;
+            self.callee = Some(if table_next {
+                Callee::Table
+            } else if bare && super::functions::syntax_paren(t.text) {
+                Callee::Allowed
+            } else if bare && after_close && t.is_word("AGAINST") {
+                // `MATCH (a) AGAINST (..)`: no call can follow a `)` at once.
+                Callee::Allowed
+            } else if bare && previous_word.is_some_and(|w| w.after_from) && t.is_word("JSON_TABLE")
+            {
+                // A table function where a table's name goes.
+                Callee::Allowed
+            } else if bare && stateless_call(t.text) {
+                if super::functions::needs_adjacent_paren(t.text) {
+                    Callee::Builtin {
+                        end: t.text.as_ptr() as usize + t.text.len(),
+                    }
+                } else {
+                    Callee::Allowed
+                }
+            } else {
+                Callee::Unknown
+            });
+            self.table_next = !quoted && BEFORE_TABLE.iter().any(|w| t.is_word(w));
+        }
+        self.previous_word = (!not_a_word(t)).then(|| PreviousWord {
+            after_from: t.is_word("FROM") || t.is_word("JOIN"),
+        });
         let f = |word: &str| function.eq_ignore_ascii_case(word.as_bytes());
         if f("GET_LOCK") || f("SERVICE_GET_READ_LOCKS") || f("SERVICE_GET_WRITE_LOCKS") {
             self.call = Some(Call::UserLock);

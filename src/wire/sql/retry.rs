@@ -6,7 +6,7 @@
 //! changes nothing and whose answer a client cannot tell from the first's qualifies: one
 //! `SELECT` (or `SHOW`, `EXPLAIN`, a `WITH ... SELECT`, a parenthesized `SELECT`) in every
 //! reading the server could take of the text ([`readings`]), with
-//! - no function call but the built-ins of [`PURE`] (a stored function may write, `SLEEP`
+//! - no function call but the pure built-ins of [`super::functions`] (a stored function may write, `SLEEP`
 //!   waits, `GET_LOCK` locks, `NEXTVAL` advances a sequence; a call after a qualifier or in
 //!   backticks may be a stored function of the same name),
 //! - no `NEXT VALUE FOR` / `PREVIOUS VALUE FOR` (MariaDB's sequences),
@@ -20,77 +20,9 @@
 //! Anything else is not retried: the safe answer is the lost connection, as without a pool.
 
 use super::classify::{classify_as, read_only, Statement};
+use super::functions::{pure_builtin, syntax_paren};
 use super::reading::{readings, Dialect};
 use super::token::{tokens_as, Token, TokenKind};
-
-/// Built-in functions without side effects that a read may call (upper case).
-const PURE: &[&str] = &[
-    "ABS",
-    "AVG",
-    "BIT_AND",
-    "BIT_OR",
-    "BIT_XOR",
-    "CAST",
-    "CEIL",
-    "CEILING",
-    "CHAR_LENGTH",
-    "COALESCE",
-    "CONCAT",
-    "CONCAT_WS",
-    "CONVERT",
-    "COUNT",
-    "DATE",
-    "DATE_FORMAT",
-    "DAY",
-    "FLOOR",
-    "FORMAT",
-    "GREATEST",
-    "GROUP_CONCAT",
-    "HEX",
-    "IF",
-    "IFNULL",
-    "ISNULL",
-    "JSON_EXTRACT",
-    "LEAST",
-    "LEFT",
-    "LENGTH",
-    "LOCATE",
-    "LOWER",
-    "LPAD",
-    "LTRIM",
-    "MAX",
-    "MD5",
-    "MIN",
-    "MOD",
-    "MONTH",
-    "NULLIF",
-    "POSITION",
-    "REPLACE",
-    "RIGHT",
-    "ROUND",
-    "RPAD",
-    "RTRIM",
-    "SHA1",
-    "SHA2",
-    "SIGN",
-    "STD",
-    "STDDEV",
-    "SUBSTR",
-    "SUBSTRING",
-    "SUM",
-    "TRIM",
-    "TRUNCATE",
-    "UPPER",
-    "VARIANCE",
-    "YEAR",
-];
-
-/// Keywords a `(` follows in a read's syntax, not a call.
-const SYNTAX: &[&str] = &[
-    "ALL", "AND", "ANY", "AS", "BETWEEN", "BY", "DISTINCT", "ELSE", "EXISTS", "FROM", "HAVING",
-    "IN", "IS", "JOIN", "LIKE", "LIMIT", "NOT", "ON", "OR", "OVER", "SELECT", "SOME", "THEN",
-    "UNION", "USING", "WHEN", "WHERE", "WITH", "XOR",
-];
 
 /// True only when `text` may be sent again to another server after the first was lost before
 /// answering it (see the module's docs).
@@ -120,8 +52,8 @@ pub fn retryable_read(text: &[u8], dialect: Dialect) -> bool {
                             && next.is_some_and(|n| n.is_word("VALUE"));
                         let call_ok = !calls
                             || (!(i > 0 && toks[i - 1].is_operator("."))
-                                && (one_of(t, PURE)
-                                    || t.kind == TokenKind::Keyword && one_of(t, SYNTAX)));
+                                && (pure_builtin(t.text)
+                                    || t.kind == TokenKind::Keyword && syntax_paren(t.text)));
                         !t.is_word("INTO") && !sequence && call_ok
                     }
                     _ => true,
@@ -129,12 +61,6 @@ pub fn retryable_read(text: &[u8], dialect: Dialect) -> bool {
             })
         }
     })
-}
-
-fn one_of(t: &Token<'_>, words: &[&str]) -> bool {
-    words
-        .iter()
-        .any(|w| t.text.eq_ignore_ascii_case(w.as_bytes()))
 }
 
 #[cfg(test)]

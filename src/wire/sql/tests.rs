@@ -618,3 +618,31 @@ fn number() -> impl Strategy<Value = String> {
         "[a-z ]{0,5}".prop_map(|s| format!("'{s}'")),
     ]
 }
+
+#[test]
+fn only_reads_of_the_diagnostics_area_are_read_as_such() {
+    use super::reads_diagnostics;
+    for yes in [
+        "SHOW WARNINGS",
+        "show errors limit 10",
+        "SHOW COUNT(*) WARNINGS",
+        "SHOW COUNT ( * ) ERRORS",
+        "SELECT @@warning_count",
+        "select @@SESSION.error_count, @@warning_count;",
+    ] {
+        assert!(reads_diagnostics(yes.as_bytes()), "{yes}");
+    }
+    for no in [
+        "SELECT 1",
+        "SHOW TABLES",
+        "SHOW COUNT(*) TABLES",
+        "SELECT @@warning_count, a FROM t",
+        "SELECT @@global.warning_count",
+        "SELECT @warning_count",
+        "SELECT @@max_error_count",
+        "GET DIAGNOSTICS @n = NUMBER",
+        "",
+    ] {
+        assert!(!reads_diagnostics(no.as_bytes()), "{no}");
+    }
+}

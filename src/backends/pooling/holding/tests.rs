@@ -299,3 +299,62 @@ fn an_empty_packet_the_server_refused_does_not_pin() {
     assert!(!h.releasable());
     assert!(h.leaves_traces());
 }
+
+#[test]
+fn reads_of_the_diagnostics_area_keep_it_while_they_come() {
+    let mut h = Holding::default();
+    assert_eq!(query(&mut h, "SELECT * FROM missing"), None);
+    h.completed(&Completed {
+        command: cmd::QUERY,
+        error: true,
+        ..Completed::default()
+    });
+    for read in [
+        "SHOW COUNT(*) ERRORS",
+        "SHOW ERRORS",
+        "show warnings limit 5",
+        "SELECT @@error_count, @@session.warning_count",
+    ] {
+        assert!(!h.releasable(), "{read} must still see the error");
+        assert_eq!(query(&mut h, read), None);
+        h.completed(&done(cmd::QUERY, 0));
+    }
+    assert!(!h.releasable(), "the area is still the error's");
+    assert!(h.leaves_traces());
+    // Any other statement is the last to see it.
+    assert_eq!(query(&mut h, "SELECT 1"), None);
+    h.completed(&done(cmd::QUERY, 0));
+    assert!(h.releasable());
+    assert!(h.leaves_traces(), "reset before another session reads it");
+}
+
+#[test]
+fn a_read_of_the_area_with_nothing_in_it_keeps_nothing() {
+    let mut h = Holding::default();
+    assert_eq!(query(&mut h, "SHOW WARNINGS"), None);
+    h.completed(&done(cmd::QUERY, 0));
+    assert!(h.releasable());
+    assert!(!h.leaves_traces());
+}
+
+#[test]
+fn what_may_change_the_role_is_remembered_for_the_reset_at_the_end() {
+    for (text, changes) in [
+        ("SET ROLE r1", true),
+        ("set role none", true),
+        ("SELECT f()", true),
+        ("CALL p()", true),
+        ("EXECUTE IMMEDIATE 'SET ROLE r1'", true),
+        ("SELECT 1; SELECT 2", true),
+        ("SET NAMES latin1", false),
+        ("SET @x = 1", false),
+        ("SELECT GET_LOCK('a', 1)", false),
+        ("CREATE TEMPORARY TABLE t (a INT)", false),
+    ] {
+        let mut h = Holding::new(true);
+        query(&mut h, text);
+        h.completed(&done(cmd::QUERY, 0));
+        assert_eq!(h.role_changed(), changes, "{text}");
+        assert!(h.recyclable("db"), "{text}: recycled, the role set again");
+    }
+}

@@ -75,6 +75,7 @@ impl<'r> Seat<'_, 'r> {
         } else if clean
             && observer.holding.recyclable(&key.schema)
             && reset(pool, &mut held, key, "pinned").await
+            && (!observer.holding.role_changed() || held.restore_role(self.deprecate_eof).await)
         {
             // Its state was the session's alone; reset, it serves the key again (as shared: the
             // session is counted ended before it goes back).

@@ -1,0 +1,177 @@
+//! Where a statement may run when a pool splits reads from writes (`pooling.read_write_split`):
+//! on a replica, or only on the primary. Sans-IO, asked once per transaction by the pooled
+//! session (its first statement decides the whole transaction).
+//!
+//! A replica gets only what is provably a pure read in every reading the server could take of
+//! the text: what [`retryable_read`] sends again after a lost server (one `SELECT`, `WITH ..
+//! SELECT`, `VALUES` or `TABLE`, or an `EXPLAIN`; no call but the pure built-ins of
+//! [`super::functions`]; no `INTO`, user variable, sequence or anything that pins), and on top
+//! of it:
+//! - no locking clause (`FOR UPDATE`, `FOR SHARE`, `LOCK IN SHARE MODE`): a lock is the
+//!   primary's to take, and the retry, which reads it as a read, has no say here;
+//! - no system variable (`@@server_id`, `@@read_only`, `@@gtid_binlog_pos` differ by server:
+//!   an application asking them asks about the server it writes to);
+//! - no `SHOW` (`SHOW MASTER STATUS`, `SHOW PROCESSLIST` answer for one server).
+//!
+//! `START TRANSACTION READ ONLY` opens a transaction the server refuses writes in: it goes to a
+//! replica whole. Everything else goes to the primary, where a session that is unsure runs.
+//! What the text cannot show (a view or trigger that writes) is documented where the split is.
+
+use super::classify::{classify_as, Statement};
+use super::reading::{readings, Dialect};
+use super::retry::retryable_read;
+use super::token::{tokens_as, TokenKind};
+
+/// Where a transaction that starts with a statement may run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Target {
+    /// A pure read in autocommit: any replica (or the primary).
+    Replica,
+    /// `START TRANSACTION READ ONLY`: the whole transaction on one replica.
+    ReadOnlyTransaction,
+    /// Anything else.
+    Primary,
+}
+
+/// Where the transaction `text` starts may run (see the module's docs).
+pub fn target(text: &[u8], dialect: Dialect) -> Target {
+    if read_only_transaction(text, dialect) {
+        return Target::ReadOnlyTransaction;
+    }
+    if !retryable_read(text, dialect) {
+        return Target::Primary;
+    }
+    let Some(all) = readings(text, dialect) else {
+        return Target::Primary;
+    };
+    let replica = all.into_iter().all(|reading| {
+        let kind = classify_as(text, reading);
+        if !matches!(kind, Statement::Select | Statement::Explain) {
+            return false;
+        }
+        let mut previous_for = false;
+        tokens_as(text, reading).all(|t| {
+            let locks =
+                (previous_for && (t.is_word("UPDATE") || t.is_word("SHARE"))) || t.is_word("LOCK");
+            previous_for = t.is_word("FOR");
+            !locks && t.kind != TokenKind::Variable
+        })
+    });
+    if replica {
+        Target::Replica
+    } else {
+        Target::Primary
+    }
+}
+
+/// `START TRANSACTION READ ONLY` (with `WITH CONSISTENT SNAPSHOT` or not) in every reading,
+/// and nothing after it.
+fn read_only_transaction(text: &[u8], dialect: Dialect) -> bool {
+    let Some(all) = readings(text, dialect) else {
+        return false;
+    };
+    all.into_iter().all(|reading| {
+        let mut words = tokens_as(text, reading).filter(|t| t.kind != TokenKind::Hint);
+        let start = words.next().is_some_and(|t| t.is_word("START"))
+            && words.next().is_some_and(|t| t.is_word("TRANSACTION"));
+        if !start {
+            return false;
+        }
+        let mut read_only = false;
+        let mut previous_read = false;
+        for t in words {
+            let ok = t.is_word("READ")
+                || (previous_read && t.is_word("ONLY"))
+                || t.is_word("WITH")
+                || t.is_word("CONSISTENT")
+                || t.is_word("SNAPSHOT")
+                || t.is_operator(",")
+                || t.is_operator(";");
+            if !ok {
+                return false;
+            }
+            read_only |= previous_read && t.is_word("ONLY");
+            previous_read = t.is_word("READ");
+        }
+        read_only
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn route(text: &str) -> Target {
+        target(text.as_bytes(), Dialect::default())
+    }
+
+    #[test]
+    fn pure_reads_in_autocommit_go_to_a_replica() {
+        for text in [
+            "SELECT c FROM sbtest1 WHERE id=5012",
+            "SELECT SUM(k) FROM sbtest1 WHERE id BETWEEN 1 AND 100",
+            "SELECT DISTINCT c FROM sbtest1 WHERE id BETWEEN 1 AND 100 ORDER BY c",
+            "select count(*) from t where a in (1, 2) and exists (select 1 from u)",
+            "WITH x AS (SELECT 1 AS a) SELECT a FROM x",
+            "(SELECT 1) UNION (SELECT 2)",
+            "SELECT NOW(), CONCAT(a, 'x'), COALESCE(b, 0) FROM t",
+            "EXPLAIN SELECT * FROM t",
+            "SELECT 1;",
+        ] {
+            assert_eq!(route(text), Target::Replica, "{text}");
+        }
+    }
+
+    #[test]
+    fn read_only_transactions_go_to_a_replica_whole() {
+        for text in [
+            "START TRANSACTION READ ONLY",
+            "start transaction read only, with consistent snapshot",
+            "START TRANSACTION WITH CONSISTENT SNAPSHOT, READ ONLY",
+        ] {
+            assert_eq!(route(text), Target::ReadOnlyTransaction, "{text}");
+        }
+    }
+
+    #[test]
+    fn everything_else_goes_to_the_primary() {
+        for text in [
+            "INSERT INTO t VALUES (1)",
+            "UPDATE t SET a = 1",
+            "DELETE FROM t",
+            "BEGIN",
+            "START TRANSACTION",
+            "START TRANSACTION READ WRITE",
+            "START TRANSACTION READ ONLY; INSERT INTO t VALUES (1)",
+            "SELECT * FROM t FOR UPDATE",
+            "SELECT * FROM t WHERE id = 1 FOR SHARE",
+            "SELECT * FROM t LOCK IN SHARE MODE",
+            "SELECT @@server_id",
+            "SELECT @@global.gtid_binlog_pos",
+            "SELECT @x",
+            "SELECT f(1)",
+            "SELECT db.count(1)",
+            "SELECT `count`(1)",
+            "SELECT * FROM t WHERE a = f()",
+            "SELECT SLEEP(1)",
+            "SELECT LAST_INSERT_ID()",
+            "SELECT FOUND_ROWS()",
+            "SELECT GET_LOCK('a', 1)",
+            "SELECT NEXTVAL(s)",
+            "SELECT 1 INTO @x",
+            "SELECT * FROM t INTO OUTFILE '/tmp/x'",
+            "SHOW TABLES",
+            "SHOW SLAVE STATUS",
+            "SET autocommit = 0",
+            "CALL p()",
+            "DO 1",
+            "SELECT 1; DELETE FROM t",
+            "/*!DELETE FROM t*/",
+            "SELECT 1 /*!99999 , f(1) */",
+            "SELECT 1 /* unterminated",
+            "",
+        ] {
+            assert_eq!(route(text), Target::Primary, "{text}");
+        }
+    }
+}
