@@ -58,6 +58,7 @@ fn tls_ends() -> TlsEnds {
         compression: false,
         proxy_protocol: None,
         pool: "default".into(),
+        role: None,
     };
     let config = Config {
         tls: Some(ClientTls {

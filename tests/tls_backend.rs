@@ -64,6 +64,7 @@ fn leg(tls: BackendTls, host: &str) -> Arc<BackendTlsConnector> {
         compression: false,
         proxy_protocol: None,
         pool: "default".into(),
+        role: None,
     };
     let config = Config {
         backends: vec![backend],

@@ -11,7 +11,7 @@ use serde::Deserialize;
 
 use super::address::IPV6_QUOTE_HINT;
 use super::tls::RawBackendTls;
-use super::{BackendAddr, BackendConfig, BackendKind, BackendTls, ProxyProtocol};
+use super::{BackendAddr, BackendConfig, BackendKind, BackendTls, ProxyProtocol, Role};
 
 /// The pool of the top-level `backends:` list and of backends given by flags.
 pub const DEFAULT_POOL: &str = "default";
@@ -24,6 +24,7 @@ pub(super) struct RawBackendMap {
     weight: Option<u32>,
     #[serde(rename = "type")]
     kind: Option<BackendKind>,
+    role: Option<Role>,
     tls: Option<RawBackendTls>,
     compression: Option<bool>,
     proxy_protocol: Option<ProxyProtocol>,
@@ -43,7 +44,7 @@ impl<'de> Deserialize<'de> for RawBackend {
             type Value = RawBackend;
             fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
                 f.write_str(
-                    "a backend address string or a map with `address`, `name`, `weight`, `type`",
+                    "a backend address string or a map with `address`, `name`, `weight`, `type`, `role`",
                 )
             }
             fn visit_str<E: de::Error>(self, v: &str) -> Result<RawBackend, E> {
@@ -63,19 +64,22 @@ impl<'de> Deserialize<'de> for RawBackend {
 
 impl RawBackend {
     pub(super) fn into_backend(self, tls: &BackendTls, compression: bool) -> BackendConfig {
-        let (address, name, weight, kind, own_tls, own_compression, proxy_protocol) = match self {
-            RawBackend::Short(address) => (address, None, None, None, None, None, None),
-            RawBackend::Full(m) => (
-                m.address,
-                m.name,
-                m.weight,
-                m.kind,
-                m.tls,
-                m.compression,
-                m.proxy_protocol,
-            ),
-        };
+        let (address, name, weight, kind, role, own_tls, own_compression, proxy_protocol) =
+            match self {
+                RawBackend::Short(address) => (address, None, None, None, None, None, None, None),
+                RawBackend::Full(m) => (
+                    m.address,
+                    m.name,
+                    m.weight,
+                    m.kind,
+                    m.role,
+                    m.tls,
+                    m.compression,
+                    m.proxy_protocol,
+                ),
+            };
         let mut b = BackendConfig::new(address, name, weight, kind.unwrap_or_default());
+        b.role = super::roles::declared(role, kind);
         b.tls = own_tls.unwrap_or_default().over(tls);
         b.compression = own_compression.unwrap_or(compression);
         b.proxy_protocol = proxy_protocol;
@@ -99,6 +103,7 @@ impl BackendConfig {
             compression: false,
             proxy_protocol: None,
             pool: DEFAULT_POOL.to_owned(),
+            role: None,
         }
     }
 }

@@ -23,6 +23,7 @@ mod pooling;
 mod pools;
 mod proxy_protocol;
 mod raw;
+mod roles;
 mod secret;
 mod tls;
 
@@ -35,7 +36,7 @@ pub use instances::{parse_instance_id, InstanceConfig, Peer, PeerTemplate, PeerU
 pub use keepalive::TcpKeepalive;
 pub use kill::KillConfig;
 pub use lifecycle::LifecycleConfig;
-pub use pooling::{Pooling, PoolingMode};
+pub use pooling::{CausalReads, Pooling, PoolingMode};
 pub use pools::{ConnectMode, PoolConfig, RouteConfig};
 pub use proxy_protocol::ProxyProtocol;
 pub use secret::Secret;
@@ -91,6 +92,21 @@ pub struct BackendConfig {
     /// The pool it belongs to: [`DEFAULT_POOL`] for `backends:` and command-line backends, else
     /// its `pools:` key.
     pub pool: String,
+    /// Its role in a replication cluster; None in a pool without roles (see `roles.rs`).
+    pub role: Option<Role>,
+}
+
+/// A backend's role in a replication cluster (`role:`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    /// Takes the pool's writes.
+    Primary,
+    /// Takes reads only; a write is refused before it reaches it.
+    Replica,
+    /// Whatever the server says in each health check: writable (`@@read_only = 0`) is the
+    /// primary, read-only a replica.
+    Auto,
 }
 
 /// A backend's role, MySQL Proxy's `BACKEND_TYPE_RW` / `BACKEND_TYPE_RO`.
@@ -503,6 +519,8 @@ impl Config {
     /// backends, and `default_pool` (see [`Config::pools`]).
     pub fn validate(mut self) -> Result<Config, ConfigError> {
         self.complete_pools();
+        self.validate_roles()?;
+        roles::resolve(&mut self.backends);
         self.validate_listen()?;
         self.validate_pools()?;
         self.validate_backends()?;

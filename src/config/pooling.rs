@@ -37,6 +37,28 @@ pub struct Pooling {
     /// of its key another client logged in (the operator's statement that every backend of the
     /// pool has the same accounts: replicas of one primary, a Galera cluster).
     pub across_backends: bool,
+    /// Each transaction goes where its first statement may run: a pure read in autocommit to a
+    /// replica, everything else to the pool's primary (`wire::sql::route`). Needs roles in the
+    /// pool and `across_backends`.
+    pub read_write_split: bool,
+    /// What a read sent to a replica must see (with `read_write_split`).
+    pub causal_reads: CausalReads,
+    /// How long a read waits for a replica to apply what it must see before it goes to the
+    /// primary instead.
+    pub causal_timeout: Duration,
+}
+
+/// Which writes a read sent to a replica must see (`pooling.causal_reads`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CausalReads {
+    /// Whatever the replica has applied.
+    None,
+    /// The session's own writes (read-your-writes).
+    #[default]
+    Session,
+    /// Every write committed through this proxy's pool before the read began.
+    Global,
 }
 
 impl Default for Pooling {
@@ -47,6 +69,9 @@ impl Default for Pooling {
             idle_timeout: Duration::from_secs(60),
             wait_timeout: Duration::from_secs(5),
             across_backends: false,
+            read_write_split: false,
+            causal_reads: CausalReads::default(),
+            causal_timeout: Duration::from_secs(1),
         }
     }
 }
@@ -69,6 +94,10 @@ pub(super) struct RawPooling {
     #[serde(default, with = "humantime_serde")]
     wait_timeout: Option<Duration>,
     across_backends: Option<bool>,
+    read_write_split: Option<bool>,
+    causal_reads: Option<CausalReads>,
+    #[serde(default, with = "humantime_serde")]
+    causal_timeout: Option<Duration>,
 }
 
 impl RawPooling {
@@ -83,7 +112,17 @@ impl RawPooling {
             idle_timeout: self.idle_timeout.unwrap_or(d.idle_timeout),
             wait_timeout: self.wait_timeout.unwrap_or(d.wait_timeout),
             across_backends: self.across_backends.unwrap_or(d.across_backends),
+            read_write_split: self.read_write_split.unwrap_or(d.read_write_split),
+            causal_reads: self.causal_reads.unwrap_or(d.causal_reads),
+            causal_timeout: self.causal_timeout.unwrap_or(d.causal_timeout),
         };
+        if pooling.read_write_split && !pooling.across_backends {
+            return Err(ConfigError::invalid(
+                format!("{key}.read_write_split"),
+                "needs `mode: transaction` and `across_backends: true`: a transaction goes to \
+                 the backend its first statement may run on, on a connection of its user there",
+            ));
+        }
         if pooling.across_backends && !pooling.shares() {
             return Err(ConfigError::invalid(
                 format!("{key}.across_backends"),
@@ -101,6 +140,7 @@ impl RawPooling {
         for (field, value) in [
             ("idle_timeout", pooling.idle_timeout),
             ("wait_timeout", pooling.wait_timeout),
+            ("causal_timeout", pooling.causal_timeout),
         ] {
             if value.is_zero() {
                 return Err(ConfigError::invalid(

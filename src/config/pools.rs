@@ -80,6 +80,8 @@ impl Config {
             ConnectMode::Immediate => false,
             ConnectMode::Auto => {
                 self.routes.iter().any(RouteConfig::needs_identity)
+                    // A split places each login by its user (`proxy/session/connect.rs`).
+                    || self.pools.iter().any(|p| p.pooling.read_write_split)
                     || self.backends.iter().any(|b| b.address.is_blockable())
             }
         }

@@ -164,6 +164,7 @@ impl Config {
         kind: BackendKind,
     ) -> BackendConfig {
         let mut b = BackendConfig::new(address, None, None, kind);
+        b.role = super::roles::declared(None, Some(kind));
         b.tls = self.backend_tls.clone();
         b.compression = self.backend_compression;
         b

@@ -52,6 +52,7 @@ fn minimal_yaml_takes_defaults_for_everything_else() {
                 compression: false,
                 proxy_protocol: None,
                 pool: "default".into(),
+                role: None,
             }],
             pools: vec![PoolConfig {
                 name: "default".into(),
@@ -120,6 +121,7 @@ fn shorthand_backend_string_gets_address_as_name_and_weight_one() {
             compression: false,
             proxy_protocol: None,
             pool: "default".into(),
+            role: None,
         }]
     );
 }
@@ -1463,6 +1465,7 @@ fn pooling_applies_to_its_pool_and_the_top_level_one_to_default_however_its_back
         compression: false,
         proxy_protocol: None,
         pool: DEFAULT_POOL.into(),
+        role: None,
     });
     let flags = flags.validate().unwrap();
     assert_eq!(flags.pools[0].pooling.mode, PoolingMode::Transaction);

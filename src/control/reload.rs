@@ -256,6 +256,7 @@ mod tests {
             compression: false,
             proxy_protocol: None,
             pool: "default".into(),
+            role: None,
         }
     }
 

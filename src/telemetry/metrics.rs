@@ -107,6 +107,7 @@ struct BackendFamilies {
     ejected: IntGaugeVec,
     session_failures: IntCounterVec,
     replication_lag: GaugeVec,
+    role_changes: IntCounterVec,
 }
 
 // Every name, help text and label set below is fixed and valid, so creation cannot fail at run
@@ -193,6 +194,12 @@ impl BackendFamilies {
                 &["backend", "kind"],
             ),
             replication_lag: GaugeVec::new(replication_lag, backend).expect("valid metric"),
+            role_changes: int_counter_vec(
+                "backend_role_changes_total",
+                "Times a health check found a backend with `role:` (auto, or configured) \
+                 writable after read-only or the other way round.",
+                backend,
+            ),
         }
     }
 
@@ -209,6 +216,7 @@ impl BackendFamilies {
             Box::new(self.ejected.clone()),
             Box::new(self.session_failures.clone()),
             Box::new(self.replication_lag.clone()),
+            Box::new(self.role_changes.clone()),
         ]
     }
 }
@@ -412,6 +420,14 @@ impl Metrics {
                 let _ = lag.remove_label_values(&[backend]);
             }
         }
+    }
+
+    /// A health check found `backend` writable after read-only, or the other way round.
+    pub fn role_changed(&self, backend: &str) {
+        self.backends
+            .role_changes
+            .with_label_values(&[backend])
+            .inc();
     }
 
     /// A certificate's expiry: `leg` is `client` (served to clients; `backend` is ""),

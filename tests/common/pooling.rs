@@ -20,6 +20,7 @@ pub fn transaction_mode(config: &mut Config, max: usize, idle: Duration, wait: D
             idle_timeout: idle,
             wait_timeout: wait,
             across_backends: false,
+            ..Pooling::default()
         },
     }];
 }

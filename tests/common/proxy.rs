@@ -50,6 +50,7 @@ pub fn config(backends: &[String]) -> Config {
                     compression: false,
                     proxy_protocol: None,
                     pool: "default".into(),
+                    role: None,
                 }
             })
             .collect(),

@@ -12,6 +12,7 @@ mod greeting;
 pub mod latency;
 pub mod least_conn;
 pub mod pools;
+pub mod roles;
 mod rotation;
 pub use rotation::Health;
 pub(crate) use rotation::Rotation;
@@ -71,6 +72,8 @@ pub struct Backend {
     pub pool: String,
     pub address: BackendAddr,
     pub kind: BackendKind,
+    /// Its role in a replication cluster (see `roles`).
+    pub role: roles::BackendRole,
     /// Mutable so a reload can change it while sessions keep the same backend (and its counts).
     weight: AtomicU32,
     /// Position in the set (a script's `backend_ndx` minus one); a reload may move it.
@@ -352,6 +355,7 @@ impl BackendSet {
                         b.name == c.name
                             && b.address == c.address
                             && b.kind == c.kind
+                            && b.role.configured() == c.role
                             && b.pool == c.pool
                     })
                 });
@@ -369,6 +373,7 @@ impl BackendSet {
                             address: c.address.clone(),
                             weight: AtomicU32::new(c.weight),
                             kind: c.kind,
+                            role: roles::BackendRole::new(c.role),
                             index: AtomicUsize::new(index),
                             seen_up: AtomicBool::new(false),
                             down: AtomicBool::new(false),

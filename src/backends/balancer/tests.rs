@@ -19,6 +19,7 @@ pub(super) fn configs(n: u16) -> Vec<BackendConfig> {
             compression: false,
             proxy_protocol: None,
             pool: "default".into(),
+            role: None,
         })
         .collect()
 }
@@ -60,6 +61,7 @@ fn with_checks_a_failed_connect_needs_passes_to_come_back() {
         compression: false,
         proxy_protocol: None,
         pool: "default".into(),
+        role: None,
     }];
     let s = BackendSet::new(&configs, Duration::from_secs(1), true, &Metrics::new());
     let b = &s.backends()[0];
@@ -126,6 +128,7 @@ fn weighted(weights: &[u32], policy: Policy) -> BackendSet {
             compression: false,
             proxy_protocol: None,
             pool: "default".into(),
+            role: None,
         })
         .collect();
     let config = BalancerConfig {
@@ -426,4 +429,46 @@ fn a_connect_in_progress_counts_for_the_next_choice_and_a_failed_one_gives_it_ba
     assert_eq!(first.stats.connections.get(), 1);
     drop(lease);
     assert_eq!(first.active(), 0);
+}
+
+#[test]
+fn a_pool_has_one_primary_or_none_takes_writes() {
+    use crate::backends::balancer::roles::Primary;
+    use crate::config::Role;
+    let mut configs = configs(3);
+    configs[0].role = Some(Role::Auto);
+    configs[1].role = Some(Role::Auto);
+    configs[2].role = Some(Role::Replica);
+    let s = BackendSet::new(&configs, Duration::from_secs(1), true, &Metrics::new());
+    let pool = s.pool("default").unwrap();
+    let [a, b, c] = [&s.backends()[0], &s.backends()[1], &s.backends()[2]];
+    // Nothing checked yet: no primary, no writes anywhere.
+    assert!(matches!(pool.primary(), Primary::None));
+    assert!(!pool.takes_writes(a) && !pool.takes_writes(c));
+    assert!(a.role.observe(false), "a change");
+    assert!(!a.role.observe(false), "the same");
+    b.role.observe(true);
+    assert!(matches!(pool.primary(), Primary::One(p) if p.name == a.name));
+    assert!(pool.takes_writes(a) && !pool.takes_writes(b) && !pool.takes_writes(c));
+    assert!(pool.why_no_writes(c).contains(&a.name));
+    // A switchover half done: both writable, neither takes writes, and both are named.
+    b.role.observe(false);
+    assert!(matches!(pool.primary(), Primary::Several(ref all) if all.len() == 2));
+    assert!(!pool.takes_writes(a) && !pool.takes_writes(b));
+    let why = pool.why_no_writes(a);
+    assert!(why.contains(&a.name) && why.contains(&b.name), "{why}");
+    // The old primary goes read-only: the new one takes writes.
+    a.role.observe(true);
+    assert!(pool.takes_writes(b) && !pool.takes_writes(a));
+    // Lost: it says nothing any more.
+    b.role.forget();
+    assert!(matches!(pool.primary(), Primary::None));
+}
+
+#[test]
+fn a_pool_without_roles_takes_writes_everywhere() {
+    let s = BackendSet::new(&configs(2), Duration::from_secs(1), true, &Metrics::new());
+    let pool = s.pool("default").unwrap();
+    assert!(!pool.has_roles());
+    assert!(s.backends().iter().all(|b| pool.takes_writes(b)));
 }

@@ -14,7 +14,9 @@ use crate::config::{BackendAddr, HealthCheckConfig};
 /// ER_PARSE_ERROR: the server does not know `SHOW REPLICA STATUS` (MariaDB < 10.5, MySQL < 8.0.22).
 const ER_PARSE_ERROR: u16 = 1064;
 
-const SELECT_1: &str = "SELECT 1";
+/// The login's query: the server answers a statement, and says whether it takes writes (a
+/// pool's roles follow it, `balancer::roles`).
+const SELECT_READ_ONLY: &str = "SELECT @@read_only";
 const SHOW_REPLICA_STATUS: &str = "SHOW REPLICA STATUS";
 
 /// A passed check.
@@ -24,10 +26,12 @@ pub struct CheckOk {
     pub replication_lag: Option<Duration>,
     /// The greeting as the server sent it (deferred connects greet clients with it).
     pub greeting: Vec<u8>,
+    /// `@@read_only`, when the check logged in.
+    pub read_only: Option<bool>,
 }
 
-/// One check of one backend: connect and read the greeting; with `cfg.user`, log in and run
-/// `SELECT 1`; with `cfg.max_replication_lag`, also judge replication (a server that is not a
+/// One check of one backend: connect and read the greeting; with `cfg.user`, log in and read
+/// `@@read_only`; with `cfg.max_replication_lag`, also judge replication (a server that is not a
 /// replica passes). Everything together must finish within `cfg.timeout`.
 pub async fn check_backend(
     address: &BackendAddr,
@@ -98,8 +102,12 @@ async fn check_stages(
         greeting,
         ..CheckOk::default()
     };
-    *stage = Stage::Query(SELECT_1);
-    conn.query(SELECT_1).await?;
+    *stage = Stage::Query(SELECT_READ_ONLY);
+    let answer = conn.query(SELECT_READ_ONLY).await?;
+    ok.read_only = answer.rows.first().and_then(|row| row.first()).map(|v| {
+        v.as_deref()
+            .is_some_and(|v| v != "0" && !v.eq_ignore_ascii_case("OFF"))
+    });
     if let Some(limit) = cfg.max_replication_lag {
         let status = replica_status(&mut conn, stage).await?;
         ok.replication_lag = evaluate_replication(&status, limit)?;

@@ -193,6 +193,7 @@ fn two_backends() -> BackendSet {
             compression: false,
             proxy_protocol: None,
             pool: "default".into(),
+            role: None,
         })
         .collect();
     BackendSet::new(&configs, Duration::from_secs(1), false, &Metrics::new())

@@ -437,6 +437,12 @@ pub fn backends_json(state: &ProxyState, recent: &Recent) -> serde_json::Value {
                 "weight": b.weight(),
                 "admin_state": b.admin_state().as_str(),
                 "type": match b.kind { crate::config::BackendKind::Rw => "rw", crate::config::BackendKind::Ro => "ro" },
+                "role": b.role.describe(),
+                "read_only": match b.role.seen() {
+                    crate::backends::balancer::roles::Seen::Unknown => None,
+                    seen => Some(seen == crate::backends::balancer::roles::Seen::ReadOnly),
+                },
+                "takes_writes": state.backends().pool(&b.pool).is_some_and(|p| p.takes_writes(b)),
                 "active_connections": b.active(),
                 "total_connections": b.stats.connections_total.get(),
                 "connect_errors": b.stats.connect_errors.get(),

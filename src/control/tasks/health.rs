@@ -9,8 +9,9 @@ use std::sync::Arc;
 use tokio::time::{Instant, MissedTickBehavior};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
-use tracing::{debug, info, warn};
+use tracing::{debug, error, info, warn};
 
+use crate::backends::balancer::roles::Primary;
 use crate::backends::balancer::{Backend, Transition};
 use crate::backends::health::{check_backend_with, CheckError};
 use crate::config::HealthCheckConfig;
@@ -101,6 +102,9 @@ async fn check_loop(
                 debug!(backend = %backend.name, lag = ?ok.replication_lag, "health check passed");
                 backend.learn_raw_greeting(&ok.greeting, state.session.strip);
                 backend.latency.check_round_trip(started.elapsed());
+                if let Some(read_only) = ok.read_only {
+                    follow_role(&state, &backend, read_only);
+                }
                 None
             }
             Err(e) => {
@@ -113,16 +117,55 @@ async fn check_loop(
             .backends()
             .record_check(&backend, error, cfg.fall, cfg.rise)
         {
-            Some(Transition::WentDown) => warn!(
-                backend = %backend.name,
-                reason = reason.as_deref().unwrap_or(""),
-                "backend down: {} failed health checks in a row", cfg.fall
-            ),
+            Some(Transition::WentDown) => {
+                warn!(
+                    backend = %backend.name,
+                    reason = reason.as_deref().unwrap_or(""),
+                    "backend down: {} failed health checks in a row", cfg.fall
+                );
+                // A lost server says nothing of its role: an `auto` primary that went down
+                // takes no writes, and a replica promoted meanwhile is the one primary.
+                backend.role.forget();
+            }
             Some(Transition::CameUp) => info!(
                 backend = %backend.name,
                 "backend up: {} passed health checks in a row", cfg.rise
             ),
             None => {}
         }
+    }
+}
+
+/// A passed check read `@@read_only`: the backend's role follows it (`role: auto`), and a
+/// change is logged and counted, with the pool's primary as it now stands.
+fn follow_role(state: &ProxyState, backend: &Arc<Backend>, read_only: bool) {
+    if !backend.role.observe(read_only) || backend.role.configured().is_none() {
+        return;
+    }
+    state.metrics.role_changed(&backend.name);
+    let set = state.backends();
+    let Some(pool) = set.pool(&backend.pool) else {
+        return;
+    };
+    let role = backend.role.describe().unwrap_or("none");
+    match pool.primary() {
+        Primary::Several(all) => {
+            let names: Vec<&str> = all.iter().map(|b| b.name.as_str()).collect();
+            error!(
+                backend = %backend.name,
+                read_only,
+                pool = %pool.name,
+                writable = %names.join(", "),
+                "more than one backend of the pool is writable: none takes writes until one is read-only"
+            );
+        }
+        Primary::One(p) => info!(
+            backend = %backend.name, read_only, role, pool = %pool.name, primary = %p.name,
+            "backend role changed"
+        ),
+        Primary::None | Primary::Any => warn!(
+            backend = %backend.name, read_only, role, pool = %pool.name,
+            "backend role changed: the pool has no writable primary now"
+        ),
     }
 }

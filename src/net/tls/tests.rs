@@ -49,6 +49,7 @@ fn backend(name: &str, address: BackendAddr, tls: BackendTls) -> BackendConfig {
         compression: false,
         proxy_protocol: None,
         pool: "default".into(),
+        role: None,
     }
 }
 

@@ -21,6 +21,7 @@ fn backends(kinds: &[BackendKind]) -> Vec<BackendConfig> {
             compression: false,
             proxy_protocol: None,
             pool: "default".into(),
+            role: None,
         })
         .collect()
 }

@@ -35,6 +35,7 @@ async fn fixture(limit: usize, closes: bool) -> Fixture {
         idle_timeout: Duration::from_secs(60),
         wait_timeout: Duration::from_secs(5),
         across_backends: false,
+        ..Pooling::default()
     };
     let pool = pools.of("default", "b1", pooling);
     let key = pools.key(KeyData {
