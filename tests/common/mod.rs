@@ -14,6 +14,7 @@ pub mod pooling;
 pub mod pp;
 pub mod proxy;
 pub mod rawclient;
+pub mod replication;
 pub mod scripts;
 pub mod steps;
 pub mod sysbench;
