@@ -272,7 +272,8 @@ pub struct HealthCheckConfig {
     pub fall: u32,
     /// Consecutive successes that put a down backend back.
     pub rise: u32,
-    /// When set, the check logs in (mysql_native_password) and runs `SELECT 1`.
+    /// When set, the check logs in (mysql_native_password) and reads `@@read_only` (a pool's
+    /// roles follow it).
     pub user: Option<String>,
     /// `password`, or the content of `password_file` once [`Config::validate`] has read it.
     pub password: Option<Secret>,

@@ -239,7 +239,7 @@ impl<O: Observer + Steering> Hooks for Upstream<'_, O> {
         let mut held = self.scan_from(buf, 0)?;
         // Stopped before a prepared-statement command the observer can rewrite in place: it
         // goes on, and so does the scan, from there.
-        while self.tracker.paused() {
+        while self.tracker.paused() && !self.tracker.pauses_every_command() {
             let start = buf.len() - held;
             if !self.observer.resume_statement(&mut buf[start..]) {
                 break;

@@ -64,6 +64,18 @@ impl<'a> ClientInfo<'a> {
     }
 }
 
+/// Which backends a transaction of a pool that splits reads from writes may run on (see
+/// [`BackendSet::transaction_order_for`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Want {
+    /// Any: the pool does not split.
+    Any,
+    /// The pool's primary only.
+    Primary,
+    /// A replica, else the primary.
+    Replica,
+}
+
 /// One server behind the proxy.
 #[derive(Debug)]
 pub struct Backend {
@@ -531,16 +543,47 @@ impl BackendSet {
         pool: &'p Pool,
         up: &mut Vec<&'p Arc<Backend>>,
     ) {
+        self.transaction_order_for(now, pool, up, Want::Any);
+    }
+
+    /// [`transaction_order`](Self::transaction_order) for a transaction of a pool that splits
+    /// reads from writes: only its primary ([`Want::Primary`]), or its replicas in the policy's
+    /// order and the primary last ([`Want::Replica`]: a read goes to the primary when no
+    /// replica has a connection for it).
+    pub fn transaction_order_for<'p>(
+        &self,
+        now: Instant,
+        pool: &'p Pool,
+        up: &mut Vec<&'p Arc<Backend>>,
+        want: Want,
+    ) {
         up.clear();
         let at = self.rotation.nanos_since_epoch(now);
-        up.extend(
-            pool.members
-                .iter()
-                .filter(|b| b.admin_state() == AdminState::Ready && self.rotation.is_up_at(b, at)),
-        );
+        let ready = |b: &&Arc<Backend>| {
+            b.admin_state() == AdminState::Ready && self.rotation.is_up_at(b, at)
+        };
+        let primary = match want {
+            Want::Any => None,
+            Want::Primary | Want::Replica => match pool.primary() {
+                roles::Primary::One(p) => Some(p),
+                _ => None,
+            },
+        };
+        match want {
+            Want::Any => up.extend(pool.members.iter().filter(ready)),
+            Want::Primary => up.extend(primary.filter(ready)),
+            Want::Replica => {
+                up.extend(pool.members.iter().filter(ready).filter(|b| {
+                    primary.is_none_or(|p| !Arc::ptr_eq(p, b)) && b.role.serves_reads()
+                }))
+            }
+        }
         if !up.is_empty() {
             let first = self.policy_pick(pool.policy, &pool.next_transaction, up);
             up.rotate_left(first);
+        }
+        if want == Want::Replica {
+            up.extend(primary.filter(ready));
         }
     }
 

@@ -75,6 +75,15 @@ impl BackendRole {
         }
     }
 
+    /// Whether it may take a read of a split: a replica, configured or as its server says.
+    pub fn serves_reads(&self) -> bool {
+        match self.configured {
+            Some(Role::Replica) => true,
+            Some(Role::Auto) => self.seen() == Seen::ReadOnly,
+            _ => false,
+        }
+    }
+
     /// Its role now, for the status page: `primary`, `replica`, `unknown`, or None without roles.
     pub fn describe(&self) -> Option<&'static str> {
         Some(match self.configured? {

@@ -46,6 +46,7 @@ const MAX_STATE_BYTES: usize = 16 * 1024;
 pub const TEXT_LIMIT: usize = 64 * 1024;
 
 const SERVER_STATUS_IN_TRANS: u16 = 0x0001;
+const SERVER_STATUS_AUTOCOMMIT: u16 = 0x0002;
 const SERVER_STATUS_CURSOR_EXISTS: u16 = 0x0040;
 const SERVER_SESSION_STATE_CHANGED: u16 = 0x4000;
 
@@ -105,6 +106,9 @@ pub struct Holding {
     /// to read). MariaDB's COM_RESET_CONNECTION keeps the current role, so the login's role is
     /// set again after the reset that recycles such a connection (`ServerConn::restore_role`).
     role_changed: bool,
+    /// The server's last answer said autocommit is off: every statement opens a transaction
+    /// (a split sends the session's statements to the primary).
+    autocommit_off: bool,
     /// The one COM_QUERY in flight only reads the diagnostics area (`SHOW WARNINGS`, ...),
     /// which the server keeps through it: what the last response left is kept for the next.
     reading_diagnostics: bool,
@@ -275,6 +279,16 @@ impl Holding {
         !self.user_changed && !stranded
     }
 
+    /// Whether the server said autocommit is off in its last answer.
+    pub fn autocommit_off(&self) -> bool {
+        self.autocommit_off
+    }
+
+    /// Whether the server says a transaction is open.
+    pub fn in_transaction(&self) -> bool {
+        self.in_transaction
+    }
+
     /// Whether the session may have changed its current role (see `role_changed`).
     pub fn role_changed(&self) -> bool {
         self.role_changed
@@ -363,6 +377,7 @@ impl Holding {
         match c.end {
             Some(end) => {
                 self.in_transaction = end.status & SERVER_STATUS_IN_TRANS != 0;
+                self.autocommit_off = end.status & SERVER_STATUS_AUTOCOMMIT == 0;
                 self.keep_once = end.warnings > 0 || end.insert_id > 0 || c.affected > 0;
                 self.diagnostics |= end.warnings > 0;
                 self.insert_id |= end.insert_id > 0;

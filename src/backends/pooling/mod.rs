@@ -148,6 +148,13 @@ pub enum PoolError {
          USE that succeeded before failed when run again, or the connection failed); reconnect"
     )]
     Replay,
+    /// A pool that splits reads from writes has no primary to take this transaction (or the
+    /// session's user has no connection there), after waiting `waited` for one.
+    #[error("{why} (waited {waited:?})")]
+    NoPrimary {
+        why: String,
+        waited: std::time::Duration,
+    },
 }
 
 /// One backend's shared connections.

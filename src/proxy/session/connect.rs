@@ -178,6 +178,7 @@ pub(super) type LoginSlot = LoginPermit;
 /// In a pool across backends, a login whose user is known (deferred connect) goes first to the
 /// backend in rotation with the fewest connections of its user and schema, a full pool last:
 /// each user's connections come to cover the backends, so its sessions can move to any of them.
+/// A split pool's primary goes first while the user has none there.
 /// The policy's order breaks ties; a script's `connect_server()` choice is kept as it is.
 fn spread_logins(
     ctx: &Context<'_>,
@@ -197,12 +198,16 @@ fn spread_logins(
         .take_while(|b| b.admin_state() == AdminState::Ready && ctx.set.is_up(b, now))
         .count();
     let schema = client.default_db.unwrap_or_default();
-    candidates[..in_rotation].sort_by_cached_key(|b| match ctx.state.server_pools.get(&b.name) {
-        Some(p) => {
-            let (n, full) = p.connections_of(user, schema);
-            (full, n)
-        }
-        None => (false, 0),
+    // In a pool that splits reads from writes, the primary comes first while its user has no
+    // connection there: its writes need one, and only a login makes it.
+    let split = pool.pooling.read_write_split;
+    candidates[..in_rotation].sort_by_cached_key(|b| {
+        let (n, full) = match ctx.state.server_pools.get(&b.name) {
+            Some(p) => p.connections_of(user, schema),
+            None => (0, false),
+        };
+        let needed = split && n == 0 && pool.takes_writes(b);
+        (full, !needed, n)
     });
 }
 

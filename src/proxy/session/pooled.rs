@@ -48,12 +48,14 @@ use crate::wire::protocol::errors::code;
 use crate::wire::protocol::response::{Completed, Tracker};
 use across::{take_across, Places};
 use prepared::{Front, Ran};
+use split::{Before, Split};
 
 mod across;
 mod client;
 mod prepared;
 mod returning;
 mod settle;
+mod split;
 
 /// How a session joins its backend's pool once logged in.
 pub(super) struct Joined<'r> {
@@ -103,8 +105,15 @@ where
         .set
         .pool(&lease.backend().pool)
         .filter(|p| p.pooling.across_backends);
+    let split = across
+        .filter(|p| p.pooling.read_write_split)
+        .map(|p| Split {
+            want: crate::backends::balancer::Want::Primary,
+            on_replica: !p.takes_writes(lease.backend()),
+        });
     let mut seat = Seat {
         across,
+        split,
         lease,
         registration: joined.registration,
         avoid: None,
@@ -139,6 +148,8 @@ struct Seat<'a, 'r> {
     /// The session's pool, when it shares connections across its backends: each transaction
     /// may run on another backend (see `across`).
     across: Option<&'r Pool>,
+    /// Where its transactions run when the pool splits reads from writes (see `split`).
+    split: Option<Split>,
     /// The session's count in its backend's active sessions: it follows the session's moves.
     lease: &'a mut Lease,
     registration: Option<&'r kill::Registration<'r>>,
@@ -219,6 +230,9 @@ impl<'r> Seat<'_, 'r> {
     where
         C: AsyncRead + AsyncWrite + Unpin,
     {
+        if self.split.is_some() {
+            self.read_head(ctx, client).await?;
+        }
         // An empty packet is a command with no command byte: relayed like any other (the
         // server answers it with an ERR); the byte after its header is the next packet's.
         let front = front.unwrap_or_else(|| command::command(&self.up));
@@ -235,6 +249,11 @@ impl<'r> Seat<'_, 'r> {
         } else {
             None
         };
+        if self.split.is_some() {
+            if let Before::Refused = self.before_command(ctx, client, front.as_ref()).await? {
+                return Ok(());
+            }
+        }
         // A transaction begins here: the session takes a connection for this command.
         let fresh = self.conn.is_none();
         if fresh && !self.begin(ctx, client, front.as_ref()).await? {
@@ -258,7 +277,12 @@ impl<'r> Seat<'_, 'r> {
                 (true, Some(_)) => self.retry_candidate(),
                 _ => None,
             };
-            tracker.pause_statements(statement);
+            if self.split.is_some_and(|s| s.on_replica) {
+                // Each command on a replica is asked where it may run (see `split`).
+                tracker.pause_after_one();
+            } else {
+                tracker.pause_statements(statement);
+            }
             self.observer.read = (0, 0);
             client_waits = match self.relay(client, tracker, draining).await {
                 Ok(waits) => waits,
@@ -301,13 +325,17 @@ impl<'r> Seat<'_, 'r> {
         if let Some(pool) = self.across {
             // As below, across the pool's backends: an idle connection in the session's
             // settings is taken without an await.
-            return match self.idle_across(ctx, pool) {
+            let took = match self.idle_across(ctx, pool) {
                 Some(got) if got.carries(self.observer.holding.state()) => {
                     self.hold_moved(ctx, got);
                     Ok(true)
                 }
                 got => self.take_conn(ctx, client, front, got.map(Ok)).await,
             };
+            if self.split.is_some() {
+                self.note_where(pool);
+            }
+            return took;
         }
         // Most transactions find an idle connection in the session's settings: taken without a
         // wait, a clock read or a future of the pool's.
@@ -355,6 +383,7 @@ impl<'r> Seat<'_, 'r> {
     {
         let key = self.observer.key;
         let state = self.observer.holding.state();
+        let want = self.want();
         let got = match (self.across, tried) {
             // An idle one `idle_across` found, to be brought to the session's settings.
             (Some(_), Some(Ok(got))) => bring_to(got, key, state).await,
@@ -365,7 +394,7 @@ impl<'r> Seat<'_, 'r> {
                     known: &mut self.pools,
                     order: &mut self.order,
                 };
-                take_across(ctx, pool, places, key, state).await
+                take_across(ctx, pool, places, key, state, want).await
             }
             (None, tried) => take(&self.pool, key, ctx.worker, state, tried).await,
         };

@@ -16,6 +16,11 @@ pub mod code {
     pub const NET_PACKETS_OUT_OF_ORDER: u16 = 1156;
     /// ER_SECURE_TRANSPORT_REQUIRED: a plaintext TCP client where TLS is required.
     pub const SECURE_TRANSPORT_REQUIRED: u16 = 3159;
+    /// ER_OPTION_PREVENTS_STATEMENT: what a `read_only` server answers a write; a write that
+    /// finds no primary to run on.
+    pub const OPTION_PREVENTS_STATEMENT: u16 = 1290;
+    /// ER_CANT_EXECUTE_IN_READ_ONLY_TRANSACTION: a command a session's replica may not take.
+    pub const READ_ONLY_TRANSACTION: u16 = 1792;
 }
 
 /// Every message the proxy writes starts with this, so users can tell ours from the server's.
@@ -60,6 +65,7 @@ pub fn sqlstate_for(code: u16) -> &'static str {
         code::HANDSHAKE_ERROR | code::NET_PACKETS_OUT_OF_ORDER | code::NET_PACKET_TOO_LARGE => {
             "08S01"
         }
+        code::READ_ONLY_TRANSACTION => "25006",
         _ => "HY000",
     }
 }

@@ -64,6 +64,33 @@ pub fn target(text: &[u8], dialect: Dialect) -> Target {
     }
 }
 
+/// Whether a statement may run on the replica a session's transaction is on: a pure read
+/// ([`Target::Replica`]), or the end of that transaction or a savepoint in it (`COMMIT`,
+/// `ROLLBACK`, `SAVEPOINT`, `RELEASE SAVEPOINT`, `ROLLBACK TO`), in every reading. Anything
+/// else (a write, DDL, which would commit the read-only transaction first and run alone) is
+/// kept off the replica.
+pub fn replica_may_continue(text: &[u8], dialect: Dialect) -> bool {
+    if target(text, dialect) == Target::Replica {
+        return true;
+    }
+    if super::pins::pins_for(text, dialect).is_some() {
+        return false;
+    }
+    let Some(all) = readings(text, dialect) else {
+        return false;
+    };
+    all.into_iter().all(|reading| {
+        matches!(
+            classify_as(text, reading),
+            Statement::Commit
+                | Statement::Rollback
+                | Statement::RollbackToSavepoint
+                | Statement::Savepoint
+                | Statement::ReleaseSavepoint
+        )
+    })
+}
+
 /// `START TRANSACTION READ ONLY` (with `WITH CONSISTENT SNAPSHOT` or not) in every reading,
 /// and nothing after it.
 fn read_only_transaction(text: &[u8], dialect: Dialect) -> bool {
@@ -130,6 +157,30 @@ mod tests {
             "START TRANSACTION WITH CONSISTENT SNAPSHOT, READ ONLY",
         ] {
             assert_eq!(route(text), Target::ReadOnlyTransaction, "{text}");
+        }
+    }
+
+    #[test]
+    fn a_transaction_on_a_replica_takes_reads_and_its_end_only() {
+        let may = |t: &str| replica_may_continue(t.as_bytes(), Dialect::default());
+        for yes in [
+            "SELECT a FROM t",
+            "COMMIT",
+            "ROLLBACK",
+            "SAVEPOINT s",
+            "ROLLBACK TO s",
+        ] {
+            assert!(may(yes), "{yes}");
+        }
+        for no in [
+            "INSERT INTO t VALUES (1)",
+            "CREATE TABLE t2 (a INT)",
+            "SELECT f()",
+            "COMMIT; INSERT INTO t VALUES (1)",
+            "COMMIT RELEASE",
+            "SET autocommit = 0",
+        ] {
+            assert!(!may(no), "{no}");
         }
     }
 

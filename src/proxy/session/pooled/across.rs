@@ -17,7 +17,7 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tracing::{debug, info};
 
 use super::{bring_to, take, Seat};
-use crate::backends::balancer::{Backend, Pool};
+use crate::backends::balancer::{Backend, Pool, Want};
 use crate::backends::kill;
 use crate::backends::pooling::{BackendPool, Held, Key, PoolError};
 use crate::net::leg::LegStream;
@@ -58,6 +58,7 @@ impl<'r> Seat<'_, 'r> {
     /// The first idle connection of its key over `pool`'s backends in rotation (see
     /// [`idle_across`]).
     pub(super) fn idle_across(&mut self, ctx: &Context<'r>, pool: &'r Pool) -> Option<Held> {
+        let want = self.want();
         let mut places = Places {
             home: &self.pool,
             avoid: self.avoid.as_ref(),
@@ -65,7 +66,7 @@ impl<'r> Seat<'_, 'r> {
             order: &mut self.order,
         };
         let (key, state) = (self.observer.key, self.observer.holding.state());
-        idle_across(ctx, pool, &mut places, key, state)
+        idle_across(ctx, pool, &mut places, key, state, want)
     }
 
     /// A copy of the command at the front of the client's buffer when it is one whole COM_QUERY
@@ -179,9 +180,14 @@ pub(super) async fn take_across<'r>(
     places: Places<'_, 'r>,
     key: &Key,
     state: &crate::backends::pooling::State,
+    want: Want,
 ) -> Result<Held, PoolError> {
     let mut places = places;
-    if let Some(got) = idle_across(ctx, pool, &mut places, key, state) {
+    if want == Want::Primary {
+        // A switchover or a promotion under way: the transaction waits for the new primary.
+        super::split::wait_for_primary(pool, pool.pooling.wait_timeout).await?;
+    }
+    if let Some(got) = idle_across(ctx, pool, &mut places, key, state, want) {
         return bring_to(got, key, state).await;
     }
     // None idle: where to wait, among the pools of the order `idle_across` wrote.
@@ -204,9 +210,19 @@ pub(super) async fn take_across<'r>(
         .find(|p| Arc::ptr_eq(p, home) && p.has_connections(key))
         .or_else(|| pools.iter().find(|p| p.has_connections(key)))
         .copied();
+    // A split's transaction waits only where it may run.
+    let home_fits = want == Want::Any || pools.iter().any(|p| Arc::ptr_eq(p, home));
     match (wait_on, avoid) {
         (Some(p), _) => take(p, key, ctx.worker, state, None).await,
-        (None, None) => take(home, key, ctx.worker, state, None).await,
+        (None, None) if home_fits => take(home, key, ctx.worker, state, None).await,
+        (None, None) => Err(PoolError::NoPrimary {
+            why: format!(
+                "user '{}' has no server connection on the primary of pool {}: only a login \
+                 makes one; reconnect",
+                key.user, pool.name
+            ),
+            waited: std::time::Duration::ZERO,
+        }),
         // Nowhere else to wait: the pool says so as it does when a key's connections are gone.
         (None, Some(lost)) => Err(PoolError::Starved {
             user: key.user.clone(),
@@ -225,6 +241,7 @@ pub(super) fn idle_across<'r>(
     places: &mut Places<'_, 'r>,
     key: &Key,
     state: &crate::backends::pooling::State,
+    want: Want,
 ) -> Option<Held> {
     let Places {
         avoid,
@@ -233,7 +250,8 @@ pub(super) fn idle_across<'r>(
         ..
     } = places;
     let avoid = *avoid;
-    ctx.set.transaction_order(Instant::now(), pool, order);
+    ctx.set
+        .transaction_order_for(Instant::now(), pool, order, want);
     let order: &[&Arc<Backend>] = order;
     for b in order {
         let i = b.index();

@@ -112,21 +112,34 @@ enum Pause {
     On,
     /// The next one goes through (it was handled already), then `On`.
     AfterFirst,
+    /// The next command goes through, whatever it is, then the scan stops before any other
+    /// (`Every`): a pool that splits reads from writes decides where each command of a session
+    /// on a replica may run before it is relayed.
+    AllAfterFirst,
+    Every,
 }
 
 impl Pause {
     /// Whether the scan stops before whole command packet `command`.
     fn stops(&mut self, command: u8) -> bool {
+        match *self {
+            Pause::AllAfterFirst => {
+                *self = Pause::Every;
+                return false;
+            }
+            Pause::Every => return true,
+            _ => {}
+        }
         if !is_statement_command(command) {
             return false;
         }
         match *self {
-            Pause::Off => false,
-            Pause::On => true,
+            Pause::On | Pause::Every => true,
             Pause::AfterFirst => {
                 *self = Pause::On;
                 false
             }
+            Pause::Off | Pause::AllAfterFirst => false,
         }
     }
 
@@ -138,7 +151,8 @@ impl Pause {
             // The command byte is not here yet, or it is a statement command other than the one
             // let through (which passes whole or in parts).
             Pause::On => partial.get(4).is_none_or(|&c| is_statement_command(c)),
-            Pause::AfterFirst => partial.len() < 5,
+            Pause::AfterFirst | Pause::AllAfterFirst => partial.len() < 5,
+            Pause::Every => true,
         }
     }
 }
@@ -192,6 +206,20 @@ impl Tracker {
             Pause::On
         };
         self.paused = false;
+    }
+
+    /// From now on the client scan lets the next command through and stops before any other
+    /// (held back as [`pause_statements`](Self::pause_statements) holds a statement command):
+    /// a session on a replica's connection is asked where each command may run.
+    pub fn pause_after_one(&mut self) {
+        self.pause = Pause::AllAfterFirst;
+        self.paused = false;
+    }
+
+    /// Whether the scan stops before every command after one (see
+    /// [`pause_after_one`](Self::pause_after_one)).
+    pub fn pauses_every_command(&self) -> bool {
+        matches!(self.pause, Pause::AllAfterFirst | Pause::Every)
     }
 
     /// True when the last client scan stopped before a prepared-statement command.

@@ -1,0 +1,167 @@
+//! One address for a MariaDB GTID replication cluster (`pooling.read_write_split`): a primary
+//! and two `read_only` replicas started by the harness (`common::replication`), their roles
+//! followed from `@@read_only` (`role: auto`), and sessions of a user without `READ ONLY
+//! ADMIN` (`app`) and of one with it (`bench`, `ALL`): writes run on the primary, pure reads
+//! on the replicas, no client sees an error, and no write ever lands on a replica (no GTID of a
+//! replica's own server id in any binary log, which a privileged user's write there would
+//! leave, as it did before the split: the cluster forked).
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::mariadb::{BENCH_PASS, BENCH_USER};
+use common::pooling::transaction_mode;
+use common::proxy::{config, TestProxy};
+use common::replication::{com_select, own_gtids, Cluster, APP_PASS, APP_USER};
+use mysql_async::prelude::*;
+use mysql_lb::backends::balancer::roles::Primary;
+use mysql_lb::config::{HealthCheckConfig, Role, Secret};
+
+/// A proxy over `cluster` whose default pool splits reads from writes, its backends' roles
+/// followed from the servers (checked every 100 ms).
+fn split_proxy(cluster: &Cluster) -> TestProxy {
+    let mut c = config(&cluster.addrs());
+    for b in &mut c.backends {
+        b.role = Some(Role::Auto);
+    }
+    c.health_check = HealthCheckConfig {
+        interval: Duration::from_millis(100),
+        timeout: Duration::from_secs(1),
+        fall: 2,
+        rise: 1,
+        user: Some(BENCH_USER.to_owned()),
+        password: Some(Secret::new(BENCH_PASS)),
+        ..HealthCheckConfig::default()
+    };
+    transaction_mode(&mut c, 50, Duration::from_secs(60), Duration::from_secs(5));
+    c.pools[0].pooling.across_backends = true;
+    c.pools[0].pooling.read_write_split = true;
+    TestProxy::start_with(c)
+}
+
+/// Waits until the proxy's default pool has the cluster's primary as its one primary.
+async fn wait_roles(proxy: &TestProxy, cluster: &Cluster) {
+    let want = cluster.primary().tcp_addr();
+    let started = Instant::now();
+    loop {
+        let set = proxy.state.backends();
+        let pool = set.pool("default").expect("the default pool");
+        let replicas_known = pool
+            .members()
+            .iter()
+            .filter(|b| b.name != want)
+            .all(|b| b.role.serves_reads());
+        if matches!(pool.primary(), Primary::One(p) if p.name == want) && replicas_known {
+            return;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "roles not followed within 10 s"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+async fn login(proxy: &TestProxy, user: &str, pass: &str) -> mysql_async::Conn {
+    let opts = mysql_async::OptsBuilder::from_opts(proxy.opts(user, pass)).db_name(Some("app"));
+    mysql_async::Conn::new(opts)
+        .await
+        .unwrap_or_else(|e| panic!("{user} logs in through the proxy: {e}"))
+}
+
+/// Every replica's binary log holds no GTID of its own server id: no write ran there.
+fn no_write_on_a_replica(cluster: &Cluster) {
+    for r in cluster.replicas() {
+        let own = own_gtids(r);
+        assert!(own.is_empty(), "{} took writes: {own:?}", r.name);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn writes_run_on_the_primary_reads_on_the_replicas_and_no_write_reaches_a_replica() {
+    let cluster = Cluster::start("rws-basic", 2).await;
+    cluster
+        .exec(
+            0,
+            "CREATE TABLE app.kv (id INT PRIMARY KEY, v INT, who VARCHAR(16)) ENGINE=InnoDB",
+        )
+        .await;
+    cluster.wait_caught_up().await;
+    let proxy = split_proxy(&cluster);
+    wait_roles(&proxy, &cluster).await;
+
+    // Six sessions of each user: logins spread over the three servers, some on a replica.
+    let mut sessions = Vec::new();
+    for i in 0..12 {
+        let (user, pass) = if i % 2 == 0 {
+            (APP_USER, APP_PASS)
+        } else {
+            (BENCH_USER, BENCH_PASS)
+        };
+        sessions.push((user, login(&proxy, user, pass).await));
+    }
+    let before: Vec<u64> = cluster.servers().iter().map(com_select).collect();
+    let mut errors = Vec::new();
+    for round in 0..20 {
+        for (i, (user, conn)) in sessions.iter_mut().enumerate() {
+            let id = i as i32 * 1000 + round;
+            let steps = [
+                format!("INSERT INTO kv VALUES ({id}, {round}, '{user}')"),
+                format!("UPDATE kv SET v = v + 1 WHERE id = {id}"),
+                "SELECT COUNT(*) FROM kv".to_owned(),
+                format!("SELECT v FROM kv WHERE id = {}", id - 1),
+                "BEGIN".to_owned(),
+                format!("SELECT v FROM kv WHERE id = {id} FOR UPDATE"),
+                format!("UPDATE kv SET v = v + 1 WHERE id = {id}"),
+                "COMMIT".to_owned(),
+            ];
+            for sql in &steps {
+                if let Err(e) = conn.query_drop(sql).await {
+                    errors.push(format!("{user} session {i}: {sql}: {e}"));
+                }
+            }
+        }
+    }
+    assert!(errors.is_empty(), "{} errors: {errors:#?}", errors.len());
+    // A read-only transaction runs on a replica whole; a write in it is refused, and not on
+    // the replica.
+    let (_, conn) = &mut sessions[1];
+    conn.query_drop("START TRANSACTION READ ONLY")
+        .await
+        .unwrap();
+    let n: Option<u64> = conn.query_first("SELECT COUNT(*) FROM kv").await.unwrap();
+    assert!(n.is_some());
+    let refused = conn
+        .query_drop("INSERT INTO kv VALUES (999999, 0, 'ro')")
+        .await
+        .expect_err("a write in a read-only transaction");
+    assert!(
+        matches!(&refused, mysql_async::Error::Server(e) if e.code == 1792),
+        "{refused}"
+    );
+    conn.query_drop("COMMIT").await.unwrap();
+
+    let after: Vec<u64> = cluster.servers().iter().map(com_select).collect();
+    let selects: Vec<u64> = after.iter().zip(&before).map(|(a, b)| a - b).collect();
+    eprintln!("Com_select per server (primary first): {selects:?}");
+    // 12 sessions x 20 rounds x 2 autocommit reads: the first right after an UPDATE runs on
+    // the primary (the session keeps its connection for the command after changed rows, which
+    // may read `ROW_COUNT()`), the second (240) may run on a replica; the `FOR UPDATE` (240)
+    // runs on the primary. The health checks add about 10 a second to every server alike.
+    let on_replicas: u64 = selects[1..].iter().sum();
+    assert!(on_replicas >= 200, "reads on the replicas: {selects:?}");
+    assert!(selects[1..].iter().all(|&n| n > 50), "{selects:?}");
+    for (_, conn) in sessions {
+        conn.disconnect().await.unwrap();
+    }
+    cluster.wait_caught_up().await;
+    no_write_on_a_replica(&cluster);
+    // Every write ran, once, on the primary: 12 x 20 rows, each updated twice.
+    let rows = cluster
+        .primary()
+        .root_query("SELECT COUNT(*), SUM(v) FROM app.kv");
+    let want_sum: i32 = (0..20).map(|r| (r + 2) * 12).sum();
+    assert_eq!(rows.trim(), format!("240\t{want_sum}"));
+    assert!(!own_gtids(cluster.primary()).is_empty());
+}
