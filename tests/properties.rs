@@ -6,6 +6,8 @@
 #[allow(dead_code)]
 #[path = "../fuzz/src/checks.rs"]
 mod checks;
+#[path = "../fuzz/src/gtid_pos.rs"]
+mod gtid_pos_checks;
 #[path = "../fuzz/src/pooled_front.rs"]
 mod pooled_front_checks;
 #[path = "../fuzz/src/proxy_in.rs"]
@@ -1192,7 +1194,7 @@ proptest! {
 #[test]
 fn fuzz_seeds_and_crash_reproducers_pass_the_checks() {
     type Check = fn(&[u8]);
-    let targets: [(&str, Check); 9] = [
+    let targets: [(&str, Check); 10] = [
         ("codec", checks::codec),
         ("compress", checks::compress),
         ("greeting", checks::greeting),
@@ -1202,6 +1204,7 @@ fn fuzz_seeds_and_crash_reproducers_pass_the_checks() {
         ("sql_digest", sql_digest_checks::sql_digest),
         ("pooled_front", pooled_front_checks::pooled_front),
         ("tls_records", tls_records_checks::tls_records),
+        ("gtid_pos", gtid_pos_checks::gtid_pos),
     ];
     let mut failed = Vec::new();
     for (target, check) in targets {
@@ -1282,5 +1285,30 @@ proptest! {
         cut in 0usize..32,
     ) {
         tls_records_checks::tls_records(&mutated(&seeds("tls_records"), pick, &edits, cut));
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// MariaDB GTID positions
+
+proptest! {
+    #![proptest_config(config(300))]
+
+    /// The fuzz target's check (errors say where, round trips, merge and covers on itself) on
+    /// any bytes.
+    #[test]
+    fn gtid_pos_check_holds_for_any_bytes(data in vec(any::<u8>(), 0..128)) {
+        gtid_pos_checks::gtid_pos(&data);
+    }
+
+    /// The same on mutated seeds: positions captured from MariaDB, whitespace around commas,
+    /// the largest numbers, 1024 and 1025 domains, and broken ones.
+    #[test]
+    fn gtid_pos_check_holds_for_mutated_seeds(
+        pick in any::<usize>(),
+        edits in vec((any::<usize>(), any::<u8>()), 0..4),
+        cut in 0usize..16,
+    ) {
+        gtid_pos_checks::gtid_pos(&mutated(&seeds("gtid_pos"), pick, &edits, cut));
     }
 }

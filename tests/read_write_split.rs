@@ -16,11 +16,16 @@ use common::proxy::{config, TestProxy};
 use common::replication::{com_select, own_gtids, Cluster, APP_PASS, APP_USER};
 use mysql_async::prelude::*;
 use mysql_lb::backends::balancer::roles::Primary;
-use mysql_lb::config::{HealthCheckConfig, Role, Secret};
+use mysql_lb::config::{CausalReads, HealthCheckConfig, Role, Secret};
 
 /// A proxy over `cluster` whose default pool splits reads from writes, its backends' roles
-/// followed from the servers (checked every 100 ms).
+/// followed from the servers (checked every 100 ms); causal reads `session`, waiting at most
+/// 100 ms.
 fn split_proxy(cluster: &Cluster) -> TestProxy {
+    TestProxy::start_with(split_config(cluster))
+}
+
+fn split_config(cluster: &Cluster) -> mysql_lb::config::Config {
     let mut c = config(&cluster.addrs());
     for b in &mut c.backends {
         b.role = Some(Role::Auto);
@@ -37,7 +42,8 @@ fn split_proxy(cluster: &Cluster) -> TestProxy {
     transaction_mode(&mut c, 50, Duration::from_secs(60), Duration::from_secs(5));
     c.pools[0].pooling.across_backends = true;
     c.pools[0].pooling.read_write_split = true;
-    TestProxy::start_with(c)
+    c.pools[0].pooling.causal_timeout = Duration::from_millis(100);
+    c
 }
 
 /// Waits until the proxy's default pool has the cluster's primary as its one primary.
@@ -164,4 +170,107 @@ async fn writes_run_on_the_primary_reads_on_the_replicas_and_no_write_reaches_a_
     let want_sum: i32 = (0..20).map(|r| (r + 2) * 12).sum();
     assert_eq!(rows.trim(), format!("240\t{want_sum}"));
     assert!(!own_gtids(cluster.primary()).is_empty());
+}
+
+/// Sessions each write a value in a transaction, then read it back in autocommit, `pairs`
+/// times; returns how many reads returned an older value than the session had just written.
+async fn stale_reads(proxy: &TestProxy, sessions: usize, pairs: usize) -> usize {
+    let mut conns = Vec::new();
+    for _ in 0..sessions {
+        conns.push(login(proxy, APP_USER, APP_PASS).await);
+    }
+    let mut stale = 0;
+    for n in 1..=pairs {
+        for (id, conn) in conns.iter_mut().enumerate() {
+            conn.query_drop("BEGIN").await.unwrap();
+            conn.query_drop(format!("UPDATE kv SET v = {n} WHERE id = {id}"))
+                .await
+                .unwrap();
+            conn.query_drop("COMMIT").await.unwrap();
+            let v: Option<usize> = conn
+                .query_first(format!("SELECT v FROM kv WHERE id = {id}"))
+                .await
+                .unwrap();
+            if v != Some(n) {
+                stale += 1;
+            }
+        }
+    }
+    for conn in conns {
+        conn.disconnect().await.unwrap();
+    }
+    stale
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_reads_its_own_writes_on_lagging_replicas_and_without_causal_reads_it_would_not()
+{
+    let cluster = Cluster::start("rws-causal", 2).await;
+    cluster
+        .exec(
+            0,
+            "CREATE TABLE app.kv (id INT PRIMARY KEY, v INT) ENGINE=InnoDB; \
+             INSERT INTO app.kv VALUES (0, 0), (1, 0), (2, 0), (3, 0)",
+        )
+        .await;
+    cluster.wait_caught_up().await;
+    // Server 1 applies every event a second late; server 2 as fast as it can.
+    cluster.delay_replica(1, 1).await;
+    let (sessions, pairs) = (4, 25);
+
+    let proxy = split_proxy(&cluster);
+    wait_roles(&proxy, &cluster).await;
+    let started = Instant::now();
+    let before: Vec<u64> = cluster.servers().iter().map(com_select).collect();
+    let stale = stale_reads(&proxy, sessions, pairs).await;
+    let took = started.elapsed();
+    let after: Vec<u64> = cluster.servers().iter().map(com_select).collect();
+    eprintln!(
+        "Com_select per server (primary, delayed, prompt): {:?}",
+        after
+            .iter()
+            .zip(&before)
+            .map(|(a, b)| a - b)
+            .collect::<Vec<_>>()
+    );
+    let series = |s: &str| proxy.series(s).unwrap_or(0.0);
+    let covered = series("mysql_lb_causal_reads_total{outcome=\"covered\",pool=\"default\"}");
+    let waited = series("mysql_lb_causal_reads_total{outcome=\"waited\",pool=\"default\"}");
+    let timed_out = series("mysql_lb_causal_reads_total{outcome=\"timed_out\",pool=\"default\"}");
+    eprintln!(
+        "causal reads: {stale} stale of {} in {took:?}; covered {covered}, waited {waited}, \
+         timed out {timed_out}",
+        sessions * pairs
+    );
+    assert_eq!(
+        stale, 0,
+        "a read returned a value older than its session's write"
+    );
+    assert!(
+        covered + waited + timed_out >= 10.0,
+        "reads went to replicas and were held to the session's writes"
+    );
+    drop(proxy);
+
+    // The control, both replicas a second late: without causal reads, reads that run on a
+    // replica return the rows as they were before the session's write.
+    cluster.delay_replica(2, 1).await;
+    let mut c = split_config(&cluster);
+    c.pools[0].pooling.causal_reads = CausalReads::None;
+    let proxy = TestProxy::start_with(c);
+    wait_roles(&proxy, &cluster).await;
+    let stale = stale_reads(&proxy, sessions, pairs).await;
+    eprintln!(
+        "without causal reads: {stale} stale of {}",
+        sessions * pairs
+    );
+    assert!(
+        stale > 0,
+        "the control saw no stale read: the test proves nothing"
+    );
+    drop(proxy);
+    cluster.delay_replica(1, 0).await;
+    cluster.delay_replica(2, 0).await;
+    cluster.wait_caught_up().await;
+    no_write_on_a_replica(&cluster);
 }

@@ -3,6 +3,7 @@
 //! `tests/properties.rs` (which includes `checks.rs` too), and in a debugger.
 
 pub mod checks;
+pub mod gtid_pos;
 pub mod pooled_front;
 pub mod proxy_in;
 pub mod sql_digest;

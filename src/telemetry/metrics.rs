@@ -69,6 +69,29 @@ pub struct Metrics {
 struct PoolFamilies {
     backend_pool: IntGaugeVec,
     routed: IntCounterVec,
+    split_transactions: IntCounterVec,
+    reads_on_primary: IntCounterVec,
+    causal_reads: IntCounterVec,
+    causal_wait: HistogramVec,
+}
+
+/// A pool's read/write split series, resolved once per pool (see [`Metrics::split`]).
+#[derive(Debug, Clone)]
+pub struct SplitSeries {
+    /// Transactions that ran on a replica, and on the primary.
+    pub on_replica: IntCounter,
+    pub on_primary: IntCounter,
+    /// Reads that ran on the primary because no replica had a connection for them, or because
+    /// no replica applied the session's writes within `causal_timeout`.
+    pub read_no_replica: IntCounter,
+    pub read_causal_timeout: IntCounter,
+    /// Reads on a replica known to have applied what they must see (no wait), that waited
+    /// for it, and that gave up waiting.
+    pub causal_covered: IntCounter,
+    pub causal_waited: IntCounter,
+    pub causal_timed_out: IntCounter,
+    /// How long the waits took.
+    pub causal_wait: Histogram,
 }
 
 impl PoolFamilies {
@@ -84,6 +107,36 @@ impl PoolFamilies {
                 "Sessions established, by the pool of their backend.",
                 &["pool"],
             ),
+            split_transactions: int_counter_vec(
+                "split_transactions_total",
+                "Transactions of a pool with pooling.read_write_split, by the role of the backend \
+                 they ran on (primary, replica).",
+                &["pool", "role"],
+            ),
+            reads_on_primary: int_counter_vec(
+                "split_reads_on_primary_total",
+                "Reads a replica could have taken that ran on the primary, by why: no_replica \
+                 (no replica had a connection of the session's user free), causal_timeout (no \
+                 replica applied what the read must see within pooling.causal_timeout).",
+                &["pool", "reason"],
+            ),
+            causal_reads: int_counter_vec(
+                "causal_reads_total",
+                "Reads on a replica under pooling.causal_reads, by outcome: covered (the replica \
+                 was known to have applied what the read must see), waited (MASTER_GTID_WAIT \
+                 returned in time), timed_out (the read went to the primary).",
+                &["pool", "outcome"],
+            ),
+            causal_wait: HistogramVec::new(
+                HistogramOpts::new(
+                    "causal_wait_seconds",
+                    "Time reads waited on a replica for the writes they must see.",
+                )
+                .namespace("mysql_lb")
+                .buckets(LATENCY_BUCKETS.to_vec()),
+                &["pool"],
+            )
+            .expect("valid metric"),
         }
     }
 }
@@ -310,11 +363,15 @@ impl Metrics {
 
     fn register_all(&self) {
         let mut collectors = self.backends.collectors();
-        collectors.extend::<[Box<dyn prometheus::core::Collector>; 15]>([
+        collectors.extend::<[Box<dyn prometheus::core::Collector>; 19]>([
             Box::new(self.capture_dropped.clone()),
             Box::new(self.peer_requests.clone()),
             Box::new(self.pools.backend_pool.clone()),
             Box::new(self.pools.routed.clone()),
+            Box::new(self.pools.split_transactions.clone()),
+            Box::new(self.pools.reads_on_primary.clone()),
+            Box::new(self.pools.causal_reads.clone()),
+            Box::new(self.pools.causal_wait.clone()),
             Box::new(self.tls_sessions.clone()),
             Box::new(self.compressed_sessions.clone()),
             Box::new(SharedLatencies(Arc::clone(&self.latencies))),
@@ -394,6 +451,23 @@ impl Metrics {
     /// backend).
     pub fn routed(&self, pool: &str) -> prometheus::IntCounter {
         self.pools.routed.with_label_values(&[pool])
+    }
+
+    /// The read/write split series of `pool` (handles, resolved once per pool).
+    pub fn split(&self, pool: &str) -> SplitSeries {
+        let f = &self.pools;
+        SplitSeries {
+            on_replica: f.split_transactions.with_label_values(&[pool, "replica"]),
+            on_primary: f.split_transactions.with_label_values(&[pool, "primary"]),
+            read_no_replica: f.reads_on_primary.with_label_values(&[pool, "no_replica"]),
+            read_causal_timeout: f
+                .reads_on_primary
+                .with_label_values(&[pool, "causal_timeout"]),
+            causal_covered: f.causal_reads.with_label_values(&[pool, "covered"]),
+            causal_waited: f.causal_reads.with_label_values(&[pool, "waited"]),
+            causal_timed_out: f.causal_reads.with_label_values(&[pool, "timed_out"]),
+            causal_wait: f.causal_wait.with_label_values(&[pool]),
+        }
     }
 
     pub fn rejected(&self, reason: Refusal) {

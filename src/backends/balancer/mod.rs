@@ -406,7 +406,7 @@ impl BackendSet {
                 }
             })
             .collect::<Vec<_>>();
-        let pools = pools::group(&backends, previous);
+        let pools = pools::group(&backends, previous, metrics);
         Self {
             pools,
             routes: Routes::new(&[], Some(crate::config::DEFAULT_POOL)),

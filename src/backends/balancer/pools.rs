@@ -26,17 +26,40 @@ pub struct Pool {
     /// apart, so that transactions do not skew where logins go.
     pub(super) next_transaction: AtomicUsize,
     pub(super) members: Vec<Arc<Backend>>,
+    /// Every write committed through this proxy in the pool, as far as its sessions learned
+    /// (`pooling.causal_reads: global`).
+    written: std::sync::Mutex<crate::wire::sql::gtid::GtidPos>,
+    /// Its read/write split series.
+    pub split_metrics: crate::telemetry::metrics::SplitSeries,
 }
 
 impl Pool {
     pub fn members(&self) -> &[Arc<Backend>] {
         &self.members
     }
+
+    /// A session learned a write's position on the pool's primary.
+    pub fn learn_written(&self, position: &crate::wire::sql::gtid::GtidPos) {
+        let mut written = self.written.lock().unwrap_or_else(|e| e.into_inner());
+        written.merge(position);
+    }
+
+    /// Every write committed through this proxy in the pool, as far as known.
+    pub fn written(&self) -> crate::wire::sql::gtid::GtidPos {
+        self.written
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
 }
 
 /// The pools of `backends`, in the order their first backend comes, keeping each pool's
 /// counter from `previous` so a reload does not restart the rotation.
-pub(super) fn group(backends: &[Arc<Backend>], previous: Option<&BackendSet>) -> Vec<Pool> {
+pub(super) fn group(
+    backends: &[Arc<Backend>],
+    previous: Option<&BackendSet>,
+    metrics: &crate::telemetry::metrics::Metrics,
+) -> Vec<Pool> {
     let mut pools: Vec<Pool> = Vec::new();
     for b in backends {
         match pools.iter_mut().find(|p| p.name == b.pool) {
@@ -52,6 +75,13 @@ pub(super) fn group(backends: &[Arc<Backend>], previous: Option<&BackendSet>) ->
                     next: AtomicUsize::new(next),
                     next_transaction: AtomicUsize::new(0),
                     members: vec![Arc::clone(b)],
+                    written: std::sync::Mutex::new(
+                        previous
+                            .and_then(|s| s.pool(&b.pool))
+                            .map(Pool::written)
+                            .unwrap_or_default(),
+                    ),
+                    split_metrics: metrics.split(&b.pool),
                 });
             }
         }

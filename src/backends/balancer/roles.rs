@@ -9,10 +9,11 @@
 //! its first check) takes no writes either.
 
 use std::sync::atomic::{AtomicU8, Ordering::Relaxed};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use super::{Backend, Pool};
 use crate::config::Role;
+use crate::wire::sql::gtid::GtidPos;
 
 /// What the last health check read of `@@read_only`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -28,6 +29,10 @@ pub enum Seen {
 pub struct BackendRole {
     configured: Option<Role>,
     seen: AtomicU8,
+    /// The GTID position its server is known to have applied (`@@gtid_current_pos` in the
+    /// health check, or a `MASTER_GTID_WAIT` a read made there): only ever grows, so a read
+    /// whose session's writes it covers goes there without a wait.
+    applied: Mutex<GtidPos>,
 }
 
 impl BackendRole {
@@ -35,6 +40,7 @@ impl BackendRole {
         BackendRole {
             configured,
             seen: AtomicU8::new(Seen::Unknown as u8),
+            applied: Mutex::new(GtidPos::default()),
         }
     }
 
@@ -51,6 +57,26 @@ impl BackendRole {
             Seen::Writable
         };
         self.seen.swap(seen as u8, Relaxed) != seen as u8
+    }
+
+    /// Its server has applied `position` (a health check read it, or a wait returned).
+    pub fn learn_applied(&self, position: &GtidPos) {
+        let mut applied = self.applied.lock().unwrap_or_else(|e| e.into_inner());
+        applied.merge(position);
+    }
+
+    /// Whether its server is known to have applied `want`.
+    pub fn applied_covers(&self, want: &GtidPos) -> bool {
+        let applied = self.applied.lock().unwrap_or_else(|e| e.into_inner());
+        applied.covers(want)
+    }
+
+    /// What its server is known to have applied, for the status page.
+    pub fn applied(&self) -> GtidPos {
+        self.applied
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     /// Its server is lost: what it said no longer holds.

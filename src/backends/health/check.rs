@@ -17,6 +17,9 @@ const ER_PARSE_ERROR: u16 = 1064;
 /// The login's query: the server answers a statement, and says whether it takes writes (a
 /// pool's roles follow it, `balancer::roles`).
 const SELECT_READ_ONLY: &str = "SELECT @@read_only";
+/// The same on MariaDB, with the GTID position the server has applied (read-your-writes
+/// through a split sends a read where it is covered without a wait).
+const SELECT_READ_ONLY_GTID: &str = "SELECT @@read_only, @@gtid_current_pos";
 const SHOW_REPLICA_STATUS: &str = "SHOW REPLICA STATUS";
 
 /// A passed check.
@@ -28,6 +31,8 @@ pub struct CheckOk {
     pub greeting: Vec<u8>,
     /// `@@read_only`, when the check logged in.
     pub read_only: Option<bool>,
+    /// `@@gtid_current_pos`, when the check logged in to a MariaDB server.
+    pub gtid_position: Option<String>,
 }
 
 /// One check of one backend: connect and read the greeting; with `cfg.user`, log in and read
@@ -102,12 +107,20 @@ async fn check_stages(
         greeting,
         ..CheckOk::default()
     };
-    *stage = Stage::Query(SELECT_READ_ONLY);
-    let answer = conn.query(SELECT_READ_ONLY).await?;
-    ok.read_only = answer.rows.first().and_then(|row| row.first()).map(|v| {
+    let mariadb = ok.greeting.windows(7).any(|w| w == b"MariaDB");
+    let query = if mariadb {
+        SELECT_READ_ONLY_GTID
+    } else {
+        SELECT_READ_ONLY
+    };
+    *stage = Stage::Query(query);
+    let answer = conn.query(query).await?;
+    let row = answer.rows.first();
+    ok.read_only = row.and_then(|row| row.first()).map(|v| {
         v.as_deref()
             .is_some_and(|v| v != "0" && !v.eq_ignore_ascii_case("OFF"))
     });
+    ok.gtid_position = row.and_then(|row| row.get(1)).and_then(Clone::clone);
     if let Some(limit) = cfg.max_replication_lag {
         let status = replica_status(&mut conn, stage).await?;
         ok.replication_lag = evaluate_replication(&status, limit)?;

@@ -124,6 +124,47 @@ impl ServerConn {
         self.run(&[(0x03, &set)]).await
     }
 
+    /// `@@last_gtid`: the GTID of the last transaction this connection wrote (MariaDB), for a
+    /// split's read-your-writes. None when the query failed or was not answered within a
+    /// second: the connection must close.
+    pub async fn last_gtid(&mut self, deprecate_eof: bool) -> Option<Vec<u8>> {
+        let asked = self.query_one_value(b"SELECT @@last_gtid", deprecate_eof);
+        match tokio::time::timeout(std::time::Duration::from_secs(1), asked).await {
+            Ok(Ok(value)) => Some(value.unwrap_or_default()),
+            _ => None,
+        }
+    }
+
+    /// `MASTER_GTID_WAIT(position, within)` on a replica's connection, the proxy's own command
+    /// before the client's read: Some(true) once the replica has applied `position`,
+    /// Some(false) when `within` passed first (the server's -1). None when the query failed:
+    /// the connection must close.
+    pub async fn gtid_wait(
+        &mut self,
+        position: &str,
+        within: std::time::Duration,
+        deprecate_eof: bool,
+    ) -> Option<bool> {
+        // A position is digits, dashes and commas (`GtidPos`'s display): nothing to quote.
+        if !position
+            .bytes()
+            .all(|b| b.is_ascii_digit() || b == b'-' || b == b',')
+        {
+            return Some(false);
+        }
+        let text = format!(
+            "SELECT MASTER_GTID_WAIT('{position}', {}.{:03})",
+            within.as_secs(),
+            within.subsec_millis()
+        );
+        let asked = self.query_one_value(text.as_bytes(), deprecate_eof);
+        let bound = within + std::time::Duration::from_secs(1);
+        match tokio::time::timeout(bound, asked).await {
+            Ok(Ok(value)) => Some(value.as_deref() == Some(b"0")),
+            _ => None,
+        }
+    }
+
     /// Runs a text query and returns the first column of its first row (None: no row, or
     /// NULL). Rows past the first are read and dropped.
     async fn query_one_value(
@@ -149,7 +190,7 @@ impl ServerConn {
         let at = self.read_packet(&mut bytes, s).await?;
         let columns = match bytes.get(at) {
             Some(&n @ 1..=0xFA) => n,
-            _ => return Err(malformed("a role query's answer is no result set")),
+            _ => return Err(malformed("the answer is no result set")),
         };
         for _ in 0..columns {
             let s = next(&mut bytes);
@@ -166,13 +207,13 @@ impl ServerConn {
             let at = self.read_packet(&mut bytes, s).await?;
             let row = &bytes[at..];
             match row.first() {
-                Some(0xFF) => return Err(malformed("a role query failed")),
+                Some(0xFF) => return Err(malformed("the query failed")),
                 Some(0xFE) if row.len() < 0xFF_FFFF => return Ok(value),
                 Some(0xFB) if first => {}
                 Some(&n) if first && n < 0xFB => {
                     value = row.get(1..1 + usize::from(n)).map(<[u8]>::to_vec);
                 }
-                Some(_) if first => return Err(malformed("a role name too long")),
+                Some(_) if first => return Err(malformed("a value longer than 250 bytes")),
                 _ => {}
             }
             first = false;

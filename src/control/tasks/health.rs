@@ -17,6 +17,7 @@ use crate::backends::health::{check_backend_with, CheckError};
 use crate::config::HealthCheckConfig;
 use crate::proxy::state::ProxyState;
 use crate::wire::protocol::login::REFUSED_USER;
+use crate::wire::sql::gtid::GtidPos;
 
 /// Checks every backend every `cfg.interval` until `shutdown`; returns at once if interval is zero.
 ///
@@ -104,6 +105,10 @@ async fn check_loop(
                 backend.latency.check_round_trip(started.elapsed());
                 if let Some(read_only) = ok.read_only {
                     follow_role(&state, &backend, read_only);
+                }
+                let applied = ok.gtid_position.as_deref().map(str::as_bytes);
+                if let Some(Ok(position)) = applied.map(GtidPos::parse) {
+                    backend.role.learn_applied(&position);
                 }
                 None
             }

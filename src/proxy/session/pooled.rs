@@ -110,10 +110,12 @@ where
         .map(|p| Split {
             want: crate::backends::balancer::Want::Primary,
             on_replica: !p.takes_writes(lease.backend()),
+            may_write: true,
         });
     let mut seat = Seat {
         across,
         split,
+        written: Default::default(),
         lease,
         registration: joined.registration,
         avoid: None,
@@ -150,6 +152,9 @@ struct Seat<'a, 'r> {
     across: Option<&'r Pool>,
     /// Where its transactions run when the pool splits reads from writes (see `split`).
     split: Option<Split>,
+    /// What the session wrote on the primary, as far as learned: what its reads on a replica
+    /// must see (`pooling.causal_reads: session`).
+    written: crate::wire::sql::gtid::GtidPos,
     /// The session's count in its backend's active sessions: it follows the session's moves.
     lease: &'a mut Lease,
     registration: Option<&'r kill::Registration<'r>>,
@@ -259,6 +264,12 @@ impl<'r> Seat<'_, 'r> {
         if fresh && !self.begin(ctx, client, front.as_ref()).await? {
             return Ok(());
         }
+        if fresh
+            && self.split.is_some()
+            && !self.see_own_writes(ctx, client, front.as_ref()).await?
+        {
+            return Ok(());
+        }
         let Some(held) = self.conn.as_mut() else {
             return Ok(());
         };
@@ -299,6 +310,10 @@ impl<'r> Seat<'_, 'r> {
             };
         }
         if self.observer.holding.releasable() {
+            if self.split.is_some() && self.learn_write().await {
+                // The client may have woken the task while the proxy's query ran, to no reader.
+                client_waits = false;
+            }
             if let Some(held) = self.let_go(ctx.worker) {
                 self.wipe_and_return(held, ctx.worker).await;
                 // The client may have woken the task meanwhile, to no reader.

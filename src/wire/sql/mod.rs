@@ -1,6 +1,7 @@
 //! Sans-IO SQL text handling: a tokenizer for MySQL/MariaDB statements, the statement
 //! normalizer and its 64-bit digest (the key of the query-digest table), and a classifier of
-//! statement kinds.
+//! statement kinds; beside them, MariaDB GTID positions ([`gtid`]) for read-your-writes
+//! through a read/write split.
 //!
 //! Why its own tokenizer and not a parser: the digest runs on every `COM_QUERY` and
 //! `COM_STMT_PREPARE` text, so it must be one allocation-free pass over bytes that may be
@@ -87,6 +88,7 @@
 mod classify;
 mod digest;
 pub mod functions;
+pub mod gtid;
 mod keywords;
 pub mod pins;
 mod reading;

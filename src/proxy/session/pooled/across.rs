@@ -233,7 +233,8 @@ pub(super) async fn take_across<'r>(
 
 /// The first idle connection of `key` over the backends of `pool` in rotation, in the policy's
 /// order, never from `places.avoid`: one of this worker thread's first (no other thread woken
-/// for its I/O), then any. No await, no allocation once the session's `places` are filled: most
+/// for its I/O), then any; for a split's read ([`Want::Replica`]) the replicas' first, the
+/// primary's only when none has one. No await, no allocation once the session's `places` are filled: most
 /// transactions start here.
 pub(super) fn idle_across<'r>(
     ctx: &Context<'_>,
@@ -263,15 +264,20 @@ pub(super) fn idle_across<'r>(
         }
     }
     let known: &[Option<Arc<BackendPool>>] = known;
-    let pools = || {
+    // A split's read takes the primary only when no replica has an idle connection of its
+    // key, on any worker thread.
+    let pools = |fallback: bool| {
         order
             .iter()
+            .filter(move |b| (want == Want::Replica && !b.role.serves_reads()) == fallback)
             .filter_map(|b| known.get(b.index())?.as_ref())
             .filter(|p| avoid.is_none_or(|a| !Arc::ptr_eq(a, p)))
     };
-    [true, false]
-        .into_iter()
-        .find_map(|local| pools().find_map(|p| p.try_idle(key, ctx.worker, state, local)))
+    [false, true].into_iter().find_map(|fallback| {
+        [true, false].into_iter().find_map(|local| {
+            pools(fallback).find_map(|p| p.try_idle(key, ctx.worker, state, local))
+        })
+    })
 }
 
 /// Where [`take_across`] looks: the session's own backend's pool, one to avoid, the pools it

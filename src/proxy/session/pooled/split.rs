@@ -20,10 +20,13 @@ use super::{client, Seat};
 use crate::backends::balancer::roles::Primary;
 use crate::backends::balancer::{Pool, Want};
 use crate::backends::pooling::PoolError;
+use crate::config::CausalReads;
 use crate::net::leg::LegStream;
 use crate::proxy::session::{Context, SessionEnd};
 use crate::wire::protocol::cmd;
 use crate::wire::protocol::errors::code;
+use crate::wire::sql::gtid::GtidPos;
+use crate::wire::sql::retryable_read;
 use crate::wire::sql::route::{replica_may_continue, target, Target};
 
 /// The longest COM_QUERY read whole to decide where it runs; a longer one runs on the primary.
@@ -37,6 +40,9 @@ pub(super) struct Split {
     /// The connection the session holds is one a write may not reach (a replica's, or a
     /// backend's that is not the pool's one primary now).
     pub(super) on_replica: bool,
+    /// The transaction on the primary may write: its position is learned when it ends (not
+    /// for one read in autocommit that the primary had to take: `FOR UPDATE`, `@@x`, `SHOW`).
+    pub(super) may_write: bool,
 }
 
 /// What [`Seat::before_command`] made of the command at the front.
@@ -105,9 +111,10 @@ impl<'r> Seat<'_, 'r> {
             }
         }
         if self.conn.is_none() {
-            let want = self.route(ctx, client, front).await?;
+            let (want, may_write) = self.route(ctx, client, front).await?;
             if let Some(s) = self.split.as_mut() {
                 s.want = want;
+                s.may_write = may_write;
             }
         }
         Ok(Before::Run)
@@ -135,13 +142,14 @@ impl<'r> Seat<'_, 'r> {
         }
     }
 
-    /// Where a transaction that begins with the command at the front may run.
+    /// Where a transaction that begins with the command at the front may run, and whether it
+    /// may write.
     async fn route<C>(
         &mut self,
         ctx: &Context<'r>,
         client: &mut LegStream<C>,
         front: Option<&Front>,
-    ) -> Result<Want, SessionEnd>
+    ) -> Result<(Want, bool), SessionEnd>
     where
         C: AsyncRead + AsyncWrite + Unpin,
     {
@@ -149,18 +157,18 @@ impl<'r> Seat<'_, 'r> {
         // A pinned session's state is on the primary's connection; without autocommit every
         // statement opens a transaction that may write.
         if holding.pinned().is_some() || holding.autocommit_off() || holding.in_transaction() {
-            return Ok(Want::Primary);
+            return Ok((Want::Primary, true));
         }
         if front.is_none() && self.up.get(4) == Some(&cmd::PING) {
-            return Ok(Want::Replica);
+            return Ok((Want::Replica, false));
         }
         let dialect = holding.dialect();
         Ok(match self.front_text(ctx, client, front).await? {
             Some(text) => match target(&text, dialect) {
-                Target::Replica | Target::ReadOnlyTransaction => Want::Replica,
-                Target::Primary => Want::Primary,
+                Target::Replica | Target::ReadOnlyTransaction => (Want::Replica, false),
+                Target::Primary => (Want::Primary, !retryable_read(&text, dialect)),
             },
-            None => Want::Primary,
+            None => (Want::Primary, true),
         })
     }
 
@@ -205,11 +213,143 @@ impl<'r> Seat<'_, 'r> {
         Ok(self.up.get(5..4 + len).map(<[u8]>::to_vec))
     }
 
-    /// Whether the connection just taken is one a write may not reach.
+    /// Whether the connection just taken is one a write may not reach; counted by role, and a
+    /// read that a replica could have taken but the primary runs counted as such.
     pub(super) fn note_where(&mut self, pool: &Pool) {
+        if self.conn.is_none() {
+            return;
+        }
         let on_replica = !pool.takes_writes(self.lease.backend());
+        let series = &pool.split_metrics;
+        if on_replica {
+            series.on_replica.inc();
+        } else {
+            series.on_primary.inc();
+            if self.want() == Want::Replica {
+                series.read_no_replica.inc();
+            }
+        }
         if let Some(s) = self.split.as_mut() {
             s.on_replica = on_replica;
+        }
+    }
+
+    /// What a read on a replica must see now (`pooling.causal_reads`): the session's own
+    /// writes, or every write through the pool; None when nothing.
+    fn must_see(&self, pool: &Pool) -> Option<GtidPos> {
+        let position = match pool.pooling.causal_reads {
+            CausalReads::None => return None,
+            CausalReads::Session => self.written.clone(),
+            CausalReads::Global => pool.written(),
+        };
+        (!position.is_empty()).then_some(position)
+    }
+
+    /// A transaction on a replica begins: when the replica is not known to have applied what
+    /// the read must see, the proxy waits there first (`MASTER_GTID_WAIT`, its own command on
+    /// the connection, bounded by `pooling.causal_timeout`); past the bound the connection goes
+    /// back and the transaction takes the primary's. Nothing reaches the client meanwhile.
+    /// False when the command was answered with an ERR (no connection came).
+    pub(super) async fn see_own_writes<C>(
+        &mut self,
+        ctx: &Context<'r>,
+        client: &mut LegStream<C>,
+        front: Option<&Front>,
+    ) -> Result<bool, SessionEnd>
+    where
+        C: AsyncRead + AsyncWrite + Unpin,
+    {
+        let (Some(pool), Some(split)) = (self.across, self.split) else {
+            return Ok(true);
+        };
+        if !split.on_replica || self.conn.is_none() {
+            return Ok(true);
+        }
+        let Some(want) = self.must_see(pool) else {
+            return Ok(true);
+        };
+        let series = &pool.split_metrics;
+        let role = &self.lease.backend().role;
+        if role.applied_covers(&want) {
+            series.causal_covered.inc();
+            return Ok(true);
+        }
+        let started = Instant::now();
+        let within = pool.pooling.causal_timeout;
+        let position = want.to_string();
+        let waited = match self.conn.as_mut() {
+            Some(held) => held.gtid_wait(&position, within, self.deprecate_eof).await,
+            None => None,
+        };
+        series.causal_wait.observe(started.elapsed().as_secs_f64());
+        match waited {
+            Some(true) => {
+                series.causal_waited.inc();
+                self.lease.backend().role.learn_applied(&want);
+                return Ok(true);
+            }
+            Some(false) => {
+                series.causal_timed_out.inc();
+                if let Some(held) = self.let_go(ctx.worker) {
+                    self.wipe_and_return(held, ctx.worker).await;
+                }
+            }
+            None => {
+                series.causal_timed_out.inc();
+                self.drop_conn();
+            }
+        }
+        info!(
+            client = ctx.peer(),
+            backend = %self.lease.backend().name,
+            position = %position,
+            "a read goes to the primary: no replica applied the session's writes in time"
+        );
+        series.read_causal_timeout.inc();
+        if let Some(s) = self.split.as_mut() {
+            s.want = Want::Primary;
+        }
+        self.begin(ctx, client, front).await
+    }
+
+    /// A transaction on the primary ended: under `pooling.causal_reads`, the position of what
+    /// it wrote (`@@last_gtid`, the proxy's own query on the connection) is what the session's
+    /// later reads must see, and with `global` every session's. True when it asked (it
+    /// awaited the server).
+    pub(super) async fn learn_write(&mut self) -> bool {
+        let (Some(pool), Some(split)) = (self.across, self.split) else {
+            return false;
+        };
+        if split.on_replica || !split.may_write || pool.pooling.causal_reads == CausalReads::None {
+            return false;
+        }
+        let Some(held) = self.conn.as_mut() else {
+            return false;
+        };
+        match held.last_gtid(self.deprecate_eof).await {
+            Some(text) => {
+                if let Ok(position) = GtidPos::parse(&text) {
+                    if !position.is_empty() {
+                        self.written.merge(&position);
+                        pool.learn_written(&position);
+                    }
+                }
+            }
+            None => self.drop_conn(),
+        }
+        true
+    }
+
+    /// Closes the connection the session holds (the proxy's own query on it failed).
+    fn drop_conn(&mut self) {
+        if let Some(live) = &self.live {
+            live.store(
+                crate::backends::kill::NO_THREAD,
+                std::sync::atomic::Ordering::Relaxed,
+            );
+        }
+        if let Some(held) = self.conn.take() {
+            held.quit();
         }
     }
 }
