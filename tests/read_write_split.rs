@@ -274,3 +274,66 @@ async fn a_session_reads_its_own_writes_on_lagging_replicas_and_without_causal_r
     cluster.wait_caught_up().await;
     no_write_on_a_replica(&cluster);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_the_split_a_privileged_write_on_a_replica_is_refused_naming_it() {
+    let cluster = Cluster::start("rws-guard", 2).await;
+    cluster
+        .exec(0, "CREATE TABLE app.g (id INT PRIMARY KEY) ENGINE=InnoDB")
+        .await;
+    cluster.wait_caught_up().await;
+    // Session mode: each client on the backend its login went to, round robin.
+    let mut c = split_config(&cluster);
+    c.pools = Vec::new();
+    let proxy = TestProxy::start_with(c);
+    wait_roles(&proxy, &cluster).await;
+    let primary = cluster.primary().tcp_addr();
+    let (mut on_primary, mut on_replica) = (0, 0);
+    for i in 0..6 {
+        let mut conn = login(&proxy, BENCH_USER, BENCH_PASS).await;
+        let port: u16 = conn.query_first("SELECT @@port").await.unwrap().unwrap();
+        let mine = port == cluster.primary().port;
+        let written = conn.query_drop(format!("INSERT INTO g VALUES ({i})")).await;
+        let big = format!(
+            "INSERT INTO g VALUES ({}) /* {} */",
+            100 + i,
+            "x".repeat(70_000)
+        );
+        let big_written = conn.query_drop(&big).await;
+        let reads: Option<u64> = conn
+            .query_first("SELECT COUNT(*) FROM g")
+            .await
+            .ok()
+            .flatten();
+        if mine {
+            on_primary += 1;
+            written.expect("a write on the primary runs");
+            big_written.expect("a long write on the primary runs");
+        } else {
+            on_replica += 1;
+            match written {
+                Err(mysql_async::Error::Server(e)) => {
+                    assert_eq!(e.code, 1290, "{e:?}");
+                    assert!(
+                        e.message.contains("replica") && e.message.contains(&primary),
+                        "the error names the replica's primary: {}",
+                        e.message
+                    );
+                }
+                other => panic!("a write on a replica: {other:?}"),
+            }
+            // A statement too long to read whole before forwarding ends the session with an
+            // ERR rather than reach the replica.
+            assert!(big_written.is_err(), "a long write on a replica");
+            continue;
+        }
+        assert!(reads.is_some(), "reads run where the session is");
+        conn.disconnect().await.unwrap();
+    }
+    assert!(
+        on_primary > 0 && on_replica > 0,
+        "{on_primary} / {on_replica}"
+    );
+    cluster.wait_caught_up().await;
+    no_write_on_a_replica(&cluster);
+}

@@ -199,6 +199,13 @@ pub trait Steering {
     }
     /// Given a command packet that may be a KILL (header included), returns the packet to send the
     /// backend instead, if any, or a future of it.
+    /// Whether a statement too long to be handed over whole (see
+    /// `Tracker::guard_statements`) must end the session rather than be forwarded: its backend
+    /// takes no writes now. Asked before each client scan of a guarded session.
+    fn refuses_long_statements(&self) -> bool {
+        false
+    }
+
     fn rewrite_kill(&mut self, _packet: &[u8]) -> Option<KillRewrite> {
         None
     }
@@ -235,6 +242,10 @@ impl<O: Observer + Steering> Hooks for Upstream<'_, O> {
         self.observer.relayed(true, fresh);
         if let Some(limit) = self.observer.client_scan(self.tracker.pending()) {
             self.tracker.set_statement_limit(limit);
+        }
+        if self.tracker.guards_statements() {
+            let refuse = self.observer.refuses_long_statements();
+            self.tracker.refuse_long_statements(refuse);
         }
         let mut held = self.scan_from(buf, 0)?;
         // Stopped before a prepared-statement command the observer can rewrite in place: it

@@ -398,7 +398,10 @@ async fn answer_protocol_error<C: AsyncRead + AsyncWrite + Unpin>(
     if can_inject {
         let code = protocol_error_code(e);
         send(client, &server_side_err(tracker, code, &e.to_string())).await;
-        if code == code::NET_PACKET_TOO_LARGE {
+        if matches!(
+            code,
+            code::NET_PACKET_TOO_LARGE | code::OPTION_PREVENTS_STATEMENT
+        ) {
             // A client writing a huge packet reads only once it is written: closing with
             // its bytes unread would reset the connection and lose the ERR, so swallow
             // the rest first (bounded), as the server does.
@@ -420,6 +423,7 @@ fn protocol_error_code(e: &TrackError) -> u16 {
         TrackError::ClientFrame(_) | TrackError::ClientOutOfOrder { .. } => {
             code::NET_PACKETS_OUT_OF_ORDER
         }
+        TrackError::TooLongToGuard { .. } => code::OPTION_PREVENTS_STATEMENT,
         _ => code::UNKNOWN_ERROR,
     }
 }

@@ -298,6 +298,17 @@ where
     // Its own handle on the backend: a pooled session's lease moves with it (`pooled`).
     let home = Arc::clone(lease.backend());
     let mut recorder = Recorder::new(ctx, &home, &auth, proxy_id);
+    // In a pool with roles a write never reaches a backend that takes none, whoever the client
+    // is (a user with READ ONLY ADMIN is not stopped by the replica's read_only). A split
+    // sends none there by itself.
+    let guarded = ctx
+        .set
+        .pool(&home.pool)
+        .is_some_and(|p| p.has_roles() && !p.pooling.read_write_split);
+    if guarded {
+        tracker.guard_statements();
+        recorder.guard_writes();
+    }
     let limit = recorder.statement_limit();
     if limit > 0 || joined.is_some() {
         // A pooled session reads statements to see what pins it.

@@ -714,6 +714,10 @@ impl Steering for OnConn<'_, '_, '_> {
         self.session.inner.rewrite_kill(packet)
     }
 
+    fn refuses_long_statements(&self) -> bool {
+        self.session.inner.refuses_long_statements()
+    }
+
     fn releasable(&self) -> bool {
         self.session.holding.releasable()
     }

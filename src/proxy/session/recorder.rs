@@ -39,6 +39,9 @@ pub(super) struct Recorder<'a> {
     capture: Option<capture::SessionCapture>,
     capture_seen: u64,
     who: capture::SessionProfile<'a>,
+    /// The session's pool has roles: a statement that may write is refused while its backend
+    /// takes no writes (see [`Recorder::refuse_write`]).
+    guard_writes: bool,
 }
 
 impl<'a> Recorder<'a> {
@@ -75,7 +78,46 @@ impl<'a> Recorder<'a> {
             user: Some(&auth.user),
             proxy_id,
             turn: Arc::new(Semaphore::new(1)),
+            guard_writes: false,
         }
+    }
+
+    /// From now on a statement that may write is refused while the session's backend takes
+    /// no writes (its pool has roles; the tracker hands every statement over whole,
+    /// `Tracker::guard_statements`).
+    pub(super) fn guard_writes(&mut self) {
+        self.guard_writes = true;
+    }
+
+    /// Whether the session's backend takes writes now (its pool's one primary).
+    fn takes_writes(&self) -> bool {
+        let set = self.state.backends();
+        set.pool(&self.backend.pool)
+            .is_none_or(|pool| pool.takes_writes(self.backend))
+    }
+
+    /// The packet that goes instead of statement `packet` (header first) when the session's
+    /// backend takes no writes now and the statement may write (`route::replica_refuses`): a
+    /// `SIGNAL` the backend answers with ERR 1290 naming it, so the client reads the refusal
+    /// in its answer's place and the tracker follows it as any answer. Nothing of the
+    /// statement reaches the server.
+    fn refuse_write(&self, packet: &[u8]) -> Option<Vec<u8>> {
+        let (&command, text) = packet.get(4..)?.split_first()?;
+        if command != cmd::QUERY && command != cmd::STMT_PREPARE {
+            return None;
+        }
+        if self.takes_writes() {
+            return None;
+        }
+        let set = self.state.backends();
+        let pool = set.pool(&self.backend.pool)?;
+        let dialect = crate::wire::sql::Dialect::default();
+        if !crate::wire::sql::route::replica_refuses(text, dialect) {
+            return None;
+        }
+        let why = pool.why_no_writes(self.backend);
+        info!(backend = %self.backend.name, "statement refused: {why}");
+        Some(signal_packet(&why))
     }
 
     /// The session's statements run on `backend` from now on (a pool across backends moved
@@ -211,7 +253,16 @@ impl Steering for Recorder<'_> {
             .then(|| self.statement_limit())
     }
 
+    fn refuses_long_statements(&self) -> bool {
+        self.guard_writes && !self.takes_writes()
+    }
+
     fn rewrite_kill(&mut self, packet: &[u8]) -> Option<KillRewrite> {
+        if self.guard_writes {
+            if let Some(refusal) = self.refuse_write(packet) {
+                return Some(KillRewrite::Now(refusal));
+            }
+        }
         let request = kill::parse(packet.get(4..)?)?;
         let decision = kill::rewrite(&request, &self.state.kills, &self.killer())?;
         if let Mapping::OtherInstance(instance) = decision.mapping {
@@ -226,4 +277,23 @@ impl Steering for Recorder<'_> {
         let run = run_decision(Arc::clone(self.state), decision, Arc::clone(&self.turn));
         Some(KillRewrite::Later(Box::pin(run)))
     }
+}
+
+/// A COM_QUERY (sequence id 0) the server answers with ERR 1290 and `why` (cut to the 128
+/// characters `SIGNAL` takes, quotes doubled).
+fn signal_packet(why: &str) -> Vec<u8> {
+    let mut message: String = format!("mysql-lb: {why}").chars().take(128).collect();
+    message = message.replace('\\', "\\\\").replace('\'', "''");
+    let text =
+        format!("SIGNAL SQLSTATE 'HY000' SET MYSQL_ERRNO = 1290, MESSAGE_TEXT = '{message}'");
+    let len = 1 + text.len();
+    let mut packet = vec![
+        len as u8,
+        (len >> 8) as u8,
+        (len >> 16) as u8,
+        0,
+        cmd::QUERY,
+    ];
+    packet.extend_from_slice(text.as_bytes());
+    packet
 }

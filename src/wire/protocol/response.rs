@@ -153,6 +153,14 @@ pub enum TrackError {
         exposure: Exposure,
         start: Option<usize>,
     },
+    /// A session whose statements are guarded (on a replica, `Tracker::guard_statements`)
+    /// sent one too long to read whole before forwarding it.
+    #[error(
+        "client sent a statement of {len} bytes to a backend that takes no writes: longer than \
+         the {max} bytes the proxy reads whole to keep writes off it",
+        max = tracker::MAX_GUARDED
+    )]
+    TooLongToGuard { len: usize, start: Option<usize> },
     /// Not a failure: the client scan stopped before a prepared-statement command (see
     /// [`Tracker::pause_statements`]); never leaves the tracker.
     #[error("client scan paused before a statement command")]
@@ -172,7 +180,8 @@ impl TrackError {
             | Self::BackendOutOfOrder { start, .. }
             | Self::BackendMalformed { start, .. }
             | Self::TooManyPending { start, .. }
-            | Self::CleartextPassword { start, .. } => start,
+            | Self::CleartextPassword { start, .. }
+            | Self::TooLongToGuard { start, .. } => start,
             Self::Paused { start } => Some(start),
         }
     }
@@ -180,9 +189,10 @@ impl TrackError {
     /// True when the client's bytes were at fault.
     pub fn is_client(&self) -> bool {
         match self {
-            Self::ClientFrame(_) | Self::ClientOutOfOrder { .. } | Self::TooManyPending { .. } => {
-                true
-            }
+            Self::ClientFrame(_)
+            | Self::ClientOutOfOrder { .. }
+            | Self::TooManyPending { .. }
+            | Self::TooLongToGuard { .. } => true,
             Self::CleartextPassword { exposure, .. } => exposure.from_client(),
             _ => false,
         }

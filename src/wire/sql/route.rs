@@ -91,6 +91,81 @@ pub fn replica_may_continue(text: &[u8], dialect: Dialect) -> bool {
     })
 }
 
+/// Whether a session relayed to a backend that takes no writes (a replica, outside a split)
+/// must not send `text` there: a write or DDL in any reading, a procedure, a prepared or
+/// loaded statement, anything the lexer does not know (`FLUSH`, `ANALYZE TABLE`, ... which the
+/// binary log may carry), a call the allow-list of built-ins does not know (a stored function
+/// may write), or a second statement. `KILL` is not refused. A user with `READ ONLY ADMIN`
+/// (MariaDB's `ALL`) is not stopped by the replica's `read_only`, so the proxy stops it.
+pub fn replica_refuses(text: &[u8], dialect: Dialect) -> bool {
+    use super::pins::{pins_for, Pin};
+    if matches!(
+        pins_for(text, dialect),
+        Some(Pin::Function | Pin::MultiStatement | Pin::Call | Pin::Prepare | Pin::Unknown)
+    ) {
+        // `Unknown` is also any statement pins does not list; `KILL` is listed stateless.
+        return true;
+    }
+    let Some(all) = readings(text, dialect) else {
+        return true;
+    };
+    all.into_iter().any(|reading| {
+        let kind = classify_as(text, reading);
+        kind.is_write()
+            || matches!(
+                kind,
+                Statement::Call | Statement::Execute | Statement::Prepare | Statement::Load
+            )
+            || (kind == Statement::Other
+                && !tokens_as(text, reading)
+                    .find(|t| t.kind != TokenKind::Hint)
+                    .is_some_and(|t| t.is_word("KILL")))
+            || unknown_call(text, reading)
+    })
+}
+
+/// Whether a call in `text`, as `reading` has it, may be of a stored function: the pins stop
+/// at their first reason (`SET @a = f()` is a user variable), this looks at every call.
+fn unknown_call(text: &[u8], reading: super::reading::Reading) -> bool {
+    let toks: Vec<_> = tokens_as(text, reading)
+        .filter(|t| t.kind != TokenKind::Hint)
+        .collect();
+    toks.iter().enumerate().any(|(i, t)| {
+        let calls = toks.get(i + 1).is_some_and(|n| n.is_operator("("));
+        if !calls {
+            return false;
+        }
+        let qualified = i > 0 && toks[i - 1].is_operator(".");
+        match t.kind {
+            TokenKind::QuotedIdentifier => true,
+            TokenKind::Keyword | TokenKind::Identifier => {
+                qualified
+                    || !(super::functions::pure_builtin(t.text)
+                        || super::functions::syntax_paren(t.text)
+                        || i > 0 && is_table_word(&toks[i - 1]))
+            }
+            _ => false,
+        }
+    })
+}
+
+/// A word after which a name is a table's, whose `(` opens its column list.
+fn is_table_word(t: &super::token::Token<'_>) -> bool {
+    [
+        "INTO",
+        "TABLE",
+        "INSERT",
+        "REPLACE",
+        "IGNORE",
+        "WITH",
+        "RECURSIVE",
+        "JOIN",
+        "FROM",
+    ]
+    .iter()
+    .any(|w| t.is_word(w))
+}
+
 /// `START TRANSACTION READ ONLY` (with `WITH CONSISTENT SNAPSHOT` or not) in every reading,
 /// and nothing after it.
 fn read_only_transaction(text: &[u8], dialect: Dialect) -> bool {
@@ -181,6 +256,52 @@ mod tests {
             "SET autocommit = 0",
         ] {
             assert!(!may(no), "{no}");
+        }
+    }
+
+    #[test]
+    fn a_replica_outside_a_split_refuses_writes_and_what_may_write() {
+        let refuses = |t: &str| replica_refuses(t.as_bytes(), Dialect::default());
+        for ok in [
+            "SELECT a FROM t WHERE id = 1",
+            "SELECT NOW(), COUNT(*) FROM t",
+            "SELECT * FROM t FOR UPDATE",
+            "SET NAMES utf8mb4",
+            "SET @x = 1",
+            "SET autocommit = 0",
+            "USE app",
+            "BEGIN",
+            "COMMIT",
+            "SHOW TABLES",
+            "KILL QUERY 5",
+            "DO 1",
+            "SELECT @@read_only",
+        ] {
+            assert!(!refuses(ok), "{ok}");
+        }
+        for no in [
+            "INSERT INTO t VALUES (1)",
+            "UPDATE t SET a = 1",
+            "DELETE FROM t",
+            "REPLACE INTO t VALUES (1)",
+            "CREATE TABLE t (a INT)",
+            "DROP TABLE t",
+            "ALTER TABLE t ADD b INT",
+            "TRUNCATE t",
+            "GRANT SELECT ON *.* TO u",
+            "CALL p()",
+            "PREPARE s FROM 'DELETE FROM t'",
+            "EXECUTE s",
+            "LOAD DATA INFILE '/tmp/x' INTO TABLE t",
+            "SELECT f()",
+            "SET @a = f()",
+            "SELECT 1; DELETE FROM t",
+            "/*!DELETE FROM t*/",
+            "FLUSH TABLES",
+            "ANALYZE TABLE t",
+            "SELECT 1 /* unterminated",
+        ] {
+            assert!(refuses(no), "{no}");
         }
     }
 

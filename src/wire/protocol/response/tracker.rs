@@ -99,6 +99,12 @@ pub struct Tracker {
     /// A COM_CHANGE_USER reply that makes the client send its password in clear is an error
     /// (see [`guard_cleartext`](Self::guard_cleartext)).
     guard_cleartext: bool,
+    /// Every COM_QUERY / COM_STMT_PREPARE is a rewrite candidate, held until whole (see
+    /// [`guard_statements`](Self::guard_statements)).
+    guard_statements: bool,
+    /// A guarded statement too long to read whole fails the scan (the backend takes no writes
+    /// now); else it goes on unread.
+    refuse_long: bool,
     /// Whether a prepared-statement command stops the client scan (see
     /// [`pause_statements`](Self::pause_statements)).
     pause: Pause,
@@ -188,6 +194,8 @@ impl Tracker {
             renumber_client: false,
             renumber_server: false,
             guard_cleartext: false,
+            guard_statements: false,
+            refuse_long: false,
             pause: Pause::Off,
             paused: false,
         }
@@ -251,6 +259,27 @@ impl Tracker {
     /// authentication) is a [`TrackError::CleartextPassword`]: the relay stops before it. For
     /// sessions whose client leg is secure and whose backend leg is plaintext TCP leaving the
     /// host, as their connection phase was guarded.
+    /// From now on every COM_QUERY and COM_STMT_PREPARE is a [kill
+    /// candidate](Self::kill_candidates), held back until it is whole, so the session's
+    /// steering sees its text before any byte of it is forwarded (a session on a replica
+    /// refuses writes there). One longer than [`MAX_GUARDED`] fails the scan
+    /// ([`TrackError::TooLongToGuard`]): its start would be forwarded before its end is read.
+    pub fn guard_statements(&mut self) {
+        self.guard_statements = true;
+    }
+
+    /// Whether statements are handed over whole (see
+    /// [`guard_statements`](Self::guard_statements)).
+    pub fn guards_statements(&self) -> bool {
+        self.guard_statements
+    }
+
+    /// Whether a guarded statement longer than [`MAX_GUARDED`] fails the scan (the backend
+    /// takes no writes now) or is forwarded unread (it does); asked before each client scan.
+    pub fn refuse_long_statements(&mut self, refuse: bool) {
+        self.refuse_long = refuse;
+    }
+
     pub fn guard_cleartext(&mut self) {
         self.guard_cleartext = true;
     }
@@ -418,6 +447,8 @@ impl Tracker {
             kills: &mut self.kills,
             statements: &mut self.statements,
             pause: &mut self.pause,
+            guard_statements: self.guard_statements,
+            refuse_long: self.refuse_long,
             scan: ClientScan::default(),
             open_at,
         };
@@ -461,6 +492,22 @@ impl Tracker {
                         return Err(TrackError::CleartextPassword { exposure, start });
                     }
                     // Held like a KILL below: checked once whole.
+                    Some(_) => {
+                        self.client = PacketScanner::new(self.max_client_packet);
+                        scan.held = buf.len() - at;
+                        return Ok(scan);
+                    }
+                    None => {}
+                }
+            }
+            if self.guard_statements && self.client_mode == ClientMode::Commands {
+                match guarded_len(partial) {
+                    Some(len) if len > MAX_GUARDED && self.refuse_long => {
+                        let start = Some(at);
+                        return Err(TrackError::TooLongToGuard { len, start });
+                    }
+                    Some(len) if len > MAX_GUARDED => {}
+                    // Held like a KILL below: handed to the steering once whole.
                     Some(_) => {
                         self.client = PacketScanner::new(self.max_client_packet);
                         scan.held = buf.len() - at;
@@ -633,6 +680,22 @@ fn change_user_len(partial: &[u8]) -> Option<usize> {
     }
 }
 
+/// The longest statement a guarded session's steering reads whole (see
+/// [`Tracker::guard_statements`]).
+pub const MAX_GUARDED: usize = 64 * 1024;
+
+/// The payload length of a COM_QUERY or COM_STMT_PREPARE whose first bytes (header included,
+/// possibly cut short) are `partial`, or of a command not known yet; None for any other.
+fn guarded_len(partial: &[u8]) -> Option<usize> {
+    let header = partial.get(..4)?;
+    let len = u32::from_le_bytes([header[0], header[1], header[2], 0]) as usize;
+    match partial.get(4) {
+        _ if header[3] != 0 => None,
+        None | Some(&(cmd::QUERY | cmd::STMT_PREPARE)) => Some(len),
+        Some(_) => None,
+    }
+}
+
 /// What a client scan updates besides the scanner: one packet at a time, in stream order.
 struct ClientSide<'t> {
     /// The session's capabilities, when COM_CHANGE_USER is checked for a password in clear.
@@ -642,6 +705,8 @@ struct ClientSide<'t> {
     kills: &'t mut Vec<(usize, usize)>,
     statements: &'t mut Statements,
     pause: &'t mut Pause,
+    guard_statements: bool,
+    refuse_long: bool,
     scan: ClientScan,
     /// Where the packet in progress at the end began, if it began in this buffer.
     open_at: Option<usize>,
@@ -669,6 +734,29 @@ impl ClientSide<'_> {
             let command = p.first_byte().unwrap_or(0);
             if let (Some(start), true) = (p.start, self.pause.stops(command)) {
                 return Err(TrackError::Paused { start });
+            }
+        }
+        if self.guard_statements && *self.mode == ClientMode::Commands && p.first_seq == 0 {
+            if let (Some(start), Some(packet)) = (p.start, whole) {
+                let len = guarded_len(packet);
+                if let Some(len) = len.filter(|&len| len > MAX_GUARDED && self.refuse_long) {
+                    return Err(TrackError::TooLongToGuard {
+                        len,
+                        start: Some(start),
+                    });
+                }
+                if len.is_some_and(|len| len <= MAX_GUARDED) {
+                    self.kills.push((start, p.end));
+                    return Tracker::client_packet(
+                        self.queue,
+                        self.mode,
+                        &p,
+                        None,
+                        &mut self.scan,
+                        self.kills,
+                        self.statements,
+                    );
+                }
             }
         }
         Tracker::client_packet(
