@@ -337,3 +337,90 @@ async fn without_the_split_a_privileged_write_on_a_replica_is_refused_naming_it(
     cluster.wait_caught_up().await;
     no_write_on_a_replica(&cluster);
 }
+
+/// Runs sysbench `test` (`prepare`, `run`...) as `app` against 127.0.0.1:`port`, schema `app`.
+fn sysbench(port: u16, test: &str, extra: &[&str], action: &str) -> String {
+    let out = std::process::Command::new(common::sysbench::binary())
+        .arg(test)
+        .args([
+            "--db-driver=mysql",
+            "--mysql-host=127.0.0.1",
+            &format!("--mysql-port={port}"),
+            &format!("--mysql-user={APP_USER}"),
+            &format!("--mysql-password={APP_PASS}"),
+            "--mysql-db=app",
+            "--tables=2",
+            "--table-size=2000",
+        ])
+        .args(extra)
+        .arg(action)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run sysbench: {e}"));
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "sysbench {test} {action} failed ({}):\n{stdout}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+}
+
+/// The first number after `label` on the line that starts with it.
+fn number_after(report: &str, label: &str) -> f64 {
+    report
+        .lines()
+        .find_map(|line| {
+            let rest = line.trim_start().strip_prefix(label)?;
+            rest.split_whitespace().next()?.parse().ok()
+        })
+        .unwrap_or_else(|| panic!("no {label:?} in sysbench's report:\n{report}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sysbench_read_write_through_the_split_has_no_error_and_reads_on_the_replicas() {
+    let cluster = Cluster::start("rws-sysbench", 2).await;
+    let primary_port = cluster.primary().port;
+    tokio::task::block_in_place(|| {
+        sysbench(primary_port, "oltp_read_write", &[], "prepare");
+    });
+    cluster.wait_caught_up().await;
+    let proxy = split_proxy(&cluster);
+    wait_roles(&proxy, &cluster).await;
+    let before: Vec<u64> = cluster.servers().iter().map(com_select).collect();
+    let port = proxy.addr.port();
+    // Autocommit statements (`--skip_trx`): its reads may run on a replica; then the default,
+    // BEGIN .. COMMIT transactions, which run on the primary whole. Prepared statements (the
+    // default) and text queries.
+    let mut reports = Vec::new();
+    for extra in [
+        &["--skip_trx=on", "--threads=4", "--events=400", "--time=0"][..],
+        &["--threads=4", "--events=200", "--time=0"][..],
+        &[
+            "--skip_trx=on",
+            "--db-ps-mode=disable",
+            "--threads=4",
+            "--events=400",
+            "--time=0",
+        ][..],
+    ] {
+        let report =
+            tokio::task::block_in_place(|| sysbench(port, "oltp_read_write", extra, "run"));
+        let errors = number_after(&report, "ignored errors:");
+        let queries = number_after(&report, "total:");
+        eprintln!("sysbench oltp_read_write {extra:?}: {queries} queries, {errors} errors");
+        assert_eq!(errors, 0.0, "{extra:?}:\n{report}");
+        reports.push(report);
+    }
+    let after: Vec<u64> = cluster.servers().iter().map(com_select).collect();
+    let selects: Vec<u64> = after.iter().zip(&before).map(|(a, b)| a - b).collect();
+    eprintln!("Com_select per server (primary first): {selects:?}");
+    let on_replicas: u64 = selects[1..].iter().sum();
+    assert!(
+        on_replicas > selects[0],
+        "most SELECTs on the replicas: {selects:?}"
+    );
+    cluster.wait_caught_up().await;
+    no_write_on_a_replica(&cluster);
+}
