@@ -424,3 +424,81 @@ async fn sysbench_read_write_through_the_split_has_no_error_and_reads_on_the_rep
     cluster.wait_caught_up().await;
     no_write_on_a_replica(&cluster);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_switchover_under_writes_moves_them_to_the_new_primary() {
+    let mut cluster = Cluster::start("rws-switch", 2).await;
+    cluster
+        .exec(
+            0,
+            "CREATE TABLE app.sw (id INT AUTO_INCREMENT PRIMARY KEY, who INT) ENGINE=InnoDB",
+        )
+        .await;
+    cluster.wait_caught_up().await;
+    let proxy = split_proxy(&cluster);
+    wait_roles(&proxy, &cluster).await;
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut writers = Vec::new();
+    for who in 0..4 {
+        let mut conn = login(&proxy, APP_USER, APP_PASS).await;
+        let stop = std::sync::Arc::clone(&stop);
+        writers.push(tokio::spawn(async move {
+            let (mut ok, mut errors) = (0u32, Vec::new());
+            let started = Instant::now();
+            while !stop.load(std::sync::atomic::Ordering::Relaxed)
+                && started.elapsed() < Duration::from_secs(30)
+            {
+                match conn
+                    .query_drop(format!("INSERT INTO sw (who) VALUES ({who})"))
+                    .await
+                {
+                    Ok(()) => ok += 1,
+                    Err(mysql_async::Error::Server(e)) => errors.push(e.code),
+                    Err(e) => panic!("writer {who}: {e}"),
+                }
+                let _: Option<u64> = conn.query_first("SELECT COUNT(*) FROM sw").await.unwrap();
+            }
+            (ok, errors)
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let started = Instant::now();
+    cluster.switchover(1).await;
+    let switched = started.elapsed();
+    wait_roles(&proxy, &cluster).await;
+    let followed = started.elapsed();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let (mut ok, mut errors) = (0, Vec::new());
+    for w in writers {
+        let (o, e) = w.await.unwrap();
+        ok += o;
+        errors.extend(e);
+    }
+    eprintln!(
+        "switchover took {switched:?}, followed after {followed:?}: {ok} writes, errors {errors:?}"
+    );
+    // A write the old primary refused (1290) in the moment before the proxy saw it read-only is
+    // all a client may see; nothing else, and writes run again on the new primary.
+    assert!(errors.iter().all(|&c| c == 1290), "{errors:?}");
+    assert!(followed < Duration::from_secs(2), "{followed:?}");
+    let after: u64 = cluster
+        .server(1)
+        .root_query("SELECT COUNT(*) FROM app.sw")
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(
+        after as u32 == ok,
+        "every acknowledged write is on the new primary: {after} / {ok}"
+    );
+    cluster.wait_caught_up().await;
+    assert!(
+        own_gtids(cluster.server(2)).is_empty(),
+        "no write on the replica"
+    );
+    assert!(
+        !own_gtids(cluster.server(1)).is_empty(),
+        "writes on the new primary"
+    );
+}
