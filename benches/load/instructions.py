@@ -17,7 +17,24 @@ are millions of instructions) cancel out.
     cargo build --release --bin mysql-lb --example pump
     python3 benches/load/instructions.py [--baseline OTHER_BINARY] [--events 4000]
         [--tests oltp_point_select,oltp_read_only] [--tls] [--digests] [--pooling] [--ps]
-        [--across] [--deferred] [--connects]
+        [--across] [--deferred] [--split] [--connects]
+
+--split counts what the read/write split (`pooling.read_write_split`) costs per query over the
+pool across backends it builds on: it adds "mysql-lb split" and implies --across, so the
+"mysql-lb across" row it is read against is counted in the same run by the same binary, and a
+last line gives the difference per test. A split needs a primary and a replica, and a
+replication cluster is more than this script starts; the split row names the one MariaDB twice
+instead, the first entry `role: primary`, the second (same address, another `name:`) `role:
+replica`, in the file (--proxy-backend-addresses would replace them with one backend of no
+role), with `pooling: {mode: transaction, across_backends: true, read_write_split: true}`. The
+proxy cannot tell the two entries share a server, so all the split adds is counted: where each
+transaction may run, the check before each command a session on a replica makes, the order over
+roles. oltp_point_select's autocommit SELECTs take the "replica" entry's connections;
+oltp_read_only's BEGIN .. COMMIT transactions are not provably reads and run on the "primary"
+entry. Its logins are placed by user, so the split connects deferred (`connect_mode: auto` does
+for a split pool) where "mysql-lb across" (loopback backends) connects immediately, and its
+transactions stay on one entry where "mysql-lb across" moves most of them between its three
+servers: the difference is the split's cost less what those moves cost.
 
 The runtime's parks: how often a worker parks between queries (its scheduler, timer wheel and
 I/O driver, `RUNTIME` below) depends on timing, which moves a path's count by several hundred
@@ -185,11 +202,18 @@ def main():
                          "beside \"mysql-lb pooled\" (with --pooling) on one")
     ap.add_argument("--deferred", action="store_true",
                     help="also mysql-lb with `connect_mode: deferred` (\"mysql-lb deferred\")")
+    ap.add_argument("--split", action="store_true",
+                    help="also mysql-lb with the read/write split (`read_write_split: true`, "
+                         "\"mysql-lb split\") over the one MariaDB named twice, as primary and "
+                         "as replica; implies --across, the row it is read against")
     ap.add_argument("--connects", action="store_true",
                     help="count per connection instead of per query: each sysbench event is a new "
                          "connection, its login and one SELECT 1 (benches/load/connect.lua)")
     ap.add_argument("--keep", help="copy each callgrind file here (read with callgrind_annotate)")
     args = ap.parse_args()
+    if args.split:
+        # The split builds on pooling across backends: count that row beside it.
+        args.across = True
     global KEEP
     KEEP = args.keep
     if KEEP:
@@ -240,19 +264,35 @@ def main():
                                   "across_backends: true}\n")
         if args.deferred:
             configs[" deferred"] = "backend_tls: {mode: disabled}\nconnect_mode: deferred\n"
+        # Each config's backends: the entries of its YAML file, and the addresses given to
+        # --proxy-backend-addresses (None: the file's entries stand, as named there).
+        pools = {}
+        if args.across:
+            pools[" across"] = ([backend] + others, [backend] + others)
+        if args.split:
+            # The one server twice, as primary and as replica (distinct names: the same address
+            # may back several entries). Reads take the "replica" entry's connections. Configured
+            # roles need no health check login, and a split pool connects deferred by itself
+            # (`connect_mode: auto`: its logins are placed by user). No flag: it would replace
+            # the entries with one backend of no role.
+            configs[" split"] = ("backend_tls: {mode: disabled}\n"
+                                 "pooling: {mode: transaction, max_server_connections: 16, "
+                                 "across_backends: true, read_write_split: true}\n")
+            pools[" split"] = (["{address: %s, name: primary, role: primary}" % backend,
+                                "{address: %s, name: replica, role: replica}" % backend], None)
         if args.tls:
             configs[" tls"] = client_leg + "backend_tls: {mode: disabled}\n"
             configs[" tls both"] = client_leg + "backend_tls: {mode: verify_identity, ca: %s}\n" % tls["ca"]
         for suffix, body in configs.items():
-            pool = ",".join([backend] + others) if suffix == " across" else backend
+            entries, flag = pools.get(suffix, ([backend], [backend]))
             cfg = procs.write_config(os.path.join(reg.base, "lb%s.yaml" % suffix.replace(" ", "-")),
-                                     pool.split(","), body)
+                                     entries, body)
+            backend_args = ["--proxy-backend-addresses", ",".join(flag)] if flag else []
             for name, binary in (("mysql-lb", lb), ("baseline", args.baseline)):
                 # An older baseline may not know the `digests:` key.
                 if binary and not (name == "baseline" and ("digests" in body or "pooling" in body)):
-                    paths.append((name + suffix, lambda port, b=binary, cfg=cfg, pool=pool: [
-                        b, "--config", cfg, "--proxy-address", "127.0.0.1:%d" % port,
-                        "--proxy-backend-addresses", pool,
+                    paths.append((name + suffix, lambda port, b=binary, cfg=cfg, ba=backend_args: [
+                        b, "--config", cfg, "--proxy-address", "127.0.0.1:%d" % port] + ba + [
                         "--admin-address", "127.0.0.1:%d" % procs.free_port(),
                         "--log-level", "warn", "--worker-threads", "2"]))
         rows = []
@@ -275,6 +315,16 @@ def main():
             relay = next(p for t, n, p, o in rows if t == test and n == "bare relay")
             print("| %s | %s | %.0f | %.2f | %.0f |" % (
                 os.path.basename(test), name, per, per / relay, own))
+        if args.split:
+            # The split's own cost: its row less the pool across backends it builds on.
+            print()
+            for test in tests:
+                of = {n: (p, o) for t, n, p, o in rows if t == test}
+                (split, split_own), (across, across_own) = of["mysql-lb split"], of["mysql-lb across"]
+                print("%s: mysql-lb split - mysql-lb across: %+.0f instructions per %s (%+.1f%%), "
+                      "%+.0f without the runtime's parks (%+.1f%%)" % (
+                          os.path.basename(test), split - across, unit, 100 * (split / across - 1),
+                          split_own - across_own, 100 * (split_own / across_own - 1)))
     finally:
         reg.close()
 

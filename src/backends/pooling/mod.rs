@@ -165,6 +165,10 @@ pub struct BackendPool {
     /// In a pool across backends: how many keys have connections here and on no other backend
     /// of the pool (their sessions cannot move), as last counted ([`ServerPools::count_spread`]).
     keys_only_here: std::sync::atomic::AtomicUsize,
+    /// Logins placed here in the last second, by user and schema, not yet counted among its
+    /// connections: a burst of logins of one user (a client's pool opening) sees the ones
+    /// before it (see [`placed`](Self::placed)).
+    placing: Mutex<Vec<(String, String, std::time::Instant)>>,
 }
 
 impl std::fmt::Debug for BackendPool {
@@ -419,6 +423,31 @@ impl BackendPool {
             .0
             .connections_of(|k| k.user == user && k.schema == schema);
         (n, guard.0.open() >= guard.1.max_server_connections)
+    }
+
+    /// A login of `user` to `schema` goes here: for a second, later logins count it as one of
+    /// its connections (its own counts it once it has logged in).
+    pub fn placed(&self, user: &str, schema: &str) {
+        let now = std::time::Instant::now();
+        let mut placing = self.placing.lock().unwrap_or_else(|e| e.into_inner());
+        placing.retain(|(_, _, at)| now.duration_since(*at) < std::time::Duration::from_secs(1));
+        if placing.len() < 4096 {
+            placing.push((user.to_owned(), schema.to_owned(), now));
+        }
+    }
+
+    /// Logins of `user` to `schema` placed here in the last second.
+    pub fn placed_recently(&self, user: &str, schema: &str) -> usize {
+        let now = std::time::Instant::now();
+        let placing = self.placing.lock().unwrap_or_else(|e| e.into_inner());
+        placing
+            .iter()
+            .filter(|(u, s, at)| {
+                u == user
+                    && s == schema
+                    && now.duration_since(*at) < std::time::Duration::from_secs(1)
+            })
+            .count()
     }
 
     /// Whether `key` has a connection here, idle or in use: a wait here can end with one.
@@ -704,6 +733,7 @@ impl ServerPools {
             inner: Mutex::new((Core::new(pooling.max_server_connections), pooling)),
             metrics: PoolMetrics::new(&self.families, pool, backend),
             keys_only_here: Default::default(),
+            placing: Mutex::new(Vec::new()),
         });
         pools.insert(backend.to_owned(), Arc::clone(&created));
         created

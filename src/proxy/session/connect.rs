@@ -203,12 +203,25 @@ fn spread_logins(
     let split = pool.pooling.read_write_split;
     candidates[..in_rotation].sort_by_cached_key(|b| {
         let (n, full) = match ctx.state.server_pools.get(&b.name) {
+            // A split counts the logins of a burst placed before this one.
+            Some(p) if split => {
+                let (n, full) = p.connections_of(user, schema);
+                (n + p.placed_recently(user, schema), full)
+            }
             Some(p) => p.connections_of(user, schema),
             None => (0, false),
         };
         let needed = split && n == 0 && pool.takes_writes(b);
         (full, !needed, n)
     });
+    if split {
+        if let Some(p) = candidates
+            .first()
+            .and_then(|b| ctx.state.server_pools.get(&b.name))
+        {
+            p.placed(user, schema);
+        }
+    }
 }
 
 /// Waits for a login slot of `backend`'s pool when `pool` shares connections; Ok(None) when it

@@ -234,7 +234,8 @@ pub(super) async fn take_across<'r>(
 /// The first idle connection of `key` over the backends of `pool` in rotation, in the policy's
 /// order, never from `places.avoid`: one of this worker thread's first (no other thread woken
 /// for its I/O), then any; for a split's read ([`Want::Replica`]) the replicas' first, the
-/// primary's only when none has one. No await, no allocation once the session's `places` are filled: most
+/// primary's only when no replica has a connection of the key at all (busy ones are waited
+/// for: a split keeps reads off the primary). No await, no allocation once the session's `places` are filled: most
 /// transactions start here.
 pub(super) fn idle_across<'r>(
     ctx: &Context<'_>,
@@ -273,10 +274,17 @@ pub(super) fn idle_across<'r>(
             .filter_map(|b| known.get(b.index())?.as_ref())
             .filter(|p| avoid.is_none_or(|a| !Arc::ptr_eq(a, p)))
     };
-    [false, true].into_iter().find_map(|fallback| {
+    let idle = |fallback: bool| {
         [true, false].into_iter().find_map(|local| {
             pools(fallback).find_map(|p| p.try_idle(key, ctx.worker, state, local))
         })
+    };
+    idle(false).or_else(|| {
+        // A replica with connections of the key, all busy: the read waits for one there
+        // (`take_across`) rather than load the primary.
+        let replica_has_some =
+            want == Want::Replica && pools(false).any(|p| p.has_connections(key));
+        (!replica_has_some).then(|| idle(true)).flatten()
     })
 }
 
