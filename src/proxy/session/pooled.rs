@@ -431,7 +431,8 @@ impl<'r> Seat<'_, 'r> {
             _ => refuse_command(client, up, &e, ctx.peer()).await?,
         }
         match e {
-            PoolError::Timeout { .. } => Ok(false),
+            // No primary for this transaction (a switchover in progress): the session goes on.
+            PoolError::Timeout { .. } | PoolError::NoPrimary { .. } => Ok(false),
             _ => Err(SessionEnd::NoServerConnection),
         }
     }
@@ -583,7 +584,12 @@ where
     C: AsyncRead + AsyncWrite + Unpin,
 {
     warn!(client = peer, "statement refused: {e}");
-    client::answer(client, up, code::TOO_MANY_CONNECTIONS, &e.to_string()).await
+    let code = match e {
+        // What a read-only server answers a write.
+        PoolError::NoPrimary { .. } => code::OPTION_PREVENTS_STATEMENT,
+        _ => code::TOO_MANY_CONNECTIONS,
+    };
+    client::answer(client, up, code, &e.to_string()).await
 }
 
 /// The session's observer with the pool's view added: what pins the session, and whether it

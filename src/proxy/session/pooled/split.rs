@@ -323,6 +323,16 @@ impl<'r> Seat<'_, 'r> {
         if split.on_replica || !split.may_write || pool.pooling.causal_reads == CausalReads::None {
             return false;
         }
+        // `@@last_gtid` is MariaDB's (MySQL's GTID sets are not followed yet).
+        let mariadb = self
+            .observer
+            .holding
+            .dialect()
+            .server
+            .is_some_and(|s| s.mariadb);
+        if !mariadb {
+            return false;
+        }
         let Some(held) = self.conn.as_mut() else {
             return false;
         };
