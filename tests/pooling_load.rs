@@ -102,17 +102,6 @@ fn checked(out: Output, what: &str) -> String {
     stdout
 }
 
-/// The first number after `label` on the line that starts with it.
-fn number_after(report: &str, label: &str) -> f64 {
-    report
-        .lines()
-        .find_map(|line| {
-            let rest = line.trim_start().strip_prefix(label)?;
-            rest.split_whitespace().next()?.parse().ok()
-        })
-        .unwrap_or_else(|| panic!("no {label:?} in sysbench's report:\n{report}"))
-}
-
 /// A global status variable of `db`, read over its unix socket as root.
 fn status(db: &MariaDb, name: &str) -> u64 {
     let out = db.root_query(&format!("SHOW GLOBAL STATUS LIKE '{name}'"));
@@ -210,8 +199,8 @@ fn two_thousand_clients_share_fewer_than_sixty_connections_per_server() {
             out,
             &format!("sysbench {test}, 2000 threads, through the pool"),
         );
-        let queries = number_after(&report, "total:");
-        let errors = number_after(&report, "ignored errors:");
+        let queries = common::sysbench::field(&report, "total:");
+        let errors = common::sysbench::field(&report, "ignored errors:");
         let max_used: Vec<u64> = dbs
             .iter()
             .map(|db| status(db, "Max_used_connections"))
@@ -347,7 +336,7 @@ fn ten_thousand_idle_clients_and_fifty_busy_ones_hold_about_fifty_server_connect
         out,
         "sysbench oltp_read_write, 50 threads, beside the idle clients",
     );
-    let queries = number_after(&report, "total:");
+    let queries = common::sysbench::field(&report, "total:");
     let max_used: Vec<u64> = dbs
         .iter()
         .map(|db| status(db, "Max_used_connections"))

@@ -612,8 +612,8 @@ fn scenarios() -> Vec<Scenario> {
             name: "SET ROLE",
             a: vec![Q("SET ROLE ps_role"), Q("SELECT CURRENT_ROLE()")],
             b: vec![Q("SELECT CURRENT_ROLE()"), Q("SELECT CURRENT_ROLE()")],
-            // Not replayed: COM_RESET_CONNECTION keeps the role, so A's connection is not
-            // handed to B when A ends.
+            // Not replayed (COM_RESET_CONNECTION keeps the role): it pins, and the reset that
+            // hands A's connection to B sets the login's role again.
             pin: Some("session_variable"),
             traces: false,
             a_pooled: vec![],

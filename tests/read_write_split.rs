@@ -367,17 +367,6 @@ fn sysbench(port: u16, test: &str, extra: &[&str], action: &str) -> String {
     stdout
 }
 
-/// The first number after `label` on the line that starts with it.
-fn number_after(report: &str, label: &str) -> f64 {
-    report
-        .lines()
-        .find_map(|line| {
-            let rest = line.trim_start().strip_prefix(label)?;
-            rest.split_whitespace().next()?.parse().ok()
-        })
-        .unwrap_or_else(|| panic!("no {label:?} in sysbench's report:\n{report}"))
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sysbench_read_write_through_the_split_has_no_error_and_reads_on_the_replicas() {
     let cluster = Cluster::start("rws-sysbench", 2).await;
@@ -416,8 +405,8 @@ async fn sysbench_read_write_through_the_split_has_no_error_and_reads_on_the_rep
     ] {
         let report =
             tokio::task::block_in_place(|| sysbench(port, "oltp_read_write", extra, "run"));
-        let errors = number_after(&report, "ignored errors:");
-        let queries = number_after(&report, "total:");
+        let errors = common::sysbench::field(&report, "ignored errors:");
+        let queries = common::sysbench::field(&report, "total:");
         eprintln!("sysbench oltp_read_write {extra:?}: {queries} queries, {errors} errors");
         assert_eq!(errors, 0.0, "{extra:?}:\n{report}");
         reports.push(report);

@@ -9,6 +9,7 @@ use std::time::Instant;
 
 use common::mariadb::{shared_pair, MariaDb, BENCH_PASS, BENCH_USER};
 use common::proxy::TestProxy;
+use common::sysbench::number_after;
 
 const THREADS: u32 = 8;
 const TABLES: u32 = 4;
@@ -44,14 +45,6 @@ fn checked(out: Output, what: &str) -> String {
         String::from_utf8_lossy(&out.stderr)
     );
     stdout
-}
-
-/// The first number after `label` on the line that starts with it (after indentation).
-fn number_after(report: &str, label: &str) -> Option<f64> {
-    report.lines().find_map(|line| {
-        let rest = line.trim_start().strip_prefix(label)?;
-        rest.split_whitespace().next()?.parse().ok()
-    })
 }
 
 /// "(1234.56 per sec.)" on the line that starts with `label`.

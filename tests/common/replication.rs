@@ -252,28 +252,33 @@ impl Cluster {
         self.wait_gtid(new_primary, &pos).await;
         self.promote(new_primary).await;
         for i in self.replica_indices() {
-            let demote = if i == old {
-                // Its own writes are in its binlog but not in its (empty or stale)
-                // gtid_slave_pos: DEMOTE_TO_SLAVE merges the binlog position in.
-                ", MASTER_DEMOTE_TO_SLAVE=1"
-            } else {
-                self.exec(i, "STOP SLAVE").await;
-                ""
-            };
-            self.exec(
-                i,
-                &format!(
-                    "CHANGE MASTER TO {}, MASTER_USE_GTID=slave_pos{demote}",
-                    master_def(self.primary())
-                ),
-            )
-            .await;
-            self.exec(i, "START SLAVE").await;
+            self.repoint(i, i == old).await;
         }
         for i in self.replica_indices() {
             self.wait_replicating(i).await;
         }
         self.wait_caught_up().await;
+    }
+
+    /// Points server `i` at the current primary with GTIDs and starts it replicating;
+    /// `demote`: it was the primary, its own writes are in its binlog but not in its (empty or
+    /// stale) gtid_slave_pos, which `MASTER_DEMOTE_TO_SLAVE` merges in.
+    async fn repoint(&self, i: usize, demote: bool) {
+        let demote = if demote {
+            ", MASTER_DEMOTE_TO_SLAVE=1"
+        } else {
+            self.exec(i, "STOP SLAVE").await;
+            ""
+        };
+        self.exec(
+            i,
+            &format!(
+                "CHANGE MASTER TO {}, MASTER_USE_GTID=slave_pos{demote}",
+                master_def(self.primary())
+            ),
+        )
+        .await;
+        self.exec(i, "START SLAVE").await;
     }
 
     /// Crash failover: SIGKILL the primary (it stays down), let `new_primary` apply what it had
@@ -296,16 +301,7 @@ impl Cluster {
         }
         self.promote(new_primary).await;
         for i in self.replica_indices() {
-            self.exec(i, "STOP SLAVE").await;
-            self.exec(
-                i,
-                &format!(
-                    "CHANGE MASTER TO {}, MASTER_USE_GTID=slave_pos",
-                    master_def(self.primary())
-                ),
-            )
-            .await;
-            self.exec(i, "START SLAVE").await;
+            self.repoint(i, false).await;
         }
         for i in self.replica_indices() {
             self.wait_replicating(i).await;
