@@ -64,6 +64,9 @@ pub struct Prepared {
     pub params: u16,
     /// The parameter types of the session's last execute that sent them (2 bytes each).
     pub types: Option<Arc<[u8]>>,
+    /// Where a read/write split runs a transaction this statement begins, and whether it may
+    /// write, as read from its text once (see `proxy/session/pooled/split.rs`).
+    pub route: Option<(crate::wire::sql::route::Target, bool)>,
 }
 
 impl Prepared {
@@ -124,6 +127,7 @@ impl SessionStatements {
                 text,
                 params,
                 types,
+                route: None,
             },
         );
         self.last = Some(id);
@@ -435,6 +439,7 @@ mod tests {
             text: Arc::from(&b"SELECT ?"[..]),
             params: 1,
             types: None,
+            route: None,
         };
         let mut bound = None;
         // Never sent: nothing to write in.

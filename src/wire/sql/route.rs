@@ -35,6 +35,51 @@ pub enum Target {
 
 /// Where the transaction `text` starts may run (see the module's docs).
 pub fn target(text: &[u8], dialect: Dialect) -> Target {
+    if plainly_replica(text) {
+        return Target::Replica;
+    }
+    target_by_tokens(text, dialect)
+}
+
+/// Settles, without tokenizing, the reads most traffic is made of (`SELECT c FROM t WHERE
+/// id = 5`): a text that starts with `SELECT` and holds, anywhere (inside strings and names
+/// too, in any case), none of `(` (a call), `@` (a variable), `;` (a second statement), `/`
+/// and `#` and `--` (comments, executable ones included), nor the letters of `FOR`, `LOCK`,
+/// `INTO` and `FOUND_ROWS` (a locking clause, `INTO`, `NEXT VALUE FOR`, `SQL_CALC_FOUND_ROWS`,
+/// which pins). What any of these could hide
+/// behind a quote they cannot, since they are looked for in the bytes whatever quotes
+/// surround them; the rest is what [`target_by_tokens`] finds a pure read in every reading (a
+/// proptest holds the two together). A read this way costs a pass over its bytes, not four
+/// tokenizations.
+fn plainly_replica(text: &[u8]) -> bool {
+    let start = text
+        .iter()
+        .position(|b| !b.is_ascii_whitespace())
+        .unwrap_or(text.len());
+    let t = &text[start..];
+    let headed =
+        t.len() > 6 && t[..6].eq_ignore_ascii_case(b"select") && t[6].is_ascii_whitespace();
+    if !headed {
+        return false;
+    }
+    let at = |i: usize, word: &[u8]| {
+        t.get(i..i + word.len())
+            .is_some_and(|w| w.eq_ignore_ascii_case(word))
+    };
+    !t.iter().enumerate().any(|(i, &b)| match b {
+        b'(' | b'@' | b';' | b'/' | b'#' => true,
+        b'-' => t.get(i + 1) == Some(&b'-'),
+        b'F' | b'f' => at(i, b"FOR") || at(i, b"FOUND_ROWS"),
+        b'L' | b'l' => at(i, b"LOCK"),
+        b'I' | b'i' => at(i, b"INTO"),
+        // Bytes no lexer reads the same in every character set: the long way.
+        0x80.. => true,
+        _ => false,
+    })
+}
+
+/// [`target`] by the tokens of every reading.
+fn target_by_tokens(text: &[u8], dialect: Dialect) -> Target {
     if read_only_transaction(text, dialect) {
         return Target::ReadOnlyTransaction;
     }
@@ -221,6 +266,80 @@ mod tests {
             "SELECT 1;",
         ] {
             assert_eq!(route(text), Target::Replica, "{text}");
+        }
+    }
+
+    #[test]
+    fn the_byte_shortcut_takes_plain_reads_and_leaves_the_rest_to_the_tokens() {
+        for plain in [
+            "SELECT c FROM sbtest1 WHERE id=5012",
+            "  select c from sbtest1 where id between 1 and 100 order by c",
+            "SELECT DISTINCT c FROM sbtest1 WHERE id BETWEEN 1 AND 100 ORDER BY c",
+            "SELECT 'a b' FROM t WHERE x > -1",
+        ] {
+            assert!(plainly_replica(plain.as_bytes()), "{plain}");
+            assert_eq!(
+                target_by_tokens(plain.as_bytes(), Dialect::default()),
+                Target::Replica
+            );
+        }
+        for long_way in [
+            "SELECT SUM(k) FROM t",
+            "SELECT a FROM t FOR UPDATE",
+            "SELECT a FROM t LOCK IN SHARE MODE",
+            "SELECT a INTO OUTFILE 'x' FROM t",
+            "SELECT @@server_id",
+            "SELECT 1; DELETE FROM t",
+            "SELECT 1 /*! , f() */",
+            "SELECT 1 -- x",
+            "SELECT 1 # x",
+            "SELECT format FROM t",
+            "SELECT 'a;b' FROM t",
+            "SELECT '\u{e9}' FROM t",
+            "SHOW TABLES",
+            "SELECTa FROM t",
+        ] {
+            assert!(!plainly_replica(long_way.as_bytes()), "{long_way}");
+        }
+    }
+
+    #[test]
+    fn the_shortcut_agrees_with_the_tokens_on_the_pins_corpus() {
+        use crate::wire::sql::pins::Pin;
+        const CORPUS: &[(&str, Option<Pin>)] = include!("pins/corpus.rs");
+        for (text, _) in CORPUS {
+            if plainly_replica(text.as_bytes()) {
+                assert_eq!(
+                    target_by_tokens(text.as_bytes(), Dialect::default()),
+                    Target::Replica,
+                    "{text}"
+                );
+            }
+        }
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn the_shortcut_never_says_more_than_the_tokens(
+            words in proptest::collection::vec(
+                proptest::sample::select(vec![
+                    "a", "t", "FROM", "WHERE", "=", "1", "'x'", "\"y\"", "`z`", "ORDER BY",
+                    "BETWEEN", "AND", "UNION", "SELECT", "f", "\\", "'", "\"", "`", ",", "*",
+                    "DELETE", "INSERT", "SET", "\n", "\t", "0x41", "_utf8mb4", "N'a'", "LIMIT",
+                    "FOR", "INTO", "LOCK", "SQL_CALC_FOUND_ROWS", "-", "+", "<", ">", "!", "?", ".", "e",
+                ]),
+                0..12,
+            ),
+        ) {
+            let text = format!("SELECT {}", words.join(" "));
+            if plainly_replica(text.as_bytes()) {
+                proptest::prop_assert_eq!(
+                    target_by_tokens(text.as_bytes(), Dialect::default()),
+                    Target::Replica,
+                    "{}",
+                    text
+                );
+            }
         }
     }
 

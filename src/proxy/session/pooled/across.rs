@@ -233,9 +233,9 @@ pub(super) async fn take_across<'r>(
 
 /// The first idle connection of `key` over the backends of `pool` in rotation, in the policy's
 /// order, never from `places.avoid`: one of this worker thread's first (no other thread woken
-/// for its I/O), then any; for a split's read ([`Want::Replica`]) the replicas' first, the
-/// primary's only when no replica has a connection of the key at all (busy ones are waited
-/// for: a split keeps reads off the primary). No await, no allocation once the session's `places` are filled: most
+/// for its I/O), then any; for a split's read ([`Want::Replica`]) the replicas' first, on any
+/// worker thread, then the primary's (a read takes an idle primary connection rather than wait
+/// for a busy replica one). No await, no allocation once the session's `places` are filled: most
 /// transactions start here.
 pub(super) fn idle_across<'r>(
     ctx: &Context<'_>,
@@ -279,13 +279,7 @@ pub(super) fn idle_across<'r>(
             pools(fallback).find_map(|p| p.try_idle(key, ctx.worker, state, local))
         })
     };
-    idle(false).or_else(|| {
-        // A replica with connections of the key, all busy: the read waits for one there
-        // (`take_across`) rather than load the primary.
-        let replica_has_some =
-            want == Want::Replica && pools(false).any(|p| p.has_connections(key));
-        (!replica_has_some).then(|| idle(true)).flatten()
-    })
+    idle(false).or_else(|| idle(true))
 }
 
 /// Where [`take_across`] looks: the session's own backend's pool, one to avoid, the pools it

@@ -45,6 +45,33 @@ pub(super) struct Split {
     pub(super) may_write: bool,
 }
 
+/// What the split reads of a statement's text (`wire::sql::route`).
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Reading {
+    target: Target,
+    /// Not one read a retry could run again: its transaction's position is learned.
+    may_write: bool,
+    /// It may run inside a transaction on a replica (read only for a session in one).
+    may_continue: bool,
+}
+
+impl Reading {
+    fn of(text: &[u8], dialect: crate::wire::sql::Dialect, in_transaction: bool) -> Self {
+        let target = target(text, dialect);
+        Reading {
+            target,
+            may_write: target == Target::Primary && !retryable_read(text, dialect),
+            may_continue: target == Target::Replica
+                || in_transaction && replica_may_continue(text, dialect),
+        }
+    }
+
+    /// What a prepared statement keeps of it.
+    fn cached(self) -> (Target, bool) {
+        (self.target, self.may_write)
+    }
+}
+
 /// What [`Seat::before_command`] made of the command at the front.
 pub(super) enum Before {
     /// It runs on the connection the session holds (or on the one it begins with).
@@ -79,12 +106,11 @@ impl<'r> Seat<'_, 'r> {
         // COM_QUIT ends the session where it is; COM_PING is answered by any server.
         let anywhere = front.is_none() && matches!(self.up.get(4), Some(&(cmd::QUIT | cmd::PING)));
         if self.conn.is_some() && split.on_replica && !anywhere {
-            let text = self.front_text(ctx, client, front).await?;
-            let dialect = self.observer.holding.dialect();
+            let read = self.read_front(ctx, client, front).await?;
             let holding = &self.observer.holding;
-            let stays = match &text {
-                Some(t) if holding.in_transaction() => replica_may_continue(t, dialect),
-                Some(t) => target(t, dialect) == Target::Replica,
+            let stays = match read {
+                Some(read) if holding.in_transaction() => read.may_continue,
+                Some(read) => read.target == Target::Replica,
                 None => false,
             };
             if stays {
@@ -162,37 +188,68 @@ impl<'r> Seat<'_, 'r> {
         if front.is_none() && self.up.get(4) == Some(&cmd::PING) {
             return Ok((Want::Replica, false));
         }
-        let dialect = holding.dialect();
-        Ok(match self.front_text(ctx, client, front).await? {
-            Some(text) => match target(&text, dialect) {
+        Ok(match self.read_front(ctx, client, front).await? {
+            Some(read) => match read.target {
                 Target::Replica | Target::ReadOnlyTransaction => (Want::Replica, false),
-                Target::Primary => (Want::Primary, !retryable_read(&text, dialect)),
+                Target::Primary => (Want::Primary, read.may_write),
             },
             None => (Want::Primary, true),
         })
     }
 
+    /// What the split reads of the statement at the front (see [`front_text`]): read once per
+    /// prepared statement, kept with it.
+    async fn read_front<C>(
+        &mut self,
+        ctx: &Context<'r>,
+        client: &mut LegStream<C>,
+        front: Option<&Front>,
+    ) -> Result<Option<Reading>, SessionEnd>
+    where
+        C: AsyncRead + AsyncWrite + Unpin,
+    {
+        let dialect = self.observer.holding.dialect();
+        let in_transaction = self.observer.holding.in_transaction();
+        if let Some(Front::Statement {
+            command: cmd::STMT_EXECUTE,
+            id,
+            ..
+        }) = front
+        {
+            let Some(prepared) = self.observer.statements.get_mut(*id) else {
+                return Ok(None);
+            };
+            let (target, may_write) = *prepared
+                .route
+                .get_or_insert_with(|| Reading::of(&prepared.text, dialect, false).cached());
+            // Inside a transaction the text is read again (rare: a read-only one on a replica).
+            let may_continue = target == Target::Replica
+                || in_transaction && replica_may_continue(&prepared.text, dialect);
+            return Ok(Some(Reading {
+                target,
+                may_write,
+                may_continue,
+            }));
+        }
+        let Some(text) = self.front_text(ctx, client, front).await? else {
+            return Ok(None);
+        };
+        Ok(Some(Reading::of(text, dialect, in_transaction)))
+    }
+
     /// The statement text of the command at the front: a COM_QUERY's (read whole first, up
-    /// to [`ROUTE_MAX`]), a prepare's, or an execute's statement; None for anything else.
+    /// to [`ROUTE_MAX`]) or a prepare's; None for anything else.
     async fn front_text<C>(
         &mut self,
         ctx: &Context<'r>,
         client: &mut LegStream<C>,
         front: Option<&Front>,
-    ) -> Result<Option<Vec<u8>>, SessionEnd>
+    ) -> Result<Option<&[u8]>, SessionEnd>
     where
         C: AsyncRead + AsyncWrite + Unpin,
     {
         match front {
-            Some(Front::Prepare { end }) => return Ok(self.up.get(5..*end).map(<[u8]>::to_vec)),
-            Some(Front::Statement {
-                command: cmd::STMT_EXECUTE,
-                id,
-                ..
-            }) => {
-                let prepared = self.observer.statements.get(*id);
-                return Ok(prepared.map(|p| p.text.to_vec()));
-            }
+            Some(Front::Prepare { end }) => return Ok(self.up.get(5..*end)),
             Some(_) => return Ok(None),
             None => {}
         }
@@ -210,7 +267,7 @@ impl<'r> Seat<'_, 'r> {
                 Err(_) => return Err(crate::proxy::relay::RelayEnd::IdleTimeout.into()),
             }
         }
-        Ok(self.up.get(5..4 + len).map(<[u8]>::to_vec))
+        Ok(self.up.get(5..4 + len))
     }
 
     /// Whether the connection just taken is one a write may not reach; counted by role, and a
