@@ -246,6 +246,18 @@ async fn a_session_reads_its_own_writes_on_lagging_replicas_and_without_causal_r
         stale, 0,
         "a read returned a value older than its session's write"
     );
+    // `/backends` says each backend's role and the GTID position it is known to have applied.
+    let primary = proxy.backend_entry(&cluster.primary().tcp_addr());
+    assert_eq!(primary["role"], "primary", "{primary}");
+    assert_eq!(primary["takes_writes"], true, "{primary}");
+    let applied = primary["gtid_applied"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    assert!(applied.starts_with("0-1-"), "{primary}");
+    let replica = proxy.backend_entry(&cluster.server(2).tcp_addr());
+    assert_eq!(replica["role"], "replica", "{replica}");
+    assert_eq!(replica["read_only"], true, "{replica}");
     assert!(
         covered + waited + timed_out >= 10.0,
         "reads went to replicas and were held to the session's writes"

@@ -443,6 +443,7 @@ pub fn backends_json(state: &ProxyState, recent: &Recent) -> serde_json::Value {
                     seen => Some(seen == crate::backends::balancer::roles::Seen::ReadOnly),
                 },
                 "takes_writes": state.backends().pool(&b.pool).is_some_and(|p| p.takes_writes(b)),
+                "gtid_applied": b.role.configured().map(|_| b.role.applied().to_string()),
                 "active_connections": b.active(),
                 "total_connections": b.stats.connections_total.get(),
                 "connect_errors": b.stats.connect_errors.get(),
