@@ -293,7 +293,9 @@ fn read_all(text: &[u8], reading: Reading) -> Option<Pin> {
 
 /// Settles, without tokenizing, the statements most traffic is made of: a `SELECT`, `INSERT`,
 /// `UPDATE`, `DELETE` or `REPLACE` whose text holds nothing that could start a user variable
-/// (`@`), a second statement (`;`), a call (`(`) or a comment the server runs (`/*`), nor, in any case and
+/// (`@`), a second statement (`;`), a call other than a pure built-in's written bare with its
+/// `(` right after its name (`SUM(k)`, [`builtin_before`]; none when the text holds `#` or
+/// `--`) or a comment the server runs (`/*`), nor, in any case and
 /// anywhere (inside strings and names too), the letters of a word that pins inside such a
 /// statement (`_LOCK`, `FOUND_ROWS`, `INSERT_ID`, `NEXT`, `PREVIOUS`, `CONNECTION_ID`, and `TVAL`
 /// of the sequence functions). True only where [`read_all`] finds no pin in any reading (a
@@ -401,8 +403,11 @@ fn no_pinning_word(t: &[u8]) -> bool {
         t.get(i..i + word.len())
             .is_some_and(|w| w.eq_ignore_ascii_case(word))
     };
+    // A comment could hide what stands between a name and its `(` (`db. -- x\n sum(`).
+    let comments = t.contains(&b'#') || t.windows(2).any(|w| w == b"--");
     !t.iter().enumerate().any(|(i, &b)| match b {
-        b'@' | b';' | b'(' => true,
+        b'@' | b';' => true,
+        b'(' => comments || !builtin_before(t, i),
         b'/' => t.get(i + 1) == Some(&b'*'),
         b'_' => at(i, b"_LOCK"),
         b'F' | b'f' => at(i, b"FOUND_ROWS"),
@@ -413,6 +418,26 @@ fn no_pinning_word(t: &[u8]) -> bool {
         b'C' | b'c' => at(i, b"CONNECTION_ID"),
         _ => false,
     })
+}
+
+/// Whether the `(` at `t[paren]` follows, with nothing between, a bare name of the allow-list
+/// of pure built-ins (`SUM(k)`, `COUNT(*)`): not after a `.` (spaces allowed between), a quote
+/// or a variable's `@`, so the tokens read it as that built-in's call too.
+fn builtin_before(t: &[u8], paren: usize) -> bool {
+    let word = |b: u8| b.is_ascii_alphanumeric() || b == b'_' || b == b'$';
+    let start = t[..paren]
+        .iter()
+        .rposition(|&b| !word(b))
+        .map_or(0, |p| p + 1);
+    if start == paren || start == 0 {
+        return false;
+    }
+    let before = t[..start].iter().rposition(|b| !b.is_ascii_whitespace());
+    let bare = match before.map(|p| t[p]) {
+        Some(b'.' | b'`' | b'\'' | b'"' | b'@' | b'\\') | None => false,
+        Some(b) => b < 0x80 && !(start > 0 && t[start - 1] >= 0x80),
+    };
+    bare && super::functions::pure_builtin(&t[start..paren])
 }
 
 /// First keywords after which the statement is stateless unless a token says otherwise.
