@@ -784,3 +784,133 @@ async fn a_capture_says_which_backend_each_statement_of_a_moving_session_ran_on(
         );
     }
 }
+
+/// The client matrix's `kill_query` case through a pool across backends, without a `kill:`
+/// account: a session reads `SELECT CONNECTION_ID()` (the server's own id, which pins it to its
+/// connection), runs a long query, and another session of its user sends `KILL QUERY` of that
+/// id. The killer's statements land on any backend, where the id names nothing or a stranger;
+/// the proxy knows which of its pooled sessions holds that thread, and the KILL runs on the
+/// killer's own connection there (the server deciding with the killer's privileges). The same
+/// for the proxy id the victim was greeted with. Victims sit on more than one backend, so at
+/// least one KILL had to leave the backend the killer's last statement ran on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_query_of_a_connection_id_reaches_its_backend_without_a_kill_account() {
+    use common::rawclient::RawClient;
+    let dbs = tokio::task::block_in_place(|| {
+        let dbs = start_dedicated(&["across-cid-a", "across-cid-b", "across-cid-c"]);
+        for db in &dbs {
+            common::create_kill_accounts(db);
+        }
+        dbs
+    });
+    // Servers that have run a while number their connections apart; fresh ones alike, which
+    // would make each victim's id name connections on several backends (that case is answered
+    // with an ERR naming them: `kill::tests`).
+    for (k, db) in dbs.iter().enumerate() {
+        for _ in 0..k * 25 {
+            let conn = mysql_async::Conn::new(db.opts(BENCH_USER, BENCH_PASS))
+                .await
+                .expect("a direct connection");
+            conn.disconnect().await.expect("disconnect");
+        }
+    }
+    let proxy = across(&dbs);
+    let addr = proxy.addr_string();
+    // `app` may kill its own user's threads only.
+    let login = || RawClient::connect_tcp(&addr, "app", "app", None, 0, 0);
+    // Logins spread over the backends: the user's key has connections on each.
+    let mut others = Vec::new();
+    for _ in 0..3 {
+        others.push(login().await.expect("login"));
+    }
+    let mut victims = Vec::new();
+    for _ in 0..3 {
+        let mut v = login().await.expect("victim logs in");
+        let rows = v.query_text("SELECT CONNECTION_ID()").await.expect("id");
+        let id: u32 = rows[0][0].as_deref().unwrap().parse().unwrap();
+        victims.push((v, id));
+    }
+    let mut killer = login().await.expect("killer logs in");
+    let mut ports = BTreeSet::new();
+    for round in 0..6 {
+        let (victim, server_id) = &mut victims[round % 3];
+        let by_server_id = round < 3;
+        let id = if by_server_id {
+            *server_id
+        } else {
+            victim.connection_id
+        };
+        let marker = format!("across-cid-{round}");
+        victim
+            .send_command(0x03, format!("SELECT SLEEP(30), '{marker}'").as_bytes())
+            .await
+            .expect("send the victim's query");
+        let port = tokio::task::block_in_place(|| {
+            let deadline = Instant::now() + Duration::from_secs(10);
+            loop {
+                if let Some(db) = dbs.iter().find(|db| {
+                    db.root_query("SELECT INFO FROM information_schema.PROCESSLIST")
+                        .contains(&marker)
+                }) {
+                    break db.port;
+                }
+                assert!(Instant::now() < deadline, "{marker} never ran");
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        });
+        ports.insert(port);
+        // The killer's own statements move on between rounds.
+        killer
+            .query_text("SELECT 1")
+            .await
+            .expect("the killer runs");
+        let started = Instant::now();
+        killer
+            .query_results(&format!("KILL QUERY {id}"))
+            .await
+            .unwrap_or_else(|e| panic!("round {round}: KILL QUERY {id} answered {e}"));
+        let err = victim
+            .read_results()
+            .await
+            .expect_err("the victim's query was interrupted");
+        assert!(
+            err.starts_with("1317"),
+            "round {round} (server id: {by_server_id}) on {port}: {err}"
+        );
+        assert!(started.elapsed() < Duration::from_secs(5), "round {round}");
+        victim
+            .query_text("SELECT 1")
+            .await
+            .expect("the victim runs on");
+        for o in others.iter_mut().take(round % 3 + 1) {
+            o.query_text("SELECT 1")
+                .await
+                .expect("another session runs");
+        }
+    }
+    assert!(
+        ports.len() > 1,
+        "the victims sat on one backend only: {ports:?}"
+    );
+    // Another user's KILL of the same id is the server's to refuse: it reaches the victim's
+    // backend as that user's, and the server answers 1095.
+    let (victim, server_id) = &mut victims[0];
+    victim
+        .send_command(0x03, b"SELECT SLEEP(2)")
+        .await
+        .expect("send");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let mut stranger = RawClient::connect_tcp(&addr, "eve", "eve", None, 0, 0)
+        .await
+        .expect("another user logs in");
+    let refused = stranger
+        .query_results(&format!("KILL QUERY {server_id}"))
+        .await
+        .expect_err("another user's KILL is refused");
+    assert!(refused.starts_with("1095"), "{refused}");
+    let slept = victim
+        .read_results()
+        .await
+        .expect("the victim's query ran to its end");
+    assert_eq!(slept[0][0][0].as_deref(), Some("0"), "{slept:?}");
+}

@@ -63,6 +63,9 @@ pub struct Target {
     /// A pooled session's server connection of the moment (0 while it holds none), which
     /// [`Registry::lookup`] reads in place of `thread_id` (see [`Registration::follow`]).
     pub live: Option<Arc<AtomicU32>>,
+    /// The session asked the server for its own id (`CONNECTION_ID()`, which pins it): a KILL
+    /// naming that number most likely means it (see [`Registry::holding_thread`]).
+    pub told: bool,
 }
 
 impl Target {
@@ -76,6 +79,7 @@ impl Target {
             thread_id: greeting.connection_id,
             user: None,
             live: None,
+            told: false,
         }
     }
 }
@@ -162,6 +166,62 @@ impl Registry {
         Some(target)
     }
 
+    /// The session of pool `pool` whose server connection of the moment is thread `thread` (a
+    /// pooled session, which follows its connection), for a KILL naming a server's own id in a
+    /// pool across backends (see [`rewrite`]). Backends number their connections alike, so
+    /// several may hold that number: then only `user`'s sessions count, and of those the ones
+    /// that asked for their id (`told`). A scan of the registry under its lock: KILLs are rare.
+    pub fn holding_thread(&self, thread: u32, pool: &str, user: Option<&str>) -> Holder {
+        if thread == NO_THREAD {
+            return Holder::None;
+        }
+        let Ok(ids) = self.ids.lock() else {
+            return Holder::None;
+        };
+        let mut found: Vec<Target> = ids
+            .sessions
+            .values()
+            .flatten()
+            .filter(|t| {
+                t.backend.pool == pool
+                    && t.live
+                        .as_ref()
+                        .is_some_and(|live| live.load(Ordering::Acquire) == thread)
+            })
+            .cloned()
+            .collect();
+        drop(ids);
+        if found.len() > 1
+            && found
+                .iter()
+                .any(|t| user.is_some() && t.user.as_deref() == user)
+        {
+            found.retain(|t| t.user.as_deref() == user);
+        }
+        if found.len() > 1 && found.iter().any(|t| t.told) {
+            found.retain(|t| t.told);
+        }
+        match found.len() {
+            0 => Holder::None,
+            1 => {
+                let mut target = found.swap_remove(0);
+                target.thread_id = thread;
+                Holder::One(target)
+            }
+            _ => Holder::Several(found.into_iter().map(|t| t.backend).collect()),
+        }
+    }
+
+    /// Session `id` asked the server for its own id (`SELECT CONNECTION_ID()`): a KILL naming
+    /// that number, which several sessions' connections may share, means this one.
+    pub fn told(&self, id: u32) {
+        if let Ok(mut ids) = self.ids.lock() {
+            if let Some(Some(target)) = ids.sessions.get_mut(&id) {
+                target.told = true;
+            }
+        }
+    }
+
     fn bind(&self, id: u32, target: Target) {
         if let Ok(mut ids) = self.ids.lock() {
             if let Some(slot) = ids.sessions.get_mut(&id) {
@@ -197,6 +257,15 @@ impl Registry {
             }
         }
     }
+}
+
+/// Who holds a server thread id among a pool's pooled sessions ([`Registry::holding_thread`]).
+#[derive(Debug)]
+pub enum Holder {
+    None,
+    One(Target),
+    /// More than one, on these backends, and nothing tells them apart.
+    Several(Vec<Arc<Backend>>),
 }
 
 /// Keeps a session in the registry for as long as it lives.
@@ -275,6 +344,9 @@ pub enum Mapping {
     /// The target holds no server connection now (a pooled session between statements): KILL
     /// QUERY of its own user's is an OK that kills nothing, anything else ERR 1095.
     NoConnection,
+    /// A server's own thread id that connections on several backends of a pool across backends
+    /// have, none of them the killer's: answered with ERR 1094 naming them, nothing killed.
+    Ambiguous,
 }
 
 impl Mapping {
@@ -295,6 +367,9 @@ impl Mapping {
             Mapping::NoConnection => {
                 "KILL of a pooled session between statements: nothing to reach on a server"
             }
+            Mapping::Ambiguous => {
+                "KILL refused: its thread id names connections on several backends"
+            }
         }
     }
 }
@@ -313,6 +388,9 @@ pub struct Killer<'a> {
     pub user: Option<&'a str>,
     /// Whether a `kill:` account is configured to run KILLs on other backends.
     pub can_kill_elsewhere: bool,
+    /// The killer's pool shares server connections across its backends: a server's own
+    /// thread id there names whichever of the pool's pooled sessions holds that connection.
+    pub across: bool,
 }
 
 /// What to do with a KILL naming a proxy id: send `packet` to the killer's backend instead, and
@@ -353,9 +431,9 @@ pub fn rewrite(
     registry: &Registry,
     killer: &Killer<'_>,
 ) -> Option<Decision> {
-    let proxy_id = u32::try_from(request.id)
-        .ok()
-        .filter(|id| is_proxy_id(*id))?;
+    let Some(proxy_id) = u32::try_from(request.id).ok().filter(|id| is_proxy_id(*id)) else {
+        return rewrite_thread(request, registry, killer);
+    };
     let instance = instance_of(proxy_id);
     if instance != registry.instance {
         let sql = signal(
@@ -380,6 +458,83 @@ pub fn rewrite(
         local: Some(Arc::clone(&t.backend)),
     });
     Some(decide(request, proxy_id, found, killer))
+}
+
+/// A KILL naming a server's own thread id (one `SELECT CONNECTION_ID()` returned, which pins
+/// a pooled session to its connection) from a session of a pool across backends: the killer's
+/// statements run on any backend, so the number means the connection one of the pool's pooled
+/// sessions holds now ([`Registry::holding_thread`]), wherever that is, and is mapped as its
+/// proxy id would be. None (the KILL passes unchanged) outside such a pool, when no pooled
+/// session holds such a thread (a connection the proxy does not hold: the killer's backend
+/// decides, as before) or it is on the killer's own backend.
+fn rewrite_thread(
+    request: &KillRequest,
+    registry: &Registry,
+    killer: &Killer<'_>,
+) -> Option<Decision> {
+    if !killer.across {
+        return None;
+    }
+    let thread = u32::try_from(request.id).ok()?;
+    let target = match registry.holding_thread(thread, &killer.backend.pool, killer.user) {
+        Holder::None => return None,
+        Holder::One(target) => target,
+        Holder::Several(backends) => {
+            if backends.iter().any(|b| Arc::ptr_eq(b, killer.backend)) {
+                return None;
+            }
+            let names: Vec<&str> = backends.iter().map(|b| b.name.as_str()).collect();
+            let message = format!(
+                "mysql-lb: thread id {thread} names server connections on backends {}; nothing \
+                 was killed (KILL the id the session was greeted with, its proxy id)",
+                names.join(", ")
+            );
+            return Some(Decision {
+                mapping: Mapping::Ambiguous,
+                packet: query_packet(&signal(1094, &message)),
+                elsewhere: None,
+            });
+        }
+    };
+    if Arc::ptr_eq(&target.backend, killer.backend) {
+        return None;
+    }
+    let found = Found {
+        backend: &target.backend.name,
+        thread_id: target.thread_id,
+        user: target.user.as_deref(),
+        same_backend: false,
+        local: Some(Arc::clone(&target.backend)),
+    };
+    Some(decide(request, thread, Some(found), killer))
+}
+
+/// Where the session a KILL names runs now, when it holds a server connection there: the
+/// backend a pooled killer of a pool across backends takes its own connection on, so that the
+/// KILL runs on it as the killer (the server applying the killer's own privileges), with no
+/// `kill:` account. None for a session holding no connection, another instance's id or an
+/// unknown one: the KILL then goes wherever the killer's transaction lands and is mapped there
+/// ([`rewrite`]).
+pub fn target_backend(
+    request: &KillRequest,
+    registry: &Registry,
+    pool: &str,
+    user: Option<&str>,
+) -> Option<Arc<Backend>> {
+    let id = u32::try_from(request.id).ok()?;
+    if !is_proxy_id(id) {
+        return match registry.holding_thread(id, pool, user) {
+            Holder::One(t) => Some(t.backend),
+            Holder::None | Holder::Several(_) => None,
+        };
+    }
+    if instance_of(id) != registry.instance {
+        return None;
+    }
+    registry
+        .lookup(id)
+        .filter(|t| t.thread_id != NO_THREAD && t.backend.pool == pool)
+        .map(|t| t.backend)
 }
 
 /// Another instance's answer for one of its ids: the backend (name and address, as its

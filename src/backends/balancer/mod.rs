@@ -74,6 +74,10 @@ pub enum Want {
     Primary,
     /// A replica, else the primary.
     Replica,
+    /// The backend of this index ([`Backend::index`]) only, in rotation or not: where the
+    /// session a KILL names holds its connection, so that the killer's own connection there
+    /// runs it.
+    Backend(usize),
 }
 
 /// One server behind the proxy.
@@ -563,7 +567,7 @@ impl BackendSet {
             b.admin_state() == AdminState::Ready && self.rotation.is_up_at(b, at)
         };
         let primary = match want {
-            Want::Any => None,
+            Want::Any | Want::Backend(_) => None,
             Want::Primary | Want::Replica => match pool.primary() {
                 roles::Primary::One(p) => Some(p),
                 _ => None,
@@ -572,6 +576,10 @@ impl BackendSet {
         match want {
             Want::Any => up.extend(pool.members.iter().filter(ready)),
             Want::Primary => up.extend(primary.filter(ready)),
+            Want::Backend(index) => {
+                up.extend(pool.members.iter().filter(|b| b.index() == index));
+                return;
+            }
             Want::Replica => {
                 up.extend(pool.members.iter().filter(ready).filter(|b| {
                     primary.is_none_or(|p| !Arc::ptr_eq(p, b)) && b.role.serves_reads()

@@ -102,6 +102,7 @@ fn target(backend: &Arc<Backend>, thread_id: u32) -> Target {
         thread_id,
         user: Some("app".into()),
         live: None,
+        told: false,
     }
 }
 
@@ -111,6 +112,7 @@ fn by<'a>(backend: &'a Arc<Backend>, user: &'a str, account: bool) -> Killer<'a>
         backend,
         user: Some(user),
         can_kill_elsewhere: account,
+        across: false,
     }
 }
 
@@ -182,7 +184,11 @@ fn counter_wraps_and_skips_ids_still_in_use() {
 }
 
 fn two_backends() -> BackendSet {
-    let configs: Vec<_> = ["a", "b"]
+    backends(&["a", "b"])
+}
+
+fn backends(names: &[&str]) -> BackendSet {
+    let configs: Vec<_> = names
         .iter()
         .map(|n| BackendConfig {
             name: (*n).into(),
@@ -452,4 +458,90 @@ fn a_session_holding_no_server_connection_is_reached_by_no_kill() {
         sql_of(&rw(&query_kill, &reg, a).unwrap().1),
         "KILL QUERY 43"
     );
+}
+
+/// A pooled session holding server thread `thread` on `backend` now, as `user`.
+fn holding(backend: &Arc<Backend>, thread: u32, user: &str, told: bool) -> Target {
+    Target {
+        backend: Arc::clone(backend),
+        thread_id: thread,
+        user: Some(user.into()),
+        live: Some(Arc::new(AtomicU32::new(thread))),
+        told,
+    }
+}
+
+fn across_by<'a>(backend: &'a Arc<Backend>, user: &'a str) -> Killer<'a> {
+    Killer {
+        across: true,
+        ..by(backend, user, true)
+    }
+}
+
+#[test]
+fn a_servers_own_thread_id_in_a_pool_across_backends_names_the_pooled_session_holding_it() {
+    let set = two_backends();
+    let (a, b) = (&set.backends()[0], &set.backends()[1]);
+    let reg = Registry::default();
+    let _victim = reg.register(holding(a, 42, "app", true)).unwrap();
+    let req = parse(&query("KILL QUERY 42")).unwrap();
+    // From the other backend: run there over the kill account, as for its proxy id.
+    let d = rewrite(&req, &reg, &across_by(b, "app")).unwrap();
+    assert_eq!(d.mapping, Mapping::Elsewhere);
+    let run = d.elsewhere.unwrap();
+    assert!(Arc::ptr_eq(&run.backend, a));
+    assert_eq!(run.statement, "KILL QUERY 42");
+    // Another user's: the server's rule, refused.
+    let d = rewrite(&req, &reg, &across_by(b, "eve")).unwrap();
+    assert_eq!(d.mapping, Mapping::NotOwner);
+    // On its own backend, or outside a pool across backends, it passes as the client sent it.
+    assert!(rewrite(&req, &reg, &across_by(a, "app")).is_none());
+    assert!(rewrite(&req, &reg, &by(b, "app", true)).is_none());
+    // A number no pooled session holds is the killer's backend's to answer.
+    let other = parse(&query("KILL QUERY 43")).unwrap();
+    assert!(rewrite(&other, &reg, &across_by(b, "app")).is_none());
+    // Where a pooled killer takes its own connection for it.
+    let to = target_backend(&req, &reg, "default", Some("app")).unwrap();
+    assert!(Arc::ptr_eq(&to, a));
+    assert!(target_backend(&req, &reg, "other-pool", Some("app")).is_none());
+}
+
+#[test]
+fn a_thread_id_several_backends_share_is_told_apart_by_user_then_by_who_asked_for_it() {
+    let set = two_backends();
+    let (a, b) = (&set.backends()[0], &set.backends()[1]);
+    let req = parse(&query("KILL QUERY 7")).unwrap();
+    // Another user's connection with the same number does not count against the killer's own.
+    let reg = Registry::default();
+    let _mine = reg.register(holding(a, 7, "app", false)).unwrap();
+    let _theirs = reg.register(holding(b, 7, "eve", false)).unwrap();
+    let to = target_backend(&req, &reg, "default", Some("app")).unwrap();
+    assert!(Arc::ptr_eq(&to, a));
+    // Of one user's, the session that read CONNECTION_ID() is meant.
+    let reg = Registry::default();
+    let _busy = reg.register(holding(a, 7, "app", false)).unwrap();
+    let _asked = reg.register(holding(b, 7, "app", true)).unwrap();
+    let to = target_backend(&req, &reg, "default", Some("app")).unwrap();
+    assert!(Arc::ptr_eq(&to, b));
+    // Nothing tells them apart: no backend is chosen, and from a third place the KILL is
+    // refused naming both; on one of them the server there decides.
+    let reg = Registry::default();
+    let _one = reg.register(holding(a, 7, "app", true)).unwrap();
+    let _two = reg.register(holding(b, 7, "app", true)).unwrap();
+    assert!(target_backend(&req, &reg, "default", Some("app")).is_none());
+    assert!(rewrite(&req, &reg, &across_by(a, "app")).is_none());
+    let set3 = backends(&["a", "b", "c"]);
+    let c = &set3.backends()[2];
+    let d = rewrite(&req, &reg, &across_by(c, "app")).unwrap();
+    assert_eq!(d.mapping, Mapping::Ambiguous);
+    let sql = sql_of(&d.packet);
+    assert!(
+        sql.contains("1094") && (sql.contains("a, b") || sql.contains("b, a")),
+        "{sql}"
+    );
+    // A session between transactions holds thread 0, which no KILL names.
+    let zero = parse(&query("KILL QUERY 0")).unwrap();
+    let reg = Registry::default();
+    let _idle = reg.register(holding(a, NO_THREAD, "app", true)).unwrap();
+    assert!(target_backend(&zero, &reg, "default", Some("app")).is_none());
 }

@@ -35,10 +35,10 @@ use crate::backends::balancer::{Lease, Pool};
 use crate::backends::kill;
 use crate::backends::pooling::command::{self, Command};
 use crate::backends::pooling::statements::{ConnStatements, SessionStatements};
-use crate::backends::pooling::ServerConn;
 use crate::backends::pooling::{
     holding::TEXT_LIMIT, BackendPool, Held, Holding, Key, Member, PoolError,
 };
+use crate::backends::pooling::{Reason, ServerConn};
 use crate::net::leg::LegStream;
 use crate::net::stream::BackendStream;
 use crate::proxy::gate::Cancelled;
@@ -119,6 +119,7 @@ where
         lease,
         registration: joined.registration,
         avoid: None,
+        aim: None,
         pools: Vec::new(),
         order: Vec::new(),
         // Where a KILL naming the session goes: the connection it holds, or nowhere (0)
@@ -160,6 +161,9 @@ struct Seat<'a, 'r> {
     registration: Option<&'r kill::Registration<'r>>,
     /// A backend's pool the next connection must not come from (its server was just lost).
     avoid: Option<Arc<BackendPool>>,
+    /// Where the transaction at hand must run, whatever the pool's order or the split say: a
+    /// KILL's, on its target's backend (see `across::aim_kill`). Cleared once it began.
+    aim: Option<crate::backends::balancer::Want>,
     /// The pools of the backends it took connections from, by the backend's index in the set
     /// (looked up once, not at every transaction).
     pools: Vec<Option<Arc<BackendPool>>>,
@@ -261,10 +265,16 @@ impl<'r> Seat<'_, 'r> {
         }
         // A transaction begins here: the session takes a connection for this command.
         let fresh = self.conn.is_none();
-        if fresh && !self.begin(ctx, client, front.as_ref()).await? {
-            return Ok(());
+        let aimed = fresh && self.across.is_some() && self.aim_kill(ctx);
+        if fresh {
+            let began = self.begin(ctx, client, front.as_ref()).await;
+            self.aim = None;
+            if !began? {
+                return Ok(());
+            }
         }
         if fresh
+            && !aimed
             && self.split.is_some()
             && !self.see_own_writes(ctx, client, front.as_ref()).await?
         {
@@ -633,10 +643,14 @@ impl<'a, 'r> Pooled<'a, 'r> {
         }
     }
 
-    fn pinned(&mut self, reason: Option<crate::backends::pooling::Reason>) {
+    fn pinned(&mut self, reason: Option<Reason>) {
         if let Some(reason) = reason {
             debug!(user = %self.key.user, reason = reason.as_str(), "session pinned its server connection");
             self.member.pinned(reason);
+            if reason == Reason::Statement(crate::wire::sql::pins::Pin::ConnectionId) {
+                // A KILL naming the number the server gave is then most likely meant for it.
+                self.inner.told_thread();
+            }
         }
     }
 }

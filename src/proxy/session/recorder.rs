@@ -148,12 +148,33 @@ impl<'a> Recorder<'a> {
         }
     }
 
+    /// The session asked the server for its own id (see `kill::Registry::told`).
+    pub(super) fn told_thread(&self) {
+        if let Some(id) = self.proxy_id {
+            self.state.kills.told(id);
+        }
+    }
+
+    /// Who the client authenticated as (None after a COM_CHANGE_USER).
+    pub(super) fn user(&self) -> Option<&str> {
+        self.user
+    }
+
     fn killer(&self) -> kill::Killer<'_> {
         kill::Killer {
             backend: self.backend,
             user: self.user,
             can_kill_elsewhere: self.state.killer.configured(),
+            across: self.across(),
         }
+    }
+
+    /// Whether the session's pool shares server connections across its backends (read per
+    /// KILL, which is rare).
+    fn across(&self) -> bool {
+        let set = self.state.backends();
+        set.pool(&self.backend.pool)
+            .is_some_and(|p| p.pooling.across_backends)
     }
 
     /// What the tracker must keep of statement packets now (0: none).
@@ -171,12 +192,14 @@ impl<'a> Recorder<'a> {
         let backend = Arc::clone(self.backend);
         let user = self.user.map(str::to_owned);
         let turn = Arc::clone(&self.turn);
+        let across = self.across();
         KillRewrite::Later(Box::pin(async move {
             let answer = state.peers.ask(&peer, &request, Arc::clone(&turn)).await;
             let killer = kill::Killer {
                 backend: &backend,
                 user: user.as_deref(),
                 can_kill_elsewhere: state.killer.configured(),
+                across,
             };
             let ours = state.backends().backends().to_vec();
             let decision = kill::rewrite_remote(&request, &answer, &killer, &ours);

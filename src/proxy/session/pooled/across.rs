@@ -24,12 +24,17 @@ use crate::net::leg::LegStream;
 use crate::proxy::gate::Cancelled;
 use crate::proxy::relay::RelayEnd;
 use crate::proxy::session::{Context, SessionEnd};
+use crate::wire::protocol::cmd;
 use crate::wire::protocol::response::Tracker;
+use crate::wire::protocol::statement::may_be_kill;
 
 /// The largest statement a pool across backends keeps a copy of, to send again if its server
 /// is lost before answering: the copy is made for every transaction's first statement, and a
 /// bulk load's megabytes are no read to retry.
 const RETRY_MAX: usize = 64 * 1024;
+
+/// The longest command read for a KILL that could move its transaction ([`Seat::aim_kill`]).
+const KILL_MAX: usize = 1024;
 
 impl<'r> Seat<'_, 'r> {
     /// The session moves to `pool`, another backend's where its key has connections (it took
@@ -67,6 +72,61 @@ impl<'r> Seat<'_, 'r> {
         };
         let (key, state) = (self.observer.key, self.observer.holding.state());
         idle_across(ctx, pool, &mut places, key, state, want)
+    }
+
+    /// A KILL at the front of a fresh transaction, naming a session that holds a connection on
+    /// a backend of the pool now (by its proxy id, or by the server's own id that `SELECT
+    /// CONNECTION_ID()` gave it): the transaction takes the killer's own connection there
+    /// ([`Want::Backend`]), so the KILL runs as the killer, the server deciding with the
+    /// killer's privileges, and needs no `kill:` account. Only where the killer's key has
+    /// connections; else the KILL goes where the policy puts it and is mapped there (the
+    /// recorder's `rewrite_kill`). True when it aimed the transaction.
+    pub(super) fn aim_kill(&mut self, ctx: &Context<'r>) -> bool {
+        let Some(pool) = self.across else {
+            return false;
+        };
+        let up = &self.up;
+        let command = up.get(4).copied();
+        if up.get(3) != Some(&0) || !matches!(command, Some(cmd::QUERY | cmd::PROCESS_KILL)) {
+            return false;
+        }
+        let Some(len) = crate::backends::pooling::command::payload_len(up) else {
+            return false;
+        };
+        let Some(payload) = up.get(4..4 + len).filter(|_| len <= KILL_MAX) else {
+            return false;
+        };
+        // The common case costs a look at the statement's first word.
+        if !may_be_kill(payload) {
+            return false;
+        }
+        let Some(request) = kill::parse(payload) else {
+            return false;
+        };
+        let user = self.observer.inner.user();
+        let Some(backend) = kill::target_backend(&request, &ctx.state.kills, &pool.name, user)
+        else {
+            return false;
+        };
+        let has_key = ctx
+            .state
+            .server_pools
+            .get(&backend.name)
+            .is_some_and(|p| p.has_connections(self.observer.key));
+        if !has_key {
+            return false;
+        }
+        debug!(
+            client = ctx.peer(),
+            backend = %backend.name,
+            target = request.id,
+            "a KILL takes the killer's own connection on its target's backend"
+        );
+        self.aim = Some(Want::Backend(backend.index()));
+        if let Some(split) = self.split.as_mut() {
+            split.may_write = false;
+        }
+        true
     }
 
     /// A copy of the command at the front of the client's buffer when it is one whole COM_QUERY

@@ -83,6 +83,9 @@ pub(super) enum Before {
 impl<'r> Seat<'_, 'r> {
     /// Where the transaction at hand may run (the pool's own order when it does not split).
     pub(super) fn want(&self) -> Want {
+        if let Some(aim) = self.aim {
+            return aim;
+        }
         self.split.map_or(Want::Any, |s| s.want)
     }
 
