@@ -420,7 +420,10 @@ async fn sysbench_read_write_through_the_split_has_no_error_and_reads_on_the_rep
         let errors = common::sysbench::field(&report, "ignored errors:");
         let queries = common::sysbench::field(&report, "total:");
         eprintln!("sysbench oltp_read_write {extra:?}: {queries} queries, {errors} errors");
-        assert_eq!(errors, 0.0, "{extra:?}:\n{report}");
+        // sysbench stops at any error but the deadlocks and lock waits it retries ("ignored":
+        // 1213, 1020, 1205), which concurrent BEGIN .. COMMIT transactions of its own meet
+        // directly too: a few of those, nothing else.
+        assert!(errors <= queries / 200.0, "{extra:?}:\n{report}");
         reports.push(report);
     }
     let after: Vec<u64> = cluster.servers().iter().map(com_select).collect();
@@ -482,7 +485,10 @@ async fn a_switchover_under_writes_moves_them_to_the_new_primary() {
                     .await
                 {
                     Ok(()) => ok += 1,
-                    Err(mysql_async::Error::Server(e)) => errors.push(e.code),
+                    Err(mysql_async::Error::Server(e)) => {
+                        eprintln!("writer {who}: {} {}", e.code, e.message);
+                        errors.push(e.code)
+                    }
                     Err(e) => panic!("writer {who}: {e}"),
                 }
                 let _: Option<u64> = conn.query_first("SELECT COUNT(*) FROM sw").await.unwrap();
@@ -491,12 +497,29 @@ async fn a_switchover_under_writes_moves_them_to_the_new_primary() {
         }));
     }
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let started = Instant::now();
-    cluster.switchover(1).await;
-    let switched = started.elapsed();
-    wait_roles(&proxy, &cluster).await;
-    let followed = started.elapsed();
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // Switchovers back and forth until one of them caught a write in the moment between the
+    // old primary going read-only and the next health check (the window is random in the
+    // check interval, so one switchover alone might miss it): that write is refused by the
+    // server, withheld from the client and run again on the new primary.
+    let mut timings = Vec::new();
+    let mut replayed = 0;
+    for (round, to) in [1, 0, 1, 0, 1].into_iter().enumerate() {
+        let started = Instant::now();
+        cluster.switchover(to).await;
+        let switched = started.elapsed();
+        wait_roles(&proxy, &cluster).await;
+        let followed = started.elapsed();
+        assert!(
+            followed < Duration::from_secs(2),
+            "round {round}: {followed:?}"
+        );
+        timings.push((switched, followed));
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        replayed = refused_writes(&proxy, "replayed");
+        if replayed > 0 && round >= 1 {
+            break;
+        }
+    }
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     let (mut ok, mut errors) = (0, Vec::new());
     for w in writers {
@@ -504,22 +527,26 @@ async fn a_switchover_under_writes_moves_them_to_the_new_primary() {
         ok += o;
         errors.extend(e);
     }
+    let forwarded = refused_writes(&proxy, "forwarded");
     eprintln!(
-        "switchover took {switched:?}, followed after {followed:?}: {ok} writes, errors {errors:?}"
+        "switchovers (took, followed after) {timings:?}: {ok} writes, errors {errors:?}, \
+         refused writes run again {replayed}, refusals forwarded {forwarded}"
     );
-    // A write the old primary refused (1290) in the moment before the proxy saw it read-only is
-    // all a client may see; nothing else, and writes run again on the new primary.
-    assert!(errors.iter().all(|&c| c == 1290), "{errors:?}");
-    assert!(followed < Duration::from_secs(2), "{followed:?}");
+    // A write the old primary refused (1290) before the proxy saw it read-only ran again on
+    // the new primary: no client saw an error.
+    assert!(errors.is_empty(), "{errors:?}");
+    assert!(replayed > 0, "no switchover caught a write in its window");
+    assert_eq!(forwarded, 0);
+    let primary = cluster.primary_index();
     let after: u64 = cluster
-        .server(1)
+        .server(primary)
         .root_query("SELECT COUNT(*) FROM app.sw")
         .trim()
         .parse()
         .unwrap();
     assert!(
         after as u32 == ok,
-        "every acknowledged write is on the new primary: {after} / {ok}"
+        "every acknowledged write is on the primary, once: {after} / {ok}"
     );
     cluster.wait_caught_up().await;
     assert!(
@@ -530,4 +557,15 @@ async fn a_switchover_under_writes_moves_them_to_the_new_primary() {
         !own_gtids(cluster.server(1)).is_empty(),
         "writes on the new primary"
     );
+}
+
+/// `mysql_lb_split_refused_writes_total{outcome}` of the default pool.
+fn refused_writes(proxy: &TestProxy, outcome: &str) -> u64 {
+    let (_, metrics) = proxy.admin_get("/metrics");
+    metrics
+        .lines()
+        .filter(|l| l.starts_with("mysql_lb_split_refused_writes_total{"))
+        .filter(|l| l.contains(&format!("outcome=\"{outcome}\"")))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+        .sum()
 }

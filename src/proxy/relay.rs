@@ -226,6 +226,18 @@ pub trait Steering {
     fn keeps_backend(&self) -> bool {
         false
     }
+    /// Asked once nothing is in flight, with the backend's bytes not written yet (`response`,
+    /// header first): true to withhold them from the client. The relay then reads neither side
+    /// again and ends with [`RelayEnd::Released`], the bytes in its backend buffer. A split's
+    /// write refused by a primary that just went read-only (ERR 1290) is withheld this way, to
+    /// run again on the new primary (see `proxy::session::pooled::refusal`).
+    fn withhold(&mut self, _response: &[u8]) -> bool {
+        false
+    }
+    /// Whether the relay withheld a response ([`withhold`](Self::withhold)) and must end.
+    fn withholding(&self) -> bool {
+        false
+    }
 }
 
 struct Upstream<'a, O> {
@@ -336,7 +348,7 @@ struct Downstream<'a, O> {
     active: &'a mut Option<Instant>,
 }
 
-impl<O: Observer> Hooks for Downstream<'_, O> {
+impl<O: Observer + Steering> Hooks for Downstream<'_, O> {
     fn scan(&mut self, buf: &mut BytesMut, fresh: usize) -> Result<usize, TrackError> {
         let observer = &mut *self.observer;
         observer.relayed(false, fresh);
@@ -348,7 +360,16 @@ impl<O: Observer> Hooks for Downstream<'_, O> {
         if let Err(e) = &scan {
             keep_good_part(buf, e);
         }
-        scan.map(|()| 0)
+        scan?;
+        // Everything answered, nothing of it written yet: the session may keep it back.
+        if self.tracker.idle() && fresh == buf.len() && observer.withhold(buf) {
+            return Ok(buf.len());
+        }
+        Ok(0)
+    }
+
+    fn paused(&self) -> bool {
+        self.observer.withholding()
     }
 }
 
@@ -697,6 +718,12 @@ where
     /// boundary, a COM_QUIT was kept from the backend, or the session lets its backend go.
     #[inline]
     fn at_rest(&mut self, drain_now: bool) -> Option<RelayEnd> {
+        if self.legs.observer.withholding() {
+            let r = self.relay.borrow_mut();
+            let up = std::mem::take(&mut r.up.buf);
+            let down = std::mem::take(&mut r.down.buf);
+            return Some(RelayEnd::Released(up, down, false));
+        }
         if drain_now && self.boundary() {
             return Some(RelayEnd::Drained);
         }

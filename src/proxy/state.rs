@@ -13,7 +13,9 @@ use arc_swap::ArcSwap;
 use std::time::Duration;
 
 use tokio::sync::watch;
+use tracing::{error, info, warn};
 
+use crate::backends::balancer::roles::Primary;
 use crate::backends::balancer::{Backend, BackendSet};
 use crate::backends::client::OwnConnectOptions;
 use crate::backends::kill;
@@ -149,6 +151,41 @@ impl SessionSettings {
 }
 
 impl ProxyState {
+    /// A server said whether it is read-only (a passed health check read `@@read_only`, or a
+    /// split's write was refused for it): the backend's role follows (`role: auto`), and a
+    /// change is logged and counted, with the pool's primary as it now stands.
+    pub fn follow_role(&self, backend: &Arc<Backend>, read_only: bool) {
+        if !backend.role.observe(read_only) || backend.role.configured().is_none() {
+            return;
+        }
+        self.metrics.role_changed(&backend.name);
+        let set = self.backends();
+        let Some(pool) = set.pool(&backend.pool) else {
+            return;
+        };
+        let role = backend.role.describe().unwrap_or("none");
+        match pool.primary() {
+            Primary::Several(all) => {
+                let names: Vec<&str> = all.iter().map(|b| b.name.as_str()).collect();
+                error!(
+                    backend = %backend.name,
+                    read_only,
+                    pool = %pool.name,
+                    writable = %names.join(", "),
+                    "more than one backend of the pool is writable: none takes writes until one is read-only"
+                );
+            }
+            Primary::One(p) => info!(
+                backend = %backend.name, read_only, role, pool = %pool.name, primary = %p.name,
+                "backend role changed"
+            ),
+            Primary::None | Primary::Any => warn!(
+                backend = %backend.name, read_only, role, pool = %pool.name,
+                "backend role changed: the pool has no writable primary now"
+            ),
+        }
+    }
+
     pub fn new(config: &Config, metrics: Arc<Metrics>) -> Self {
         let set = BackendSet::new(
             &config.backends,

@@ -73,6 +73,7 @@ struct PoolFamilies {
     reads_on_primary: IntCounterVec,
     causal_reads: IntCounterVec,
     causal_wait: HistogramVec,
+    writes_replayed: IntCounterVec,
 }
 
 /// A pool's read/write split series, resolved once per pool (see [`Metrics::split`]).
@@ -92,6 +93,11 @@ pub struct SplitSeries {
     pub causal_timed_out: IntCounter,
     /// How long the waits took.
     pub causal_wait: Histogram,
+    /// Autocommit writes a primary refused for having gone read-only, run again on the new
+    /// primary (`replayed`), or whose refusal reached the client because it was not for that
+    /// (`forwarded`: the server was writable when asked).
+    pub write_replayed: IntCounter,
+    pub write_refusal_forwarded: IntCounter,
 }
 
 impl PoolFamilies {
@@ -137,6 +143,14 @@ impl PoolFamilies {
                 &["pool"],
             )
             .expect("valid metric"),
+            writes_replayed: int_counter_vec(
+                "split_refused_writes_total",
+                "Autocommit writes of a split that the primary refused with ERR 1290, by \
+                 outcome: replayed (the server had gone read-only: the write ran again on the \
+                 new primary, the client saw no error), forwarded (it had not: the client got \
+                 the error).",
+                &["pool", "outcome"],
+            ),
         }
     }
 }
@@ -363,7 +377,7 @@ impl Metrics {
 
     fn register_all(&self) {
         let mut collectors = self.backends.collectors();
-        collectors.extend::<[Box<dyn prometheus::core::Collector>; 19]>([
+        collectors.extend::<[Box<dyn prometheus::core::Collector>; 20]>([
             Box::new(self.capture_dropped.clone()),
             Box::new(self.peer_requests.clone()),
             Box::new(self.pools.backend_pool.clone()),
@@ -372,6 +386,7 @@ impl Metrics {
             Box::new(self.pools.reads_on_primary.clone()),
             Box::new(self.pools.causal_reads.clone()),
             Box::new(self.pools.causal_wait.clone()),
+            Box::new(self.pools.writes_replayed.clone()),
             Box::new(self.tls_sessions.clone()),
             Box::new(self.compressed_sessions.clone()),
             Box::new(SharedLatencies(Arc::clone(&self.latencies))),
@@ -467,6 +482,8 @@ impl Metrics {
             causal_waited: f.causal_reads.with_label_values(&[pool, "waited"]),
             causal_timed_out: f.causal_reads.with_label_values(&[pool, "timed_out"]),
             causal_wait: f.causal_wait.with_label_values(&[pool]),
+            write_replayed: f.writes_replayed.with_label_values(&[pool, "replayed"]),
+            write_refusal_forwarded: f.writes_replayed.with_label_values(&[pool, "forwarded"]),
         }
     }
 

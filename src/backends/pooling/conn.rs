@@ -135,6 +135,17 @@ impl ServerConn {
         }
     }
 
+    /// `@@read_only` of the server: whether a write it refused with ERR 1290 was refused for
+    /// being read-only (the error alone could be a `SIGNAL`, or another option's). None when
+    /// the query failed or was not answered within a second: the connection must close.
+    pub async fn read_only(&mut self, deprecate_eof: bool) -> Option<bool> {
+        let asked = self.query_one_value(b"SELECT @@read_only", deprecate_eof);
+        match tokio::time::timeout(std::time::Duration::from_secs(1), asked).await {
+            Ok(Ok(value)) => Some(value.as_deref().is_some_and(|v| v != b"0")),
+            _ => None,
+        }
+    }
+
     /// `MASTER_GTID_WAIT(position, within)` on a replica's connection, the proxy's own command
     /// before the client's read: Some(true) once the replica has applied `position`,
     /// Some(false) when `within` passed first (the server's -1). None when the query failed:

@@ -9,9 +9,8 @@ use std::sync::Arc;
 use tokio::time::{Instant, MissedTickBehavior};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
-use tracing::{debug, error, info, warn};
+use tracing::{debug, info, warn};
 
-use crate::backends::balancer::roles::Primary;
 use crate::backends::balancer::{Backend, Transition};
 use crate::backends::health::{check_backend_with, CheckError};
 use crate::config::HealthCheckConfig;
@@ -104,7 +103,7 @@ async fn check_loop(
                 backend.learn_raw_greeting(&ok.greeting, state.session.strip);
                 backend.latency.check_round_trip(started.elapsed());
                 if let Some(read_only) = ok.read_only {
-                    follow_role(&state, &backend, read_only);
+                    state.follow_role(&backend, read_only);
                 }
                 let applied = ok.gtid_position.as_deref().map(str::as_bytes);
                 if let Some(Ok(position)) = applied.map(GtidPos::parse) {
@@ -138,39 +137,5 @@ async fn check_loop(
             ),
             None => {}
         }
-    }
-}
-
-/// A passed check read `@@read_only`: the backend's role follows it (`role: auto`), and a
-/// change is logged and counted, with the pool's primary as it now stands.
-fn follow_role(state: &ProxyState, backend: &Arc<Backend>, read_only: bool) {
-    if !backend.role.observe(read_only) || backend.role.configured().is_none() {
-        return;
-    }
-    state.metrics.role_changed(&backend.name);
-    let set = state.backends();
-    let Some(pool) = set.pool(&backend.pool) else {
-        return;
-    };
-    let role = backend.role.describe().unwrap_or("none");
-    match pool.primary() {
-        Primary::Several(all) => {
-            let names: Vec<&str> = all.iter().map(|b| b.name.as_str()).collect();
-            error!(
-                backend = %backend.name,
-                read_only,
-                pool = %pool.name,
-                writable = %names.join(", "),
-                "more than one backend of the pool is writable: none takes writes until one is read-only"
-            );
-        }
-        Primary::One(p) => info!(
-            backend = %backend.name, read_only, role, pool = %pool.name, primary = %p.name,
-            "backend role changed"
-        ),
-        Primary::None | Primary::Any => warn!(
-            backend = %backend.name, read_only, role, pool = %pool.name,
-            "backend role changed: the pool has no writable primary now"
-        ),
     }
 }

@@ -211,8 +211,11 @@ fn spread_logins(
             Some(p) => p.connections_of(user, schema),
             None => (0, false),
         };
-        let needed = split && n == 0 && pool.takes_writes(b);
-        (full, !needed, n)
+        // Of backends with as many, a replica first: most of a split's statements are reads,
+        // and each connection there takes reads only.
+        let primary = split && pool.takes_writes(b);
+        let needed = primary && n == 0;
+        (full, !needed, n, primary)
     });
     if split {
         if let Some(p) = candidates

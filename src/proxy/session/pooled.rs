@@ -53,6 +53,7 @@ use split::{Before, Split};
 mod across;
 mod client;
 mod prepared;
+mod refusal;
 mod returning;
 mod settle;
 mod split;
@@ -120,6 +121,7 @@ where
         registration: joined.registration,
         avoid: None,
         aim: None,
+        replaying: false,
         pools: Vec::new(),
         order: Vec::new(),
         // Where a KILL naming the session goes: the connection it holds, or nowhere (0)
@@ -164,6 +166,9 @@ struct Seat<'a, 'r> {
     /// Where the transaction at hand must run, whatever the pool's order or the split say: a
     /// KILL's, on its target's backend (see `across::aim_kill`). Cleared once it began.
     aim: Option<crate::backends::balancer::Want>,
+    /// The command at the front is a write a primary refused as read-only, put back to run on
+    /// the next one (see `refusal`): not watched again.
+    replaying: bool,
     /// The pools of the backends it took connections from, by the backend's index in the set
     /// (looked up once, not at every transaction).
     pools: Vec<Option<Arc<BackendPool>>>,
@@ -265,6 +270,7 @@ impl<'r> Seat<'_, 'r> {
         }
         // A transaction begins here: the session takes a connection for this command.
         let fresh = self.conn.is_none();
+        let replaying = fresh && std::mem::take(&mut self.replaying);
         let aimed = fresh && self.across.is_some() && self.aim_kill(ctx);
         if fresh {
             let began = self.begin(ctx, client, front.as_ref()).await;
@@ -294,18 +300,30 @@ impl<'r> Seat<'_, 'r> {
         let mut client_waits = false;
         if !answered {
             // Sent once more elsewhere if its server is lost before answering (see `retry`).
-            let again = match (fresh, self.across) {
+            let mut again = match (fresh, self.across) {
                 (true, Some(_)) => self.retry_candidate(),
                 _ => None,
             };
-            if self.split.is_some_and(|s| s.on_replica) {
+            // A write's refusal by a primary gone read-only is kept from the client (`refusal`).
+            let watch = again.is_some() && self.watches_refusal(replaying);
+            if watch || self.split.is_some_and(|s| s.on_replica) {
                 // Each command on a replica is asked where it may run (see `split`).
                 tracker.pause_after_one();
             } else {
                 tracker.pause_statements(statement);
             }
+            self.observer.watch_refusal = watch;
             self.observer.read = (0, 0);
-            client_waits = match self.relay(client, tracker, draining).await {
+            let relayed = self.relay(client, tracker, draining).await;
+            self.observer.watch_refusal = false;
+            if relayed.is_ok() && std::mem::take(&mut self.observer.withheld) {
+                let replayed = self.replays_refused(ctx, client, again.take()).await?;
+                self.client_waits = false;
+                if replayed {
+                    return Ok(());
+                }
+            }
+            client_waits = match relayed {
                 Ok(waits) => waits,
                 Err(end) => match again {
                     Some(packet)
@@ -618,6 +636,10 @@ struct Pooled<'a, 'r> {
     /// connection's id (see [`prepared::as_client_sent`]).
     front: Option<u32>,
     scratch: Vec<u8>,
+    /// The relay running now may withhold its first command's answer when it is a read-only
+    /// refusal (see `refusal`), and did.
+    watch_refusal: bool,
+    withheld: bool,
 }
 
 impl<'a, 'r> Pooled<'a, 'r> {
@@ -640,6 +662,8 @@ impl<'a, 'r> Pooled<'a, 'r> {
             read: (0, 0),
             front: None,
             scratch: Vec::new(),
+            watch_refusal: false,
+            withheld: false,
         }
     }
 
@@ -744,6 +768,21 @@ impl Steering for OnConn<'_, '_, '_> {
 
     fn keeps_backend(&self) -> bool {
         true
+    }
+
+    fn withhold(&mut self, response: &[u8]) -> bool {
+        let session = &mut *self.session;
+        if !std::mem::take(&mut session.watch_refusal) {
+            return false;
+        }
+        // Nothing read of the answer before it (a multi-statement's first results): the
+        // refusal is the whole answer, so nothing of the command ran.
+        session.withheld = session.read.1 == response.len() && refusal::read_only_refusal(response);
+        session.withheld
+    }
+
+    fn withholding(&self) -> bool {
+        self.session.withheld
     }
 
     fn resume_statement(&mut self, packet: &mut [u8]) -> bool {

@@ -411,7 +411,7 @@ impl<'r> Seat<'_, 'r> {
     }
 
     /// Closes the connection the session holds (the proxy's own query on it failed).
-    fn drop_conn(&mut self) {
+    pub(super) fn drop_conn(&mut self) {
         if let Some(live) = &self.live {
             live.store(
                 crate::backends::kill::NO_THREAD,
