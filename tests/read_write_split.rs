@@ -569,3 +569,157 @@ fn refused_writes(proxy: &TestProxy, outcome: &str) -> u64 {
         .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
         .sum()
 }
+
+/// The primary is SIGKILLed under reads and writes, and the harness promotes a replica (as a
+/// failover tool would): reads on the replicas go on with no error, a write in flight may get
+/// the lost connection (it may have committed), later writes wait for the promotion and run on
+/// the new primary, and every write acknowledged after the promotion is there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_primary_costs_reads_nothing_and_writes_wait_for_the_promotion() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    let mut cluster = Cluster::start("rws-lost", 2).await;
+    cluster
+        .exec(
+            0,
+            "CREATE TABLE app.lp (id INT AUTO_INCREMENT PRIMARY KEY, who INT) ENGINE=InnoDB",
+        )
+        .await;
+    cluster.wait_caught_up().await;
+    let proxy = split_proxy(&cluster);
+    wait_roles(&proxy, &cluster).await;
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut readers = Vec::new();
+    for who in 0..4 {
+        let mut conn = login(&proxy, APP_USER, APP_PASS).await;
+        let stop = Arc::clone(&stop);
+        readers.push(tokio::spawn(async move {
+            let (mut ok, mut errors) = (0u32, Vec::new());
+            let started = Instant::now();
+            while !stop.load(Ordering::Relaxed) && started.elapsed() < Duration::from_secs(40) {
+                match conn.query_first::<u64, _>("SELECT COUNT(*) FROM lp").await {
+                    Ok(_) => ok += 1,
+                    Err(e) => errors.push(format!("reader {who}: {e}")),
+                }
+            }
+            (ok, errors)
+        }));
+    }
+    let proxy_opts = proxy.opts(APP_USER, APP_PASS);
+    let mut writers = Vec::new();
+    for who in 0..2 {
+        let mut conn = login(&proxy, APP_USER, APP_PASS).await;
+        let stop = Arc::clone(&stop);
+        let opts = mysql_async::OptsBuilder::from_opts(proxy_opts.clone()).db_name(Some("app"));
+        writers.push(tokio::spawn(async move {
+            // (acknowledged at, id), and what failed.
+            let (mut acked, mut failed) = (Vec::new(), Vec::new());
+            let started = Instant::now();
+            while !stop.load(Ordering::Relaxed) && started.elapsed() < Duration::from_secs(40) {
+                let write = conn.exec_drop("INSERT INTO lp (who) VALUES (?)", (who,));
+                match tokio::time::timeout(Duration::from_secs(15), write).await {
+                    Ok(Ok(())) => acked.push((Instant::now(), conn.last_insert_id().unwrap())),
+                    Ok(Err(e)) => {
+                        failed.push((Instant::now(), e.to_string()));
+                        if !matches!(e, mysql_async::Error::Server(_)) {
+                            // The connection is gone: log in again.
+                            conn = loop {
+                                match mysql_async::Conn::new(opts.clone()).await {
+                                    Ok(c) => break c,
+                                    Err(e) => {
+                                        failed.push((Instant::now(), format!("login: {e}")));
+                                        tokio::time::sleep(Duration::from_millis(50)).await;
+                                    }
+                                }
+                            };
+                        }
+                    }
+                    Err(_) => panic!("writer {who}: a write hung for 15 s"),
+                }
+            }
+            (acked, failed)
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let killed = Instant::now();
+    cluster.kill_primary_and_promote(1).await;
+    let promoted = Instant::now();
+    // The proxy follows: server 1 is the pool's one primary.
+    let want = cluster.primary().tcp_addr();
+    loop {
+        let set = proxy.state.backends();
+        let pool = set.pool("default").unwrap();
+        if matches!(pool.primary(), Primary::One(p) if p.name == want) {
+            break;
+        }
+        assert!(
+            promoted.elapsed() < Duration::from_secs(5),
+            "promotion ({:?} after the kill) not followed: {}",
+            promoted - killed,
+            proxy.admin_get("/backends").1
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let followed = promoted.elapsed();
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    stop.store(true, Ordering::Relaxed);
+    let (mut reads, mut read_errors) = (0, Vec::new());
+    for r in readers {
+        let (ok, errors) = r.await.unwrap();
+        reads += ok;
+        read_errors.extend(errors);
+    }
+    let (mut acked, mut failed) = (Vec::new(), Vec::new());
+    for w in writers {
+        let (a, f) = w.await.unwrap();
+        acked.extend(a);
+        failed.extend(f);
+    }
+    let after_promotion: Vec<u64> = acked
+        .iter()
+        .filter(|(at, _)| *at > promoted)
+        .map(|(_, id)| *id)
+        .collect();
+    let failures: Vec<(Duration, &str)> = failed
+        .iter()
+        .map(|(at, e)| (at.saturating_duration_since(killed), e.as_str()))
+        .collect();
+    eprintln!(
+        "kill and promotion took {:?}, followed {followed:?} later: {reads} reads, read errors \
+         {read_errors:?}; {} writes acknowledged ({} after the promotion), failures (since the \
+         kill) {failures:?}",
+        promoted - killed,
+        acked.len(),
+        after_promotion.len()
+    );
+    assert!(read_errors.is_empty(), "{read_errors:?}");
+    assert!(reads > 100, "reads went on: {reads}");
+    assert!(
+        after_promotion.len() > 10,
+        "writes ran on the new primary: {}",
+        after_promotion.len()
+    );
+    // Only writes in flight at the kill, or sent before the proxy saw the primary gone, fail;
+    // none once the new primary is followed.
+    let followed_at = promoted + followed;
+    for (at, e) in &failed {
+        assert!(
+            *at < followed_at,
+            "a write failed after the promotion was followed: {e}"
+        );
+    }
+    assert!(failed.len() <= 8, "{failures:?}");
+    // Every write acknowledged after the promotion is on the new primary.
+    let ids: std::collections::BTreeSet<u64> = cluster
+        .server(1)
+        .root_query("SELECT id FROM app.lp")
+        .lines()
+        .filter_map(|l| l.trim().parse().ok())
+        .collect();
+    for id in &after_promotion {
+        assert!(
+            ids.contains(id),
+            "acknowledged write {id} is not on the new primary"
+        );
+    }
+}

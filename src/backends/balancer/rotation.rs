@@ -115,6 +115,10 @@ impl BackendSet {
         backend.passes.store(0, Relaxed);
         backend.set_down(true);
         backend.stats.connect_errors.inc();
+        // What its server said of its role no longer holds (as when its checks take it down,
+        // which they then do not report again): an `auto` primary lost takes no writes, and a
+        // replica promoted meanwhile is the one primary.
+        backend.role.forget();
         was_up
     }
 

@@ -463,6 +463,14 @@ fn a_pool_has_one_primary_or_none_takes_writes() {
     // Lost: it says nothing any more.
     b.role.forget();
     assert!(matches!(pool.primary(), Primary::None));
+    // A client's failed connect takes a backend down before its checks do (they then report no
+    // change): its role goes with it, or a primary lost this way would claim writes beside the
+    // replica promoted after it.
+    b.role.observe(false);
+    a.role.observe(false);
+    assert!(matches!(pool.primary(), Primary::Several(_)));
+    assert!(s.mark_down(b, std::time::Instant::now()));
+    assert!(matches!(pool.primary(), Primary::One(p) if p.name == a.name));
 }
 
 #[test]
