@@ -723,3 +723,62 @@ async fn a_lost_primary_costs_reads_nothing_and_writes_wait_for_the_promotion() 
         );
     }
 }
+
+/// A key's sessions that only read, on the replicas, for longer than `idle_timeout` keep their
+/// user's connection on the primary (only a login makes one): their next write runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sessions_that_only_read_for_an_idle_timeout_keep_their_primary_connection() {
+    let cluster = Cluster::start("rws-keep", 2).await;
+    cluster
+        .exec(
+            0,
+            "CREATE TABLE app.kp (id INT PRIMARY KEY, v INT) ENGINE=InnoDB",
+        )
+        .await;
+    cluster.wait_caught_up().await;
+    let mut c = split_config(&cluster);
+    transaction_mode(&mut c, 50, Duration::from_secs(1), Duration::from_secs(5));
+    c.pools[0].pooling.across_backends = true;
+    c.pools[0].pooling.read_write_split = true;
+    let proxy = TestProxy::start_with(c);
+    wait_roles(&proxy, &cluster).await;
+    let mut sessions = Vec::new();
+    for _ in 0..3 {
+        sessions.push(login(&proxy, APP_USER, APP_PASS).await);
+    }
+    let primary = cluster.primary().tcp_addr();
+    let open_on_primary = || {
+        let (_, body) = proxy.admin_get("/backends");
+        let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+        v["backends"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|b| b["name"] == primary.as_str())
+            .map(|b| b["server_pool"]["open"].as_u64().unwrap_or(0))
+            .unwrap_or(0)
+    };
+    assert!(open_on_primary() > 0, "a login made one on the primary");
+    // Three idle timeouts of reads only: every transaction runs on a replica.
+    let started = Instant::now();
+    while started.elapsed() < Duration::from_secs(3) {
+        for s in &mut sessions {
+            let _: Option<u64> = s.query_first("SELECT COUNT(*) FROM kp").await.unwrap();
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(
+        open_on_primary() >= 1,
+        "the user's last connection on the primary was closed"
+    );
+    for (i, s) in sessions.iter_mut().enumerate() {
+        s.query_drop(format!("INSERT INTO kp VALUES ({i}, {i})"))
+            .await
+            .unwrap_or_else(|e| panic!("session {i}'s write after reads only: {e}"));
+        // A write's session keeps its connection for one more command (`ROW_COUNT()`,
+        // `LAST_INSERT_ID()` read right after it): this one lets it go for the next session.
+        s.query_drop("DO 0").await.unwrap();
+    }
+    let rows = cluster.primary().root_query("SELECT COUNT(*) FROM app.kp");
+    assert_eq!(rows.trim(), "3");
+}

@@ -498,9 +498,23 @@ where
         }
     }
 
+    /// Keys with sessions here.
+    pub fn keys_with_sessions(&self) -> impl Iterator<Item = &K> {
+        self.keys
+            .iter()
+            .filter(|(_, s)| s.sessions > 0)
+            .map(|(k, _)| k)
+    }
+
     /// Idle connections past `timeout` that their keys can spare, taken out to close (each
-    /// then reported with [`close_done`](Self::close_done)).
-    pub fn expire(&mut self, now: Instant, timeout: Duration) -> Closed<T> {
+    /// then reported with [`close_done`](Self::close_done)); a key `keep` names keeps its last
+    /// unpinned connection even with no session here (its sessions are elsewhere).
+    pub fn expire(
+        &mut self,
+        now: Instant,
+        timeout: Duration,
+        keep: impl Fn(&K) -> bool,
+    ) -> Closed<T> {
         let mut closed = Vec::new();
         let keys: Vec<K> = self.keys.keys().cloned().collect();
         for key in keys {
@@ -509,8 +523,13 @@ where
             };
             // Oldest first, each only while the key can still spare one.
             state.idle.sort_by_key(|i| std::cmp::Reverse(i.since));
+            let kept = keep(&key);
             while let Some(last) = state.idle.last() {
-                if now.saturating_duration_since(last.since) < timeout || !state.can_spare() {
+                let last_one = state.conns.saturating_sub(state.pinned) <= 1;
+                if now.saturating_duration_since(last.since) < timeout
+                    || !state.can_spare()
+                    || kept && last_one
+                {
                     break;
                 }
                 if let Some(idle) = state.idle.pop() {

@@ -17,7 +17,7 @@
 //! key's sessions, the connection it holds), so however it ends the counts are given back;
 //! `command` reads the client's bytes the session handles itself.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::net::IpAddr;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
@@ -561,8 +561,8 @@ impl BackendPool {
 
     /// Closes idle connections past their idle timeout that their keys can spare (`leaving`:
     /// every one they can spare, the backend being out of rotation in a pool across backends,
-    /// whose sessions run elsewhere).
-    pub fn expire(self: &Arc<Self>, now: Instant, leaving: bool) {
+    /// whose sessions run elsewhere). A key `keep` names keeps one (unless `leaving`).
+    pub fn expire(self: &Arc<Self>, now: Instant, leaving: bool, keep: impl Fn(&Key) -> bool) {
         let closed = {
             let mut guard = self.lock();
             let timeout = if leaving {
@@ -570,7 +570,7 @@ impl BackendPool {
             } else {
                 guard.1.idle_timeout
             };
-            let closed = guard.0.expire(now, timeout);
+            let closed = guard.0.expire(now, timeout, |k| !leaving && keep(k));
             self.metrics.update(&guard.0);
             closed
         };
@@ -743,14 +743,40 @@ impl ServerPools {
     /// says which backends' sessions move elsewhere (drained, in maintenance, down or ejected in
     /// a pool across backends), whose idle connections close as soon as their keys can spare
     /// them.
-    pub fn expire(&self, now: Instant, leaving: impl Fn(&str) -> bool) {
+    ///
+    /// `across` names the pool across backends a backend belongs to (None: not such a pool).
+    /// There a key's sessions count in the backend their last transaction ran on, so a key
+    /// with sessions anywhere in the pool keeps one connection on every backend, however long
+    /// idle: its writes need the primary's, its reads a replica's, and only a login makes one
+    /// (a key whose sessions all ran reads on replicas for an idle timeout would otherwise lose
+    /// its primary connection, and its next write with it).
+    pub fn expire(
+        &self,
+        now: Instant,
+        leaving: impl Fn(&str) -> bool,
+        across: impl Fn(&str) -> Option<String>,
+    ) {
         let pools: Vec<Arc<BackendPool>> = {
             let pools = self.pools.lock().unwrap_or_else(|e| e.into_inner());
             pools.values().cloned().collect()
         };
-        for pool in pools {
+        let groups: Vec<Option<String>> = pools.iter().map(|p| across(&p.backend)).collect();
+        let mut sessions: HashMap<&str, HashSet<Key>> = HashMap::new();
+        for (pool, group) in pools.iter().zip(&groups) {
+            if let Some(group) = group {
+                let keys = pool
+                    .lock()
+                    .0
+                    .keys_with_sessions()
+                    .cloned()
+                    .collect::<Vec<_>>();
+                sessions.entry(group.as_str()).or_default().extend(keys);
+            }
+        }
+        for (pool, group) in pools.iter().zip(&groups) {
+            let keep = group.as_deref().and_then(|g| sessions.get(g));
             let leaving = leaving(&pool.backend);
-            pool.expire(now, leaving);
+            pool.expire(now, leaving, |k| keep.is_some_and(|s| s.contains(k)));
         }
     }
 

@@ -81,9 +81,15 @@ pub async fn latency_scores(state: Arc<ProxyState>, shutdown: CancellationToken)
         // pool across backends, a backend out of rotation closes every one its keys can spare
         // (its sessions take other backends' connections).
         let now = std::time::Instant::now();
+        let across = |name: &str| {
+            let backend = set.by_name(name)?;
+            set.pool(&backend.pool)
+                .filter(|p| p.pooling.across_backends)
+                .map(|p| p.name.clone())
+        };
         state
             .server_pools
-            .expire(now, |name| set.leaving_across(name, now));
+            .expire(now, |name| set.leaving_across(name, now), across);
         for pool in set.pools().iter().filter(|p| p.pooling.across_backends) {
             let names = pool.members().iter().map(|b| b.name.as_str());
             state.server_pools.count_spread(names);

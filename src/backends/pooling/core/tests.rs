@@ -81,7 +81,11 @@ fn the_last_connection_of_a_key_with_live_sessions_is_never_expired() {
     log_in(&mut pool, "a");
     pool.release(&"a", 1, 0, t);
     pool.release(&"a", 2, 0, t);
-    let closed = pool.expire(t + Duration::from_secs(120), Duration::from_secs(60));
+    let closed = pool.expire(
+        t + Duration::from_secs(120),
+        Duration::from_secs(60),
+        |_| false,
+    );
     assert_eq!(
         closed.len(),
         1,
@@ -96,7 +100,11 @@ fn the_last_connection_of_a_key_with_live_sessions_is_never_expired() {
     // Both sessions end: the last one may go too.
     pool.session_ended(&"a", false);
     pool.session_ended(&"a", false);
-    let closed = pool.expire(t + Duration::from_secs(120), Duration::from_secs(60));
+    let closed = pool.expire(
+        t + Duration::from_secs(120),
+        Duration::from_secs(60),
+        |_| false,
+    );
     assert_eq!(closed.len(), 1);
     pool.close_done();
     assert_eq!((pool.open(), pool.idle()), (0, 0));
@@ -314,8 +322,13 @@ fn a_session_moving_between_backends_is_counted_where_it_runs_and_take_idle_neve
     home.session_ended(&"a", false);
     assert_eq!(other.key_counts(&"a"), (1, 2, 0));
     assert_eq!(home.key_counts(&"a"), (1, 0, 0));
-    // At home its key has no session left: the idle connection there may go at once.
-    let closed = home.expire(t + Duration::from_secs(1), Duration::ZERO);
+    // At home its key has no session left, but has sessions elsewhere in a pool across
+    // backends: its last connection here stays (its writes may need this backend).
+    assert!(home
+        .expire(t + Duration::from_secs(1), Duration::ZERO, |k| *k == "a")
+        .is_empty());
+    // Otherwise the idle connection there may go at once.
+    let closed = home.expire(t + Duration::from_secs(1), Duration::ZERO, |_| false);
     assert_eq!(closed, vec![1]);
     home.close_done();
     assert_eq!(home.open(), 0);
@@ -323,12 +336,12 @@ fn a_session_moving_between_backends_is_counted_where_it_runs_and_take_idle_neve
     // On `other` the last connection of a key with live sessions stays.
     assert!(other.release(&"a", 2, 0, t).is_empty());
     assert!(other
-        .expire(t + Duration::from_secs(1), Duration::ZERO)
+        .expire(t + Duration::from_secs(1), Duration::ZERO, |_| false)
         .is_empty());
     other.session_ended(&"a", false);
     other.session_ended(&"a", false);
     assert_eq!(
-        other.expire(t + Duration::from_secs(1), Duration::ZERO),
+        other.expire(t + Duration::from_secs(1), Duration::ZERO, |_| false),
         vec![2]
     );
 }
