@@ -782,3 +782,86 @@ async fn sessions_that_only_read_for_an_idle_timeout_keep_their_primary_connecti
     let rows = cluster.primary().root_query("SELECT COUNT(*) FROM app.kp");
     assert_eq!(rows.trim(), "3");
 }
+
+/// No replica in rotation: reads run on the primary (`no_replica`), or, with
+/// `pooling.reads_without_replica: error`, get an ERR naming each replica and why it is out
+/// (here: past `health_check.max_replication_lag`, the replicas applying events 4 s late).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_no_replica_in_rotation_reads_run_on_the_primary_or_are_refused() {
+    let cluster = Cluster::start("rws-norep", 2).await;
+    cluster
+        .exec(
+            0,
+            "CREATE TABLE app.nr (id INT AUTO_INCREMENT PRIMARY KEY, v INT) ENGINE=InnoDB",
+        )
+        .await;
+    cluster.wait_caught_up().await;
+    // By default: drained replicas leave the reads to the primary, counted.
+    let proxy = split_proxy(&cluster);
+    wait_roles(&proxy, &cluster).await;
+    let mut s = login(&proxy, APP_USER, APP_PASS).await;
+    for r in cluster.replicas() {
+        let (status, body) = proxy.admin_post(&format!("/backends/{}/drain", r.tcp_addr()), &[]);
+        assert_eq!(status, 200, "{body}");
+    }
+    for _ in 0..5 {
+        let _: Option<u64> = s.query_first("SELECT COUNT(*) FROM nr").await.unwrap();
+    }
+    let (_, metrics) = proxy.admin_get("/metrics");
+    let on_primary = metrics
+        .lines()
+        .find(|l| {
+            l.starts_with("mysql_lb_split_reads_on_primary_total{")
+                && l.contains("reason=\"no_replica\"")
+        })
+        .and_then(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+        .unwrap_or(0);
+    assert!(on_primary >= 5, "{on_primary}");
+    drop(s);
+    drop(proxy);
+    // Refused: the replicas lag past the limit.
+    let mut c = split_config(&cluster);
+    c.health_check.max_replication_lag = Some(Duration::from_secs(1));
+    c.pools[0].pooling.reads_without_replica = mysql_lb::config::ReadsWithoutReplica::Error;
+    let proxy = TestProxy::start_with(c);
+    wait_roles(&proxy, &cluster).await;
+    let mut s = login(&proxy, APP_USER, APP_PASS).await;
+    let _: Option<u64> = s.query_first("SELECT COUNT(*) FROM nr").await.unwrap();
+    for i in cluster.replica_indices() {
+        cluster.delay_replica(i, 4).await;
+    }
+    let lagging = || {
+        let set = proxy.state.backends();
+        let pool = set.pool("default").unwrap();
+        pool.members().iter().filter(|b| b.role.lagging()).count()
+    };
+    let started = Instant::now();
+    let refused = loop {
+        s.query_drop("INSERT INTO nr (v) VALUES (1)").await.unwrap();
+        s.query_drop("DO 0").await.unwrap();
+        if lagging() == 2 {
+            match s.query_first::<u64, _>("SELECT COUNT(*) FROM nr").await {
+                Err(mysql_async::Error::Server(e)) => break e,
+                Ok(_) => {}
+                Err(e) => panic!("{e}"),
+            }
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "the replicas never went out for their lag"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert_eq!(refused.code, 1105, "{}", refused.message);
+    assert!(
+        refused.message.contains("past max_replication_lag")
+            && refused.message.contains("reads_without_replica"),
+        "{}",
+        refused.message
+    );
+    // The session goes on; writes still run.
+    s.query_drop("INSERT INTO nr (v) VALUES (2)").await.unwrap();
+    for i in cluster.replica_indices() {
+        cluster.delay_replica(i, 0).await;
+    }
+}

@@ -36,7 +36,7 @@ pub use instances::{parse_instance_id, InstanceConfig, Peer, PeerTemplate, PeerU
 pub use keepalive::TcpKeepalive;
 pub use kill::KillConfig;
 pub use lifecycle::LifecycleConfig;
-pub use pooling::{CausalReads, Pooling, PoolingMode};
+pub use pooling::{CausalReads, Pooling, PoolingMode, ReadsWithoutReplica};
 pub use pools::{ConnectMode, PoolConfig, RouteConfig};
 pub use proxy_protocol::ProxyProtocol;
 pub use secret::Secret;

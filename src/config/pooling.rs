@@ -46,6 +46,21 @@ pub struct Pooling {
     /// How long a read waits for a replica to apply what it must see before it goes to the
     /// primary instead.
     pub causal_timeout: Duration,
+    /// Where a split's read goes when no replica may take it (every one down, drained or past
+    /// `health_check.max_replication_lag`).
+    pub reads_without_replica: ReadsWithoutReplica,
+}
+
+/// Where a split's read goes when no replica may take it (`pooling.reads_without_replica`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ReadsWithoutReplica {
+    /// To the primary, as any read no replica has a connection for.
+    #[default]
+    Primary,
+    /// Nowhere: an ERR naming the replicas and why each is out (for a primary that must not
+    /// take the replicas' reads).
+    Error,
 }
 
 /// Which writes a read sent to a replica must see (`pooling.causal_reads`).
@@ -72,6 +87,7 @@ impl Default for Pooling {
             read_write_split: false,
             causal_reads: CausalReads::default(),
             causal_timeout: Duration::from_secs(1),
+            reads_without_replica: ReadsWithoutReplica::Primary,
         }
     }
 }
@@ -98,6 +114,7 @@ pub(super) struct RawPooling {
     causal_reads: Option<CausalReads>,
     #[serde(default, with = "humantime_serde")]
     causal_timeout: Option<Duration>,
+    reads_without_replica: Option<ReadsWithoutReplica>,
 }
 
 impl RawPooling {
@@ -115,6 +132,9 @@ impl RawPooling {
             read_write_split: self.read_write_split.unwrap_or(d.read_write_split),
             causal_reads: self.causal_reads.unwrap_or(d.causal_reads),
             causal_timeout: self.causal_timeout.unwrap_or(d.causal_timeout),
+            reads_without_replica: self
+                .reads_without_replica
+                .unwrap_or(d.reads_without_replica),
         };
         if pooling.read_write_split && !pooling.across_backends {
             return Err(ConfigError::invalid(

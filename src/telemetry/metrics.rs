@@ -74,6 +74,7 @@ struct PoolFamilies {
     causal_reads: IntCounterVec,
     causal_wait: HistogramVec,
     writes_replayed: IntCounterVec,
+    reads_refused: IntCounterVec,
 }
 
 /// A pool's read/write split series, resolved once per pool (see [`Metrics::split`]).
@@ -86,6 +87,10 @@ pub struct SplitSeries {
     /// no replica applied the session's writes within `causal_timeout`.
     pub read_no_replica: IntCounter,
     pub read_causal_timeout: IntCounter,
+    pub read_lag: IntCounter,
+    /// Reads answered with an ERR because no replica was in rotation
+    /// (`pooling.reads_without_replica: error`).
+    pub read_refused: IntCounter,
     /// Reads on a replica known to have applied what they must see (no wait), that waited
     /// for it, and that gave up waiting.
     pub causal_covered: IntCounter,
@@ -122,8 +127,10 @@ impl PoolFamilies {
             reads_on_primary: int_counter_vec(
                 "split_reads_on_primary_total",
                 "Reads a replica could have taken that ran on the primary, by why: no_replica \
-                 (no replica had a connection of the session's user free), causal_timeout (no \
-                 replica applied what the read must see within pooling.causal_timeout).",
+                 (no replica had a connection of the session's user free, or none was in \
+                 rotation), lag (every replica was out, one for its replication lag), \
+                 causal_timeout (no replica applied what the read must see within \
+                 pooling.causal_timeout).",
                 &["pool", "reason"],
             ),
             causal_reads: int_counter_vec(
@@ -150,6 +157,12 @@ impl PoolFamilies {
                  new primary, the client saw no error), forwarded (it had not: the client got \
                  the error).",
                 &["pool", "outcome"],
+            ),
+            reads_refused: int_counter_vec(
+                "split_reads_refused_total",
+                "Reads of a split answered with an ERR because no replica was in rotation \
+                 (pooling.reads_without_replica: error).",
+                &["pool"],
             ),
         }
     }
@@ -377,7 +390,7 @@ impl Metrics {
 
     fn register_all(&self) {
         let mut collectors = self.backends.collectors();
-        collectors.extend::<[Box<dyn prometheus::core::Collector>; 20]>([
+        collectors.extend::<[Box<dyn prometheus::core::Collector>; 21]>([
             Box::new(self.capture_dropped.clone()),
             Box::new(self.peer_requests.clone()),
             Box::new(self.pools.backend_pool.clone()),
@@ -387,6 +400,7 @@ impl Metrics {
             Box::new(self.pools.causal_reads.clone()),
             Box::new(self.pools.causal_wait.clone()),
             Box::new(self.pools.writes_replayed.clone()),
+            Box::new(self.pools.reads_refused.clone()),
             Box::new(self.tls_sessions.clone()),
             Box::new(self.compressed_sessions.clone()),
             Box::new(SharedLatencies(Arc::clone(&self.latencies))),
@@ -482,6 +496,8 @@ impl Metrics {
             causal_waited: f.causal_reads.with_label_values(&[pool, "waited"]),
             causal_timed_out: f.causal_reads.with_label_values(&[pool, "timed_out"]),
             causal_wait: f.causal_wait.with_label_values(&[pool]),
+            read_lag: f.reads_on_primary.with_label_values(&[pool, "lag"]),
+            read_refused: f.reads_refused.with_label_values(&[pool]),
             write_replayed: f.writes_replayed.with_label_values(&[pool, "replayed"]),
             write_refusal_forwarded: f.writes_replayed.with_label_values(&[pool, "forwarded"]),
         }

@@ -33,6 +33,9 @@ pub struct BackendRole {
     /// health check, or a `MASTER_GTID_WAIT` a read made there): only ever grows, so a read
     /// whose session's writes it covers goes there without a wait.
     applied: Mutex<GtidPos>,
+    /// Its last health check found it past `health_check.max_replication_lag` (a passed check
+    /// clears it): why a split's reads find no replica, when they do not.
+    lagging: std::sync::atomic::AtomicBool,
 }
 
 impl BackendRole {
@@ -41,6 +44,7 @@ impl BackendRole {
             configured,
             seen: AtomicU8::new(Seen::Unknown as u8),
             applied: Mutex::new(GtidPos::default()),
+            lagging: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -77,6 +81,15 @@ impl BackendRole {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .clone()
+    }
+
+    /// What its last health check said of its replication lag: past the limit or not.
+    pub fn set_lagging(&self, lagging: bool) {
+        self.lagging.store(lagging, Relaxed);
+    }
+
+    pub fn lagging(&self) -> bool {
+        self.lagging.load(Relaxed)
     }
 
     /// Its server is lost: what it said no longer holds.

@@ -97,6 +97,11 @@ async fn check_loop(
             };
             state.metrics.replication_lag(&backend.name, lag);
         }
+        match &result {
+            Ok(_) => backend.role.set_lagging(false),
+            Err(CheckError::LagTooHigh { .. }) => backend.role.set_lagging(true),
+            Err(_) => {}
+        }
         let error = match result {
             Ok(ok) => {
                 debug!(backend = %backend.name, lag = ?ok.replication_lag, "health check passed");

@@ -376,7 +376,7 @@ impl<'r> Seat<'_, 'r> {
                 got => self.take_conn(ctx, client, front, got.map(Ok)).await,
             };
             if self.split.is_some() {
-                self.note_where(pool);
+                self.note_where(ctx, pool);
             }
             return took;
         }

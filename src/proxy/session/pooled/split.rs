@@ -20,7 +20,7 @@ use super::{client, Seat};
 use crate::backends::balancer::roles::Primary;
 use crate::backends::balancer::{Pool, Want};
 use crate::backends::pooling::PoolError;
-use crate::config::CausalReads;
+use crate::config::{CausalReads, ReadsWithoutReplica};
 use crate::net::leg::LegStream;
 use crate::proxy::session::{Context, SessionEnd};
 use crate::wire::protocol::cmd;
@@ -145,8 +145,31 @@ impl<'r> Seat<'_, 'r> {
                 s.want = want;
                 s.may_write = may_write;
             }
+            if want == Want::Replica && !anywhere && self.refuses_reads(ctx) {
+                let why = self.across.and_then(|pool| replicas_out(ctx, pool));
+                let message = format!(
+                    "no replica of pool {} may take reads now ({}), and \
+                     pooling.reads_without_replica is error",
+                    self.across.map_or("", |p| p.name.as_str()),
+                    why.map_or_else(String::new, |(_, why)| why)
+                );
+                if let Some(pool) = self.across {
+                    pool.split_metrics.read_refused.inc();
+                }
+                client::answer(client, &mut self.up, code::UNKNOWN_ERROR, &message).await?;
+                return Ok(Before::Refused);
+            }
         }
         Ok(Before::Run)
+    }
+
+    /// Whether a read must be refused: no replica is in rotation and the pool says reads do
+    /// not go to the primary then.
+    fn refuses_reads(&self, ctx: &Context<'r>) -> bool {
+        self.across.is_some_and(|pool| {
+            pool.pooling.reads_without_replica == ReadsWithoutReplica::Error
+                && replicas_out(ctx, pool).is_some()
+        })
     }
 
     /// Reads the head of the client's next command while the session holds a replica's
@@ -275,7 +298,7 @@ impl<'r> Seat<'_, 'r> {
 
     /// Whether the connection just taken is one a write may not reach; counted by role, and a
     /// read that a replica could have taken but the primary runs counted as such.
-    pub(super) fn note_where(&mut self, pool: &Pool) {
+    pub(super) fn note_where(&mut self, ctx: &Context<'r>, pool: &Pool) {
         if self.conn.is_none() {
             return;
         }
@@ -286,7 +309,10 @@ impl<'r> Seat<'_, 'r> {
         } else {
             series.on_primary.inc();
             if self.want() == Want::Replica {
-                series.read_no_replica.inc();
+                match replicas_out(ctx, pool) {
+                    Some((true, _)) => series.read_lag.inc(),
+                    _ => series.read_no_replica.inc(),
+                }
             }
         }
         if let Some(s) = self.split.as_mut() {
@@ -422,6 +448,33 @@ impl<'r> Seat<'_, 'r> {
             held.quit();
         }
     }
+}
+
+/// When no replica of `pool` may take a read now (none is a replica in rotation): whether one
+/// is out for its replication lag, and what each backend but the primary is, for an ERR.
+fn replicas_out(ctx: &Context<'_>, pool: &Pool) -> Option<(bool, String)> {
+    let now = Instant::now();
+    let members = pool.members();
+    if members
+        .iter()
+        .any(|b| b.role.serves_reads() && !ctx.set.out_of_rotation(b, now))
+    {
+        return None;
+    }
+    let mut lag = false;
+    let mut each = Vec::new();
+    for b in members.iter().filter(|b| !pool.takes_writes(b)) {
+        lag |= b.role.lagging();
+        let what = if b.role.lagging() {
+            "past max_replication_lag"
+        } else if ctx.set.out_of_rotation(b, now) {
+            "out of rotation"
+        } else {
+            "not a replica now"
+        };
+        each.push(format!("{}: {what}", b.name));
+    }
+    Some((lag, each.join(", ")))
 }
 
 /// Waits (up to `within`) until `pool` has one primary: a switchover in progress, or a
