@@ -187,11 +187,21 @@ mod tests {
         let e = roles(no_across).unwrap_err();
         assert!(e.contains("across_backends"), "{e}");
         let ok = "backends: [h:1, {address: h:2, role: replica}]\npooling: {mode: transaction, \
-                  across_backends: true, read_write_split: true, causal_reads: global}";
+                  across_backends: true, read_write_split: true, causal_reads: global, \
+                  reads_without_replica: error}";
         let c = Config::from_yaml_str(ok).unwrap();
         let p = &c.pools[0].pooling;
         assert!(p.read_write_split);
         assert_eq!(p.causal_reads, super::super::CausalReads::Global);
+        assert_eq!(
+            p.reads_without_replica,
+            super::super::ReadsWithoutReplica::Error
+        );
+        let bad = ok.replace(
+            "reads_without_replica: error",
+            "reads_without_replica: nowhere",
+        );
+        assert!(Config::from_yaml_str(&bad).is_err());
         assert!(c.defers_connect(), "logins are placed by their user");
     }
 }
