@@ -865,3 +865,103 @@ async fn with_no_replica_in_rotation_reads_run_on_the_primary_or_are_refused() {
         cluster.delay_replica(i, 0).await;
     }
 }
+
+/// A read-only route (`routes[].read_only`): its sessions' logins and transactions never reach
+/// the primary, their reads, settings and read transactions run on replicas, and every
+/// statement that may write is refused with ERR 1290 before it is sent anywhere.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_only_route_never_reaches_the_primary_and_refuses_writes() {
+    let cluster = Cluster::start("rws-ro", 2).await;
+    cluster
+        .exec(
+            0,
+            "CREATE TABLE app.ro (id INT PRIMARY KEY, v INT) ENGINE=InnoDB",
+        )
+        .await;
+    cluster.exec(0, "INSERT INTO app.ro VALUES (1, 10)").await;
+    cluster.wait_caught_up().await;
+    let mut c = split_config(&cluster);
+    c.routes = vec![mysql_lb::config::RouteConfig {
+        user: Some(APP_USER.into()),
+        schema: None,
+        client: None,
+        listener: None,
+        pool: "default".into(),
+        read_only: true,
+    }];
+    let proxy = TestProxy::start_with(c);
+    wait_roles(&proxy, &cluster).await;
+    let mut sessions = Vec::new();
+    for _ in 0..4 {
+        sessions.push(login(&proxy, APP_USER, APP_PASS).await);
+    }
+    for (i, s) in sessions.iter_mut().enumerate() {
+        for _ in 0..5 {
+            let v: Option<u32> = s
+                .query_first("SELECT v FROM ro WHERE id = 1")
+                .await
+                .unwrap();
+            assert_eq!(v, Some(10));
+        }
+        // Settings and a read transaction run on a replica too.
+        s.query_drop(format!("SET @mine = {i}")).await.unwrap();
+        let mine: Option<u32> = s.query_first("SELECT @mine").await.unwrap();
+        assert_eq!(mine, Some(i as u32));
+        s.query_drop("BEGIN").await.unwrap();
+        let _: Option<u32> = s
+            .query_first("SELECT v FROM ro WHERE id = 1")
+            .await
+            .unwrap();
+        s.query_drop("COMMIT").await.unwrap();
+        let port: Option<u16> = s.query_first("SELECT @@port").await.unwrap();
+        assert_ne!(
+            port,
+            Some(cluster.primary().port),
+            "session {i} on the primary"
+        );
+        for write in [
+            "INSERT INTO ro VALUES (2, 20)",
+            "UPDATE ro SET v = 11 WHERE id = 1",
+            "CREATE TABLE ro2 (id INT)",
+            "SELECT v FROM ro WHERE id = 1; DELETE FROM ro",
+        ] {
+            match s.query_drop(write).await {
+                Err(mysql_async::Error::Server(e)) => {
+                    assert_eq!(e.code, 1290, "{write}: {}", e.message);
+                    assert!(e.message.contains("read-only"), "{}", e.message);
+                }
+                other => panic!("{write} was not refused: {other:?}"),
+            }
+        }
+        match s.prep("INSERT INTO ro VALUES (?, ?)").await {
+            Err(mysql_async::Error::Server(e)) => assert_eq!(e.code, 1290),
+            other => panic!("a prepared write was not refused: {other:?}"),
+        }
+        let v: Option<u32> = s
+            .exec_first("SELECT v FROM ro WHERE id = ?", (1,))
+            .await
+            .unwrap();
+        assert_eq!(v, Some(10), "session {i} reads on after the refusals");
+    }
+    // Nothing of the user's reached the primary: no connection was made or taken there.
+    let (_, body) = proxy.admin_get("/backends");
+    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let primary = cluster.primary().tcp_addr();
+    let on_primary = v["backends"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|b| b["name"] == primary.as_str())
+        .unwrap()["server_pool"]
+        .clone();
+    // No pool of the primary was even made (or it took nothing).
+    assert!(
+        on_primary.is_null() || on_primary["acquired"] == 0 && on_primary["open"] == 0,
+        "{on_primary}"
+    );
+    let rows = cluster
+        .primary()
+        .root_query("SELECT COUNT(*), SUM(v) FROM app.ro");
+    assert_eq!(rows.split_whitespace().collect::<Vec<_>>(), ["1", "10"]);
+    no_write_on_a_replica(&cluster);
+}

@@ -38,6 +38,7 @@ struct Route {
     client: Option<Cidr>,
     listener: Option<String>,
     pool: String,
+    read_only: bool,
 }
 
 impl Route {
@@ -71,6 +72,7 @@ impl Routes {
                     client: r.client,
                     listener: r.listener.clone(),
                     pool: r.pool.clone(),
+                    read_only: r.read_only,
                 })
                 .collect(),
             default_pool: default_pool.map(str::to_owned),
@@ -84,6 +86,14 @@ impl Routes {
             .find(|r| r.matches(who))
             .map(|r| r.pool.as_str())
             .or(self.default_pool.as_deref())
+    }
+
+    /// Whether `who`'s route is read-only (`routes[].read_only`; the default pool's never is).
+    pub fn read_only_for(&self, who: &ClientFacts<'_>) -> bool {
+        self.routes
+            .iter()
+            .find(|r| r.matches(who))
+            .is_some_and(|r| r.read_only)
     }
 
     /// Some route needs the user or schema (deferred connect).

@@ -37,6 +37,9 @@ pub struct RouteConfig {
     /// A `listen:` entry, as `ListenAddr` displays it (`127.0.0.1:3307`, `unix:/path`).
     pub listener: Option<String>,
     pub pool: String,
+    /// Its sessions never reach the pool's primary: every transaction runs on a replica, and a
+    /// statement that may write is refused (a pool with `read_write_split` only).
+    pub read_only: bool,
 }
 
 impl RouteConfig {
@@ -212,6 +215,8 @@ pub(super) struct RawRoute {
     client: Option<Cidr>,
     listener: Option<ListenAddr>,
     pool: String,
+    #[serde(default)]
+    read_only: bool,
 }
 
 /// Parses inside `deserialize_str`, so serde_yaml puts the key path on the error.
@@ -237,6 +242,7 @@ impl RawRoute {
             client: self.client,
             listener: self.listener.map(|l| l.to_string()),
             pool: self.pool,
+            read_only: self.read_only,
         }
     }
 }
@@ -361,6 +367,20 @@ impl Config {
             }
             if !self.pool_exists(&r.pool) {
                 return Err(self.unknown_pool(key("pool"), &r.pool));
+            }
+            let splits = self
+                .pools
+                .iter()
+                .any(|p| p.name == r.pool && p.pooling.read_write_split);
+            if r.read_only && !splits {
+                return Err(ConfigError::invalid(
+                    key("read_only"),
+                    format!(
+                        "needs pool {} to split reads from writes (`pooling.read_write_split: \
+                         true`): only a split sends each transaction to a replica",
+                        r.pool
+                    ),
+                ));
             }
         }
         if self.connect_mode == super::ConnectMode::Immediate {

@@ -203,5 +203,14 @@ mod tests {
         );
         assert!(Config::from_yaml_str(&bad).is_err());
         assert!(c.defers_connect(), "logins are placed by their user");
+        // A read-only route needs a split pool.
+        let route = "\nroutes: [{user: reporting, pool: default, read_only: true}]";
+        let c = Config::from_yaml_str(&format!("{ok}{route}")).unwrap();
+        assert!(c.routes[0].read_only);
+        let e = roles(&format!("backends: [h:1, h:2]{route}")).unwrap_err();
+        assert!(
+            e.contains("routes[0].read_only") && e.contains("read_write_split"),
+            "{e}"
+        );
     }
 }

@@ -797,6 +797,7 @@ fn route_to(pool: &str) -> RouteConfig {
         client: None,
         listener: None,
         pool: pool.into(),
+        read_only: false,
     }
 }
 

@@ -74,6 +74,8 @@ pub enum Want {
     Primary,
     /// A replica, else the primary.
     Replica,
+    /// A replica only (a read-only route's session, which never reaches the primary).
+    ReplicaOnly,
     /// The backend of this index ([`Backend::index`]) only, in rotation or not: where the
     /// session a KILL names holds its connection, so that the killer's own connection there
     /// runs it.
@@ -568,7 +570,7 @@ impl BackendSet {
         };
         let primary = match want {
             Want::Any | Want::Backend(_) => None,
-            Want::Primary | Want::Replica => match pool.primary() {
+            Want::Primary | Want::Replica | Want::ReplicaOnly => match pool.primary() {
                 roles::Primary::One(p) => Some(p),
                 _ => None,
             },
@@ -580,7 +582,7 @@ impl BackendSet {
                 up.extend(pool.members.iter().filter(|b| b.index() == index));
                 return;
             }
-            Want::Replica => {
+            Want::Replica | Want::ReplicaOnly => {
                 up.extend(pool.members.iter().filter(ready).filter(|b| {
                     primary.is_none_or(|p| !Arc::ptr_eq(p, b)) && b.role.serves_reads()
                 }))

@@ -119,6 +119,11 @@ impl BackendSet {
         self.pools.iter().find(|p| p.name == name)
     }
 
+    /// Whether `who`'s sessions are read-only (its route says so).
+    pub fn route_read_only(&self, who: &ClientFacts<'_>) -> bool {
+        self.routes.read_only_for(who)
+    }
+
     /// The pool for `who`, or None when no route matches and there is no default pool.
     pub fn route(&self, who: &ClientFacts<'_>) -> Option<&Pool> {
         self.pool(self.routes.pool_for(who)?)

@@ -23,6 +23,7 @@ fn route(pool: &str) -> RouteConfig {
         client: None,
         listener: None,
         pool: pool.to_owned(),
+        read_only: false,
     }
 }
 

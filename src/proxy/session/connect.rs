@@ -46,6 +46,10 @@ pub(super) async fn connect_backend(
     tracing::Span::current().record("pool", pool.name.as_str());
     let mut candidates = set.candidates_for(Instant::now(), client, Some(pool));
     spread_logins(ctx, client, pool, &mut candidates);
+    if ctx.read_only {
+        // A read-only route's login never reaches the primary either.
+        candidates.retain(|b| !pool.takes_writes(b));
+    }
     for backend in candidates {
         // A transaction-mode pool's login waits for a slot before it opens a connection.
         let slot = match login_slot(ctx.state, pool, &backend).await {

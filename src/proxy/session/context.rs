@@ -30,6 +30,8 @@ pub(super) struct Context<'a> {
     pub(super) stop: Stop<'a>,
     /// The client-leg sequence id an ERR of the proxy's own takes next.
     pub(super) next_seq: u8,
+    /// Its route is read-only (`routes[].read_only`): it never reaches the pool's primary.
+    pub(super) read_only: bool,
 }
 
 impl<'a> Context<'a> {
@@ -53,6 +55,7 @@ impl<'a> Context<'a> {
             },
             // After the greeting (0) and the client's response (1).
             next_seq: 2,
+            read_only: false,
         }
     }
 

@@ -168,6 +168,7 @@ where
             .refuse(&ctx, &mut client, code::UNKNOWN_ERROR, &message)
             .await;
     };
+    ctx.read_only = set.route_read_only(&who);
     let info = ClientInfo {
         addr: from.peer,
         user: who.user,

@@ -111,7 +111,8 @@ where
         .map(|p| Split {
             want: crate::backends::balancer::Want::Primary,
             on_replica: !p.takes_writes(lease.backend()),
-            may_write: true,
+            may_write: !ctx.read_only,
+            read_only: ctx.read_only,
         });
     let mut seat = Seat {
         across,

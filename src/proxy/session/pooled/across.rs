@@ -277,9 +277,15 @@ pub(super) async fn take_across<'r>(
         (None, None) if home_fits => take(home, key, ctx.worker, state, None).await,
         (None, None) => Err(PoolError::NoPrimary {
             why: format!(
-                "user '{}' has no server connection on the primary of pool {}: only a login \
-                 makes one; reconnect",
-                key.user, pool.name
+                "user '{}' has no server connection on {} of pool {}: only a login makes one; \
+                 reconnect",
+                key.user,
+                if want == Want::ReplicaOnly {
+                    "a replica"
+                } else {
+                    "the primary"
+                },
+                pool.name
             ),
             waited: std::time::Duration::ZERO,
         }),

@@ -43,6 +43,9 @@ pub(super) struct Split {
     /// The transaction on the primary may write: its position is learned when it ends (not
     /// for one read in autocommit that the primary had to take: `FOR UPDATE`, `@@x`, `SHOW`).
     pub(super) may_write: bool,
+    /// The session's route is read-only: every command runs on a replica, and one that may
+    /// write is refused ([`Seat::read_only_command`]).
+    pub(super) read_only: bool,
 }
 
 /// What the split reads of a statement's text (`wire::sql::route`).
@@ -106,6 +109,9 @@ impl<'r> Seat<'_, 'r> {
         let Some(split) = self.split else {
             return Ok(Before::Run);
         };
+        if split.read_only {
+            return self.read_only_command(ctx, client, front).await;
+        }
         // COM_QUIT ends the session where it is; COM_PING is answered by any server.
         let anywhere = front.is_none() && matches!(self.up.get(4), Some(&(cmd::QUIT | cmd::PING)));
         if self.conn.is_some() && split.on_replica && !anywhere {
@@ -158,6 +164,66 @@ impl<'r> Seat<'_, 'r> {
                 }
                 client::answer(client, &mut self.up, code::UNKNOWN_ERROR, &message).await?;
                 return Ok(Before::Refused);
+            }
+        }
+        Ok(Before::Run)
+    }
+
+    /// A read-only route's session (`routes[].read_only`): every command runs on a replica
+    /// (the one it holds, else any, never the primary), and a statement that may write in any
+    /// reading (`route::replica_refuses`: a write, DDL, a procedure, a call the allow-list does
+    /// not know, several statements), or one too long to read whole, is answered with ERR
+    /// 1290 and never sent.
+    async fn read_only_command<C>(
+        &mut self,
+        ctx: &Context<'r>,
+        client: &mut LegStream<C>,
+        front: Option<&Front>,
+    ) -> Result<Before, SessionEnd>
+    where
+        C: AsyncRead + AsyncWrite + Unpin,
+    {
+        let text = match front {
+            Some(Front::Prepare { .. }) => true,
+            // Only statements that may not write were prepared.
+            Some(_) => false,
+            None => self.up.get(4) == Some(&cmd::QUERY),
+        };
+        let writes = if text {
+            let dialect = self.observer.holding.dialect();
+            match self.front_text(ctx, client, front).await? {
+                Some(text) => crate::wire::sql::route::replica_refuses(text, dialect),
+                None => true,
+            }
+        } else {
+            false
+        };
+        if writes {
+            info!(
+                client = ctx.peer(),
+                "a statement that may write refused: the session's route is read-only"
+            );
+            let message = "this session's route is read-only: a statement that may write (or \
+                           that cannot be read whole) is refused, nothing ran";
+            client::answer(
+                client,
+                &mut self.up,
+                code::OPTION_PREVENTS_STATEMENT,
+                message,
+            )
+            .await?;
+            return Ok(Before::Refused);
+        }
+        if let Some(s) = self.split.as_mut() {
+            s.want = Want::ReplicaOnly;
+            s.may_write = false;
+        }
+        // Its login went to the primary (the roles were not known yet): the connection goes
+        // back at the first boundary, and the command begins on a replica.
+        let on_primary = self.split.is_some_and(|s| !s.on_replica);
+        if on_primary && self.conn.is_some() && self.observer.holding.releasable() {
+            if let Some(held) = self.let_go(ctx.worker) {
+                self.wipe_and_return(held, ctx.worker).await;
             }
         }
         Ok(Before::Run)
