@@ -833,7 +833,7 @@ struct SeedRun {
 /// `across`: the pool shares connections across two backends that are one server reached two
 /// ways (its TCP port and its unix socket), so sessions move between backends' pools at every
 /// transaction while their data stays one server's, as a replica pool's does.
-async fn run_seed(db: &MariaDb, seed: u64, across: bool) -> SeedRun {
+async fn run_seed(db: &MariaDb, seed: u64, across: bool, split: bool) -> SeedRun {
     let backend = db.tcp_addr();
     let mut backends = vec![backend.clone()];
     if across {
@@ -871,6 +871,14 @@ async fn run_seed(db: &MariaDb, seed: u64, across: bool) -> SeedRun {
         // Logins know their user, so each user's connections spread over both backends.
         config.connect_mode = mysql_lb::config::ConnectMode::Deferred;
     }
+    if split {
+        // The one server twice, as the primary (TCP) and as a replica (its socket): each
+        // transaction runs where the split sends it, and a session's state must follow it
+        // there exactly as it would on one connection of its own.
+        config.backends[0].role = Some(mysql_lb::config::Role::Primary);
+        config.backends[1].role = Some(mysql_lb::config::Role::Replica);
+        config.pools[0].pooling.read_write_split = true;
+    }
     let proxy = common::proxy::TestProxy::start_with(config);
     let waiters = || backends.iter().map(|b| counts(&proxy, b).waiting).sum();
     let conns = sessions(&proxy.addr_string()).await;
@@ -894,19 +902,27 @@ async fn run_seed(db: &MariaDb, seed: u64, across: bool) -> SeedRun {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_session_sees_through_the_pool_exactly_what_it_sees_directly() {
-    model(false).await;
+    model(false, false).await;
 }
 
 /// As above, through a pool across two backends (one server's TCP port and unix socket).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_session_sees_through_a_pool_across_backends_exactly_what_it_sees_directly() {
-    model(true).await;
+    model(true, false).await;
+}
+
+/// As above, through a pool that splits reads from writes (`pooling.read_write_split`): the
+/// server's TCP port is the primary, its socket a replica, so every outcome is still the
+/// direct one while each transaction runs where the split sends it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_session_sees_through_a_split_pool_exactly_what_it_sees_directly() {
+    model(true, true).await;
 }
 
 /// Both runs use the same tables of one shared server: one at a time.
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
-async fn model(across: bool) {
+async fn model(across: bool, split: bool) {
     let _one_at_a_time = SERIAL.lock().await;
     let db = &shared_pair()[0];
     prepare_server(db);
@@ -915,7 +931,7 @@ async fn model(across: bool) {
     let started = Instant::now();
     let seeds = seeds();
     for &seed in &seeds {
-        let run = run_seed(db, seed, across).await;
+        let run = run_seed(db, seed, across, split).await;
         (steps, waited, handed) = (steps + run.steps, waited + run.waited, handed + run.handed);
         moves += run.moves;
         if !run.mismatches.is_empty() {

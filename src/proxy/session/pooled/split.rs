@@ -121,7 +121,7 @@ impl<'r> Seat<'_, 'r> {
                 Some(read) if holding.in_transaction() => read.may_continue,
                 Some(read) => read.target == Target::Replica,
                 None => false,
-            };
+            } || self.reads_diagnostics_here(front);
             if stays {
                 return Ok(Before::Run);
             }
@@ -167,6 +167,25 @@ impl<'r> Seat<'_, 'r> {
             }
         }
         Ok(Before::Run)
+    }
+
+    /// Whether the text at the front only reads the diagnostics area the replica's last
+    /// answer left (`SHOW WARNINGS`, `SELECT @@warning_count`, ...: `sql::reads_diagnostics`)
+    /// and writes nothing in any reading: it runs there, where that area is, not on the
+    /// primary, where it is empty. Its text was read whole by `read_front` already.
+    fn reads_diagnostics_here(&self, front: Option<&Front>) -> bool {
+        let text = match front {
+            Some(Front::Prepare { end }) => self.up.get(5..*end),
+            Some(_) => None,
+            None => crate::backends::pooling::command::payload_len(&self.up)
+                .filter(|_| self.up.get(4) == Some(&cmd::QUERY))
+                .and_then(|len| self.up.get(5..4 + len)),
+        };
+        let dialect = self.observer.holding.dialect();
+        text.is_some_and(|text| {
+            crate::wire::sql::reads_diagnostics(text)
+                && !crate::wire::sql::route::replica_refuses(text, dialect)
+        })
     }
 
     /// A read-only route's session (`routes[].read_only`): every command runs on a replica
