@@ -9,7 +9,9 @@
 //! server could take the tokens are in order within the text; and `pins` (every reading) pins
 //! whatever a known server's reading pins, as `read_only` holds only what every one holds;
 //! `retryable_read` (what a pool across backends may send twice) holds only for a read-only
-//! text that pins nothing.
+//! text that pins nothing; and what the read/write split sends to a replica (`route::target`)
+//! is such a read, which the write guard (`route::replica_refuses`) lets through, in every
+//! dialect.
 
 use mysql_lb::wire::sql::pins::{pins, pins_for, Pin};
 use mysql_lb::wire::sql::{
@@ -181,5 +183,37 @@ pub fn sql_digest(data: &[u8]) {
                 "{server:?} pins ({known:?}), every reading does not"
             );
         }
+        route_holds(read, Dialect { server: Some(server) });
+    }
+    route_holds(read, Dialect::default());
+}
+
+/// What the read/write split sends to a replica is a read a retry could send twice, which the
+/// write guard would let through, may continue a transaction there, and keeps its verdict with
+/// a comment after it; what reads the diagnostics area never panics.
+fn route_holds(read: &[u8], dialect: Dialect) {
+    use mysql_lb::wire::sql::reads_diagnostics;
+    use mysql_lb::wire::sql::route::{replica_may_continue, replica_refuses, target, Target};
+    let _ = reads_diagnostics(read);
+    let refused = replica_refuses(read, dialect);
+    match target(read, dialect) {
+        Target::Replica => {
+            assert!(retryable_read(read, dialect), "to a replica, not retryable");
+            assert!(!refused, "to a replica, and the write guard refuses it there");
+            assert!(replica_may_continue(read, dialect), "to a replica, may not continue");
+            let mut commented = read.to_vec();
+            commented.extend_from_slice(b"\n/* ; DELETE FROM t */");
+            if !read.contains(&b'#') && !read.windows(2).any(|w| w == b"--" || w == b"/*") {
+                assert_eq!(
+                    target(&commented, dialect),
+                    Target::Replica,
+                    "a trailing comment changes the route"
+                );
+            }
+        }
+        Target::ReadOnlyTransaction => {
+            assert!(!refused, "a read-only transaction's start refused on a replica");
+        }
+        Target::Primary => {}
     }
 }
