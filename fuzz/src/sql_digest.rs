@@ -183,7 +183,12 @@ pub fn sql_digest(data: &[u8]) {
                 "{server:?} pins ({known:?}), every reading does not"
             );
         }
-        route_holds(read, Dialect { server: Some(server) });
+        route_holds(
+            read,
+            Dialect {
+                server: Some(server),
+            },
+        );
     }
     route_holds(read, Dialect::default());
 }
@@ -199,8 +204,14 @@ fn route_holds(read: &[u8], dialect: Dialect) {
     match target(read, dialect) {
         Target::Replica => {
             assert!(retryable_read(read, dialect), "to a replica, not retryable");
-            assert!(!refused, "to a replica, and the write guard refuses it there");
-            assert!(replica_may_continue(read, dialect), "to a replica, may not continue");
+            assert!(
+                !refused,
+                "to a replica, and the write guard refuses it there"
+            );
+            assert!(
+                replica_may_continue(read, dialect),
+                "to a replica, may not continue"
+            );
             let mut commented = read.to_vec();
             commented.extend_from_slice(b"\n/* ; DELETE FROM t */");
             if !read.contains(&b'#') && !read.windows(2).any(|w| w == b"--" || w == b"/*") {
@@ -212,7 +223,10 @@ fn route_holds(read: &[u8], dialect: Dialect) {
             }
         }
         Target::ReadOnlyTransaction => {
-            assert!(!refused, "a read-only transaction's start refused on a replica");
+            assert!(
+                !refused,
+                "a read-only transaction's start refused on a replica"
+            );
         }
         Target::Primary => {}
     }

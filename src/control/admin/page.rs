@@ -266,11 +266,17 @@ pub fn render(
 }
 
 fn backends_table(p: &mut String, list: &[Value]) {
+    // A pool with roles (a replication cluster) adds each backend's role and GTID position.
+    let roles = list.iter().any(|b| !b["role"].is_null());
     p.push_str(
         "<h2>Backends</h2>\n<table id=\"backends\"><thead><tr><th>name</th><th>pool</th>\
          <th>address</th><th>state</th><th>admin state</th><th>weight</th><th>sessions</th>\
-         <th>p50 ms</th><th>p99 ms</th><th>ejections</th><th>operations</th></tr></thead><tbody>\n",
+         <th>p50 ms</th><th>p99 ms</th><th>ejections</th>",
     );
+    if roles {
+        p.push_str("<th>role</th><th>GTID applied</th>");
+    }
+    p.push_str("<th>operations</th></tr></thead><tbody>\n");
     for b in list {
         let name = cell(&b["name"]);
         let ejection = &b["ejection"];
@@ -283,7 +289,7 @@ fn backends_table(p: &mut String, list: &[Value]) {
             "<tr data-backend=\"{name}\"><td>{name}</td><td>{}</td><td>{}</td>\
              <td class=\"{}\">{}</td><td class=\"{}\">{}</td><td class=\"n\">{}</td>\
              <td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td>\
-             <td class=\"n\">{}{standing}</td><td>",
+             <td class=\"n\">{}{standing}</td>",
             cell(&b["pool"]),
             cell(&b["address"]),
             state_class(&b["state"]),
@@ -296,6 +302,20 @@ fn backends_table(p: &mut String, list: &[Value]) {
             ms(&b["recent_p99_seconds"]),
             cell(&ejection["ejections"]),
         );
+        if roles {
+            let writes = if b["takes_writes"] == true {
+                " (takes writes)"
+            } else {
+                ""
+            };
+            let _ = write!(
+                p,
+                "<td>{}{writes}</td><td>{}</td>",
+                cell(&b["role"]),
+                cell(&b["gtid_applied"])
+            );
+        }
+        p.push_str("<td>");
         for op in ["drain", "maintenance", "ready"] {
             let _ = write!(
                 p,

@@ -101,7 +101,7 @@ pub fn render(width: usize, height: usize, view: &View<'_>) -> String {
         .unwrap_or(0)
         .clamp(7, 24);
     lines.push(format!(
-        "{}  {:<10} {:<22} {:>6} {:>9} {:>8} {:>8} {:>6}",
+        "{}  {:<10} {:<30} {:>6} {:>9} {:>8} {:>8} {:>6}",
         fit("BACKEND", name_w),
         "POOL",
         "STATE",
@@ -116,6 +116,10 @@ pub fn render(width: usize, height: usize, view: &View<'_>) -> String {
         if b["admin_state"].as_str().is_some_and(|a| a != "ready") {
             state = format!("{state}/{}", plain(&b["admin_state"]));
         }
+        // In a pool with roles: primary, replica or unknown.
+        if let Some(role) = b["role"].as_str() {
+            state = format!("{state} {}", clean(role));
+        }
         if let Some(s) = b["ejection"]["standing"].as_str().filter(|s| *s != "in") {
             state = format!("{state} {}", clean(s));
         }
@@ -123,7 +127,7 @@ pub fn render(width: usize, height: usize, view: &View<'_>) -> String {
             "{}  {} {} {:>6} {:>9} {:>8} {:>8} {:>6}",
             fit(&plain(&b["name"]), name_w),
             fit(&plain(&b["pool"]), 10),
-            fit(&state, 22),
+            fit(&state, 30),
             plain(&b["active_connections"]),
             backend_qps(b).map_or_else(|| "-".to_owned(), |q| format!("{q:.1}")),
             ms(&b["recent_p50_seconds"]),

@@ -276,3 +276,27 @@ fn the_across_table_escapes_its_values() {
     assert!(page.contains("<td class=\"n\">&lt;i&gt;</td>"));
     assert!(!page.contains("<i>") && !page.contains("<b>p"));
 }
+
+#[test]
+fn a_pool_with_roles_shows_each_backends_role_and_position() {
+    let mut b = backends();
+    b["backends"][0]["role"] = json!("primary");
+    b["backends"][0]["takes_writes"] = json!(true);
+    b["backends"][0]["gtid_applied"] = json!("0-1-42");
+    b["backends"][1]["role"] = json!("replica");
+    b["backends"][1]["takes_writes"] = json!(false);
+    b["backends"][1]["gtid_applied"] = json!("0-1-40");
+    let queries = json!({"enabled": false, "queries": []});
+    let page = render(&b, &queries, &[], false, "n0");
+    assert!(
+        page.contains("<th>role</th><th>GTID applied</th>"),
+        "{page}"
+    );
+    assert!(
+        page.contains("<td>primary (takes writes)</td><td>0-1-42</td>"),
+        "{page}"
+    );
+    assert!(page.contains("<td>replica</td><td>0-1-40</td>"), "{page}");
+    let plain = render(&backends(), &queries, &[], false, "n0");
+    assert!(!plain.contains("<th>role</th>"), "no roles, no column");
+}

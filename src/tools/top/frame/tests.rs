@@ -195,3 +195,17 @@ fn digests_off_missing_and_unreachable() {
         "{frame}"
     );
 }
+
+#[test]
+fn a_backend_of_a_pool_with_roles_shows_its_role() {
+    let (prev, mut now) = samples();
+    now.backends["backends"][0]["role"] = json!("primary");
+    now.backends["backends"][1]["role"] = json!("replica");
+    let frame = render(200, 50, &view(&now, Some(&prev), TopSort::Total));
+    assert!(line(&frame, "r1  ").contains("up primary"), "{frame}");
+    assert!(line(&frame, "down/draining").contains("replica"), "{frame}");
+    // Without roles, nothing is added.
+    let (prev, now) = samples();
+    let frame = render(200, 50, &view(&now, Some(&prev), TopSort::Total));
+    assert!(!frame.contains("primary") && !frame.contains("replica"));
+}
