@@ -1,4 +1,4 @@
-//! MariaDB GTID positions' properties: on any bytes, [`GtidPos::parse`] never panics; an error
+//! GTID positions' properties (MariaDB's domains and MySQL's per-source sets): on any bytes, [`GtidPos::parse`] never panics; an error
 //! names an offset inside the text and a short message (it echoes at most a byte of it); a
 //! position it returns names at most [`MAX_DOMAINS`] domains, prints as text without whitespace
 //! that parses back to itself (also spaced out as some MariaDB outputs print it), merges with

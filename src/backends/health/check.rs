@@ -20,6 +20,23 @@ const SELECT_READ_ONLY: &str = "SELECT @@read_only";
 /// The same on MariaDB, with the GTID position the server has applied (read-your-writes
 /// through a split sends a read where it is covered without a wait).
 const SELECT_READ_ONLY_GTID: &str = "SELECT @@read_only, @@gtid_current_pos";
+/// The same on MySQL 5.6.5 and later: its GTID set (empty with `gtid_mode=OFF`).
+const SELECT_READ_ONLY_EXECUTED: &str = "SELECT @@read_only, @@GLOBAL.gtid_executed";
+
+/// The login's query for the server `greeting` (the packet, header first) names: its
+/// `@@read_only`, and the GTID position it has applied where it has one.
+fn login_query(greeting: &[u8]) -> &'static str {
+    let version = greeting
+        .get(5..)
+        .and_then(|v| v.split(|b| *b == 0).next())
+        .unwrap_or_default();
+    match crate::wire::sql::Server::from_greeting(version) {
+        Some(s) if s.mariadb => SELECT_READ_ONLY_GTID,
+        Some(s) if s.version >= 50_605 => SELECT_READ_ONLY_EXECUTED,
+        _ if greeting.windows(7).any(|w| w == b"MariaDB") => SELECT_READ_ONLY_GTID,
+        _ => SELECT_READ_ONLY,
+    }
+}
 const SHOW_REPLICA_STATUS: &str = "SHOW REPLICA STATUS";
 
 /// A passed check.
@@ -31,7 +48,8 @@ pub struct CheckOk {
     pub greeting: Vec<u8>,
     /// `@@read_only`, when the check logged in.
     pub read_only: Option<bool>,
-    /// `@@gtid_current_pos`, when the check logged in to a MariaDB server.
+    /// `@@gtid_current_pos` of a MariaDB server, `@@gtid_executed` of a MySQL one, when the
+    /// check logged in.
     pub gtid_position: Option<String>,
 }
 
@@ -107,12 +125,7 @@ async fn check_stages(
         greeting,
         ..CheckOk::default()
     };
-    let mariadb = ok.greeting.windows(7).any(|w| w == b"MariaDB");
-    let query = if mariadb {
-        SELECT_READ_ONLY_GTID
-    } else {
-        SELECT_READ_ONLY
-    };
+    let query = login_query(&ok.greeting);
     *stage = Stage::Query(query);
     let answer = conn.query(query).await?;
     let row = answer.rows.first();
@@ -127,4 +140,38 @@ async fn check_stages(
     }
     conn.quit().await;
     Ok(ok)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A greeting packet (header, protocol 10, the version, NUL, then the rest), as the
+    /// protocol documentation lays it out; no MySQL server runs here, so MySQL's are fixtures.
+    fn greeting(version: &str) -> Vec<u8> {
+        let mut payload = vec![10];
+        payload.extend_from_slice(version.as_bytes());
+        payload.push(0);
+        payload.extend_from_slice(&[1, 0, 0, 0]);
+        let mut packet = vec![payload.len() as u8, 0, 0, 0];
+        packet.extend_from_slice(&payload);
+        packet
+    }
+
+    #[test]
+    fn the_login_asks_each_server_for_the_position_it_keeps() {
+        for (version, query) in [
+            ("5.5.5-10.11.6-MariaDB-0+deb12u1", SELECT_READ_ONLY_GTID),
+            ("11.4.2-MariaDB", SELECT_READ_ONLY_GTID),
+            ("8.0.36", SELECT_READ_ONLY_EXECUTED),
+            ("8.4.0-commercial", SELECT_READ_ONLY_EXECUTED),
+            ("5.6.5-m8-log", SELECT_READ_ONLY_EXECUTED),
+            ("5.6.4-log", SELECT_READ_ONLY),
+            ("5.5.62", SELECT_READ_ONLY),
+            ("garbage", SELECT_READ_ONLY),
+        ] {
+            assert_eq!(login_query(&greeting(version)), query, "{version}");
+        }
+        assert_eq!(login_query(&[]), SELECT_READ_ONLY);
+    }
 }

@@ -135,6 +135,17 @@ impl ServerConn {
         }
     }
 
+    /// A MySQL server's `@@gtid_executed` after a write transaction committed on this
+    /// connection: a position that covers it (and everything else the server executed; MySQL
+    /// has no `@@last_gtid`). None as for [`last_gtid`](Self::last_gtid).
+    pub async fn gtid_executed(&mut self, deprecate_eof: bool) -> Option<Vec<u8>> {
+        let asked = self.query_one_value(b"SELECT @@GLOBAL.gtid_executed", deprecate_eof);
+        match tokio::time::timeout(std::time::Duration::from_secs(1), asked).await {
+            Ok(Ok(value)) => Some(value.unwrap_or_default()),
+            _ => None,
+        }
+    }
+
     /// `@@read_only` of the server: whether a write it refused with ERR 1290 was refused for
     /// being read-only (the error alone could be a `SIGNAL`, or another option's). None when
     /// the query failed or was not answered within a second: the connection must close.
@@ -156,18 +167,15 @@ impl ServerConn {
         within: std::time::Duration,
         deprecate_eof: bool,
     ) -> Option<bool> {
-        // A position is digits, dashes and commas (`GtidPos`'s display): nothing to quote.
+        // A position is digits, dashes and commas (`GtidPos`'s display), and for a MySQL set
+        // hex digits and colons: nothing to quote.
         if !position
             .bytes()
-            .all(|b| b.is_ascii_digit() || b == b'-' || b == b',')
+            .all(|b| b.is_ascii_hexdigit() || matches!(b, b'-' | b',' | b':'))
         {
             return Some(false);
         }
-        let text = format!(
-            "SELECT MASTER_GTID_WAIT('{position}', {}.{:03})",
-            within.as_secs(),
-            within.subsec_millis()
-        );
+        let text = gtid_wait_query(position, within);
         let asked = self.query_one_value(text.as_bytes(), deprecate_eof);
         let bound = within + std::time::Duration::from_secs(1);
         match tokio::time::timeout(bound, asked).await {
@@ -418,4 +426,40 @@ impl ServerConn {
 
 fn malformed(what: &str) -> std::io::Error {
     std::io::Error::new(std::io::ErrorKind::InvalidData, what.to_owned())
+}
+
+/// The wait a replica's read makes for `position` (see [`ServerConn::gtid_wait`]): MariaDB's
+/// `MASTER_GTID_WAIT` for its domains, MySQL's `WAIT_FOR_EXECUTED_GTID_SET` for a set of
+/// `uuid:interval` items (a `:` tells them apart). Both answer 0 once the replica has applied
+/// it (MariaDB -1, MySQL 1 past the timeout, in seconds with decimals).
+pub fn gtid_wait_query(position: &str, within: std::time::Duration) -> String {
+    let function = if position.contains(':') {
+        "WAIT_FOR_EXECUTED_GTID_SET"
+    } else {
+        "MASTER_GTID_WAIT"
+    };
+    format!(
+        "SELECT {function}('{position}', {}.{:03})",
+        within.as_secs(),
+        within.subsec_millis()
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    #[test]
+    fn a_wait_takes_the_servers_own_function() {
+        let within = Duration::from_millis(1500);
+        assert_eq!(
+            super::gtid_wait_query("0-1-42,1-2-7", within),
+            "SELECT MASTER_GTID_WAIT('0-1-42,1-2-7', 1.500)"
+        );
+        // MySQL's, as its manual writes a set (a fixture: no MySQL server runs here).
+        assert_eq!(
+            super::gtid_wait_query("3e11fa47-71ca-11e1-9e33-c80aa9429562:1-5", within),
+            "SELECT WAIT_FOR_EXECUTED_GTID_SET('3e11fa47-71ca-11e1-9e33-c80aa9429562:1-5', 1.500)"
+        );
+    }
 }

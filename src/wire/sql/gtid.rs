@@ -1,4 +1,4 @@
-//! MariaDB GTID positions, for read-your-writes through a read/write split.
+//! GTID positions, MariaDB's and MySQL's, for read-your-writes through a read/write split.
 //!
 //! A session that wrote on the primary remembers the position its last write reached (the
 //! primary's `@@last_gtid` or `@@gtid_current_pos` after the commit); a replica reports the
@@ -23,10 +23,18 @@
 //! what `MASTER_GTID_WAIT` takes) but never compared. Domains are independent streams: being
 //! ahead in one says nothing of another, and a domain the replica has never seen is not covered.
 //!
-//! MySQL's GTIDs are a different thing (a set of `source_uuid:interval` ranges, with gaps
-//! allowed, compared by set inclusion: `@@gtid_executed`, `WAIT_FOR_EXECUTED_GTID_SET`) and are
-//! not handled here: the text `3E11FA47-71CA-11E1-9E33-C80AA9429562:1-5` is an error for
-//! [`GtidPos::parse`].
+//! # MySQL's GTID sets
+//!
+//! MySQL's GTIDs are another thing: a set of `source_uuid:interval[:interval...]` items (one
+//! per source server, its transactions' numbers as ranges, gaps allowed), compared by set
+//! inclusion (`@@gtid_executed`, `WAIT_FOR_EXECUTED_GTID_SET`): the text
+//! `3e11fa47-71ca-11e1-9e33-c80aa9429562:1-5:7` says transactions 1 to 5 and 7 of that source.
+//! A position holds such items beside MariaDB's (a server prints one kind only); an item is
+//! MySQL's when a `:` follows a canonical 36-character UUID. Its intervals are kept sorted and
+//! coalesced (`1-5:6-9` is `1-9`), so a position has one form and prints it back; covering is
+//! inclusion of every interval, merging is union. Tagged GTIDs (MySQL 8.3's `uuid:tag:1-5`)
+//! are an error: such a position is not learned, and a read then goes where it would without
+//! one.
 //!
 //! Sans-IO over bytes that need not be UTF-8; linear in the text's length; imports nothing of
 //! the crate.
@@ -59,11 +67,51 @@ impl Gtid {
     }
 }
 
-/// One GTID per replication domain, kept sorted by domain (few domains: a small Vec).
+/// One GTID per replication domain, kept sorted by domain (few domains: a small Vec); and
+/// MySQL's per-source sets (see the module's docs), sorted by UUID.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct GtidPos {
     /// Sorted by `domain`, one per domain.
     gtids: Vec<Gtid>,
+    /// Sorted by `uuid`, one per source.
+    sets: Vec<SourceSet>,
+}
+
+/// The most intervals one MySQL source's set may name in a text.
+pub const MAX_INTERVALS: usize = 1024;
+
+/// A MySQL source's transactions: its server UUID, and the numbers executed as inclusive
+/// intervals, sorted, disjoint and not adjacent (`1-5:7-9`, never `1-5:6-9`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct SourceSet {
+    uuid: [u8; 16],
+    intervals: Vec<(u64, u64)>,
+}
+
+impl SourceSet {
+    /// Sorts and coalesces the intervals.
+    fn normalize(&mut self) {
+        self.intervals.sort_unstable();
+        let mut out: Vec<(u64, u64)> = Vec::with_capacity(self.intervals.len());
+        for &(start, end) in &self.intervals {
+            match out.last_mut() {
+                Some(last) if start <= last.1.saturating_add(1) => last.1 = last.1.max(end),
+                _ => out.push((start, end)),
+            }
+        }
+        self.intervals = out;
+    }
+
+    /// Whether every number of `want` is in self (both normalized: each of want's intervals
+    /// lies within one of self's).
+    fn covers(&self, want: &SourceSet) -> bool {
+        want.intervals.iter().all(|&(start, end)| {
+            let i = self.intervals.partition_point(|&(_, e)| e < start);
+            self.intervals
+                .get(i)
+                .is_some_and(|&(s, e)| s <= start && end <= e)
+        })
+    }
 }
 
 /// Why a text is not a GTID position, and at which byte offset of the text. At most one byte of
@@ -87,9 +135,13 @@ pub enum GtidError {
     /// No GTID between two commas, after a trailing comma, or before a leading one.
     #[error("GTID position: no GTID at byte {at} (a stray ',')")]
     Empty { at: usize },
-    /// The GTID at `at` names one domain more than [`MAX_DOMAINS`].
-    #[error("GTID position: more than {MAX_DOMAINS} domains (at byte {at})")]
+    /// The GTID at `at` names one domain more than [`MAX_DOMAINS`] (or, in a MySQL set, one
+    /// source more, or one interval more than [`MAX_INTERVALS`] for its source).
+    #[error("GTID position: more than {MAX_DOMAINS} domains or sources, or {MAX_INTERVALS} intervals of one source (at byte {at})")]
     TooManyDomains { at: usize },
+    /// A MySQL interval at `at` starts at 0 or ends before it starts.
+    #[error("GTID set: the interval at byte {at} is empty or starts at 0")]
+    Interval { at: usize },
 }
 
 impl GtidError {
@@ -100,7 +152,8 @@ impl GtidError {
             | GtidError::Ended { at, .. }
             | GtidError::Overflow { at, .. }
             | GtidError::Empty { at }
-            | GtidError::TooManyDomains { at } => at,
+            | GtidError::TooManyDomains { at }
+            | GtidError::Interval { at } => at,
         }
     }
 }
@@ -110,6 +163,8 @@ const SERVER: &str = "a server id";
 const SEQ: &str = "a sequence number";
 const DASH: &str = "'-'";
 const COMMA: &str = "',' or the end";
+const HEX: &str = "a hex digit of a UUID";
+const COLON: &str = "':' and an interval";
 
 /// Reads the text byte by byte, skipping whitespace only where asked.
 struct Cursor<'a> {
@@ -170,6 +225,59 @@ impl Cursor<'_> {
         }
     }
 
+    /// Whether a MySQL item starts here: a canonical UUID (dashes at 8, 13, 18, 23) then `:`.
+    fn at_source_set(&self) -> bool {
+        let rest = &self.text[self.at.min(self.text.len())..];
+        rest.len() > 36 && rest[36] == b':' && [8, 13, 18, 23].iter().all(|&i| rest[i] == b'-')
+    }
+
+    /// One MySQL `uuid:interval[:interval...]`, no whitespace inside; an interval is `n` or
+    /// `n-m` with 1 <= n <= m. Normalized.
+    fn source_set(&mut self) -> Result<SourceSet, GtidError> {
+        let mut uuid = [0u8; 16];
+        let mut nibbles = 0;
+        for i in 0..36 {
+            if [8, 13, 18, 23].contains(&i) {
+                self.dash()?;
+                continue;
+            }
+            let digit = match self.peek() {
+                Some(b) if b.is_ascii_hexdigit() => (b as char).to_digit(16).unwrap_or(0) as u8,
+                _ => return Err(self.wrong(HEX)),
+            };
+            uuid[nibbles / 2] |= digit << if nibbles % 2 == 0 { 4 } else { 0 };
+            nibbles += 1;
+            self.at += 1;
+        }
+        let mut set = SourceSet {
+            uuid,
+            intervals: Vec::new(),
+        };
+        while self.peek() == Some(b':') {
+            self.at += 1;
+            let at = self.at;
+            let start = self.number(u64::MAX, SEQ)?;
+            let end = if self.peek() == Some(b'-') {
+                self.at += 1;
+                self.number(u64::MAX, SEQ)?
+            } else {
+                start
+            };
+            if start == 0 || end < start {
+                return Err(GtidError::Interval { at });
+            }
+            if set.intervals.len() >= MAX_INTERVALS {
+                return Err(GtidError::TooManyDomains { at });
+            }
+            set.intervals.push((start, end));
+        }
+        if set.intervals.is_empty() {
+            return Err(self.wrong(COLON));
+        }
+        set.normalize();
+        Ok(set)
+    }
+
     /// One `domain-server-seq`, no whitespace inside.
     fn gtid(&mut self) -> Result<Gtid, GtidError> {
         let domain = self.number(u32::MAX.into(), DOMAIN)?;
@@ -205,8 +313,14 @@ impl GtidPos {
             if matches!(cursor.peek(), None | Some(b',')) {
                 return Err(GtidError::Empty { at: start });
             }
-            let gtid = cursor.gtid()?;
-            if !pos.insert(gtid) {
+            let added = if cursor.at_source_set() {
+                let set = cursor.source_set()?;
+                pos.insert_set(set)
+            } else {
+                let gtid = cursor.gtid()?;
+                pos.insert(gtid)
+            };
+            if !added {
                 return Err(GtidError::TooManyDomains { at: start });
             }
             cursor.skip_whitespace();
@@ -234,9 +348,33 @@ impl GtidPos {
         }
     }
 
+    /// Adds a MySQL source's set, uniting it with what the position has of that source; false
+    /// (and nothing added) when it would be the source past [`MAX_DOMAINS`].
+    fn insert_set(&mut self, set: SourceSet) -> bool {
+        match self.sets.binary_search_by_key(&set.uuid, |s| s.uuid) {
+            Ok(i) => {
+                let have = &mut self.sets[i];
+                have.intervals.extend_from_slice(&set.intervals);
+                have.normalize();
+                true
+            }
+            Err(_) if self.sets.len() >= MAX_DOMAINS => false,
+            Err(i) => {
+                self.sets.insert(i, set);
+                true
+            }
+        }
+    }
+
     /// Whether the position names no GTID.
     pub fn is_empty(&self) -> bool {
-        self.gtids.is_empty()
+        self.gtids.is_empty() && self.sets.is_empty()
+    }
+
+    /// Whether it holds MySQL sets (what `WAIT_FOR_EXECUTED_GTID_SET` takes) rather than
+    /// MariaDB's domains (`MASTER_GTID_WAIT`'s).
+    pub fn is_mysql(&self) -> bool {
+        !self.sets.is_empty()
     }
 
     /// Whether a server at `self` has applied everything `want` names: for every domain of
@@ -245,11 +383,18 @@ impl GtidPos {
     /// every position, and the empty position covers only itself.
     pub fn covers(&self, want: &GtidPos) -> bool {
         let mut have = self.gtids.iter().peekable();
-        want.gtids.iter().all(|w| {
+        let domains = want.gtids.iter().all(|w| {
             while have.next_if(|h| h.domain < w.domain).is_some() {}
             have.peek()
                 .is_some_and(|h| h.domain == w.domain && h.seq >= w.seq)
-        })
+        });
+        // A MySQL source's set: every number want names of that source, by inclusion.
+        domains
+            && want.sets.iter().all(|w| {
+                self.sets
+                    .binary_search_by_key(&w.uuid, |s| s.uuid)
+                    .is_ok_and(|i| self.sets[i].covers(w))
+            })
     }
 
     /// Per domain, the higher sequence number (keeps that GTID's server id; on equal sequence
@@ -258,6 +403,17 @@ impl GtidPos {
     /// bounds only what one text may name): dropping one would let a position cover less than
     /// it should.
     pub fn merge(&mut self, other: &GtidPos) {
+        for set in &other.sets {
+            // Past MAX_DOMAINS too, as for domains below.
+            match self.sets.binary_search_by_key(&set.uuid, |s| s.uuid) {
+                Ok(i) => {
+                    let have = &mut self.sets[i];
+                    have.intervals.extend_from_slice(&set.intervals);
+                    have.normalize();
+                }
+                Err(i) => self.sets.insert(i, set.clone()),
+            }
+        }
         if other.gtids.is_empty() {
             return;
         }
@@ -295,9 +451,9 @@ impl GtidPos {
         self.gtids = merged;
     }
 
-    /// How many domains the position names.
+    /// How many domains (and MySQL sources) the position names.
     pub fn domains(&self) -> usize {
-        self.gtids.len()
+        self.gtids.len() + self.sets.len()
     }
 }
 
@@ -305,11 +461,32 @@ impl GtidPos {
 /// [`GtidPos::parse`] reads back to the same position.
 impl fmt::Display for GtidPos {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        for (i, g) in self.gtids.iter().enumerate() {
-            if i > 0 {
-                f.write_str(",")?;
-            }
+        let mut first = true;
+        let mut comma = |f: &mut fmt::Formatter<'_>| {
+            let sep = if first { "" } else { "," };
+            first = false;
+            f.write_str(sep)
+        };
+        for g in &self.gtids {
+            comma(f)?;
             write!(f, "{}-{}-{}", g.domain, g.server, g.seq)?;
+        }
+        // MySQL's form: `uuid:1-5:7`, the UUID in lower case, as `@@gtid_executed` prints it.
+        for set in &self.sets {
+            comma(f)?;
+            for (i, b) in set.uuid.iter().enumerate() {
+                if [4, 6, 8, 10].contains(&i) {
+                    f.write_str("-")?;
+                }
+                write!(f, "{b:02x}")?;
+            }
+            for &(start, end) in &set.intervals {
+                if start == end {
+                    write!(f, ":{start}")?;
+                } else {
+                    write!(f, ":{start}-{end}")?;
+                }
+            }
         }
         Ok(())
     }
@@ -420,7 +597,7 @@ mod tests {
 
     #[test]
     fn garbage_is_an_error_that_says_where() {
-        use GtidError::Empty;
+        use GtidError::{Empty, Interval};
         let overflow = |at, what| GtidError::Overflow { at, what };
         let ended = |at, expected| GtidError::Ended { at, expected };
         let found = |at, expected, found| GtidError::Unexpected {
@@ -455,14 +632,72 @@ mod tests {
             ("0-1-2,,1-2-3", Empty { at: 6 }),
             ("0-1-2, ,1-2-3", Empty { at: 7 }),
             (",", Empty { at: 0 }),
+            // MySQL sets gone wrong: an empty or reversed interval, a tag, no interval.
             (
-                "3E11FA47-71CA-11E1-9E33-C80AA9429562:1-5",
-                found(1, DASH, b'E'),
+                "3e11fa47-71ca-11e1-9e33-c80aa9429562:0-5",
+                Interval { at: 37 },
+            ),
+            (
+                "3e11fa47-71ca-11e1-9e33-c80aa9429562:5-4",
+                Interval { at: 37 },
+            ),
+            (
+                "3e11fa47-71ca-11e1-9e33-c80aa9429562:tag:1-5",
+                found(37, SEQ, b't'),
+            ),
+            (
+                "3e11fa47-71ca-11e1-9e33-c80aa942956g:1-5",
+                found(35, HEX, b'g'),
+            ),
+            (
+                "3e11fa47-71ca-11e1-9e33-c80aa9429562:1-5 :7",
+                found(41, COMMA, b':'),
             ),
         ] {
             assert_eq!(err(text), want, "{text:?}");
             assert!(err(text).offset() <= text.len(), "{text:?}");
         }
+    }
+
+    /// MySQL 8's `@@gtid_executed` as its manual prints it (no MySQL server runs here: these
+    /// are fixtures written from that documentation), a newline after each comma.
+    #[test]
+    fn mysql_gtid_sets_parse_cover_merge_and_print_as_gtid_executed_does() {
+        let a = "3e11fa47-71ca-11e1-9e33-c80aa9429562";
+        let b = "8a94f357-aab4-11df-86ab-c80aa9429562";
+        let executed = pos(&format!("{a}:1-77,\n{b}:1-5:11-18"));
+        assert!(executed.is_mysql() && !executed.is_empty());
+        assert_eq!(executed.domains(), 2);
+        assert_eq!(executed.to_string(), format!("{a}:1-77,{b}:1-5:11-18"));
+        // Upper case and unordered, adjacent and overlapping intervals: one form.
+        let messy = pos(&format!(
+            "{b}:11-12:13-18:1-5:3,{}:5-77:1-4",
+            a.to_uppercase()
+        ));
+        assert_eq!(messy, executed);
+        // Inclusion, interval by interval.
+        for (want, covered) in [
+            (format!("{a}:77"), true),
+            (format!("{a}:1-77"), true),
+            (format!("{a}:78"), false),
+            (format!("{b}:5"), true),
+            (format!("{b}:6"), false),
+            (format!("{b}:4-11"), false),
+            (format!("{b}:12-18,{a}:3"), true),
+            ("f00dcafe-0000-0000-0000-000000000000:1".to_owned(), false),
+            (String::new(), true),
+        ] {
+            assert_eq!(executed.covers(&pos(&want)), covered, "{want}");
+        }
+        // Merging is union: a session's write (`b:19`) and then more.
+        let mut written = pos(&format!("{b}:19"));
+        written.merge(&pos(&format!("{b}:20-21,{a}:78")));
+        assert_eq!(written.to_string(), format!("{a}:78,{b}:19-21"));
+        let mut all = executed.clone();
+        all.merge(&written);
+        assert_eq!(all.to_string(), format!("{a}:1-78,{b}:1-5:11-21"));
+        assert!(all.covers(&executed) && all.covers(&written));
+        assert!(!executed.covers(&written));
     }
 
     #[test]
@@ -585,13 +820,29 @@ mod tests {
         let domain = prop_oneof![4 => 0u32..6, 1 => any::<u32>()];
         let server = prop_oneof![4 => 0u32..4, 1 => any::<u32>()];
         let seq = prop_oneof![4 => 0u64..6, 1 => any::<u64>()];
-        prop::collection::vec((domain, server, seq), 0..8).prop_map(|gtids| {
-            let mut p = GtidPos::default();
-            for (domain, server, seq) in gtids {
-                assert!(p.insert(gtid(domain, server, seq)));
-            }
-            p
-        })
+        // MySQL sources: three UUIDs, intervals of small and any numbers.
+        let start = prop_oneof![4 => 1u64..20, 1 => 1u64..u64::MAX];
+        let interval = (start, 0u64..6).prop_map(|(s, len)| (s, s.saturating_add(len)));
+        let set = (0u8..3, prop::collection::vec(interval, 1..5));
+        (
+            prop::collection::vec((domain, server, seq), 0..8),
+            prop::collection::vec(set, 0..3),
+        )
+            .prop_map(|(gtids, sets)| {
+                let mut p = GtidPos::default();
+                for (domain, server, seq) in gtids {
+                    assert!(p.insert(gtid(domain, server, seq)));
+                }
+                for (source, intervals) in sets {
+                    let mut set = SourceSet {
+                        uuid: [source; 16],
+                        intervals,
+                    };
+                    set.normalize();
+                    assert!(p.insert_set(set));
+                }
+                p
+            })
     }
 
     proptest! {

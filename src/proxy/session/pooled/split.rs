@@ -494,20 +494,24 @@ impl<'r> Seat<'_, 'r> {
         if split.on_replica || !split.may_write || pool.pooling.causal_reads == CausalReads::None {
             return false;
         }
-        // `@@last_gtid` is MariaDB's (MySQL's GTID sets are not followed yet).
-        let mariadb = self
-            .observer
-            .holding
-            .dialect()
-            .server
-            .is_some_and(|s| s.mariadb);
-        if !mariadb {
+        // MariaDB's `@@last_gtid` is this connection's last write; MySQL (5.6.5 and later)
+        // has no such variable, and its `@@gtid_executed`, everything the server executed,
+        // covers the write too.
+        let server = self.observer.holding.dialect().server;
+        let mariadb = server.is_some_and(|s| s.mariadb);
+        let mysql = server.is_some_and(|s| !s.mariadb && s.version >= 50_605);
+        if !mariadb && !mysql {
             return false;
         }
         let Some(held) = self.conn.as_mut() else {
             return false;
         };
-        match held.last_gtid(self.deprecate_eof).await {
+        let asked = if mariadb {
+            held.last_gtid(self.deprecate_eof).await
+        } else {
+            held.gtid_executed(self.deprecate_eof).await
+        };
+        match asked {
             Some(text) => {
                 if let Ok(position) = GtidPos::parse(&text) {
                     if !position.is_empty() {
