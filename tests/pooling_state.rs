@@ -17,7 +17,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::time::{Duration, Instant};
 
-use common::mariadb::{shared_pair, MariaDb};
+use common::mariadb::{shared_pair, start_dedicated, MariaDb};
 use common::pooling::open_connections;
 use common::proxy::TestProxy;
 use common::rawclient::RawClient;
@@ -982,4 +982,61 @@ async fn a_com_quit_closes_the_client_s_side_while_the_session_holds_its_connect
         "the connections came back: {:?}",
         pool.counts()
     );
+}
+
+/// What the statement's text cannot show: a view whose column calls a stored function that sets
+/// a user variable. A server with `session_track_state_change = ON` (set globally by the
+/// operator; the proxy sets nothing) flags that statement's answer as a session state change,
+/// and the session pins its connection: another session of the user never reads the variable,
+/// and the session itself does, as directly. MariaDB 10.11 flags it to a client that asked for
+/// session tracking (`CLIENT_SESSION_TRACK`), and in the EOF of a result set to one that did not;
+/// not in the closing OK of a client with `CLIENT_DEPRECATE_EOF` and no tracking (mysql_async),
+/// which is left as the documented gap. The sessions here are raw clients of each kind that works.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_view_calling_a_stateful_function_pins_when_the_server_tracks_state_changes() {
+    use common::rawclient::{RawClient, CLIENT_DEPRECATE_EOF, CLIENT_SESSION_TRACK};
+    let dbs = tokio::task::block_in_place(|| start_dedicated(&["ps-view"]));
+    let db = &dbs[0];
+    reset_tables(db);
+    db.root_exec(
+        "CREATE VIEW IF NOT EXISTS test.ps_view AS SELECT test.ps_setv() AS x; \
+         SET GLOBAL session_track_state_change = ON;",
+    );
+    let backend = db.tcp_addr();
+    for caps in [0, CLIENT_SESSION_TRACK | CLIENT_DEPRECATE_EOF] {
+        let proxy = common::pooling::pooled(
+            &[backend.clone()],
+            4,
+            Duration::from_secs(60),
+            Duration::from_secs(5),
+        );
+        let addr = proxy.addr_string();
+        let login = || RawClient::connect_tcp(&addr, "bench", "bench", Some("test"), caps, 0);
+        let mut a = login().await.expect("A through the pool");
+        let mut b = login().await.expect("B through the pool");
+        open_connections(&proxy, &backend, 2).await;
+        let x = a.query_text("SELECT x FROM ps_view").await.unwrap();
+        assert_eq!(x, vec![vec![Some("1".to_owned())]]);
+        let metrics = String::from_utf8(proxy.state.metrics.render()).unwrap();
+        let state_pins: f64 = metrics
+            .lines()
+            .filter(|l| l.starts_with("mysql_lb_pool_pins_total{"))
+            .filter(|l| l.contains("session_state_changed"))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum();
+        assert_eq!(
+            state_pins, 1.0,
+            "caps {caps:#x}: A pinned for the state change"
+        );
+        for _ in 0..10 {
+            let seen = b.query_text("SELECT @ps_fv").await.unwrap();
+            assert_eq!(
+                seen,
+                vec![vec![None]],
+                "caps {caps:#x}: B reads A's variable"
+            );
+        }
+        let own = a.query_text("SELECT @ps_fv").await.unwrap();
+        assert_eq!(own, vec![vec![Some("57".to_owned())]], "caps {caps:#x}");
+    }
 }
