@@ -1005,7 +1005,7 @@ async fn a_view_calling_a_stateful_function_pins_when_the_server_tracks_state_ch
     let backend = db.tcp_addr();
     for caps in [0, CLIENT_SESSION_TRACK | CLIENT_DEPRECATE_EOF] {
         let proxy = common::pooling::pooled(
-            &[backend.clone()],
+            std::slice::from_ref(&backend),
             4,
             Duration::from_secs(60),
             Duration::from_secs(5),
