@@ -76,10 +76,6 @@ pub enum Want {
     Replica,
     /// A replica only (a read-only route's session, which never reaches the primary).
     ReplicaOnly,
-    /// The backend of this index ([`Backend::index`]) only, in rotation or not: where the
-    /// session a KILL names holds its connection, so that the killer's own connection there
-    /// runs it.
-    Backend(usize),
 }
 
 /// One server behind the proxy.
@@ -569,7 +565,7 @@ impl BackendSet {
             b.admin_state() == AdminState::Ready && self.rotation.is_up_at(b, at)
         };
         let primary = match want {
-            Want::Any | Want::Backend(_) => None,
+            Want::Any => None,
             Want::Primary | Want::Replica | Want::ReplicaOnly => match pool.primary() {
                 roles::Primary::One(p) => Some(p),
                 _ => None,
@@ -578,10 +574,6 @@ impl BackendSet {
         match want {
             Want::Any => up.extend(pool.members.iter().filter(ready)),
             Want::Primary => up.extend(primary.filter(ready)),
-            Want::Backend(index) => {
-                up.extend(pool.members.iter().filter(|b| b.index() == index));
-                return;
-            }
             Want::Replica | Want::ReplicaOnly => {
                 up.extend(pool.members.iter().filter(ready).filter(|b| {
                     primary.is_none_or(|p| !Arc::ptr_eq(p, b)) && b.role.serves_reads()

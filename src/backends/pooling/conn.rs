@@ -152,7 +152,12 @@ impl ServerConn {
     pub async fn read_only(&mut self, deprecate_eof: bool) -> Option<bool> {
         let asked = self.query_one_value(b"SELECT @@read_only", deprecate_eof);
         match tokio::time::timeout(std::time::Duration::from_secs(1), asked).await {
-            Ok(Ok(value)) => Some(value.as_deref().is_some_and(|v| v != b"0")),
+            // As the health check reads it: `0` or `OFF` is writable.
+            Ok(Ok(value)) => Some(
+                value
+                    .as_deref()
+                    .is_some_and(|v| v != b"0" && !v.eq_ignore_ascii_case(b"OFF")),
+            ),
             _ => None,
         }
     }

@@ -121,7 +121,6 @@ where
         lease,
         registration: joined.registration,
         avoid: None,
-        aim: None,
         replaying: false,
         pools: Vec::new(),
         order: Vec::new(),
@@ -164,9 +163,6 @@ struct Seat<'a, 'r> {
     registration: Option<&'r kill::Registration<'r>>,
     /// A backend's pool the next connection must not come from (its server was just lost).
     avoid: Option<Arc<BackendPool>>,
-    /// Where the transaction at hand must run, whatever the pool's order or the split say: a
-    /// KILL's, on its target's backend (see `across::aim_kill`). Cleared once it began.
-    aim: Option<crate::backends::balancer::Want>,
     /// The command at the front is a write a primary refused as read-only, put back to run on
     /// the next one (see `refusal`): not watched again.
     replaying: bool,
@@ -272,13 +268,10 @@ impl<'r> Seat<'_, 'r> {
         // A transaction begins here: the session takes a connection for this command.
         let fresh = self.conn.is_none();
         let replaying = fresh && std::mem::take(&mut self.replaying);
+        // A KILL may take the killer's own idle connection on its target's backend.
         let aimed = fresh && self.across.is_some() && self.aim_kill(ctx);
-        if fresh {
-            let began = self.begin(ctx, client, front.as_ref()).await;
-            self.aim = None;
-            if !began? {
-                return Ok(());
-            }
+        if fresh && !aimed && !self.begin(ctx, client, front.as_ref()).await? {
+            return Ok(());
         }
         if fresh
             && !aimed
@@ -317,7 +310,8 @@ impl<'r> Seat<'_, 'r> {
             self.observer.read = (0, 0);
             let relayed = self.relay(client, tracker, draining).await;
             self.observer.watch_refusal = false;
-            if relayed.is_ok() && std::mem::take(&mut self.observer.withheld) {
+            let withheld = std::mem::take(&mut self.observer.withheld);
+            if relayed.is_ok() && withheld {
                 let replayed = self.replays_refused(ctx, client, again.take()).await?;
                 self.client_waits = false;
                 if replayed {

@@ -76,15 +76,20 @@ impl<'r> Seat<'_, 'r> {
 
     /// A KILL at the front of a fresh transaction, naming a session that holds a connection on
     /// a backend of the pool now (by its proxy id, or by the server's own id that `SELECT
-    /// CONNECTION_ID()` gave it): the transaction takes the killer's own connection there
-    /// ([`Want::Backend`]), so the KILL runs as the killer, the server deciding with the
-    /// killer's privileges, and needs no `kill:` account. Only where the killer's key has
-    /// connections; else the KILL goes where the policy puts it and is mapped there (the
-    /// recorder's `rewrite_kill`). True when it aimed the transaction.
+    /// CONNECTION_ID()` gave it): the transaction takes an idle connection of the killer's own
+    /// key there, so the KILL runs as the killer (the server deciding with the killer's
+    /// privileges) and needs no `kill:` account. Only an idle one, in the session's settings:
+    /// a KILL never waits behind the query it is meant to stop. Else, and always for a
+    /// read-only route's session (which never reaches the primary), the KILL goes where the
+    /// pool's order puts it and is mapped there (the recorder's `rewrite_kill`). True when the
+    /// session holds that connection now.
     pub(super) fn aim_kill(&mut self, ctx: &Context<'r>) -> bool {
         let Some(pool) = self.across else {
             return false;
         };
+        if self.split.is_some_and(|s| s.read_only) {
+            return false;
+        }
         let up = &self.up;
         let command = up.get(4).copied();
         if up.get(3) != Some(&0) || !matches!(command, Some(cmd::QUERY | cmd::PROCESS_KILL)) {
@@ -108,23 +113,23 @@ impl<'r> Seat<'_, 'r> {
         else {
             return false;
         };
-        let has_key = ctx
-            .state
-            .server_pools
-            .get(&backend.name)
-            .is_some_and(|p| p.has_connections(self.observer.key));
-        if !has_key {
+        let Some(there) = ctx.state.server_pools.get(&backend.name) else {
             return false;
-        }
+        };
+        let (key, state) = (self.observer.key, self.observer.holding.state());
+        let Some(held) = there.try_idle(key, ctx.worker, state, false) else {
+            return false;
+        };
         debug!(
             client = ctx.peer(),
             backend = %backend.name,
             target = request.id,
             "a KILL takes the killer's own connection on its target's backend"
         );
-        self.aim = Some(Want::Backend(backend.index()));
+        self.hold_moved(ctx, held);
         if let Some(split) = self.split.as_mut() {
-            split.may_write = false;
+            split.on_replica = !pool.takes_writes(&backend);
+            split.may_write = !split.on_replica;
         }
         true
     }

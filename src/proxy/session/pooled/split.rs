@@ -86,9 +86,6 @@ pub(super) enum Before {
 impl<'r> Seat<'_, 'r> {
     /// Where the transaction at hand may run (the pool's own order when it does not split).
     pub(super) fn want(&self) -> Want {
-        if let Some(aim) = self.aim {
-            return aim;
-        }
         self.split.map_or(Want::Any, |s| s.want)
     }
 
@@ -494,12 +491,12 @@ impl<'r> Seat<'_, 'r> {
         if split.on_replica || !split.may_write || pool.pooling.causal_reads == CausalReads::None {
             return false;
         }
-        // MariaDB's `@@last_gtid` is this connection's last write; MySQL (5.6.5 and later)
-        // has no such variable, and its `@@gtid_executed`, everything the server executed,
-        // covers the write too.
+        // MariaDB's `@@last_gtid` is this connection's last write; MySQL has no such
+        // variable, and its `@@gtid_executed`, everything the server executed, covers the
+        // write too (from 5.7.5, which has `WAIT_FOR_EXECUTED_GTID_SET` for the reads' waits).
         let server = self.observer.holding.dialect().server;
         let mariadb = server.is_some_and(|s| s.mariadb);
-        let mysql = server.is_some_and(|s| !s.mariadb && s.version >= 50_605);
+        let mysql = server.is_some_and(|s| !s.mariadb && s.version >= 50_705);
         if !mariadb && !mysql {
             return false;
         }
