@@ -965,3 +965,80 @@ async fn a_read_only_route_never_reaches_the_primary_and_refuses_writes() {
     assert_eq!(rows.split_whitespace().collect::<Vec<_>>(), ["1", "10"]);
     no_write_on_a_replica(&cluster);
 }
+
+/// Writers of `BEGIN; INSERT; COMMIT` that, as sysbench does, begin again after an error
+/// without a rollback: a switchover leaves their transactions open on the old primary, which
+/// refuses their writes. Their next `BEGIN` commits what is open there (as the server would),
+/// and begins on the new primary: every writer goes on, and no error comes after the switch.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn transactions_left_open_on_an_old_primary_begin_again_on_the_new_one() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    let mut cluster = Cluster::start("rws-txsw", 2).await;
+    cluster
+        .exec(
+            0,
+            "CREATE TABLE app.tx (id INT AUTO_INCREMENT PRIMARY KEY, who INT) ENGINE=InnoDB",
+        )
+        .await;
+    cluster.wait_caught_up().await;
+    let proxy = split_proxy(&cluster);
+    wait_roles(&proxy, &cluster).await;
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut writers = Vec::new();
+    for who in 0..4 {
+        let mut conn = login(&proxy, APP_USER, APP_PASS).await;
+        let stop = Arc::clone(&stop);
+        writers.push(tokio::spawn(async move {
+            // (when, what): committed transactions and errors.
+            let (mut committed, mut errors) = (Vec::new(), Vec::new());
+            let started = Instant::now();
+            while !stop.load(Ordering::Relaxed) && started.elapsed() < Duration::from_secs(30) {
+                let mut run = async || -> Result<(), mysql_async::Error> {
+                    conn.query_drop("BEGIN").await?;
+                    conn.query_drop(format!("INSERT INTO tx (who) VALUES ({who})"))
+                        .await?;
+                    conn.query_drop("COMMIT").await
+                };
+                match run().await {
+                    Ok(()) => committed.push(Instant::now()),
+                    Err(mysql_async::Error::Server(e)) => errors.push((Instant::now(), e.code)),
+                    Err(e) => panic!("writer {who}: {e}"),
+                }
+            }
+            (committed, errors)
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    cluster.switchover(1).await;
+    wait_roles(&proxy, &cluster).await;
+    let followed = Instant::now();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    stop.store(true, Ordering::Relaxed);
+    let mut late = Vec::new();
+    let mut all_errors = 0;
+    for (i, w) in writers.into_iter().enumerate() {
+        let (committed, errors) = w.await.unwrap();
+        all_errors += errors.len();
+        let after = committed.iter().filter(|at| **at > followed).count();
+        assert!(
+            after >= 5,
+            "writer {i} committed {after} transactions after the switch"
+        );
+        late.extend(
+            errors
+                .into_iter()
+                .filter(|(at, _)| *at > followed + Duration::from_millis(500)),
+        );
+    }
+    eprintln!(
+        "errors around the switch: {all_errors}, after it: {}",
+        late.len()
+    );
+    assert!(late.is_empty(), "errors after the switch: {late:?}");
+    cluster.wait_caught_up().await;
+    assert!(
+        own_gtids(cluster.server(2)).is_empty(),
+        "no write on the replica"
+    );
+}

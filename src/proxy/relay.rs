@@ -238,6 +238,12 @@ pub trait Steering {
     fn withholding(&self) -> bool {
         false
     }
+    /// Asked before each client scan: true to stop before every command not scanned yet from
+    /// now on (`Tracker::pause_before_next`), so that the session looks at each before it is
+    /// sent; a split session on a primary that went read-only under its transaction.
+    fn pauses_now(&self) -> bool {
+        false
+    }
 }
 
 struct Upstream<'a, O> {
@@ -258,6 +264,9 @@ impl<O: Observer + Steering> Hooks for Upstream<'_, O> {
         if self.tracker.guards_statements() {
             let refuse = self.observer.refuses_long_statements();
             self.tracker.refuse_long_statements(refuse);
+        }
+        if !self.tracker.pauses_every_command() && self.observer.pauses_now() {
+            self.tracker.pause_before_next();
         }
         let mut held = self.scan_from(buf, 0)?;
         // Stopped before a prepared-statement command the observer can rewrite in place: it

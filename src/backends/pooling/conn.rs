@@ -322,6 +322,24 @@ impl ServerConn {
         self.run(&[(0x03, b"DO LAST_INSERT_ID(0)")]).await
     }
 
+    /// `COMMIT` of the transaction open on the connection, the proxy's own statement (what a
+    /// `BEGIN` the client sent would do first): Some(true) when the server committed it,
+    /// Some(false) when it answered otherwise (an ERR: the connection is as it was), None when
+    /// it did not answer within a second (the connection must close).
+    pub async fn commit(&mut self) -> Option<bool> {
+        let asked = async {
+            use tokio::io::AsyncWriteExt;
+            self.leg.write_all(&[7, 0, 0, 0, 0x03]).await?;
+            self.leg.write_all(b"COMMIT").await?;
+            self.leg.flush().await?;
+            self.read_ok().await
+        };
+        match tokio::time::timeout(std::time::Duration::from_secs(1), asked).await {
+            Ok(Ok(ok)) => Some(ok),
+            _ => None,
+        }
+    }
+
     /// Whether the connection carries exactly `state`'s settings.
     pub fn carries(&self, state: &State) -> bool {
         Arc::ptr_eq(&self.state, state) || self.state == *state

@@ -298,9 +298,21 @@ impl<'r> Seat<'_, 'r> {
                 (true, Some(_)) => self.retry_candidate(),
                 _ => None,
             };
-            // A write's refusal by a primary gone read-only is kept from the client (`refusal`).
+            // A write's refusal by a primary gone read-only is kept from the client (`refusal`):
+            // the first command of a transaction, or the one after a write that the session
+            // kept its connection for (when it reads nothing that write left there).
+            let kept_for_one = self.kept_for_one_command(fresh);
+            if kept_for_one {
+                again = self.retry_candidate().filter(|p| !refusal::reads_traces(p));
+            }
             let watch = again.is_some() && self.watches_refusal(replaying);
-            if watch || self.split.is_some_and(|s| s.on_replica) {
+            // A read-only route's session is asked before every command too (`split`), and so
+            // is one whose primary went read-only under it (the command at the front was).
+            let demoted = self.split.is_some()
+                && self
+                    .across
+                    .is_some_and(|p| p.has_roles() && !p.takes_writes(self.lease.backend()));
+            if watch || demoted || self.split.is_some_and(|s| s.on_replica || s.read_only) {
                 // Each command on a replica is asked where it may run (see `split`).
                 tracker.pause_after_one();
             } else {
@@ -320,7 +332,7 @@ impl<'r> Seat<'_, 'r> {
             }
             client_waits = match relayed {
                 Ok(waits) => waits,
-                Err(end) => match again {
+                Err(end) => match again.filter(|_| !kept_for_one) {
                     Some(packet)
                         if self.rereadable(&packet)
                             && self.lost_unanswered(&end, packet.len(), tracker) =>
@@ -478,10 +490,23 @@ impl<'r> Seat<'_, 'r> {
         };
         let held: &mut ServerConn = held;
         let (up, down) = (std::mem::take(&mut self.up), std::mem::take(&mut self.down));
+        // A split session on a primary that follows its server: asked about each command once
+        // that server went read-only under it (see `split::leave_a_demoted_primary`).
+        let backend = self.lease.backend();
+        let demotion = match (self.across, self.split) {
+            (Some(pool), Some(s))
+                if !s.on_replica
+                    && backend.role.configured() == Some(crate::config::Role::Auto) =>
+            {
+                Some((pool, &**backend))
+            }
+            _ => None,
+        };
         let mut on = OnConn {
             session: &mut self.observer,
             statements: &mut held.statements,
             reset: false,
+            demotion,
         };
         let legs = Legs {
             client,
@@ -724,6 +749,12 @@ struct OnConn<'s, 'a, 'r> {
     /// A COM_RESET_CONNECTION or COM_CHANGE_USER completed: the connection's prepared
     /// statements are gone.
     reset: bool,
+    /// The pool and backend of a split session on a primary of `role: auto`, which may go
+    /// read-only under its transaction ([`Steering::pauses_now`]).
+    demotion: Option<(
+        &'s crate::backends::balancer::Pool,
+        &'s crate::backends::balancer::Backend,
+    )>,
 }
 
 impl Observer for OnConn<'_, '_, '_> {
@@ -778,6 +809,11 @@ impl Steering for OnConn<'_, '_, '_> {
 
     fn withholding(&self) -> bool {
         self.session.withheld
+    }
+
+    fn pauses_now(&self) -> bool {
+        self.demotion
+            .is_some_and(|(pool, backend)| !pool.takes_writes(backend))
     }
 
     fn resume_statement(&mut self, packet: &mut [u8]) -> bool {

@@ -38,7 +38,40 @@ pub(super) fn read_only_refusal(response: &[u8]) -> bool {
         && response.get(5..7) == Some(&code::OPTION_PREVENTS_STATEMENT.to_le_bytes()[..])
 }
 
+/// Whether a command's text may read what the statement before it left on its connection
+/// (`LAST_INSERT_ID()`, `ROW_COUNT()`, `FOUND_ROWS()`, warnings, errors, `@@` variables):
+/// such a command may not run again elsewhere. Any byte of those words, in any case, anywhere
+/// (a string or a comment too) counts: a wrong yes only forgoes a replay.
+pub(super) fn reads_traces(packet: &[u8]) -> bool {
+    const WORDS: [&[u8]; 6] = [
+        b"LAST_INSERT_ID",
+        b"ROW_COUNT",
+        b"FOUND_ROWS",
+        b"WARNING",
+        b"ERROR",
+        b"@@",
+    ];
+    let text = packet.get(5..).unwrap_or_default();
+    WORDS.iter().any(|w| {
+        text.windows(w.len())
+            .any(|window| window.eq_ignore_ascii_case(w))
+    })
+}
+
 impl<'r> Seat<'_, 'r> {
+    /// Whether the session holds its connection, between transactions, only for the command
+    /// after a write (`Holding`'s one more command after changed rows, warnings or an insert
+    /// id), in a split: that command, too, is the first of its own transaction.
+    pub(super) fn kept_for_one_command(&self, fresh: bool) -> bool {
+        let holding = &self.observer.holding;
+        !fresh
+            && self.split.is_some()
+            && self.across.is_some()
+            && !holding.in_transaction()
+            && holding.pinned().is_none()
+            && !holding.autocommit_off()
+    }
+
     /// Whether the fresh transaction at hand has its first statement's refusal watched: a
     /// split's write on a backend whose role follows its server, not already run once more.
     pub(super) fn watches_refusal(&self, replaying: bool) -> bool {
@@ -142,6 +175,27 @@ mod tests {
         let mut packet = vec![payload.len() as u8, 0, 0, 1];
         packet.extend_from_slice(&payload);
         packet
+    }
+
+    #[test]
+    fn a_command_that_reads_the_last_statements_traces_is_not_run_again() {
+        let packet = |text: &str| [&[0, 0, 0, 0, 3][..], text.as_bytes()].concat();
+        for text in [
+            "INSERT INTO t2 VALUES (LAST_INSERT_ID())",
+            "select row_count()",
+            "SELECT FOUND_ROWS()",
+            "SHOW WARNINGS",
+            "SHOW COUNT(*) ERRORS",
+            "UPDATE t SET v = @@warning_count",
+        ] {
+            assert!(super::reads_traces(&packet(text)), "{text}");
+        }
+        for text in [
+            "UPDATE sbtest1 SET k=k+1 WHERE id=5",
+            "INSERT INTO t VALUES (1)",
+        ] {
+            assert!(!super::reads_traces(&packet(text)), "{text}");
+        }
     }
 
     #[test]

@@ -111,6 +111,9 @@ impl<'r> Seat<'_, 'r> {
         }
         // COM_QUIT ends the session where it is; COM_PING is answered by any server.
         let anywhere = front.is_none() && matches!(self.up.get(4), Some(&(cmd::QUIT | cmd::PING)));
+        if self.conn.is_some() {
+            self.leave_a_demoted_primary(ctx, client, front).await?;
+        }
         if self.conn.is_some() && split.on_replica && !anywhere {
             let read = self.read_front(ctx, client, front).await?;
             let holding = &self.observer.holding;
@@ -252,6 +255,65 @@ impl<'r> Seat<'_, 'r> {
             pool.pooling.reads_without_replica == ReadsWithoutReplica::Error
                 && replicas_out(ctx, pool).is_some()
         })
+    }
+
+    /// A transaction open on a backend that takes no writes (a replica's read-only
+    /// transaction, or a primary the cluster switched over under it), and the client begins
+    /// another (sysbench does after an error it ignores): `BEGIN` would commit that transaction
+    /// there first, then begin again on a server that refuses every write (or, on a replica,
+    /// be refused), and the session would stay there. The proxy runs that `COMMIT` itself; when
+    /// the server commits (the transaction wrote nothing a read-only server refused to commit),
+    /// the connection goes back and the `BEGIN` begins anew where it may run. When it refuses,
+    /// the `BEGIN` goes on as the session would have sent it.
+    async fn leave_a_demoted_primary<C>(
+        &mut self,
+        ctx: &Context<'r>,
+        client: &mut LegStream<C>,
+        front: Option<&Front>,
+    ) -> Result<(), SessionEnd>
+    where
+        C: AsyncRead + AsyncWrite + Unpin,
+    {
+        let holding = &self.observer.holding;
+        let demoted = self
+            .across
+            .is_some_and(|pool| pool.has_roles() && !pool.takes_writes(self.lease.backend()));
+        if !demoted || !holding.in_transaction() || holding.pinned().is_some() {
+            return Ok(());
+        }
+        let begins = match self.front_text(ctx, client, front).await? {
+            Some(text) => matches!(
+                crate::wire::sql::classify(text),
+                crate::wire::sql::Statement::Begin
+            ),
+            None => false,
+        };
+        if !begins {
+            return Ok(());
+        }
+        let committed = match self.conn.as_mut() {
+            Some(held) => held.commit().await,
+            None => return Ok(()),
+        };
+        match committed {
+            Some(true) => {
+                info!(
+                    client = ctx.peer(),
+                    backend = %self.lease.backend().name,
+                    "a BEGIN leaves a backend that takes no writes: its open transaction committed there, the new one begins where it may run"
+                );
+                if let Some(held) = self.let_go(ctx.worker) {
+                    self.wipe_and_return(held, ctx.worker).await;
+                }
+                Ok(())
+            }
+            Some(false) => Ok(()),
+            // Its server stopped answering: the transaction is lost, as with a lost server.
+            None => {
+                self.drop_conn();
+                Err(crate::proxy::relay::RelayEnd::BackendClosed { pending: 1 }.into())
+            }
+        }
     }
 
     /// Reads the head of the client's next command while the session holds a replica's

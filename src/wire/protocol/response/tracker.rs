@@ -224,6 +224,14 @@ impl Tracker {
         self.paused = false;
     }
 
+    /// From now on the client scan stops before every command not scanned yet (what is in
+    /// flight is answered first): a split session whose primary went read-only under its
+    /// transaction is asked about each command from here on.
+    pub fn pause_before_next(&mut self) {
+        self.pause = Pause::Every;
+        self.paused = false;
+    }
+
     /// Whether the scan stops before every command after one (see
     /// [`pause_after_one`](Self::pause_after_one)).
     pub fn pauses_every_command(&self) -> bool {
