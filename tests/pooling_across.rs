@@ -627,19 +627,7 @@ async fn kill_query_follows_the_session_to_its_backend_of_the_moment() {
             )
             .await
             .expect("send the victim's query");
-        let port = tokio::task::block_in_place(|| {
-            let deadline = Instant::now() + Duration::from_secs(10);
-            loop {
-                if let Some(db) = dbs.iter().find(|db| {
-                    db.root_query("SELECT INFO FROM information_schema.PROCESSLIST")
-                        .contains(&marker)
-                }) {
-                    break db.port;
-                }
-                assert!(Instant::now() < deadline, "{marker} never ran");
-                std::thread::sleep(Duration::from_millis(20));
-            }
-        });
+        let port = running_on(&dbs, &marker);
         ports.insert(port);
         if let Some(name) = &drained {
             assert_ne!(
@@ -845,19 +833,7 @@ async fn kill_query_of_a_connection_id_reaches_its_backend_without_a_kill_accoun
             .send_command(0x03, format!("SELECT SLEEP(30), '{marker}'").as_bytes())
             .await
             .expect("send the victim's query");
-        let port = tokio::task::block_in_place(|| {
-            let deadline = Instant::now() + Duration::from_secs(10);
-            loop {
-                if let Some(db) = dbs.iter().find(|db| {
-                    db.root_query("SELECT INFO FROM information_schema.PROCESSLIST")
-                        .contains(&marker)
-                }) {
-                    break db.port;
-                }
-                assert!(Instant::now() < deadline, "{marker} never ran");
-                std::thread::sleep(Duration::from_millis(20));
-            }
-        });
+        let port = running_on(&dbs, &marker);
         ports.insert(port);
         // The killer's own statements move on between rounds.
         killer
@@ -913,4 +889,22 @@ async fn kill_query_of_a_connection_id_reaches_its_backend_without_a_kill_accoun
         .await
         .expect("the victim's query ran to its end");
     assert_eq!(slept[0][0][0].as_deref(), Some("0"), "{slept:?}");
+}
+
+/// The port of the server of `dbs` whose processlist shows a statement holding `marker`
+/// (waits up to 10 s).
+fn running_on(dbs: &[MariaDb], marker: &str) -> u16 {
+    tokio::task::block_in_place(|| {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            if let Some(db) = dbs.iter().find(|db| {
+                db.root_query("SELECT INFO FROM information_schema.PROCESSLIST")
+                    .contains(marker)
+            }) {
+                break db.port;
+            }
+            assert!(Instant::now() < deadline, "{marker} never ran");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    })
 }
