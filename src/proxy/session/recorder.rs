@@ -42,7 +42,16 @@ pub(super) struct Recorder<'a> {
     /// The session's pool has roles: a statement that may write is refused while its backend
     /// takes no writes (see [`Recorder::refuse_write`]).
     guard_writes: bool,
+    /// When this second of lookups began, and how many it made (see
+    /// [`may_look_up_thread`](Recorder::may_look_up_thread)).
+    thread_lookups: (Option<std::time::Instant>, u32),
 }
+
+/// How many KILLs naming a server's own thread id a session may have looked up among the
+/// pool's sessions per second (each a scan of the KILL registry under its lock): a client
+/// pipelining KILLs cannot hold that lock, which every session's start and end takes, for
+/// long. Past it, a KILL passes to the backend unchanged, as outside a pool across backends.
+const THREAD_LOOKUPS_PER_SECOND: u32 = 64;
 
 impl<'a> Recorder<'a> {
     /// The recorder of a session logged in to `backend` as `auth` says, greeted with `proxy_id`.
@@ -79,6 +88,7 @@ impl<'a> Recorder<'a> {
             proxy_id,
             turn: Arc::new(Semaphore::new(1)),
             guard_writes: false,
+            thread_lookups: (None, 0),
         }
     }
 
@@ -160,12 +170,30 @@ impl<'a> Recorder<'a> {
         self.user
     }
 
-    fn killer(&self) -> kill::Killer<'_> {
+    /// Whether the session may look a server thread id up among the pool's sessions now
+    /// (at most [`THREAD_LOOKUPS_PER_SECOND`]); counts the lookup.
+    pub(super) fn may_look_up_thread(&mut self) -> bool {
+        let now = std::time::Instant::now();
+        let (since, count) = &mut self.thread_lookups;
+        if since.is_none_or(|at| now.duration_since(at) >= std::time::Duration::from_secs(1)) {
+            *since = Some(now);
+            *count = 0;
+        }
+        if *count >= THREAD_LOOKUPS_PER_SECOND {
+            return false;
+        }
+        *count += 1;
+        true
+    }
+
+    /// The killer a KILL is mapped for; `across`: a server thread id may be looked up among
+    /// the pool's sessions.
+    fn killer(&self, across: bool) -> kill::Killer<'_> {
         kill::Killer {
             backend: self.backend,
             user: self.user,
             can_kill_elsewhere: self.state.killer.configured(),
-            across: self.across(),
+            across,
         }
     }
 
@@ -287,7 +315,9 @@ impl Steering for Recorder<'_> {
             }
         }
         let request = kill::parse(packet.get(4..)?)?;
-        let decision = kill::rewrite(&request, &self.state.kills, &self.killer())?;
+        let own_id = u32::try_from(request.id).is_ok_and(kill::is_proxy_id);
+        let across = self.across() && (own_id || self.may_look_up_thread());
+        let decision = kill::rewrite(&request, &self.state.kills, &self.killer(across))?;
         if let Mapping::OtherInstance(instance) = decision.mapping {
             if let Some(peer) = self.state.peers.of(instance) {
                 return Some(self.ask_peer(request, peer.clone()));

@@ -108,6 +108,10 @@ impl<'r> Seat<'_, 'r> {
         let Some(request) = kill::parse(payload) else {
             return false;
         };
+        let own_id = u32::try_from(request.id).is_ok_and(kill::is_proxy_id);
+        if !own_id && !self.observer.inner.may_look_up_thread() {
+            return false;
+        }
         let user = self.observer.inner.user();
         let Some(backend) = kill::target_backend(&request, &ctx.state.kills, &pool.name, user)
         else {
