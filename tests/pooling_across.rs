@@ -607,6 +607,7 @@ async fn kill_query_follows_the_session_to_its_backend_of_the_moment() {
         others.push(login().await.expect("login"));
     }
     let mut victim = login().await.expect("victim logs in");
+    let victim_id = victim.connection_id;
     let mut killer = login().await.expect("killer logs in");
     let mut ports = BTreeSet::new();
     let mut last: Option<u16> = None;
@@ -639,30 +640,16 @@ async fn kill_query_follows_the_session_to_its_backend_of_the_moment() {
             assert_eq!(status, 200, "{body}");
         }
         last = Some(port);
-        let started = Instant::now();
-        killer
-            .query_results(&format!("KILL QUERY {}", victim.connection_id))
-            .await
-            .unwrap_or_else(|e| panic!("round {round}: KILL QUERY answered {e}"));
-        let err = victim
-            .read_results()
-            .await
-            .expect_err("the victim's query was interrupted");
-        assert!(err.starts_with("1317"), "round {round} on {port}: {err}");
-        assert!(started.elapsed() < Duration::from_secs(5), "round {round}");
-        // The error stays readable for one more command (the session keeps its connection
-        // for it); then other transactions, so that the next round may run elsewhere.
-        victim
-            .query_text("SELECT 1")
-            .await
-            .expect("the victim runs on");
-        // A number of other transactions that changes by round, so that the round robin
-        // puts the victim's next one elsewhere.
-        for o in others.iter_mut().take(round % 3 + 1) {
-            o.query_text("SELECT 1")
-                .await
-                .expect("another session runs");
-        }
+        let what = format!("round {round} on {port}");
+        kill_interrupts(
+            &mut killer,
+            &mut victim,
+            victim_id,
+            &mut others,
+            round,
+            &what,
+        )
+        .await;
     }
     assert!(
         ports.len() > 1,
@@ -840,29 +827,8 @@ async fn kill_query_of_a_connection_id_reaches_its_backend_without_a_kill_accoun
             .query_text("SELECT 1")
             .await
             .expect("the killer runs");
-        let started = Instant::now();
-        killer
-            .query_results(&format!("KILL QUERY {id}"))
-            .await
-            .unwrap_or_else(|e| panic!("round {round}: KILL QUERY {id} answered {e}"));
-        let err = victim
-            .read_results()
-            .await
-            .expect_err("the victim's query was interrupted");
-        assert!(
-            err.starts_with("1317"),
-            "round {round} (server id: {by_server_id}) on {port}: {err}"
-        );
-        assert!(started.elapsed() < Duration::from_secs(5), "round {round}");
-        victim
-            .query_text("SELECT 1")
-            .await
-            .expect("the victim runs on");
-        for o in others.iter_mut().take(round % 3 + 1) {
-            o.query_text("SELECT 1")
-                .await
-                .expect("another session runs");
-        }
+        let what = format!("round {round} (server id: {by_server_id}) on {port}");
+        kill_interrupts(&mut killer, victim, id, &mut others, round, &what).await;
     }
     assert!(
         ports.len() > 1,
@@ -907,4 +873,38 @@ fn running_on(dbs: &[MariaDb], marker: &str) -> u16 {
             std::thread::sleep(Duration::from_millis(20));
         }
     })
+}
+
+/// `killer` sends `KILL QUERY id`, and the statement `victim` runs is interrupted (1317)
+/// within 5 s; the victim runs on (its connection is kept for the error's next command), then
+/// `round % 3 + 1` other sessions run a statement each, so that the round robin puts the next
+/// round elsewhere.
+async fn kill_interrupts(
+    killer: &mut common::rawclient::RawClient,
+    victim: &mut common::rawclient::RawClient,
+    id: u32,
+    others: &mut [common::rawclient::RawClient],
+    round: usize,
+    what: &str,
+) {
+    let started = Instant::now();
+    killer
+        .query_results(&format!("KILL QUERY {id}"))
+        .await
+        .unwrap_or_else(|e| panic!("{what}: KILL QUERY {id} answered {e}"));
+    let err = victim
+        .read_results()
+        .await
+        .expect_err("the victim's query was interrupted");
+    assert!(err.starts_with("1317"), "{what}: {err}");
+    assert!(started.elapsed() < Duration::from_secs(5), "{what}");
+    victim
+        .query_text("SELECT 1")
+        .await
+        .expect("the victim runs on");
+    for o in others.iter_mut().take(round % 3 + 1) {
+        o.query_text("SELECT 1")
+            .await
+            .expect("another session runs");
+    }
 }

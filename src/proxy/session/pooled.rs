@@ -53,6 +53,7 @@ use split::{Before, Split};
 mod across;
 mod client;
 mod prepared;
+mod read_only;
 mod refusal;
 mod returning;
 mod settle;
@@ -306,18 +307,7 @@ impl<'r> Seat<'_, 'r> {
                 again = self.retry_candidate().filter(|p| !refusal::reads_traces(p));
             }
             let watch = again.is_some() && self.watches_refusal(replaying);
-            // A read-only route's session is asked before every command too (`split`), and so
-            // is one whose primary went read-only under it (the command at the front was).
-            // (Only a backend whose role follows its server is demoted: checked first, as the
-            // pool's election is a walk over its backends.)
-            let followed =
-                self.lease.backend().role.configured() == Some(crate::config::Role::Auto);
-            let demoted = followed
-                && self.split.is_some_and(|s| !s.on_replica)
-                && self
-                    .across
-                    .is_some_and(|p| !p.takes_writes(self.lease.backend()));
-            if watch || demoted || self.split.is_some_and(|s| s.on_replica || s.read_only) {
+            if watch || self.asks_each_command() {
                 // Each command on a replica is asked where it may run (see `split`).
                 tracker.pause_after_one();
             } else {

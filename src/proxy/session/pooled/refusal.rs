@@ -9,6 +9,10 @@
 //! to `wait_timeout`, as any write does during a switchover). Once per statement: a second
 //! refusal reaches the client.
 //!
+//! A transaction left open on the old primary is left at the client's next `BEGIN`
+//! ([`Seat::leave_a_demoted_primary`]): the proxy commits it there, as the server would, and
+//! the new one begins on the new primary.
+//!
 //! Watched only for a transaction's first command when it is one whole COM_QUERY of at most
 //! 64 KiB (the copy a pool across backends keeps for a retry) on a primary of `role: auto`,
 //! whose role can change; the relay then stops after that command (`Tracker::pause_after_one`)
@@ -19,6 +23,7 @@ use bytes::BytesMut;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tracing::info;
 
+use super::prepared::Front;
 use super::Seat;
 use crate::backends::balancer::roles::Primary;
 use crate::backends::balancer::{Backend, Want};
@@ -143,6 +148,67 @@ impl<'r> Seat<'_, 'r> {
         self.up = up;
         self.replaying = true;
         Ok(true)
+    }
+}
+
+impl<'r> Seat<'_, 'r> {
+    /// A transaction open on a backend that takes no writes (a replica's read-only
+    /// transaction, or a primary the cluster switched over under it), and the client begins
+    /// another (sysbench does after an error it ignores): `BEGIN` would commit that transaction
+    /// there first, then begin again on a server that refuses every write (or, on a replica,
+    /// be refused), and the session would stay there. The proxy runs that `COMMIT` itself; when
+    /// the server commits (the transaction wrote nothing a read-only server refused to commit),
+    /// the connection goes back and the `BEGIN` begins anew where it may run. When it refuses,
+    /// the `BEGIN` goes on as the session would have sent it.
+    pub(super) async fn leave_a_demoted_primary<C>(
+        &mut self,
+        ctx: &Context<'r>,
+        client: &mut LegStream<C>,
+        front: Option<&Front>,
+    ) -> Result<(), SessionEnd>
+    where
+        C: AsyncRead + AsyncWrite + Unpin,
+    {
+        let holding = &self.observer.holding;
+        let demoted = self
+            .across
+            .is_some_and(|pool| pool.has_roles() && !pool.takes_writes(self.lease.backend()));
+        if !demoted || !holding.in_transaction() || holding.pinned().is_some() {
+            return Ok(());
+        }
+        let begins = match self.front_text(ctx, client, front).await? {
+            Some(text) => matches!(
+                crate::wire::sql::classify(text),
+                crate::wire::sql::Statement::Begin
+            ),
+            None => false,
+        };
+        if !begins {
+            return Ok(());
+        }
+        let committed = match self.conn.as_mut() {
+            Some(held) => held.commit().await,
+            None => return Ok(()),
+        };
+        match committed {
+            Some(true) => {
+                info!(
+                    client = ctx.peer(),
+                    backend = %self.lease.backend().name,
+                    "a BEGIN leaves a backend that takes no writes: its open transaction committed there, the new one begins where it may run"
+                );
+                if let Some(held) = self.let_go(ctx.worker) {
+                    self.wipe_and_return(held, ctx.worker).await;
+                }
+                Ok(())
+            }
+            Some(false) => Ok(()),
+            // Its server stopped answering: the transaction is lost, as with a lost server.
+            None => {
+                self.drop_conn();
+                Err(crate::proxy::relay::RelayEnd::BackendClosed { pending: 1 }.into())
+            }
+        }
     }
 }
 

@@ -89,6 +89,22 @@ impl<'r> Seat<'_, 'r> {
         self.split.map_or(Want::Any, |s| s.want)
     }
 
+    /// Whether the relay stops before each command after the first, for the session to ask
+    /// where it may run (`Tracker::pause_after_one`): on a replica, for a read-only route, and
+    /// on a primary that went read-only under the session (only a backend whose role follows
+    /// its server can: checked first, as the pool's election walks its backends).
+    pub(super) fn asks_each_command(&self) -> bool {
+        let Some(split) = self.split else {
+            return false;
+        };
+        if split.on_replica || split.read_only {
+            return true;
+        }
+        let backend = self.lease.backend();
+        backend.role.configured() == Some(crate::config::Role::Auto)
+            && self.across.is_some_and(|p| !p.takes_writes(backend))
+    }
+
     /// Before the command at the front of the client's buffer, in a split pool: a session on a
     /// replica keeps its connection for a command the replica may take, gives it back for one
     /// it may not (the command then begins a transaction anew), and is answered with an ERR
@@ -188,66 +204,6 @@ impl<'r> Seat<'_, 'r> {
         })
     }
 
-    /// A read-only route's session (`routes[].read_only`): every command runs on a replica
-    /// (the one it holds, else any, never the primary), and a statement that may write in any
-    /// reading (`route::replica_refuses`: a write, DDL, a procedure, a call the allow-list does
-    /// not know, several statements), or one too long to read whole, is answered with ERR
-    /// 1290 and never sent.
-    async fn read_only_command<C>(
-        &mut self,
-        ctx: &Context<'r>,
-        client: &mut LegStream<C>,
-        front: Option<&Front>,
-    ) -> Result<Before, SessionEnd>
-    where
-        C: AsyncRead + AsyncWrite + Unpin,
-    {
-        let text = match front {
-            Some(Front::Prepare { .. }) => true,
-            // Only statements that may not write were prepared.
-            Some(_) => false,
-            None => self.up.get(4) == Some(&cmd::QUERY),
-        };
-        let writes = if text {
-            let dialect = self.observer.holding.dialect();
-            match self.front_text(ctx, client, front).await? {
-                Some(text) => crate::wire::sql::route::replica_refuses(text, dialect),
-                None => true,
-            }
-        } else {
-            false
-        };
-        if writes {
-            info!(
-                client = ctx.peer(),
-                "a statement that may write refused: the session's route is read-only"
-            );
-            let message = "this session's route is read-only: a statement that may write (or \
-                           that cannot be read whole) is refused, nothing ran";
-            client::answer(
-                client,
-                &mut self.up,
-                code::OPTION_PREVENTS_STATEMENT,
-                message,
-            )
-            .await?;
-            return Ok(Before::Refused);
-        }
-        if let Some(s) = self.split.as_mut() {
-            s.want = Want::ReplicaOnly;
-            s.may_write = false;
-        }
-        // Its login went to the primary (the roles were not known yet): the connection goes
-        // back at the first boundary, and the command begins on a replica.
-        let on_primary = self.split.is_some_and(|s| !s.on_replica);
-        if on_primary && self.conn.is_some() && self.observer.holding.releasable() {
-            if let Some(held) = self.let_go(ctx.worker) {
-                self.wipe_and_return(held, ctx.worker).await;
-            }
-        }
-        Ok(Before::Run)
-    }
-
     /// Whether a read must be refused: no replica is in rotation and the pool says reads do
     /// not go to the primary then.
     fn refuses_reads(&self, ctx: &Context<'r>) -> bool {
@@ -255,65 +211,6 @@ impl<'r> Seat<'_, 'r> {
             pool.pooling.reads_without_replica == ReadsWithoutReplica::Error
                 && replicas_out(ctx, pool).is_some()
         })
-    }
-
-    /// A transaction open on a backend that takes no writes (a replica's read-only
-    /// transaction, or a primary the cluster switched over under it), and the client begins
-    /// another (sysbench does after an error it ignores): `BEGIN` would commit that transaction
-    /// there first, then begin again on a server that refuses every write (or, on a replica,
-    /// be refused), and the session would stay there. The proxy runs that `COMMIT` itself; when
-    /// the server commits (the transaction wrote nothing a read-only server refused to commit),
-    /// the connection goes back and the `BEGIN` begins anew where it may run. When it refuses,
-    /// the `BEGIN` goes on as the session would have sent it.
-    async fn leave_a_demoted_primary<C>(
-        &mut self,
-        ctx: &Context<'r>,
-        client: &mut LegStream<C>,
-        front: Option<&Front>,
-    ) -> Result<(), SessionEnd>
-    where
-        C: AsyncRead + AsyncWrite + Unpin,
-    {
-        let holding = &self.observer.holding;
-        let demoted = self
-            .across
-            .is_some_and(|pool| pool.has_roles() && !pool.takes_writes(self.lease.backend()));
-        if !demoted || !holding.in_transaction() || holding.pinned().is_some() {
-            return Ok(());
-        }
-        let begins = match self.front_text(ctx, client, front).await? {
-            Some(text) => matches!(
-                crate::wire::sql::classify(text),
-                crate::wire::sql::Statement::Begin
-            ),
-            None => false,
-        };
-        if !begins {
-            return Ok(());
-        }
-        let committed = match self.conn.as_mut() {
-            Some(held) => held.commit().await,
-            None => return Ok(()),
-        };
-        match committed {
-            Some(true) => {
-                info!(
-                    client = ctx.peer(),
-                    backend = %self.lease.backend().name,
-                    "a BEGIN leaves a backend that takes no writes: its open transaction committed there, the new one begins where it may run"
-                );
-                if let Some(held) = self.let_go(ctx.worker) {
-                    self.wipe_and_return(held, ctx.worker).await;
-                }
-                Ok(())
-            }
-            Some(false) => Ok(()),
-            // Its server stopped answering: the transaction is lost, as with a lost server.
-            None => {
-                self.drop_conn();
-                Err(crate::proxy::relay::RelayEnd::BackendClosed { pending: 1 }.into())
-            }
-        }
     }
 
     /// Reads the head of the client's next command while the session holds a replica's
@@ -409,7 +306,7 @@ impl<'r> Seat<'_, 'r> {
 
     /// The statement text of the command at the front: a COM_QUERY's (read whole first, up
     /// to [`ROUTE_MAX`]) or a prepare's; None for anything else.
-    async fn front_text<C>(
+    pub(super) async fn front_text<C>(
         &mut self,
         ctx: &Context<'r>,
         client: &mut LegStream<C>,
