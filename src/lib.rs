@@ -29,6 +29,8 @@ pub struct Proxy {
     listeners: Vec<Listener>,
     admin: Option<tokio::net::TcpListener>,
     admin_token: Option<config::AdminToken>,
+    /// The SQL admin port (`admin_sql.address`), if enabled.
+    admin_sql: Option<tokio::net::TcpListener>,
     state: Arc<ProxyState>,
     max_connections: usize,
     health: config::HealthCheckConfig,
@@ -90,6 +92,16 @@ impl Proxy {
                 )?),
                 None => None,
             };
+        let admin_sql =
+            match &config.admin_sql {
+                Some(a) => Some(tokio::net::TcpListener::bind(a.address).await.map_err(
+                    |source| ServerError::Bind {
+                        addr: ListenAddr::Tcp(a.address),
+                        source,
+                    },
+                )?),
+                None => None,
+            };
         metrics.max_connections.set(config.max_connections as i64);
         if let Ok((soft, _)) = rlimit::Resource::NOFILE.get() {
             metrics
@@ -118,6 +130,7 @@ impl Proxy {
             listeners,
             admin,
             admin_token: config.admin_token.clone(),
+            admin_sql,
             state,
             max_connections: config.max_connections,
             health: config.health_check.clone(),
@@ -148,6 +161,11 @@ impl Proxy {
     /// The admin HTTP address actually bound, if enabled.
     pub fn admin_addr(&self) -> Option<std::net::SocketAddr> {
         self.admin.as_ref().and_then(|l| l.local_addr().ok())
+    }
+
+    /// The SQL admin port's address actually bound, if enabled.
+    pub fn admin_sql_addr(&self) -> Option<std::net::SocketAddr> {
+        self.admin_sql.as_ref().and_then(|l| l.local_addr().ok())
     }
 
     /// The addresses actually bound, in configuration order.
@@ -185,12 +203,25 @@ impl Proxy {
         // The admin endpoint outlives the drain: `/healthz` answers until the process exits and
         // `/readyz` says why it fails.
         let admin_stop = CancellationToken::new();
+        let recent = Arc::new(control::admin::Recent::default());
         let admin_task = start_admin(
             self.admin,
             Arc::clone(&self.state),
             self.admin_token.clone(),
+            Arc::clone(&recent),
             admin_stop.clone(),
         );
+        let admin_sql_task = self.admin_sql.map(|listener| {
+            if let Ok(addr) = listener.local_addr() {
+                tracing::info!(address = %addr, "admin SQL listening");
+            }
+            tokio::spawn(control::admin_sql::serve(
+                listener,
+                Arc::clone(&self.state),
+                recent,
+                admin_stop.clone(),
+            ))
+        });
         control::tasks::start(
             &accept_loops,
             &self.state,
@@ -231,9 +262,9 @@ impl Proxy {
             tracing::info!("capture stopped by the shutdown");
         }
         admin_stop.cancel();
-        if let Some(task) = admin_task {
+        for task in admin_task.into_iter().chain(admin_sql_task) {
             if let Err(e) = task.await {
-                tracing::warn!("the admin endpoint's task failed: {e}");
+                tracing::warn!("an admin endpoint's task failed: {e}");
             }
         }
         tracing::info!("shut down");
@@ -269,6 +300,7 @@ fn start_admin(
     admin: Option<tokio::net::TcpListener>,
     state: Arc<ProxyState>,
     token: Option<config::AdminToken>,
+    recent: Arc<control::admin::Recent>,
     stop: CancellationToken,
 ) -> Option<tokio::task::JoinHandle<()>> {
     let admin = admin?;
@@ -276,7 +308,7 @@ fn start_admin(
         tracing::info!(address = %addr, "admin HTTP listening (/metrics, /healthz, /readyz, /backends)");
     }
     Some(tokio::spawn(control::admin::serve(
-        admin, state, token, stop,
+        admin, state, token, recent, stop,
     )))
 }
 

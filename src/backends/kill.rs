@@ -166,6 +166,25 @@ impl Registry {
         Some(target)
     }
 
+    /// Every session with a backend (a deferred connect's reserved id is left out), its
+    /// thread id read as [`lookup`](Self::lookup) reads it; one scan under the lock, for the
+    /// SQL admin port's process list.
+    pub fn list(&self) -> Vec<(u32, Target)> {
+        let Ok(ids) = self.ids.lock() else {
+            return Vec::new();
+        };
+        ids.sessions
+            .iter()
+            .filter_map(|(&id, t)| {
+                let mut target = t.clone()?;
+                if let Some(live) = &target.live {
+                    target.thread_id = live.load(Ordering::Acquire);
+                }
+                Some((id, target))
+            })
+            .collect()
+    }
+
     /// The session of pool `pool` whose server connection of the moment is thread `thread` (a
     /// pooled session, which follows its connection), for a KILL naming a server's own id in a
     /// pool across backends (see [`rewrite`]). Backends number their connections alike, so

@@ -11,6 +11,7 @@ pub mod limits;
 
 mod accept_proxy;
 mod address;
+mod admin_sql;
 mod backend;
 mod cli;
 mod digests;
@@ -28,6 +29,9 @@ mod secret;
 mod tls;
 
 pub use address::{AddressError, BackendAddr, ListenAddr};
+pub use admin_sql::{
+    parse_ed25519_key, parse_native_hash, AdminAccount, AdminCredential, AdminSqlConfig,
+};
 pub use backend::DEFAULT_POOL;
 pub use cli::{Cli, Command, ReplayArgs, TopArgs, TopSort};
 pub use digests::DigestConfig;
@@ -231,6 +235,8 @@ pub struct Config {
     pub peer_token_file: Option<PathBuf>,
     /// The token read from `peer_token_file` by [`Config::validate`].
     pub peer_token: Option<AdminToken>,
+    /// `admin_sql:`: the SQL admin port and its account (None: off).
+    pub admin_sql: Option<AdminSqlConfig>,
     /// `kill:`: the account that runs KILLs on other backends (see `kill.rs`).
     pub kill: KillConfig,
     /// `digests:`: the live query digest table (see `digests.rs`).
@@ -330,6 +336,7 @@ impl Default for Config {
             admin_token: None,
             peer_token_file: None,
             peer_token: None,
+            admin_sql: None,
             kill: KillConfig::default(),
             digests: DigestConfig::default(),
             allow_local_infile: true,
@@ -538,6 +545,9 @@ impl Config {
             ));
         }
         self.validate_admin()?;
+        if let Some(admin) = &self.admin_sql {
+            admin_sql::validate(admin, self.tls.as_ref().is_some_and(|t| t.require))?;
+        }
         self.lifecycle.validate()?;
         self.health_check.validate()?;
         self.kill.validate()?;

@@ -91,6 +91,7 @@ pub(super) struct RawConfig {
     admin_address: Option<String>,
     admin_token_file: Option<PathBuf>,
     peer_token_file: Option<PathBuf>,
+    admin_sql: Option<super::admin_sql::RawAdminSql>,
     #[serde(default)]
     kill: super::kill::RawKill,
     #[serde(default)]
@@ -249,6 +250,7 @@ impl RawConfig {
             admin_token: None,
             peer_token_file: self.peer_token_file,
             peer_token: None,
+            admin_sql: self.admin_sql.map(|a| a.into_config()).transpose()?,
             kill: self.kill.into_config(),
             digests: self.digests.into_config()?,
             allow_local_infile: self.allow_local_infile.unwrap_or(d.allow_local_infile),

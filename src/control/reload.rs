@@ -85,6 +85,15 @@ pub fn apply(state: &ProxyState, new: &Config) -> Result<Summary, ReloadError> {
                 applied.default_pool = new.default_pool.clone();
                 applied.connect_mode = new.connect_mode;
                 applied.down_cooloff = new.down_cooloff;
+                // The admin port listens where it started; its account follows the file (gone
+                // from the file: every login there is refused until a restart closes it).
+                applied.admin_sql = match (applied.admin_sql.take(), &new.admin_sql) {
+                    (Some(mut running), Some(next)) => {
+                        running.account = next.account.clone();
+                        Some(running)
+                    }
+                    _ => None,
+                };
                 // Read at the first stop signal: in force from now on.
                 applied.lifecycle.shutdown_delay = new.lifecycle.shutdown_delay;
                 keys
@@ -114,6 +123,10 @@ fn restart_keys(old: &Config, new: &Config) -> Vec<&'static str> {
     };
     check(old.listen != new.listen, "listen");
     check(old.admin_address != new.admin_address, "admin_address");
+    check(
+        old.admin_sql.as_ref().map(|a| a.address) != new.admin_sql.as_ref().map(|a| a.address),
+        "admin_sql.address",
+    );
     check(
         old.admin_token_file != new.admin_token_file || old.admin_token != new.admin_token,
         "admin_token_file",
@@ -209,12 +222,18 @@ fn verify_socket_identity(state: &ProxyState, new: &Config) -> Result<(), Reload
 
 /// One reload, started by `trigger` (named in the log): the whole configuration through `load`
 /// when there is one, else the Lua script; failures are logged and change nothing.
-pub(crate) fn reload_once(state: &ProxyState, load: Option<&Loader>, trigger: &str) {
+pub(crate) fn reload_once(
+    state: &ProxyState,
+    load: Option<&Loader>,
+    trigger: &str,
+) -> crate::proxy::state::ReloadOutcome {
     let Some(load) = load else {
         info!("{trigger}: reloading the Lua script");
         // Logs and counts its own failures.
-        let _ = state.backends().reload_script();
-        return;
+        return match state.backends().reload_script() {
+            Ok(_) => Ok("the Lua script reloaded (no configuration file to read)".to_owned()),
+            Err(e) => Err(format!("the Lua script was not reloaded: {e}")),
+        };
     };
     info!("{trigger}: reloading the configuration");
     match load()
@@ -229,11 +248,29 @@ pub(crate) fn reload_once(state: &ProxyState, load: Option<&Loader>, trigger: &s
                 removed = ?summary.removed,
                 "configuration reloaded; sessions on removed backends run on"
             );
-            for key in summary.needs_restart {
+            for key in &summary.needs_restart {
                 warn!("`{key}` changed: it takes effect at the next restart");
             }
+            let mut said = format!(
+                "configuration reloaded: {} backend(s), added {:?}, removed {:?}",
+                state.backends().backends().len(),
+                summary.added,
+                summary.removed
+            );
+            if !summary.needs_restart.is_empty() {
+                said.push_str(&format!(
+                    "; takes effect at the next restart: {}",
+                    summary.needs_restart.join(", ")
+                ));
+            }
+            Ok(said)
         }
-        Err(e) => error!("reload refused, the running configuration stays: {e}"),
+        Err(e) => {
+            error!("reload refused, the running configuration stays: {e}");
+            Err(format!(
+                "reload refused, the running configuration stays: {e}"
+            ))
+        }
     }
 }
 

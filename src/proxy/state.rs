@@ -59,6 +59,54 @@ pub struct ProxyState {
     pub readiness: crate::proxy::lifecycle::Readiness,
     /// Who unix-socket backends see as their peer, and how to connect as it (fixed at start).
     pub socket_identity: Arc<SocketIdentity>,
+    /// Reloads asked for by the SQL admin port's `RELOAD`, run by the reload task (the one
+    /// SIGHUP runs) so two reloads never overlap; each gets the outcome back.
+    pub reload_requests: ReloadRequests,
+}
+
+/// The outcome of one reload: what the log line says, Ok when it was applied.
+pub type ReloadOutcome = Result<String, String>;
+
+/// A queue of reloads asked for from outside a signal (see [`ProxyState::reload_requests`]).
+#[derive(Debug)]
+pub struct ReloadRequests {
+    send: tokio::sync::mpsc::Sender<tokio::sync::oneshot::Sender<ReloadOutcome>>,
+    receive:
+        Mutex<Option<tokio::sync::mpsc::Receiver<tokio::sync::oneshot::Sender<ReloadOutcome>>>>,
+}
+
+impl Default for ReloadRequests {
+    fn default() -> Self {
+        // A few at once: more would only queue behind the reload running.
+        let (send, receive) = tokio::sync::mpsc::channel(4);
+        ReloadRequests {
+            send,
+            receive: Mutex::new(Some(receive)),
+        }
+    }
+}
+
+impl ReloadRequests {
+    /// Asks for a reload and waits for its outcome; an error when no reload task runs or
+    /// too many wait already.
+    pub async fn ask(&self) -> ReloadOutcome {
+        let (tell, told) = tokio::sync::oneshot::channel();
+        self.send
+            .try_send(tell)
+            .map_err(|_| "a reload is already queued; try again".to_owned())?;
+        told.await
+            .map_err(|_| "the reload task is not running".to_owned())?
+    }
+
+    /// The requests, for the one task that runs reloads (None after the first call).
+    pub fn take(
+        &self,
+    ) -> Option<tokio::sync::mpsc::Receiver<tokio::sync::oneshot::Sender<ReloadOutcome>>> {
+        match self.receive.lock() {
+            Ok(mut r) => r.take(),
+            Err(poisoned) => poisoned.into_inner().take(),
+        }
+    }
 }
 
 /// What each leg of a new session may encrypt or compress, from the configuration.
@@ -220,6 +268,7 @@ impl ProxyState {
             transport_settings: ArcSwap::from_pointee(TransportSettings::default()),
             readiness: crate::proxy::lifecycle::Readiness::default(),
             socket_identity: Arc::new(SocketIdentity::unavailable(&IdentityError::NotSetUp)),
+            reload_requests: ReloadRequests::default(),
         }
     }
 

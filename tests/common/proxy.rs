@@ -16,6 +16,8 @@ pub struct TestProxy {
     pub state: Arc<ProxyState>,
     /// The admin HTTP address, when enabled.
     pub admin: Option<SocketAddr>,
+    /// The SQL admin port, when enabled.
+    pub admin_sql: Option<SocketAddr>,
     shutdown: CancellationToken,
     thread: Option<std::thread::JoinHandle<()>>,
 }
@@ -87,12 +89,17 @@ impl TestProxy {
                 .expect("proxy runtime");
             rt.block_on(async move {
                 let proxy = Proxy::bind(&config).await.expect("proxy binds");
-                tx.send((proxy.local_addrs(), proxy.state(), proxy.admin_addr()))
-                    .unwrap();
+                tx.send((
+                    proxy.local_addrs(),
+                    proxy.state(),
+                    proxy.admin_addr(),
+                    proxy.admin_sql_addr(),
+                ))
+                .unwrap();
                 proxy.run(token).await;
             });
         });
-        let (addrs, state, admin) = rx
+        let (addrs, state, admin, admin_sql) = rx
             .recv_timeout(Duration::from_secs(30))
             .expect("proxy started");
         let mut addr = None;
@@ -109,6 +116,7 @@ impl TestProxy {
             unix,
             state,
             admin,
+            admin_sql,
             shutdown,
             thread: Some(thread),
         }

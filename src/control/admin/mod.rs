@@ -40,15 +40,16 @@ use crate::telemetry::metrics::{quantile, LATENCY_BUCKETS};
 pub use recent::Recent;
 
 /// Serves admin requests until `shutdown`; with `token`, operations need it as bearer token.
+/// `recent` is the last minute's window it keeps (the SQL admin port reads the same one).
 pub async fn serve(
     listener: TcpListener,
     state: Arc<ProxyState>,
     token: Option<AdminToken>,
+    recent: Arc<Recent>,
     shutdown: CancellationToken,
 ) {
     let token = token.map(Arc::new);
     let connections = TaskTracker::new();
-    let recent = Arc::new(Recent::default());
     let mut tick = tokio::time::interval(recent::SNAPSHOT_EVERY);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut sample = tokio::time::interval(history::EVERY);
@@ -315,40 +316,11 @@ async fn operate(
         }
     }
     let body = read_body(req).await?;
-    let set = state.backends();
-    let backend = set
-        .by_name(&request.backend)
-        .ok_or_else(|| ops::OpError::UnknownBackend(request.backend.clone()))?;
-    match request.op {
-        ops::Op::SetState(admin_state) => {
-            let old = backend.set_admin_state(admin_state);
-            info!(
-                caller = %caller.peer,
-                backend = %backend.name,
-                old = old.as_str(),
-                new = admin_state.as_str(),
-                active_connections = backend.active(),
-                "admin state changed"
-            );
-        }
-        ops::Op::SetWeight => {
-            let weight = ops::parse_weight(&body)?;
-            let old = backend.set_weight(weight);
-            info!(
-                caller = %caller.peer,
-                backend = %backend.name,
-                old,
-                new = weight,
-                "weight changed (until a reload re-applies the file's)"
-            );
-        }
-    }
-    Ok(json!({
-        "name": backend.name,
-        "admin_state": backend.admin_state().as_str(),
-        "weight": backend.weight(),
-        "active_connections": backend.active(),
-    }))
+    let change = match request.op {
+        ops::Op::SetState(admin_state) => ops::Change::State(admin_state),
+        ops::Op::SetWeight => ops::Change::Weight(ops::parse_weight(&body)?),
+    };
+    ops::apply(state, caller.peer, &request.backend, change)
 }
 
 /// The request body, refused with 413 past [`ops::MAX_BODY`] (by its Content-Length, or while

@@ -3,7 +3,13 @@
 //! Kept apart from the HTTP serving so the request grammar, the weight body and the token check
 //! are unit-tested on plain values; the serving code only feeds them and applies the result.
 
+use std::net::SocketAddr;
+
+use serde_json::json;
+use tracing::info;
+
 use crate::backends::balancer::AdminState;
+use crate::proxy::state::ProxyState;
 
 /// The body a PUT may carry: more is refused with 413 before it is read whole.
 pub const MAX_BODY: usize = 4096;
@@ -57,6 +63,65 @@ impl OpError {
             Self::CrossOrigin { .. } | Self::ForeignHost(_) => 403,
         }
     }
+}
+
+/// What an operation changes on a backend, however it was asked for (HTTP or the SQL admin
+/// port): both apply it here, with the same checks and the same log line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Change {
+    State(AdminState),
+    /// A weight already checked to be in [`WEIGHTS`].
+    Weight(u32),
+}
+
+/// Applies `change` to the backend named `backend`, asked by `caller`; the backend's new state
+/// as JSON (the answer of both the HTTP endpoint and the SQL admin port).
+pub fn apply(
+    state: &ProxyState,
+    caller: SocketAddr,
+    backend: &str,
+    change: Change,
+) -> Result<serde_json::Value, OpError> {
+    let set = state.backends();
+    let backend = set
+        .by_name(backend)
+        .ok_or_else(|| OpError::UnknownBackend(backend.to_owned()))?;
+    match change {
+        Change::State(admin_state) => {
+            let old = backend.set_admin_state(admin_state);
+            info!(
+                caller = %caller,
+                backend = %backend.name,
+                old = old.as_str(),
+                new = admin_state.as_str(),
+                active_connections = backend.active(),
+                "admin state changed"
+            );
+        }
+        Change::Weight(weight) => {
+            if !WEIGHTS.contains(&weight) {
+                return Err(OpError::BadRequest(format!(
+                    "weight must be an integer from {} to {}, not {weight}",
+                    WEIGHTS.start(),
+                    WEIGHTS.end()
+                )));
+            }
+            let old = backend.set_weight(weight);
+            info!(
+                caller = %caller,
+                backend = %backend.name,
+                old,
+                new = weight,
+                "weight changed (until a reload re-applies the file's)"
+            );
+        }
+    }
+    Ok(json!({
+        "name": backend.name,
+        "admin_state": backend.admin_state().as_str(),
+        "weight": backend.weight(),
+        "active_connections": backend.active(),
+    }))
 }
 
 /// Parses `path` as `/backends/{name}/{drain|maintenance|ready|weight}` (the name

@@ -25,10 +25,21 @@ pub async fn on_hangup(
             None
         }
     };
+    let mut asked = state.reload_requests.take();
     loop {
+        let mut reply = None;
         let trigger = tokio::select! {
             _ = shutdown.cancelled() => return,
             _ = file_changed.notified() => "config file changed",
+            Some(tell) = async {
+                match asked.as_mut() {
+                    Some(a) => a.recv().await,
+                    None => std::future::pending().await,
+                }
+            } => {
+                reply = Some(tell);
+                "RELOAD on the SQL admin port"
+            }
             got = async {
                 match hangup.as_mut() {
                     Some(h) => h.recv().await,
@@ -44,8 +55,13 @@ pub async fn on_hangup(
         // Reading files and compiling Lua: off the async workers.
         let done =
             tokio::task::spawn_blocking(move || reload_once(&state, load.as_ref(), trigger)).await;
-        if let Err(e) = done {
+        let outcome = done.unwrap_or_else(|e| {
             error!("reload task failed: {e}");
+            Err(format!("the reload failed: {e}"))
+        });
+        if let Some(tell) = reply {
+            // The asker may have gone; the log says what happened either way.
+            let _ = tell.send(outcome);
         }
     }
 }

@@ -30,7 +30,7 @@ mod deferred;
 mod greeting;
 
 pub use client::{
-    parse_client_first, patch_client_first, patch_client_first_with, set_client_bits,
+    auth_answer, parse_client_first, patch_client_first, patch_client_first_with, set_client_bits,
     ssl_request_for,
 };
 pub use deferred::{nonce_from, response_for_backend, set_greeting_scramble, DEFERRED_PLUGIN};

@@ -17,4 +17,5 @@ pub mod proxy_in;
 pub mod proxy_out;
 pub mod response;
 pub mod resultset;
+pub mod serving;
 pub mod statement;

@@ -84,6 +84,16 @@ pub(super) fn client_capabilities(payload: &[u8]) -> Result<u32, HandshakeError>
     Ok(capabilities)
 }
 
+/// The auth answer of a HandshakeResponse41: only the proxy's own login (the SQL admin port)
+/// reads it, to check it against the account's hash; a session's is relayed, never read.
+pub fn auth_answer(payload: &[u8]) -> Result<&[u8], HandshakeError> {
+    let capabilities = client_capabilities(payload)?;
+    let mut r = Reader::new(payload, Packet::ClientResponse);
+    r.take(R_HEADER_LEN, "fixed-length header")?;
+    r.nul_terminated("user name")?;
+    skip_auth_data(&mut r, capabilities)
+}
+
 /// One walk over a HandshakeResponse41: every field the proxy needs, in wire order.
 fn parse_response(payload: &[u8], capabilities: u32) -> Result<ClientResponse, HandshakeError> {
     let mut r = Reader::new(payload, Packet::ClientResponse);
