@@ -12,3 +12,4 @@ pub mod health;
 pub mod kill;
 pub mod pooling;
 pub mod route;
+pub mod rules;

@@ -25,6 +25,7 @@ mod pools;
 mod proxy_protocol;
 mod raw;
 mod roles;
+mod rules;
 mod secret;
 mod tls;
 
@@ -43,6 +44,7 @@ pub use lifecycle::LifecycleConfig;
 pub use pooling::{CausalReads, Pooling, PoolingMode, ReadsWithoutReplica};
 pub use pools::{ConnectMode, PoolConfig, RouteConfig};
 pub use proxy_protocol::ProxyProtocol;
+pub use rules::{compile as compile_rule_pattern, QueryRule};
 pub use secret::Secret;
 pub use tls::{
     default_cipher_suites, BackendTls, BackendTlsMode, ClientTls, TlsVersion, CIPHER_SUITES,
@@ -235,6 +237,8 @@ pub struct Config {
     pub peer_token_file: Option<PathBuf>,
     /// The token read from `peer_token_file` by [`Config::validate`].
     pub peer_token: Option<AdminToken>,
+    /// `query_rules:` in file order (see `rules.rs`); reloadable.
+    pub query_rules: Vec<QueryRule>,
     /// `admin_sql:`: the SQL admin port and its account (None: off).
     pub admin_sql: Option<AdminSqlConfig>,
     /// `kill:`: the account that runs KILLs on other backends (see `kill.rs`).
@@ -337,6 +341,7 @@ impl Default for Config {
             peer_token_file: None,
             peer_token: None,
             admin_sql: None,
+            query_rules: Vec::new(),
             kill: KillConfig::default(),
             digests: DigestConfig::default(),
             allow_local_infile: true,

@@ -93,6 +93,8 @@ pub(super) struct RawConfig {
     peer_token_file: Option<PathBuf>,
     admin_sql: Option<super::admin_sql::RawAdminSql>,
     #[serde(default)]
+    query_rules: Vec<super::rules::RawRule>,
+    #[serde(default)]
     kill: super::kill::RawKill,
     #[serde(default)]
     digests: super::digests::RawDigests,
@@ -251,6 +253,7 @@ impl RawConfig {
             peer_token_file: self.peer_token_file,
             peer_token: None,
             admin_sql: self.admin_sql.map(|a| a.into_config()).transpose()?,
+            query_rules: super::rules::into_config(self.query_rules)?,
             kill: self.kill.into_config(),
             digests: self.digests.into_config()?,
             allow_local_infile: self.allow_local_infile.unwrap_or(d.allow_local_infile),

@@ -110,6 +110,16 @@ pub fn apply(state: &ProxyState, new: &Config) -> Result<Summary, ReloadError> {
     state.replace_backends(next);
     state.replace_transport_settings(transport);
     state.digests.apply(&new.digests);
+    if let Ok(mut applied) = state.applied.lock() {
+        if applied.query_rules != new.query_rules {
+            applied.query_rules = new.query_rules.clone();
+            state
+                .rules
+                .store(Arc::new(crate::backends::rules::RuleSet::new(
+                    &new.query_rules,
+                )));
+        }
+    }
     Ok(summary)
 }
 

@@ -62,6 +62,9 @@ pub struct ProxyState {
     /// Reloads asked for by the SQL admin port's `RELOAD`, run by the reload task (the one
     /// SIGHUP runs) so two reloads never overlap; each gets the outcome back.
     pub reload_requests: ReloadRequests,
+    /// `query_rules:` compiled (see `crate::backends::rules`); a reload swaps it whole, and a
+    /// session keeps the set it started with.
+    pub rules: ArcSwap<crate::backends::rules::RuleSet>,
 }
 
 /// The outcome of one reload: what the log line says, Ok when it was applied.
@@ -269,6 +272,7 @@ impl ProxyState {
             readiness: crate::proxy::lifecycle::Readiness::default(),
             socket_identity: Arc::new(SocketIdentity::unavailable(&IdentityError::NotSetUp)),
             reload_requests: ReloadRequests::default(),
+            rules: ArcSwap::from_pointee(crate::backends::rules::RuleSet::new(&config.query_rules)),
         }
     }
 

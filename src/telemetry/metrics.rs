@@ -61,6 +61,8 @@ pub struct Metrics {
     certificate_expiry: IntGaugeVec,
     pools: PoolFamilies,
     peer_requests: IntCounterVec,
+    /// Statements a query rule matched, by rule and what it did (see `crate::backends::rules`).
+    pub query_rule_hits: IntCounterVec,
     /// Capture records dropped because the writer's queue was full (see `crate::telemetry::capture`).
     pub capture_dropped: IntCounter,
 }
@@ -366,6 +368,14 @@ impl Metrics {
                  sessions were not slowed; the capture misses those commands or responses).",
             ))
             .expect("valid metric"),
+            query_rule_hits: int_counter_vec(
+                "query_rule_hits_total",
+                "Statements a query rule matched, by rule and action: error (refused, never \
+                 sent), timeout (sent with the rule's max_statement_time), limited (ran within \
+                 max_concurrency), over_limit (refused: no turn within max_concurrency_wait), \
+                 log (an audit line only).",
+                &["rule", "action"],
+            ),
             peer_requests: int_counter_vec(
                 "peer_requests_total",
                 "Lookups of another instance's connection id (a KILL naming it) at that peer's \
@@ -390,9 +400,10 @@ impl Metrics {
 
     fn register_all(&self) {
         let mut collectors = self.backends.collectors();
-        collectors.extend::<[Box<dyn prometheus::core::Collector>; 21]>([
+        collectors.extend::<[Box<dyn prometheus::core::Collector>; 22]>([
             Box::new(self.capture_dropped.clone()),
             Box::new(self.peer_requests.clone()),
+            Box::new(self.query_rule_hits.clone()),
             Box::new(self.pools.backend_pool.clone()),
             Box::new(self.pools.routed.clone()),
             Box::new(self.pools.split_transactions.clone()),

@@ -80,6 +80,9 @@ pub fn parse(text: &str) -> Statement<'_> {
         "RELOAD" if words.len() == 1 => Statement::Reload,
         "RELOAD" => Statement::Malformed("RELOAD takes no arguments".into()),
         "LOAD" | "SAVE" => Statement::ProxySqlConfig,
+        "KILL" | "PAUSE" | "RESUME" | "SHUTDOWN" | "SUSPEND" => Statement::Malformed(format!(
+            "{first} is not built on the admin port yet; see SHOW HELP"
+        )),
         _ => Statement::Sql(text),
     }
 }

@@ -32,7 +32,10 @@ const HELP: &[(&str, &str)] = &[
         "no new sessions or transactions on backend `name`",
     ),
     ("READY name", "back in rotation"),
-    ("MAINTENANCE name", "out of rotation, health checks paused"),
+    (
+        "MAINTENANCE name",
+        "out of rotation whatever the health checks say",
+    ),
     (
         "WEIGHT name n",
         "set a backend's weight until the next reload",
@@ -62,8 +65,53 @@ pub fn fill(db: &Connection, state: &ProxyState) -> rusqlite::Result<()> {
         for (key, value) in settings(state) {
             c.execute(params![key, value])?;
         }
+        rules(db, state)?;
     }
     db.execute_batch("COMMIT")
+}
+
+/// `mysql_query_rules` (the rules in force, ProxySQL's columns) and `stats_mysql_query_rules`
+/// (their hits), created empty by `tables`.
+fn rules(db: &Connection, state: &ProxyState) -> rusqlite::Result<()> {
+    let set = state.rules.load_full();
+    let mut rule = db.prepare(
+        "INSERT INTO mysql_query_rules VALUES \
+         (?1, ?2, 1, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, NULL, ?11, ?12, ?13, 1)",
+    )?;
+    let mut stats = db.prepare("INSERT INTO stats_mysql_query_rules VALUES (?1, ?2, ?3, ?4)")?;
+    for (i, r) in set.rules().iter().enumerate() {
+        let c = &r.config;
+        let commands = match (c.query, c.prepare) {
+            (true, true) => "query,prepare",
+            (true, false) => "query",
+            _ => "prepare",
+        };
+        let id = i as i64 + 1;
+        rule.execute(params![
+            id,
+            c.name,
+            c.user,
+            c.schema,
+            c.client.as_ref().map(ToString::to_string),
+            c.digest.map(|d| format!("{d:016x}")),
+            c.digest_text,
+            c.pattern,
+            commands,
+            c.error,
+            c.timeout.map(|t| t.as_millis() as i64),
+            c.max_concurrency,
+            c.log,
+        ])?;
+        let (hits, last) = r.hits();
+        let clamp = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
+        stats.execute(params![
+            id,
+            c.name,
+            clamp(hits),
+            (last > 0).then(|| clamp(last))
+        ])?;
+    }
+    Ok(())
 }
 
 const OWN_TABLES: &[(&str, &str)] = &[
@@ -71,6 +119,22 @@ const OWN_TABLES: &[(&str, &str)] = &[
     ("help", "the admin port's commands"),
     ("config", "the settings in force (no secrets)"),
 ];
+
+/// `RoundRobin` as the file spells it: `round_robin`.
+fn snake(debug: &str) -> String {
+    let mut out = String::with_capacity(debug.len() + 4);
+    for (i, c) in debug.chars().enumerate() {
+        if c.is_ascii_uppercase() {
+            if i > 0 {
+                out.push('_');
+            }
+            out.push(c.to_ascii_lowercase());
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
 
 /// The settings in force, by the configuration's key names.
 fn settings(state: &ProxyState) -> Vec<(String, String)> {
@@ -95,7 +159,10 @@ fn settings(state: &ProxyState) -> Vec<(String, String)> {
         ),
         ("shutdown_timeout".into(), duration(c.shutdown_timeout)),
         ("max_packet_size".into(), c.max_packet_size.to_string()),
-        ("balancer.policy".into(), format!("{:?}", c.balancer.policy)),
+        (
+            "balancer.policy".into(),
+            snake(&format!("{:?}", c.balancer.policy)),
+        ),
         (
             "pooling.mode".into(),
             format!("{:?}", c.pooling.mode).to_lowercase(),

@@ -47,6 +47,7 @@ pub async fn serve(
     let connections = TaskTracker::new();
     let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
     let mut next_id: u32 = 0;
+    let loopback = listener.local_addr().is_ok_and(|a| a.ip().is_loopback());
     loop {
         let (stream, peer) = tokio::select! {
             _ = shutdown.cancelled() => break,
@@ -66,6 +67,7 @@ pub async fn serve(
             recent: Arc::clone(&recent),
             peer,
             id: next_id,
+            loopback,
         };
         let stop = shutdown.clone();
         connections.spawn(async move {

@@ -28,6 +28,9 @@ use crate::wire::protocol::{caps, cmd};
 /// The longest packet the admin port reads (a statement, a login).
 pub const MAX_PACKET: usize = 1 << 20;
 
+/// An admin connection that sends nothing this long is closed (its slot is one of few).
+const IDLE: std::time::Duration = std::time::Duration::from_secs(15 * 60);
+
 /// ER_UNKNOWN_COM_ERROR, ER_PARSE_ERROR, ER_NOT_SUPPORTED_AUTH_MODE's neighbours.
 const UNKNOWN_COMMAND: u16 = 1047;
 const PARSE_ERROR: u16 = 1064;
@@ -40,6 +43,9 @@ pub(super) struct AdminSession {
     pub recent: Arc<Recent>,
     pub peer: SocketAddr,
     pub id: u32,
+    /// The port listens on loopback: off it, only TLS logins are served, whatever a reload
+    /// made of `tls.require` since.
+    pub loopback: bool,
 }
 
 /// How a connection ends early: with an ERR the client was sent, or without a word.
@@ -134,7 +140,7 @@ impl AdminSession {
                 return Err(self.said(&mut leg, ended).await);
             }
         };
-        if tls.is_some_and(|t| t.require) && !leg.is_tls() {
+        if (tls.is_some_and(|t| t.require) || !self.loopback) && !leg.is_tls() {
             let message = "connections using insecure transport are prohibited (tls.require)";
             let ended = refuse(
                 seq.wrapping_add(1),
@@ -267,7 +273,10 @@ impl AdminSession {
     /// One statement at a time until COM_QUIT or the client goes.
     async fn commands(&self, mut leg: Leg) -> Result<(), String> {
         loop {
-            let (seq, payload) = read_packet(&mut leg).await.map_err(describe)?;
+            let (seq, payload) = tokio::time::timeout(IDLE, read_packet(&mut leg))
+                .await
+                .map_err(|_| format!("idle for {}s", IDLE.as_secs()))?
+                .map_err(describe)?;
             let seq = seq.wrapping_add(1);
             let reply = match payload.split_first() {
                 Some((&cmd::QUIT, _)) => return Ok(()),
@@ -400,7 +409,9 @@ fn show_sql(what: Show) -> &'static str {
         Show::Tables => "SELECT name AS Tables_in_main FROM tables ORDER BY name",
         Show::Databases => "SELECT 'main' AS `Database`",
         Show::Warnings => "SELECT '' AS Level, 0 AS Code, '' AS Message WHERE 0",
-        Show::Status => "SELECT Variable_Name, Variable_Value FROM stats_mysql_global",
+        Show::Status => {
+            "SELECT Variable_Name AS Variable_name, Variable_Value AS Value FROM stats_mysql_global"
+        }
         Show::Help => "SELECT command, what FROM help ORDER BY rowid",
     }
 }
@@ -447,7 +458,7 @@ async fn read_packet<S: AsyncRead + AsyncWrite + Unpin>(
         .await
         .map_err(|e| Ended::Gone(format!("read: {e}")))?;
     let len = usize::from(head[0]) | usize::from(head[1]) << 8 | usize::from(head[2]) << 16;
-    if len >= MAX_PACKET.min(MAX_CHUNK) {
+    if len > MAX_PACKET || len >= MAX_CHUNK {
         let message = format!("a packet of {len} bytes is over the admin port's {MAX_PACKET}");
         let refusal = err_packet(
             head[3].wrapping_add(1),

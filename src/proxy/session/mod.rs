@@ -34,6 +34,7 @@ mod opening;
 mod pooled;
 pub mod proxied;
 mod recorder;
+mod rules;
 mod transport;
 
 use connect::{connect_backend, no_backend_message, Connected};
@@ -227,6 +228,7 @@ where
         backend,
         auth,
         lease,
+        server,
     };
     let joined = slot.map(|slot| pooled::Joined {
         key: pool_key(ctx, &session),
@@ -246,6 +248,8 @@ struct Established<C, B> {
     lease: Lease,
     /// The proxy id its client was greeted with, if it got one.
     proxy_id: Option<u32>,
+    /// How its backend's server reads statements, from its greeting.
+    server: Option<crate::wire::sql::Server>,
 }
 
 /// The key a transaction-mode pool shares the session's server connections under: who it
@@ -287,6 +291,7 @@ where
         mut auth,
         mut lease,
         proxy_id,
+        server,
     } = session;
     let state = ctx.state;
     transport::established(ctx, lease.backend(), &client, &backend, &auth);
@@ -309,6 +314,19 @@ where
     if guarded {
         tracker.guard_statements();
         recorder.guard_writes();
+    }
+    let client_ip = ctx.from.addrs.map(|(client, _)| client.ip());
+    let mariadb = server.is_some_and(|s| s.mariadb);
+    if let Some(r) = rules::SessionRules::start(
+        state,
+        &auth.user,
+        &auth.schema,
+        client_ip,
+        ctx.peer(),
+        mariadb,
+    ) {
+        tracker.guard_statements();
+        recorder.follow_rules(r);
     }
     let limit = recorder.statement_limit();
     if limit > 0 || joined.is_some() {

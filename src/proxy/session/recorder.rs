@@ -42,6 +42,8 @@ pub(super) struct Recorder<'a> {
     /// The session's pool has roles: a statement that may write is refused while its backend
     /// takes no writes (see [`Recorder::refuse_write`]).
     guard_writes: bool,
+    /// The query rules it asks (see [`super::rules`]); None when no rule may match it.
+    rules: Option<super::rules::SessionRules>,
     /// When this second of lookups began, and how many it made (see
     /// [`may_look_up_thread`](Recorder::may_look_up_thread)).
     thread_lookups: (Option<std::time::Instant>, u32),
@@ -88,8 +90,22 @@ impl<'a> Recorder<'a> {
             proxy_id,
             turn: Arc::new(Semaphore::new(1)),
             guard_writes: false,
+            rules: None,
             thread_lookups: (None, 0),
         }
+    }
+
+    /// From now on every statement is matched against `rules` (the tracker hands every
+    /// statement over whole, `Tracker::guard_statements`).
+    pub(super) fn follow_rules(&mut self, rules: super::rules::SessionRules) {
+        self.rules = Some(rules);
+    }
+
+    /// The message of the query rule that refuses a COM_STMT_PREPARE of `text` the session
+    /// prepares itself (a pooled session), if one does.
+    pub(super) fn rule_refuses_prepare(&mut self, text: &[u8]) -> Option<String> {
+        let user = self.user;
+        self.rules.as_mut()?.refuses_prepare(user, text)
     }
 
     /// From now on a statement that may write is refused while the session's backend takes
@@ -127,7 +143,11 @@ impl<'a> Recorder<'a> {
         }
         let why = pool.why_no_writes(self.backend);
         info!(backend = %self.backend.name, "statement refused: {why}");
-        Some(signal_packet(&why))
+        Some(super::rules::signal_packet(
+            crate::wire::protocol::errors::code::OPTION_PREVENTS_STATEMENT,
+            "HY000",
+            &why,
+        ))
     }
 
     /// The session's statements run on `backend` from now on (a pool across backends moved
@@ -257,6 +277,9 @@ impl Observer for Recorder<'_> {
         if let Some(cap) = &mut self.capture {
             cap.completed(c);
         }
+        if let Some(rules) = &mut self.rules {
+            rules.completed(c);
+        }
         if c.command == cmd::CHANGE_USER {
             // Who the session is now is not read from the exchange: from here on a KILL from
             // another backend is refused as another user's, and so are its own KILLs there.
@@ -305,10 +328,19 @@ impl Steering for Recorder<'_> {
     }
 
     fn refuses_long_statements(&self) -> bool {
-        self.guard_writes && !self.takes_writes()
+        (self.guard_writes && !self.takes_writes())
+            || self
+                .rules
+                .as_ref()
+                .is_some_and(|r| r.refuses_long(self.user))
     }
 
     fn rewrite_kill(&mut self, packet: &[u8]) -> Option<KillRewrite> {
+        if let Some(rules) = &mut self.rules {
+            if let Some(instead) = rules.apply(self.user, packet) {
+                return Some(instead);
+            }
+        }
         if self.guard_writes {
             if let Some(refusal) = self.refuse_write(packet) {
                 return Some(KillRewrite::Now(refusal));
@@ -330,23 +362,4 @@ impl Steering for Recorder<'_> {
         let run = run_decision(Arc::clone(self.state), decision, Arc::clone(&self.turn));
         Some(KillRewrite::Later(Box::pin(run)))
     }
-}
-
-/// A COM_QUERY (sequence id 0) the server answers with ERR 1290 and `why` (cut to the 128
-/// characters `SIGNAL` takes, quotes doubled).
-fn signal_packet(why: &str) -> Vec<u8> {
-    let mut message: String = format!("mysql-lb: {why}").chars().take(128).collect();
-    message = message.replace('\\', "\\\\").replace('\'', "''");
-    let text =
-        format!("SIGNAL SQLSTATE 'HY000' SET MYSQL_ERRNO = 1290, MESSAGE_TEXT = '{message}'");
-    let len = 1 + text.len();
-    let mut packet = vec![
-        len as u8,
-        (len >> 8) as u8,
-        (len >> 16) as u8,
-        0,
-        cmd::QUERY,
-    ];
-    packet.extend_from_slice(text.as_bytes());
-    packet
 }

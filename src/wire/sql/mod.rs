@@ -85,6 +85,7 @@
 //!   here it is one token whose literals stay;
 //! - it digests what its parser saw, so a statement with a syntax error gets a partial digest.
 
+pub mod as_run;
 mod classify;
 mod digest;
 pub mod functions;
@@ -96,6 +97,7 @@ mod retry;
 pub mod route;
 mod token;
 
+pub use as_run::{as_run, AsRun};
 pub use classify::{classify, classify_as, read_only, reads_diagnostics, Statement};
 pub use digest::{
     digest, digest_cached, digest_remembered, normalize, Digest, DigestCache, RecentShapes,

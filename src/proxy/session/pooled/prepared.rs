@@ -200,6 +200,20 @@ where
             answer(self.client, self.up, code::UNKNOWN_ERROR, message).await?;
             return Ok(Ran::Done);
         };
+        if let Some(why) = self.observer.inner.rule_refuses_prepare(text) {
+            // Never prepared, so no execute of it can run.
+            answer(
+                self.client,
+                self.up,
+                crate::proxy::session::rules::REFUSED,
+                &why,
+            )
+            .await?;
+            return Ok(Ran::Done);
+        }
+        let Some(text) = self.up.get(5..end) else {
+            return Ok(Ran::Done);
+        };
         let text: Arc<[u8]> = Arc::from(text);
         self.observer.relayed(true, end);
         let tag = self.observer.statement(cmd::STMT_PREPARE, &self.up[4..end]);

@@ -1,0 +1,333 @@
+//! Query rules (`query_rules:`): which rule a statement matches, its hits, and the turns of a
+//! rule with `max_concurrency`.
+//!
+//! A rule is a firewall when it refuses (`error:`), so it matches what the server would run,
+//! not what the client wrote: every statement of every reading of the text
+//! ([`crate::wire::sql::as_run`]: executable comments run or skipped by version, `sql_mode`
+//! quoting, multibyte character sets, each statement of a multi-statement, the string of a
+//! `PREPARE … FROM '…'`), normalized as the digest normalizes, compared case-blind. When the
+//! text cannot be followed (a comment the lexer cannot see through, dynamic SQL from a
+//! variable) a refusing rule whose other conditions match refuses it: when unsure, block.
+//!
+//! The rules are read in file order and the first that matches decides. A session asks only
+//! the rules its user and client address may match ([`RuleSet::for_session`]); a session no
+//! rule can match never reads its statements for rules, so rules cost nothing there, and no
+//! rules at all cost nothing anywhere.
+
+use std::net::IpAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use tokio::sync::Semaphore;
+
+use crate::config::{compile_rule_pattern, QueryRule};
+use crate::wire::sql::{as_run, digest, normalize, AsRun, Dialect};
+
+/// Bytes of a statement's text the rules read (a longer one is refused where a rule refuses:
+/// the tracker hands statements over whole up to this).
+pub const MAX_RULE_TEXT: usize = 64 * 1024;
+
+/// The rules in force, compiled.
+#[derive(Debug, Default)]
+pub struct RuleSet {
+    rules: Vec<Rule>,
+}
+
+/// One compiled rule and its hits.
+#[derive(Debug)]
+pub struct Rule {
+    pub config: QueryRule,
+    /// `digest_text`, normalized as the digest prints it.
+    text: Option<String>,
+    pattern: Option<regex::Regex>,
+    hits: AtomicU64,
+    /// Unix seconds of the last hit (0: never).
+    last_hit: AtomicU64,
+    /// `max_concurrency` turns, over every session.
+    pub turns: Option<Arc<Semaphore>>,
+}
+
+/// Who sent a statement, as far as the session knows.
+#[derive(Debug, Clone, Copy)]
+pub struct Who<'a> {
+    /// None once unknown (after COM_CHANGE_USER): a rule on a user then matches.
+    pub user: Option<&'a str>,
+    /// None once unknown (after `USE` or COM_INIT_DB): a rule on a schema then matches.
+    pub schema: Option<&'a str>,
+    /// None for a unix-socket client: a rule on a network never matches it.
+    pub client: Option<IpAddr>,
+}
+
+/// The statement command a rule reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Command {
+    Query,
+    Prepare,
+}
+
+impl RuleSet {
+    /// Compiles `rules` (checked when the configuration was read: a pattern that no longer
+    /// compiles is left without one, which only a changed regex crate could cause).
+    pub fn new(rules: &[QueryRule]) -> RuleSet {
+        let rules = rules
+            .iter()
+            .map(|r| Rule {
+                text: r
+                    .digest_text
+                    .as_ref()
+                    .map(|t| normalize(t.as_bytes(), MAX_RULE_TEXT)),
+                pattern: r
+                    .pattern
+                    .as_deref()
+                    .and_then(|p| compile_rule_pattern(p).ok()),
+                hits: AtomicU64::new(0),
+                last_hit: AtomicU64::new(0),
+                turns: r
+                    .max_concurrency
+                    .map(|n| Arc::new(Semaphore::new(n as usize))),
+                config: r.clone(),
+            })
+            .collect();
+        RuleSet { rules }
+    }
+
+    pub fn rules(&self) -> &[Rule] {
+        &self.rules
+    }
+
+    /// Whether any rule may match a session of `who` (its schema not yet known to change).
+    pub fn for_session(&self, who: &Who<'_>) -> bool {
+        self.rules.iter().any(|r| r.may_match(who))
+    }
+
+    /// Whether a rule that refuses may match a session of `who`: its statements too long to
+    /// read whole are then refused.
+    pub fn refuses_for(&self, who: &Who<'_>) -> bool {
+        self.rules
+            .iter()
+            .any(|r| r.config.error.is_some() && r.may_match(who))
+    }
+
+    /// The first rule `text` (the payload of a `command`) matches, with the statement that
+    /// matched it as the server would run it (None: matched as unsure, or without a text
+    /// condition).
+    pub fn check(
+        &self,
+        who: &Who<'_>,
+        command: Command,
+        text: &[u8],
+    ) -> Option<(&Rule, Option<String>)> {
+        let mut candidates = self
+            .rules
+            .iter()
+            .filter(|r| r.reads(command) && r.may_match(who))
+            .peekable();
+        candidates.peek()?;
+        let statements = if text.len() > MAX_RULE_TEXT {
+            AsRun::Unsure
+        } else {
+            as_run(text, Dialect::default(), MAX_RULE_TEXT)
+        };
+        for rule in candidates {
+            if !rule.has_text_condition() {
+                return Some((rule, None));
+            }
+            match &statements {
+                AsRun::Unsure if rule.config.error.is_some() => return Some((rule, None)),
+                AsRun::Unsure => {}
+                AsRun::Statements(all) => {
+                    if let Some(s) = all.iter().find(|s| rule.matches_text(s)) {
+                        return Some((rule, Some(s.clone())));
+                    }
+                }
+            }
+        }
+        None
+    }
+}
+
+impl Rule {
+    fn reads(&self, command: Command) -> bool {
+        match command {
+            Command::Query => self.config.query,
+            Command::Prepare => self.config.prepare,
+        }
+    }
+
+    fn may_match(&self, who: &Who<'_>) -> bool {
+        let c = &self.config;
+        let user = match (&c.user, who.user) {
+            (Some(want), Some(user)) => want == user,
+            _ => true,
+        };
+        let schema = match (&c.schema, who.schema) {
+            (Some(want), Some(schema)) => want == schema,
+            _ => true,
+        };
+        let client = match (&c.client, who.client) {
+            (Some(net), Some(ip)) => net.contains(ip),
+            (Some(_), None) => false,
+            (None, _) => true,
+        };
+        user && schema && client
+    }
+
+    fn has_text_condition(&self) -> bool {
+        self.config.digest.is_some() || self.text.is_some() || self.pattern.is_some()
+    }
+
+    /// Every text condition the rule gives holds for `statement` (normalized).
+    fn matches_text(&self, statement: &str) -> bool {
+        self.text
+            .as_ref()
+            .is_none_or(|t| t.eq_ignore_ascii_case(statement))
+            && self.pattern.as_ref().is_none_or(|p| p.is_match(statement))
+            && self
+                .config
+                .digest
+                .is_none_or(|d| digest(statement.as_bytes(), MAX_RULE_TEXT).0 == d)
+    }
+
+    /// Counts a hit now.
+    pub fn hit(&self) {
+        self.hits.fetch_add(1, Ordering::Relaxed);
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        self.last_hit.store(now, Ordering::Relaxed);
+    }
+
+    /// Hits so far, and the unix second of the last one (0: never).
+    pub fn hits(&self) -> (u64, u64) {
+        (
+            self.hits.load(Ordering::Relaxed),
+            self.last_hit.load(Ordering::Relaxed),
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rule(name: &str) -> QueryRule {
+        QueryRule {
+            name: name.into(),
+            digest: None,
+            digest_text: None,
+            pattern: None,
+            user: None,
+            schema: None,
+            client: None,
+            query: true,
+            prepare: true,
+            error: Some("no".into()),
+            timeout: None,
+            max_concurrency: None,
+            max_concurrency_wait: std::time::Duration::from_secs(1),
+            log: false,
+        }
+    }
+
+    const ANYONE: Who<'static> = Who {
+        user: Some("app"),
+        schema: Some("shop"),
+        client: None,
+    };
+
+    #[test]
+    fn the_first_rule_that_matches_any_reading_decides() {
+        let mut block = rule("block");
+        block.digest_text = Some("delete from orders where id = ?".into());
+        let mut log = rule("log");
+        log.error = None;
+        log.log = true;
+        log.pattern = Some("^select".into());
+        let set = RuleSet::new(&[block, log]);
+        let hit = |t: &str| {
+            set.check(&ANYONE, Command::Query, t.as_bytes())
+                .map(|(r, _)| r.config.name.clone())
+        };
+        assert_eq!(
+            hit("DELETE FROM `orders` WHERE id = 9").as_deref(),
+            Some("block")
+        );
+        assert_eq!(
+            hit("/*!DELETE*/ FROM orders WHERE id = 9").as_deref(),
+            Some("block")
+        );
+        assert_eq!(
+            hit("select 1; DELETE FROM orders WHERE id=1").as_deref(),
+            Some("block")
+        );
+        assert_eq!(hit("SELECT * FROM orders").as_deref(), Some("log"));
+        assert_eq!(hit("UPDATE orders SET x = 1"), None);
+        // Unsure: the refusing rule refuses; the logging one cannot tell.
+        assert_eq!(hit("UPDATE orders /* open").as_deref(), Some("block"));
+    }
+
+    #[test]
+    fn user_schema_client_and_command_narrow_a_rule() {
+        let mut r = rule("r");
+        r.digest_text = Some("SELECT ?".into());
+        r.user = Some("app".into());
+        r.client = Some("10.0.0.0/8".parse().unwrap());
+        r.prepare = false;
+        let set = RuleSet::new(&[r]);
+        let from = |ip: &str| Who {
+            client: Some(ip.parse().unwrap()),
+            ..ANYONE
+        };
+        assert!(set
+            .check(&from("10.1.2.3"), Command::Query, b"SELECT 1")
+            .is_some());
+        assert!(set
+            .check(&from("10.1.2.3"), Command::Prepare, b"SELECT 1")
+            .is_none());
+        assert!(set
+            .check(&from("192.168.1.1"), Command::Query, b"SELECT 1")
+            .is_none());
+        assert!(
+            set.check(&ANYONE, Command::Query, b"SELECT 1").is_none(),
+            "a unix client"
+        );
+        let other = Who {
+            user: Some("reporting"),
+            ..from("10.1.2.3")
+        };
+        assert!(set.check(&other, Command::Query, b"SELECT 1").is_none());
+        let unknown = Who {
+            user: None,
+            ..from("10.1.2.3")
+        };
+        assert!(
+            set.check(&unknown, Command::Query, b"SELECT 1").is_some(),
+            "after COM_CHANGE_USER"
+        );
+        assert!(set.for_session(&from("10.9.9.9")));
+        assert!(!set.for_session(&from("11.0.0.1")));
+    }
+
+    #[test]
+    fn a_digest_rule_matches_the_digest_query_rules_print() {
+        let text = b"SELECT c FROM sbtest1 WHERE id = 5";
+        let mut r = rule("d");
+        r.digest = Some(digest(text, 1024).0);
+        let set = RuleSet::new(&[r]);
+        assert!(set
+            .check(
+                &ANYONE,
+                Command::Query,
+                b"select c from sbtest1 where id=77"
+            )
+            .is_some());
+        assert!(set
+            .check(
+                &ANYONE,
+                Command::Query,
+                b"select c from sbtest2 where id=77"
+            )
+            .is_none());
+    }
+}
