@@ -4,10 +4,11 @@
 #   scripts/fuzz.sh [SECONDS_PER_TARGET] [TARGET...]     default: 600 s each, all targets
 #
 # Targets (fuzz/fuzz_targets/): codec, greeting, handshake_response, tracker, compress,
-# proxy_header, sql_digest, pooled_front, tls_records, gtid_pos; their checks are in
+# proxy_header, sql_digest, pooled_front, tls_records, gtid_pos, query_rules; their checks are in
 # fuzz/src/checks.rs, shared with tests/properties.rs (proxy_header's in fuzz/src/proxy_in.rs,
 # sql_digest's in fuzz/src/sql_digest.rs, pooled_front's in fuzz/src/pooled_front.rs,
-# tls_records' in fuzz/src/tls_records.rs, gtid_pos' in fuzz/src/gtid_pos.rs). Each target runs
+# tls_records' in fuzz/src/tls_records.rs, gtid_pos' in fuzz/src/gtid_pos.rs,
+# query_rules' in fuzz/src/query_rules.rs). Each target runs
 # on one core; a crash is saved under fuzz/artifacts/TARGET/ and libFuzzer is started again
 # for the time left. Seeds are read
 # from fuzz/corpus/TARGET (committed, captured from a real MariaDB); what libFuzzer adds goes to
@@ -23,7 +24,7 @@ shift || true
 targets=("$@")
 if [ ${#targets[@]} -eq 0 ]; then
     targets=(codec greeting handshake_response tracker compress proxy_header sql_digest pooled_front
-        tls_records gtid_pos)
+        tls_records gtid_pos query_rules)
 fi
 case $seconds in
 '' | *[!0-9]*)

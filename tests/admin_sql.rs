@@ -10,7 +10,7 @@ mod common;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::process::{Command, Output, Stdio};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use common::mariadb::{shared_pair, tcp_opts, MariaDb, BENCH_PASS, BENCH_USER};
 use common::proxy::{config, TestProxy};
@@ -437,4 +437,89 @@ async fn hostile_bytes_get_an_err_and_leave_the_port_serving() {
         .unwrap();
     assert_eq!(n, Some(2));
     conn.disconnect().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pause_holds_new_transactions_until_resume_and_lets_running_ones_end() {
+    let pair = shared_pair();
+    let mut cfg = with_admin(
+        pair,
+        AdminCredential::Native(native_hash(&pair[0], ADMIN_PASS)),
+    );
+    cfg.backends.truncate(1);
+    cfg.pooling.mode = mysql_lb::config::PoolingMode::Transaction;
+    cfg.pooling.wait_timeout = Duration::from_secs(2);
+    let proxy = TestProxy::start_with(cfg);
+    let mut admin = admin_conn(&proxy).await;
+
+    let mut running = mysql_async::Conn::new(proxy.opts(BENCH_USER, BENCH_PASS))
+        .await
+        .unwrap();
+    // Connected before the pause: a connector's opening queries are transactions too.
+    let mut waiting = mysql_async::Conn::new(proxy.opts(BENCH_USER, BENCH_PASS))
+        .await
+        .unwrap();
+    running.query_drop("BEGIN").await.unwrap();
+    let _: Option<i64> = running.query_first("SELECT 1").await.unwrap();
+
+    let paused: (String, String, i64) = admin
+        .query_first("PAUSE default")
+        .await
+        .unwrap()
+        .expect("PAUSE answers the pool");
+    assert_eq!(
+        paused,
+        ("default".into(), "1".into(), 1),
+        "one transaction running"
+    );
+    // A new transaction waits at its start.
+    let started = Instant::now();
+    let held = tokio::spawn(async move {
+        let v: Option<i64> = waiting.query_first("SELECT 2").await.unwrap();
+        (v, waiting)
+    });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(!held.is_finished(), "a new transaction waits while paused");
+    // The running one runs to its end, and the pool's connections go idle.
+    let _: Option<i64> = running.query_first("SELECT 3").await.unwrap();
+    running.query_drop("COMMIT").await.unwrap();
+    let shown: Vec<mysql_async::Row> = admin.query("SHOW POOLS").await.unwrap();
+    assert_eq!(shown.len(), 1);
+    let (sv_active, paused_flag): (i64, i64) = admin
+        .query_first(
+            "SELECT open - idle, (SELECT count(*) FROM paused_pools) FROM stats_mysql_connection_pool",
+        )
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        (sv_active, paused_flag),
+        (0, 1),
+        "no connection in use while paused"
+    );
+    let resumed: (String, String, i64) = admin.query_first("RESUME").await.unwrap().unwrap();
+    assert_eq!(resumed.1, "0");
+    let (v, waiting) = held.await.unwrap();
+    assert_eq!(v, Some(2));
+    assert!(started.elapsed() >= Duration::from_millis(500));
+    waiting.disconnect().await.unwrap();
+
+    // Not resumed within wait_timeout: an ERR in the transaction's place, and the session goes on.
+    let _: Vec<mysql_async::Row> = admin.query("PAUSE").await.unwrap();
+    let e = running
+        .query_drop("SELECT 4")
+        .await
+        .expect_err("paused past wait_timeout");
+    assert!(e.to_string().contains("is paused"), "{e}");
+    let _: Vec<mysql_async::Row> = admin.query("RESUME default").await.unwrap();
+    let _: Vec<mysql_async::Row> = admin.query("RESUME").await.unwrap();
+    let v: Option<i64> = running.query_first("SELECT 5").await.unwrap();
+    assert_eq!(v, Some(5));
+    running.disconnect().await.unwrap();
+    let e = admin
+        .query_drop("PAUSE nosuch")
+        .await
+        .expect_err("unknown pool");
+    assert!(e.to_string().contains("no pool named"), "{e}");
+    admin.disconnect().await.unwrap();
 }

@@ -324,3 +324,68 @@ async fn a_sessions_rules_follow_its_user_and_client_and_cost_it_nothing_otherwi
         );
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_schema_rule_follows_use_and_a_text_copied_from_queries_matches() {
+    let db = &shared_pair()[0];
+    db.root_exec("CREATE TABLE IF NOT EXISTS test.`status` (x INT)");
+    let mut in_test = rule("in-test");
+    in_test.schema = Some("test".into());
+    in_test.pattern = Some(r"^select \? from dual$".into());
+    in_test.error = Some("not in test".into());
+    let mut copied = rule("copied");
+    copied.error = Some("copied from /queries".into());
+    let proxy = TestProxy::start_with(one_backend(db, vec![in_test], PoolingMode::Session));
+    // Logged in without a schema, then USE test, alone and in one packet with the statement.
+    let mut conn = mysql_async::Conn::new(proxy.opts(BENCH_USER, BENCH_PASS))
+        .await
+        .unwrap();
+    let v: Option<i64> = conn.query_first("SELECT 1 FROM dual").await.unwrap();
+    assert_eq!(v, Some(1), "outside test the rule does not apply");
+    // The whole packet is refused: the SIGNAL takes its place, USE included.
+    let e = match conn.query_iter("USE test; SELECT 1 FROM dual").await {
+        Ok(r) => r.drop_result().await.expect_err("refused in test"),
+        Err(e) => e,
+    };
+    assert_eq!(code(&e), 1148, "{e}");
+    // From then on the proxy cannot tell the schema: the rule on test applies.
+    let e = conn
+        .query_drop("SELECT 2 FROM dual")
+        .await
+        .expect_err("schema unknown");
+    assert_eq!(code(&e), 1148, "{e}");
+    conn.disconnect().await.unwrap();
+    drop(proxy);
+
+    // A digest text as /queries prints it (backticks kept on a keyword name) blocks it.
+    let digests = TestProxy::start_with(one_backend(db, vec![], PoolingMode::Session));
+    let mut c = mysql_async::Conn::new(digests.opts(BENCH_USER, BENCH_PASS))
+        .await
+        .unwrap();
+    let _: Vec<i64> = c
+        .query("SELECT x FROM test.`status` WHERE x = 1")
+        .await
+        .unwrap();
+    c.disconnect().await.unwrap();
+    let (_, body) = digests.admin_get("/queries?limit=1000");
+    let json: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let text = json["queries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|r| r["text"].as_str())
+        .find(|t| t.contains("status"))
+        .expect("the digest's text")
+        .to_owned();
+    copied.digest_text = Some(text.clone());
+    let proxy = TestProxy::start_with(one_backend(db, vec![copied], PoolingMode::Session));
+    let mut c = mysql_async::Conn::new(proxy.opts(BENCH_USER, BENCH_PASS))
+        .await
+        .unwrap();
+    let e = c
+        .query_drop("select x from test.status where x = 7")
+        .await
+        .expect_err(&format!("matched by {text}"));
+    assert_eq!(code(&e), 1148, "{e}");
+    c.disconnect().await.unwrap();
+}

@@ -6,5 +6,6 @@ pub mod checks;
 pub mod gtid_pos;
 pub mod pooled_front;
 pub mod proxy_in;
+pub mod query_rules;
 pub mod sql_digest;
 pub mod tls_records;

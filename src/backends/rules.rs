@@ -73,10 +73,7 @@ impl RuleSet {
         let rules = rules
             .iter()
             .map(|r| Rule {
-                text: r
-                    .digest_text
-                    .as_ref()
-                    .map(|t| normalize(t.as_bytes(), MAX_RULE_TEXT)),
+                text: r.digest_text.as_deref().map(as_run_text),
                 pattern: r
                     .pattern
                     .as_deref()
@@ -147,6 +144,16 @@ impl RuleSet {
     }
 }
 
+/// A rule's `digest_text` printed as the statements it is compared with are (names
+/// unquoted, hints dropped): a text copied from `/queries` matches what it names. A text that
+/// is not one statement is kept as `normalize` prints it.
+fn as_run_text(text: &str) -> String {
+    match as_run(text.as_bytes(), Dialect::default(), MAX_RULE_TEXT) {
+        AsRun::Statements(mut one) if one.len() == 1 => one.remove(0),
+        _ => normalize(text.as_bytes(), MAX_RULE_TEXT),
+    }
+}
+
 impl Rule {
     fn reads(&self, command: Command) -> bool {
         match command {
@@ -173,7 +180,8 @@ impl Rule {
         user && schema && client
     }
 
-    fn has_text_condition(&self) -> bool {
+    /// Whether the rule reads the statement's text at all.
+    pub fn has_text_condition(&self) -> bool {
         self.config.digest.is_some() || self.text.is_some() || self.pattern.is_some()
     }
 

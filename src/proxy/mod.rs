@@ -9,6 +9,7 @@
 pub mod auth;
 pub mod gate;
 pub mod lifecycle;
+pub mod pauses;
 pub mod relay;
 pub mod server;
 pub mod session;

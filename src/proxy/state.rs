@@ -65,6 +65,8 @@ pub struct ProxyState {
     /// `query_rules:` compiled (see `crate::backends::rules`); a reload swaps it whole, and a
     /// session keeps the set it started with.
     pub rules: ArcSwap<crate::backends::rules::RuleSet>,
+    /// Pools paused by the admin port's `PAUSE` (see `crate::proxy::pauses`).
+    pub pauses: crate::proxy::pauses::Pauses,
 }
 
 /// The outcome of one reload: what the log line says, Ok when it was applied.
@@ -273,6 +275,7 @@ impl ProxyState {
             socket_identity: Arc::new(SocketIdentity::unavailable(&IdentityError::NotSetUp)),
             reload_requests: ReloadRequests::default(),
             rules: ArcSwap::from_pointee(crate::backends::rules::RuleSet::new(&config.query_rules)),
+            pauses: crate::proxy::pauses::Pauses::default(),
         }
     }
 

@@ -30,6 +30,9 @@ pub enum Statement<'a> {
         op: BackendOp,
     },
     Reload,
+    /// `PAUSE [pool]` / `RESUME [pool]` (no pool: every pool).
+    Pause(Option<String>),
+    Resume(Option<String>),
     /// ProxySQL's `LOAD … TO RUNTIME` / `SAVE … TO DISK`: the configuration is a file here.
     ProxySqlConfig,
     /// A statement for the SQL engine.
@@ -80,7 +83,14 @@ pub fn parse(text: &str) -> Statement<'_> {
         "RELOAD" if words.len() == 1 => Statement::Reload,
         "RELOAD" => Statement::Malformed("RELOAD takes no arguments".into()),
         "LOAD" | "SAVE" => Statement::ProxySqlConfig,
-        "KILL" | "PAUSE" | "RESUME" | "SHUTDOWN" | "SUSPEND" => Statement::Malformed(format!(
+        "PAUSE" | "RESUME" => match take_name(after(text)) {
+            None if words.len() == 1 => pause_or_resume(&first, None),
+            Some((pool, "")) if !pool.is_empty() => pause_or_resume(&first, Some(pool)),
+            _ => Statement::Malformed(format!(
+                "{first} takes one pool name, or none for every pool"
+            )),
+        },
+        "KILL" | "SHUTDOWN" | "SUSPEND" => Statement::Malformed(format!(
             "{first} is not built on the admin port yet; see SHOW HELP"
         )),
         _ => Statement::Sql(text),
@@ -133,6 +143,14 @@ fn show_variables(rest: &[&str]) -> Statement<'static> {
             }
         }
         _ => Statement::Malformed("SHOW VARIABLES takes LIKE 'pattern' or nothing".into()),
+    }
+}
+
+fn pause_or_resume(command: &str, pool: Option<String>) -> Statement<'static> {
+    if command == "PAUSE" {
+        Statement::Pause(pool)
+    } else {
+        Statement::Resume(pool)
     }
 }
 
@@ -311,6 +329,16 @@ mod tests {
             }
         );
         assert_eq!(parse("RELOAD"), Statement::Reload);
+        assert_eq!(parse("pause"), Statement::Pause(None));
+        assert_eq!(
+            parse("PAUSE `main pool`"),
+            Statement::Pause(Some("main pool".into()))
+        );
+        assert_eq!(
+            parse("resume default"),
+            Statement::Resume(Some("default".into()))
+        );
+        assert!(matches!(parse("PAUSE a b"), Statement::Malformed(_)));
         assert_eq!(parse("/* c */ ; "), Statement::Empty);
     }
 

@@ -41,6 +41,11 @@ const HELP: &[(&str, &str)] = &[
         "set a backend's weight until the next reload",
     ),
     ("RELOAD", "re-read the configuration file, as SIGHUP does"),
+    (
+        "PAUSE [pool]",
+        "hold new transactions of a transaction-mode pool (all: no name) at their start",
+    ),
+    ("RESUME [pool]", "let held transactions go"),
     ("SELECT …", "any read-only SQL over the tables (SQLite)"),
 ];
 
@@ -50,7 +55,8 @@ pub fn fill(db: &Connection, state: &ProxyState) -> rusqlite::Result<()> {
         "BEGIN;
          CREATE TABLE tables (name TEXT, description TEXT);
          CREATE TABLE help (command TEXT, what TEXT);
-         CREATE TABLE config (key TEXT, value TEXT);",
+         CREATE TABLE config (key TEXT, value TEXT);
+         CREATE TABLE paused_pools (pool TEXT);",
     )?;
     {
         let mut t = db.prepare("INSERT INTO tables VALUES (?1, ?2)")?;
@@ -66,6 +72,10 @@ pub fn fill(db: &Connection, state: &ProxyState) -> rusqlite::Result<()> {
             c.execute(params![key, value])?;
         }
         rules(db, state)?;
+        let mut p = db.prepare("INSERT INTO paused_pools VALUES (?1)")?;
+        for pool in state.pauses.list() {
+            p.execute(params![pool])?;
+        }
     }
     db.execute_batch("COMMIT")
 }
@@ -118,6 +128,7 @@ const OWN_TABLES: &[(&str, &str)] = &[
     ("tables", "the tables the admin port answers from"),
     ("help", "the admin port's commands"),
     ("config", "the settings in force (no secrets)"),
+    ("paused_pools", "the pools PAUSE holds (`*`: every pool)"),
 ];
 
 /// `RoundRobin` as the file spells it: `round_robin`.

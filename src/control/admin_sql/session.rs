@@ -337,6 +337,8 @@ impl AdminSession {
                     Err(e) => Reply::Err(code::UNKNOWN_ERROR, e),
                 }
             }
+            Statement::Pause(pool) => self.pause(pool.as_deref(), true),
+            Statement::Resume(pool) => self.pause(pool.as_deref(), false),
             Statement::ProxySqlConfig => Reply::Err(
                 code::UNKNOWN_ERROR,
                 "mysql-lb reads its configuration from its YAML file: edit the file, then RELOAD"
@@ -345,6 +347,46 @@ impl AdminSession {
             Statement::Malformed(m) => Reply::Err(PARSE_ERROR, m),
             Statement::Sql(sql) => self.sql(sql.to_owned()).await,
         }
+    }
+
+    /// `PAUSE` (`hold`) or `RESUME` `pool` (None: every pool): the pools named and the server
+    /// connections they have in use now (a paused pool's reach 0 as their transactions end).
+    fn pause(&self, pool: Option<&str>, hold: bool) -> Reply {
+        let set = self.state.backends();
+        if let Some(p) = pool {
+            if set.pool(p).is_none() {
+                return Reply::Err(code::UNKNOWN_ERROR, format!("no pool named {p:?}"));
+            }
+        }
+        let pauses = &self.state.pauses;
+        let changed = if hold {
+            pauses.pause(pool)
+        } else {
+            pauses.resume(pool)
+        };
+        let what = if hold { "paused" } else { "resumed" };
+        info!(caller = %self.peer, pool = pool.unwrap_or("*"), changed, "pool {what} on the admin SQL port");
+        let mut rs = ResultSet::text(&["pool", "paused", "server_connections_in_use"]);
+        for p in set.pools() {
+            if pool.is_some_and(|name| name != p.name) {
+                continue;
+            }
+            let in_use: usize = p
+                .members()
+                .iter()
+                .filter_map(|b| self.state.server_pools.get(&b.name))
+                .map(|sp| {
+                    let c = sp.counts();
+                    c.open.saturating_sub(c.idle)
+                })
+                .sum();
+            rs.rows.push(vec![
+                Some(p.name.clone()),
+                Some(u8::from(pauses.holds(&p.name)).to_string()),
+                Some(in_use.to_string()),
+            ]);
+        }
+        Reply::Rows(rs)
     }
 
     /// Runs `sql` over a fresh snapshot, off the runtime's thread.
@@ -386,8 +428,9 @@ fn show_sql(what: Show) -> &'static str {
         Show::Pools => {
             "SELECT hostgroup AS pool, backend, ConnUsed AS cl_active, waiting AS cl_waiting, \
              open - idle AS sv_active, idle AS sv_idle, open AS sv_open, \
-             max_server_connections AS sv_max, status FROM stats_mysql_connection_pool \
-             ORDER BY hostgroup, backend"
+             max_server_connections AS sv_max, status, \
+             (SELECT count(*) > 0 FROM paused_pools WHERE pool IN (hostgroup, '*')) AS paused \
+             FROM stats_mysql_connection_pool ORDER BY hostgroup, backend"
         }
         Show::Servers => {
             "SELECT name, pool, address, state, admin_state, role, weight, \

@@ -317,14 +317,8 @@ where
     }
     let client_ip = ctx.from.addrs.map(|(client, _)| client.ip());
     let mariadb = server.is_some_and(|s| s.mariadb);
-    if let Some(r) = rules::SessionRules::start(
-        state,
-        &auth.user,
-        &auth.schema,
-        client_ip,
-        ctx.peer(),
-        mariadb,
-    ) {
+    if let Some(r) = rules::SessionRules::start(state, &auth.schema, client_ip, ctx.peer(), mariadb)
+    {
         tracker.guard_statements();
         recorder.follow_rules(r);
     }

@@ -367,6 +367,11 @@ impl<'r> Seat<'_, 'r> {
     where
         C: AsyncRead + AsyncWrite + Unpin,
     {
+        if ctx.state.pauses.holds(self.observer.inner.pool())
+            && !self.until_resumed(ctx, client).await?
+        {
+            return Ok(false);
+        }
         if let Some(pool) = self.across {
             // As below, across the pool's backends: an idle connection in the session's
             // settings is taken without an await.
@@ -392,6 +397,34 @@ impl<'r> Seat<'_, 'r> {
             }
             tried => self.take_conn(ctx, client, front, tried).await,
         }
+    }
+
+    /// The session's pool is paused (`PAUSE` on the admin port): the transaction waits at its
+    /// start, holding no connection, until a `RESUME` (true) or `wait_timeout` (false: the
+    /// client got an ERR in its command's place).
+    async fn until_resumed<C>(
+        &mut self,
+        ctx: &Context<'r>,
+        client: &mut LegStream<C>,
+    ) -> Result<bool, SessionEnd>
+    where
+        C: AsyncRead + AsyncWrite + Unpin,
+    {
+        let wait = self.pool.pooling().wait_timeout;
+        let pool = self.observer.inner.pool().to_owned();
+        if tokio::time::timeout(wait, ctx.state.pauses.until_resumed(&pool))
+            .await
+            .is_ok()
+        {
+            return Ok(true);
+        }
+        let message = format!(
+            "pool {pool} is paused (PAUSE on the admin port) and was not resumed within \
+             pooling.wait_timeout ({})",
+            humantime::format_duration(wait)
+        );
+        client::answer(client, &mut self.up, code::UNKNOWN_ERROR, &message).await?;
+        Ok(false)
     }
 
     /// Holds `got` for the session's next commands; a KILL naming the session reaches it.

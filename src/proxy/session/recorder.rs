@@ -185,6 +185,11 @@ impl<'a> Recorder<'a> {
         }
     }
 
+    /// The pool of the session's backend.
+    pub(super) fn pool(&self) -> &str {
+        &self.backend.pool
+    }
+
     /// Who the client authenticated as (None after a COM_CHANGE_USER).
     pub(super) fn user(&self) -> Option<&str> {
         self.user

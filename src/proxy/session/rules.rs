@@ -5,13 +5,17 @@
 //!   reads ERR 1148 where its answer would be and nothing of the statement reaches the server
 //!   (the relay and tracker follow the signal as any answer; the way writes are refused on a
 //!   replica).
-//! - `timeout:` the statement goes as `SET STATEMENT max_statement_time=… FOR …` on MariaDB
-//!   (one `COM_QUERY` statement; the server stops it and answers ERR 1969); elsewhere it goes
-//!   unchanged, counted and logged.
+//! - `timeout:` a `COM_QUERY` goes as `SET STATEMENT max_statement_time=… FOR …` on MariaDB
+//!   (the server stops it and answers ERR 1969; in a multi-statement text, the first
+//!   statement); elsewhere it goes unchanged, counted as `matched`.
 //! - `max_concurrency:` the statement waits for one of the rule's turns (shared by every
 //!   session), up to `max_concurrency_wait`, then goes; no turn in time and the client gets
-//!   ERR 1040 in its place. A turn is given back when a statement command completes, and every
-//!   turn the session holds when it ends (the queue drops with it).
+//!   ERR 1040 in its place. Each statement the rules read takes a place in the session's queue
+//!   when it is read, in order; a turn lands in its statement's place, and the completion of
+//!   the session's oldest statement command gives its place back, and every place goes when
+//!   the session ends (the queue drops with it). A statement longer than the tracker hands
+//!   over whole is not read, and its completion gives back an earlier place: a turn can come
+//!   back early, never late.
 //! - `log:` one audit line (`query rule matched`) with the normalized statement, never its
 //!   literals.
 
@@ -26,9 +30,10 @@ use crate::backends::rules::{Command, Rule, RuleSet, Who};
 use crate::proxy::relay::KillRewrite;
 use crate::proxy::state::ProxyState;
 use crate::wire::protocol::response::{cmd, Completed};
+use crate::wire::sql::normalize;
 
 /// ER_NOT_ALLOWED_COMMAND, SQLSTATE 42000: what ProxySQL's refusing rules answer.
-pub(super) const REFUSED: u16 = 1148;
+pub(super) const REFUSED: u16 = crate::wire::protocol::errors::code::NOT_ALLOWED_COMMAND;
 /// ER_CON_COUNT_ERROR: a statement with no turn of its rule in time.
 const OVER_LIMIT: u16 = 1040;
 
@@ -43,8 +48,21 @@ pub(super) struct SessionRules {
     peer: String,
     /// The backend's server is MariaDB: `timeout:` is `SET STATEMENT max_statement_time`.
     mariadb: bool,
-    /// One entry per statement the rules looked at, in order: the turn it holds, if any.
-    turns: Arc<Mutex<VecDeque<Option<OwnedSemaphorePermit>>>>,
+    /// One place per statement the rules looked at, in the order they are sent: the turn it
+    /// holds, if any (filled when a waiting statement gets its turn).
+    turns: Arc<Mutex<VecDeque<Slot>>>,
+}
+
+/// Where a statement's turn is kept until its completion.
+type Slot = Arc<Mutex<Option<OwnedSemaphorePermit>>>;
+
+/// What a hit's log line says.
+struct Said<'a> {
+    rule: &'a str,
+    user: Option<&'a str>,
+    /// The statement as the server would run it that matched, when one did.
+    statement: Option<&'a str>,
+    text: &'a [u8],
 }
 
 impl SessionRules {
@@ -52,19 +70,20 @@ impl SessionRules {
     /// it (it then never reads its statements for rules).
     pub(super) fn start(
         state: &Arc<ProxyState>,
-        user: &str,
         schema: &str,
         client: Option<IpAddr>,
         peer: &str,
         mariadb: bool,
     ) -> Option<SessionRules> {
         let set = state.rules.load_full();
-        let who = Who {
-            user: Some(user),
-            schema: Some(schema),
+        // The user (COM_CHANGE_USER) and the schema (`USE`) may change in the session, so only
+        // the client's address may rule a session out for good.
+        let anyone = Who {
+            user: None,
+            schema: None,
             client,
         };
-        if !set.for_session(&who) {
+        if !set.for_session(&anyone) {
             return None;
         }
         Some(SessionRules {
@@ -100,56 +119,60 @@ impl SessionRules {
             cmd::STMT_PREPARE => Command::Prepare,
             _ => return None,
         };
-        let set = Arc::clone(&self.set);
-        let verdict = set.check(&self.who(user), kind, text);
+        // `USE shop; DELETE …` in one packet: the schema is unknown for its statements too.
         self.note_schema(command, text);
-        let Some((rule, statement)) = verdict else {
-            self.push(None);
-            return None;
-        };
+        // Its place among the session's statements, taken now, in order: a turn it waits for
+        // lands here, and this statement's completion gives it back.
+        let slot = self.slot();
+        let set = Arc::clone(&self.set);
+        let (rule, statement) = set.check(&self.who(user), kind, text)?;
         rule.hit();
         let c = &rule.config;
+        let said = Said {
+            rule: &c.name,
+            user,
+            statement: statement.as_deref(),
+            text,
+        };
         if let Some(message) = &c.error {
-            self.report(rule, user, statement.as_deref(), "error");
-            // Never sent: no answer of the server's stands for it, so it takes no turn.
-            self.push(None);
+            self.report(rule, &said, "error");
             return Some(KillRewrite::Now(signal_packet(REFUSED, "42000", message)));
         }
-        let mut sent = None;
-        let mut action = "log";
-        if let Some(limit) = c.timeout.filter(|_| kind == Command::Query) {
-            action = "timeout";
-            if self.mariadb {
-                sent = Some(with_statement_time(text, limit));
+        let timed = match c.timeout {
+            Some(limit) if kind == Command::Query && self.mariadb => {
+                Some(with_statement_time(text, limit))
             }
-        }
-        let Some(turns) = &rule.turns else {
-            self.report(rule, user, statement.as_deref(), action);
-            self.push(None);
-            return sent.map(KillRewrite::Now);
+            _ => None,
         };
-        self.report(rule, user, statement.as_deref(), "limited");
-        let packet = sent.unwrap_or_else(|| packet.to_vec());
-        let (turns, wait, queue) = (
-            Arc::clone(turns),
-            c.max_concurrency_wait,
-            Arc::clone(&self.turns),
+        let Some(turns) = &rule.turns else {
+            let action = if timed.is_some() {
+                "timeout"
+            } else {
+                "matched"
+            };
+            self.report(rule, &said, action);
+            return timed.map(KillRewrite::Now);
+        };
+        self.report(rule, &said, "queued");
+        let packet = timed.unwrap_or_else(|| packet.to_vec());
+        let (turns, wait) = (Arc::clone(turns), c.max_concurrency_wait);
+        let (limited, over) = (
+            self.counter(rule, "limited"),
+            self.counter(rule, "over_limit"),
         );
-        let over = self.counter(rule, "over_limit");
-        let name = c.name.clone();
+        let (name, peer) = (c.name.clone(), self.peer.clone());
         Some(KillRewrite::Later(Box::pin(async move {
             match tokio::time::timeout(wait, turns.acquire_owned()).await {
                 Ok(Ok(turn)) => {
-                    if let Ok(mut q) = queue.lock() {
-                        q.push_back(Some(turn));
+                    limited.inc();
+                    if let Ok(mut held) = slot.lock() {
+                        *held = Some(turn);
                     }
                     packet
                 }
                 _ => {
                     over.inc();
-                    if let Ok(mut q) = queue.lock() {
-                        q.push_back(None);
-                    }
+                    info!(rule = %name, client = %peer, "query rule refused a statement: no turn within max_concurrency_wait");
                     let why = format!("query rule {name}: no turn within max_concurrency");
                     signal_packet(OVER_LIMIT, "08004", &why)
                 }
@@ -161,17 +184,35 @@ impl SessionRules {
     /// refuses it, if one does (the other actions do not apply to a prepare run there).
     pub(super) fn refuses_prepare(&mut self, user: Option<&str>, text: &[u8]) -> Option<String> {
         let set = Arc::clone(&self.set);
-        let (rule, statement) = set.check(&self.who(user), Command::Prepare, text)?;
+        let Some((rule, statement)) = set.check(&self.who(user), Command::Prepare, text) else {
+            // Prepared on the server, it completes as a statement command: one place.
+            self.slot();
+            return None;
+        };
         rule.hit();
+        let said = Said {
+            rule: &rule.config.name,
+            user,
+            statement: statement.as_deref(),
+            text,
+        };
         let message = rule.config.error.clone();
-        let action = if message.is_some() { "error" } else { "log" };
-        self.report(rule, user, statement.as_deref(), action);
-        message.map(|m| format!("query rule {}: {m}", rule.config.name))
+        let action = if message.is_some() {
+            "error"
+        } else {
+            "matched"
+        };
+        self.report(rule, &said, action);
+        if message.is_none() {
+            self.slot();
+        }
+        // As long as the relayed refusal's, which SIGNAL cuts.
+        message.map(|m| m.chars().take(118).collect())
     }
 
     /// A command completed: a statement command gives back the turn it held.
     pub(super) fn completed(&mut self, c: &Completed) {
-        if c.command == cmd::INIT_DB {
+        if matches!(c.command, cmd::INIT_DB | cmd::CHANGE_USER) {
             self.schema_changed = true;
         }
         if matches!(c.command, cmd::QUERY | cmd::STMT_PREPARE) {
@@ -181,10 +222,13 @@ impl SessionRules {
         }
     }
 
-    fn push(&self, turn: Option<OwnedSemaphorePermit>) {
+    /// A new place at the back of the session's statements.
+    fn slot(&self) -> Slot {
+        let slot = Slot::default();
         if let Ok(mut q) = self.turns.lock() {
-            q.push_back(turn);
+            q.push_back(Arc::clone(&slot));
         }
+        slot
     }
 
     /// `USE db` anywhere in a query (read loosely: a word `use` at all) makes the schema
@@ -202,15 +246,26 @@ impl SessionRules {
             .with_label_values(&[rule.config.name.as_str(), action])
     }
 
-    fn report(&self, rule: &Rule, user: Option<&str>, statement: Option<&str>, action: &str) {
-        self.counter(rule, action).inc();
+    /// Counts the hit (`queued` is counted again as `limited` or `over_limit` once it has
+    /// its answer, so it is not a series of its own) and logs it when the rule logs or refuses.
+    fn report(&self, rule: &Rule, said: &Said<'_>, action: &str) {
+        if action != "queued" {
+            self.counter(rule, action).inc();
+        }
         if rule.config.log || action == "error" {
+            let statement = match said.statement {
+                Some(s) => s.to_owned(),
+                None if rule.has_text_condition() => {
+                    "(not followed: refused when unsure)".to_owned()
+                }
+                None => normalize(said.text, 1024),
+            };
             info!(
-                rule = %rule.config.name,
+                rule = %said.rule,
                 action,
-                user = user.unwrap_or("(changed)"),
+                user = said.user.unwrap_or("(changed)"),
                 client = %self.peer,
-                statement = statement.unwrap_or("(not followed: refused when unsure)"),
+                statement = %statement,
                 "query rule matched"
             );
         }

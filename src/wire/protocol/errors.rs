@@ -19,6 +19,8 @@ pub mod code {
     /// ER_OPTION_PREVENTS_STATEMENT: what a `read_only` server answers a write; a write that
     /// finds no primary to run on.
     pub const OPTION_PREVENTS_STATEMENT: u16 = 1290;
+    /// ER_NOT_ALLOWED_COMMAND: a statement a query rule refuses (as ProxySQL answers one).
+    pub const NOT_ALLOWED_COMMAND: u16 = 1148;
     /// ER_CANT_EXECUTE_IN_READ_ONLY_TRANSACTION: a command a session's replica may not take.
     pub const READ_ONLY_TRANSACTION: u16 = 1792;
 }
@@ -66,6 +68,7 @@ pub fn sqlstate_for(code: u16) -> &'static str {
             "08S01"
         }
         code::READ_ONLY_TRANSACTION => "25006",
+        code::NOT_ALLOWED_COMMAND => "42000",
         _ => "HY000",
     }
 }

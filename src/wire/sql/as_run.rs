@@ -80,36 +80,40 @@ fn statements(text: &[u8], reading: Reading) -> Option<Vec<Printed>> {
     // The kinds and texts of the statement's first tokens, to see `PREPARE s FROM '…'` and
     // `EXECUTE IMMEDIATE '…'`.
     let mut head: Vec<(TokenKind, Vec<u8>)> = Vec::new();
-    let mut finish = |printed: &mut Vec<u8>, head: &mut Vec<(TokenKind, Vec<u8>)>| {
-        let dynamic = dynamic_sql(head, reading);
-        head.clear();
-        match dynamic {
-            Dynamic::None => {}
-            Dynamic::Literal(inner) => {
-                all.push(Printed {
-                    printed: std::mem::take(printed),
-                    dynamic: Some(inner),
-                });
-                return Some(());
+    let mut count = 0usize;
+    let mut finish =
+        |printed: &mut Vec<u8>, head: &mut Vec<(TokenKind, Vec<u8>)>, count: &mut usize| {
+            let dynamic = dynamic_sql(head, *count, reading);
+            head.clear();
+            *count = 0;
+            match dynamic {
+                Dynamic::None => {}
+                Dynamic::Literal(inner) => {
+                    all.push(Printed {
+                        printed: std::mem::take(printed),
+                        dynamic: Some(inner),
+                    });
+                    return Some(());
+                }
+                Dynamic::Unknown => return None,
             }
-            Dynamic::Unknown => return None,
-        }
-        all.push(Printed {
-            printed: std::mem::take(printed),
-            dynamic: None,
-        });
-        Some(())
-    };
+            all.push(Printed {
+                printed: std::mem::take(printed),
+                dynamic: None,
+            });
+            Some(())
+        };
     for token in tokens_as(text, reading) {
         match token.kind {
             TokenKind::Unsure => return None,
             TokenKind::Hint | TokenKind::ExecutableComment => continue,
             TokenKind::Operator if token.text == b";" => {
-                finish(&mut printed, &mut head)?;
+                finish(&mut printed, &mut head, &mut count)?;
                 continue;
             }
             _ => {}
         }
+        count += 1;
         if head.len() < 5 {
             head.push((token.kind, token.text.to_vec()));
         }
@@ -126,7 +130,7 @@ fn statements(text: &[u8], reading: Reading) -> Option<Vec<Printed>> {
             _ => printed.extend_from_slice(token.text),
         }
     }
-    finish(&mut printed, &mut head)?;
+    finish(&mut printed, &mut head, &mut count)?;
     Some(all)
 }
 
@@ -136,28 +140,28 @@ enum Dynamic {
     Unknown,
 }
 
-/// `PREPARE name FROM <source>` or `EXECUTE IMMEDIATE <source>`: the literal source's text, or
-/// Unknown for any other source (a variable, an expression).
-fn dynamic_sql(head: &[(TokenKind, Vec<u8>)], reading: Reading) -> Dynamic {
+/// `PREPARE name FROM <source>` or `EXECUTE IMMEDIATE <source> [USING …]` (`count` tokens in
+/// all): the literal source's text, or Unknown for any other source (a variable, an
+/// expression).
+fn dynamic_sql(head: &[(TokenKind, Vec<u8>)], count: usize, reading: Reading) -> Dynamic {
     let word = |i: usize, w: &str| {
         head.get(i).is_some_and(|(k, t)| {
             matches!(k, TokenKind::Keyword | TokenKind::Identifier)
                 && t.eq_ignore_ascii_case(w.as_bytes())
         })
     };
-    let source = if word(0, "PREPARE") && word(2, "FROM") {
-        3
+    let (source, using) = if word(0, "PREPARE") && word(2, "FROM") {
+        (3, false)
     } else if word(0, "EXECUTE") && word(1, "IMMEDIATE") {
-        2
+        (2, word(3, "USING"))
     } else {
         return Dynamic::None;
     };
+    let whole = count == source + 1 || using;
     match head.get(source) {
-        Some((TokenKind::String, text)) if head.len() == source + 1 => {
-            Dynamic::Literal(unquote(text, reading))
-        }
+        Some((TokenKind::String, text)) if whole => Dynamic::Literal(unquote(text, reading)),
         // `"…"` under ANSI_QUOTES is a name, which the server refuses as a source.
-        Some((TokenKind::QuotedIdentifier, _)) if head.len() == source + 1 => Dynamic::None,
+        Some((TokenKind::QuotedIdentifier, _)) if whole => Dynamic::None,
         _ => Dynamic::Unknown,
     }
 }
@@ -280,6 +284,11 @@ mod tests {
                 "{variant}: {got:?}"
             );
         }
+        let with_using = run("EXECUTE IMMEDIATE 'DELETE FROM orders WHERE id = ?' USING 5");
+        assert!(
+            with_using.iter().any(|s| s.eq_ignore_ascii_case(&want)),
+            "{with_using:?}"
+        );
         assert_eq!(run("PREPARE s FROM @sql"), vec!["<unsure>"]);
         assert_eq!(
             run("EXECUTE IMMEDIATE CONCAT('DEL', 'ETE')"),
