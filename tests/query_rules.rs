@@ -30,6 +30,7 @@ fn rule(name: &str) -> QueryRule {
         max_concurrency: None,
         max_concurrency_wait: Duration::from_secs(5),
         log: false,
+        route: None,
     }
 }
 

@@ -1042,3 +1042,129 @@ async fn transactions_left_open_on_an_old_primary_begin_again_on_the_new_one() {
         "no write on the replica"
     );
 }
+
+/// Where the digest table saw statements whose text contains `marker`: (backend, count) rows.
+fn digest_backends(proxy: &TestProxy, marker: &str) -> Vec<(String, u64)> {
+    let (_, body) = proxy.admin_get("/queries?limit=10000");
+    let json: serde_json::Value = serde_json::from_str(&body).expect("JSON");
+    json["queries"]
+        .as_array()
+        .expect("rows")
+        .iter()
+        .filter(|r| r["text"].as_str().is_some_and(|t| t.contains(marker)))
+        .map(|r| {
+            (
+                r["backend"].as_str().unwrap_or_default().to_owned(),
+                r["count"].as_u64().unwrap_or(0),
+            )
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn query_rules_route_a_read_to_the_primary_and_a_known_pure_function_to_a_replica() {
+    let cluster = Cluster::start("rws-rules", 2).await;
+    cluster
+        .exec(
+            0,
+            "CREATE TABLE app.rt (id INT PRIMARY KEY, v INT) ENGINE=InnoDB; \
+             INSERT INTO app.rt VALUES (1, 1); \
+             CREATE FUNCTION app.pure_fn() RETURNS INT DETERMINISTIC NO SQL RETURN 7",
+        )
+        .await;
+    cluster.wait_caught_up().await;
+    let mut cfg = split_config(&cluster);
+    let rule = |name: &str, pattern: &str, route: mysql_lb::config::RuleRoute| {
+        mysql_lb::config::QueryRule {
+            name: name.into(),
+            digest: None,
+            digest_text: None,
+            pattern: Some(pattern.into()),
+            user: None,
+            schema: None,
+            client: None,
+            query: true,
+            prepare: true,
+            error: None,
+            timeout: None,
+            max_concurrency: None,
+            max_concurrency_wait: Duration::from_secs(5),
+            log: false,
+            route: Some(route),
+        }
+    };
+    use mysql_lb::config::RuleRoute::{Primary, Replica};
+    cfg.query_rules = vec![
+        rule("fresh", r"as fresh_read from", Primary),
+        rule("pure", r"pure_fn", Replica),
+        rule("no-write-on-replica", r"^insert into rt", Replica),
+    ];
+    let proxy = TestProxy::start_with(cfg);
+    wait_roles(&proxy, &cluster).await;
+    let primary = cluster.primary().tcp_addr();
+    // Six sessions of the user: its logins spread over the servers, so its key has connections
+    // on the replicas for reads to take.
+    let mut idle = Vec::new();
+    for _ in 0..5 {
+        idle.push(login(&proxy, APP_USER, APP_PASS).await);
+    }
+    let mut conn = login(&proxy, APP_USER, APP_PASS).await;
+    for i in 0..10 {
+        // A new literal each time: the digest is one, the text is not.
+        let _: Option<i64> = conn
+            .query_first(format!(
+                "SELECT v AS fresh_read FROM rt WHERE {i} = {i} AND id = 1"
+            ))
+            .await
+            .unwrap();
+        let _: Option<i64> = conn
+            .query_first(format!(
+                "SELECT v AS plain_read FROM rt WHERE {i} = {i} AND id = 1"
+            ))
+            .await
+            .unwrap();
+    }
+    // A function call pins its session (the proxy cannot see inside it): on the replica the
+    // rule sent it to, where its next calls run too.
+    let mut calls = login(&proxy, APP_USER, APP_PASS).await;
+    for _ in 0..10 {
+        let v: Option<i64> = calls.query_first("SELECT pure_fn() AS fnv").await.unwrap();
+        assert_eq!(v, Some(7));
+    }
+    calls.disconnect().await.unwrap();
+    // The writes after the reads: a session's reads right after its writes may wait for the
+    // replicas or take the primary (causal reads), which is not what this test looks at.
+    for i in 0..10 {
+        conn.query_drop(format!("INSERT INTO rt VALUES ({}, 0)", 100 + i))
+            .await
+            .unwrap();
+    }
+    conn.disconnect().await.unwrap();
+    for c in idle {
+        c.disconnect().await.unwrap();
+    }
+    let fresh = digest_backends(&proxy, "fresh_read");
+    assert!(
+        !fresh.is_empty() && fresh.iter().all(|(b, _)| *b == primary),
+        "{fresh:?}"
+    );
+    let plain = digest_backends(&proxy, "plain_read");
+    assert!(
+        plain.iter().any(|(b, _)| *b != primary),
+        "unruled reads reach replicas: {plain:?}"
+    );
+    let pure = digest_backends(&proxy, "pure_fn");
+    assert!(
+        !pure.is_empty() && pure.iter().all(|(b, _)| *b != primary),
+        "a routed function runs on replicas: {pure:?}"
+    );
+    let inserts = digest_backends(&proxy, "INSERT INTO rt");
+    assert!(inserts.iter().all(|(b, _)| *b == primary), "{inserts:?}");
+    assert_eq!(inserts.iter().map(|(_, n)| n).sum::<u64>(), 10);
+    cluster.wait_caught_up().await;
+    no_write_on_a_replica(&cluster);
+    let routed = proxy
+        .series("mysql_lb_query_rule_hits_total{action=\"route\",rule=\"fresh\"}")
+        .unwrap_or(0.0);
+    assert!(routed >= 10.0, "{routed}");
+}

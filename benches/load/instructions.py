@@ -17,7 +17,7 @@ are millions of instructions) cancel out.
     cargo build --release --bin mysql-lb --example pump
     python3 benches/load/instructions.py [--baseline OTHER_BINARY] [--events 4000]
         [--tests oltp_point_select,oltp_read_only] [--tls] [--digests] [--pooling] [--ps]
-        [--across] [--deferred] [--split] [--connects]
+        [--across] [--deferred] [--split] [--connects] [--rules N]
 
 --split counts what the read/write split (`pooling.read_write_split`) costs per query over the
 pool across backends it builds on: it adds "mysql-lb split" and implies --across, so the
@@ -35,6 +35,11 @@ entry. Its logins are placed by user, so the split connects deferred (`connect_m
 for a split pool) where "mysql-lb across" (loopback backends) connects immediately, and its
 transactions stay on one entry where "mysql-lb across" moves most of them between its three
 servers: the difference is the split's cost less what those moves cost.
+
+--rules N counts what query rules cost: "mysql-lb rules N" has N refusing rules, each on a
+digest text no sysbench statement has, and none narrowed by user or client, so every session
+reads every statement for them (held whole, read in every reading, matched against each rule)
+and none matches; a last line gives the difference to "mysql-lb" (no rules) per test.
 
 The runtime's parks: how often a worker parks between queries (its scheduler, timer wheel and
 I/O driver, `RUNTIME` below) depends on timing, which moves a path's count by several hundred
@@ -209,6 +214,9 @@ def main():
     ap.add_argument("--connects", action="store_true",
                     help="count per connection instead of per query: each sysbench event is a new "
                          "connection, its login and one SELECT 1 (benches/load/connect.lua)")
+    ap.add_argument("--rules", type=int, default=0,
+                    help="also mysql-lb with N query rules no statement matches (\"mysql-lb "
+                         "rules N\"): what reading every statement for rules costs")
     ap.add_argument("--keep", help="copy each callgrind file here (read with callgrind_annotate)")
     args = ap.parse_args()
     if args.split:
@@ -264,6 +272,12 @@ def main():
                                   "across_backends: true}\n")
         if args.deferred:
             configs[" deferred"] = "backend_tls: {mode: disabled}\nconnect_mode: deferred\n"
+        if args.rules:
+            rules = "".join(
+                "  - {name: r%d, digest_text: \"SELECT never_%d FROM nowhere WHERE id = ?\", "
+                "error: closed}\n" % (i, i) for i in range(args.rules))
+            configs[" rules %d" % args.rules] = ("backend_tls: {mode: disabled}\n"
+                                                 "query_rules:\n" + rules)
         # Each config's backends: the entries of its YAML file, and the addresses given to
         # --proxy-backend-addresses (None: the file's entries stand, as named there).
         pools = {}
@@ -290,7 +304,8 @@ def main():
             backend_args = ["--proxy-backend-addresses", ",".join(flag)] if flag else []
             for name, binary in (("mysql-lb", lb), ("baseline", args.baseline)):
                 # An older baseline may not know the `digests:` key.
-                if binary and not (name == "baseline" and ("digests" in body or "pooling" in body)):
+                if binary and not (name == "baseline" and ("digests" in body or "pooling" in body
+                                                   or "query_rules" in body)):
                     paths.append((name + suffix, lambda port, b=binary, cfg=cfg, ba=backend_args: [
                         b, "--config", cfg, "--proxy-address", "127.0.0.1:%d" % port] + ba + [
                         "--admin-address", "127.0.0.1:%d" % procs.free_port(),
@@ -315,6 +330,15 @@ def main():
             relay = next(p for t, n, p, o in rows if t == test and n == "bare relay")
             print("| %s | %s | %.0f | %.2f | %.0f |" % (
                 os.path.basename(test), name, per, per / relay, own))
+        if args.rules:
+            print()
+            for test in tests:
+                of = {n: (p, o) for t, n, p, o in rows if t == test}
+                (ruled, ruled_own), (plain, plain_own) = of["mysql-lb rules %d" % args.rules], of["mysql-lb"]
+                print("%s: mysql-lb rules %d - mysql-lb: %+.0f instructions per %s (%+.1f%%), "
+                      "%+.0f without the runtime's parks" % (
+                          os.path.basename(test), args.rules, ruled - plain, unit,
+                          100 * (ruled / plain - 1), ruled_own - plain_own))
         if args.split:
             # The split's own cost: its row less the pool across backends it builds on.
             print()

@@ -7,7 +7,13 @@ use mysql_lb::backends::rules::{Command, RuleSet, Who};
 use mysql_lb::config::QueryRule;
 use mysql_lb::wire::sql::{as_run, AsRun, Dialect};
 
-fn rules() -> RuleSet {
+/// Built once: compiling a pattern per input would be most of the work.
+fn rules() -> &'static RuleSet {
+    static RULES: std::sync::OnceLock<RuleSet> = std::sync::OnceLock::new();
+    RULES.get_or_init(build)
+}
+
+fn build() -> RuleSet {
     let base = QueryRule {
         name: "refuse".into(),
         digest: None,
@@ -23,6 +29,7 @@ fn rules() -> RuleSet {
         max_concurrency: None,
         max_concurrency_wait: std::time::Duration::ZERO,
         log: false,
+        route: None,
     };
     let pattern = QueryRule {
         name: "pattern".into(),

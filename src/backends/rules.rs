@@ -235,6 +235,7 @@ mod tests {
             max_concurrency: None,
             max_concurrency_wait: std::time::Duration::from_secs(1),
             log: false,
+            route: None,
         }
     }
 

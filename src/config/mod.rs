@@ -44,7 +44,7 @@ pub use lifecycle::LifecycleConfig;
 pub use pooling::{CausalReads, Pooling, PoolingMode, ReadsWithoutReplica};
 pub use pools::{ConnectMode, PoolConfig, RouteConfig};
 pub use proxy_protocol::ProxyProtocol;
-pub use rules::{compile as compile_rule_pattern, QueryRule};
+pub use rules::{compile as compile_rule_pattern, QueryRule, RuleRoute};
 pub use secret::Secret;
 pub use tls::{
     default_cipher_suites, BackendTls, BackendTlsMode, ClientTls, TlsVersion, CIPHER_SUITES,

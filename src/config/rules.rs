@@ -42,6 +42,18 @@ pub struct QueryRule {
     pub max_concurrency_wait: Duration,
     /// An audit line per match.
     pub log: bool,
+    /// Where the transaction it begins runs, in a pool with `read_write_split`.
+    pub route: Option<RuleRoute>,
+}
+
+/// `route:` of a rule.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RuleRoute {
+    /// On the primary, though a replica could take it (a read that must see the latest).
+    Primary,
+    /// On a replica, though the split cannot prove it a pure read (a stored function the
+    /// operator knows writes nothing); never a statement that writes in any reading.
+    Replica,
 }
 
 #[derive(Deserialize)]
@@ -63,6 +75,7 @@ pub(super) struct RawRule {
     max_concurrency_wait: Option<Duration>,
     #[serde(default)]
     log: bool,
+    route: Option<String>,
 }
 
 /// Reads and checks every rule; errors name `query_rules[i].key`.
@@ -150,14 +163,39 @@ impl RawRule {
                  client",
             ));
         }
+        let route = match self
+            .route
+            .as_deref()
+            .map(str::to_ascii_lowercase)
+            .as_deref()
+        {
+            None => None,
+            Some("primary") => Some(RuleRoute::Primary),
+            Some("replica") | Some("replicas") => Some(RuleRoute::Replica),
+            Some(other) => {
+                return Err(ConfigError::invalid(
+                    key("route"),
+                    format!(
+                        "`{other}`: route takes primary or replica (a named pool is not built)"
+                    ),
+                ))
+            }
+        };
+        if route.is_some() && self.error.is_some() {
+            return Err(ConfigError::invalid(
+                key("route"),
+                "a refused statement runs nowhere: route goes without error",
+            ));
+        }
         let acts = self.error.is_some()
             || self.timeout.is_some()
             || self.max_concurrency.is_some()
-            || self.log;
+            || self.log
+            || route.is_some();
         if !acts {
             return Err(ConfigError::invalid(
                 key("name"),
-                "the rule does nothing: give error, timeout, max_concurrency or log",
+                "the rule does nothing: give error, route, timeout, max_concurrency or log",
             ));
         }
         if self.error.is_some() && (self.timeout.is_some() || self.max_concurrency.is_some()) {
@@ -190,6 +228,7 @@ impl RawRule {
             max_concurrency: self.max_concurrency,
             max_concurrency_wait: self.max_concurrency_wait.unwrap_or(Duration::from_secs(5)),
             log: self.log,
+            route,
         })
     }
 }

@@ -86,7 +86,7 @@ fn rules(db: &Connection, state: &ProxyState) -> rusqlite::Result<()> {
     let set = state.rules.load_full();
     let mut rule = db.prepare(
         "INSERT INTO mysql_query_rules VALUES \
-         (?1, ?2, 1, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, NULL, ?11, ?12, ?13, 1)",
+         (?1, ?2, 1, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?14, ?11, ?12, ?13, 1)",
     )?;
     let mut stats = db.prepare("INSERT INTO stats_mysql_query_rules VALUES (?1, ?2, ?3, ?4)")?;
     for (i, r) in set.rules().iter().enumerate() {
@@ -111,6 +111,10 @@ fn rules(db: &Connection, state: &ProxyState) -> rusqlite::Result<()> {
             c.timeout.map(|t| t.as_millis() as i64),
             c.max_concurrency,
             c.log,
+            c.route.map(|r| match r {
+                crate::config::RuleRoute::Primary => "primary",
+                crate::config::RuleRoute::Replica => "replica",
+            }),
         ])?;
         let (hits, last) = r.hits();
         let clamp = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);

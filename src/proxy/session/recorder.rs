@@ -185,6 +185,12 @@ impl<'a> Recorder<'a> {
         }
     }
 
+    /// Where a query rule sends the transaction COM_QUERY `text` begins, if one does.
+    pub(super) fn rule_route(&mut self, text: &[u8]) -> Option<crate::config::RuleRoute> {
+        let user = self.user;
+        self.rules.as_mut()?.route(user, text)
+    }
+
     /// The pool of the session's backend.
     pub(super) fn pool(&self) -> &str {
         &self.backend.pool

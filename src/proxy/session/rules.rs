@@ -27,6 +27,7 @@ use tokio::sync::OwnedSemaphorePermit;
 use tracing::info;
 
 use crate::backends::rules::{Command, Rule, RuleSet, Who};
+use crate::config::RuleRoute;
 use crate::proxy::relay::KillRewrite;
 use crate::proxy::state::ProxyState;
 use crate::wire::protocol::response::{cmd, Completed};
@@ -208,6 +209,22 @@ impl SessionRules {
         }
         // As long as the relayed refusal's, which SIGNAL cuts.
         message.map(|m| m.chars().take(118).collect())
+    }
+
+    /// Where a rule sends the transaction a COM_QUERY of `text` begins (a split pool's
+    /// session asks before it takes a connection), if a rule with `route:` is the first match.
+    pub(super) fn route(&mut self, user: Option<&str>, text: &[u8]) -> Option<RuleRoute> {
+        let set = Arc::clone(&self.set);
+        let (rule, statement) = set.check(&self.who(user), Command::Query, text)?;
+        let route = rule.config.route?;
+        let said = Said {
+            rule: &rule.config.name,
+            user,
+            statement: statement.as_deref(),
+            text,
+        };
+        self.report(rule, &said, "route");
+        Some(route)
     }
 
     /// A command completed: a statement command gives back the turn it held.

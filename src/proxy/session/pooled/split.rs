@@ -20,7 +20,7 @@ use super::{client, Seat};
 use crate::backends::balancer::roles::Primary;
 use crate::backends::balancer::{Pool, Want};
 use crate::backends::pooling::PoolError;
-use crate::config::{CausalReads, ReadsWithoutReplica};
+use crate::config::{CausalReads, ReadsWithoutReplica, RuleRoute};
 use crate::net::leg::LegStream;
 use crate::proxy::session::{Context, SessionEnd};
 use crate::wire::protocol::cmd;
@@ -132,12 +132,17 @@ impl<'r> Seat<'_, 'r> {
         }
         if self.conn.is_some() && split.on_replica && !anywhere {
             let read = self.read_front(ctx, client, front).await?;
+            // A rule's `route: replica` keeps the command here (one read-only statement).
+            let routed_here = self
+                .rule_route(front, (Want::Primary, false))
+                .is_some_and(|(want, _)| want == Want::Replica);
             let holding = &self.observer.holding;
             let stays = match read {
                 Some(read) if holding.in_transaction() => read.may_continue,
                 Some(read) => read.target == Target::Replica,
                 None => false,
-            } || self.reads_diagnostics_here(front);
+            } || self.reads_diagnostics_here(front)
+                || routed_here;
             if stays {
                 return Ok(Before::Run);
             }
@@ -255,13 +260,33 @@ impl<'r> Seat<'_, 'r> {
         if front.is_none() && self.up.get(4) == Some(&cmd::PING) {
             return Ok((Want::Replica, false));
         }
-        Ok(match self.read_front(ctx, client, front).await? {
+        let read = match self.read_front(ctx, client, front).await? {
             Some(read) => match read.target {
                 Target::Replica | Target::ReadOnlyTransaction => (Want::Replica, false),
                 Target::Primary => (Want::Primary, read.may_write),
             },
             None => (Want::Primary, true),
-        })
+        };
+        Ok(self.rule_route(front, read).unwrap_or(read))
+    }
+
+    /// A query rule's `route:` for the COM_QUERY at the front (read whole by `read_front`,
+    /// which made `read` of it): the primary for anything (a read sent there still writes
+    /// nothing the session must wait for); a replica only for a text that writes in no reading.
+    fn rule_route(&mut self, front: Option<&Front>, read: (Want, bool)) -> Option<(Want, bool)> {
+        if front.is_some() || self.up.get(4) != Some(&cmd::QUERY) {
+            return None;
+        }
+        let len = crate::backends::pooling::command::payload_len(&self.up)?;
+        let text = self.up.get(5..4 + len)?;
+        match self.observer.inner.rule_route(text)? {
+            RuleRoute::Primary => Some((Want::Primary, read.1)),
+            // One statement read-only in every reading (a SELECT, whatever functions it calls):
+            // the operator vouches for the functions, the text for the rest.
+            RuleRoute::Replica => {
+                crate::wire::sql::read_only(text).then_some((Want::Replica, false))
+            }
+        }
     }
 
     /// What the split reads of the statement at the front (see [`front_text`]): read once per
