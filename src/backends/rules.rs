@@ -14,6 +14,7 @@
 //! rule can match never reads its statements for rules, so rules cost nothing there, and no
 //! rules at all cost nothing anywhere.
 
+use std::collections::HashMap;
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -22,7 +23,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use tokio::sync::Semaphore;
 
 use crate::config::{compile_rule_pattern, QueryRule};
-use crate::wire::sql::{as_run, digest, normalize, AsRun, Dialect};
+use crate::wire::sql::{as_run, digest, digest_folded, normalize, AsRun, Dialect};
 
 /// Bytes of a statement's text the rules read (a longer one is refused where a rule refuses:
 /// the tracker hands statements over whole up to this).
@@ -32,14 +33,25 @@ pub const MAX_RULE_TEXT: usize = 64 * 1024;
 #[derive(Debug, Default)]
 pub struct RuleSet {
     rules: Vec<Rule>,
+    /// Rules whose one text condition is `digest_text`, by its case-blind digest
+    /// (`digest_folded`): a statement finds its candidates with one hash look-up.
+    by_text: HashMap<u64, Vec<usize>>,
+    /// Rules whose one text condition is `digest`, by that digest.
+    by_digest: HashMap<u64, Vec<usize>>,
+    /// Every other rule (a pattern, several text conditions, none), in file order.
+    scanned: Vec<usize>,
+    /// Some rule has `max_concurrency` (sessions keep turns only then).
+    turns: bool,
+    /// Some rule has `schema:` (sessions follow their schema only then).
+    schemas: bool,
 }
 
 /// One compiled rule and its hits.
 #[derive(Debug)]
 pub struct Rule {
     pub config: QueryRule,
-    /// `digest_text`, normalized as the digest prints it.
-    text: Option<String>,
+    /// `digest_text`, printed as statements are, and its case-blind digest.
+    text: Option<(String, u64)>,
     pattern: Option<regex::Regex>,
     hits: AtomicU64,
     /// Unix seconds of the last hit (0: never).
@@ -70,10 +82,14 @@ impl RuleSet {
     /// Compiles `rules` (checked when the configuration was read: a pattern that no longer
     /// compiles is left without one, which only a changed regex crate could cause).
     pub fn new(rules: &[QueryRule]) -> RuleSet {
-        let rules = rules
+        let rules: Vec<Rule> = rules
             .iter()
             .map(|r| Rule {
-                text: r.digest_text.as_deref().map(as_run_text),
+                text: r.digest_text.as_deref().map(|t| {
+                    let printed = as_run_text(t);
+                    let folded = digest_folded(printed.as_bytes(), MAX_RULE_TEXT);
+                    (printed, folded)
+                }),
                 pattern: r
                     .pattern
                     .as_deref()
@@ -86,11 +102,34 @@ impl RuleSet {
                 config: r.clone(),
             })
             .collect();
-        RuleSet { rules }
+        let mut set = RuleSet {
+            turns: rules.iter().any(|r| r.turns.is_some()),
+            schemas: rules.iter().any(|r| r.config.schema.is_some()),
+            ..RuleSet::default()
+        };
+        for (i, r) in rules.iter().enumerate() {
+            match (&r.text, r.config.digest, &r.pattern) {
+                (Some((_, folded)), None, None) => set.by_text.entry(*folded).or_default().push(i),
+                (None, Some(d), None) => set.by_digest.entry(d).or_default().push(i),
+                _ => set.scanned.push(i),
+            }
+        }
+        set.rules = rules;
+        set
     }
 
     pub fn rules(&self) -> &[Rule] {
         &self.rules
+    }
+
+    /// Whether some rule limits concurrency.
+    pub fn has_turns(&self) -> bool {
+        self.turns
+    }
+
+    /// Whether some rule names a schema.
+    pub fn has_schemas(&self) -> bool {
+        self.schemas
     }
 
     /// Whether any rule may match a session of `who` (its schema not yet known to change).
@@ -106,42 +145,155 @@ impl RuleSet {
             .any(|r| r.config.error.is_some() && r.may_match(who))
     }
 
-    /// The first rule `text` (the payload of a `command`) matches, with the statement that
-    /// matched it as the server would run it (None: matched as unsure, or without a text
-    /// condition).
+    /// The first rule (in file order) `text` (the payload of a `command`) matches, with the
+    /// statement that matched it as the server would run it, normalized (None: matched as
+    /// unsure, without a text condition, or on a text read as it is).
     pub fn check(
         &self,
         who: &Who<'_>,
         command: Command,
         text: &[u8],
     ) -> Option<(&Rule, Option<String>)> {
-        let mut candidates = self
-            .rules
-            .iter()
-            .filter(|r| r.reads(command) && r.may_match(who))
-            .peekable();
-        candidates.peek()?;
-        let statements = if text.len() > MAX_RULE_TEXT {
-            AsRun::Unsure
-        } else {
-            as_run(text, Dialect::default(), MAX_RULE_TEXT)
+        let applies = |i: &usize| {
+            let r = &self.rules[*i];
+            r.reads(command) && r.may_match(who)
         };
-        for rule in candidates {
-            if !rule.has_text_condition() {
-                return Some((rule, None));
+        // A rule without a text condition matches whatever the text: the first such is the
+        // latest a match may be.
+        let mut first: Option<(usize, Option<String>)> = self
+            .scanned
+            .iter()
+            .find(|i| applies(i) && !self.rules[**i].has_text_condition())
+            .map(|&i| (i, None));
+        if self.rules.iter().all(|r| !r.has_text_condition()) {
+            return first.map(|(i, s)| (&self.rules[i], s));
+        }
+        let mut better =
+            |i: usize, statement: Option<String>, first: &mut Option<(usize, Option<String>)>| {
+                if first.as_ref().is_none_or(|(f, _)| i < *f) {
+                    *first = Some((i, statement));
+                }
+            };
+        match self.statements(text) {
+            Statements::Unsure => {
+                // When unsure, the first refusing rule that could match refuses.
+                let refusing = (0..self.rules.len()).find(|i| {
+                    applies(i)
+                        && self.rules[*i].config.error.is_some()
+                        && self.rules[*i].has_text_condition()
+                });
+                if let Some(i) = refusing {
+                    better(i, None, &mut first);
+                }
             }
-            match &statements {
-                AsRun::Unsure if rule.config.error.is_some() => return Some((rule, None)),
-                AsRun::Unsure => {}
-                AsRun::Statements(all) => {
-                    if let Some(s) = all.iter().find(|s| rule.matches_text(s)) {
-                        return Some((rule, Some(s.clone())));
-                    }
+            Statements::AsWritten => {
+                self.match_statement(text, None, &applies, &mut first, &mut better)
+            }
+            Statements::Run(all) => {
+                for s in all {
+                    self.match_statement(s.as_bytes(), Some(&s), &applies, &mut first, &mut better);
                 }
             }
         }
-        None
+        first.map(|(i, s)| (&self.rules[i], s))
     }
+
+    /// The rules with a text condition `statement` (one statement, as written or normalized)
+    /// matches: kept in `first` when earlier than what it holds.
+    fn match_statement(
+        &self,
+        statement: &[u8],
+        normalized: Option<&String>,
+        applies: &dyn Fn(&usize) -> bool,
+        first: &mut Option<(usize, Option<String>)>,
+        better: &mut dyn FnMut(usize, Option<String>, &mut Option<(usize, Option<String>)>),
+    ) {
+        let earlier = |i: usize, first: &Option<(usize, Option<String>)>| {
+            first.as_ref().is_none_or(|(f, _)| i < *f)
+        };
+        if !self.by_text.is_empty() {
+            let folded = digest_folded(statement, MAX_RULE_TEXT);
+            if let Some(i) = self
+                .by_text
+                .get(&folded)
+                .and_then(|is| is.iter().copied().find(applies))
+            {
+                if earlier(i, first) {
+                    better(i, normalized.cloned(), first);
+                }
+            }
+        }
+        if !self.by_digest.is_empty() {
+            let d = digest(statement, MAX_RULE_TEXT).0;
+            if let Some(i) = self
+                .by_digest
+                .get(&d)
+                .and_then(|is| is.iter().copied().find(applies))
+            {
+                if earlier(i, first) {
+                    better(i, normalized.cloned(), first);
+                }
+            }
+        }
+        let mut printed: Option<String> = normalized.cloned();
+        for &i in &self.scanned {
+            if !earlier(i, first) {
+                break;
+            }
+            let rule = &self.rules[i];
+            if !rule.has_text_condition() || !applies(&i) {
+                continue;
+            }
+            let text = printed.get_or_insert_with(|| normalize(statement, MAX_RULE_TEXT));
+            if rule.matches_text(text) {
+                let s = text.clone();
+                better(i, Some(s), first);
+                break;
+            }
+        }
+    }
+
+    /// What `text` may run, read no further than the rules need: a text whose every reading
+    /// is the same single statement as written (ASCII, no comment, quote of a name, escape,
+    /// `;`, variable or dynamic SQL) is matched as it is, without being printed again.
+    fn statements(&self, text: &[u8]) -> Statements {
+        if text.len() > MAX_RULE_TEXT {
+            return Statements::Unsure;
+        }
+        if as_written(text) {
+            return Statements::AsWritten;
+        }
+        match as_run(text, Dialect::default(), MAX_RULE_TEXT) {
+            AsRun::Statements(all) => Statements::Run(all),
+            AsRun::Unsure => Statements::Unsure,
+        }
+    }
+}
+
+enum Statements {
+    Unsure,
+    AsWritten,
+    Run(Vec<String>),
+}
+
+/// Whether every reading of `text` is the one statement it reads as written: no byte that
+/// makes readings differ (executable comments, `\`, `"`, multibyte characters), nothing that
+/// splits or nests statements (`;`, `PREPARE`, `EXECUTE`), no comment, quoted name or
+/// variable that the printing for rules changes.
+fn as_written(text: &[u8]) -> bool {
+    let plain = text.iter().all(|&b| {
+        b.is_ascii()
+            && !matches!(b, b'\\' | b'"' | b'`' | b';' | b'#' | b'@' | b'/' | b'-')
+            && b != 0
+    });
+    if !plain {
+        return false;
+    }
+    let first = text
+        .split(|b| b.is_ascii_whitespace() || *b == b'(')
+        .find(|w| !w.is_empty())
+        .unwrap_or_default();
+    !(first.eq_ignore_ascii_case(b"PREPARE") || first.eq_ignore_ascii_case(b"EXECUTE"))
 }
 
 /// A rule's `digest_text` printed as the statements it is compared with are (names
@@ -189,7 +341,7 @@ impl Rule {
     fn matches_text(&self, statement: &str) -> bool {
         self.text
             .as_ref()
-            .is_none_or(|t| t.eq_ignore_ascii_case(statement))
+            .is_none_or(|(t, _)| t.eq_ignore_ascii_case(statement))
             && self.pattern.as_ref().is_none_or(|p| p.is_match(statement))
             && self
                 .config
@@ -316,6 +468,51 @@ mod tests {
         );
         assert!(set.for_session(&from("10.9.9.9")));
         assert!(!set.for_session(&from("11.0.0.1")));
+    }
+
+    #[test]
+    fn a_text_read_as_written_matches_as_its_printed_readings_do() {
+        let mut by_text = rule("by-text");
+        by_text.digest_text = Some("SELECT c FROM sbtest1 WHERE id = ?".into());
+        let mut pattern = rule("pattern");
+        pattern.pattern = Some("^update sbtest".into());
+        let set = RuleSet::new(&[by_text, pattern]);
+        let hit = |t: &str| {
+            set.check(&ANYONE, Command::Query, t.as_bytes())
+                .map(|(r, _)| r.config.name.clone())
+        };
+        for (written, printed_again) in [
+            (
+                "SELECT c FROM sbtest1 WHERE id = 5",
+                "SELECT c FROM sbtest1 WHERE id = 5 /* x */",
+            ),
+            (
+                "select C from SBTEST1 where ID=77",
+                "select C from `SBTEST1` where ID=77",
+            ),
+            (
+                "UPDATE sbtest1 SET k = k + 1",
+                "UPDATE sbtest1 SET k = k + 1; SELECT 1",
+            ),
+            (
+                "SELECT c FROM sbtest2 WHERE id = 5",
+                "SELECT c FROM `sbtest2` WHERE id = 5",
+            ),
+        ] {
+            assert!(as_written(written.as_bytes()), "{written}");
+            assert!(!as_written(printed_again.as_bytes()), "{printed_again}");
+            assert_eq!(
+                hit(written),
+                hit(printed_again),
+                "{written} / {printed_again}"
+            );
+        }
+        assert_eq!(
+            hit("SELECT c FROM sbtest1 WHERE id = 5").as_deref(),
+            Some("by-text")
+        );
+        assert_eq!(hit("SELECT c FROM sbtest2 WHERE id = 5"), None);
+        assert!(!as_written(b"PREPARE s FROM 'x'") && !as_written(b"execute immediate 'x'"));
     }
 
     #[test]

@@ -232,18 +232,21 @@ impl SessionRules {
         if matches!(c.command, cmd::INIT_DB | cmd::CHANGE_USER) {
             self.schema_changed = true;
         }
-        if matches!(c.command, cmd::QUERY | cmd::STMT_PREPARE) {
+        if self.set.has_turns() && matches!(c.command, cmd::QUERY | cmd::STMT_PREPARE) {
             if let Ok(mut q) = self.turns.lock() {
                 q.pop_front();
             }
         }
     }
 
-    /// A new place at the back of the session's statements.
+    /// A new place at the back of the session's statements (kept only when some rule limits
+    /// concurrency: otherwise no statement ever holds a turn).
     fn slot(&self) -> Slot {
         let slot = Slot::default();
-        if let Ok(mut q) = self.turns.lock() {
-            q.push_back(Arc::clone(&slot));
+        if self.set.has_turns() {
+            if let Ok(mut q) = self.turns.lock() {
+                q.push_back(Arc::clone(&slot));
+            }
         }
         slot
     }
@@ -251,7 +254,10 @@ impl SessionRules {
     /// `USE db` anywhere in a query (read loosely: a word `use` at all) makes the schema
     /// unknown from now on.
     fn note_schema(&mut self, command: u8, text: &[u8]) {
-        if command == cmd::QUERY && text.windows(3).any(|w| w.eq_ignore_ascii_case(b"use")) {
+        if self.set.has_schemas()
+            && command == cmd::QUERY
+            && text.windows(3).any(|w| w.eq_ignore_ascii_case(b"use"))
+        {
             self.schema_changed = true;
         }
     }

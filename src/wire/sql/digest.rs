@@ -113,6 +113,32 @@ pub fn normalize(text: &[u8], max_len: usize) -> String {
     out
 }
 
+/// The digest of the normalized form of `text` with its ASCII letters lower-cased: equal for
+/// two texts that normalize alike but for the case of their letters (query rules compare
+/// statements case-blind), without allocating.
+pub fn digest_folded(text: &[u8], max_len: usize) -> u64 {
+    let mut sink = Folded(Hasher::new());
+    print(text, max_len, &mut sink);
+    sink.0.finish()
+}
+
+/// A hashing sink that lower-cases every piece.
+struct Folded(Hasher);
+
+impl Sink for Folded {
+    fn put(&mut self, s: &str) {
+        self.0.put_lower(s);
+    }
+
+    fn put_lower(&mut self, s: &str) {
+        self.0.put_lower(s);
+    }
+
+    fn put_ascii(&mut self, bytes: &[u8], _lower: bool) -> bool {
+        self.0.put_ascii(bytes, true)
+    }
+}
+
 /// Where the printed pieces go.
 trait Sink {
     fn put(&mut self, s: &str);

@@ -100,7 +100,8 @@ mod token;
 pub use as_run::{as_run, AsRun};
 pub use classify::{classify, classify_as, read_only, reads_diagnostics, Statement};
 pub use digest::{
-    digest, digest_cached, digest_remembered, normalize, Digest, DigestCache, RecentShapes,
+    digest, digest_cached, digest_folded, digest_remembered, normalize, Digest, DigestCache,
+    RecentShapes,
 };
 pub use reading::{readings, Comments, Dialect, Multibyte, Reading, Server, MAX_READINGS};
 pub use retry::retryable_read;
