@@ -12,6 +12,8 @@ mod gtid_pos_checks;
 mod pooled_front_checks;
 #[path = "../fuzz/src/proxy_in.rs"]
 mod proxy_in_checks;
+#[path = "../fuzz/src/query_rules.rs"]
+mod query_rules_checks;
 #[path = "../fuzz/src/sql_digest.rs"]
 mod sql_digest_checks;
 #[path = "../fuzz/src/tls_records.rs"]
@@ -1194,7 +1196,7 @@ proptest! {
 #[test]
 fn fuzz_seeds_and_crash_reproducers_pass_the_checks() {
     type Check = fn(&[u8]);
-    let targets: [(&str, Check); 10] = [
+    let targets: [(&str, Check); 11] = [
         ("codec", checks::codec),
         ("compress", checks::compress),
         ("greeting", checks::greeting),
@@ -1205,6 +1207,7 @@ fn fuzz_seeds_and_crash_reproducers_pass_the_checks() {
         ("pooled_front", pooled_front_checks::pooled_front),
         ("tls_records", tls_records_checks::tls_records),
         ("gtid_pos", gtid_pos_checks::gtid_pos),
+        ("query_rules", query_rules_checks::query_rules),
     ];
     let mut failed = Vec::new();
     for (target, check) in targets {
@@ -1310,5 +1313,16 @@ proptest! {
         cut in 0usize..16,
     ) {
         gtid_pos_checks::gtid_pos(&mutated(&seeds("gtid_pos"), pick, &edits, cut));
+    }
+
+    /// Query rules' check (one answer per text, a refusal kept after another statement, no
+    /// empty statement) on mutated seeds: comments, escapes, dynamic SQL, unfollowable texts.
+    #[test]
+    fn query_rules_check_holds_for_mutated_seeds(
+        pick in any::<usize>(),
+        edits in vec((any::<usize>(), any::<u8>()), 0..4),
+        cut in 0usize..16,
+    ) {
+        query_rules_checks::query_rules(&mutated(&seeds("query_rules"), pick, &edits, cut));
     }
 }

@@ -38,8 +38,9 @@ servers: the difference is the split's cost less what those moves cost.
 
 --rules N counts what query rules cost: "mysql-lb rules N" has N refusing rules, each on a
 digest text no sysbench statement has, and none narrowed by user or client, so every session
-reads every statement for them (held whole, read in every reading, matched against each rule)
-and none matches; a last line gives the difference to "mysql-lb" (no rules) per test.
+reads every statement for them (held whole until it is, its case-blind digest looked up among
+the rules' texts; a text whose readings differ is printed per reading first) and none matches;
+a last line gives the difference to "mysql-lb" (no rules) per test.
 
 The runtime's parks: how often a worker parks between queries (its scheduler, timer wheel and
 I/O driver, `RUNTIME` below) depends on timing, which moves a path's count by several hundred

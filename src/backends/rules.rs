@@ -44,6 +44,8 @@ pub struct RuleSet {
     turns: bool,
     /// Some rule has `schema:` (sessions follow their schema only then).
     schemas: bool,
+    /// Some rule reads the statement's text.
+    texts: bool,
 }
 
 /// One compiled rule and its hits.
@@ -105,6 +107,7 @@ impl RuleSet {
         let mut set = RuleSet {
             turns: rules.iter().any(|r| r.turns.is_some()),
             schemas: rules.iter().any(|r| r.config.schema.is_some()),
+            texts: rules.iter().any(Rule::has_text_condition),
             ..RuleSet::default()
         };
         for (i, r) in rules.iter().enumerate() {
@@ -160,84 +163,61 @@ impl RuleSet {
         };
         // A rule without a text condition matches whatever the text: the first such is the
         // latest a match may be.
-        let mut first: Option<(usize, Option<String>)> = self
-            .scanned
-            .iter()
-            .find(|i| applies(i) && !self.rules[**i].has_text_condition())
-            .map(|&i| (i, None));
-        if self.rules.iter().all(|r| !r.has_text_condition()) {
-            return first.map(|(i, s)| (&self.rules[i], s));
-        }
-        let mut better =
-            |i: usize, statement: Option<String>, first: &mut Option<(usize, Option<String>)>| {
-                if first.as_ref().is_none_or(|(f, _)| i < *f) {
-                    *first = Some((i, statement));
+        let mut earliest = Earliest(
+            self.scanned
+                .iter()
+                .find(|i| applies(i) && !self.rules[**i].has_text_condition())
+                .map(|&i| (i, None)),
+        );
+        if self.texts {
+            match self.statements(text) {
+                Statements::Unsure => {
+                    // When unsure, the first refusing rule that could match refuses.
+                    let refusing = (0..self.rules.len()).find(|i| {
+                        let r = &self.rules[*i];
+                        applies(i) && r.config.error.is_some() && r.has_text_condition()
+                    });
+                    if let Some(i) = refusing {
+                        earliest.offer(i, None);
+                    }
                 }
-            };
-        match self.statements(text) {
-            Statements::Unsure => {
-                // When unsure, the first refusing rule that could match refuses.
-                let refusing = (0..self.rules.len()).find(|i| {
-                    applies(i)
-                        && self.rules[*i].config.error.is_some()
-                        && self.rules[*i].has_text_condition()
-                });
-                if let Some(i) = refusing {
-                    better(i, None, &mut first);
-                }
-            }
-            Statements::AsWritten => {
-                self.match_statement(text, None, &applies, &mut first, &mut better)
-            }
-            Statements::Run(all) => {
-                for s in all {
-                    self.match_statement(s.as_bytes(), Some(&s), &applies, &mut first, &mut better);
+                Statements::AsWritten => self.match_statement(text, None, &applies, &mut earliest),
+                Statements::Run(all) => {
+                    for s in &all {
+                        self.match_statement(s.as_bytes(), Some(s), &applies, &mut earliest);
+                    }
                 }
             }
         }
-        first.map(|(i, s)| (&self.rules[i], s))
+        earliest.0.map(|(i, s)| (&self.rules[i], s))
     }
 
-    /// The rules with a text condition `statement` (one statement, as written or normalized)
-    /// matches: kept in `first` when earlier than what it holds.
+    /// The earliest rule with a text condition that `statement` (one statement, as written,
+    /// or `normalized`) matches, offered to `earliest`.
     fn match_statement(
         &self,
         statement: &[u8],
         normalized: Option<&String>,
         applies: &dyn Fn(&usize) -> bool,
-        first: &mut Option<(usize, Option<String>)>,
-        better: &mut dyn FnMut(usize, Option<String>, &mut Option<(usize, Option<String>)>),
+        earliest: &mut Earliest,
     ) {
-        let earlier = |i: usize, first: &Option<(usize, Option<String>)>| {
-            first.as_ref().is_none_or(|(f, _)| i < *f)
-        };
         if !self.by_text.is_empty() {
             let folded = digest_folded(statement, MAX_RULE_TEXT);
-            if let Some(i) = self
-                .by_text
-                .get(&folded)
-                .and_then(|is| is.iter().copied().find(applies))
-            {
-                if earlier(i, first) {
-                    better(i, normalized.cloned(), first);
-                }
+            let found = self.by_text.get(&folded);
+            if let Some(i) = found.and_then(|is| is.iter().copied().find(applies)) {
+                earliest.offer(i, normalized.cloned());
             }
         }
         if !self.by_digest.is_empty() {
             let d = digest(statement, MAX_RULE_TEXT).0;
-            if let Some(i) = self
-                .by_digest
-                .get(&d)
-                .and_then(|is| is.iter().copied().find(applies))
-            {
-                if earlier(i, first) {
-                    better(i, normalized.cloned(), first);
-                }
+            let found = self.by_digest.get(&d);
+            if let Some(i) = found.and_then(|is| is.iter().copied().find(applies)) {
+                earliest.offer(i, normalized.cloned());
             }
         }
         let mut printed: Option<String> = normalized.cloned();
         for &i in &self.scanned {
-            if !earlier(i, first) {
+            if !earliest.before(i) {
                 break;
             }
             let rule = &self.rules[i];
@@ -246,8 +226,7 @@ impl RuleSet {
             }
             let text = printed.get_or_insert_with(|| normalize(statement, MAX_RULE_TEXT));
             if rule.matches_text(text) {
-                let s = text.clone();
-                better(i, Some(s), first);
+                earliest.offer(i, Some(text.clone()));
                 break;
             }
         }
@@ -266,6 +245,22 @@ impl RuleSet {
         match as_run(text, Dialect::default(), MAX_RULE_TEXT) {
             AsRun::Statements(all) => Statements::Run(all),
             AsRun::Unsure => Statements::Unsure,
+        }
+    }
+}
+
+/// The earliest rule found so far, by its place in the file, and the statement it matched.
+struct Earliest(Option<(usize, Option<String>)>);
+
+impl Earliest {
+    /// Whether rule `i` would come before the one held.
+    fn before(&self, i: usize) -> bool {
+        self.0.as_ref().is_none_or(|(held, _)| i < *held)
+    }
+
+    fn offer(&mut self, i: usize, statement: Option<String>) {
+        if self.before(i) {
+            self.0 = Some((i, statement));
         }
     }
 }

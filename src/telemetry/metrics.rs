@@ -370,10 +370,12 @@ impl Metrics {
             .expect("valid metric"),
             query_rule_hits: int_counter_vec(
                 "query_rule_hits_total",
-                "Statements a query rule matched, by rule and action: error (refused, never \
-                 sent), timeout (sent with the rule's max_statement_time), limited (ran within \
-                 max_concurrency), over_limit (refused: no turn within max_concurrency_wait), \
-                 log (an audit line only).",
+                "Statements a query rule matched, by rule and what was done: error (refused, \
+                 never sent), timeout (sent with the rule's max_statement_time, MariaDB), \
+                 limited (ran with one of max_concurrency's turns), over_limit (refused: no \
+                 turn within max_concurrency_wait), route (a split sent its transaction where \
+                 the rule says), matched (nothing applied: a rule that only logs, or a timeout \
+                 on a server that is not MariaDB).",
                 &["rule", "action"],
             ),
             peer_requests: int_counter_vec(

@@ -127,8 +127,12 @@ impl SessionRules {
         let slot = self.slot();
         let set = Arc::clone(&self.set);
         let (rule, statement) = set.check(&self.who(user), kind, text)?;
-        rule.hit();
         let c = &rule.config;
+        if c.route.is_some() && c.timeout.is_none() && rule.turns.is_none() {
+            // Counted where the split read it (`route`); elsewhere a route does nothing.
+            return None;
+        }
+        rule.hit();
         let said = Said {
             rule: &c.name,
             user,
@@ -217,6 +221,7 @@ impl SessionRules {
         let set = Arc::clone(&self.set);
         let (rule, statement) = set.check(&self.who(user), Command::Query, text)?;
         let route = rule.config.route?;
+        rule.hit();
         let said = Said {
             rule: &rule.config.name,
             user,
@@ -278,9 +283,6 @@ impl SessionRules {
         if rule.config.log || action == "error" {
             let statement = match said.statement {
                 Some(s) => s.to_owned(),
-                None if rule.has_text_condition() => {
-                    "(not followed: refused when unsure)".to_owned()
-                }
                 None => normalize(said.text, 1024),
             };
             info!(

@@ -117,9 +117,48 @@ pub fn normalize(text: &[u8], max_len: usize) -> String {
 /// two texts that normalize alike but for the case of their letters (query rules compare
 /// statements case-blind), without allocating.
 pub fn digest_folded(text: &[u8], max_len: usize) -> u64 {
+    let text = text.get(..max_len).unwrap_or(text);
+    let mut fast_sink = Folded(Hasher::new());
+    if fast::print(text, &mut fast_sink).is_ok() {
+        return fast_sink.0.finish();
+    }
+    folded_by_printer(text)
+}
+
+/// [`digest_folded`] by the general printer alone (the fast path prints the same bytes).
+fn folded_by_printer(text: &[u8]) -> u64 {
     let mut sink = Folded(Hasher::new());
-    print(text, max_len, &mut sink);
+    print(text, text.len(), &mut sink);
     sink.0.finish()
+}
+
+/// `w` with every ASCII capital among its bytes lower-cased, all eight at once: a byte from
+/// `A` to `Z` has 0x20 set, every other byte is left as it is.
+#[inline]
+fn lower_word(w: u64) -> u64 {
+    const LOW7: u64 = 0x7f7f_7f7f_7f7f_7f7f;
+    const HIGH: u64 = 0x8080_8080_8080_8080;
+    let seven = w & LOW7;
+    // Per byte, no carry out of it (at most 0x7f + 0x3f): the high bit says `>= 'A'`, and
+    // `> 'Z'` on the second line.
+    let from_a = seven + 0x3f3f_3f3f_3f3f_3f3f;
+    let past_z = seven + 0x2525_2525_2525_2525;
+    let capitals = from_a & !past_z & !w & HIGH;
+    w | (capitals >> 2)
+}
+
+impl fast::Out for Folded {
+    #[inline]
+    fn word(&mut self, w: u64, n: usize) {
+        Hasher::word(&mut self.0, lower_word(w), n);
+    }
+
+    #[inline]
+    fn bytes(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.0.byte(b.to_ascii_lowercase());
+        }
+    }
 }
 
 /// A hashing sink that lower-cases every piece.

@@ -613,3 +613,46 @@ fn recent_shapes_hit_on_sysbench() {
         .get(b"SELECT c FROM sbtest1 WHERE id=17", 1024)
         .is_some());
 }
+
+#[test]
+fn the_folded_digest_is_case_blind_and_the_same_by_either_printer() {
+    for (a, b) in [
+        (
+            "SELECT c FROM sbtest1 WHERE id=5",
+            "select C from SBTEST1 where ID = 77",
+        ),
+        (
+            "UPDATE t SET Zed = 'X' WHERE id IN (1,2,3)",
+            "update T set zED = 'y' where ID in (4, 5)",
+        ),
+        (
+            "select `Weird Name` from t /* c */",
+            "SELECT `weird name` FROM T",
+        ),
+    ] {
+        assert_eq!(
+            digest_folded(a.as_bytes(), 1024),
+            digest_folded(b.as_bytes(), 1024),
+            "{a} / {b}"
+        );
+        assert_eq!(
+            digest_folded(a.as_bytes(), 1024),
+            super::folded_by_printer(a.as_bytes()),
+            "{a}"
+        );
+        assert_eq!(
+            digest_folded(a.as_bytes(), 1024),
+            digest_folded(normalize(a.as_bytes(), 1024).as_bytes(), 1024),
+            "{a}: the folded digest of its normalized text"
+        );
+    }
+    assert_ne!(
+        digest_folded(b"SELECT c FROM sbtest1", 1024),
+        digest_folded(b"SELECT c FROM sbtest2", 1024)
+    );
+    for w in [0u64, u64::MAX, 0x4142_5A5B_6061_7A40, 0xC1DA_4140_5A00_7F80] {
+        let mut want = w.to_le_bytes();
+        want.iter_mut().for_each(|b| *b = b.to_ascii_lowercase());
+        assert_eq!(super::lower_word(w), u64::from_le_bytes(want), "{w:#x}");
+    }
+}
