@@ -390,3 +390,78 @@ async fn a_schema_rule_follows_use_and_a_text_copied_from_queries_matches() {
     assert_eq!(code(&e), 1148, "{e}");
     c.disconnect().await.unwrap();
 }
+
+/// sysbench `oltp_point_select` (text protocol) through a proxy at `port`: its report.
+fn sysbench(port: u16, action: &str) -> std::process::Output {
+    std::process::Command::new(common::sysbench::binary())
+        .arg("oltp_point_select")
+        .args([
+            "--db-driver=mysql",
+            "--mysql-host=127.0.0.1",
+            &format!("--mysql-port={port}"),
+            &format!("--mysql-user={BENCH_USER}"),
+            &format!("--mysql-password={BENCH_PASS}"),
+            "--mysql-db=sbtest_rules",
+            "--tables=1",
+            "--table-size=1000",
+            "--threads=8",
+            "--time=4",
+            "--db-ps-mode=disable",
+            "--mysql-ignore-errors=none",
+            action,
+        ])
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("run sysbench")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn max_concurrency_under_sysbench_runs_every_statement_and_gives_every_turn_back() {
+    let db = &shared_pair()[1];
+    db.root_exec(
+        "CREATE DATABASE IF NOT EXISTS sbtest_rules; GRANT ALL ON sbtest_rules.* TO 'bench'@'%'",
+    );
+    let mut limit = rule("point-selects");
+    limit.pattern = Some(r"^select c from sbtest1 where id".into());
+    limit.max_concurrency = Some(2);
+    limit.max_concurrency_wait = Duration::from_secs(5);
+    let proxy = TestProxy::start_with(one_backend(db, vec![limit], PoolingMode::Session));
+    let port = proxy.addr.port();
+    let _ = sysbench(port, "cleanup");
+    let prepared = sysbench(port, "prepare");
+    assert!(
+        prepared.status.success(),
+        "{}",
+        String::from_utf8_lossy(&prepared.stderr)
+    );
+    let run = sysbench(port, "run");
+    let report = String::from_utf8_lossy(&run.stdout).into_owned();
+    assert!(
+        run.status.success(),
+        "sysbench failed: {report}{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    let queries = common::sysbench::field(&report, "read:");
+    let errors = common::sysbench::field(&report, "ignored errors:");
+    assert_eq!(errors, 0.0, "{report}");
+    assert!(queries >= 200.0, "{report}");
+    let limited = proxy
+        .series("mysql_lb_query_rule_hits_total{action=\"limited\",rule=\"point-selects\"}")
+        .unwrap_or(0.0);
+    let over = proxy
+        .series("mysql_lb_query_rule_hits_total{action=\"over_limit\",rule=\"point-selects\"}")
+        .unwrap_or(0.0);
+    eprintln!(
+        "sysbench: {queries} point selects, {limited} ran with a turn, {over} over the limit"
+    );
+    assert!(
+        limited >= queries,
+        "every point select ran with a turn: {limited} < {queries}"
+    );
+    assert_eq!(over, 0.0, "none waited past max_concurrency_wait");
+    // Every turn came back: with the sessions gone, both are free.
+    let turns = proxy.state.rules.load_full();
+    let sem = turns.rules()[0].turns.as_ref().expect("turns");
+    common::wait_until("both turns back", || sem.available_permits() == 2);
+    let _ = sysbench(port, "cleanup");
+}

@@ -33,7 +33,10 @@ pub fn parse(payload: &[u8]) -> Option<KillRequest> {
     let start = statement_start(body).ok()?;
     // The first word is `KILL` or this is no KILL: most statements stop here, before their
     // words are split (a session whose every statement is read comes here for each).
-    if !start.get(..4).is_some_and(|w| w.eq_ignore_ascii_case(b"KILL")) {
+    if !start
+        .get(..4)
+        .is_some_and(|w| w.eq_ignore_ascii_case(b"KILL"))
+    {
         return None;
     }
     let sql = std::str::from_utf8(start).ok()?;
