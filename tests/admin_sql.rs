@@ -523,3 +523,52 @@ async fn pause_holds_new_transactions_until_resume_and_lets_running_ones_end() {
     assert!(e.to_string().contains("no pool named"), "{e}");
     admin.disconnect().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_works_as_on_the_client_leg_and_is_required_when_the_client_leg_requires_it() {
+    let pair = shared_pair();
+    let c = common::tls_server::certs();
+    let mut cfg = with_admin(
+        pair,
+        AdminCredential::Native(native_hash(&pair[0], ADMIN_PASS)),
+    );
+    cfg.tls = Some(mysql_lb::config::ClientTls {
+        cert: c.server.cert.clone(),
+        key: c.server.key.clone(),
+        ca: None,
+        verify_client: false,
+        min_version: mysql_lb::config::TlsVersion::V1_2,
+        require: true,
+        cipher_suites: mysql_lb::config::default_cipher_suites(),
+    });
+    let proxy = TestProxy::start_with(cfg);
+    let addr = admin_addr(&proxy).to_string();
+    let ssl = mysql_async::SslOpts::default()
+        .with_root_certs(vec![c.ca.clone().into()])
+        .with_disable_built_in_roots(true);
+    let opts =
+        mysql_async::OptsBuilder::from_opts(tcp_opts(&addr, ADMIN, ADMIN_PASS)).ssl_opts(ssl);
+    let mut admin = mysql_async::Conn::new(opts)
+        .await
+        .expect("admin login over TLS");
+    let n: Option<i64> = admin
+        .query_first("SELECT count(*) FROM backends")
+        .await
+        .unwrap();
+    assert_eq!(n, Some(2));
+    // A wrong password over TLS is refused as in clear.
+    admin.disconnect().await.unwrap();
+    let ssl = mysql_async::SslOpts::default()
+        .with_root_certs(vec![c.ca.clone().into()])
+        .with_disable_built_in_roots(true);
+    let wrong = mysql_async::OptsBuilder::from_opts(tcp_opts(&addr, ADMIN, "nope")).ssl_opts(ssl);
+    let e = mysql_async::Conn::new(wrong)
+        .await
+        .expect_err("wrong password over TLS");
+    assert!(e.to_string().contains("1045"), "{e}");
+    // In clear: refused before any login, as the client leg refuses one.
+    let e = mysql_async::Conn::new(tcp_opts(&addr, ADMIN, ADMIN_PASS))
+        .await
+        .expect_err("plaintext under tls.require");
+    assert!(e.to_string().contains("3159"), "{e}");
+}

@@ -296,7 +296,7 @@ async fn max_concurrency_holds_the_rest_back_and_refuses_past_its_wait() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_sessions_rules_follow_its_user_and_client_and_cost_it_nothing_otherwise() {
+async fn rules_for_another_user_or_network_never_match() {
     let db = &shared_pair()[0];
     let mut only_other = rule("other-user");
     only_other.user = Some("nobody-here".into());
