@@ -15,23 +15,7 @@ use mysql_async::prelude::*;
 use mysql_lb::config::{Config, PoolingMode, QueryRule};
 
 fn rule(name: &str) -> QueryRule {
-    QueryRule {
-        name: name.into(),
-        digest: None,
-        digest_text: None,
-        pattern: None,
-        user: None,
-        schema: None,
-        client: None,
-        query: true,
-        prepare: true,
-        error: None,
-        timeout: None,
-        max_concurrency: None,
-        max_concurrency_wait: Duration::from_secs(5),
-        log: false,
-        route: None,
-    }
+    QueryRule::named(name)
 }
 
 fn one_backend(db: &MariaDb, rules: Vec<QueryRule>, mode: PoolingMode) -> Config {

@@ -1076,21 +1076,9 @@ async fn query_rules_route_a_read_to_the_primary_and_a_known_pure_function_to_a_
     let mut cfg = split_config(&cluster);
     let rule = |name: &str, pattern: &str, route: mysql_lb::config::RuleRoute| {
         mysql_lb::config::QueryRule {
-            name: name.into(),
-            digest: None,
-            digest_text: None,
             pattern: Some(pattern.into()),
-            user: None,
-            schema: None,
-            client: None,
-            query: true,
-            prepare: true,
-            error: None,
-            timeout: None,
-            max_concurrency: None,
-            max_concurrency_wait: Duration::from_secs(5),
-            log: false,
             route: Some(route),
+            ..mysql_lb::config::QueryRule::named(name)
         }
     };
     use mysql_lb::config::RuleRoute::{Primary, Replica};

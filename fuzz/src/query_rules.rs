@@ -15,21 +15,10 @@ fn rules() -> &'static RuleSet {
 
 fn build() -> RuleSet {
     let base = QueryRule {
-        name: "refuse".into(),
-        digest: None,
         digest_text: Some("DELETE FROM t WHERE id = ?".into()),
-        pattern: None,
-        user: None,
-        schema: None,
-        client: None,
-        query: true,
-        prepare: true,
         error: Some("no".into()),
-        timeout: None,
-        max_concurrency: None,
         max_concurrency_wait: std::time::Duration::ZERO,
-        log: false,
-        route: None,
+        ..QueryRule::named("refuse")
     };
     let pattern = QueryRule {
         name: "pattern".into(),

@@ -368,21 +368,8 @@ mod tests {
 
     fn rule(name: &str) -> QueryRule {
         QueryRule {
-            name: name.into(),
-            digest: None,
-            digest_text: None,
-            pattern: None,
-            user: None,
-            schema: None,
-            client: None,
-            query: true,
-            prepare: true,
             error: Some("no".into()),
-            timeout: None,
-            max_concurrency: None,
-            max_concurrency_wait: std::time::Duration::from_secs(1),
-            log: false,
-            route: None,
+            ..QueryRule::named(name)
         }
     }
 

@@ -46,6 +46,30 @@ pub struct QueryRule {
     pub route: Option<RuleRoute>,
 }
 
+impl QueryRule {
+    /// A rule named `name` that matches nothing and does nothing yet: both commands read,
+    /// the default wait for a turn. Callers set what it matches and does (tests, benchmarks).
+    pub fn named(name: &str) -> QueryRule {
+        QueryRule {
+            name: name.to_owned(),
+            digest: None,
+            digest_text: None,
+            pattern: None,
+            user: None,
+            schema: None,
+            client: None,
+            query: true,
+            prepare: true,
+            error: None,
+            timeout: None,
+            max_concurrency: None,
+            max_concurrency_wait: Duration::from_secs(5),
+            log: false,
+            route: None,
+        }
+    }
+}
+
 /// `route:` of a rule.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RuleRoute {

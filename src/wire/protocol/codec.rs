@@ -388,9 +388,8 @@ impl PacketScanner {
     }
 }
 
-/// Appends `bytes` as a length-encoded string (the writer beside [`lenenc_bytes`]).
-pub fn put_lenenc_bytes(out: &mut Vec<u8>, bytes: &[u8]) {
-    let n = bytes.len() as u64;
+/// Appends `n` as a length-encoded integer (the writer beside [`read_lenenc_int`]).
+pub fn put_lenenc_int(out: &mut Vec<u8>, n: u64) {
     match n {
         0..=250 => out.push(n as u8),
         251..=0xFFFF => {
@@ -406,6 +405,11 @@ pub fn put_lenenc_bytes(out: &mut Vec<u8>, bytes: &[u8]) {
             out.extend_from_slice(&n.to_le_bytes());
         }
     }
+}
+
+/// Appends `bytes` as a length-encoded string (the writer beside [`lenenc_bytes`]).
+pub fn put_lenenc_bytes(out: &mut Vec<u8>, bytes: &[u8]) {
+    put_lenenc_int(out, bytes.len() as u64);
     out.extend_from_slice(bytes);
 }
 

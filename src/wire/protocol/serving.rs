@@ -13,7 +13,7 @@
 use ring::digest::{digest, SHA1_FOR_LEGACY_USE_ONLY};
 
 use super::caps;
-use super::codec::{header, put_lenenc_bytes, MAX_CHUNK};
+use super::codec::{header, put_lenenc_bytes, put_lenenc_int, MAX_CHUNK};
 
 /// What the admin port offers: enough for the CLI, the connectors and Grafana, nothing that
 /// changes framing (compression, DEPRECATE_EOF, session tracking) or reads files.
@@ -242,25 +242,6 @@ fn column_definition(p: &mut Vec<u8>, c: &Column) {
     p.extend_from_slice(&flags.to_le_bytes());
     p.push(decimals);
     p.extend_from_slice(&[0, 0]);
-}
-
-/// Appends a length-encoded integer.
-fn put_lenenc_int(out: &mut Vec<u8>, n: u64) {
-    match n {
-        0..=250 => out.push(n as u8),
-        251..=0xFFFF => {
-            out.push(0xFC);
-            out.extend_from_slice(&n.to_le_bytes()[..2]);
-        }
-        0x1_0000..=0xFF_FFFF => {
-            out.push(0xFD);
-            out.extend_from_slice(&n.to_le_bytes()[..3]);
-        }
-        _ => {
-            out.push(0xFE);
-            out.extend_from_slice(&n.to_le_bytes());
-        }
-    }
 }
 
 #[cfg(test)]
