@@ -572,3 +572,68 @@ async fn tls_works_as_on_the_client_leg_and_is_required_when_the_client_leg_requ
         .expect_err("plaintext under tls.require");
     assert!(e.to_string().contains("3159"), "{e}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_stops_a_sessions_statement_or_connection_over_the_kill_account() {
+    let pair = shared_pair();
+    for db in pair {
+        common::create_kill_accounts(db);
+    }
+    let mut cfg = with_admin(
+        pair,
+        AdminCredential::Native(native_hash(&pair[0], ADMIN_PASS)),
+    );
+    cfg.kill = common::kill_account();
+    let proxy = TestProxy::start_with(cfg);
+    let mut admin = admin_conn(&proxy).await;
+
+    let mut victim = mysql_async::Conn::new(proxy.opts(BENCH_USER, BENCH_PASS))
+        .await
+        .unwrap();
+    let id = victim.id();
+    let clients: Vec<(i64, Option<String>)> = admin
+        .query("SELECT SessionID, user FROM stats_mysql_processlist")
+        .await
+        .unwrap();
+    assert!(
+        clients
+            .iter()
+            .any(|(s, u)| *s == i64::from(id) && u.as_deref() == Some(BENCH_USER)),
+        "SHOW CLIENTS lists the session by its id: {clients:?}"
+    );
+    let sleeping = tokio::spawn(async move {
+        let started = Instant::now();
+        let r: Result<Option<i64>, _> = victim.query_first("SELECT SLEEP(30)").await;
+        (r, started.elapsed(), victim)
+    });
+    common::wait_until("the victim sleeps", || {
+        pair.iter().any(|db| {
+            db.root_query("SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE INFO = 'SELECT SLEEP(30)'")
+                .trim()
+                != "0"
+        })
+    });
+    let killed: Vec<mysql_async::Row> = admin.query(format!("KILL QUERY {id}")).await.unwrap();
+    assert_eq!(killed.len(), 1);
+    let (r, took, mut victim) = sleeping.await.unwrap();
+    assert!(took < Duration::from_secs(10), "{took:?}");
+    match r {
+        Err(e) => assert!(e.to_string().contains("1317"), "{e}"),
+        Ok(v) => assert_eq!(v, Some(1), "an interrupted SLEEP returns 1"),
+    }
+    // The session goes on after its statement was stopped; KILL CONNECTION ends it.
+    let v: Option<i64> = victim.query_first("SELECT 5").await.unwrap();
+    assert_eq!(v, Some(5));
+    let _: Vec<mysql_async::Row> = admin.query(format!("KILL {id}")).await.unwrap();
+    victim
+        .query_drop("SELECT 6")
+        .await
+        .expect_err("its connection was killed");
+
+    let e = admin
+        .query_drop("KILL 12345")
+        .await
+        .expect_err("no such session");
+    assert!(e.to_string().contains("no session with id"), "{e}");
+    admin.disconnect().await.unwrap();
+}

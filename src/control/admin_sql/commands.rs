@@ -30,6 +30,11 @@ pub enum Statement<'a> {
         op: BackendOp,
     },
     Reload,
+    /// `KILL [QUERY|CONNECTION] id`: a client session by the id it was greeted with.
+    Kill {
+        id: u32,
+        query: bool,
+    },
     /// `PAUSE [pool]` / `RESUME [pool]` (no pool: every pool).
     Pause(Option<String>),
     Resume(Option<String>),
@@ -90,7 +95,8 @@ pub fn parse(text: &str) -> Statement<'_> {
                 "{first} takes one pool name, or none for every pool"
             )),
         },
-        "KILL" | "SHUTDOWN" | "SUSPEND" => Statement::Malformed(format!(
+        "KILL" => kill(&words[1..]),
+        "SHUTDOWN" | "SUSPEND" => Statement::Malformed(format!(
             "{first} is not built on the admin port yet; see SHOW HELP"
         )),
         _ => Statement::Sql(text),
@@ -143,6 +149,22 @@ fn show_variables(rest: &[&str]) -> Statement<'static> {
             }
         }
         _ => Statement::Malformed("SHOW VARIABLES takes LIKE 'pattern' or nothing".into()),
+    }
+}
+
+/// `KILL [QUERY|CONNECTION] id`.
+fn kill(rest: &[&str]) -> Statement<'static> {
+    let (query, id) = match rest {
+        [id] => (false, id),
+        [what, id] if what.eq_ignore_ascii_case("QUERY") => (true, id),
+        [what, id] if what.eq_ignore_ascii_case("CONNECTION") => (false, id),
+        _ => return Statement::Malformed("KILL takes [QUERY|CONNECTION] and a session id".into()),
+    };
+    match id.parse::<u32>() {
+        Ok(id) => Statement::Kill { id, query },
+        Err(_) => Statement::Malformed(format!(
+            "KILL takes a session id (SHOW CLIENTS lists them), not {id}"
+        )),
     }
 }
 
@@ -339,6 +361,26 @@ mod tests {
             Statement::Resume(Some("default".into()))
         );
         assert!(matches!(parse("PAUSE a b"), Statement::Malformed(_)));
+        assert_eq!(
+            parse("kill 1610612737"),
+            Statement::Kill {
+                id: 1610612737,
+                query: false
+            }
+        );
+        assert_eq!(
+            parse("KILL QUERY 7;"),
+            Statement::Kill { id: 7, query: true }
+        );
+        assert_eq!(
+            parse("KILL connection 7"),
+            Statement::Kill {
+                id: 7,
+                query: false
+            }
+        );
+        assert!(matches!(parse("KILL x"), Statement::Malformed(_)));
+        assert!(matches!(parse("KILL USER bob"), Statement::Malformed(_)));
         assert_eq!(parse("/* c */ ; "), Statement::Empty);
     }
 

@@ -337,6 +337,7 @@ impl AdminSession {
                     Err(e) => Reply::Err(code::UNKNOWN_ERROR, e),
                 }
             }
+            Statement::Kill { id, query } => self.kill(id, query).await,
             Statement::Pause(pool) => self.pause(pool.as_deref(), true),
             Statement::Resume(pool) => self.pause(pool.as_deref(), false),
             Statement::ProxySqlConfig => Reply::Err(
@@ -347,6 +348,60 @@ impl AdminSession {
             Statement::Malformed(m) => Reply::Err(PARSE_ERROR, m),
             Statement::Sql(sql) => self.sql(sql.to_owned()).await,
         }
+    }
+
+    /// `KILL [QUERY|CONNECTION] id`: the session greeted with `id` has its statement (or its
+    /// server connection, which ends the session) killed on its server, over the `kill:`
+    /// account, as a client's KILL is run on another backend. The operator's own act: the
+    /// account is the proxy's, and the admin port is no client's.
+    async fn kill(&self, id: u32, query: bool) -> Reply {
+        let Some(target) = self.state.kills.lookup(id) else {
+            return Reply::Err(
+                code::UNKNOWN_ERROR,
+                format!("no session with id {id} (SHOW CLIENTS lists them)"),
+            );
+        };
+        if target.thread_id == crate::backends::kill::NO_THREAD {
+            return Reply::Err(
+                code::UNKNOWN_ERROR,
+                format!(
+                    "session {id} holds no server connection now (a pooled session between \
+                     transactions): nothing of it runs to stop"
+                ),
+            );
+        }
+        if !self.state.killer.configured() {
+            return Reply::Err(
+                code::UNKNOWN_ERROR,
+                "KILL on the admin port runs on the session's server over the kill: account; \
+                 configure kill.user"
+                    .into(),
+            );
+        }
+        let what = if query { "QUERY" } else { "CONNECTION" };
+        let elsewhere = crate::backends::kill::Elsewhere {
+            backend: std::sync::Arc::clone(&target.backend),
+            statement: format!("KILL {what} {}", target.thread_id),
+            proxy_id: id,
+        };
+        info!(caller = %self.peer, target = id, backend = %target.backend.name, thread = target.thread_id, "KILL {what} asked on the admin SQL port");
+        let leg = self.state.own_connect_options(&target.backend);
+        let turn = std::sync::Arc::new(tokio::sync::Semaphore::new(1));
+        let answer = self.state.killer.run(&elsewhere, leg, turn).await;
+        if let Some(e) = answer
+            .get(4..)
+            .and_then(crate::wire::protocol::errors::ServerErr::parse)
+        {
+            return Reply::Err(e.code, e.message);
+        }
+        let mut rs = ResultSet::text(&["id", "backend", "thread_id", "killed"]);
+        rs.rows.push(vec![
+            Some(id.to_string()),
+            Some(target.backend.name.clone()),
+            Some(target.thread_id.to_string()),
+            Some(what.to_lowercase()),
+        ]);
+        Reply::Rows(rs)
     }
 
     /// `PAUSE` (`hold`) or `RESUME` `pool` (None: every pool): the pools named and the server
