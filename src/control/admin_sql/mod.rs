@@ -16,6 +16,7 @@ mod commands;
 pub mod engine;
 mod meta;
 mod session;
+mod statements;
 pub mod tables;
 mod variables;
 

@@ -194,20 +194,13 @@ impl SessionRules {
             self.slot();
             return None;
         };
-        rule.hit();
-        let said = Said {
-            rule: &rule.config.name,
-            user,
-            statement: statement.as_deref(),
-            text,
-        };
         let message = rule.config.error.clone();
         let action = if message.is_some() {
             "error"
         } else {
             "matched"
         };
-        self.report(rule, &said, action);
+        self.hit(rule, user, statement.as_deref(), text, action);
         if message.is_none() {
             self.slot();
         }
@@ -221,14 +214,7 @@ impl SessionRules {
         let set = Arc::clone(&self.set);
         let (rule, statement) = set.check(&self.who(user), Command::Query, text)?;
         let route = rule.config.route?;
-        rule.hit();
-        let said = Said {
-            rule: &rule.config.name,
-            user,
-            statement: statement.as_deref(),
-            text,
-        };
-        self.report(rule, &said, "route");
+        self.hit(rule, user, statement.as_deref(), text, "route");
         Some(route)
     }
 
@@ -272,6 +258,25 @@ impl SessionRules {
             .metrics
             .query_rule_hits
             .with_label_values(&[rule.config.name.as_str(), action])
+    }
+
+    /// A hit of `rule` by `text` that did `action`: counted on the rule and reported.
+    fn hit(
+        &self,
+        rule: &Rule,
+        user: Option<&str>,
+        statement: Option<&str>,
+        text: &[u8],
+        action: &str,
+    ) {
+        rule.hit();
+        let said = Said {
+            rule: &rule.config.name,
+            user,
+            statement,
+            text,
+        };
+        self.report(rule, &said, action);
     }
 
     /// Counts the hit (`queued` is counted again as `limited` or `over_limit` once it has
