@@ -637,3 +637,57 @@ async fn kill_stops_a_sessions_statement_or_connection_over_the_kill_account() {
     assert!(e.to_string().contains("no session with id"), "{e}");
     admin.disconnect().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_show_command_answers_with_its_columns() {
+    let pair = shared_pair();
+    let proxy = admin_proxy(pair);
+    let mut client = mysql_async::Conn::new(proxy.opts(BENCH_USER, BENCH_PASS))
+        .await
+        .unwrap();
+    let mut admin = admin_conn(&proxy).await;
+    for (show, first_column, at_least) in [
+        ("SHOW POOLS", "pool", 2),
+        ("SHOW SERVERS", "name", 2),
+        ("SHOW CLIENTS", "SessionID", 1),
+        ("SHOW PROCESSLIST", "SessionID", 1),
+        ("SHOW STATS", "pool", 2),
+        ("SHOW CONFIG", "key", 5),
+        ("SHOW RULES", "rule_id", 0),
+        ("SHOW TABLES", "Tables_in_main", 10),
+        ("SHOW STATUS", "Variable_name", 10),
+        ("SHOW VARIABLES LIKE 'version%'", "Variable_name", 2),
+        ("SHOW DATABASES", "Database", 1),
+        ("SHOW WARNINGS", "Level", 0),
+        ("SHOW HELP", "command", 10),
+    ] {
+        let result = admin
+            .query_iter(show)
+            .await
+            .unwrap_or_else(|e| panic!("{show}: {e}"));
+        let columns: Vec<String> = result
+            .columns_ref()
+            .iter()
+            .map(|c| c.name_str().into_owned())
+            .collect();
+        let rows: Vec<mysql_async::Row> = result.collect_and_drop().await.unwrap();
+        assert_eq!(
+            columns.first().map(String::as_str),
+            Some(first_column),
+            "{show}: {columns:?}"
+        );
+        assert!(rows.len() >= at_least, "{show}: {} rows", rows.len());
+    }
+    // The session the client holds is among the clients, by its id.
+    let id = client.id();
+    let listed: Option<i64> = admin
+        .query_first(format!(
+            "SELECT count(*) FROM stats_mysql_processlist WHERE SessionID = {id}"
+        ))
+        .await
+        .unwrap();
+    assert_eq!(listed, Some(1));
+    client.query_drop("SELECT 1").await.unwrap();
+    client.disconnect().await.unwrap();
+    admin.disconnect().await.unwrap();
+}
