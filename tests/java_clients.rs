@@ -1,7 +1,8 @@
 //! MariaDB Connector/J (Debian's `libmariadb-java`) through mysql-lb, compared with a direct
 //! connection to the same server: `Statement.cancel()` (a `KILL QUERY` on a new connection that
 //! names the greeting's connection id, which the driver keeps in a signed 32-bit int), and a
-//! session whose server connection is killed mid-statement.
+//! session whose server connection is killed mid-statement; and against mysql-lb's SQL admin
+//! port.
 //!
 //! The Java side is tests/clients/JavaCheck.java, compiled with `javac` into a temp dir at test
 //! time; it prints `key=value` lines compared here. Missing java or the driver fails the test with
@@ -262,4 +263,34 @@ fn statement_cancel_interrupts_the_query_over_three_backends() {
             "attempt {i}: SELECT SLEEP(10) ran {millis} ms, cancelled after 500 ms"
         );
     }
+}
+
+#[test]
+fn connector_j_reads_the_sql_admin_port_and_a_wrong_password_is_refused() {
+    let _turn = turn();
+    let f = fixture();
+    let hash = f.db.root_query("SELECT PASSWORD('java-admin')");
+    let mut cfg = common::proxy::config(&[f.db.tcp_addr()]);
+    cfg.admin_sql = Some(mysql_lb::config::AdminSqlConfig {
+        address: "127.0.0.1:0".parse().unwrap(),
+        account: mysql_lb::config::AdminAccount {
+            user: "jadmin".into(),
+            credential: mysql_lb::config::AdminCredential::Native(
+                mysql_lb::config::parse_native_hash(hash.trim()).expect("PASSWORD() prints *HEX"),
+            ),
+        },
+    });
+    let proxy = TestProxy::start_with(cfg);
+    let admin = proxy.admin_sql.expect("the admin port");
+    let lines = run_java_at(
+        &["admin"],
+        &admin.ip().to_string(),
+        admin.port(),
+        ("jadmin", "java-admin"),
+    );
+    assert_eq!(field(&lines, "backends"), "1");
+    assert_eq!(field(&lines, "pools"), "1");
+    assert_eq!(field(&lines, "pools_first_column"), "pool");
+    assert_eq!(field(&lines, "grouped"), "up:1");
+    assert_eq!(field(&lines, "wrong"), "1045");
 }

@@ -8,6 +8,9 @@
 //   cancels N: `cancel` N times, each on a new connection (so through mysql-lb each lands on the
 //           next backend, and so does each cancel's own connection), cancel() after 500 ms;
 //           per attempt `attempt.I=OUTCOME ELAPSED_MS`.
+//   admin:  HOST:PORT is mysql-lb's SQL admin port and USER/PASS its account: the number of
+//           backends, SHOW POOLS' rows and first column, a GROUP BY, and a wrong password's
+//           error code.
 //   lost:   SELECT SLEEP(5) while an admin connection straight to the server kills the
 //           statement's server thread (KILL CONNECTION); the exception, isValid(), and whether
 //           a new connection works.
@@ -31,6 +34,8 @@ public class JavaCheck {
                 cancel(url, user, pass);
             } else if (mode.equals("cancels")) {
                 cancels(url, user, pass, Integer.parseInt(args[7]));
+            } else if (mode.equals("admin")) {
+                admin(url, user, pass);
             } else if (mode.equals("lost")) {
                 lost(url, direct, user, pass);
             } else {
@@ -40,6 +45,35 @@ public class JavaCheck {
             System.out.println("error=" + t);
             System.out.flush();
             System.exit(1);
+        }
+    }
+
+    static void admin(String url, String user, String pass) throws Exception {
+        try (Connection conn = DriverManager.getConnection(url, user, pass);
+                Statement s = conn.createStatement()) {
+            try (ResultSet r = s.executeQuery("SELECT count(*) FROM backends")) {
+                r.next();
+                System.out.println("backends=" + r.getLong(1));
+            }
+            try (ResultSet r = s.executeQuery("SHOW POOLS")) {
+                int rows = 0;
+                while (r.next()) {
+                    rows++;
+                }
+                System.out.println("pools=" + rows);
+                System.out.println("pools_first_column=" + r.getMetaData().getColumnLabel(1));
+            }
+            try (ResultSet r = s.executeQuery(
+                    "SELECT state, count(*) AS n FROM backends GROUP BY state ORDER BY state")) {
+                r.next();
+                System.out.println("grouped=" + r.getString(1) + ":" + r.getLong(2));
+            }
+        }
+        try {
+            DriverManager.getConnection(url, user, pass + "x").close();
+            System.out.println("wrong=logged_in");
+        } catch (SQLException e) {
+            System.out.println("wrong=" + e.getErrorCode());
         }
     }
 
