@@ -566,6 +566,31 @@ async fn tls_works_as_on_the_client_leg_and_is_required_when_the_client_leg_requ
         .await
         .expect_err("wrong password over TLS");
     assert!(e.to_string().contains("1045"), "{e}");
+    // The mariadb CLI, over OpenSSL, verifying the server's certificate.
+    let admin_at = admin_addr(&proxy);
+    let found = ["/usr/bin/mariadb", "/usr/local/bin/mariadb"]
+        .into_iter()
+        .find(|p| std::path::Path::new(p).is_file())
+        .expect("the mariadb CLI not found: run scripts/install-deps.sh");
+    let out = Command::new(found)
+        .args(["--no-defaults", "--batch", "--skip-column-names"])
+        .args(["--connect-timeout=10", "--protocol=tcp", "-h", "127.0.0.1"])
+        .arg(format!("-P{}", admin_at.port()))
+        .arg(format!("--user={ADMIN}"))
+        .arg(format!("--password={ADMIN_PASS}"))
+        .arg("--ssl")
+        .arg(format!("--ssl-ca={}", c.ca.display()))
+        .arg("--ssl-verify-server-cert")
+        .args([
+            "-e",
+            "SELECT count(*) FROM backends; SHOW GLOBAL STATUS LIKE 'Client\\_Connections%'",
+        ])
+        .stdin(Stdio::null())
+        .output()
+        .expect("run the mariadb CLI");
+    let shown = ok_stdout(&out, "the CLI over TLS (OpenSSL)");
+    assert!(shown.starts_with('2'), "{shown}");
+    assert!(shown.contains("Client_Connections_connected"), "{shown}");
     // In clear: refused before any login, as the client leg refuses one.
     let e = mysql_async::Conn::new(tcp_opts(&addr, ADMIN, ADMIN_PASS))
         .await

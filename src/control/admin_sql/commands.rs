@@ -24,6 +24,8 @@ pub enum Statement<'a> {
     Variables(Vec<(String, String)>),
     /// `SHOW VARIABLES [LIKE 'pattern']`.
     ShowVariables(Option<String>),
+    /// `SHOW [GLOBAL|SESSION] STATUS [LIKE 'pattern']`: the counters of `stats_mysql_global`.
+    ShowStatus(Option<String>),
     /// An operation on a backend: drain, maintenance, ready, weight.
     Backend {
         name: String,
@@ -64,7 +66,6 @@ pub enum Show {
     Databases,
     Warnings,
     Processlist,
-    Status,
     Help,
 }
 
@@ -117,9 +118,8 @@ fn show(rest: &[&str]) -> Statement<'static> {
         ["DATABASES"] | ["SCHEMAS"] => Show::Databases,
         ["WARNINGS"] | ["ERRORS"] => Show::Warnings,
         ["PROCESSLIST"] | ["FULL", "PROCESSLIST"] => Show::Processlist,
-        ["STATUS"] | ["GLOBAL", "STATUS"] | ["SESSION", "STATUS"] => Show::Status,
         ["HELP"] | [] => Show::Help,
-        ["VARIABLES" | "GLOBAL" | "SESSION", ..] => return show_variables(rest),
+        ["VARIABLES" | "STATUS" | "GLOBAL" | "SESSION", ..] => return show_like(rest),
         _ => {
             return Statement::Malformed(format!("unknown SHOW {}: try SHOW HELP", rest.join(" ")))
         }
@@ -127,8 +127,8 @@ fn show(rest: &[&str]) -> Statement<'static> {
     Statement::Show(what)
 }
 
-/// `SHOW [GLOBAL|SESSION] VARIABLES [LIKE 'p']`.
-fn show_variables(rest: &[&str]) -> Statement<'static> {
+/// `SHOW [GLOBAL|SESSION] VARIABLES|STATUS [LIKE 'p']`.
+fn show_like(rest: &[&str]) -> Statement<'static> {
     let mut words = rest;
     if matches!(
         words.first().map(|w| w.to_ascii_uppercase()).as_deref(),
@@ -136,19 +136,32 @@ fn show_variables(rest: &[&str]) -> Statement<'static> {
     ) {
         words = &words[1..];
     }
-    match words {
-        [v] if v.eq_ignore_ascii_case("VARIABLES") => Statement::ShowVariables(None),
-        [v, like, pattern @ ..]
-            if v.eq_ignore_ascii_case("VARIABLES")
-                && like.eq_ignore_ascii_case("LIKE")
-                && !pattern.is_empty() =>
-        {
+    let Some((what, tail)) = words.split_first() else {
+        return Statement::Malformed("SHOW GLOBAL takes VARIABLES or STATUS".into());
+    };
+    let status = what.eq_ignore_ascii_case("STATUS");
+    if !status && !what.eq_ignore_ascii_case("VARIABLES") {
+        return Statement::Malformed(format!("unknown SHOW {}: try SHOW HELP", rest.join(" ")));
+    }
+    let pattern = match tail {
+        [] => None,
+        [like, pattern @ ..] if like.eq_ignore_ascii_case("LIKE") && !pattern.is_empty() => {
             match unquote(&pattern.join(" ")) {
-                Some(p) => Statement::ShowVariables(Some(p)),
-                None => Statement::Malformed("SHOW VARIABLES LIKE takes a quoted pattern".into()),
+                Some(p) => Some(p),
+                None => return Statement::Malformed("LIKE takes a quoted pattern".into()),
             }
         }
-        _ => Statement::Malformed("SHOW VARIABLES takes LIKE 'pattern' or nothing".into()),
+        _ => {
+            return Statement::Malformed(format!(
+                "SHOW {} takes LIKE 'pattern' or nothing",
+                what.to_ascii_uppercase()
+            ))
+        }
+    };
+    if status {
+        Statement::ShowStatus(pattern)
+    } else {
+        Statement::ShowVariables(pattern)
     }
 }
 
@@ -427,5 +440,14 @@ mod tests {
             Statement::ShowVariables(Some("max_allowed_packet".into()))
         );
         assert_eq!(parse("SET NAMES utf8mb4"), Statement::Ignored);
+        assert_eq!(parse("SHOW GLOBAL STATUS"), Statement::ShowStatus(None));
+        assert_eq!(
+            parse("show status like 'Client%'"),
+            Statement::ShowStatus(Some("Client%".into()))
+        );
+        assert!(matches!(
+            parse("SHOW STATUS WHERE 1"),
+            Statement::Malformed(_)
+        ));
     }
 }

@@ -33,6 +33,7 @@ impl AdminSession {
             Statement::ShowVariables(pattern) => {
                 Reply::Rows(super::variables::show(pattern.as_deref()))
             }
+            Statement::ShowStatus(pattern) => self.sql(status_sql(pattern.as_deref())).await,
             Statement::Show(what) => self.sql(show_sql(what).to_owned()).await,
             Statement::Backend { name, op } => {
                 let change = match op {
@@ -219,10 +220,21 @@ fn show_sql(what: Show) -> &'static str {
         Show::Tables => "SELECT name AS Tables_in_main FROM tables ORDER BY name",
         Show::Databases => "SELECT 'main' AS `Database`",
         Show::Warnings => "SELECT '' AS Level, 0 AS Code, '' AS Message WHERE 0",
-        Show::Status => {
-            "SELECT Variable_Name AS Variable_name, Variable_Value AS Value FROM stats_mysql_global"
-        }
         Show::Help => "SELECT command, what FROM help ORDER BY rowid",
+    }
+}
+
+/// `SHOW STATUS [LIKE pattern]` over `stats_mysql_global`, with a server's column names (the
+/// pattern as SQL's `LIKE` reads it: `%`, `_`, `\\` escaping).
+fn status_sql(pattern: Option<&str>) -> String {
+    let columns = "SELECT Variable_Name AS Variable_name, Variable_Value AS Value \
+                   FROM stats_mysql_global";
+    match pattern {
+        None => columns.to_owned(),
+        Some(p) => format!(
+            "{columns} WHERE Variable_Name LIKE '{}' ESCAPE '\\'",
+            p.replace('\'', "''")
+        ),
     }
 }
 
