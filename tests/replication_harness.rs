@@ -236,7 +236,8 @@ async fn lagging_replicas_catch_up_and_a_killed_primary_is_replaced() {
     cluster.delay_replica(2, 0).await;
 
     let took = Instant::now();
-    cluster.kill_primary_and_promote(1).await;
+    // Both replicas received everything: the one asked for is promoted.
+    assert_eq!(cluster.kill_primary_and_promote(1).await, 1);
     eprintln!("rh-kill: kill and promote took {:?}", took.elapsed());
     assert!(!cluster.server(0).is_running());
     assert_eq!(cluster.primary_index(), 1);

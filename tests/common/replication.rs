@@ -281,23 +281,37 @@ impl Cluster {
         self.exec(i, "START SLAVE").await;
     }
 
-    /// Crash failover: SIGKILL the primary (it stays down), let `new_primary` apply what it had
-    /// already received, promote it (`STOP SLAVE; RESET SLAVE ALL; read_only=0`) and repoint
-    /// the other running replicas to it. A replica that had received more than `new_primary`
-    /// would fail to reconnect (strict mode); the final catch-up wait then panics naming it.
-    pub async fn kill_primary_and_promote(&mut self, new_primary: usize) {
+    /// Crash failover: SIGKILL the primary (it stays down), stop every replica's IO thread,
+    /// promote the replica that received the most of the old primary's binary log
+    /// (`prefer` when none received more: a failover tool does the same, or a replica ahead of
+    /// the new primary could not follow it in strict mode), let it apply what it received,
+    /// promote it (`STOP SLAVE; RESET SLAVE ALL; read_only=0`) and repoint the other running
+    /// replicas to it. Returns the index of the new primary.
+    pub async fn kill_primary_and_promote(&mut self, prefer: usize) -> usize {
         let old = self.primary;
-        assert_ne!(
-            old, new_primary,
-            "server {new_primary} is already the primary"
-        );
+        assert_ne!(old, prefer, "server {prefer} is already the primary");
         self.servers[old].kill9();
-        self.exec(new_primary, "STOP SLAVE IO_THREAD").await;
-        if let Some(status) = self.slave_status(new_primary).await {
-            if field(&status, "Slave_SQL_Running") == "Yes" {
-                let received = field(&status, "Gtid_IO_Pos").to_owned();
-                self.wait_gtid(new_primary, &received).await;
-            }
+        let mut received = Vec::new();
+        for i in self.replica_indices() {
+            self.exec(i, "STOP SLAVE IO_THREAD").await;
+            let status = self.slave_status(i).await;
+            let pos = status
+                .as_ref()
+                .map_or(String::new(), |s| field(s, "Gtid_IO_Pos").to_owned());
+            let applying = status
+                .as_ref()
+                .is_some_and(|s| field(s, "Slave_SQL_Running") == "Yes");
+            received.push((i, pos, applying));
+        }
+        let covers_all = |pos: &str| received.iter().all(|(_, other, _)| covers(pos, other));
+        let new_primary = received
+            .iter()
+            .find(|(i, pos, _)| *i == prefer && covers_all(pos))
+            .or_else(|| received.iter().find(|(_, pos, _)| covers_all(pos)))
+            .map_or(prefer, |(i, _, _)| *i);
+        if let Some((_, pos, true)) = received.iter().find(|(i, _, _)| *i == new_primary) {
+            let pos = pos.clone();
+            self.wait_gtid(new_primary, &pos).await;
         }
         self.promote(new_primary).await;
         for i in self.replica_indices() {
@@ -307,6 +321,7 @@ impl Cluster {
             self.wait_replicating(i).await;
         }
         self.wait_caught_up().await;
+        new_primary
     }
 
     /// Replica `i` applies events `seconds` after the primary committed them (0 undoes it).
